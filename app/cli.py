@@ -1,0 +1,141 @@
+"""`memscale` command line. Admin commands print only what they name, on one line (API.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from app.config import Settings
+
+
+def _admin_session(settings: Settings):
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from app.kit.pg import admin_url
+
+    return Session(create_engine(admin_url(settings)))
+
+
+def _fail(msg: str) -> None:  # noqa: D103
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+class _LazyGroup(click.Group):
+    """`memscale inference ...` loads the torch tier only when asked (the API never imports it)."""
+
+    def list_commands(self, ctx):  # noqa: ANN001
+        return sorted(set(super().list_commands(ctx)) | {"inference"})
+
+    def get_command(self, ctx, name):  # noqa: ANN001
+        if name == "inference":
+            from app.inference.cli import inference
+
+            return inference
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup)
+def main() -> None:
+    """memscale: the memory service for AI agents."""
+
+
+@main.group()
+def admin() -> None:
+    """Orgs, users and keys."""
+
+
+@admin.command("create-org")
+@click.argument("name")
+def create_org(name: str) -> None:
+    from app.orgs import service
+
+    with _admin_session(Settings()) as db:
+        org = _run(lambda: service.create_org(db, name))
+        db.commit()
+        click.echo(str(org.id))
+
+
+@admin.command("create-user")
+@click.option("--org", "org_name", required=True)
+@click.argument("user")
+@click.option("--role", "roles", multiple=True, type=click.Choice(("member", "steward", "auditor", "admin")))
+@click.option("--group", "groups", multiple=True)
+@click.option("--clearance", "clearances", multiple=True)
+def create_user(org_name: str, user: str, roles, groups, clearances) -> None:  # noqa: ANN001
+    from app.orgs import service
+
+    with _admin_session(Settings()) as db:
+        org = _run(lambda: service.org_by_name(db, org_name))
+        u = _run(lambda: service.create_user(db, org, user, roles=roles, groups=groups, clearances=clearances))
+        db.commit()
+        click.echo(str(u.id))
+
+
+@admin.command("create-key")
+@click.option("--org", "org_name", required=True)
+@click.option("--user", "user", required=True)
+def create_key(org_name: str, user: str) -> None:
+    from app.orgs import service
+
+    with _admin_session(Settings()) as db:
+        org = _run(lambda: service.org_by_name(db, org_name))
+        u = _run(lambda: service.user_by_name(db, org, user))
+        key = service.create_key(db, u)
+        db.commit()
+        click.echo(key)
+
+
+def _run(fn):  # noqa: ANN001
+    from app.kit.errors import AppError
+
+    try:
+        return fn()
+    except AppError as exc:
+        _fail(exc.message)
+
+
+@main.group()
+def db() -> None:
+    """Database set-up."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """alembic upgrade (starts the embedded Postgres when no URL is configured)."""
+    from app.kit.migrate import upgrade
+
+    upgrade(Settings(), revision)
+    click.echo("database at " + revision)
+
+
+@db.command("stop")
+def db_stop() -> None:
+    """Stop a stray embedded Postgres left by a killed process."""
+    from app.kit.pg import stop_embedded
+
+    click.echo("stopped" if stop_embedded(Settings()) else "not running")
+
+
+@main.command()
+@click.option("--host", default=None)
+@click.option("--port", default=None, type=int)
+def serve(host: str | None, port: int | None) -> None:
+    """Migrate, then serve the API."""
+    import uvicorn
+
+    from app.kit.migrate import upgrade
+    from app.kit.pg import admin_url, install_sigterm_handler
+    from app.main import create_app
+
+    settings = Settings()
+    install_sigterm_handler()
+    admin_url(settings)  # start (and hold) the embedded server for this process's lifetime
+    upgrade(settings, "head")
+    click.echo(f"memscale listening on http://{host or settings.host}:{port or settings.port}", err=True)
+    click.echo("create a key: memscale admin create-org ACME && memscale admin create-user --org ACME alice "
+               "&& memscale admin create-key --org ACME --user alice", err=True)
+    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="warning")

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import CheckConstraint, DateTime, Index, Text, func
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.kit.base import AccessMixin, Base, access_check, created_at_col, embedding_col, tsv_col, uuid_pk
+
+
+class Episode(AccessMixin, Base):
+    """Episodic memory: raw, append-only, time-stamped traces."""
+
+    __tablename__ = "episodes"
+    __table_args__ = (
+        access_check(),
+        CheckConstraint("kind IN ('conversation','trajectory','feedback','note')", name="kind"),
+        CheckConstraint("outcome IS NULL OR outcome IN ('success','failure','unknown')", name="outcome"),
+        Index("ix_episodes_org_owner", "org_id", "owner_id"),
+        Index("ix_episodes_org_visibility", "org_id", "visibility"),
+        Index("ix_episodes_session", "org_id", "session_id"),
+        Index("ix_episodes_embedding_hnsw", "embedding", postgresql_using="hnsw",
+              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index("ix_episodes_tsv", "tsv", postgresql_using="gin"),
+    )
+    id: Mapped[uuid.UUID] = uuid_pk()
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    messages: Mapped[list | None] = mapped_column(JSONB)
+    session_id: Mapped[str | None] = mapped_column(Text)
+    outcome: Mapped[str | None] = mapped_column(Text)
+    metadata_: Mapped[dict] = mapped_column("metadata", JSONB, nullable=False, server_default="{}")
+    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    created_at: Mapped[datetime] = created_at_col()
+    embedding = embedding_col()
+    tsv = tsv_col("to_tsvector('english', content)")

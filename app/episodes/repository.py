@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.episodes.models import Episode
+from app.kit.access import visible_to
+
+
+def get_visible(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode | None:
+    return db.execute(select(Episode).where(Episode.id == episode_id, visible_to(principal, Episode))).scalar_one_or_none()
+
+
+def add_all(db: Session, episodes: list[Episode]) -> None:
+    db.add_all(episodes)
+    db.flush()
+
+
+def hard_delete(db: Session, episode_id: uuid.UUID) -> None:
+    db.execute(delete(Episode).where(Episode.id == episode_id))

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter
+
+from app.jobs import service
+from app.jobs.schemas import JobOut
+from app.kit.deps import SessionDep, require
+from app.kit.errors import COMMON_ERRORS
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON_ERRORS)
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: uuid.UUID, db: SessionDep, principal=require("job", "read")):
+    j = service.get(db, principal, job_id)
+    return JobOut(id=j.id, kind=j.kind, status=j.status, progress=j.progress, stats=j.stats, error=j.error,
+                  params=j.params, created_at=j.created_at, started_at=j.started_at, finished_at=j.finished_at)

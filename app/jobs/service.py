@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.audit.service import record
+from app.auth.principal import Principal
+from app.jobs.models import Job
+from app.kit.access import in_org
+from app.kit.errors import NotFound
+
+
+def create(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, kind: str, params: dict,
+           status: str = "queued") -> Job:
+    job = Job(id=uuid.uuid4(), org_id=org_id, kind=kind, params=params, status=status, created_by=actor_id)
+    db.add(job)
+    db.flush()
+    record(db, org_id=org_id, actor_id=actor_id, action="job.create", target_type="job", target_id=job.id,
+           details={"kind": kind})
+    return job
+
+
+def finish(db: Session, job: Job, *, stats: dict, error: str | None = None) -> None:
+    now = datetime.now(timezone.utc)
+    job.started_at = job.started_at or now
+    job.finished_at = now
+    job.status = "failed" if error else "succeeded"
+    job.progress = 1.0
+    job.stats = stats
+    job.error = error
+    record(db, org_id=job.org_id, actor_id=job.created_by, action=f"job.{job.status}", target_type="job",
+           target_id=job.id, details={"kind": job.kind, "stats": stats})
+    db.flush()
+
+
+def get(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
+    job = db.execute(select(Job).where(Job.id == job_id, in_org(principal, Job))).scalar_one_or_none()
+    # Jobs carry stats about the org's data; members see only their own, stewards/admins/auditors all.
+    if job is None or (job.created_by != principal.user_id and not principal.has_role("steward", "admin", "auditor")):
+        raise NotFound("job not found")
+    return job

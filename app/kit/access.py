@@ -1,0 +1,45 @@
+"""The one access helper. Every read path filters with `visible_to`; RLS enforces the same rule.
+
+An item is visible to a principal of its org when the principal owns it, or when it is shared
+(`org`, or `group` with a common group) and the principal's clearances cover all its labels.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Text, and_, literal, or_
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.auth.principal import Principal
+
+
+def _text_array(values) -> ColumnElement:  # noqa: ANN001
+    return literal(list(values) or [""], type_=ARRAY(Text))
+
+
+def visible_to(principal: Principal, model) -> ColumnElement[bool]:  # noqa: ANN001
+    # '' is never a valid group or label, so it stands in for "none" in the array literals.
+    shared = or_(
+        model.visibility == "org",
+        and_(model.visibility == "group", model.groups.overlap(_text_array(principal.groups))),
+    )
+    cleared = model.labels.contained_by(_text_array(principal.clearances))
+    return and_(
+        model.org_id == principal.org_id,
+        or_(model.owner_id == principal.user_id, and_(shared, cleared)),
+    )
+
+
+def in_org(principal: Principal, model) -> ColumnElement[bool]:  # noqa: ANN001
+    """Org-only filter for tables without an item scope (jobs, lineage edges, audit)."""
+    return model.org_id == principal.org_id
+
+
+def can_see(principal: Principal, *, org_id, owner_id, visibility: str, groups, labels) -> bool:
+    """The same rule in Python, for objects already loaded (e.g. lineage nodes, derived scopes)."""
+    if org_id != principal.org_id:
+        return False
+    if owner_id == principal.user_id:
+        return True
+    shared = visibility == "org" or (visibility == "group" and bool(set(groups) & set(principal.groups)))
+    return shared and set(labels) <= set(principal.clearances)

@@ -1,0 +1,78 @@
+"""Engines and sessions. The request (or job) owns the transaction; services only flush().
+
+Every transaction first states who is asking (`bind_principal`): the org, user, groups and
+clearances go into transaction-local settings that the row-level-security policies read.
+A session that never sets them sees no tenant rows at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from app.auth.principal import Principal
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_timeout=10,
+        # psycopg auto-prepares after 5 runs and a generic plan can walk HNSW before filtering
+        # (NOTES.md): never prepare, and always plan with the actual parameters.
+        connect_args={"prepare_threshold": None, "options": "-c plan_cache_mode=force_custom_plan"},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _):  # noqa: ANN001
+        with dbapi_conn.cursor() as cur:
+            cur.execute("SET application_name = 'memscale'")
+        dbapi_conn.commit()
+
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, all_scopes: bool = False) -> None:
+    """Set the RLS context for the current transaction (transaction-local)."""
+    org = str(principal.org_id if principal else org_id)
+    db.execute(
+        text(
+            "SELECT set_config('memscale.org_id', :org, true), set_config('memscale.user_id', :user, true),"
+            " set_config('memscale.groups', :groups, true), set_config('memscale.clearances', :cl, true),"
+            " set_config('memscale.scope', :scope, true)"
+        ),
+        {
+            "org": org,
+            "user": str(principal.user_id) if principal else "",
+            "groups": json.dumps(list(principal.groups) if principal else []),
+            "cl": json.dumps(list(principal.clearances) if principal else []),
+            "scope": "all" if all_scopes else "user",
+        },
+    )
+
+
+@contextmanager
+def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """Commit on success, roll back on any error."""
+    db = factory()
+    try:
+        yield db
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise
+    finally:
+        db.close()

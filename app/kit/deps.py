@@ -1,0 +1,81 @@
+"""Request-scoped dependencies: the transaction, the principal, the permission check."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal, hash_secret, parse_key
+from app.kit.db import bind_principal
+from app.kit.errors import Forbidden, Unauthorized
+from app.orgs.models import User
+
+import hmac
+
+
+def get_db(request: Request) -> Iterator[Session]:
+    """The request owns the transaction: commit after the endpoint returns, before the response."""
+    db: Session = request.app.state.sessions()
+    try:
+        yield db
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise
+    finally:
+        db.close()
+
+
+SessionDep = Annotated[Session, Depends(get_db, scope="function")]
+
+
+def resolve_key(db: Session, key: str) -> Principal | None:
+    parsed = parse_key(key)
+    if parsed is None:
+        return None
+    key_id, secret = parsed
+    row = db.execute(text("SELECT org_id, user_id, salt, secret_hash FROM memscale_key_lookup(:id)"),
+                     {"id": key_id}).first()
+    if row is None or not hmac.compare_digest(hash_secret(bytes(row.salt), secret), bytes(row.secret_hash)):
+        return None
+    bind_principal(db, None, org_id=row.org_id)
+    user = db.execute(select(User).where(User.id == row.user_id, User.org_id == row.org_id)).scalar_one_or_none()
+    if user is None:
+        return None
+    p = Principal(org_id=user.org_id, user_id=user.id, name=user.name, roles=tuple(user.roles),
+                  groups=tuple(user.groups), clearances=tuple(user.clearances))
+    bind_principal(db, p)
+    return p
+
+
+def get_principal(request: Request, db: SessionDep) -> Principal:
+    auth = request.headers.get("authorization", "")
+    scheme, _, key = auth.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("missing Bearer key", code="missing_key")
+    principal = resolve_key(db, key.strip())
+    if principal is None:
+        raise Unauthorized("invalid or revoked key", code="invalid_key")
+    request.state.principal = principal
+    limiter = getattr(request.app.state, "rate_limiter", None)
+    if limiter is not None:
+        limiter.check(str(principal.user_id))
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def require(obj: str, act: str):
+    """Dependency factory: the casbin enforcer must allow (role, org, obj, act)."""
+
+    def _check(request: Request, principal: PrincipalDep) -> Principal:
+        if not request.app.state.authorizer.allowed(principal, obj, act):
+            raise Forbidden(f"your roles may not {act} {obj}")
+        return principal
+
+    return Depends(_check)

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import DateTime, ForeignKey, Index, Integer, Text, UniqueConstraint, func
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.kit.base import AccessMixin, Base, access_check, created_at_col, embedding_col, tsv_col, uuid_pk
+
+
+class KnowledgeAsset(AccessMixin, Base):
+    """A bootstrapped document, wiki page, table schema or glossary."""
+
+    __tablename__ = "knowledge_assets"
+    __table_args__ = (access_check(), UniqueConstraint("org_id", "source_uri"))
+    id: Mapped[uuid.UUID] = uuid_pk()
+    kind: Mapped[str] = mapped_column(Text, nullable=False)  # document | table_schema | glossary
+    source_uri: Mapped[str] = mapped_column(Text, nullable=False)
+    title: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    content_hash: Mapped[str] = mapped_column(Text, nullable=False)
+    metadata_: Mapped[dict] = mapped_column("metadata", JSONB, nullable=False, server_default="{}")
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")
+    created_at: Mapped[datetime] = created_at_col()
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class Chunk(AccessMixin, Base):
+    """A token-aware piece of an asset; content_hash keys its KV cache in the inference tier."""
+
+    __tablename__ = "chunks"
+    __table_args__ = (
+        access_check(),
+        Index("ix_chunks_org_owner", "org_id", "owner_id"),
+        Index("ix_chunks_hash", "org_id", "content_hash"),
+        Index("ix_chunks_embedding_hnsw", "embedding", postgresql_using="hnsw",
+              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index("ix_chunks_tsv", "tsv", postgresql_using="gin"),
+    )
+    id: Mapped[uuid.UUID] = uuid_pk()
+    asset_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("knowledge_assets.id", ondelete="CASCADE"), nullable=False, index=True)
+    ord: Mapped[int] = mapped_column(Integer, nullable=False)
+    text: Mapped[str] = mapped_column(Text, nullable=False)
+    content_hash: Mapped[str] = mapped_column(Text, nullable=False)
+    token_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[datetime] = created_at_col()
+    embedding = embedding_col()
+    tsv = tsv_col("to_tsvector('english', text)")

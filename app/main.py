@@ -1,0 +1,63 @@
+"""The API process: `create_app(settings)`; resources are built in the lifespan, never at import."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from sqlalchemy import text
+
+from app.auth.enforcer import Authorizer
+from app.config import Settings
+from app.kit.db import make_engine, make_sessionmaker
+from app.kit.embedding import Embedder, make_embedder
+from app.kit.errors import install_error_handlers
+from app.kit.limits import BodyLimitMiddleware, RateLimiter
+from app.kit.pg import app_url
+from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
+
+
+def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        setup_logging(settings.log_level)
+        engine = make_engine(app_url(settings), pool_size=settings.db_pool_size)
+        app.state.settings = settings
+        app.state.engine = engine
+        app.state.sessions = make_sessionmaker(engine)
+        app.state.authorizer = Authorizer()
+        app.state.embedder = embedder or make_embedder(settings.embedding_model, settings.embedding_dim)
+        app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(title="memscale", version="1.0.0", lifespan=lifespan,
+                  description="Memory service for AI agents (REST contract v1, see API.md).")
+    install_error_handlers(app)
+    install_request_middleware(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    setup_tracing(app, settings.otel_exporter)
+
+    from app.episodes.endpoints import router as episodes
+    from app.jobs.endpoints import router as jobs
+    from app.memories.endpoints import router as memories
+    from app.search.endpoints import router as search
+
+    for r in (episodes, memories, search, jobs):
+        app.include_router(r)
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz():
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"], responses={503: {"description": "database unreachable"}})
+    def readyz(request: Request):
+        with request.app.state.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return {"status": "ready"}
+
+    return app

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Request, Response
+
+from app.kit.deps import SessionDep, require
+from app.kit.errors import COMMON_ERRORS
+from app.memories import service
+from app.memories.schemas import MemoryIn, MemoryOut, MemoryPatch
+
+router = APIRouter(prefix="/v1/memories", tags=["memories"], responses=COMMON_ERRORS)
+
+
+@router.post("", status_code=201, response_model=MemoryOut)
+def create_memory(body: MemoryIn, request: Request, db: SessionDep, principal=require("memory", "write")):
+    return service.to_out(service.create(db, request.app.state.embedder, principal, body))
+
+
+@router.get("/{memory_id}", response_model=MemoryOut)
+def get_memory(memory_id: uuid.UUID, db: SessionDep, principal=require("memory", "read")):
+    return service.to_out(service.get(db, principal, memory_id))
+
+
+@router.patch("/{memory_id}", response_model=MemoryOut)
+def patch_memory(memory_id: uuid.UUID, body: MemoryPatch, request: Request, db: SessionDep,
+                 principal=require("memory", "write")):
+    return service.to_out(service.patch(db, request.app.state.embedder, principal, memory_id, body))
+
+
+@router.delete("/{memory_id}", status_code=204)
+def delete_memory(memory_id: uuid.UUID, db: SessionDep, principal=require("memory", "write")):
+    service.delete(db, principal, memory_id)
+    return Response(status_code=204)

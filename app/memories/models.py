@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import CheckConstraint, DateTime, Float, Index, Integer, Text, func
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.kit.base import AccessMixin, Base, access_check, embedding_col, tsv_col, uuid_pk
+
+MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint")
+MEMORY_STATUSES = ("active", "superseded", "quarantined", "deleted")
+
+
+class Memory(AccessMixin, Base):
+    """Semantic memory. Versioned: each version is a row; `root_id` ties the versions together.
+
+    Bi-temporal: valid_from/valid_to (true in the world), recorded_at/superseded_at (known to us).
+    """
+
+    __tablename__ = "memories"
+    __table_args__ = (
+        access_check(),
+        CheckConstraint("kind IN ('fact','rule','preference','procedure','schema_hint')", name="kind"),
+        CheckConstraint("status IN ('active','superseded','quarantined','deleted')", name="status"),
+        CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence"),
+        Index("ix_memories_org_owner", "org_id", "owner_id"),
+        Index("ix_memories_org_status", "org_id", "status"),
+        Index("ix_memories_root", "root_id", "version", unique=True),
+        Index("ix_memories_embedding_hnsw", "embedding", postgresql_using="hnsw",
+              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
+    )
+    id: Mapped[uuid.UUID] = uuid_pk()
+    root_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    text: Mapped[str] = mapped_column(Text, nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")
+    confidence: Mapped[float] = mapped_column(Float, nullable=False, server_default="0.8")
+    provenance: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default="{}")
+    valid_from: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    superseded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_validated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    embedding = embedding_col()
+    tsv = tsv_col("to_tsvector('english', text)")

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from app.kit.deps import SessionDep, require
+from app.kit.errors import COMMON_ERRORS
+from app.search import service
+from app.search.schemas import SearchIn, SearchOut
+
+router = APIRouter(prefix="/v1", tags=["search"], responses=COMMON_ERRORS)
+
+
+@router.post("/search", response_model=SearchOut)
+def search(body: SearchIn, request: Request, db: SessionDep, principal=require("search", "read")):
+    results, rid = service.search(db, principal, request.app.state.embedder, body,
+                                  ef_search=request.app.state.settings.hnsw_ef_search)
+    return SearchOut(results=results, retrieval_id=rid)

@@ -1,0 +1,72 @@
+"""Hybrid search: vector kNN + full text, fused by reciprocal-rank fusion; a retrieval event per call."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.lineage.models import RetrievalEvent
+from app.search import repository as repo
+from app.search.schemas import SearchFilters, SearchIn, SearchResult
+
+RRF_K = 60
+
+
+def _text_of(type_: str, row) -> str:  # noqa: ANN001
+    return row.content if type_ == "episode" else row.text
+
+
+def _result(type_: str, row, score: float) -> SearchResult:  # noqa: ANN001
+    return SearchResult(type=type_, id=row.id, text=_text_of(type_, row), score=round(float(score), 6),
+                        visibility=row.visibility, labels=list(row.labels), groups=list(row.groups),
+                        created_at=row.created_at, kind=getattr(row, "kind", None), owner_id=row.owner_id,
+                        confidence=getattr(row, "confidence", None), session_id=getattr(row, "session_id", None),
+                        content_hash=getattr(row, "content_hash", None), outcome=getattr(row, "outcome", None))
+
+
+def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str], k: int, mode: str,
+         filters: SearchFilters, ef_search: int) -> tuple[list[SearchResult], dict]:
+    """Ranked visible results across `types` (no retrieval event; callers record one)."""
+    scored: dict[tuple[str, uuid.UUID], float] = {}
+    info = {"exact_fallbacks": 0}
+    depth = max(k * 2, 20)
+    for t in types:
+        if mode in ("hybrid", "vector"):
+            rows, exact = repo.vector_ids(db, principal, t, qvec, filters, depth if mode == "hybrid" else k, ef_search)
+            info["exact_fallbacks"] += int(exact)
+            for i, (id_, d) in enumerate(rows):
+                s = 1.0 / (RRF_K + i + 1) if mode == "hybrid" else 1.0 - float(d)
+                scored[(t, id_)] = scored.get((t, id_), 0.0) + s
+        if mode in ("hybrid", "text"):
+            rows = repo.text_ids(db, principal, t, query, filters, max(depth, 50) if mode == "hybrid" else k)
+            for i, (id_, r) in enumerate(rows):
+                s = 1.0 / (RRF_K + i + 1) if mode == "hybrid" else float(r)
+                scored[(t, id_)] = scored.get((t, id_), 0.0) + s
+    top = sorted(scored.items(), key=lambda kv: -kv[1])[:k]
+    by_type: dict[str, list] = {}
+    for (t, id_), _ in top:
+        by_type.setdefault(t, []).append(id_)
+    loaded = {t: repo.load(db, principal, t, ids) for t, ids in by_type.items()}
+    out = [_result(t, loaded[t][id_], s) for (t, id_), s in top if id_ in loaded[t]]
+    return out, info
+
+
+def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str, params: dict,
+                     items: list[dict]) -> uuid.UUID:
+    ev = RetrievalEvent(id=uuid.uuid4(), org_id=principal.org_id, actor_id=principal.user_id, kind=kind,
+                        query=query, params=params, items=items)
+    db.add(ev)
+    db.flush()
+    return ev.id
+
+
+def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_search: int):  # noqa: ANN001
+    qvec = embedder.embed([body.query])[0] if body.mode != "text" else None
+    results, info = rank(db, principal, query=body.query, qvec=qvec, types=list(dict.fromkeys(body.types)),
+                         k=body.k, mode=body.mode, filters=body.filters, ef_search=ef_search)
+    rid = record_retrieval(db, principal, kind="search", query=body.query,
+                           params={"mode": body.mode, "k": body.k, "types": body.types, **info},
+                           items=[{"type": r.type, "id": str(r.id), "score": r.score} for r in results])
+    return results, rid

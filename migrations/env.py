@@ -1,0 +1,37 @@
+"""Alembic environment: the owner URL comes from Settings (embedded pgserver by default)."""
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from app.config import Settings
+from app.kit.pg import admin_url
+from app.kit.registry import metadata
+
+config = context.config
+
+
+def _include_object(obj, name, type_, reflected, compare_to):  # noqa: ANN001
+    # procrastinate's own tables live in the same database but are not ours to diff.
+    if type_ == "table" and (name.startswith("procrastinate") or name == "alembic_version"):
+        return False
+    return True
+
+
+def run_migrations_online() -> None:
+    url = config.attributes.get("url") or admin_url(Settings())
+    connectable = config.attributes.get("connection") or create_engine(url, poolclass=pool.NullPool)
+    if hasattr(connectable, "connect"):
+        with connectable.connect() as connection:
+            _run(connection)
+    else:
+        _run(connectable)
+
+
+def _run(connection) -> None:  # noqa: ANN001
+    context.configure(connection=connection, target_metadata=metadata, include_object=_include_object,
+                      compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+run_migrations_online()
