@@ -4,17 +4,11 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from app.config import Settings
+from app.kit.migrate import include_object as _include_object
 from app.kit.pg import admin_url
 from app.kit.registry import metadata
 
 config = context.config
-
-
-def _include_object(obj, name, type_, reflected, compare_to):  # noqa: ANN001
-    # procrastinate's own tables live in the same database but are not ours to diff.
-    if type_ == "table" and (name.startswith("procrastinate") or name == "alembic_version"):
-        return False
-    return True
 
 
 def run_migrations_online() -> None:

@@ -13,6 +13,11 @@ from app.kit.pg import admin_url
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001, ARG001
+    """Tables that are not ours to diff: procrastinate's queue and alembic's own."""
+    return not (type_ == "table" and (name.startswith("procrastinate") or name == "alembic_version"))
+
+
 def alembic_config(settings: Settings) -> Config:
     cfg = Config(str(ROOT / "alembic.ini"))
     cfg.set_main_option("script_location", str(ROOT / "migrations"))

@@ -21,7 +21,7 @@ def _text_of(type_: str, row) -> str:  # noqa: ANN001
 def _result(type_: str, row, score: float) -> SearchResult:  # noqa: ANN001
     return SearchResult(type=type_, id=row.id, text=_text_of(type_, row), score=round(float(score), 6),
                         visibility=row.visibility, labels=list(row.labels), groups=list(row.groups),
-                        created_at=row.created_at, kind=getattr(row, "kind", None), owner_id=row.owner_id,
+                        created_at=getattr(row, "created_at", None) or row.recorded_at, kind=getattr(row, "kind", None), owner_id=row.owner_id,
                         confidence=getattr(row, "confidence", None), session_id=getattr(row, "session_id", None),
                         content_hash=getattr(row, "content_hash", None), outcome=getattr(row, "outcome", None))
 

@@ -1,0 +1,279 @@
+"""HTTP face of the inference tier (internal; the memory service calls it).
+
+Design choices:
+- ``create_app(config)`` builds the app; the model and the chunk store are created in the
+  lifespan (or handed in, for tests), never at import.
+- Endpoints are sync functions (FastAPI runs them in its thread pool); one lock serialises the
+  engine, since a forward pass already uses every core. ``ttft_s`` is measured from the moment
+  the handler starts (queueing for the engine, chunk loading or computing, and cartridge
+  resolution included) to the choice of the first generated token.
+- Cartridges: ``resolve_cartridges(ids) -> prefix_kv`` is pluggable (see docs/inference.md);
+  until something is plugged in, every id is unknown (404). It raises :class:`CartridgeNotFound`
+  for an unknown id.
+- Errors all render as ``{"error": {"code", "message"}}``: 404 unknown chunk hash or cartridge,
+  400 prompt too long, 422 malformed body.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.inference.blend import BlendConfig
+from app.inference.engine import Engine, EngineConfig, PromptTooLong
+from app.inference.kv import ChunkKV, PrefixKV
+from app.inference.store import ChunkNotFound, ChunkStore, StoreConfig, content_hash
+
+log = logging.getLogger(__name__)
+
+CartridgeResolver = Callable[[list[str]], PrefixKV]
+
+
+class InferenceError(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class CartridgeNotFound(KeyError):
+    """Raised by a cartridge resolver for an id it does not know."""
+
+
+def no_cartridges(ids: list[str]) -> PrefixKV:
+    """The resolver until cartridges are plugged in: every id is unknown."""
+    raise CartridgeNotFound(ids[0])
+
+
+@dataclass
+class ServerConfig:
+    engine: EngineConfig
+    store_root: Path  # chunk KV files: <store_root>/<model_id>/...
+    mem_bytes: int = 2 * 2**30
+    disk_bytes: int = 20 * 2**30
+    blend: BlendConfig = field(default_factory=BlendConfig)
+    max_chunk_tokens: int = 2048
+    max_texts: int = 256  # per /v1/chunks call
+
+
+# ---- schemas ------------------------------------------------------------------------------------
+class ChunkIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # handoff chunks may carry more fields
+    text: str | None = Field(None, min_length=1)
+    content_hash: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ChunkIn:
+        if self.text is None and self.content_hash is None:
+            raise ValueError("a chunk needs `text` or `content_hash`")
+        if self.text is not None and self.content_hash is not None and content_hash(self.text) != self.content_hash:
+            raise ValueError("content_hash is not the sha256 of text")
+        return self
+
+
+class GenerateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt: str = Field(min_length=1)
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=256)
+    cartridges: list[str] = Field(default_factory=list, max_length=16)
+    max_tokens: int = Field(64, ge=1, le=2048)
+    mode: Literal["blend", "full", "prefix", "reuse"] = "blend"
+    recompute_ratio: float | None = Field(None, ge=0.0, le=1.0)
+
+
+class Timings(BaseModel):
+    ttft_s: float
+    total_s: float
+    tokens_per_s: float
+
+
+class GenerateOut(BaseModel):
+    text: str
+    timings: Timings
+    prompt_tokens: int
+    recomputed_tokens: int
+
+
+class ChunksIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    texts: list[str] = Field(min_length=1)
+
+
+class ChunksOut(BaseModel):
+    content_hashes: list[str]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}})
+
+
+# ---- app ----------------------------------------------------------------------------------------
+def create_app(
+    config: ServerConfig | None = None,
+    *,
+    engine: Engine | None = None,
+    store: ChunkStore | None = None,
+    resolve_cartridges: CartridgeResolver | None = None,
+    cartridge_resolver_factory: Callable[[Engine], CartridgeResolver] | None = None,
+) -> FastAPI:
+    """Build the app. Give ``config`` (the lifespan loads the model), or a loaded ``engine`` +
+    ``store`` (tests). ``cartridge_resolver_factory(engine)`` builds a resolver once the model is
+    loaded; ``resolve_cartridges`` plugs one in directly; ``app.state.resolve_cartridges`` may also
+    be replaced at any time."""
+    if config is None and (engine is None or store is None):
+        raise ValueError("create_app needs a ServerConfig, or both an engine and a store")
+    blend_default = config.blend if config else BlendConfig()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        eng = engine or Engine.load(config.engine)
+        st = store or ChunkStore(eng, StoreConfig(config.store_root, config.mem_bytes, config.disk_bytes))
+        app.state.engine, app.state.store = eng, st
+        app.state.lock = threading.Lock()
+        if resolve_cartridges is not None:
+            app.state.resolve_cartridges = resolve_cartridges
+        elif cartridge_resolver_factory is not None:
+            app.state.resolve_cartridges = cartridge_resolver_factory(eng)
+        else:
+            app.state.resolve_cartridges = no_cartridges
+        yield
+
+    app = FastAPI(title="memscale inference tier", version="1", lifespan=lifespan)
+    max_chunk_tokens = config.max_chunk_tokens if config else ServerConfig.max_chunk_tokens
+    max_texts = config.max_texts if config else ServerConfig.max_texts
+    errors = {404: {"model": ErrorOut}, 400: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+
+    @app.exception_handler(InferenceError)
+    async def _inference_error(request: Request, exc: InferenceError):
+        return _error(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return _error(422, "validation_error", f"{where}: {first.get('msg', 'invalid request')}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        log.exception("unhandled error")
+        return _error(500, "internal_error", "internal error")
+
+    @app.get("/healthz")
+    def healthz(request: Request) -> dict:
+        if getattr(request.app.state, "engine", None) is None:
+            raise InferenceError(503, "not_ready", "model not loaded")
+        return {"status": "ok", "model_id": request.app.state.engine.model_id}
+
+    @app.post("/v1/chunks", response_model=ChunksOut, responses=errors)
+    def chunks(body: ChunksIn, request: Request) -> ChunksOut:
+        if len(body.texts) > max_texts:
+            raise InferenceError(400, "too_many_texts", f"at most {max_texts} texts per call")
+        eng: Engine = request.app.state.engine
+        for i, text in enumerate(body.texts):
+            _check_chunk_text(eng, text, i, max_chunk_tokens)
+        with request.app.state.lock:
+            hashes = request.app.state.store.precompute(body.texts)
+        return ChunksOut(content_hashes=hashes)
+
+    @app.post("/v1/generate", response_model=GenerateOut, responses=errors)
+    def generate(body: GenerateIn, request: Request) -> GenerateOut:
+        t0 = time.perf_counter()
+        state = request.app.state
+        eng: Engine = state.engine
+        with state.lock:
+            prefix_kv = _resolve(state.resolve_cartridges, body.cartridges)
+            # token ids first: an over-long request is refused before any KV is computed
+            refs = [_chunk_ids(eng, state.store, c, i, max_chunk_tokens) for i, c in enumerate(body.chunks)]
+            n_prompt = int(eng.system_ids.numel() + eng.query_ids(body.prompt).numel()) + sum(
+                int(r.token_ids.numel()) for r in refs
+            )
+            p = prefix_kv[0][0].shape[2] if prefix_kv else 0
+            try:
+                eng.check_length(p, n_prompt, body.max_tokens)
+                loaded = [
+                    r if r.kv is not None or body.mode == "full" else state.store.get(state.store.put(c.text))
+                    for r, c in zip(refs, body.chunks)
+                ]
+                ratio = blend_default.recompute_ratio if body.recompute_ratio is None else body.recompute_ratio
+                g = eng.generate(
+                    body.prompt,
+                    loaded,
+                    mode=body.mode,
+                    blend=BlendConfig(check_layer=blend_default.check_layer, recompute_ratio=ratio),
+                    prefix_kv=prefix_kv,
+                    max_tokens=body.max_tokens,
+                )
+            except PromptTooLong as e:
+                raise InferenceError(400, "prompt_too_long", str(e)) from None
+        total = g.finished_at - t0
+        return GenerateOut(
+            text=g.text,
+            timings=Timings(
+                ttft_s=g.first_token_at - t0,
+                total_s=total,
+                tokens_per_s=len(g.token_ids) / total if total > 0 else 0.0,
+            ),
+            prompt_tokens=g.prompt_tokens,
+            recomputed_tokens=g.recomputed_tokens,
+        )
+
+    return app
+
+
+def _check_chunk_text(eng: Engine, text: str, i: int, limit: int) -> None:
+    if not text:
+        raise InferenceError(422, "validation_error", f"texts.{i}: empty text")
+    n = int(eng.chunk_ids(text).numel())
+    if n > limit:
+        raise InferenceError(400, "chunk_too_long", f"chunk {i} has {n} tokens; the limit is {limit}")
+
+
+def _chunk_ids(eng: Engine, store: ChunkStore, c: ChunkIn, i: int, limit: int) -> ChunkKV:
+    """A stored chunk (ids + KV) for a known hash; ids only (kv None) for a text not stored yet."""
+    if c.content_hash is not None and (c.text is None or store.has(c.content_hash)):
+        try:
+            return store.get(c.content_hash)
+        except ChunkNotFound:
+            raise InferenceError(
+                404, "chunk_not_found", f"no stored KV for content_hash {c.content_hash} (chunks.{i})"
+            ) from None
+    try:
+        return store.get(content_hash(c.text))
+    except ChunkNotFound:
+        pass
+    _check_chunk_text(eng, c.text, i, limit)
+    return ChunkKV(token_ids=eng.chunk_ids(c.text), kv=None)
+
+
+def _resolve(resolver: CartridgeResolver, ids: list[str]) -> PrefixKV | None:
+    if not ids:
+        return None
+    try:
+        return resolver(ids)
+    except (CartridgeNotFound, KeyError) as e:
+        missing = e.args[0] if e.args else "?"
+        raise InferenceError(404, "cartridge_not_found", f"unknown cartridge {missing}") from None

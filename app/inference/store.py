@@ -1,0 +1,232 @@
+"""Chunk KV store: each chunk's KV computed alone, keyed by (model id, sha256 of the text).
+
+Design choices:
+- Content addressing: the key is ``sha256(text.encode("utf-8")).hexdigest()``, the same content
+  hash the service stores on knowledge chunks, so the service hands over hashes, not text.
+- One safetensors file per chunk, ``<root>/<model_id>/<hash[:2]>/<hash>.safetensors``, with
+  tensors ``kv`` (layers, 2, kv_heads, T, head_dim) and ``token_ids`` (T,), and metadata
+  (format, version, model id, hash) that is checked on load. Written to a temp file and renamed,
+  so a reader never sees half a file. Never pickles.
+- Two LRU tiers with byte limits: RAM (an OrderedDict of tensors) over disk (files; recency is
+  the file's mtime, touched on every hit). A disk hit is promoted to RAM. Items larger than a
+  tier's limit skip that tier. Lookups fall through to the file system, so chunks written by
+  another process (the bootstrap worker through :func:`precompute_chunks`) are found.
+- ``delete(hash)`` removes a chunk from both tiers (used by right-to-be-forgotten).
+- Thread-safe behind one lock; the KV itself is computed by the engine (``encode_chunk``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Protocol
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from app.inference.kv import ChunkKV
+
+log = logging.getLogger(__name__)
+
+FORMAT, VERSION = "memscale-chunk-kv", "1"
+_HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ChunkNotFound(KeyError):
+    """No stored KV for this content hash (never computed, evicted, or deleted)."""
+
+
+class ChunkEncoder(Protocol):
+    model_id: str
+
+    def encode_chunk(self, text: str) -> ChunkKV: ...
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def is_content_hash(value: str) -> bool:
+    return bool(_HASH_RE.match(value))
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    root: Path  # chunk files live under root/<model_id>/
+    mem_bytes: int = 2 * 2**30  # RAM tier limit
+    disk_bytes: int = 20 * 2**30  # disk tier limit
+
+
+class ChunkStore:
+    def __init__(self, encoder: ChunkEncoder, config: StoreConfig):
+        self.encoder, self.config = encoder, config
+        self.model_id = encoder.model_id
+        self.dir = Path(config.root) / self.model_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._mem: OrderedDict[str, ChunkKV] = OrderedDict()  # LRU order: oldest first
+        self._mem_bytes = 0
+        self._disk: OrderedDict[str, int] = OrderedDict()  # hash -> file bytes, oldest first
+        self._disk_bytes = 0
+        self._scan_disk()
+
+    # ---- public API ---------------------------------------------------------------------------
+    def put(self, text: str) -> str:
+        """Compute (if absent) and store the chunk's KV; return its content hash."""
+        h = content_hash(text)
+        with self._lock:
+            if self.has(h):
+                return h
+            chunk = self.encoder.encode_chunk(text)
+            self._write_disk(h, chunk)
+            self._remember(h, chunk)
+        return h
+
+    def precompute(self, texts: Iterable[str]) -> list[str]:
+        return [self.put(t) for t in texts]
+
+    def get(self, h: str) -> ChunkKV:
+        if not is_content_hash(h):
+            raise ChunkNotFound(h)
+        with self._lock:
+            if h in self._mem:
+                self._mem.move_to_end(h)
+                return self._mem[h]
+            chunk = self._read_disk(h)
+            self._remember(h, chunk)
+            return chunk
+
+    def has(self, h: str) -> bool:
+        with self._lock:
+            return h in self._mem or (is_content_hash(h) and self._path(h).exists())
+
+    def delete(self, h: str) -> bool:
+        """Remove from both tiers; True if anything was there."""
+        if not is_content_hash(h):
+            return False
+        with self._lock:
+            found = False
+            chunk = self._mem.pop(h, None)
+            if chunk is not None:
+                self._mem_bytes -= chunk.nbytes
+                found = True
+            size = self._disk.pop(h, None)
+            if size is not None:
+                self._disk_bytes -= size
+            try:
+                self._path(h).unlink()
+                found = True
+            except FileNotFoundError:
+                pass
+            return found
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "mem_items": len(self._mem),
+                "mem_bytes": self._mem_bytes,
+                "disk_items": len(self._disk),
+                "disk_bytes": self._disk_bytes,
+            }
+
+    def in_memory(self, h: str) -> bool:
+        with self._lock:
+            return h in self._mem
+
+    # ---- RAM tier -------------------------------------------------------------------------------
+    def _remember(self, h: str, chunk: ChunkKV) -> None:
+        if chunk.nbytes > self.config.mem_bytes:
+            return
+        self._mem[h] = chunk
+        self._mem_bytes += chunk.nbytes
+        while self._mem_bytes > self.config.mem_bytes:
+            _, old = self._mem.popitem(last=False)
+            self._mem_bytes -= old.nbytes
+
+    # ---- disk tier ------------------------------------------------------------------------------
+    def _path(self, h: str) -> Path:
+        return self.dir / h[:2] / f"{h}.safetensors"
+
+    def _scan_disk(self) -> None:
+        files = []
+        for f in self.dir.glob("*/*.safetensors"):
+            try:
+                st = f.stat()
+            except FileNotFoundError:
+                continue
+            files.append((st.st_mtime, f.stem, st.st_size))
+        for _, h, size in sorted(files):
+            self._disk[h] = size
+            self._disk_bytes += size
+
+    def _write_disk(self, h: str, chunk: ChunkKV) -> None:
+        assert chunk.kv is not None
+        if chunk.nbytes > self.config.disk_bytes:
+            return
+        path = self._path(h)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{h}.{os.getpid()}.{threading.get_ident()}.tmp")
+        meta = {"format": FORMAT, "version": VERSION, "model_id": self.model_id, "content_hash": h}
+        save_file({"kv": chunk.kv.contiguous(), "token_ids": chunk.token_ids.contiguous()}, str(tmp), metadata=meta)
+        os.replace(tmp, path)
+        size = path.stat().st_size
+        self._disk_bytes += size - self._disk.pop(h, 0)
+        self._disk[h] = size
+        self._evict_disk()
+
+    def _evict_disk(self) -> None:
+        while self._disk_bytes > self.config.disk_bytes and len(self._disk) > 1:
+            old, size = self._disk.popitem(last=False)
+            self._disk_bytes -= size
+            self._path(old).unlink(missing_ok=True)
+
+    def _read_disk(self, h: str) -> ChunkKV:
+        path = self._path(h)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+                kv, ids = f.get_tensor("kv"), f.get_tensor("token_ids")
+        except FileNotFoundError:
+            self._disk_bytes -= self._disk.pop(h, 0)
+            raise ChunkNotFound(h) from None
+        if meta.get("format") != FORMAT or meta.get("model_id") != self.model_id or meta.get("content_hash") != h:
+            raise ChunkNotFound(f"{h}: stored file does not match (format/model/hash): {meta}")
+        os.utime(path)  # disk-tier recency
+        size = path.stat().st_size
+        self._disk_bytes += size - self._disk.pop(h, 0)
+        self._disk[h] = size
+        return ChunkKV(token_ids=ids, kv=kv)
+
+
+# ---- hook for the bootstrap pipeline ----------------------------------------------------------
+_default_store: ChunkStore | None = None
+_default_lock = threading.Lock()
+
+
+def default_store() -> ChunkStore:
+    """The process-wide store, built on first use from MEMSCALE_INFERENCE_MODEL / MEMSCALE_DATA_DIR."""
+    global _default_store
+    with _default_lock:
+        if _default_store is None:
+            from app.inference.engine import Engine, config_from_env
+
+            engine = Engine.load(config_from_env())
+            root = Path(os.environ.get("MEMSCALE_DATA_DIR", "./.memscale")) / "kv"
+            _default_store = ChunkStore(engine, StoreConfig(root=root))
+        return _default_store
+
+
+def precompute_chunks(texts: Iterable[str], store: ChunkStore | None = None) -> list[str]:
+    """Compute and store the KV of each text (if absent); return the content hashes, in order.
+
+    Called by the bootstrap pipeline after it splits knowledge assets into chunks. Without a
+    ``store``, loads the model once per process (see :func:`default_store`).
+    """
+    return (store or default_store()).precompute(texts)

@@ -1,0 +1,165 @@
+"""SmolLM2-135M-Instruct in this process, via transformers (the offline default chat model).
+
+Design choices:
+- One model per process and model directory, loaded lazily on the first generation under a lock
+  (the tokenizer alone loads for token counting, without the weights).
+- Generations are serialised by a lock: two threads on 2 CPU cores would only slow each other.
+  Waiting for the lock counts against the call's timeout.
+- Greedy decoding at temperature 0 (deterministic); sampling only when a caller asks for more.
+- The chat template from the tokenizer is applied; a prompt that does not fit the context window
+  (minus the requested completion) is refused, never silently cut.
+- ``timeout_s`` bounds the whole call: ``max_time`` stops decoding at the deadline and the partial
+  text is returned with finish_reason ``"length"``.
+
+Nothing here imports litellm; :mod:`app.llm.provider` adapts this to litellm's CustomLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.kit.localmodel import local_model_dir
+
+log = logging.getLogger(__name__)
+
+LOCAL_MODEL_NAMES = frozenset({"smollm2", "smollm2-135m-instruct", "smollm2-135m"})
+
+
+class LocalModelError(Exception):
+    def __init__(self, message: str, status_code: int = 500):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+@dataclass(frozen=True)
+class LocalGeneration:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" | "length"
+
+
+class LocalChatModel:
+    def __init__(self, path: Path):
+        self.path = path
+        self._load_lock = threading.Lock()
+        self._gen_lock = threading.Lock()
+        self._tokenizer: Any = None
+        self._model: Any = None
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            with self._load_lock:
+                if self._tokenizer is None:
+                    from transformers import AutoTokenizer
+
+                    self._tokenizer = AutoTokenizer.from_pretrained(str(self.path))
+        return self._tokenizer
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> Any:
+        tokenizer = self.tokenizer
+        if self._model is None:
+            with self._load_lock:
+                if self._model is None:
+                    from transformers import AutoModelForCausalLM
+
+                    started = time.perf_counter()
+                    model = AutoModelForCausalLM.from_pretrained(str(self.path))
+                    model.eval()
+                    self._model = model
+                    log.info("local model loaded from %s in %.2fs", self.path, time.perf_counter() - started)
+        assert tokenizer is not None
+        return self._model
+
+    @property
+    def context_window(self) -> int:
+        config = self.load().config
+        return int(getattr(config, "max_position_embeddings", 2048))
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    def generate(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> LocalGeneration:
+        import torch
+
+        started = time.monotonic()
+        model = self.load()
+        tok = self.tokenizer
+        prompt = self.render(messages)
+        enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
+        n_prompt = int(enc["input_ids"].shape[1])  # (1, T)
+        max_tokens = max(1, int(max_tokens))
+        if n_prompt + max_tokens > self.context_window:
+            raise LocalModelError(
+                f"prompt of {n_prompt} tokens + {max_tokens} new exceeds the local model's "
+                f"context window of {self.context_window}",
+                status_code=400,
+            )
+        wait = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
+        if not self._gen_lock.acquire(timeout=-1 if wait is None else wait):
+            raise LocalModelError("timed out waiting for the local model", status_code=408)
+        try:
+            kwargs: dict[str, Any] = {
+                "max_new_tokens": max_tokens,
+                "pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+            }
+            if temperature and temperature > 0:
+                kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p))
+            else:
+                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            if timeout_s is not None:
+                remaining = timeout_s - (time.monotonic() - started)
+                if remaining <= 0:
+                    raise LocalModelError("timed out before generation started", status_code=408)
+                kwargs["max_time"] = remaining
+            with torch.inference_mode():
+                out = model.generate(**enc, **kwargs)  # (1, T + new)
+        finally:
+            self._gen_lock.release()
+        new_ids = out[0, n_prompt:]
+        n_new = int(new_ids.shape[0])
+        text = tok.decode(new_ids, skip_special_tokens=True)
+        ended_on_eos = n_new > 0 and int(new_ids[-1]) == tok.eos_token_id
+        finish = "stop" if ended_on_eos else "length"
+        for s in stop or []:
+            cut = text.find(s)
+            if s and cut >= 0:
+                text, finish = text[:cut], "stop"
+        return LocalGeneration(text=text.strip(), prompt_tokens=n_prompt, completion_tokens=n_new, finish_reason=finish)
+
+
+_MODELS: dict[Path, LocalChatModel] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def get_local_model(data_dir: str | Path) -> LocalChatModel:
+    """The process-wide model for ``data_dir`` (converted from the bundled GGUF on first use)."""
+    key = Path(data_dir).resolve()
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            model = LocalChatModel(local_model_dir(key))
+            _MODELS[key] = model
+        return model
