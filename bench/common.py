@@ -1,0 +1,69 @@
+"""Shared benchmark plumbing: a fresh database in the embedded server, an in-process API on
+loopback, percentiles, and result files."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def fresh_database(name: str):
+    """Settings pointing at a new database `name` (embedded server unless MEMSCALE_DATABASE_URL)."""
+    from app.config import Settings
+    from app.kit.migrate import upgrade
+    from app.kit.pg import admin_url
+
+    base = Settings()
+    server_url = admin_url(base)
+    eng = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        c.execute(text(f"CREATE DATABASE {name}"))
+    eng.dispose()
+    s = base.model_copy(update={"database_url": make_url(server_url).set(database=name).render_as_string(False)})
+    upgrade(s, "head")
+    return s
+
+
+def serve_in_thread(app) -> str:  # noqa: ANN001
+    """Run the app with uvicorn on a free loopback port; return its base URL."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    return f"http://127.0.0.1:{port}"
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    i = min(len(v) - 1, max(0, int(round(q / 100 * (len(v) - 1)))))
+    return v[i]
+
+
+def summary_ms(values_s: list[float]) -> dict:
+    ms = [x * 1000 for x in values_s]
+    return {"p50_ms": round(pct(ms, 50), 2), "p95_ms": round(pct(ms, 95), 2), "p99_ms": round(pct(ms, 99), 2),
+            "n": len(ms)}
+
+
+def write_result(name: str, data: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=str))
+    return path

@@ -1,0 +1,163 @@
+"""bench/service: ingest rate vs. the embedding model alone, search latency (server-side and
+over HTTP), and recall@10 under a 5%-visible ACL filter against exact filtered kNN.
+
+    .venv/bin/python -m bench.service [--n 10000] [--queries 200]
+
+Everything runs in one process on loopback against a fresh database `memscale_bench` in the
+embedded PostgreSQL; figures go to stdout and bench/results/service.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import httpx
+import numpy as np
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
+
+from bench.common import fresh_database, serve_in_thread, summary_ms, write_result
+from bench.service.data import query, sentence
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--users", type=int, default=20)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--org-share", type=float, default=0.005, help="share of items visible to the whole org")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+
+    from app.auth.principal import Principal
+    from app.kit.db import bind_principal
+    from app.kit.embedding import LocalEmbedder
+    from app.main import create_app
+    from app.orgs import service as orgs
+    from app.search.schemas import SearchFilters
+    from app.search.service import rank
+
+    settings = fresh_database("memscale_bench").model_copy(update={"max_batch_items": args.batch, "log_level": "WARNING"})
+    admin = create_engine(settings.database_url)
+    with Session(admin, expire_on_commit=False) as db:
+        org = orgs.create_org(db, "bench")
+        users = [orgs.create_user(db, org, f"u{i}") for i in range(args.users)]
+        keys = [orgs.create_key(db, u) for u in users]
+        other = orgs.create_org(db, "other-org")
+        okey = orgs.create_key(db, orgs.create_user(db, other, "x"))
+        db.commit()
+
+    embedder = LocalEmbedder()
+    app = create_app(settings, embedder=embedder)
+    base = serve_in_thread(app)
+    http = httpx.Client(base_url=base, timeout=120)
+
+    texts = [sentence(rng) for _ in range(args.n)]
+    # 1. The embedding model alone, on the same kind of texts and batch size; measured before
+    # and after the ingest and averaged, since the machine is shared and noisy.
+    sample = texts[: min(2000, args.n)]
+    embedder.embed(sample[:64])
+
+    def model_alone() -> float:
+        t0 = time.perf_counter()
+        for j in range(0, len(sample), args.batch):
+            embedder.embed(sample[j:j + args.batch])
+        return len(sample) / (time.perf_counter() - t0)
+
+    rate_before = model_alone()
+
+    # 2. Ingest over HTTP in batches (embeddings + ACL + DB + audit + HTTP), owners round-robin.
+    per_owner: dict[int, list[dict]] = {}
+    for i, t in enumerate(texts):
+        vis = "org" if rng.random() < args.org_share else "private"
+        per_owner.setdefault(i % args.users, []).append({"kind": "note", "content": t, "visibility": vis})
+    t0 = time.perf_counter()
+    for u, items in per_owner.items():
+        for j in range(0, len(items), args.batch):
+            r = http.post("/v1/episodes/batch", json={"items": items[j:j + args.batch]},
+                          headers={"Authorization": f"Bearer {keys[u]}"})
+            r.raise_for_status()
+    ingest_s = time.perf_counter() - t0
+    ingest_rate = args.n / ingest_s
+    model_rate = (rate_before + model_alone()) / 2
+    http.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng), "visibility": "org"}
+                                                    for _ in range(50)]}, headers={"Authorization": f"Bearer {okey}"})
+    with admin.connect() as c:
+        c.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE episodes"))
+        total = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o"), {"o": org.id}).scalar()
+        visible = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o AND (owner_id = :u OR visibility = 'org')"),
+                            {"o": org.id, "u": users[0].id}).scalar()
+
+    p = Principal(org_id=org.id, user_id=users[0].id, name="u0", roles=("member",), groups=(), clearances=())
+    queries = [query(rng) for _ in range(args.queries)]
+    qvecs = embedder.embed(queries)
+
+    # 3. Server-side latency (query embedding excluded), per mode.
+    server: dict[str, dict] = {}
+    fallbacks = 0
+    for label, mode, types in (("hybrid", "hybrid", ["episode"]), ("vector", "vector", ["episode"]),
+                               ("text", "text", ["episode"]), ("hybrid_all_types", "hybrid", ["memory", "episode", "chunk"])):
+        lat = []
+        for q, v in zip(queries, qvecs):
+            with app.state.sessions() as db:
+                bind_principal(db, p)
+                t0 = time.perf_counter()
+                _, info = rank(db, p, query=q, qvec=v, types=types, k=10, mode=mode, filters=SearchFilters(),
+                               ef_search=settings.hnsw_ef_search)
+                lat.append(time.perf_counter() - t0)
+                fallbacks += info["exact_fallbacks"] if label == "vector" else 0
+                db.rollback()
+        server[label] = summary_ms(lat)
+
+    # 4. Over HTTP (auth, query embedding, retrieval event, JSON included).
+    lat = []
+    h = {"Authorization": f"Bearer {keys[0]}"}
+    for q in queries:
+        t0 = time.perf_counter()
+        http.post("/v1/search", json={"query": q, "k": 10}, headers=h).raise_for_status()
+        lat.append(time.perf_counter() - t0)
+    over_http = summary_ms(lat)
+
+    # 5. recall@10 of the service's vector search vs. exact filtered kNN (computed independently).
+    recalls = []
+    with admin.connect() as c:
+        for q, v in zip(queries, qvecs):
+            with app.state.sessions() as db:
+                bind_principal(db, p)
+                got, _ = rank(db, p, query=q, qvec=v, types=["episode"], k=10, mode="vector",
+                              filters=SearchFilters(), ef_search=settings.hnsw_ef_search)
+            exact = c.execute(text(
+                "SELECT id FROM episodes WHERE org_id = :o AND (owner_id = :u OR visibility = 'org') "
+                "ORDER BY (embedding <=> CAST(:v AS vector)) + 0 LIMIT 10"),
+                {"o": org.id, "u": users[0].id, "v": str(list(map(float, v)))}).scalars().all()
+            recalls.append(len({r.id for r in got} & set(exact)) / max(1, len(exact)))
+
+    result = {
+        "n_items": total, "visible_to_bench_user": visible, "visible_share": round(visible / total, 4),
+        "embedding_model_alone_items_per_s": round(model_rate, 1),
+        "ingest_items_per_s": round(ingest_rate, 1),
+        "ingest_vs_model": round(ingest_rate / model_rate, 3),
+        "search_server_side": server, "search_over_http_hybrid_all_types": over_http,
+        "recall_at_10_vector_5pct_visible": round(float(np.mean(recalls)), 4),
+        "exact_fallback_share_vector": round(fallbacks / len(queries), 3),
+        "hnsw_ef_search": settings.hnsw_ef_search, "queries": len(queries),
+    }
+    print(f"\nbench/service  n={total} items in one org, bench user sees {visible} ({visible / total:.1%})")
+    print(f"  embedding model alone     {model_rate:8.1f} items/s")
+    print(f"  ingest over HTTP (batch)  {ingest_rate:8.1f} items/s  = {ingest_rate / model_rate:.1%} of the model")
+    print(f"  {'search':28s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s}")
+    for k, v in server.items():
+        print(f"  server-side {k:16s} {v['p50_ms']:8.2f} {v['p95_ms']:8.2f} {v['p99_ms']:8.2f}")
+    print(f"  {'over HTTP hybrid (all types)':28s} {over_http['p50_ms']:8.2f} {over_http['p95_ms']:8.2f} {over_http['p99_ms']:8.2f}")
+    print(f"  recall@10 vector under ACL filter: {result['recall_at_10_vector_5pct_visible']:.4f} "
+          f"(exact fallback on {result['exact_fallback_share_vector']:.0%} of queries)")
+    print("  written", write_result("service", result))
+    http.close()
+
+
+if __name__ == "__main__":
+    main()

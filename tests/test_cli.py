@@ -1,0 +1,42 @@
+"""The admin CLI prints only what it names, on one line, and the key it prints works."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def _cli(settings, *args) -> subprocess.CompletedProcess:  # noqa: ANN001
+    env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url}
+    return subprocess.run([sys.executable, "-m", "app", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_admin_cli_round_trip(settings, client):
+    org = f"cli-{uuid.uuid4().hex[:6]}"
+    r = _cli(settings, "admin", "create-org", org)
+    assert r.returncode == 0, r.stderr
+    assert UUID_RE.match(r.stdout.strip()) and r.stdout.count("\n") == 1
+    r = _cli(settings, "admin", "create-user", "--org", org, "carol", "--role", "steward", "--group", "ops",
+             "--clearance", "pii")
+    assert r.returncode == 0 and UUID_RE.match(r.stdout.strip())
+    r = _cli(settings, "admin", "create-key", "--org", org, "--user", "carol")
+    key = r.stdout.strip()
+    assert r.returncode == 0 and key.startswith("msk_") and r.stdout.count("\n") == 1
+    resp = client.post("/v1/episodes", json={"kind": "note", "content": "hello", "visibility": "group",
+                                             "groups": ["ops"], "labels": ["pii"]},
+                       headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == 201
+
+
+def test_admin_cli_errors_are_clear(settings):
+    org = f"cli-{uuid.uuid4().hex[:6]}"
+    assert _cli(settings, "admin", "create-org", org).returncode == 0
+    dup = _cli(settings, "admin", "create-org", org)
+    assert dup.returncode == 2 and "already exists" in dup.stderr and dup.stdout == ""
+    missing = _cli(settings, "admin", "create-key", "--org", org, "--user", "nobody")
+    assert missing.returncode == 2 and "no user" in missing.stderr
