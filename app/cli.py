@@ -97,6 +97,85 @@ def _run(fn):  # noqa: ANN001
         _fail(exc.message)
 
 
+def _app_sessions(settings: Settings):
+    from app.kit.db import make_engine, make_sessionmaker
+    from app.kit.pg import app_url
+
+    return make_sessionmaker(make_engine(app_url(settings), pool_size=2))
+
+
+@main.command()
+@click.option("--kind", "kinds", multiple=True, help="only these job kinds (default: all)")
+@click.option("--lease", default=60, show_default=True, help="seconds a claimed job stays ours without progress")
+@click.option("--no-schedule", is_flag=True, help="do not enqueue periodic jobs from this worker")
+def worker(kinds, lease: int, no_schedule: bool) -> None:  # noqa: ANN001
+    """Run queued jobs (and enqueue periodic ones) until stopped."""
+    from app.jobs.runner import worker_loop
+    from app.kit.pg import admin_url, install_sigterm_handler
+    from app.kit.telemetry import setup_logging
+
+    settings = Settings()
+    install_sigterm_handler()
+    setup_logging(settings.log_level)
+    admin_url(settings)  # hold the embedded server while we run
+    worker_loop(settings, _app_sessions(settings), kinds=list(kinds) or None, lease_s=lease,
+                schedule=not no_schedule)
+
+
+@main.group()
+def jobs() -> None:
+    """Run pipeline jobs in the foreground."""
+
+
+@jobs.command("run")
+@click.argument("kind", type=click.Choice(["bootstrap", "distill", "consolidate", "train_cartridge"]))
+@click.option("--org", "org_name", required=True)
+@click.option("--param", "params", multiple=True, help="key=value (JSON values allowed), repeatable")
+def jobs_run(kind: str, org_name: str, params) -> None:  # noqa: ANN001
+    """Run one job now with a progress bar; prints the job's final JSON."""
+    import json
+
+    from tqdm import tqdm
+
+    from app.auth.principal import Principal
+    from app.jobs import service as jobs_service
+    from app.jobs.runner import JobContext, Resources, run_job
+    from app.kit.db import bind_principal
+    from app.orgs import service as orgs
+
+    settings = Settings()
+    parsed = {}
+    for p in params:
+        k, _, v = p.partition("=")
+        try:
+            parsed[k] = json.loads(v)
+        except json.JSONDecodeError:
+            parsed[k] = v
+    with _admin_session(settings) as db:
+        org = _run(lambda: orgs.org_by_name(db, org_name))
+        org_id = org.id
+    operator = Principal(org_id=org_id, user_id=None, name="cli", roles=("admin",), groups=(), clearances=())
+    clean = _run(lambda: jobs_service.validate_params(operator, kind, parsed))
+    sessions = _app_sessions(settings)
+    with sessions() as db:
+        bind_principal(db, None, org_id=org_id, all_scopes=True)
+        job = jobs_service.create(db, org_id=org_id, actor_id=None, kind=kind, params=clean, status="running")
+        job_id = job.id
+        db.commit()
+    bar = tqdm(total=100, desc=kind, unit="%", file=sys.stderr)
+
+    def progress(frac: float, stats: dict) -> None:
+        bar.n = int(frac * 100)
+        bar.set_postfix({k: v for k, v in list(stats.items())[:4]})
+        bar.refresh()
+
+    job = run_job(JobContext(settings=settings, sessions=sessions, org_id=org_id, job_id=job_id,
+                             resources=Resources(settings), on_progress=progress))
+    bar.close()
+    click.echo(json.dumps({"id": str(job.id), "status": job.status, "stats": job.stats, "error": job.error}))
+    sys.exit(0 if job.status == "succeeded" else 1)
+
+
 @main.group()
 def db() -> None:
     """Database set-up."""

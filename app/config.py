@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     hnsw_ef_search: int = 400
     exact_search_max_rows: int = 20_000
 
+    # The inference tier (its own process); unset = no KV precompute from bootstrap.
+    inference_url: str | None = None
+    inference_timeout_s: float = 60.0
+
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     log_level: str = "INFO"
 

@@ -125,3 +125,24 @@ def world(admin_engine):
 
 def episode(content: str = "the deploy failed because the cache was cold", **kw) -> dict:
     return {"kind": "note", "content": content, **kw}
+
+
+@pytest.fixture
+def run_job(settings, app, embedder, client):
+    """Create and run a job in the foreground, as `memscale jobs run` does; returns the Job row."""
+    from app.jobs import service as jobs_service
+    from app.jobs.runner import JobContext, Resources, run_job as _run
+    from app.kit.db import bind_principal
+
+    def _go(org_id, kind: str, params: dict | None = None, *, created_by=None, gateway=None):  # noqa: ANN001
+        sessions = app.state.sessions
+        with sessions() as db:
+            bind_principal(db, None, org_id=org_id, all_scopes=True)
+            job = jobs_service.create(db, org_id=org_id, actor_id=created_by, kind=kind, params=params or {},
+                                      status="running")
+            db.commit()
+            job_id = job.id
+        res = Resources(settings, _embedder=embedder, _gateway=gateway)
+        return _run(JobContext(settings=settings, sessions=sessions, org_id=org_id, job_id=job_id, resources=res))
+
+    return _go

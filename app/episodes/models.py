@@ -34,5 +34,7 @@ class Episode(AccessMixin, Base):
     metadata_: Mapped[dict] = mapped_column("metadata", JSONB, nullable=False, server_default="{}")
     occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     created_at: Mapped[datetime] = created_at_col()
+    # Set by distillation's judge: useful | skipped | quarantined (suspicious / injection-like).
+    quality: Mapped[str | None] = mapped_column(Text)
     embedding = embedding_col()
     tsv = tsv_col("to_tsvector('english', content)")

@@ -149,7 +149,7 @@ def train(
         optim.step()
         step += 1
         tokens += n
-        losses.append(round(float(loss), 5))
+        losses.append(round(loss.item(), 5))
         bar.update(1)
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         if ckpt is not None and (step % config.checkpoint_every == 0 or step == config.steps):

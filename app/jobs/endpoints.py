@@ -5,11 +5,18 @@ import uuid
 from fastapi import APIRouter
 
 from app.jobs import service
-from app.jobs.schemas import JobOut
+from app.jobs.schemas import JobCreated, JobIn, JobOut
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON_ERRORS)
+
+
+@router.post("", status_code=202, response_model=JobCreated)
+def create_job(body: JobIn, db: SessionDep, principal=require("job", "write")):
+    params = service.validate_params(principal, body.kind, body.params)
+    job = service.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind=body.kind, params=params)
+    return JobCreated(id=job.id)
 
 
 @router.get("/{job_id}", response_model=JobOut)

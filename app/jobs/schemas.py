@@ -2,8 +2,20 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from app.kit.schemas import StrictModel
+
+
+class JobIn(StrictModel):
+    kind: Literal["bootstrap", "distill", "consolidate", "train_cartridge"]
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobCreated(BaseModel):
+    id: uuid.UUID
 
 
 class JobOut(BaseModel):

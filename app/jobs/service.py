@@ -10,7 +10,8 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.jobs.models import Job
 from app.kit.access import in_org
-from app.kit.errors import NotFound
+from app.jobs.params import PARAMS
+from app.kit.errors import AppError, Forbidden, NotFound
 
 
 def create(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, kind: str, params: dict,
@@ -42,3 +43,17 @@ def get(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
     if job is None or (job.created_by != principal.user_id and not principal.has_role("steward", "admin", "auditor")):
         raise NotFound("job not found")
     return job
+
+
+def validate_params(principal: Principal, kind: str, params: dict) -> dict:
+    from pydantic import ValidationError
+
+    try:
+        model = PARAMS[kind].model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first.get("loc", ()))
+        raise AppError(f"params.{loc}: {first.get('msg')}", code="validation_error", status_code=422) from None
+    if getattr(model, "schema_url", None) and not principal.has_role("admin"):
+        raise Forbidden("only admins may bootstrap from a database URL")
+    return model.model_dump(mode="json", exclude_none=True)

@@ -128,3 +128,40 @@ def delete(db: Session, principal: Principal, memory_id: uuid.UUID) -> None:
     ids = repo.delete_root(db, m.org_id, m.root_id)
     record(db, org_id=m.org_id, actor_id=principal.user_id, action="memory.delete", target_type="memory",
            target_id=memory_id, details={"versions_removed": [str(i) for i in ids]})
+
+
+def upsert_derived(db: Session, embedder: Embedder, *, org_id: uuid.UUID, owner_id: uuid.UUID, key: str, text: str,
+                   kind: str, scope: scopes.Scope, sources: list[tuple[str, uuid.UUID]], provenance: dict,
+                   relation: str = "distilled_from", job_id: uuid.UUID | None = None,
+                   confidence: float = 0.9) -> tuple[str, Memory]:
+    """A memory a pipeline keeps in step with a source (schema hints, glossary terms), found by
+    `provenance.key`. Same text: revalidated; new text: a new version supersedes the old."""
+    from sqlalchemy import select
+
+    now = datetime.now(timezone.utc)
+    old = db.execute(select(Memory).where(Memory.org_id == org_id, Memory.status.in_(("active", "quarantined")),
+                                          Memory.provenance["key"].astext == key).with_for_update()).scalar_one_or_none()
+    if old is not None and old.text == text and old.status == "active":
+        old.last_validated_at = now
+        return "unchanged", old
+    mid = uuid.uuid4()
+    new = Memory(id=mid, root_id=old.root_id if old else mid, version=old.version + 1 if old else 1, org_id=org_id,
+                 owner_id=owner_id, text=text, kind=kind, status="active", confidence=confidence,
+                 provenance={**provenance, "key": key, "job_id": str(job_id) if job_id else None},
+                 valid_from=now, recorded_at=now, last_validated_at=now, visibility=scope.visibility,
+                 groups=list(scope.groups), labels=list(scope.labels), embedding=embedder.embed([text])[0])
+    if old is not None:
+        old.status, old.superseded_at, old.valid_to = "superseded", now, now
+        db.flush()
+    db.add(new)
+    db.flush()
+    for type_, id_ in sources:
+        add_edge(db, org_id=org_id, from_type="memory", from_id=mid, to_type=type_, to_id=id_, relation=relation,
+                 job_id=job_id)
+    if old is not None:
+        add_edge(db, org_id=org_id, from_type="memory", from_id=mid, to_type="memory", to_id=old.id,
+                 relation="supersedes", job_id=job_id)
+    record(db, org_id=org_id, actor_id=None, action="memory.derive", target_type="memory", target_id=mid,
+           details={"key": key, "kind": kind, "previous": str(old.id) if old else None,
+                    "job_id": str(job_id) if job_id else None})
+    return ("updated" if old else "created"), new

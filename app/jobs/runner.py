@@ -1,0 +1,196 @@
+"""The job queue: Postgres-backed, leased, resumable.
+
+A job runs as a sequence of short transactions (one per batch). Each batch writes its results
+*and* the job's cursor/progress in the same transaction, so a worker killed at any point leaves
+either the whole batch or none of it; the next worker to claim the job (after the lease runs
+out) resumes from the cursor. Pipelines are plain functions `run(ctx, job) -> stats`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+from app.jobs import service as jobs_service
+from app.jobs.models import Job
+from app.kit.db import bind_principal
+
+log = logging.getLogger("memscale.jobs")
+
+# kind -> "module:function"; imported on first use so the API process stays light.
+PIPELINES: dict[str, str] = {
+    "bootstrap": "pipelines.bootstrap.job:run",
+    "distill": "pipelines.distillation.job:run",
+    "consolidate": "pipelines.consolidation.job:run",
+    "train_cartridge": "pipelines.cartridges.service_job:run",
+}
+DEFAULT_SCHEDULES = {"distill": 3600, "consolidate": 86400}  # seconds; org.settings["schedules"] overrides
+MAX_ATTEMPTS = 3
+
+
+@dataclass
+class JobContext:
+    """What a pipeline gets: the org, the job, sessions bound to the org, models, progress."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    org_id: uuid.UUID
+    job_id: uuid.UUID
+    resources: "Resources"
+    worker: str = ""
+    on_progress: Callable[[float, dict], None] | None = None
+    lease_s: int = 60
+
+    @contextmanager
+    def tx(self) -> Iterator[Session]:
+        """A transaction that sees every scope of this org (pipelines work across users)."""
+        db = self.sessions()
+        try:
+            bind_principal(db, None, org_id=self.org_id, all_scopes=True)
+            yield db
+            db.commit()
+        except BaseException:
+            db.rollback()
+            raise
+        finally:
+            db.close()
+
+    def checkpoint(self, db: Session, *, progress: float, stats: dict, cursor: dict | None = None) -> None:
+        """Record progress in the caller's transaction (with the batch it describes); renew the lease."""
+        job = db.get(Job, self.job_id)
+        job.progress = max(0.0, min(1.0, progress))
+        job.stats = dict(stats)
+        if cursor is not None:
+            job.cursor = cursor
+        job.locked_until = datetime.now(timezone.utc) + timedelta(seconds=self.lease_s)
+        db.flush()
+        if self.on_progress:
+            self.on_progress(job.progress, job.stats)
+
+
+@dataclass
+class Resources:
+    """Models built once per worker process (lazily: a bootstrap-only worker never loads the LLM)."""
+
+    settings: Settings
+    _embedder: Any = None
+    _gateway: Any = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def embedder(self):  # noqa: ANN201
+        if self._embedder is None:
+            from app.kit.embedding import make_embedder
+
+            self._embedder = make_embedder(self.settings.embedding_model, self.settings.embedding_dim)
+        return self._embedder
+
+    @property
+    def gateway(self):  # noqa: ANN201
+        if self._gateway is None:
+            from app.llm.gateway import Gateway
+
+            self._gateway = Gateway(self.settings.llm_model, data_dir=self.settings.data_dir,
+                                    timeout_s=self.settings.llm_timeout_s, max_retries=self.settings.llm_max_retries)
+        return self._gateway
+
+
+def _pipeline(kind: str) -> Callable[[JobContext, Job], dict]:
+    mod, fn = PIPELINES[kind].split(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def run_job(ctx: JobContext) -> Job:
+    """Run (or resume) one claimed job to the end; failures are recorded, never raised."""
+    with ctx.tx() as db:
+        job = db.execute(select(Job).where(Job.id == ctx.job_id)).scalar_one()
+        kind = job.kind
+        if job.attempts > MAX_ATTEMPTS:
+            jobs_service.finish(db, job, stats=job.stats, error=f"gave up after {job.attempts - 1} attempts")
+            return job
+    try:
+        stats = _pipeline(kind)(ctx, job)
+        error = None
+    except Exception as exc:  # a job never crashes the worker; the reason is recorded
+        log.exception("job %s failed", ctx.job_id)
+        stats, error = None, f"{type(exc).__name__}: {exc}"[:2000]
+    with ctx.tx() as db:
+        job = db.execute(select(Job).where(Job.id == ctx.job_id).with_for_update()).scalar_one()
+        jobs_service.finish(db, job, stats=stats if stats is not None else job.stats, error=error)
+        job.locked_by = None
+        job.locked_until = None
+    return job
+
+
+def claim(sessions: sessionmaker[Session], worker: str, lease_s: int, kinds: list[str]) -> tuple | None:
+    with sessions() as db:
+        row = db.execute(text("SELECT id, org_id, kind FROM memscale_claim_job(:w, :l, :k)"),
+                         {"w": worker, "l": lease_s, "k": kinds}).first()
+        db.commit()
+        return row
+
+
+def enqueue_due(sessions: sessionmaker[Session], now: float | None = None) -> int:
+    """Create the periodic jobs that are due (one per org, kind and time slot, whoever asks)."""
+    now = now or time.time()
+    made = 0
+    with sessions() as db:
+        orgs = db.execute(text("SELECT id, settings FROM memscale_org_schedules()")).all()
+        db.commit()
+    for org_id, org_settings in orgs:
+        schedules = {**DEFAULT_SCHEDULES, **(org_settings or {}).get("schedules", {})}
+        for kind, every in schedules.items():
+            if not every or kind not in PIPELINES:
+                continue
+            slot = str(int(now // int(every)))
+            with sessions() as db:
+                bind_principal(db, None, org_id=org_id, all_scopes=True)
+                inserted = db.execute(text(
+                    "INSERT INTO jobs (id, org_id, kind, params, status, schedule_slot) "
+                    "VALUES (gen_random_uuid(), :o, :k, '{}', 'queued', :s) "
+                    "ON CONFLICT (org_id, kind, schedule_slot) DO NOTHING RETURNING id"),
+                    {"o": org_id, "k": kind, "s": slot}).first()
+                if inserted:
+                    from app.audit.service import record
+
+                    record(db, org_id=org_id, actor_id=None, action="job.schedule", target_type="job",
+                           target_id=inserted.id, details={"kind": kind, "slot": slot})
+                    made += 1
+                db.commit()
+    return made
+
+
+def worker_loop(settings: Settings, sessions: sessionmaker[Session], *, kinds: list[str] | None = None,
+                lease_s: int = 60, poll_s: float = 1.0, schedule: bool = True, max_jobs: int | None = None,
+                stop: Callable[[], bool] = lambda: False) -> int:
+    """Claim and run jobs until `stop()` (or `max_jobs` done). Returns the number of jobs run."""
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    resources = Resources(settings)
+    kinds = kinds or list(PIPELINES)
+    done, last_schedule = 0, 0.0
+    while not stop() and (max_jobs is None or done < max_jobs):
+        if schedule and time.time() - last_schedule > 30:
+            enqueue_due(sessions)
+            last_schedule = time.time()
+        row = claim(sessions, worker, lease_s, kinds)
+        if row is None:
+            time.sleep(poll_s)
+            continue
+        log.info("running job", extra={"request_id": str(row.id)})
+        run_job(JobContext(settings=settings, sessions=sessions, org_id=row.org_id, job_id=row.id,
+                           resources=resources, worker=worker, lease_s=lease_s))
+        done += 1
+    return done

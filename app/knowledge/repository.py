@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from app.knowledge.models import Chunk, KnowledgeAsset
+
+
+def asset_by_uri(db: Session, org_id: uuid.UUID, uri: str, *, for_update: bool = True) -> KnowledgeAsset | None:
+    stmt = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.source_uri == uri)
+    return db.execute(stmt.with_for_update() if for_update else stmt).scalar_one_or_none()
+
+
+def chunk_hashes(db: Session, asset_id: uuid.UUID) -> list[str]:
+    return list(db.execute(select(Chunk.content_hash).where(Chunk.asset_id == asset_id).order_by(Chunk.ord)).scalars())
+
+
+def delete_chunks(db: Session, asset_id: uuid.UUID) -> list[uuid.UUID]:
+    return list(db.execute(delete(Chunk).where(Chunk.asset_id == asset_id).returning(Chunk.id)).scalars())
+
+
+def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str) -> list[KnowledgeAsset]:
+    return list(db.execute(select(KnowledgeAsset).where(
+        KnowledgeAsset.org_id == org_id, KnowledgeAsset.kind == kind, KnowledgeAsset.status == "active",
+        KnowledgeAsset.source_uri.startswith(uri_prefix, autoescape=True))).scalars())
+
+
+def set_status(db: Session, asset_ids: list[uuid.UUID], status: str) -> None:
+    if asset_ids:
+        db.execute(update(KnowledgeAsset).where(KnowledgeAsset.id.in_(asset_ids)).values(status=status))

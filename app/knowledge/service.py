@@ -1,0 +1,62 @@
+"""Knowledge assets and their chunks. Re-ingesting unchanged content changes nothing; changed
+content replaces the chunks (old chunk ids stay in lineage; the audit log records the swap)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sqlalchemy.orm import Session
+
+from app.audit.service import record
+from app.kit.scope import Scope
+from app.knowledge import repository as repo
+from app.knowledge.models import Chunk, KnowledgeAsset
+from app.lineage.service import add_edge
+from app.kit.text import sha256
+
+
+@dataclass
+class AssetIn:
+    kind: str
+    uri: str
+    title: str
+    content_hash: str
+    chunks: list[str]
+    metadata: dict
+
+
+def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUID, scope: Scope, item: AssetIn,  # noqa: ANN001
+                 count_tokens, job_id: uuid.UUID | None = None) -> tuple[str, KnowledgeAsset]:  # noqa: ANN001
+    """Returns ('created' | 'updated' | 'unchanged', asset)."""
+    existing = repo.asset_by_uri(db, org_id, item.uri)
+    if existing is not None and existing.content_hash == item.content_hash and existing.status == "active":
+        return "unchanged", existing
+    now = datetime.now(timezone.utc)
+    if existing is None:
+        asset = KnowledgeAsset(id=uuid.uuid4(), org_id=org_id, owner_id=owner_id, kind=item.kind, source_uri=item.uri,
+                               title=item.title, content_hash=item.content_hash, metadata_=item.metadata,
+                               visibility=scope.visibility, groups=list(scope.groups), labels=list(scope.labels))
+        db.add(asset)
+        db.flush()
+        outcome, old_chunks = "created", []
+    else:
+        asset = existing
+        old_chunks = repo.delete_chunks(db, asset.id)
+        asset.content_hash, asset.title, asset.metadata_ = item.content_hash, item.title, item.metadata
+        asset.status, asset.updated_at = "active", now
+        outcome = "updated"
+    vecs = embedder.embed(item.chunks)
+    rows = [Chunk(id=uuid.uuid4(), org_id=org_id, owner_id=asset.owner_id, asset_id=asset.id, ord=i, text=t,
+                  content_hash=sha256(t), token_count=count_tokens(t), embedding=v, visibility=asset.visibility,
+                  groups=asset.groups, labels=asset.labels) for i, (t, v) in enumerate(zip(item.chunks, vecs))]
+    db.add_all(rows)
+    db.flush()
+    for c in rows:
+        add_edge(db, org_id=org_id, from_type="chunk", from_id=c.id, to_type="asset", to_id=asset.id,
+                 relation="chunk_of", job_id=job_id)
+    record(db, org_id=org_id, actor_id=None, action=f"asset.{outcome}", target_type="asset", target_id=asset.id,
+           details={"uri": item.uri, "chunks": len(rows), "replaced_chunks": [str(c) for c in old_chunks],
+                    "job_id": str(job_id) if job_id else None})
+    return outcome, asset
