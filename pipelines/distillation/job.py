@@ -1,0 +1,114 @@
+"""distill job: episodes since the watermark -> judged -> grouped by scope and owner ->
+extracted memories citing their episodes -> deduplicated -> inserted with lineage.
+
+Crash safety: the LLM work for a batch happens outside any transaction; the writes for the
+batch, the org's watermark and the job checkpoint then commit together, after checking (under
+a row lock) that the watermark has not moved. A killed worker therefore loses at most the
+uncommitted batch, which the next run redoes: no duplicate, no missing memory.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+from app.audit.service import record
+from app.jobs.models import Job
+from app.jobs.params import DistillParams
+from app.jobs.runner import JobContext
+from app.kit import scope as scopes
+from app.lineage.service import add_edge
+from app.memories import repository_pipeline as repo
+from app.memories.models import Memory
+from pipelines.distillation.steps import EpisodeIn, StepStats, extract, judge
+
+DUPLICATE_DISTANCE = 0.08  # cosine distance under which a new memory repeats an existing one
+
+
+def _scope_key(e) -> tuple:  # noqa: ANN001
+    # Never one memory across owners: the owner is part of the key even for shared episodes.
+    return (e.owner_id, e.visibility, tuple(sorted(e.groups)), tuple(sorted(e.labels)))
+
+
+def run(ctx: JobContext, job: Job) -> dict:
+    p = DistillParams.model_validate(job.params)
+    gateway, embedder = ctx.resources.gateway, ctx.resources.embedder
+    steps = StepStats()
+    stats = {"seen": 0, "kept": 0, "skipped": 0, "quarantined": 0, "memories_created": 0, "merged_into_existing": 0}
+    cutoff = datetime.now(timezone.utc) - timedelta(seconds=p.min_age_s)
+    with ctx.tx() as db:
+        start = dict(repo.lock_cursor(db, ctx.org_id, "distill").position)
+        total = repo.count_episodes_after(db, ctx.org_id, start, cutoff)
+    if p.max_episodes:
+        total = min(total, p.max_episodes)
+    while stats["seen"] < total:
+        # 1. Read the next batch (short transaction), think outside any transaction.
+        with ctx.tx() as db:
+            position = dict(repo.lock_cursor(db, ctx.org_id, "distill").position)
+            batch = repo.episodes_after(db, ctx.org_id, position, cutoff, min(p.batch_size, total - stats["seen"]))
+            db.expunge_all()
+        if not batch:
+            break
+        verdicts = judge(gateway, [EpisodeIn(str(e.id), e.kind, e.content, e.outcome) for e in batch], stats=steps)
+        by_id = {e.id: e for e in batch}
+        groups: dict[tuple, list] = {}
+        for e, v in zip(batch, verdicts):
+            if v.useful:
+                groups.setdefault(_scope_key(e), []).append(e)
+        extracted = {key: extract(gateway, [EpisodeIn(str(e.id), e.kind, e.content, e.outcome) for e in eps], stats=steps)
+                     for key, eps in groups.items()}
+        texts = [x.text for xs in extracted.values() for x in xs]
+        vectors = iter(embedder.embed(texts)) if texts else iter(())
+        # 2. Write the batch, the watermark and the checkpoint atomically.
+        with ctx.tx() as db:
+            cursor = repo.lock_cursor(db, ctx.org_id, "distill")
+            if cursor.position != position:  # another run took this batch meanwhile
+                continue
+            for e, v in zip(batch, verdicts):
+                quality = "quarantined" if v.suspicious else ("useful" if v.useful else "skipped")
+                repo.set_quality(db, e.id, quality)
+                stats["kept" if v.useful else ("quarantined" if v.suspicious else "skipped")] += 1
+            for key, items in extracted.items():
+                for x in items:
+                    _store(ctx, db, x, next(vectors), key, by_id, stats)
+            last = batch[-1]
+            new_pos = {"at": last.created_at.isoformat(), "id": str(last.id)}
+            cursor.position, cursor.updated_at = new_pos, datetime.now(timezone.utc)
+            stats["seen"] += len(batch)
+            ctx.checkpoint(db, progress=stats["seen"] / max(1, total), stats={**stats, **steps.as_dict()},
+                           cursor={"position": new_pos})
+    return {**stats, **steps.as_dict()}
+
+
+def _store(ctx: JobContext, db, x, vec, key: tuple, by_id: dict, stats: dict) -> None:  # noqa: ANN001
+    owner, visibility, groups, labels = key
+    sources = [by_id[uuid.UUID(s)] for s in x.source_ids if uuid.UUID(s) in by_id]
+    if not sources:
+        return
+    derived = scopes.derive([scopes.of(s) for s in sources])
+    near = repo.nearest_active(db, ctx.org_id, repo.same_scope(owner, derived.visibility, list(derived.groups),
+                                                                list(derived.labels)), vec, x.text)
+    if near is not None and (near[1] <= DUPLICATE_DISTANCE or near[0].text.strip().lower() == x.text.strip().lower()):
+        existing = near[0]
+        existing.last_validated_at = datetime.now(timezone.utc)
+        for s in sources:
+            add_edge(db, org_id=ctx.org_id, from_type="memory", from_id=existing.id, to_type="episode", to_id=s.id,
+                     relation="distilled_from", job_id=ctx.job_id)
+        stats["merged_into_existing"] += 1
+        return
+    mid = uuid.uuid4()
+    now = datetime.now(timezone.utc)
+    db.add(Memory(id=mid, root_id=mid, version=1, org_id=ctx.org_id, owner_id=owner, text=x.text, kind=x.kind,
+                  status="active", confidence=float(x.confidence),
+                  provenance={"origin": "distill", "method": x.method, "job_id": str(ctx.job_id),
+                              "sources": [{"type": "episode", "id": str(s.id)} for s in sources]},
+                  valid_from=min(s.occurred_at for s in sources), recorded_at=now, last_validated_at=now,
+                  visibility=derived.visibility, groups=list(derived.groups), labels=list(derived.labels),
+                  embedding=vec))
+    db.flush()
+    for s in sources:
+        add_edge(db, org_id=ctx.org_id, from_type="memory", from_id=mid, to_type="episode", to_id=s.id,
+                 relation="distilled_from", job_id=ctx.job_id)
+    record(db, org_id=ctx.org_id, actor_id=None, action="memory.distill", target_type="memory", target_id=mid,
+           details={"job_id": str(ctx.job_id), "sources": [str(s.id) for s in sources], "kind": x.kind})
+    stats["memories_created"] += 1
