@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from sqlalchemy import text
 
+import app.kit.registry  # noqa: F401  (every model mapped before the first flush)
 from app.auth.enforcer import Authorizer
 from app.config import Settings
 from app.kit.db import make_engine, make_sessionmaker

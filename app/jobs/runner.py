@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+import app.kit.registry  # noqa: F401  (every model mapped before the first flush)
 from app.config import Settings
 from app.jobs import service as jobs_service
 from app.jobs.models import Job
@@ -137,7 +138,7 @@ def run_job(ctx: JobContext) -> Job:
 
 def claim(sessions: sessionmaker[Session], worker: str, lease_s: int, kinds: list[str]) -> tuple | None:
     with sessions() as db:
-        row = db.execute(text("SELECT id, org_id, kind FROM memscale_claim_job(:w, :l, :k)"),
+        row = db.execute(text("SELECT id, org_id, kind FROM memscale_claim_job(CAST(:w AS text), CAST(:l AS int), CAST(:k AS text[]))"),
                          {"w": worker, "l": lease_s, "k": kinds}).first()
         db.commit()
         return row

@@ -35,7 +35,6 @@ DEFAULT_MODEL = "local/smollm2"
 _RETRYABLE_STATUS = {408, 409, 425, 429}
 _RETRYABLE_NAMES = {"Timeout", "APITimeoutError", "APIConnectionError", "ServiceUnavailableError",
                     "InternalServerError", "RateLimitError", "TimeoutError", "ConnectionError"}
-_GRACE_S = 2.0  # how much longer than timeout_s we wait for a provider before abandoning it
 
 
 def _tracer() -> Any:
@@ -74,6 +73,7 @@ class Gateway(BaseGateway):
         max_retries: int = 2,
         *,
         backoff_s: float = 0.5,
+        grace_s: float = 2.0,
     ):
         if not model or not model.strip():
             raise ValueError("model must be a litellm model string such as 'local/smollm2'")
@@ -84,6 +84,7 @@ class Gateway(BaseGateway):
         self.timeout_s = float(timeout_s)
         self.max_retries = max(0, int(max_retries))
         self.backoff_s = backoff_s
+        self.grace_s = grace_s  # extra wait beyond timeout_s before the call is abandoned
         self.stats = GatewayStats()
         self._litellm: Any = None
         self._init_lock = threading.Lock()
@@ -159,13 +160,7 @@ class Gateway(BaseGateway):
                 return text
             assert last is not None
             self.stats.add(errors=1)
-            if span is not None:
-                span.record_exception(last)
-                with contextlib.suppress(Exception):
-                    from opentelemetry.trace import Status, StatusCode
-
-                    span.set_status(Status(StatusCode.ERROR, str(last)[:200]))
-            raise last
+            raise last  # the span records the exception and an error status on the way out
 
     def _complete_with_deadline(
         self, msgs: list[dict[str, str]], max_tokens: int, temperature: float, stop: list[str] | None
@@ -178,6 +173,7 @@ class Gateway(BaseGateway):
             "temperature": float(temperature),
             "timeout": self.timeout_s,
             "num_retries": 0,  # retries are ours, so they are counted and traced once
+            "drop_params": True,  # e.g. models that reject `temperature` still answer
         }
         if stop:
             kwargs["stop"] = stop
@@ -193,7 +189,7 @@ class Gateway(BaseGateway):
                 done.set()
 
         threading.Thread(target=run, name="llm-call", daemon=True).start()
-        if not done.wait(self.timeout_s + _GRACE_S):
+        if not done.wait(self.timeout_s + self.grace_s):
             raise LLMTimeout(f"{self.model} gave no answer within {self.timeout_s:.1f}s")
         if "error" in box:
             raise box["error"]

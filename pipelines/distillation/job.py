@@ -35,10 +35,12 @@ def run(ctx: JobContext, job: Job) -> dict:
     gateway, embedder = ctx.resources.gateway, ctx.resources.embedder
     steps = StepStats()
     stats = {"seen": 0, "kept": 0, "skipped": 0, "quarantined": 0, "memories_created": 0, "merged_into_existing": 0}
+    if job.cursor.get("position"):  # resumed after a crash: keep counting from the last checkpoint
+        stats.update({k: v for k, v in job.stats.items() if k in stats})
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=p.min_age_s)
     with ctx.tx() as db:
         start = dict(repo.lock_cursor(db, ctx.org_id, "distill").position)
-        total = repo.count_episodes_after(db, ctx.org_id, start, cutoff)
+        total = stats["seen"] + repo.count_episodes_after(db, ctx.org_id, start, cutoff)
     if p.max_episodes:
         total = min(total, p.max_episodes)
     while stats["seen"] < total:

@@ -1,0 +1,1 @@
+"""Cartridges: self-study data and the train_cartridge job (see docs/cartridges.md)."""

@@ -1,0 +1,210 @@
+"""Self-study: synthetic conversations about a corpus, written by the model itself.
+
+Design choices
+- The corpus token stream is cut into chunks (512–4096 tokens in production; tests use less).
+- One shard = one chunk x ``batch_size`` samples: the chunk's KV is computed once and shared by
+  the whole batch. Shard ``j`` uses chunk ``j mod n_chunks`` and an RNG seeded by (seed, j), so
+  a shard's content does not depend on which shards ran before — the run is resumable.
+- Per sample: draw a seed prompt (structuring, summarisation, question, use case, creative);
+  with the chunk in context the model writes a user message (sampled); then, again with the
+  chunk in context, it answers that message, and the top-k (k=20) log-probs of every answer
+  token are recorded. The student later sees the same conversation tokens without the chunk.
+- Output directory: ``manifest.json`` (config, model id, corpus hash — a rerun against a
+  different corpus or config refuses to mix), ``shard-NNNNN.safetensors`` (tensors; written
+  atomically, its presence marks the shard done) and ``shard-NNNNN.jsonl`` (readable text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from app.inference.distill import DistillExample
+from pipelines.cartridges.chat import CHATML, conversation_ids, encode, stop_ids
+from pipelines.cartridges.decoding import generate
+
+SEED_PROMPTS: dict[str, list[str]] = {
+    "structuring": [
+        "Write one request asking an assistant to list the key facts of the document above "
+        "(names, numbers, dates, places) as bullet points. Output only the request.",
+        "Write one request asking an assistant to put the information about one item in the "
+        "document above into a table or a JSON object. Output only the request.",
+    ],
+    "summarization": [
+        "Write one request asking for a short summary of one specific part of the document "
+        "above, naming that part. Output only the request.",
+        "Write one request asking what the document above says about one named person, "
+        "project or rule. Output only the request.",
+    ],
+    "question": [
+        "Write one question about a specific fact stated in the document above (a name, a "
+        "number, a date or a place). Output only the question.",
+        "Write one question that can be answered only by someone who has read the document "
+        "above. Mention the names it is about. Output only the question.",
+    ],
+    "use_case": [
+        "Write one message a new employee might send asking for help with a practical task "
+        "that needs the information in the document above. Output only the message.",
+    ],
+    "creative": [
+        "Write one creative request (a short poem, a story or an announcement email) about a "
+        "specific item in the document above. Output only the request.",
+    ],
+}
+
+
+class SelfStudyMismatch(RuntimeError):
+    """The output directory holds self-study data for another corpus or configuration."""
+
+
+@dataclass(frozen=True)
+class SelfStudyConfig:
+    samples: int = 256
+    chunk_tokens: int = 512
+    batch_size: int = 16  # samples per shard; all share one chunk
+    max_question_tokens: int = 48
+    max_answer_tokens: int = 128
+    question_temperature: float = 0.7
+    answer_temperature: float = 0.0
+    top_k: int = 20
+    seed: int = 0
+
+
+def chunk_tokens(ids: list[int], size: int) -> list[list[int]]:
+    """Cut ``ids`` into windows of ``size``; a short tail (< size/2) joins the previous chunk."""
+    if size <= 0:
+        raise ValueError("chunk size must be positive")
+    chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
+    if len(chunks) > 1 and len(chunks[-1]) < size // 2:
+        tail = chunks.pop()
+        chunks[-1] = chunks[-1] + tail
+    return chunks
+
+
+def context_prefix(model, ctx_ids: list[int]):
+    """KV of ``ctx_ids`` at positions 0..n-1 as a prefix list ((1, kv_heads, n, head_dim) x 2)."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    cache = DynamicCache()
+    with torch.inference_mode():
+        model(torch.tensor([ctx_ids], device=device), cache=cache, use_cache=True)
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _strip(ids: list[int], stops: set[int]) -> list[int]:
+    return [t for t in ids if t not in stops]
+
+
+def run_shard(model, tokenizer, chunk: list[int], n: int, config: SelfStudyConfig,
+              rng_seed: int) -> tuple[list[DistillExample], list[dict]]:
+    """``n`` conversations about one chunk; returns examples and readable records."""
+    rng = random.Random(rng_seed)
+    gen = torch.Generator().manual_seed(rng_seed)
+    stops = stop_ids(tokenizer)
+    prefix = context_prefix(model, encode(tokenizer, CHATML.context_open) + chunk)
+    kinds = [rng.choice(sorted(SEED_PROMPTS)) for _ in range(n)]
+    seeds = [rng.choice(SEED_PROMPTS[k]) for k in kinds]
+    asks = generate(model, prefix, [conversation_ids(tokenizer, s)[0] for s in seeds],
+                    max_new_tokens=config.max_question_tokens, stop_ids=stops,
+                    temperature=config.question_temperature, generator=gen,
+                    pad_id=tokenizer.pad_token_id or 0)
+    questions = [_strip(a.tokens, stops) or encode(tokenizer, s) for a, s in zip(asks, seeds)]
+    heads = [conversation_ids(tokenizer, q)[0] for q in questions]
+    answers = generate(model, prefix, heads, max_new_tokens=config.max_answer_tokens,
+                       stop_ids=stops, temperature=config.answer_temperature,
+                       record_top_k=config.top_k, generator=gen,
+                       pad_id=tokenizer.pad_token_id or 0)
+    examples, records = [], []
+    for kind, q, head, ans in zip(kinds, questions, heads, answers):
+        conv = torch.tensor(head + ans.tokens, dtype=torch.long)
+        examples.append(DistillExample(conv, len(head), ans.topk_ids.long(), ans.topk_logprobs))
+        records.append({"seed_type": kind, "question": tokenizer.decode(q),
+                        "answer": tokenizer.decode(_strip(ans.tokens, stops))})
+    return examples, records
+
+
+def save_shard(path: Path, examples: list[DistillExample], meta: dict[str, str]) -> None:
+    conv = [ex.conv_ids.to(torch.int32) for ex in examples]
+    lens = torch.tensor([0] + [c.numel() for c in conv])
+    ans = torch.tensor([0] + [ex.topk_ids.shape[0] for ex in examples])
+    tensors = {
+        "conv_ids": torch.cat(conv),
+        "conv_offsets": lens.cumsum(0),
+        "answer_start": torch.tensor([ex.answer_start for ex in examples]),
+        "topk_ids": torch.cat([ex.topk_ids.to(torch.int32) for ex in examples]),
+        "topk_logprobs": torch.cat([ex.topk_logprobs.float() for ex in examples]),
+        "topk_offsets": ans.cumsum(0),
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata=meta)
+    tmp.replace(path)
+
+
+def load_shard(path: Path) -> list[DistillExample]:
+    with safe_open(str(path), framework="pt") as f:
+        t = {name: f.get_tensor(name) for name in f.keys()}
+    co, to = t["conv_offsets"].tolist(), t["topk_offsets"].tolist()
+    return [
+        DistillExample(t["conv_ids"][co[i]:co[i + 1]].long(), int(t["answer_start"][i]),
+                       t["topk_ids"][to[i]:to[i + 1]].long(), t["topk_logprobs"][to[i]:to[i + 1]])
+        for i in range(len(co) - 1)
+    ]
+
+
+def load_examples(out_dir: str | Path) -> list[DistillExample]:
+    """All examples of a (possibly partial) self-study directory, in shard order."""
+    examples: list[DistillExample] = []
+    for path in sorted(Path(out_dir).glob("shard-*.safetensors")):
+        examples.extend(load_shard(path))
+    return examples
+
+
+def run_selfstudy(model, tokenizer, corpus_ids: list[int], out_dir: str | Path,
+                  config: SelfStudyConfig = SelfStudyConfig(), *, model_id: str = "",
+                  progress: bool = True) -> dict:
+    """Generate (or finish generating) self-study data for ``corpus_ids`` into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chunks = chunk_tokens(list(corpus_ids), config.chunk_tokens)
+    manifest = {
+        "config": asdict(config),
+        "model_id": model_id,
+        "corpus_sha256": hashlib.sha256(json.dumps(list(corpus_ids)).encode()).hexdigest(),
+        "corpus_tokens": len(corpus_ids),
+        "chunks": len(chunks),
+    }
+    manifest_path = out / "manifest.json"
+    if manifest_path.exists():
+        if json.loads(manifest_path.read_text()) != manifest:
+            raise SelfStudyMismatch(f"{out} holds self-study data for another corpus or config")
+    else:
+        manifest_path.write_text(json.dumps(manifest, indent=2))
+    n_shards = -(-config.samples // config.batch_size)
+    sizes = [min(config.batch_size, config.samples - j * config.batch_size) for j in range(n_shards)]
+    bar = tqdm(total=config.samples, desc="self-study", unit="conv", disable=not progress, leave=False)
+    was_done = 0
+    for j, size in enumerate(sizes):
+        path = out / f"shard-{j:05d}.safetensors"
+        if path.exists():
+            was_done += size
+            bar.update(size)
+            continue
+        chunk_index = j % len(chunks)
+        examples, records = run_shard(model, tokenizer, chunks[chunk_index], size, config,
+                                      rng_seed=config.seed * 1_000_003 + j)
+        with open(out / f"shard-{j:05d}.jsonl", "w") as f:
+            for rec in records:
+                f.write(json.dumps({"shard": j, "chunk": chunk_index, **rec}) + "\n")
+        save_shard(path, examples, {"shard": str(j), "chunk": str(chunk_index)})
+        bar.update(size)
+    bar.close()
+    return {**manifest, "samples": config.samples, "resumed_samples": was_done, "shards": n_shards}

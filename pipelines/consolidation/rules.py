@@ -1,0 +1,71 @@
+"""Pure decisions of consolidation: clusters of near-duplicates, contradiction, who wins."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+_NEG = re.compile(r"\b(not|never|no|don't|doesn't|isn't|aren't|won't|cannot|can't|avoid|stop|without)\b", re.I)
+_NUM = re.compile(r"\b\d+(?:[.,]\d+)?\b")
+_DAYS = re.compile(r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday|daily|weekly|monthly|quarterly|"
+                   r"yearly|morning|evening|night|am|pm)s?\b", re.I)
+_WORD = re.compile(r"[a-z0-9]+")
+_OPPOSITES = [("enable", "disable"), ("allow", "deny"), ("allow", "block"), ("increase", "decrease"),
+              ("before", "after"), ("true", "false"), ("yes", "no"), ("on", "off"), ("include", "exclude"),
+              ("prefer", "avoid"), ("dark", "light"), ("always", "never"), ("required", "optional")]
+
+
+@dataclass
+class Item:
+    id: object
+    text: str
+    vec: np.ndarray
+    confidence: float
+    recorded_at: datetime
+    n_sources: int
+
+
+def clusters(items: list[Item], threshold: float) -> list[list[int]]:
+    """Connected components of cosine similarity >= threshold (vectors are unit length)."""
+    if len(items) < 2:
+        return []
+    m = np.stack([i.vec for i in items])
+    sim = m @ m.T
+    parent = list(range(len(items)))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for a, b in zip(*np.nonzero(np.triu(sim >= threshold, k=1))):
+        parent[find(int(a))] = find(int(b))
+    groups: dict[int, list[int]] = {}
+    for i in range(len(items)):
+        groups.setdefault(find(i), []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def contradicts(a: str, b: str) -> bool:
+    """Same subject (the caller checked similarity), contradicting claims: a negation on one side
+    only, different numbers or schedule words, or a known pair of opposites."""
+    if bool(_NEG.search(a)) != bool(_NEG.search(b)):
+        return True
+    na, nb = set(_NUM.findall(a)), set(_NUM.findall(b))
+    if na and nb and na != nb:
+        return True
+    da, db_ = {d.lower() for d in _DAYS.findall(a)}, {d.lower() for d in _DAYS.findall(b)}
+    if da and db_ and da != db_:
+        return True
+    wa, wb = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
+    return any((x in wa and y in wb and x not in wb and y not in wa) or (y in wa and x in wb and y not in wb and x not in wa)
+               for x, y in _OPPOSITES)
+
+
+def winner(items: list[Item]) -> Item:
+    """Newer and better-sourced wins: more sources first, then more recent, then more confident."""
+    return max(items, key=lambda i: (i.n_sources, i.recorded_at, i.confidence))

@@ -1,0 +1,35 @@
+"""Distillation: episodes → judged → extracted memories (LLM-facing pure steps in ``steps``).
+
+The job that reads episodes from Postgres, groups them by access scope, deduplicates against
+active memories and writes memories with lineage is wired on top of these steps.
+"""
+
+from pipelines.distillation.steps import (
+    EpisodeIn,
+    ExtractConfig,
+    Extracted,
+    Judgement,
+    JudgeConfig,
+    StepStats,
+    SummaryConfig,
+    extract,
+    judge,
+    rule_extract,
+    summarise,
+    usefulness_heuristic,
+)
+
+__all__ = [
+    "EpisodeIn",
+    "ExtractConfig",
+    "Extracted",
+    "JudgeConfig",
+    "Judgement",
+    "StepStats",
+    "SummaryConfig",
+    "extract",
+    "judge",
+    "rule_extract",
+    "summarise",
+    "usefulness_heuristic",
+]

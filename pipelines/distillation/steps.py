@@ -1,0 +1,414 @@
+"""LLM-facing pure steps of distillation and session summaries (no database, no side effects).
+
+- :func:`judge` scores episodes: a deterministic injection pre-screen (suspicious → skipped,
+  never shown to the model) + a usefulness heuristic + the LLM's verdict, blended.
+- :func:`extract` asks the LLM for memories citing source episodes, keeps only well-cited,
+  grounded, clean ones, and adds a deterministic rule-based extractor for well-formed sentences.
+- :func:`summarise` folds evicted session messages into a recursive summary, with a
+  deterministic extractive fallback.
+
+Model output is data: only known fields are read, citations are checked against the batch the
+model saw, and memory texts are screened for instruction-like content before they are kept.
+Counters go to an optional :class:`StepStats` so a job can record what was dropped and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from app.llm.base import BaseGateway, JSONFailure, LLMError
+from pipelines.distillation import prompts as P
+
+log = logging.getLogger(__name__)
+
+KINDS = P.KINDS
+
+
+@dataclass(frozen=True)
+class EpisodeIn:
+    id: str
+    kind: str
+    content: str
+    outcome: str | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    id: str
+    useful: bool
+    suspicious: bool
+    score: float
+    reason: str
+
+
+@dataclass
+class Extracted:
+    text: str
+    kind: str  # one of KINDS
+    confidence: float
+    source_ids: list[str]
+    method: str = "llm"  # "llm" | "rule" (deterministic fallback)
+
+
+@dataclass
+class StepStats:
+    judged: int = 0
+    suspicious: int = 0
+    useful: int = 0
+    llm_calls: int = 0
+    llm_failures: int = 0  # unusable or failed model answers (recorded, never raised)
+    skipped_suspicious: int = 0
+    dropped_uncited: int = 0
+    dropped_bad_citation: int = 0
+    dropped_ungrounded: int = 0
+    dropped_suspicious: int = 0
+    dropped_invalid: int = 0
+    llm_memories: int = 0
+    rule_memories: int = 0
+    duplicates: int = 0
+    summary_fallbacks: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    threshold: float = 0.5
+    llm_weight: float | None = None  # None: 0.2 for the local 135M model, 0.7 for others
+    max_chars: int = 500
+    max_tokens: int = 48
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    batch_size: int | None = None  # None: 1 for the local model, 4 for others
+    max_chars: int = 500
+    max_tokens: int = 160
+    min_grounding: float = 0.34
+    fallback: bool = True
+
+
+def _is_local(gateway: BaseGateway) -> bool:
+    return str(getattr(gateway, "model", "")).startswith("local/")
+
+
+# -- text helpers ---------------------------------------------------------------------------------
+
+
+def _to_score(value: Any, default: float | None = None) -> float | None:
+    """0.8, "0.8", "80%", 8 (of 10), "high" → a float in [0, 1]."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        v = float(value)
+    elif isinstance(value, str):
+        s = value.strip().lower()
+        named = {"high": 0.85, "medium": 0.6, "med": 0.6, "low": 0.3, "none": 0.0,
+                 "true": 1.0, "yes": 1.0, "false": 0.0, "no": 0.0}
+        if s in named:
+            return named[s]
+        m = re.match(r"^(-?\d+(?:\.\d+)?)\s*(%?)", s)
+        if not m:
+            return default
+        v = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
+    else:
+        return default
+    if v > 1.0:
+        v = v / 10.0 if v <= 10.0 else v / 100.0
+    return max(0.0, min(1.0, v))
+
+
+# -- deterministic rule-based extractor (the fallback) ----------------------------------------
+
+
+def rule_extract(ep: EpisodeIn) -> list[Extracted]:
+    """Memories from well-formed sentences ("X prefers Y", "always/never ...", "use A for B")."""
+    out: list[Extracted] = []
+    for sentence in P.sentences(ep.content):
+        n = len(P.words(sentence))
+        if sentence.endswith("?") or not 3 <= n <= 40 or P.screen_injection(sentence):
+            continue
+        text = re.sub(r"^I (prefer|like|love|hate|dislike)\b", lambda m: f"User {m.group(1)}s", sentence)
+        text = re.sub(r"^I'd rather\b", "User would rather", text).rstrip(" .;!")
+        for kind, confidence, rx in P.RULE_PATTERNS:
+            if rx.search(sentence):
+                out.append(Extracted(text=text, kind=kind, confidence=confidence,
+                                     source_ids=[ep.id], method="rule"))
+                break
+    return out
+
+
+# -- judge ----------------------------------------------------------------------------------------
+
+_CUES = re.compile(r"\b(prefer\w*|always|never|must|should|use[sd]?|instead|policy|deadline|because|error|fail\w*|fix\w*|works?|requires?|important|owner|table|column|deploy\w*|config\w*|decid\w*|agreed)\b", re.I)
+_IDENT = re.compile(r"\b\w+_\w+\b|\b[a-z]+[A-Z]\w+\b|\d")
+
+
+def usefulness_heuristic(ep: EpisodeIn) -> tuple[float, str]:
+    """A deterministic usefulness score in [0, 1] with a short reason."""
+    words = P.words(ep.content)
+    if len(words) < 3:
+        return 0.05, "too short"
+    content = [w for w in words if w not in P.SMALL_TALK and w not in P.STOP]
+    if len(content) < 2:
+        return 0.1, "small talk"
+    score, why = 0.25, []
+    kinds = sorted({m.kind for m in rule_extract(ep)})
+    if kinds:
+        score += 0.4
+        why.append("states a " + "/".join(kinds))
+    cues = {m.lower() for m in _CUES.findall(ep.content)}
+    if cues:
+        score += min(0.2, 0.07 * len(cues))
+        why.append(f"{len(cues)} cue word(s)")
+    if ep.outcome:
+        score += 0.1
+        why.append(f"outcome {ep.outcome}")
+    if _IDENT.search(ep.content):
+        score += 0.05
+    return round(min(1.0, score), 3), ", ".join(why) or "plain text"
+
+
+def judge(gateway: BaseGateway, episodes: Sequence[EpisodeIn], *, config: JudgeConfig = JudgeConfig(),
+          stats: StepStats | None = None) -> list[Judgement]:
+    """One judgement per episode, in input order. Never raises for a bad model answer."""
+    stats = stats if stats is not None else StepStats()
+    weight = config.llm_weight if config.llm_weight is not None else (0.2 if _is_local(gateway) else 0.7)
+    out: list[Judgement] = []
+    for ep in episodes:
+        stats.judged += 1
+        flags = P.screen_injection(f"{ep.content}\n{ep.outcome or ''}")
+        h, h_why = usefulness_heuristic(ep)
+        if flags:  # never shown to the model: suspicious regardless of what an LLM would say
+            stats.suspicious += 1
+            out.append(Judgement(ep.id, False, True, 0.0, "pre-screen: instruction-like text (" + ", ".join(flags) + ")"))
+            continue
+        stats.llm_calls += 1
+        verdict = gateway.chat_json(
+            P.judge_messages(ep.content, kind=ep.kind, outcome=ep.outcome, max_chars=config.max_chars),
+            P.Verdict, schema_hint=P.JUDGE_HINT, max_tokens=config.max_tokens,
+        )
+        llm_score, llm_susp, llm_why = None, False, ""
+        if isinstance(verdict, JSONFailure):
+            stats.llm_failures += 1
+            llm_why = f"llm unusable ({verdict.error[:60]})"
+        else:
+            s, u = _to_score(verdict.score), _to_score(verdict.useful)
+            llm_score = (s + u) / 2 if s is not None and u is not None else (s if s is not None else u)
+            llm_susp = _to_score(verdict.suspicious, 0.0) == 1.0
+            llm_why = "llm gave no score" if llm_score is None else f"llm {llm_score:.2f}"
+            if isinstance(verdict.reason, str) and verdict.reason.strip():
+                llm_why += f" ({P.clip(verdict.reason, 60)})"
+        score = h if llm_score is None else weight * llm_score + (1 - weight) * h
+        suspicious = llm_susp
+        useful = not suspicious and score >= config.threshold
+        stats.suspicious += suspicious
+        stats.useful += useful
+        reason = f"heuristic {h:.2f} ({h_why}); {llm_why}" + ("; llm flagged suspicious" if llm_susp else "")
+        out.append(Judgement(ep.id, useful, suspicious, round(score, 3), reason))
+    return out
+
+
+# -- extract --------------------------------------------------------------------------------------
+
+
+def extract(gateway: BaseGateway, episodes: Sequence[EpisodeIn], *, config: ExtractConfig = ExtractConfig(),
+            stats: StepStats | None = None) -> list[Extracted]:
+    """Memories from episodes, each citing at least one episode of the batch it came from."""
+    stats = stats if stats is not None else StepStats()
+    clean = []
+    for ep in episodes:
+        if P.screen_injection(f"{ep.content}\n{ep.outcome or ''}"):
+            stats.skipped_suspicious += 1
+        elif ep.content and ep.content.strip():
+            clean.append(ep)
+    size = max(1, config.batch_size or (1 if _is_local(gateway) else 4))
+    found: list[Extracted] = []
+    for start in range(0, len(clean), size):
+        batch = clean[start : start + size]
+        found += _extract_batch(gateway, batch, config, stats)
+        if config.fallback:
+            for ep in batch:
+                rules = rule_extract(ep)
+                stats.rule_memories += len(rules)
+                found += rules
+    return _dedupe(found, stats)
+
+
+def _extract_batch(gateway: BaseGateway, batch: list[EpisodeIn], config: ExtractConfig,
+                   stats: StepStats) -> list[Extracted]:
+    aliases = {f"R{i + 1}": ep for i, ep in enumerate(batch)}
+    by_key = {k.lower(): ep for k, ep in aliases.items()} | {ep.id.lower(): ep for ep in batch}
+    records = [(alias, ep.kind, ep.content, ep.outcome) for alias, ep in aliases.items()]
+    stats.llm_calls += 1
+    answer = gateway.chat_json(P.extract_messages(records, max_chars=config.max_chars), list[P.RawMemory],
+                               schema_hint=P.EXTRACT_HINT, max_tokens=config.max_tokens)
+    if isinstance(answer, JSONFailure):
+        stats.llm_failures += 1
+        answer = P.parse_lines(answer.raw)
+    out = []
+    for item in answer:
+        text = " ".join(str(item.text or "").split()).strip(" .;")
+        if not 3 <= len(P.words(text)) <= 60:
+            stats.dropped_invalid += 1
+            continue
+        cited = P.cited_ids(item.source)
+        if not cited:
+            stats.dropped_uncited += 1
+            continue
+        sources = [by_key.get(c.lower()) for c in cited]
+        if any(s is None for s in sources):
+            stats.dropped_bad_citation += 1
+            continue
+        ids = list(dict.fromkeys(s.id for s in sources if s is not None))
+        g = P.grounding(text, [s.content for s in sources if s is not None])
+        if g < config.min_grounding:
+            stats.dropped_ungrounded += 1
+            continue
+        if P.screen_injection(text):
+            stats.dropped_suspicious += 1
+            continue
+        confidence = _to_score(item.confidence, 0.6) or 0.6
+        out.append(Extracted(text=P.clip(text, 300), kind=P.memory_kind(item.kind),
+                             confidence=round(confidence * (0.5 + 0.5 * g), 3), source_ids=ids))
+    stats.llm_memories += len(out)
+    return out
+
+
+def _dedupe(items: list[Extracted], stats: StepStats) -> list[Extracted]:
+    kept: dict[str, Extracted] = {}
+    for item in items:
+        key = " ".join(P.words(item.text))
+        if key in kept:
+            stats.duplicates += 1
+            first = kept[key]
+            first.source_ids = list(dict.fromkeys(first.source_ids + item.source_ids))
+            first.confidence = max(first.confidence, item.confidence)
+        else:
+            kept[key] = item
+    return list(kept.values())
+
+
+# -- session summaries --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SummaryConfig:
+    chunk_tokens: int = 600  # data per model call; longer inputs are folded chunk by chunk
+    message_chars: int = 400
+    min_grounding: float = 0.6  # share of the summary's words found in the input
+    min_coverage: float = 0.25  # share of the new messages' words kept in the summary
+
+
+def summarise(gateway: BaseGateway, old_summary: str | None, messages: Sequence[tuple[str, str]],
+              max_tokens: int, *, config: SummaryConfig = SummaryConfig(),
+              stats: StepStats | None = None) -> str:
+    """Recursive summary: old summary + evicted messages → a new summary of ≤ ``max_tokens``.
+
+    Inputs larger than ``chunk_tokens`` are folded in several calls (summary_i+1 = f(summary_i,
+    chunk_i)). A model answer that is empty, looping, invented (not grounded in the input) or
+    forgetful (drops the new messages) is replaced by a deterministic extractive summary.
+    Never raises for a model failure.
+    """
+    stats = stats if stats is not None else StepStats()
+    max_tokens = max(8, int(max_tokens))
+    summary = (old_summary or "").strip() or None
+    lines = [f"{role}: {P.clip(content, config.message_chars)}" for role, content in messages
+             if content and content.strip()]
+    if not lines:
+        return fit_tokens(gateway, summary or "", max_tokens, keep="end")
+    for chunk in _chunk_lines(gateway, lines, config.chunk_tokens):
+        summary = _summarise_once(gateway, summary, chunk, max_tokens, config, stats)
+    return summary or ""
+
+
+def _chunk_lines(gateway: BaseGateway, lines: list[str], budget: int) -> list[list[str]]:
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for line in lines:
+        n = gateway.count_tokens(line)
+        if chunks[-1] and used + n > budget:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(line)
+        used += n
+    return chunks
+
+
+def _summarise_once(gateway: BaseGateway, old: str | None, lines: list[str], max_tokens: int,
+                    config: SummaryConfig, stats: StepStats) -> str:
+    stats.llm_calls += 1
+    try:
+        raw = gateway.chat(P.summary_messages(old, lines, max_words=max(8, int(max_tokens * 0.7))),
+                           max_tokens=max_tokens)
+    except LLMError as exc:
+        log.warning("summary: LLM failed, using the extractive fallback: %s", exc)
+        raw = ""
+    text = _clean_summary(raw)
+    if _usable_summary(text, old, lines, config):
+        return fit_tokens(gateway, text, max_tokens)
+    stats.summary_fallbacks += 1
+    stats.llm_failures += 1
+    return fallback_summary(gateway, old, lines, max_tokens)
+
+
+def _clean_summary(raw: str) -> str:
+    text = re.sub(r"```\w*", "", raw or "")
+    text = re.sub(r"<{2,}[^>]*>{2,}", " ", text)
+    text = re.sub(r"^\s*(updated |new )?summary\s*:\s*", "", text.strip(), flags=re.I)
+    return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+
+
+def _usable_summary(text: str, old: str | None, lines: list[str], config: SummaryConfig) -> bool:
+    """Reject empty, looping, invented, or forgetful answers (the 135M model does all four)."""
+    words = P.words(text)
+    if len(words) < 4 or "<<" in text or ">>" in text:
+        return False
+    if len(set(words)) / len(words) < 0.4:  # a looping small model
+        return False
+    contents = [line.split(": ", 1)[-1] for line in lines]
+    source = "\n".join(([old] if old else []) + contents)
+    if P.screen_injection(text) and not P.screen_injection(source):
+        return False
+    if P.grounding(text, [source]) < config.min_grounding:  # words from nowhere: invented
+        return False
+    new = P.content_words("\n".join(contents))
+    kept = P.content_words(text)
+    if new and len(new & kept) / len(new) < config.min_coverage:  # the new messages were dropped
+        return False
+    substantive = [c for c in contents if len(P.content_words(c)) >= 2]
+    return not substantive or bool(P.content_words(substantive[-1]) & kept)  # the newest one counts
+
+
+def fallback_summary(gateway: BaseGateway, old: str | None, lines: list[str], max_tokens: int) -> str:
+    """Extractive: the old summary, then the first words of each message (fewer until it fits)."""
+    text = ""
+    for per_line in (40, 20, 10, 5):
+        parts = [old] if old else []
+        for line in lines:
+            words = line.split()
+            parts.append(" ".join(words[:per_line]) + (" ..." if len(words) > per_line else ""))
+        text = "\n".join(parts)
+        if gateway.count_tokens(text) <= max_tokens:
+            return text
+    return fit_tokens(gateway, text, max_tokens, keep="end")  # newest information wins
+
+
+def fit_tokens(gateway: BaseGateway, text: str, max_tokens: int, *, keep: str = "start") -> str:
+    """The longest word-prefix (or suffix) of ``text`` within ``max_tokens``."""
+    if gateway.count_tokens(text) <= max_tokens:
+        return text
+    words = text.split(" ")
+    lo, hi = 0, len(words)
+    while lo < hi:  # largest n with tokens(n words) <= max_tokens
+        mid = (lo + hi + 1) // 2
+        part = words[:mid] if keep == "start" else words[len(words) - mid :]
+        if gateway.count_tokens(" ".join(part)) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    part = words[:lo] if keep == "start" else words[len(words) - lo :]
+    return " ".join(part)
