@@ -9,7 +9,7 @@ from datetime import datetime
 import numpy as np
 
 _NEG = re.compile(r"\b(not|never|no|don't|doesn't|isn't|aren't|won't|cannot|can't|avoid|stop|without)\b", re.I)
-_NUM = re.compile(r"\b\d+(?:[.,]\d+)?\b")
+_NUM = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
 _DAYS = re.compile(r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday|daily|weekly|monthly|quarterly|"
                    r"yearly|morning|evening|night|am|pm)s?\b", re.I)
 _WORD = re.compile(r"[a-z0-9]+")
@@ -62,8 +62,12 @@ def contradicts(a: str, b: str) -> bool:
     if da and db_ and da != db_:
         return True
     wa, wb = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
-    return any((x in wa and y in wb and x not in wb and y not in wa) or (y in wa and x in wb and y not in wb and x not in wa)
-               for x, y in _OPPOSITES)
+
+    def has(words: set[str], stem: str) -> bool:  # "allow" matches "allowed", "allows"
+        return any(w == stem or (w.startswith(stem) and len(w) - len(stem) <= 3) for w in words)
+
+    return any((has(wa, x) and has(wb, y) and not has(wb, x) and not has(wa, y))
+               or (has(wa, y) and has(wb, x) and not has(wb, y) and not has(wa, x)) for x, y in _OPPOSITES)
 
 
 def winner(items: list[Item]) -> Item:
