@@ -177,6 +177,32 @@ def jobs_run(kind: str, org_name: str, params) -> None:  # noqa: ANN001
 
 
 @main.group()
+def export() -> None:
+    """Export data for training and analysis."""
+
+
+@export.command("trajectories")
+@click.option("--org", "org_name", required=True)
+@click.option("--out", "out", type=click.File("w"), default="-", help="JSONL file (default: stdout)")
+def export_trajectories(org_name: str, out) -> None:  # noqa: ANN001
+    """One JSON line per session: its memory-tool calls (ids, not memory text) and the outcome/reward."""
+    import json
+
+    from app.sessions.export import trajectories
+
+    settings = Settings()
+    with _admin_session(settings) as db:
+        from app.orgs import service as orgs
+
+        org = _run(lambda: orgs.org_by_name(db, org_name))
+        n = 0
+        for line in trajectories(db, org.id):
+            out.write(json.dumps(line, default=str) + "\n")
+            n += 1
+    click.echo(f"{n} trajectories", err=True)
+
+
+@main.group()
 def db() -> None:
     """Database set-up."""
 

@@ -11,6 +11,7 @@ import app.kit.registry  # noqa: F401  (every model mapped before the first flus
 from app.auth.enforcer import Authorizer
 from app.config import Settings
 from app.kit.db import make_engine, make_sessionmaker
+from app.jobs.runner import Resources
 from app.kit.embedding import Embedder, make_embedder
 from app.kit.errors import install_error_handlers
 from app.kit.limits import BodyLimitMiddleware, RateLimiter
@@ -18,7 +19,7 @@ from app.kit.pg import app_url
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
 
 
-def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None, gateway=None) -> FastAPI:  # noqa: ANN001
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -30,6 +31,8 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.sessions = make_sessionmaker(engine)
         app.state.authorizer = Authorizer()
         app.state.embedder = embedder or make_embedder(settings.embedding_model, settings.embedding_dim)
+        # The LLM gateway loads on first use (summaries, token counts), not at start-up.
+        app.state.resources = Resources(settings, _embedder=app.state.embedder, _gateway=gateway)
         app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
         try:
             yield
@@ -47,8 +50,9 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.jobs.endpoints import router as jobs
     from app.memories.endpoints import router as memories
     from app.search.endpoints import router as search
+    from app.sessions.endpoints import router as sessions
 
-    for r in (episodes, memories, search, jobs):
+    for r in (episodes, memories, search, jobs, sessions):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

@@ -40,3 +40,18 @@ def test_admin_cli_errors_are_clear(settings):
     assert dup.returncode == 2 and "already exists" in dup.stderr and dup.stdout == ""
     missing = _cli(settings, "admin", "create-key", "--org", org, "--user", "nobody")
     assert missing.returncode == 2 and "no user" in missing.stderr
+
+
+def test_export_trajectories(settings, client, world):
+    import json
+
+    org = world.org()
+    bob = world.user(org)
+    sid = client.post("/v1/sessions", json={}, headers=bob.h).json()["id"]
+    client.post(f"/v1/sessions/{sid}/tools/memory_add", json={"text": "Bob likes PDFs", "kind": "preference"}, headers=bob.h)
+    client.post(f"/v1/sessions/{sid}/outcome", json={"outcome": "success", "reward": 0.5}, headers=bob.h)
+    r = _cli(settings, "export", "trajectories", "--org", org)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(lines) == 1 and lines[0]["session_id"] == sid and lines[0]["reward"] == 0.5
+    assert lines[0]["steps"][0]["tool"] == "memory_add" and "Bob likes PDFs" not in json.dumps(lines[0]["steps"][0]["result"])

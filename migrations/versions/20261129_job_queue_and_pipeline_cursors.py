@@ -12,6 +12,8 @@ import sqlalchemy as sa
 import pgvector.sqlalchemy
 from sqlalchemy.dialects import postgresql
 
+from app.kit.rls import protect
+
 revision = '0003'
 down_revision = '0002'
 branch_labels = None
@@ -35,10 +37,7 @@ def upgrade() -> None:
     op.add_column('jobs', sa.Column('schedule_slot', sa.Text(), nullable=True))
     op.create_index('ix_jobs_queue', 'jobs', ['status', 'created_at'], unique=False)
     op.create_index('ix_jobs_slot', 'jobs', ['org_id', 'kind', 'schedule_slot'], unique=True)
-    op.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON pipeline_cursors TO memscale_app")
-    op.execute("ALTER TABLE pipeline_cursors ENABLE ROW LEVEL SECURITY")
-    op.execute("""CREATE POLICY tenant_org ON pipeline_cursors TO memscale_app
-                  USING (org_id = (SELECT memscale_org())) WITH CHECK (org_id = (SELECT memscale_org()))""")
+    protect(op, "pipeline_cursors", access=False)
     op.execute("""
 CREATE FUNCTION memscale_claim_job(p_worker text, p_lease_s int, p_kinds text[])
   RETURNS TABLE(id uuid, org_id uuid, kind text)

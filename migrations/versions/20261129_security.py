@@ -12,6 +12,8 @@ import os
 
 from alembic import op
 
+from app.kit.rls import protect
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -44,21 +46,6 @@ CREATE FUNCTION memscale_audit_immutable() RETURNS trigger LANGUAGE plpgsql AS
   $$ BEGIN RAISE EXCEPTION 'audit_log is append-only (% refused)', TG_OP USING ERRCODE = 'insufficient_privilege'; END $$;
 """
 
-ACCESS_POLICY = """
-CREATE POLICY tenant_access ON {t} TO {role}
-  USING (org_id = (SELECT memscale_org()) AND (
-         (SELECT memscale_all_scopes())
-         OR owner_id = (SELECT memscale_user())
-         OR ((visibility = 'org' OR (visibility = 'group' AND groups && (SELECT memscale_groups())))
-             AND labels <@ (SELECT memscale_clearances()))))
-  WITH CHECK (org_id = (SELECT memscale_org()))
-"""
-ORG_POLICY = """
-CREATE POLICY tenant_org ON {t} TO {role}
-  USING (org_id = (SELECT memscale_org())) WITH CHECK (org_id = (SELECT memscale_org()))
-"""
-
-
 def upgrade() -> None:
     op.execute(f"""DO $$ BEGIN
       IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}') THEN
@@ -73,9 +60,7 @@ def upgrade() -> None:
     op.execute("REVOKE ALL ON FUNCTION memscale_key_lookup(uuid) FROM PUBLIC")
     for t in ACCESS_TABLES + ORG_TABLES:
         privs = "SELECT, INSERT" if t in ("audit_log", "retrieval_events") else "SELECT, INSERT, UPDATE, DELETE"
-        op.execute(f"GRANT {privs} ON {t} TO {ROLE}")
-        op.execute(f"ALTER TABLE {t} ENABLE ROW LEVEL SECURITY")
-        op.execute((ACCESS_POLICY if t in ACCESS_TABLES else ORG_POLICY).format(t=t, role=ROLE))
+        protect(op, t, access=t in ACCESS_TABLES, privileges=privs)
     op.execute(f"GRANT SELECT ON orgs TO {ROLE}")
     op.execute("ALTER TABLE orgs ENABLE ROW LEVEL SECURITY")
     op.execute(f"CREATE POLICY tenant_self ON orgs TO {ROLE} USING (id = (SELECT memscale_org()))")

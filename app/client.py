@@ -1,0 +1,390 @@
+"""Typed Python client for the memscale REST API (API.md), sync and async, on httpx.
+
+    with MemscaleClient("http://127.0.0.1:8000", api_key) as ms:
+        ep = ms.create_episode("the deploy failed because the cache was cold")
+        hits = ms.search("why did the deploy fail")["results"]
+
+Responses are the JSON bodies as plain dicts. Every non-2xx answer raises `MemscaleError(status,
+code, message)` parsed from `{"error": {"code", "message"}}`. Both classes expose the same
+methods; `AsyncMemscaleClient`'s are coroutines. The key travels per request (never set on a
+shared `httpx.Client`), so one transport may serve several keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import datetime
+from typing import Any, Literal, TypedDict
+
+import httpx
+from typing_extensions import Unpack
+
+JSON = dict[str, Any]
+Id = str | uuid.UUID
+Visibility = Literal["private", "group", "org"]
+EpisodeKind = Literal["conversation", "trajectory", "feedback", "note"]
+MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint"]
+Outcome = Literal["success", "failure", "unknown"]
+ItemType = Literal["memory", "episode", "chunk"]
+JobKind = Literal["bootstrap", "distill", "consolidate", "train_cartridge"]
+Role = Literal["user", "assistant", "tool"]
+TERMINAL_JOB_STATES = frozenset({"succeeded", "failed"})
+
+
+class Access(TypedDict, total=False):
+    visibility: Visibility
+    groups: list[str]
+    labels: list[str]
+
+
+class EpisodeFields(Access, total=False):
+    messages: list[JSON]
+    session_id: str
+    outcome: Outcome
+    metadata: JSON
+    occurred_at: datetime | str
+
+
+class MemoryFields(Access, total=False):
+    confidence: float
+    sources: list[JSON]
+    valid_from: datetime | str
+
+
+class MemoryChanges(Access, total=False):
+    text: str
+    kind: MemoryKind
+    confidence: float
+
+
+class SearchFilters(TypedDict, total=False):
+    kinds: list[str]
+    labels: list[str]
+    since: datetime | str
+    until: datetime | str
+    session_id: str
+
+
+class MemscaleError(Exception):
+    """A non-2xx answer: HTTP status, the stable `code`, and the human `message`."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+def _jsonable(v: Any, *, top: bool = False) -> Any:
+    """JSON-ready copy: datetimes and UUIDs as strings; unset (None) top-level fields left out."""
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items() if not (top and x is None)}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    return v
+
+
+def _parse(r: httpx.Response) -> Any:
+    if r.status_code >= 400:
+        try:
+            err = r.json()["error"]
+            code, message = str(err["code"]), str(err["message"])
+        except Exception:  # not our error shape (a proxy, a crash page)
+            code, message = "http_error", r.text[:500] or r.reason_phrase
+        raise MemscaleError(r.status_code, code, message)
+    if r.status_code == 204 or not r.content:
+        return None
+    return r.json()
+
+
+class _Base:
+    """Request building shared by both clients: `_req(...)` returns httpx.request kwargs."""
+
+    def __init__(self, base_url: str, api_key: str | None, timeout: float):
+        self.base_url = (base_url or "").rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+
+    def _req(self, method: str, path: str, *, json: Any = None, params: JSON | None = None,
+             headers: dict[str, str] | None = None) -> JSON:
+        h = dict(headers or {})
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        kw: JSON = {"method": method, "url": self.base_url + path, "headers": h, "timeout": self.timeout}
+        if json is not None:
+            kw["json"] = _jsonable(json, top=True)
+        if params:
+            kw["params"] = {k: str(_jsonable(v)) for k, v in params.items() if v is not None}
+        return kw
+
+    # Bodies shared by both clients (one place that knows API.md's field names).
+    @staticmethod
+    def _episode(content: str, kind: str, fields: EpisodeFields) -> JSON:
+        return {"kind": kind, "content": content, **fields}
+
+    @staticmethod
+    def _idem(key: str | None) -> dict[str, str] | None:
+        return {"Idempotency-Key": key} if key else None
+
+    @staticmethod
+    def _search(query: str, k: int, mode: str, types: list[ItemType] | None, filters: SearchFilters | None) -> JSON:
+        return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters}
+
+
+class MemscaleClient(_Base):
+    """Synchronous client. `transport` is an `httpx.BaseTransport`, or a ready `httpx.Client`
+    (e.g. FastAPI's TestClient), which is used as is and not closed by `close()`."""
+
+    def __init__(self, base_url: str, api_key: str | None, timeout: float = 30,
+                 transport: httpx.BaseTransport | httpx.Client | None = None):
+        super().__init__(base_url, api_key, timeout)
+        if isinstance(transport, httpx.Client):
+            self._http, self._owned = transport, False
+        else:
+            self._http, self._owned = httpx.Client(transport=transport), True
+
+    def close(self) -> None:
+        if self._owned:
+            self._http.close()
+
+    def __enter__(self) -> MemscaleClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        """Any endpoint: `request("GET", "/v1/...", json=..., params=..., headers=...)` → parsed JSON."""
+        return _parse(self._http.request(**self._req(method, path, **kw)))
+
+    # ops
+    def healthz(self) -> JSON:
+        return self.request("GET", "/healthz")
+
+    def readyz(self) -> JSON:
+        return self.request("GET", "/readyz")
+
+    # episodes
+    def create_episode(self, content: str, *, kind: EpisodeKind = "note", idempotency_key: str | None = None,
+                       **fields: Unpack[EpisodeFields]) -> JSON:
+        return self.request("POST", "/v1/episodes", json=self._episode(content, kind, fields),
+                            headers=self._idem(idempotency_key))
+
+    def create_episodes(self, items: list[JSON], *, idempotency_key: str | None = None) -> list[str]:
+        """Batch (all or nothing); `items` are episode bodies as in API.md. Returns the ids."""
+        return self.request("POST", "/v1/episodes/batch", json={"items": items},
+                            headers=self._idem(idempotency_key))["ids"]
+
+    def get_episode(self, episode_id: Id) -> JSON:
+        return self.request("GET", f"/v1/episodes/{episode_id}")
+
+    def delete_episode(self, episode_id: Id) -> str:
+        """Returns the deletion job id."""
+        return self.request("DELETE", f"/v1/episodes/{episode_id}")["job_id"]
+
+    # memories
+    def create_memory(self, text: str, *, kind: MemoryKind = "fact", **fields: Unpack[MemoryFields]) -> JSON:
+        return self.request("POST", "/v1/memories", json={"text": text, "kind": kind, **fields})
+
+    def get_memory(self, memory_id: Id) -> JSON:
+        return self.request("GET", f"/v1/memories/{memory_id}")
+
+    def update_memory(self, memory_id: Id, **changes: Unpack[MemoryChanges]) -> JSON:
+        """PATCH: returns the new version (the old one is kept, `superseded`)."""
+        return self.request("PATCH", f"/v1/memories/{memory_id}", json=dict(changes))
+
+    def delete_memory(self, memory_id: Id) -> None:
+        self.request("DELETE", f"/v1/memories/{memory_id}")
+
+    # search and context
+    def search(self, query: str, *, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
+               types: list[ItemType] | None = None, filters: SearchFilters | None = None) -> JSON:
+        """`{results: [...], retrieval_id}`."""
+        return self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters))
+
+    def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None) -> JSON:
+        return self.request("POST", "/v1/context",
+                            json={"query": query, "session_id": session_id, "budget_tokens": budget_tokens})
+
+    # sessions and memory tools
+    def create_session(self, *, budget_tokens: int | None = None,
+                       working_context: dict[str, str] | None = None) -> JSON:
+        return self.request("POST", "/v1/sessions",
+                            json={"budget_tokens": budget_tokens, "working_context": working_context})
+
+    def add_message(self, session_id: Id, role: Role, content: str) -> JSON:
+        return self.request("POST", f"/v1/sessions/{session_id}/messages", json={"role": role, "content": content})
+
+    def get_session_context(self, session_id: Id) -> JSON:
+        return self.request("GET", f"/v1/sessions/{session_id}/context")
+
+    def list_tools(self) -> Any:
+        """The memory tools as OpenAI function-calling schemas."""
+        return self.request("GET", "/v1/tools")
+
+    def call_tool(self, session_id: Id, name: str, arguments: JSON | None = None) -> Any:
+        return self.request("POST", f"/v1/sessions/{session_id}/tools/{name}", json=arguments or {})
+
+    def report_outcome(self, session_id: Id, outcome: Outcome, *, reward: float | None = None,
+                       note: str | None = None) -> Any:
+        return self.request("POST", f"/v1/sessions/{session_id}/outcome",
+                            json={"outcome": outcome, "reward": reward, "note": note})
+
+    # jobs
+    def create_job(self, kind: JobKind, params: JSON | None = None) -> str:
+        """Returns the job id (202)."""
+        return self.request("POST", "/v1/jobs", json={"kind": kind, "params": params or {}})["id"]
+
+    def get_job(self, job_id: Id) -> JSON:
+        return self.request("GET", f"/v1/jobs/{job_id}")
+
+    def wait_job(self, job_id: Id, timeout: float = 60, poll: float = 0.2) -> JSON:
+        """Poll until the job is `succeeded` or `failed` (returned as is); TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get_job(job_id)
+            if job["status"] in TERMINAL_JOB_STATES:
+                return job
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} still {job['status']} after {timeout}s")
+            time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+    # lineage and audit
+    def get_lineage(self, type: ItemType | str, item_id: Id, *,
+                    direction: Literal["up", "down", "both"] = "both") -> JSON:
+        return self.request("GET", f"/v1/lineage/{type}/{item_id}", params={"direction": direction})
+
+    def get_retrieval(self, retrieval_id: Id) -> JSON:
+        return self.request("GET", f"/v1/retrievals/{retrieval_id}")
+
+    def list_audit(self, *, actor: Id | None = None, action: str | None = None, target_type: str | None = None,
+                   target_id: Id | None = None, since: datetime | str | None = None,
+                   until: datetime | str | None = None, cursor: str | None = None) -> JSON:
+        """`{events: [...], next_cursor}` (auditor/admin only)."""
+        return self.request("GET", "/v1/audit", params={
+            "actor": actor, "action": action, "target_type": target_type, "target_id": target_id,
+            "since": since, "until": until, "cursor": cursor})
+
+
+class AsyncMemscaleClient(_Base):
+    """Asynchronous client: the same methods as `MemscaleClient`, as coroutines. `transport` is an
+    `httpx.AsyncBaseTransport` (e.g. `httpx.ASGITransport(app)`) or a ready `httpx.AsyncClient`."""
+
+    def __init__(self, base_url: str, api_key: str | None, timeout: float = 30,
+                 transport: httpx.AsyncBaseTransport | httpx.AsyncClient | None = None):
+        super().__init__(base_url, api_key, timeout)
+        if isinstance(transport, httpx.AsyncClient):
+            self._http, self._owned = transport, False
+        else:
+            self._http, self._owned = httpx.AsyncClient(transport=transport), True
+
+    async def aclose(self) -> None:
+        if self._owned:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncMemscaleClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        return _parse(await self._http.request(**self._req(method, path, **kw)))
+
+    async def healthz(self) -> JSON:
+        return await self.request("GET", "/healthz")
+
+    async def readyz(self) -> JSON:
+        return await self.request("GET", "/readyz")
+
+    async def create_episode(self, content: str, *, kind: EpisodeKind = "note", idempotency_key: str | None = None,
+                             **fields: Unpack[EpisodeFields]) -> JSON:
+        return await self.request("POST", "/v1/episodes", json=self._episode(content, kind, fields),
+                                  headers=self._idem(idempotency_key))
+
+    async def create_episodes(self, items: list[JSON], *, idempotency_key: str | None = None) -> list[str]:
+        return (await self.request("POST", "/v1/episodes/batch", json={"items": items},
+                                   headers=self._idem(idempotency_key)))["ids"]
+
+    async def get_episode(self, episode_id: Id) -> JSON:
+        return await self.request("GET", f"/v1/episodes/{episode_id}")
+
+    async def delete_episode(self, episode_id: Id) -> str:
+        return (await self.request("DELETE", f"/v1/episodes/{episode_id}"))["job_id"]
+
+    async def create_memory(self, text: str, *, kind: MemoryKind = "fact", **fields: Unpack[MemoryFields]) -> JSON:
+        return await self.request("POST", "/v1/memories", json={"text": text, "kind": kind, **fields})
+
+    async def get_memory(self, memory_id: Id) -> JSON:
+        return await self.request("GET", f"/v1/memories/{memory_id}")
+
+    async def update_memory(self, memory_id: Id, **changes: Unpack[MemoryChanges]) -> JSON:
+        return await self.request("PATCH", f"/v1/memories/{memory_id}", json=dict(changes))
+
+    async def delete_memory(self, memory_id: Id) -> None:
+        await self.request("DELETE", f"/v1/memories/{memory_id}")
+
+    async def search(self, query: str, *, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
+                     types: list[ItemType] | None = None, filters: SearchFilters | None = None) -> JSON:
+        return await self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters))
+
+    async def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None) -> JSON:
+        return await self.request("POST", "/v1/context",
+                                  json={"query": query, "session_id": session_id, "budget_tokens": budget_tokens})
+
+    async def create_session(self, *, budget_tokens: int | None = None,
+                             working_context: dict[str, str] | None = None) -> JSON:
+        return await self.request("POST", "/v1/sessions",
+                                  json={"budget_tokens": budget_tokens, "working_context": working_context})
+
+    async def add_message(self, session_id: Id, role: Role, content: str) -> JSON:
+        return await self.request("POST", f"/v1/sessions/{session_id}/messages",
+                                  json={"role": role, "content": content})
+
+    async def get_session_context(self, session_id: Id) -> JSON:
+        return await self.request("GET", f"/v1/sessions/{session_id}/context")
+
+    async def list_tools(self) -> Any:
+        return await self.request("GET", "/v1/tools")
+
+    async def call_tool(self, session_id: Id, name: str, arguments: JSON | None = None) -> Any:
+        return await self.request("POST", f"/v1/sessions/{session_id}/tools/{name}", json=arguments or {})
+
+    async def report_outcome(self, session_id: Id, outcome: Outcome, *, reward: float | None = None,
+                             note: str | None = None) -> Any:
+        return await self.request("POST", f"/v1/sessions/{session_id}/outcome",
+                                  json={"outcome": outcome, "reward": reward, "note": note})
+
+    async def create_job(self, kind: JobKind, params: JSON | None = None) -> str:
+        return (await self.request("POST", "/v1/jobs", json={"kind": kind, "params": params or {}}))["id"]
+
+    async def get_job(self, job_id: Id) -> JSON:
+        return await self.request("GET", f"/v1/jobs/{job_id}")
+
+    async def wait_job(self, job_id: Id, timeout: float = 60, poll: float = 0.2) -> JSON:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = await self.get_job(job_id)
+            if job["status"] in TERMINAL_JOB_STATES:
+                return job
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} still {job['status']} after {timeout}s")
+            await asyncio.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+    async def get_lineage(self, type: ItemType | str, item_id: Id, *,
+                          direction: Literal["up", "down", "both"] = "both") -> JSON:
+        return await self.request("GET", f"/v1/lineage/{type}/{item_id}", params={"direction": direction})
+
+    async def get_retrieval(self, retrieval_id: Id) -> JSON:
+        return await self.request("GET", f"/v1/retrievals/{retrieval_id}")
+
+    async def list_audit(self, *, actor: Id | None = None, action: str | None = None, target_type: str | None = None,
+                         target_id: Id | None = None, since: datetime | str | None = None,
+                         until: datetime | str | None = None, cursor: str | None = None) -> JSON:
+        return await self.request("GET", "/v1/audit", params={
+            "actor": actor, "action": action, "target_type": target_type, "target_id": target_id,
+            "since": since, "until": until, "cursor": cursor})

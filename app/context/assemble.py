@@ -1,0 +1,96 @@
+"""Budgeted context assembly (MemGPT's main context): choose and order what goes in the prompt.
+
+Ranking: retrieval score (RRF of vector + text) x confidence x recency; successful trajectories
+before others. Filling: working context and summary first, then recent messages (up to a share
+of the budget), then retrieved items by score. The rendered text is counted with the configured
+model's tokenizer and trimmed until it fits: `tokens <= budget` always holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+SECTION_ORDER = ("instructions", "working_context", "summary", "memories", "examples", "knowledge", "recent_messages")
+TITLES = {"instructions": "Instructions", "working_context": "Working context", "summary": "Conversation summary",
+          "memories": "Relevant memories", "examples": "Examples from past episodes", "knowledge": "Knowledge",
+          "recent_messages": "Recent messages"}
+HALF_LIFE_DAYS = 90.0
+
+
+@dataclass
+class Piece:
+    section: str
+    type: str
+    id: str | None
+    text: str
+    score: float = 0.0
+    pinned: bool = False  # working context / summary: never dropped for retrieved items
+    extra: dict = field(default_factory=dict)
+
+
+def recency(at: datetime | None, now: datetime) -> float:
+    if at is None:
+        return 1.0
+    days = max(0.0, (now - at).total_seconds() / 86400)
+    return 0.5 + 0.5 * math.pow(0.5, days / HALF_LIFE_DAYS)
+
+
+def render(pieces: list[Piece]) -> str:
+    out = []
+    for name in SECTION_ORDER:
+        items = [p for p in pieces if p.section == name]
+        if items:
+            out.append(f"## {TITLES[name]}\n" + "\n".join(f"- {p.text}" for p in items))
+    return "\n\n".join(out)
+
+
+def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent_share: float = 0.35) -> list[Piece]:
+    """Greedy fill by priority, then trim by lowest score until the rendered text fits."""
+    chosen: list[Piece] = []
+
+    def cost(extra: list[Piece]) -> int:
+        return count(render(chosen + extra))
+
+    def try_add(p: Piece) -> bool:
+        if cost([p]) <= budget:
+            chosen.append(p)
+            return True
+        return False
+
+    for p in [p for p in pieces if p.pinned]:
+        if not try_add(p):  # a pinned piece that does not fit is cut to what does
+            words = p.text.split()
+            while words and not try_add(Piece(**{**p.__dict__, "text": " ".join(words) + " …"})):
+                words = words[: int(len(words) * 0.8)]
+    recent = [p for p in pieces if p.section == "recent_messages"]
+    recent_budget = int(budget * recent_share)
+    start = count(render(chosen))
+    kept_recent: list[Piece] = []
+    for p in reversed(recent):  # newest first
+        if count(render(chosen + kept_recent + [p])) - start > recent_budget:
+            break
+        kept_recent.insert(0, p)
+    chosen += kept_recent
+    for p in sorted((p for p in pieces if not p.pinned and p.section != "recent_messages"), key=lambda p: -p.score):
+        try_add(p)
+    while chosen and count(render(chosen)) > budget:  # belt and braces: never over budget
+        removable = [p for p in chosen if not p.pinned] or chosen
+        chosen.remove(min(removable, key=lambda p: p.score))
+    return chosen
+
+
+def sections(chosen: list[Piece], count: Callable[[str], int]) -> list[dict]:
+    out = []
+    for name in SECTION_ORDER:
+        items = [p for p in chosen if p.section == name]
+        if items:
+            out.append({"name": name, "tokens": count(render(items)),
+                        "items": [{"type": p.type, "id": p.id, "text": p.text, **p.extra} for p in items]})
+    return out
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)

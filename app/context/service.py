@@ -1,0 +1,64 @@
+"""POST /v1/context: hot context for a model call, within budget, only what the caller may see."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.context.assemble import Piece, fit, now_utc, recency, render, sections
+from app.search.schemas import SearchFilters
+from app.search.service import rank, record_retrieval
+
+INSTRUCTION_KINDS = ("rule", "procedure")
+
+
+def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *, k: int, ef_search: int,  # noqa: ANN001
+                     session_id: str | None = None) -> list[Piece]:
+    qvec = embedder.embed([query])[0]
+    now = now_utc()
+    out: list[Piece] = []
+    for type_ in ("memory", "episode", "chunk"):
+        results, _ = rank(db, principal, query=query, qvec=qvec, types=[type_], k=k, mode="hybrid",
+                          filters=SearchFilters(), ef_search=ef_search)
+        for r in results:
+            if type_ == "memory":
+                section = "instructions" if r.kind in INSTRUCTION_KINDS else "memories"
+                score = r.score * (0.5 + 0.5 * (r.confidence or 0.5)) * recency(r.created_at, now)
+                out.append(Piece(section, "memory", str(r.id), r.text, score, extra={"kind": r.kind}))
+            elif type_ == "episode":
+                if session_id is not None and r.session_id == session_id:
+                    continue  # the session's own history is in the summary / recent messages
+                boost = 1.5 if (r.kind == "trajectory" and r.outcome == "success") else (0.8 if r.outcome == "failure" else 1.0)
+                text = r.text if len(r.text) <= 1200 else r.text[:1200] + " …"
+                out.append(Piece("examples", "episode", str(r.id), text, r.score * boost * recency(r.created_at, now),
+                                 extra={"kind": r.kind, "outcome": r.outcome}))
+            else:
+                out.append(Piece("knowledge", "chunk", str(r.id), r.text, r.score,
+                                 extra={"content_hash": r.content_hash}))
+    return out
+
+
+def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001
+          ef_search: int, k: int = 20) -> dict:
+    from app.sessions.service import session_pieces
+
+    count = resources.gateway.count_tokens
+    pieces = session_pieces(db, session) if session is not None else []
+    pieces += retrieved_pieces(db, principal, resources.embedder, query, k=k, ef_search=ef_search,
+                               session_id=str(session.id) if session is not None else None)
+    chosen = fit(pieces, budget, count)
+    text = render(chosen)
+    handed = [p for p in chosen if p.type in ("memory", "episode", "chunk")]
+    rid = record_retrieval(db, principal, kind="context", query=query,
+                           params={"budget_tokens": budget, "session_id": str(session.id) if session else None},
+                           items=[{"type": p.type, "id": p.id, "score": round(p.score, 6), "section": p.section}
+                                  for p in handed])
+    chunks = [p for p in chosen if p.type == "chunk"]
+    prompt = render([p for p in chosen if p.type != "chunk"])
+    return {
+        "text": text, "tokens": count(text), "budget_tokens": budget, "sections": sections(chosen, count),
+        "retrieval_id": rid,
+        "handoff": {"cartridges": [], "chunks": [{"content_hash": p.extra["content_hash"], "chunk_id": p.id}
+                                                 for p in chunks],
+                    "prompt": (prompt + "\n\n" if prompt else "") + f"Question: {query}"},
+    }

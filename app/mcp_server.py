@@ -1,0 +1,220 @@
+"""MCP server (official `mcp` 2.x package): a thin adapter over the REST API.
+
+Every tool call goes through `AsyncMemscaleClient` with the caller's own key, so authentication,
+authorisation, ACLs, audit and retrieval records are the service's; nothing here touches the
+database or decides who may see what.
+
+- stdio: the key comes from `MEMSCALE_API_KEY` (the process runs on behalf of one user).
+- streamable HTTP: the `Authorization: Bearer <key>` header of each MCP HTTP request is forwarded
+  to the REST API for the tool calls it carries; there is no fallback key, so a caller without
+  a key gets the service's 401 as a tool error.
+
+`build_server(client_factory)` builds the server; `run(transport, host, port)` (or the click
+command `mcp_command`) serves it. The REST base URL is `MEMSCALE_API_URL` (default
+http://127.0.0.1:8000).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+import click
+import httpx
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from app.client import AsyncMemscaleClient, MemscaleError
+
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+# Called per tool call with the bearer key of the MCP request (None on stdio or in-process);
+# returns a client for that caller. `AsyncMemscaleClient` is closed after the call when it owns its
+# httpx client, so a factory may share one `httpx.AsyncClient` by passing it as `transport`.
+ClientFactory = Callable[[str | None], AsyncMemscaleClient]
+JSONObj = dict[str, Any]
+
+INSTRUCTIONS = (
+    "memscale: long-term memory for agents. `search` finds episodes, memories and knowledge chunks the "
+    "caller may see; `context` assembles a budgeted context for a query; `add_episode`/`add_memory` write. "
+    "Session tools (memory_*, context_*, working_context_replace, recall_search, archival_search) act on a "
+    "MemGPT-style session made with `session_create`; each call is logged in the session's trajectory."
+)
+
+
+def rest_client_factory(base_url: str, default_key: str | None = None, timeout: float = 30) -> ClientFactory:
+    """A factory for the REST API at `base_url`: the request's bearer key, else `default_key`."""
+
+    def make(key: str | None) -> AsyncMemscaleClient:
+        key = key or default_key
+        if not key:
+            raise ToolError("401 unauthorized: no API key (send Authorization: Bearer <key>)")
+        return AsyncMemscaleClient(base_url, key, timeout=timeout)
+
+    return make
+
+
+def bearer_key(ctx: Context | None) -> str | None:
+    """The key in the `Authorization: Bearer` header of the MCP HTTP request carrying this call."""
+    try:
+        headers = ctx.headers if ctx is not None else None
+    except ValueError:  # no request context (a direct in-process call)
+        return None
+    value = (headers or {}).get("authorization") or ""
+    scheme, _, token = value.partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MCPServer:
+    server = MCPServer(name, instructions=INSTRUCTIONS, version="1.0.0")
+
+    async def call(ctx: Context, fn: Callable[[AsyncMemscaleClient], Any]) -> JSONObj:
+        try:
+            async with client_factory(bearer_key(ctx)) as api:
+                out = await fn(api)
+        except MemscaleError as exc:
+            raise ToolError(str(exc)) from None  # "404 not_found: ..." for the model to read
+        except httpx.HTTPError as exc:
+            raise ToolError(f"memscale API unreachable ({type(exc).__name__})") from None
+        return out if isinstance(out, dict) else {"result": out}
+
+    def session_tool(tool: str, ctx: Context, session_id: str, args: JSONObj) -> Any:
+        body = {k: v for k, v in args.items() if v is not None and k not in ("ctx", "session_id")}
+        return call(ctx, lambda api: api.call_tool(session_id, tool, body))
+
+    # --- search, context and writes -------------------------------------------------------------
+    @server.tool()
+    async def search(ctx: Context, query: str, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
+                     types: list[Literal["memory", "episode", "chunk"]] | None = None,
+                     kinds: list[str] | None = None, session_id: str | None = None) -> JSONObj:
+        """Hybrid search over what the caller may see: {results: [{type, id, text, score, ...}], retrieval_id}."""
+        filters = {k_: v for k_, v in {"kinds": kinds, "session_id": session_id}.items() if v is not None}
+        return await call(ctx, lambda api: api.search(query, k=k, mode=mode, types=types, filters=filters or None))
+
+    @server.tool()
+    async def context(ctx: Context, query: str, session_id: str | None = None,
+                      budget_tokens: int | None = None) -> JSONObj:
+        """Assemble the hot context for a query within budget_tokens: {text, sections, tokens, retrieval_id}."""
+        return await call(ctx, lambda api: api.context(query, session_id=session_id, budget_tokens=budget_tokens))
+
+    @server.tool()
+    async def add_episode(ctx: Context, content: str,
+                          kind: Literal["conversation", "trajectory", "feedback", "note"] = "note",
+                          session_id: str | None = None, outcome: Literal["success", "failure", "unknown"] | None = None,
+                          visibility: Literal["private", "group", "org"] = "private", groups: list[str] | None = None,
+                          labels: list[str] | None = None, metadata: JSONObj | None = None) -> JSONObj:
+        """Record an episode (episodic memory). Private to the caller unless visibility says otherwise."""
+        fields = {"session_id": session_id, "outcome": outcome, "visibility": visibility, "groups": groups,
+                  "labels": labels, "metadata": metadata}
+        return await call(ctx, lambda api: api.create_episode(
+            content, kind=kind, **{k: v for k, v in fields.items() if v is not None}))
+
+    @server.tool()
+    async def add_memory(ctx: Context, text: str,
+                         kind: Literal["fact", "rule", "preference", "procedure", "schema_hint"] = "fact",
+                         confidence: float | None = None, visibility: Literal["private", "group", "org"] = "private",
+                         groups: list[str] | None = None, labels: list[str] | None = None) -> JSONObj:
+        """Store a semantic memory (fact, rule, preference, procedure or schema hint)."""
+        fields = {"confidence": confidence, "visibility": visibility, "groups": groups, "labels": labels}
+        return await call(ctx, lambda api: api.create_memory(
+            text, kind=kind, **{k: v for k, v in fields.items() if v is not None}))
+
+    # --- sessions (MemGPT main context) ---------------------------------------------------------
+    @server.tool()
+    async def session_create(ctx: Context, budget_tokens: int | None = None,
+                             working_context: dict[str, str] | None = None) -> JSONObj:
+        """Open a session (main context) with an optional token budget and labelled working-context blocks."""
+        return await call(ctx, lambda api: api.create_session(budget_tokens=budget_tokens,
+                                                              working_context=working_context))
+
+    @server.tool()
+    async def session_context(ctx: Context, session_id: str) -> JSONObj:
+        """The session's current context: {text, sections, tokens, pressure, summary?}."""
+        return await call(ctx, lambda api: api.get_session_context(session_id))
+
+    # --- session memory tools: forwarded to POST /v1/sessions/{id}/tools/{name} -------------------
+    @server.tool()
+    async def memory_add(ctx: Context, session_id: str, text: str,
+                         kind: Literal["fact", "rule", "preference", "procedure", "schema_hint"] | None = None,
+                         confidence: float | None = None, request_heartbeat: bool = False) -> JSONObj:
+        """Long-term: store a new memory from this session."""
+        return await session_tool("memory_add", ctx, session_id, locals())
+
+    @server.tool()
+    async def memory_update(ctx: Context, session_id: str, memory_id: str, text: str,
+                            request_heartbeat: bool = False) -> JSONObj:
+        """Long-term: replace a memory's text (a new version; the old one is kept as superseded)."""
+        return await session_tool("memory_update", ctx, session_id, locals())
+
+    @server.tool()
+    async def memory_delete(ctx: Context, session_id: str, memory_id: str, request_heartbeat: bool = False) -> JSONObj:
+        """Long-term: delete a memory."""
+        return await session_tool("memory_delete", ctx, session_id, locals())
+
+    @server.tool()
+    async def memory_retrieve(ctx: Context, session_id: str, query: str, k: int | None = None,
+                              request_heartbeat: bool = False) -> JSONObj:
+        """Short-term: pull relevant long-term memories into the session's context."""
+        return await session_tool("memory_retrieve", ctx, session_id, locals())
+
+    @server.tool()
+    async def context_summarize(ctx: Context, session_id: str, request_heartbeat: bool = False) -> JSONObj:
+        """Short-term: fold the session's older messages into the recursive summary."""
+        return await session_tool("context_summarize", ctx, session_id, locals())
+
+    @server.tool()
+    async def context_filter(ctx: Context, session_id: str, criteria: str, request_heartbeat: bool = False) -> JSONObj:
+        """Short-term: drop context items irrelevant to `criteria` (they stay in recall storage)."""
+        return await session_tool("context_filter", ctx, session_id, locals())
+
+    @server.tool()
+    async def working_context_replace(ctx: Context, session_id: str, label: str, new_text: str,
+                                      old_text: str | None = None, request_heartbeat: bool = False) -> JSONObj:
+        """Edit a labelled working-context block (replace old_text with new_text, or the whole block)."""
+        return await session_tool("working_context_replace", ctx, session_id, locals())
+
+    @server.tool()
+    async def recall_search(ctx: Context, session_id: str, query: str, k: int | None = None,
+                            request_heartbeat: bool = False) -> JSONObj:
+        """Search this session's evicted messages (recall storage)."""
+        return await session_tool("recall_search", ctx, session_id, locals())
+
+    @server.tool()
+    async def archival_search(ctx: Context, session_id: str, query: str, k: int | None = None,
+                              request_heartbeat: bool = False) -> JSONObj:
+        """Search long-term (archival) memory: memories, episodes and knowledge the caller may see."""
+        return await session_tool("archival_search", ctx, session_id, locals())
+
+    return server
+
+
+SESSION_TOOLS = ("memory_add", "memory_update", "memory_delete", "memory_retrieve", "context_summarize",
+                 "context_filter", "working_context_replace", "recall_search", "archival_search")
+
+
+def run(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8200) -> None:
+    """Serve MCP. stdio: key from MEMSCALE_API_KEY (required). http/streamable-http: each request's
+    bearer key, at http://HOST:PORT/mcp. The REST API is MEMSCALE_API_URL."""
+    api_url = os.environ.get("MEMSCALE_API_URL", DEFAULT_API_URL)
+    if transport == "stdio":
+        key = os.environ.get("MEMSCALE_API_KEY")
+        if not key:
+            raise click.UsageError("stdio mode needs MEMSCALE_API_KEY (the key of the user the agent acts for)")
+        build_server(rest_client_factory(api_url, key)).run("stdio")
+    elif transport in ("http", "streamable-http"):
+        build_server(rest_client_factory(api_url)).run("streamable-http", host=host, port=port)
+    else:
+        raise click.BadParameter(f"unknown transport {transport!r} (stdio or http)", param_hint="--transport")
+
+
+mcp_command = click.Command(
+    "mcp",
+    callback=run,
+    help="Serve the MCP server (stdio, or streamable HTTP at /mcp with per-request bearer keys).",
+    params=[
+        click.Option(["--transport"], type=click.Choice(["stdio", "http", "streamable-http"]), default="stdio",
+                     show_default=True),
+        click.Option(["--host"], default="127.0.0.1", show_default=True),
+        click.Option(["--port"], type=int, default=8200, show_default=True),
+    ],
+)

@@ -1,0 +1,127 @@
+"""Hot context and sessions: budgets hold, pressure warns, eviction loses nothing, no leaks."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from sqlalchemy import text
+
+from app.context.assemble import Piece, fit, render
+
+SECTIONS = ["instructions", "working_context", "summary", "memories", "examples", "knowledge", "recent_messages"]
+words = st.lists(st.sampled_from(["deploy", "kafka", "lag", "the", "billing", "über", "42", "x" * 30, "日本", "!"]),
+                 min_size=1, max_size=60).map(" ".join)
+piece = st.builds(lambda s, t, sc, pin: Piece(s, "memory", str(uuid.uuid4()), t, sc, pinned=pin and s in
+                                              ("working_context", "summary")),
+                  st.sampled_from(SECTIONS), words, st.floats(0, 1), st.booleans())
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(piece, max_size=40), budget=st.integers(16, 600))
+def test_budget_is_never_exceeded(app, client, pieces, budget):
+    count = app.state.resources.gateway.count_tokens  # the configured model's tokenizer (SmolLM2)
+    chosen = fit(pieces, budget, count)
+    assert count(render(chosen)) <= budget
+
+
+def _seed(client, alice, bob):  # noqa: ANN001
+    client.post("/v1/memories", json={"text": "Refunds over 500 dollars need a manager approval.", "kind": "rule",
+                                      "visibility": "org"}, headers=alice.h)
+    secret = client.post("/v1/memories", json={"text": "Alice's refund approval password is hunter2.", "kind": "fact"},
+                         headers=alice.h).json()["id"]
+    client.post("/v1/episodes", json={"kind": "trajectory", "outcome": "success", "visibility": "org",
+                                      "content": "Refund flow: looked up the order, checked amount, asked manager, refunded."},
+                headers=bob.h)
+    return secret
+
+
+def test_context_endpoint_budget_sections_and_no_leak(client, world, admin_engine):
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    secret = _seed(client, alice, bob)
+    for budget in (64, 150, 400, 2000):
+        r = client.post("/v1/context", json={"query": "how do I approve a refund", "budget_tokens": budget}, headers=bob.h)
+        assert r.status_code == 200, r.text
+        ctx = r.json()
+        assert ctx["tokens"] <= budget
+        ids = {i["id"] for s in ctx["sections"] for i in s["items"]}
+        assert secret not in ids and "hunter2" not in ctx["text"] and "hunter2" not in ctx["handoff"]["prompt"]
+    assert {s["name"] for s in ctx["sections"]} >= {"instructions", "examples"}
+    assert ctx["handoff"]["prompt"].endswith("Question: how do I approve a refund")
+    with admin_engine.connect() as c:
+        row = c.execute(text("SELECT kind, items FROM retrieval_events WHERE id = :i"), {"i": ctx["retrieval_id"]}).one()
+    assert row.kind == "context" and {i["id"] for i in row.items} == ids
+    mine = client.post("/v1/context", json={"query": "refund approval password", "budget_tokens": 400}, headers=alice.h).json()
+    assert secret in {i["id"] for s in mine["sections"] for i in s["items"]}
+
+
+def test_session_pressure_eviction_and_recall(client, world):
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    s = client.post("/v1/sessions", json={"budget_tokens": 256, "working_context": {"persona": "a billing assistant"}},
+                    headers=alice.h).json()
+    sid = s["id"]
+    assert client.get(f"/v1/sessions/{sid}/context", headers=bob.h).status_code == 404
+    warned, evicted_at = False, None
+    for i in range(40):
+        m = client.post(f"/v1/sessions/{sid}/messages", json={"role": "user" if i % 2 == 0 else "assistant",
+                                                            "content": f"message {i}: invoice INV-{1000 + i} was paid late"},
+                        headers=alice.h)
+        assert m.status_code == 201, m.text
+        ctx = client.get(f"/v1/sessions/{sid}/context", headers=alice.h).json()
+        assert ctx["tokens"] <= 256
+        if ctx["pressure"] >= 0.7 and not m.json()["evicted"]:
+            assert ctx["warning"] and "Memory pressure" in ctx["text"]
+            warned = True
+        if m.json()["evicted"]:
+            evicted_at = i
+            break
+    assert warned and evicted_at is not None
+    ctx = client.get(f"/v1/sessions/{sid}/context", headers=alice.h).json()
+    assert ctx["summary"] and ctx["evictions"] == 1 and ctx["pressure"] < 1.0
+    # Nothing is lost: every evicted message is an episode of the session, searchable.
+    r = client.post("/v1/search", json={"query": "invoice INV-1000 paid late", "types": ["episode"], "k": 50,
+                                        "filters": {"session_id": sid}}, headers=alice.h).json()["results"]
+    assert any("INV-1000" in x["text"] for x in r)
+    assert client.post("/v1/search", json={"query": "invoice INV-1000", "types": ["episode"],
+                                           "filters": {"session_id": sid}}, headers=bob.h).json()["results"] == []
+    hit = client.post(f"/v1/sessions/{sid}/tools/recall_search", json={"query": "INV-1000 paid late"}, headers=alice.h).json()
+    assert hit["ok"] and any("INV-1000" in x["text"] for x in hit["results"])
+
+
+def test_memory_tools_log_trajectory_and_respect_acl(client, world, admin_engine):
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    secret = client.post("/v1/memories", json={"text": "Alice's private supplier discount is 17 percent", "kind": "fact"},
+                         headers=alice.h).json()["id"]
+    tools = client.get("/v1/tools", headers=bob.h).json()["tools"]
+    names = {t["function"]["name"] for t in tools}
+    assert names == {"memory_add", "memory_update", "memory_delete", "memory_retrieve", "context_summarize",
+                     "context_filter", "working_context_replace", "recall_search", "archival_search"}
+    assert all(t["type"] == "function" and "request_heartbeat" in t["function"]["parameters"]["properties"] for t in tools)
+    sid = client.post("/v1/sessions", json={}, headers=bob.h).json()["id"]
+    call = lambda name, **a: client.post(f"/v1/sessions/{sid}/tools/{name}", json=a, headers=bob.h)  # noqa: E731
+    added = call("memory_add", text="Bob prefers invoices as PDF", kind="preference", request_heartbeat=True).json()
+    assert added["ok"] and added["heartbeat"] is True
+    assert client.get(f"/v1/memories/{added['id']}", headers=bob.h).status_code == 200
+    got = call("memory_retrieve", query="supplier discount percent").json()
+    assert secret not in {r["id"] for r in got["results"]}
+    got = call("archival_search", query="supplier discount percent", types=["memory", "episode", "chunk"]).json()
+    assert secret not in {r["id"] for r in got["results"]}
+    # Another user's memory cannot be changed through a tool: logged as an error, nothing changes.
+    upd = call("memory_update", id=secret, text="discount is 99 percent").json()
+    assert upd["ok"] is False and upd["error"]["code"] == "not_found"
+    assert client.get(f"/v1/memories/{secret}", headers=alice.h).json()["text"].endswith("17 percent")
+    rep = call("working_context_replace", label="task", new="collect overdue invoices").json()
+    assert rep["ok"] and client.get(f"/v1/sessions/{sid}/context", headers=bob.h).json()["text"].count("overdue") == 1
+    assert call("memory_add", text="x", kind="not-a-kind").status_code == 422
+    assert call("no_such_tool").status_code == 404
+    # Alice cannot drive Bob's session.
+    assert client.post(f"/v1/sessions/{sid}/tools/memory_add", json={"text": "x"}, headers=alice.h).status_code == 404
+    out = client.post(f"/v1/sessions/{sid}/outcome", json={"outcome": "success", "reward": 1.0}, headers=bob.h)
+    assert out.status_code == 200 and out.json()["reward"] == 1.0
+    with admin_engine.connect() as c:
+        rows = c.execute(text("SELECT name, status FROM tool_calls WHERE session_id = :s ORDER BY seq"), {"s": sid}).all()
+    assert [tuple(r) for r in rows] == [("memory_add", "ok"), ("memory_retrieve", "ok"), ("archival_search", "ok"),
+                                        ("memory_update", "error"), ("working_context_replace", "ok")]
