@@ -176,6 +176,17 @@ def jobs_run(kind: str, org_name: str, params) -> None:  # noqa: ANN001
     sys.exit(0 if job.status == "succeeded" else 1)
 
 
+@main.command("mcp")
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8200, show_default=True)
+def mcp_cmd(transport: str, host: str, port: int) -> None:
+    """MCP server over the REST API (stdio: MEMSCALE_API_KEY; http: each request's Bearer key)."""
+    from app.mcp_server import run
+
+    run(transport=transport, host=host, port=port)
+
+
 @main.group()
 def export() -> None:
     """Export data for training and analysis."""

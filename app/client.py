@@ -108,13 +108,16 @@ class _Base:
         self.base_url = (base_url or "").rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
+        self._owned = True
 
     def _req(self, method: str, path: str, *, json: Any = None, params: JSON | None = None,
              headers: dict[str, str] | None = None) -> JSON:
         h = dict(headers or {})
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
-        kw: JSON = {"method": method, "url": self.base_url + path, "headers": h, "timeout": self.timeout}
+        kw: JSON = {"method": method, "url": self.base_url + path, "headers": h}
+        if self._owned:  # a ready client keeps its own timeout
+            kw["timeout"] = self.timeout
         if json is not None:
             kw["json"] = _jsonable(json, top=True)
         if params:
@@ -136,14 +139,15 @@ class _Base:
 
 
 class MemscaleClient(_Base):
-    """Synchronous client. `transport` is an `httpx.BaseTransport`, or a ready `httpx.Client`
-    (e.g. FastAPI's TestClient), which is used as is and not closed by `close()`."""
+    """Synchronous client. `transport` is an `httpx.BaseTransport`, or a ready client object with
+    httpx's `request(method, url, ...)` (an `httpx.Client`, or FastAPI's TestClient, which is an
+    `httpx2.Client` in Starlette ≥ 1.0); a ready client is used as is and not closed by `close()`."""
 
     def __init__(self, base_url: str, api_key: str | None, timeout: float = 30,
-                 transport: httpx.BaseTransport | httpx.Client | None = None):
+                 transport: httpx.BaseTransport | httpx.Client | Any = None):
         super().__init__(base_url, api_key, timeout)
-        if isinstance(transport, httpx.Client):
-            self._http, self._owned = transport, False
+        if transport is not None and not isinstance(transport, httpx.BaseTransport):
+            self._http, self._owned = transport, False  # a ready client: httpx.Client, TestClient (httpx2)
         else:
             self._http, self._owned = httpx.Client(transport=transport), True
 
@@ -272,12 +276,13 @@ class MemscaleClient(_Base):
 
 class AsyncMemscaleClient(_Base):
     """Asynchronous client: the same methods as `MemscaleClient`, as coroutines. `transport` is an
-    `httpx.AsyncBaseTransport` (e.g. `httpx.ASGITransport(app)`) or a ready `httpx.AsyncClient`."""
+    `httpx.AsyncBaseTransport` (e.g. `httpx.ASGITransport(app)`) or a ready `httpx.AsyncClient`
+    (or anything with its async `request(method, url, ...)`), used as is and never closed here."""
 
     def __init__(self, base_url: str, api_key: str | None, timeout: float = 30,
-                 transport: httpx.AsyncBaseTransport | httpx.AsyncClient | None = None):
+                 transport: httpx.AsyncBaseTransport | httpx.AsyncClient | Any = None):
         super().__init__(base_url, api_key, timeout)
-        if isinstance(transport, httpx.AsyncClient):
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             self._http, self._owned = transport, False
         else:
             self._http, self._owned = httpx.AsyncClient(transport=transport), True

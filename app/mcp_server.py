@@ -33,6 +33,8 @@ DEFAULT_API_URL = "http://127.0.0.1:8000"
 # httpx client, so a factory may share one `httpx.AsyncClient` by passing it as `transport`.
 ClientFactory = Callable[[str | None], AsyncMemscaleClient]
 JSONObj = dict[str, Any]
+MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint"]
+ItemType = Literal["memory", "episode", "chunk"]
 
 INSTRUCTIONS = (
     "memscale: long-term memory for agents. `search` finds episodes, memories and knowledge chunks the "
@@ -78,14 +80,18 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
             raise ToolError(f"memscale API unreachable ({type(exc).__name__})") from None
         return out if isinstance(out, dict) else {"result": out}
 
-    def session_tool(tool: str, ctx: Context, session_id: str, args: JSONObj) -> Any:
-        body = {k: v for k, v in args.items() if v is not None and k not in ("ctx", "session_id")}
-        return call(ctx, lambda api: api.call_tool(session_id, tool, body))
+    async def session_tool(tool: str, ctx: Context, session_id: str, **args: Any) -> JSONObj:
+        body = {k: v for k, v in args.items() if v is not None}
+        out = await call(ctx, lambda api: api.call_tool(session_id, tool, body))
+        if out.get("ok") is False:  # the service ran and logged the call, and the tool refused
+            err = out.get("error") or {}
+            raise ToolError(f"{err.get('code', 'tool_error')}: {err.get('message', 'the tool failed')}")
+        return out
 
     # --- search, context and writes -------------------------------------------------------------
     @server.tool()
     async def search(ctx: Context, query: str, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
-                     types: list[Literal["memory", "episode", "chunk"]] | None = None,
+                     types: list[ItemType] | None = None,
                      kinds: list[str] | None = None, session_id: str | None = None) -> JSONObj:
         """Hybrid search over what the caller may see: {results: [{type, id, text, score, ...}], retrieval_id}."""
         filters = {k_: v for k_, v in {"kinds": kinds, "session_id": session_id}.items() if v is not None}
@@ -100,7 +106,8 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
     @server.tool()
     async def add_episode(ctx: Context, content: str,
                           kind: Literal["conversation", "trajectory", "feedback", "note"] = "note",
-                          session_id: str | None = None, outcome: Literal["success", "failure", "unknown"] | None = None,
+                          session_id: str | None = None,
+                          outcome: Literal["success", "failure", "unknown"] | None = None,
                           visibility: Literal["private", "group", "org"] = "private", groups: list[str] | None = None,
                           labels: list[str] | None = None, metadata: JSONObj | None = None) -> JSONObj:
         """Record an episode (episodic memory). Private to the caller unless visibility says otherwise."""
@@ -110,8 +117,7 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
             content, kind=kind, **{k: v for k, v in fields.items() if v is not None}))
 
     @server.tool()
-    async def add_memory(ctx: Context, text: str,
-                         kind: Literal["fact", "rule", "preference", "procedure", "schema_hint"] = "fact",
+    async def add_memory(ctx: Context, text: str, kind: MemoryKind = "fact",
                          confidence: float | None = None, visibility: Literal["private", "group", "org"] = "private",
                          groups: list[str] | None = None, labels: list[str] | None = None) -> JSONObj:
         """Store a semantic memory (fact, rule, preference, procedure or schema hint)."""
@@ -133,57 +139,66 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
         return await call(ctx, lambda api: api.get_session_context(session_id))
 
     # --- session memory tools: forwarded to POST /v1/sessions/{id}/tools/{name} -------------------
+    # Arguments mirror app/sessions/tools.py (GET /v1/tools); tests/test_mcp.py checks they agree.
     @server.tool()
-    async def memory_add(ctx: Context, session_id: str, text: str,
-                         kind: Literal["fact", "rule", "preference", "procedure", "schema_hint"] | None = None,
+    async def memory_add(ctx: Context, session_id: str, text: str, kind: MemoryKind = "fact",
                          confidence: float | None = None, request_heartbeat: bool = False) -> JSONObj:
-        """Long-term: store a new memory from this session."""
-        return await session_tool("memory_add", ctx, session_id, locals())
+        """Long-term: store a memory (fact, rule, preference, procedure, schema_hint) from this session."""
+        return await session_tool("memory_add", ctx, session_id, text=text, kind=kind, confidence=confidence,
+                                  request_heartbeat=request_heartbeat)
 
     @server.tool()
-    async def memory_update(ctx: Context, session_id: str, memory_id: str, text: str,
+    async def memory_update(ctx: Context, session_id: str, id: str, text: str | None = None,
+                            kind: MemoryKind | None = None, confidence: float | None = None,
                             request_heartbeat: bool = False) -> JSONObj:
-        """Long-term: replace a memory's text (a new version; the old one is kept as superseded)."""
-        return await session_tool("memory_update", ctx, session_id, locals())
+        """Long-term: replace memory `id` with a new version (the old one is kept as history)."""
+        return await session_tool("memory_update", ctx, session_id, id=id, text=text, kind=kind, confidence=confidence,
+                                  request_heartbeat=request_heartbeat)
 
     @server.tool()
-    async def memory_delete(ctx: Context, session_id: str, memory_id: str, request_heartbeat: bool = False) -> JSONObj:
-        """Long-term: delete a memory."""
-        return await session_tool("memory_delete", ctx, session_id, locals())
+    async def memory_delete(ctx: Context, session_id: str, id: str, request_heartbeat: bool = False) -> JSONObj:
+        """Long-term: delete memory `id` (one you own)."""
+        return await session_tool("memory_delete", ctx, session_id, id=id, request_heartbeat=request_heartbeat)
 
     @server.tool()
-    async def memory_retrieve(ctx: Context, session_id: str, query: str, k: int | None = None,
+    async def memory_retrieve(ctx: Context, session_id: str, query: str, k: int = 5,
                               request_heartbeat: bool = False) -> JSONObj:
-        """Short-term: pull relevant long-term memories into the session's context."""
-        return await session_tool("memory_retrieve", ctx, session_id, locals())
+        """Short-term: retrieve long-term memories relevant to a query."""
+        return await session_tool("memory_retrieve", ctx, session_id, query=query, k=k,
+                                  request_heartbeat=request_heartbeat)
 
     @server.tool()
     async def context_summarize(ctx: Context, session_id: str, request_heartbeat: bool = False) -> JSONObj:
-        """Short-term: fold the session's older messages into the recursive summary."""
-        return await session_tool("context_summarize", ctx, session_id, locals())
+        """Short-term: fold the oldest half of the conversation into the recursive summary."""
+        return await session_tool("context_summarize", ctx, session_id, request_heartbeat=request_heartbeat)
 
     @server.tool()
-    async def context_filter(ctx: Context, session_id: str, criteria: str, request_heartbeat: bool = False) -> JSONObj:
-        """Short-term: drop context items irrelevant to `criteria` (they stay in recall storage)."""
-        return await session_tool("context_filter", ctx, session_id, locals())
+    async def context_filter(ctx: Context, session_id: str, message_ids: list[str] | None = None,
+                             contains: str | None = None, request_heartbeat: bool = False) -> JSONObj:
+        """Short-term: remove messages (by id, or containing a text) from the context; they stay searchable."""
+        return await session_tool("context_filter", ctx, session_id, message_ids=message_ids, contains=contains,
+                                  request_heartbeat=request_heartbeat)
 
     @server.tool()
-    async def working_context_replace(ctx: Context, session_id: str, label: str, new_text: str,
-                                      old_text: str | None = None, request_heartbeat: bool = False) -> JSONObj:
-        """Edit a labelled working-context block (replace old_text with new_text, or the whole block)."""
-        return await session_tool("working_context_replace", ctx, session_id, locals())
+    async def working_context_replace(ctx: Context, session_id: str, label: str, new: str, old: str | None = None,
+                                      request_heartbeat: bool = False) -> JSONObj:
+        """Edit a labelled working-context block: replace `old` inside it with `new`, or the whole block."""
+        return await session_tool("working_context_replace", ctx, session_id, label=label, new=new, old=old,
+                                  request_heartbeat=request_heartbeat)
 
     @server.tool()
-    async def recall_search(ctx: Context, session_id: str, query: str, k: int | None = None,
+    async def recall_search(ctx: Context, session_id: str, query: str, k: int = 5,
                             request_heartbeat: bool = False) -> JSONObj:
-        """Search this session's evicted messages (recall storage)."""
-        return await session_tool("recall_search", ctx, session_id, locals())
+        """Search this session's earlier (evicted) conversation."""
+        return await session_tool("recall_search", ctx, session_id, query=query, k=k,
+                                  request_heartbeat=request_heartbeat)
 
     @server.tool()
-    async def archival_search(ctx: Context, session_id: str, query: str, k: int | None = None,
-                              request_heartbeat: bool = False) -> JSONObj:
-        """Search long-term (archival) memory: memories, episodes and knowledge the caller may see."""
-        return await session_tool("archival_search", ctx, session_id, locals())
+    async def archival_search(ctx: Context, session_id: str, query: str, k: int = 5,
+                              types: list[ItemType] | None = None, request_heartbeat: bool = False) -> JSONObj:
+        """Search long-term memories and organisational knowledge (default types: memory, chunk)."""
+        return await session_tool("archival_search", ctx, session_id, query=query, k=k, types=types,
+                                  request_heartbeat=request_heartbeat)
 
     return server
 

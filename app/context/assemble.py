@@ -48,35 +48,47 @@ def render(pieces: list[Piece]) -> str:
 
 
 def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent_share: float = 0.35) -> list[Piece]:
-    """Greedy fill by priority, then trim by lowest score until the rendered text fits."""
+    """Greedy fill by priority using per-piece token counts (each text is tokenised once), then
+    an exact count of the rendered text, trimming the lowest-scored pieces until it fits."""
+    cost = {id(p): count(f"- {p.text}") + 1 for p in pieces}
+    header = {name: count(f"## {TITLES[name]}") + 2 for name in SECTION_ORDER}
     chosen: list[Piece] = []
+    used, open_sections = 0, set()
 
-    def cost(extra: list[Piece]) -> int:
-        return count(render(chosen + extra))
+    def add(p: Piece, limit: int) -> bool:
+        nonlocal used
+        extra = cost[id(p)] + (0 if p.section in open_sections else header[p.section])
+        if used + extra > limit:
+            return False
+        chosen.append(p)
+        open_sections.add(p.section)
+        used += extra
+        return True
 
-    def try_add(p: Piece) -> bool:
-        if cost([p]) <= budget:
-            chosen.append(p)
-            return True
-        return False
-
-    for p in [p for p in pieces if p.pinned]:
-        if not try_add(p):  # a pinned piece that does not fit is cut to what does
+    for p in (p for p in pieces if p.pinned):
+        if not add(p, budget):  # a pinned piece that does not fit is cut to what does
             words = p.text.split()
-            while words and not try_add(Piece(**{**p.__dict__, "text": " ".join(words) + " …"})):
+            while words:
                 words = words[: int(len(words) * 0.8)]
+                cut = Piece(**{**p.__dict__, "text": " ".join(words) + " …"})
+                cost[id(cut)] = count(f"- {cut.text}") + 1
+                if add(cut, budget):
+                    break
+    recent_limit = used + int(budget * recent_share)
     recent = [p for p in pieces if p.section == "recent_messages"]
-    recent_budget = int(budget * recent_share)
-    start = count(render(chosen))
-    kept_recent: list[Piece] = []
+    kept = 0
     for p in reversed(recent):  # newest first
-        if count(render(chosen + kept_recent + [p])) - start > recent_budget:
+        if not add(p, min(budget, recent_limit)):
             break
-        kept_recent.insert(0, p)
-    chosen += kept_recent
+        kept += 1
+    # keep the recent messages in their original order
+    if kept:
+        tail = chosen[-kept:]
+        del chosen[-kept:]
+        chosen += list(reversed(tail))
     for p in sorted((p for p in pieces if not p.pinned and p.section != "recent_messages"), key=lambda p: -p.score):
-        try_add(p)
-    while chosen and count(render(chosen)) > budget:  # belt and braces: never over budget
+        add(p, budget)
+    while chosen and count(render(chosen)) > budget:  # exact check: never over budget
         removable = [p for p in chosen if not p.pinned] or chosen
         chosen.remove(min(removable, key=lambda p: p.score))
     return chosen

@@ -39,10 +39,11 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
 
 
 def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001
-          ef_search: int, k: int = 20) -> dict:
+          ef_search: int, k: int | None = None) -> dict:
     from app.sessions.service import session_pieces
 
     count = resources.gateway.count_tokens
+    k = k or max(10, min(100, budget // 30))  # enough candidates to fill the budget
     pieces = session_pieces(db, session) if session is not None else []
     pieces += retrieved_pieces(db, principal, resources.embedder, query, k=k, ef_search=ef_search,
                                session_id=str(session.id) if session is not None else None)

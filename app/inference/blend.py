@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from transformers import DynamicCache
 
-from app.inference.kv import ChunkKV, LayerKV, PrefixKV, causal_position_mask, place_chunks
+from app.inference.kv import ChunkKV, PrefixKV, causal_position_mask, place_chunks, unstack_kv
 
 if TYPE_CHECKING:
     from app.inference.engine import Engine
@@ -110,6 +110,8 @@ def build_context(
         return Context(cache, n_tokens=pos, recomputed_tokens=0)
 
     n_chunk_tokens = sum(c.n_tokens for c in chunks)
+    if mode != "full" and any(c.kv is None for c in chunks):
+        raise ValueError(f"mode {mode!r} needs the stored KV of every chunk")
     if mode == "full":
         ids = torch.cat([c.token_ids for c in chunks])
         engine.forward(ids, cache, pos)
@@ -117,7 +119,7 @@ def build_context(
 
     if mode in ("prefix", "reuse"):
         n_reused = 1 if mode == "prefix" else len(chunks)
-        placed = place_chunks(chunks[:n_reused], pos, engine.inv_freq).to(engine.device, engine.dtype)
+        placed = place_chunks(chunks[:n_reused], pos, engine.inv_freq, engine.device).to(engine.dtype)
         for i in range(n_layers):
             cache.layers[i].update(placed[i, 0].unsqueeze(0), placed[i, 1].unsqueeze(0))
         pos += placed.shape[3]
@@ -144,36 +146,38 @@ def blend_layers(engine: Engine, past: PrefixKV, chunks: list[ChunkKV], config: 
     if config.check_layer >= n_layers:
         raise ValueError(f"check_layer {config.check_layer} >= {n_layers} layers")
     P = past[0][0].shape[2] if past else 0
-    placed = place_chunks(chunks, P, engine.inv_freq).to(device, dtype)  # (L, 2, H, T, D)
+    placed = place_chunks(chunks, P, engine.inv_freq, device).to(dtype)  # (L, 2, H, T, D)
     T = placed.shape[3]
-    full: list[LayerKV] = []
-    for i in range(n_layers):
-        if P:
-            full.append((torch.cat((past[i][0], placed[i, 0:1, :]), dim=2), torch.cat((past[i][1], placed[i, 1:2]), dim=2)))
-        else:
-            full.append((placed[i, 0:1], placed[i, 1:2]))  # views into the fresh `placed`
-    # full[i]: K, V each (1, H, P+T, D)
+    if P:
+        slab = torch.cat((torch.stack([torch.stack((k[0], v[0])) for k, v in past]), placed), dim=3)
+    else:
+        slab = placed  # fresh tensor from place_chunks: ours to write into
+    full = unstack_kv(slab)  # per layer (K, V) views, each (1, H, P+T, D)
 
     ids = torch.cat([c.token_ids for c in chunks]).to(device)  # (T,)
     sel = torch.arange(T, device=device)  # chunk-token indices still being computed
     keep = n_recompute(T, config.recompute_ratio)
     hidden = model.model.embed_tokens(ids)[None]  # (1, T, hidden)
+    slots = P + sel  # (n,) positions == indices into the full KV
+    mask = causal_position_mask(slots, P + T, dtype)  # (1, 1, n, P+T)
+    rope = model.model.rotary_emb(hidden, slots[None])  # cos, sin: (1, n, D)
     for i, layer in enumerate(model.model.layers[:n_layers]):
-        slots = P + sel  # (n,) positions == indices into the full KV
         measure = i == config.check_layer and keep < sel.numel()
         adapter = _ScatterKV(full[i][0], full[i][1], slots, measure)
-        pos_ids = slots[None]  # (1, n)
         hidden = layer(
             hidden,
-            attention_mask=causal_position_mask(slots, P + T, dtype),  # (1, 1, n, P+T)
-            position_ids=pos_ids,
-            position_embeddings=model.model.rotary_emb(hidden, pos_ids),
+            attention_mask=mask,
+            position_ids=slots[None],
+            position_embeddings=rope,
             cache=adapter,
             use_cache=True,
         )  # (1, n, hidden)
         if measure:
             top = torch.topk(adapter.deviation, keep).indices.sort().values  # (keep,)
-            sel, hidden = sel[top], hidden[:, top]
             if keep == 0:
+                sel = sel[top]
                 break  # ratio 0: later layers keep the re-rotated cached KV (= reuse)
+            sel, hidden = sel[top], hidden[:, top]
+            slots = P + sel
+            mask, rope = mask[:, :, top], (rope[0][:, top], rope[1][:, top])
     return full, int(sel.numel())

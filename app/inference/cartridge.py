@@ -13,11 +13,15 @@ Design choices
   Cartridges paper): each cartridge keeps the positions it was trained at; queries continue at
   ``sum(p)``.
 - This module holds tensors only; prompt framing and tokenisation live in ``pipelines.cartridges``.
+- Serving: :class:`CartridgeDirectory` maps ids to files and composes them; it fits the inference
+  server's ``resolve_cartridges`` hook.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -236,3 +240,46 @@ def prefix_cache(prefix_kv: PrefixKV | None, batch_size: int = 1) -> DynamicCach
         assert k.dim() == 4 and k.shape[0] == 1 and k.shape == v.shape, k.shape
         data.append((k.expand(batch_size, -1, -1, -1), v.expand(batch_size, -1, -1, -1)))
     return DynamicCache(ddp_cache_data=data)
+
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class CartridgeDirectory:
+    """Resolve cartridge ids to one composed prefix: ``<root>/<id>.safetensors``, LRU-cached.
+
+    Usable as the inference server's ``resolve_cartridges``: unknown ids raise ``KeyError(id)``;
+    ids that are not plain names (``../x``) are unknown by construction; a cartridge trained
+    for another model raises ``ValueError``. The returned tensors carry no autograd history.
+    """
+
+    def __init__(self, root: str | Path, model_id: str | None = None,
+                 device: str | torch.device = "cpu", max_cached: int = 8):
+        self.root, self.model_id, self.device = Path(root), model_id, device
+        self.max_cached = max_cached
+        self._cache: OrderedDict[str, Cartridge] = OrderedDict()
+
+    def path(self, cartridge_id: str) -> Path:
+        if not _ID.fullmatch(cartridge_id):
+            raise KeyError(cartridge_id)
+        return self.root / f"{cartridge_id}.safetensors"
+
+    def load(self, cartridge_id: str) -> Cartridge:
+        if cartridge_id in self._cache:
+            self._cache.move_to_end(cartridge_id)
+            return self._cache[cartridge_id]
+        path = self.path(cartridge_id)
+        if not path.is_file():
+            raise KeyError(cartridge_id)
+        cart = Cartridge.load(path, device=self.device)
+        if self.model_id is not None and cart.model_id != self.model_id:
+            raise ValueError(f"cartridge {cartridge_id} is for {cart.model_id}, not {self.model_id}")
+        cart.requires_grad_(False)
+        self._cache[cartridge_id] = cart
+        while len(self._cache) > self.max_cached:
+            self._cache.popitem(last=False)
+        return cart
+
+    def __call__(self, ids: Sequence[str]) -> PrefixKV:
+        with torch.no_grad():
+            return compose([self.load(i) for i in ids])

@@ -102,14 +102,16 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.T
     return (k * cos + rotated_half * sin).to(keys.dtype)
 
 
-def place_chunks(chunks: list[ChunkKV], start: int, inv_freq: torch.Tensor) -> torch.Tensor:
+def place_chunks(
+    chunks: list[ChunkKV], start: int, inv_freq: torch.Tensor, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """Concatenate chunk KVs along tokens and re-rotate keys so chunk tokens sit at
     ``start, start+1, ...`` (each chunk was computed at 0..T_i-1).
 
-    Returns (layers, 2, H, sum T_i, D), a new tensor (safe to write into).
+    Returns (layers, 2, H, sum T_i, D) on ``device``, a new tensor (safe to write into).
     """
     assert chunks and all(c.kv is not None for c in chunks)
-    kv = torch.cat([c.kv for c in chunks], dim=3)  # (L, 2, H, T, D)
+    kv = torch.cat([c.kv.to(device, non_blocking=True) for c in chunks], dim=3)  # (L, 2, H, T, D)
     deltas, pos = [], start
     for c in chunks:
         deltas.append(torch.full((c.n_tokens,), pos, dtype=torch.float32))

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001, ARG001
-    """Tables that are not ours to diff: procrastinate's queue and alembic's own."""
-    return not (type_ == "table" and (name.startswith("procrastinate") or name == "alembic_version"))
+    """alembic's own table is not ours to diff."""
+    return not (type_ == "table" and name == "alembic_version")
 
 
 def alembic_config(settings: Settings) -> Config:
