@@ -128,7 +128,7 @@ def jobs() -> None:
 
 
 @jobs.command("run")
-@click.argument("kind", type=click.Choice(["bootstrap", "distill", "consolidate", "train_cartridge"]))
+@click.argument("kind", type=click.Choice(["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]))
 @click.option("--org", "org_name", required=True)
 @click.option("--param", "params", multiple=True, help="key=value (JSON values allowed), repeatable")
 def jobs_run(kind: str, org_name: str, params) -> None:  # noqa: ANN001
@@ -211,6 +211,50 @@ def export_trajectories(org_name: str, out) -> None:  # noqa: ANN001
             out.write(json.dumps(line, default=str) + "\n")
             n += 1
     click.echo(f"{n} trajectories", err=True)
+
+
+@main.group()
+def audit() -> None:
+    """Compliance tools."""
+
+
+@audit.command("verify")
+@click.option("--org", "org_name", required=True)
+def audit_verify(org_name: str) -> None:
+    """Recompute the org's audit hash chain; name the first broken link (exit 1) or print ok."""
+    from app.audit.service import verify_chain
+    from app.orgs import service as orgs
+
+    with _admin_session(Settings()) as db:
+        org = _run(lambda: orgs.org_by_name(db, org_name))
+        n, broken = verify_chain(db, org.id)
+    if broken is not None:
+        click.echo(f"broken at seq {broken.seq} (event {broken.id}, action {broken.action}, at {broken.at.isoformat()})")
+        sys.exit(1)
+    click.echo(f"ok {n} events")
+
+
+@admin.command("set-retention")
+@click.option("--org", "org_name", required=True)
+@click.option("--kind", "kind", type=click.Choice(["episode"]), default="episode", show_default=True)
+@click.option("--days", type=int, required=True, help="0 removes the policy")
+def set_retention(org_name: str, kind: str, days: int) -> None:
+    """Retention policy: the scheduled `retention` job deletes older items (with their derivations)."""
+    from app.audit.service import record
+    from app.orgs import service as orgs
+
+    with _admin_session(Settings()) as db:
+        org = _run(lambda: orgs.org_by_name(db, org_name))
+        retention = dict(org.settings.get("retention", {}))
+        if days > 0:
+            retention[kind] = days
+        else:
+            retention.pop(kind, None)
+        org.settings = {**org.settings, "retention": retention}
+        record(db, org_id=org.id, actor_id=None, action="policy.retention", target_type="org", target_id=org.id,
+               details={"kind": kind, "days": days})
+        db.commit()
+        click.echo(str(days))
 
 
 @main.group()

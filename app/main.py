@@ -50,9 +50,12 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.jobs.endpoints import router as jobs
     from app.memories.endpoints import router as memories
     from app.search.endpoints import router as search
+    from app.audit.endpoints import router as audit
+    from app.lineage.endpoints import router as lineage
+    from app.orgs.endpoints import router as users
     from app.sessions.endpoints import router as sessions
 
-    for r in (episodes, memories, search, jobs, sessions):
+    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

@@ -33,5 +33,9 @@ class TrainCartridgeParams(StrictModel):
     steps: int = Field(default=40, ge=1, le=100_000)
 
 
+class RetentionParams(StrictModel):
+    pass
+
+
 PARAMS = {"bootstrap": BootstrapParams, "distill": DistillParams, "consolidate": ConsolidateParams,
-          "train_cartridge": TrainCartridgeParams}
+          "train_cartridge": TrainCartridgeParams, "retention": RetentionParams}

@@ -37,8 +37,9 @@ PIPELINES: dict[str, str] = {
     "distill": "pipelines.distillation.job:run",
     "consolidate": "pipelines.consolidation.job:run",
     "train_cartridge": "pipelines.cartridges.service_job:run",
+    "retention": "pipelines.retention:run",
 }
-DEFAULT_SCHEDULES = {"distill": 3600, "consolidate": 86400}  # seconds; org.settings["schedules"] overrides
+DEFAULT_SCHEDULES = {"distill": 3600, "consolidate": 86400, "retention": 86400}  # seconds; org.settings["schedules"] overrides
 MAX_ATTEMPTS = 3
 
 

@@ -10,7 +10,7 @@ from app.kit.schemas import StrictModel
 
 
 class JobIn(StrictModel):
-    kind: Literal["bootstrap", "distill", "consolidate", "train_cartridge"]
+    kind: Literal["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]
     params: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -76,3 +76,14 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
         raise
     finally:
         db.close()
+
+
+@contextmanager
+def existence_only(db: Session) -> Iterator[None]:
+    """Let the RLS backstop see every scope of the bound org for an existence check (ids only;
+    callers must not read content inside). Restores the user scope afterwards."""
+    db.execute(text("SELECT set_config('memscale.scope', 'all', true)"))
+    try:
+        yield
+    finally:
+        db.execute(text("SELECT set_config('memscale.scope', 'user', true)"))

@@ -1,4 +1,8 @@
-"""Writing lineage edges (reading them is the compliance issue's /v1/lineage)."""
+"""Lineage: writing edges, and reading the graph with access applied to every node.
+
+A node the caller may not see is a redacted placeholder for auditors (type and id only) and is
+omitted, with its edges, for everyone else. A node whose row was deleted shows `deleted: true`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,72 @@ import uuid
 
 from sqlalchemy.orm import Session
 
+from app.auth.principal import Principal
+from app.episodes.models import Episode
+from app.kit.errors import NotFound
+from app.knowledge.models import Chunk, KnowledgeAsset
+from app.lineage import repository as repo
 from app.lineage.models import LineageEdge
+from app.memories.models import Memory
+
+MODELS = {"episode": Episode, "memory": Memory, "chunk": Chunk, "asset": KnowledgeAsset}
 
 
 def add_edge(db: Session, *, org_id: uuid.UUID, from_type: str, from_id: uuid.UUID, to_type: str,
              to_id: uuid.UUID, relation: str, job_id: uuid.UUID | None = None) -> None:
     db.add(LineageEdge(org_id=org_id, from_type=from_type, from_id=from_id, to_type=to_type, to_id=to_id,
                        relation=relation, job_id=job_id))
+
+
+def _describe(type_: str, row) -> dict:  # noqa: ANN001
+    text = row.content if type_ == "episode" else getattr(row, "text", None) or getattr(row, "title", "")
+    return {"type": type_, "id": str(row.id), "text": text[:500], "visibility": row.visibility,
+            "groups": list(row.groups), "labels": list(row.labels), "owner_id": str(row.owner_id),
+            "status": getattr(row, "status", None), "kind": getattr(row, "kind", None)}
+
+
+def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direction: str, depth: int) -> dict:
+    auditor = principal.has_role("auditor", "admin")
+    model = MODELS.get(type_)
+    if model is None:
+        raise NotFound(f"unknown item type {type_!r}")
+    start_visible = repo.load_visible(db, principal, model, [id_])
+    if not start_visible and not (auditor and repo.existing_ids(db, principal.org_id, model, [id_])):
+        raise NotFound(f"{type_} not found")
+    es = repo.edges(db, principal.org_id, type_, id_, direction, depth)
+    wanted: dict[str, set] = {t: set() for t in MODELS}
+    wanted[type_].add(id_)
+    for e in es:
+        for t, i in ((e.from_type, e.from_id), (e.to_type, e.to_id)):
+            if t in wanted:
+                wanted[t].add(i)
+    nodes, shown = [], set()
+    for t, ids in wanted.items():
+        visible = repo.load_visible(db, principal, MODELS[t], ids)
+        existing = repo.existing_ids(db, principal.org_id, MODELS[t], ids - set(visible))
+        for i in ids:
+            if i in visible:
+                nodes.append(_describe(t, visible[i]))
+            elif i in existing:
+                if not auditor:
+                    continue
+                nodes.append({"type": t, "id": str(i), "redacted": True})
+            elif auditor:  # for others a gone node is indistinguishable from a hidden one: omitted
+                nodes.append({"type": t, "id": str(i), "deleted": True})
+            else:
+                continue
+            shown.add((t, i))
+    edges = [{"from": {"type": e.from_type, "id": str(e.from_id)}, "to": {"type": e.to_type, "id": str(e.to_id)},
+              "relation": e.relation, "job_id": str(e.job_id) if e.job_id else None, "at": e.at.isoformat()}
+             for e in sorted(es, key=lambda e: e.at)
+             if (e.from_type, e.from_id) in shown and (e.to_type, e.to_id) in shown]
+    return {"nodes": nodes, "edges": edges}
+
+
+def retrieval(db: Session, principal: Principal, retrieval_id: uuid.UUID) -> dict:
+    ev = repo.retrieval(db, principal, retrieval_id)
+    # Your own retrievals, or any in the org for auditors and admins.
+    if ev is None or (ev.actor_id != principal.user_id and not principal.has_role("auditor", "admin")):
+        raise NotFound("retrieval not found")
+    return {"id": str(ev.id), "actor": str(ev.actor_id), "kind": ev.kind, "query": ev.query, "at": ev.at.isoformat(),
+            "params": ev.params, "items": [{"type": i["type"], "id": i["id"], "score": i.get("score")} for i in ev.items]}

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.memories import service
-from app.memories.schemas import MemoryIn, MemoryOut, MemoryPatch
+from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPatch
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"], responses=COMMON_ERRORS)
 
@@ -32,3 +32,9 @@ def patch_memory(memory_id: uuid.UUID, body: MemoryPatch, request: Request, db: 
 def delete_memory(memory_id: uuid.UUID, db: SessionDep, principal=require("memory", "write")):
     service.delete(db, principal, memory_id)
     return Response(status_code=204)
+
+
+@router.post("/{memory_id}/declassify", response_model=MemoryOut)
+def declassify_memory(memory_id: uuid.UUID, body: DeclassifyIn, db: SessionDep,
+                      principal=require("memory", "declassify")):
+    return service.to_out(service.declassify(db, principal, memory_id, body))

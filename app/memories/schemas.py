@@ -52,3 +52,7 @@ class MemoryOut(AccessOut):
 
 class MemoryList(BaseModel):
     items: list[MemoryOut]
+
+
+class DeclassifyIn(AccessIn):
+    reason: str = Field(min_length=3, max_length=2000)

@@ -15,7 +15,7 @@ from app.kit.errors import AppError, Conflict, Forbidden, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
 from app.memories.models import Memory
-from app.memories.schemas import MemoryIn, MemoryOut, MemoryPatch
+from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPatch
 
 
 class ScopeTooWide(AppError):
@@ -165,3 +165,33 @@ def upsert_derived(db: Session, embedder: Embedder, *, org_id: uuid.UUID, owner_
            details={"key": key, "kind": kind, "previous": str(old.id) if old else None,
                     "job_id": str(job_id) if job_id else None})
     return ("updated" if old else "created"), new
+
+
+def declassify(db: Session, principal: Principal, memory_id: uuid.UUID, body: DeclassifyIn) -> Memory:
+    """Widen (or change) a memory's scope explicitly: a new version, `declassified_from` lineage
+    to the old one, and an audit event with the reason. Stewards and admins only (casbin)."""
+    old = repo.get_visible(db, principal, memory_id, for_update=True)
+    if old is None:
+        raise NotFound("memory not found")
+    if old.status != "active":
+        raise Conflict(f"memory is {old.status}; declassify its current version", code="not_current_version")
+    now = datetime.now(timezone.utc)
+    new = Memory(id=uuid.uuid4(), root_id=old.root_id, version=old.version + 1, org_id=old.org_id,
+                 owner_id=old.owner_id, text=old.text, kind=old.kind, status="active", confidence=old.confidence,
+                 provenance={**old.provenance, "previous_version": str(old.id),
+                             "declassified": {"by": str(principal.user_id), "reason": body.reason,
+                                              "from": {"visibility": old.visibility, "groups": old.groups,
+                                                       "labels": old.labels}}},
+                 valid_from=old.valid_from, recorded_at=now, last_validated_at=old.last_validated_at,
+                 visibility=body.visibility, groups=body.groups, labels=body.labels, embedding=old.embedding)
+    old.status, old.superseded_at = "superseded", now
+    db.flush()
+    db.add(new)
+    db.flush()
+    add_edge(db, org_id=old.org_id, from_type="memory", from_id=new.id, to_type="memory", to_id=old.id,
+             relation="declassified_from")
+    record(db, org_id=old.org_id, actor_id=principal.user_id, action="memory.declassify", target_type="memory",
+           target_id=new.id, details={"previous": str(old.id), "reason": body.reason,
+                                      "from": {"visibility": old.visibility, "groups": old.groups, "labels": old.labels},
+                                      "to": {"visibility": new.visibility, "groups": new.groups, "labels": new.labels}})
+    return new

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from fastapi import APIRouter, Query
+
+from app.kit.deps import SessionDep, require
+from app.kit.errors import COMMON_ERRORS
+from app.lineage import service
+
+router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
+
+
+@router.get("/lineage/{item_type}/{item_id}")
+def lineage(item_type: Literal["episode", "memory", "chunk", "asset"], item_id: uuid.UUID, db: SessionDep,
+            direction: Literal["up", "down", "both"] = "both", depth: int = Query(default=5, ge=1, le=20),
+            principal=require("lineage", "read")) -> dict:
+    return service.graph(db, principal, item_type, item_id, direction, depth)
+
+
+@router.get("/retrievals/{retrieval_id}")
+def retrieval(retrieval_id: uuid.UUID, db: SessionDep, principal=require("retrieval", "read")) -> dict:
+    return service.retrieval(db, principal, retrieval_id)

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.kit.access import visible_to
+from app.lineage.models import RetrievalEvent
+
+# Walk the edge graph from (type, id); "up" follows derivations to their sources, "down" to
+# what was derived. UNION (not ALL) stops cycles; depth bounds the walk.
+WALK = {
+    "up": """
+WITH RECURSIVE walk(t, i, depth) AS (
+  SELECT CAST(:t AS text), CAST(:i AS uuid), 0
+  UNION
+  SELECT e.to_type, e.to_id, w.depth + 1 FROM walk w
+  JOIN lineage_edges e ON e.org_id = :org AND e.from_type = w.t AND e.from_id = w.i
+  WHERE w.depth < :depth)
+SELECT DISTINCT e.id, e.from_type, e.from_id, e.to_type, e.to_id, e.relation, e.job_id, e.at
+FROM walk w JOIN lineage_edges e ON e.org_id = :org AND e.from_type = w.t AND e.from_id = w.i
+WHERE w.depth < :depth""",
+    "down": """
+WITH RECURSIVE walk(t, i, depth) AS (
+  SELECT CAST(:t AS text), CAST(:i AS uuid), 0
+  UNION
+  SELECT e.from_type, e.from_id, w.depth + 1 FROM walk w
+  JOIN lineage_edges e ON e.org_id = :org AND e.to_type = w.t AND e.to_id = w.i
+  WHERE w.depth < :depth)
+SELECT DISTINCT e.id, e.from_type, e.from_id, e.to_type, e.to_id, e.relation, e.job_id, e.at
+FROM walk w JOIN lineage_edges e ON e.org_id = :org AND e.to_type = w.t AND e.to_id = w.i
+WHERE w.depth < :depth""",
+}
+
+
+def edges(db: Session, org_id: uuid.UUID, type_: str, id_: uuid.UUID, direction: str, depth: int) -> list:
+    out = []
+    for d in (("up", "down") if direction == "both" else (direction,)):
+        out += db.execute(text(WALK[d]), {"t": type_, "i": id_, "org": org_id, "depth": depth}).all()
+    return list({e.id: e for e in out}.values())
+
+
+def load_visible(db: Session, principal: Principal, model, ids) -> dict:  # noqa: ANN001
+    if not ids:
+        return {}
+    stmt = select(model).where(model.id.in_(list(ids)), visible_to(principal, model))
+    return {r.id: r for r in db.execute(stmt).scalars()}
+
+
+def existing_ids(db: Session, org_id: uuid.UUID, model, ids) -> set[uuid.UUID]:  # noqa: ANN001
+    """Which of `ids` still exist in the org, whoever may see them (ids only, never content)."""
+    if not ids:
+        return set()
+    from app.kit.db import existence_only
+
+    with existence_only(db):
+        return set(db.execute(select(model.id).where(model.id.in_(list(ids)), model.org_id == org_id)).scalars())
+
+
+def retrieval(db: Session, principal: Principal, retrieval_id: uuid.UUID) -> RetrievalEvent | None:
+    return db.execute(select(RetrievalEvent).where(RetrievalEvent.id == retrieval_id,
+                                                   RetrievalEvent.org_id == principal.org_id)).scalar_one_or_none()

@@ -1,0 +1,36 @@
+"""retention job: delete episodes older than the org's policy (org.settings.retention.episode days),
+each with the full deletion cascade (derived memories re-derived or removed)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import select
+
+from app.episodes.deletion import forget_episode
+from app.episodes.models import Episode
+from app.jobs.models import Job
+from app.jobs.runner import JobContext
+from app.orgs.models import Org
+
+
+def run(ctx: JobContext, job: Job) -> dict:
+    stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "days": None}
+    with ctx.tx() as db:
+        org = db.get(Org, ctx.org_id)
+        days = (org.settings or {}).get("retention", {}).get("episode")
+    if not days:
+        return stats
+    stats["days"] = days
+    cutoff = datetime.now(timezone.utc) - timedelta(days=float(days))
+    while True:
+        with ctx.tx() as db:  # small batches: each commits with its checkpoint
+            ids = db.execute(select(Episode.id).where(Episode.org_id == ctx.org_id, Episode.occurred_at < cutoff)
+                             .limit(50)).scalars().all()
+            for eid in ids:
+                s = forget_episode(db, org_id=ctx.org_id, episode_id=eid, actor_id=None, job_id=ctx.job_id)
+                for k in ("episodes_removed", "memories_removed", "memories_quarantined"):
+                    stats[k] += s[k]
+            ctx.checkpoint(db, progress=0.5 if ids else 1.0, stats=stats)
+        if not ids:
+            return stats

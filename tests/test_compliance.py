@@ -1,0 +1,151 @@
+"""Lineage, retrievals, audit (hash chain, filters, 403), declassify, right to be forgotten."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from sqlalchemy import text
+
+from tests.helpers import ep
+
+
+def _cli(settings, *args):  # noqa: ANN001
+    env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url}
+    return subprocess.run([sys.executable, "-m", "app", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_lineage_up_and_down_with_redaction(client, world):
+    org = world.org()
+    alice = world.user(org)
+    bob = world.user(org)
+    auditor = world.user(org, roles=["auditor"])
+    e = client.post("/v1/episodes", json=ep("I always double-check wire transfers over 10k"), headers=alice.h).json()["id"]
+    m = client.post("/v1/memories", json={"text": "alice double-checks large wires", "kind": "procedure",
+                                          "sources": [{"type": "episode", "id": e}]}, headers=alice.h).json()["id"]
+    up = client.get(f"/v1/lineage/memory/{m}?direction=up", headers=alice.h).json()
+    assert {n["id"] for n in up["nodes"]} == {m, e}
+    assert up["edges"][0]["relation"] == "distilled_from" and up["edges"][0]["to"]["id"] == e
+    down = client.get(f"/v1/lineage/episode/{e}?direction=down", headers=alice.h).json()
+    assert {n["id"] for n in down["nodes"]} == {m, e}
+    # bob may not see either: 404 (existence is not revealed).
+    assert client.get(f"/v1/lineage/memory/{m}", headers=bob.h).status_code == 404
+    # The auditor sees the shape with redacted placeholders, never the text.
+    aud = client.get(f"/v1/lineage/memory/{m}", headers=auditor.h)
+    assert aud.status_code == 200
+    nodes = aud.json()["nodes"]
+    assert {n["id"] for n in nodes} == {m, e} and all(n.get("redacted") for n in nodes)
+    assert "wire" not in aud.text
+
+
+def test_lineage_omits_hidden_nodes_for_non_auditors(client, world):
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    mine = client.post("/v1/episodes", json=ep("deploy notes", visibility="org"), headers=alice.h).json()["id"]
+    secret = client.post("/v1/episodes", json=ep("bob's private deploy notes"), headers=bob.h).json()["id"]
+    m = client.post("/v1/memories", json={"text": "deploys need notes", "kind": "rule",
+                                          "sources": [{"type": "episode", "id": mine}, {"type": "episode", "id": secret}]},
+                    headers=bob.h).json()["id"]
+    # bob's memory is private to bob (a private source); alice cannot reach it from her episode.
+    down = client.get(f"/v1/lineage/episode/{mine}?direction=down", headers=alice.h).json()
+    assert {n["id"] for n in down["nodes"]} == {mine} and down["edges"] == []
+    assert m and secret
+
+
+def test_retrieval_record_and_audit_access(client, world):
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    auditor = world.user(org, roles=["auditor"])
+    client.post("/v1/episodes", json=ep("quarterly close checklist"), headers=alice.h)
+    rid = client.post("/v1/search", json={"query": "close checklist"}, headers=alice.h).json()["retrieval_id"]
+    r = client.get(f"/v1/retrievals/{rid}", headers=alice.h).json()
+    assert r["actor"] == str(alice.user_id) and r["query"] == "close checklist" and r["items"]
+    assert client.get(f"/v1/retrievals/{rid}", headers=bob.h).status_code == 404
+    assert client.get(f"/v1/retrievals/{rid}", headers=auditor.h).status_code == 200
+    assert client.get("/v1/audit", headers=alice.h).status_code == 403
+    page = client.get("/v1/audit?limit=2", headers=auditor.h).json()
+    assert len(page["events"]) == 2 and page["next_cursor"]
+    rest = client.get(f"/v1/audit?cursor={page['next_cursor']}&limit=1000", headers=auditor.h).json()
+    assert rest["events"][0]["seq"] == page["events"][-1]["seq"] + 1 and rest["next_cursor"] is None
+    creates = client.get(f"/v1/audit?action=episode.create&actor={alice.user_id}", headers=auditor.h).json()["events"]
+    assert len(creates) == 1 and "checklist" not in str(creates)
+
+
+def test_audit_verify_detects_tampering(settings, client, world, admin_engine):
+    org = world.org()
+    alice = world.user(org)
+    for i in range(3):
+        client.post("/v1/episodes", json=ep(f"note {i}"), headers=alice.h)
+    ok = _cli(settings, "audit", "verify", "--org", org)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok ")
+    with admin_engine.begin() as c:  # a superuser bypasses the append-only trigger on purpose
+        c.execute(text("SET LOCAL session_replication_role = replica"))
+        c.execute(text("UPDATE audit_log SET details = '{\"count\": 99}' WHERE org_id = :o AND seq = 3"), {"o": alice.org_id})
+    bad = _cli(settings, "audit", "verify", "--org", org)
+    assert bad.returncode == 1 and bad.stdout.startswith("broken at seq 3")
+
+
+def test_declassify_is_stewards_only_and_recorded(client, world, admin_engine):
+    org = world.org()
+    alice = world.user(org)
+    steward = world.user(org, roles=["steward"])
+    bob = world.user(org)
+    m = client.post("/v1/memories", json={"text": "use the blue deploy pipeline", "kind": "rule", "visibility": "org",
+                                          "labels": ["internal"]}, headers=alice.h).json()["id"]
+    body = {"visibility": "org", "labels": [], "reason": "not sensitive after launch"}
+    assert client.post(f"/v1/memories/{m}/declassify", json=body, headers=alice.h).status_code == 403
+    assert client.get(f"/v1/memories/{m}", headers=bob.h).status_code == 404
+    steward2 = world.user(org, roles=["steward"], clearances=["internal"])
+    r = client.post(f"/v1/memories/{m}/declassify", json=body, headers=steward2.h)
+    assert r.status_code == 200, r.text
+    new = r.json()
+    assert new["labels"] == [] and client.get(f"/v1/memories/{new['id']}", headers=bob.h).status_code == 200
+    up = client.get(f"/v1/lineage/memory/{new['id']}?direction=up", headers=steward2.h).json()
+    assert [e["relation"] for e in up["edges"]] == ["declassified_from"]
+    with admin_engine.connect() as c:
+        d = c.execute(text("SELECT details FROM audit_log WHERE action = 'memory.declassify' AND target_id = :i"),
+                      {"i": new["id"]}).scalar()
+    assert d["reason"] == "not sensitive after launch" and d["from"]["labels"] == ["internal"]
+    assert steward  # a steward without the label's clearance cannot even see it: 404
+    assert client.post(f"/v1/memories/{new['id']}/declassify", json=body, headers=bob.h).status_code == 403
+
+
+def test_right_to_be_forgotten(client, world, admin_engine):
+    org = world.org()
+    alice = world.user(org)
+    admin = world.user(org, roles=["admin"])
+    bob = world.user(org)
+    e = client.post("/v1/episodes", json=ep("alice's home address is 12 Elm Street", visibility="org"), headers=alice.h).json()["id"]
+    client.post("/v1/memories", json={"text": "alice lives on Elm Street", "kind": "fact", "visibility": "org",
+                                      "sources": [{"type": "episode", "id": e}]}, headers=alice.h)
+    client.post("/v1/search", json={"query": "Elm Street"}, headers=alice.h)
+    client.post("/v1/sessions", json={}, headers=alice.h)
+    assert client.delete(f"/v1/users/{alice.user_id}/data", headers=bob.h).status_code == 404
+    r = client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)
+    assert r.status_code == 202
+    job = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()
+    assert job["status"] == "succeeded" and job["stats"]["episodes_removed"] == 1 and job["stats"]["keys_revoked"] == 1
+    with admin_engine.connect() as c:
+        for table, col in (("episodes", "content"), ("memories", "text"), ("retrieval_events", "query")):
+            n = c.execute(text(f"SELECT count(*) FROM {table} WHERE org_id = :o AND {col} ILIKE '%elm%'"),
+                          {"o": alice.org_id}).scalar()
+            assert n == 0, table
+        assert c.execute(text("SELECT count(*) FROM audit_log WHERE org_id = :o AND action = 'user.forget'"),
+                         {"o": alice.org_id}).scalar() == 1
+        assert "elm" not in str(c.execute(text("SELECT details FROM audit_log WHERE org_id = :o"), {"o": alice.org_id}).all()).lower()
+    assert client.post("/v1/search", json={"query": "Elm Street home address"}, headers=bob.h).json()["results"] == []
+    assert client.get("/healthz").status_code == 200
+    assert client.post("/v1/episodes", json=ep("x"), headers=alice.h).status_code == 401
+
+
+def test_retention_job(client, world, run_job, settings):
+    org = world.org()
+    alice = world.user(org)
+    old = client.post("/v1/episodes", json=ep("old note", occurred_at="2020-01-01T00:00:00Z"), headers=alice.h).json()["id"]
+    new = client.post("/v1/episodes", json=ep("new note"), headers=alice.h).json()["id"]
+    assert _cli(settings, "admin", "set-retention", "--org", org, "--days", "365").returncode == 0
+    job = run_job(alice.org_id, "retention")
+    assert job.status == "succeeded" and job.stats["episodes_removed"] == 1
+    assert client.get(f"/v1/episodes/{old}", headers=alice.h).status_code == 404
+    assert client.get(f"/v1/episodes/{new}", headers=alice.h).status_code == 200
