@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE = 1
 export LITELLM_LOCAL_MODEL_COST_MAP = True
 export TOKENIZERS_PARALLELISM = false
 
-.PHONY: setup run test test-fast bench-service stop clean
+.PHONY: setup browser run test test-fast bench-service stop clean
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY)"; exit 1; }
@@ -26,14 +26,20 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 setup: $(STAMP)
 
+# Headless Chromium (Debian's package) for the compliance page's browser test.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (Debian package) for the UI test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
 run: setup
 	$(BIN)/memscale serve
 
-test: setup
-	$(BIN)/python -m pytest -q tests
+test: setup browser
+	$(BIN)/python -m pytest tests
 
 test-fast: setup
-	$(BIN)/python -m pytest -q tests -m "not slow"
+	$(BIN)/python -m pytest tests -m "not slow"
 
 bench-service: setup
 	$(BIN)/python -m bench.service

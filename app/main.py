@@ -54,8 +54,9 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.lineage.endpoints import router as lineage
     from app.orgs.endpoints import router as users
     from app.sessions.endpoints import router as sessions
+    from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users):
+    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

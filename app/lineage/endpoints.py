@@ -22,3 +22,10 @@ def lineage(item_type: Literal["episode", "memory", "chunk", "asset"], item_id: 
 @router.get("/retrievals/{retrieval_id}")
 def retrieval(retrieval_id: uuid.UUID, db: SessionDep, principal=require("retrieval", "read")) -> dict:
     return service.retrieval(db, principal, retrieval_id)
+
+
+@router.get("/retrievals")
+def retrievals_of_item(item_id: uuid.UUID, db: SessionDep, limit: int = Query(default=50, ge=1, le=500),
+                       principal=require("retrieval", "read")) -> dict:
+    """Which retrievals handed out this item: all of them for auditors/admins, your own otherwise."""
+    return {"retrievals": service.retrievals_of(db, principal, item_id, limit)}

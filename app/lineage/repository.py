@@ -62,3 +62,12 @@ def existing_ids(db: Session, org_id: uuid.UUID, model, ids) -> set[uuid.UUID]: 
 def retrieval(db: Session, principal: Principal, retrieval_id: uuid.UUID) -> RetrievalEvent | None:
     return db.execute(select(RetrievalEvent).where(RetrievalEvent.id == retrieval_id,
                                                    RetrievalEvent.org_id == principal.org_id)).scalar_one_or_none()
+
+
+def retrievals_with_item(db: Session, principal: Principal, item_id: uuid.UUID, limit: int,
+                         only_actor: uuid.UUID | None) -> list[RetrievalEvent]:
+    stmt = select(RetrievalEvent).where(RetrievalEvent.org_id == principal.org_id,
+                                        RetrievalEvent.items.contains([{"id": str(item_id)}]))
+    if only_actor is not None:
+        stmt = stmt.where(RetrievalEvent.actor_id == only_actor)
+    return list(db.execute(stmt.order_by(RetrievalEvent.at.desc()).limit(limit)).scalars())

@@ -79,3 +79,10 @@ def retrieval(db: Session, principal: Principal, retrieval_id: uuid.UUID) -> dic
         raise NotFound("retrieval not found")
     return {"id": str(ev.id), "actor": str(ev.actor_id), "kind": ev.kind, "query": ev.query, "at": ev.at.isoformat(),
             "params": ev.params, "items": [{"type": i["type"], "id": i["id"], "score": i.get("score")} for i in ev.items]}
+
+
+def retrievals_of(db: Session, principal: Principal, item_id: uuid.UUID, limit: int) -> list[dict]:
+    rows = repo.retrievals_with_item(db, principal, item_id, limit,
+                                     only_actor=None if principal.has_role("auditor", "admin") else principal.user_id)
+    return [{"id": str(r.id), "actor": str(r.actor_id), "kind": r.kind, "at": r.at.isoformat(),
+             "score": next((i.get("score") for i in r.items if i["id"] == str(item_id)), None)} for r in rows]

@@ -1,0 +1,48 @@
+"""The compliance page in a real headless Chromium: it loads a seeded item's lineage graph."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.common import serve_in_thread
+from tests.helpers import ep
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
+         "--no-first-run", "--disable-component-update", "--disable-sync", "--virtual-time-budget=10000"]
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@pytest.fixture(scope="module")
+def base_url(app, client):
+    return serve_in_thread(app)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is installed by `make test` (apt); not found on PATH")
+def test_lineage_page_renders_the_graph(base_url, client, world, tmp_path):
+    org = world.org()
+    alice = world.user(org)
+    e1 = client.post("/v1/episodes", json=ep("I always archive invoices after 7 years", visibility="org"), headers=alice.h).json()["id"]
+    e2 = client.post("/v1/episodes", json=ep("Archive invoices in the cold bucket"), headers=alice.h).json()["id"]
+    m = client.post("/v1/memories", json={"text": "Invoices are archived to the cold bucket after 7 years", "kind": "rule",
+                                          "sources": [{"type": "episode", "id": e1}, {"type": "episode", "id": e2}]},
+                    headers=alice.h).json()["id"]
+    client.post("/v1/search", json={"query": "archive invoices"}, headers=alice.h)
+    url = f"{base_url}/ui/#key={alice.key}&type=memory&id={m}"
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p1'}", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert 'data-nodes="3"' in dom and 'data-edges="2"' in dom, dom[-2000:]
+    ids = set(re.findall(r'class="node" data-key="[^"]+" data-type="\w+" data-id="([0-9a-f-]+)"', dom))
+    assert ids == {m, e1, e2}
+    assert re.search(rf'data-id="{m}" data-visibility="private"', dom) and re.search(rf'data-id="{e1}" data-visibility="org"', dom)
+    assert dom.count(">distilled_from<") == 2
+    DOCS.mkdir(exist_ok=True)
+    shot = DOCS / "ui-lineage.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p2'}", "--window-size=1280,800",
+                    f"--screenshot={shot}", url], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
