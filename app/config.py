@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     max_batch_items: int = 500
     max_query_chars: int = 2_000
     max_k: int = 100
-    rate_limit_per_minute: int = 0  # 0 = off
+    rate_limit_per_minute: int = 3000  # per key holder (token bucket); 0 = off
     db_pool_size: int = 10
 
     # Filtered vector search: ef_search for the HNSW pass; visible sets up to this size are

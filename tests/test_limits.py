@@ -1,0 +1,42 @@
+"""Per-key rate limits and request limits."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.helpers import count, ep
+
+
+def test_rate_limit_is_per_key_and_changes_nothing(settings, embedder, world, admin_engine):
+    from app.main import create_app
+
+    app = create_app(settings.model_copy(update={"rate_limit_per_minute": 5}), embedder=embedder)
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    with TestClient(app) as c:
+        codes = [c.post("/v1/episodes", json=ep(f"n{i}"), headers=alice.h).status_code for i in range(8)]
+        assert codes[:5] == [201] * 5 and set(codes[5:]) == {429}
+        r = c.post("/v1/episodes", json=ep("x"), headers=alice.h)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited"
+        assert c.post("/v1/episodes", json=ep("bob"), headers=bob.h).status_code == 201  # other key unaffected
+    assert count(admin_engine, "episodes", alice.org_id) == 6
+
+
+def test_query_and_k_limits(client, world):
+    org = world.org()
+    alice = world.user(org)
+    assert client.post("/v1/search", json={"query": "x" * 2001}, headers=alice.h).status_code == 422
+    assert client.post("/v1/search", json={"query": "x", "k": 101}, headers=alice.h).status_code == 422
+    assert client.post("/v1/context", json={"query": "x", "budget_tokens": 10}, headers=alice.h).status_code == 422
+
+
+def test_logs_carry_no_content_or_keys(client, world, caplog):
+    org = world.org()
+    alice = world.user(org)
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="memscale"):
+        client.post("/v1/episodes", json=ep("the launch code is swordfish-42"), headers=alice.h)
+        client.post("/v1/search", json={"query": "swordfish launch code"}, headers=alice.h)
+    text = "\n".join(r.getMessage() + str(r.__dict__) for r in caplog.records)
+    assert caplog.records and "swordfish" not in text and alice.key not in text and alice.key.split("_")[-1] not in text
