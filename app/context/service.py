@@ -6,6 +6,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.context.assemble import Piece, fit, now_utc, recency, render, sections
+from app.cartridges.service import visible_active
 from app.search.schemas import SearchFilters
 from app.search.service import rank, record_retrieval
 
@@ -59,7 +60,8 @@ def build(db: Session, principal: Principal, resources, *, query: str, budget: i
     return {
         "text": text, "tokens": count(text), "budget_tokens": budget, "sections": sections(chosen, count),
         "retrieval_id": rid,
-        "handoff": {"cartridges": [], "chunks": [{"content_hash": p.extra["content_hash"], "chunk_id": p.id}
+        "handoff": {"cartridges": [{"id": str(c.id), "p": c.p, "model_id": c.model_id}
+                                   for c in visible_active(db, principal)], "chunks": [{"content_hash": p.extra["content_hash"], "chunk_id": p.id}
                                                  for p in chunks],
                     "prompt": (prompt + "\n\n" if prompt else "") + f"Question: {query}"},
     }

@@ -1,6 +1,7 @@
 """Import every model module so Base.metadata is complete (alembic, tests)."""
 
 from app.audit import models as _audit  # noqa: F401
+from app.cartridges import models as _cartridges  # noqa: F401
 from app.episodes import models as _episodes  # noqa: F401
 from app.jobs import models as _jobs  # noqa: F401
 from app.knowledge import models as _knowledge  # noqa: F401

@@ -29,4 +29,9 @@ def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str) ->
 
 def set_status(db: Session, asset_ids: list[uuid.UUID], status: str) -> None:
     if asset_ids:
+        from app.cartridges.service import mark_stale
+
+        org_ids = set(db.execute(select(KnowledgeAsset.org_id).where(KnowledgeAsset.id.in_(asset_ids))).scalars())
         db.execute(update(KnowledgeAsset).where(KnowledgeAsset.id.in_(asset_ids)).values(status=status))
+        for org_id in org_ids:
+            mark_stale(db, org_id, asset_ids, reason=f"assets {status}")

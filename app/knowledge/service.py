@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
+from app.cartridges.service import mark_stale
 from app.kit.scope import Scope
 from app.knowledge import repository as repo
 from app.knowledge.models import Chunk, KnowledgeAsset
@@ -47,6 +48,7 @@ def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUI
         asset.content_hash, asset.title, asset.metadata_ = item.content_hash, item.title, item.metadata
         asset.status, asset.updated_at = "active", now
         outcome = "updated"
+        mark_stale(db, org_id, [asset.id], reason=f"asset {asset.id} changed")
     vecs = embedder.embed(item.chunks)
     rows = [Chunk(id=uuid.uuid4(), org_id=org_id, owner_id=asset.owner_id, asset_id=asset.id, ord=i, text=t,
                   content_hash=sha256(t), token_count=count_tokens(t), embedding=v, visibility=asset.visibility,

@@ -13,7 +13,7 @@ router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 
 
 @router.get("/lineage/{item_type}/{item_id}")
-def lineage(item_type: Literal["episode", "memory", "chunk", "asset"], item_id: uuid.UUID, db: SessionDep,
+def lineage(item_type: Literal["episode", "memory", "chunk", "asset", "cartridge"], item_id: uuid.UUID, db: SessionDep,
             direction: Literal["up", "down", "both"] = "both", depth: int = Query(default=5, ge=1, le=20),
             principal=require("lineage", "read")) -> dict:
     return service.graph(db, principal, item_type, item_id, direction, depth)

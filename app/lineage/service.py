@@ -11,6 +11,7 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.cartridges.models import CartridgeRecord
 from app.episodes.models import Episode
 from app.kit.errors import NotFound
 from app.knowledge.models import Chunk, KnowledgeAsset
@@ -18,7 +19,7 @@ from app.lineage import repository as repo
 from app.lineage.models import LineageEdge
 from app.memories.models import Memory
 
-MODELS = {"episode": Episode, "memory": Memory, "chunk": Chunk, "asset": KnowledgeAsset}
+MODELS = {"episode": Episode, "memory": Memory, "chunk": Chunk, "asset": KnowledgeAsset, "cartridge": CartridgeRecord}
 
 
 def add_edge(db: Session, *, org_id: uuid.UUID, from_type: str, from_id: uuid.UUID, to_type: str,
@@ -28,7 +29,8 @@ def add_edge(db: Session, *, org_id: uuid.UUID, from_type: str, from_id: uuid.UU
 
 
 def _describe(type_: str, row) -> dict:  # noqa: ANN001
-    text = row.content if type_ == "episode" else getattr(row, "text", None) or getattr(row, "title", "")
+    text = row.content if type_ == "episode" else getattr(row, "text", None) or getattr(row, "title", None) or \
+        (f"cartridge p={row.p} ({row.status})" if type_ == "cartridge" else "")
     return {"type": type_, "id": str(row.id), "text": text[:500], "visibility": row.visibility,
             "groups": list(row.groups), "labels": list(row.labels), "owner_id": str(row.owner_id),
             "status": getattr(row, "status", None), "kind": getattr(row, "kind", None)}

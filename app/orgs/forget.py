@@ -10,6 +10,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
+from app.cartridges.service import mark_stale
 from app.episodes.deletion import forget_episode
 from app.episodes.models import Episode
 from app.kit.db import bind_principal
@@ -33,8 +34,10 @@ def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id:
                                                 .returning(Memory.id)).all())
     stats["sessions_removed"] = len(db.execute(delete(AgentSession).where(
         AgentSession.org_id == org_id, AgentSession.owner_id == user_id).returning(AgentSession.id)).all())
-    hashes = db.execute(select(KnowledgeAsset.content_hash).where(KnowledgeAsset.org_id == org_id,
-                                                                  KnowledgeAsset.owner_id == user_id)).scalars().all()
+    owned = db.execute(select(KnowledgeAsset.id, KnowledgeAsset.content_hash).where(
+        KnowledgeAsset.org_id == org_id, KnowledgeAsset.owner_id == user_id)).all()
+    hashes = [h for _, h in owned]
+    stats["cartridges_stale"] = len(mark_stale(db, org_id, [i for i, _ in owned], reason="source assets deleted"))
     stats["assets_removed"] = len(db.execute(delete(KnowledgeAsset).where(
         KnowledgeAsset.org_id == org_id, KnowledgeAsset.owner_id == user_id).returning(KnowledgeAsset.id)).all())
     stats["retrievals_removed"] = len(db.execute(delete(RetrievalEvent).where(
