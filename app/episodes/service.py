@@ -13,7 +13,8 @@ from app.episodes import repository as repo
 from app.episodes.models import Episode
 from app.episodes.schemas import EpisodeIn, EpisodeOut
 from app.kit.embedding import Embedder
-from app.kit.errors import Forbidden, NotFound
+from app.kit.access import assert_may_modify
+from app.kit.errors import NotFound
 
 
 def to_out(e: Episode) -> EpisodeOut:
@@ -54,5 +55,4 @@ def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
 
 
 def assert_can_delete(principal: Principal, ep: Episode) -> None:
-    if ep.owner_id != principal.user_id and not principal.has_role("steward", "admin"):
-        raise Forbidden("only the owner, a steward or an admin may delete this episode")
+    assert_may_modify(principal, ep, "episode")

@@ -27,7 +27,7 @@ import app.kit.registry  # noqa: F401  (every model mapped before the first flus
 from app.config import Settings
 from app.jobs import service as jobs_service
 from app.jobs.models import Job
-from app.kit.db import bind_principal
+from app.kit.db import bind_principal, transaction
 
 log = logging.getLogger("memscale.jobs")
 
@@ -59,16 +59,9 @@ class JobContext:
     @contextmanager
     def tx(self) -> Iterator[Session]:
         """A transaction that sees every scope of this org (pipelines work across users)."""
-        db = self.sessions()
-        try:
+        with transaction(self.sessions) as db:
             bind_principal(db, None, org_id=self.org_id, all_scopes=True)
             yield db
-            db.commit()
-        except BaseException:
-            db.rollback()
-            raise
-        finally:
-            db.close()
 
     def checkpoint(self, db: Session, *, progress: float, stats: dict, cursor: dict | None = None) -> None:
         """Record progress in the caller's transaction (with the batch it describes); renew the lease."""

@@ -43,3 +43,11 @@ def can_see(principal: Principal, *, org_id, owner_id, visibility: str, groups, 
         return True
     shared = visibility == "org" or (visibility == "group" and bool(set(groups) & set(principal.groups)))
     return shared and set(labels) <= set(principal.clearances)
+
+
+def assert_may_modify(principal: Principal, item, what: str) -> None:  # noqa: ANN001
+    """Owners change their own items; stewards and admins any item they can see (else 403)."""
+    from app.kit.errors import Forbidden
+
+    if item.owner_id != principal.user_id and not principal.has_role("steward", "admin"):
+        raise Forbidden(f"only the owner, a steward or an admin may change this {what}")

@@ -10,7 +10,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal, hash_secret, parse_key
-from app.kit.db import bind_principal
+from app.kit.db import bind_principal, transaction
 from app.kit.errors import Forbidden, Unauthorized
 from app.orgs.models import User
 
@@ -19,15 +19,8 @@ import hmac
 
 def get_db(request: Request) -> Iterator[Session]:
     """The request owns the transaction: commit after the endpoint returns, before the response."""
-    db: Session = request.app.state.sessions()
-    try:
+    with transaction(request.app.state.sessions) as db:
         yield db
-        db.commit()
-    except BaseException:
-        db.rollback()
-        raise
-    finally:
-        db.close()
 
 
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]

@@ -11,28 +11,17 @@ from app.lineage.models import RetrievalEvent
 
 # Walk the edge graph from (type, id); "up" follows derivations to their sources, "down" to
 # what was derived. UNION (not ALL) stops cycles; depth bounds the walk.
-WALK = {
-    "up": """
+_WALK = """
 WITH RECURSIVE walk(t, i, depth) AS (
   SELECT CAST(:t AS text), CAST(:i AS uuid), 0
   UNION
-  SELECT e.to_type, e.to_id, w.depth + 1 FROM walk w
-  JOIN lineage_edges e ON e.org_id = :org AND e.from_type = w.t AND e.from_id = w.i
+  SELECT e.{far}_type, e.{far}_id, w.depth + 1 FROM walk w
+  JOIN lineage_edges e ON e.org_id = :org AND e.{near}_type = w.t AND e.{near}_id = w.i
   WHERE w.depth < :depth)
 SELECT DISTINCT e.id, e.from_type, e.from_id, e.to_type, e.to_id, e.relation, e.job_id, e.at
-FROM walk w JOIN lineage_edges e ON e.org_id = :org AND e.from_type = w.t AND e.from_id = w.i
-WHERE w.depth < :depth""",
-    "down": """
-WITH RECURSIVE walk(t, i, depth) AS (
-  SELECT CAST(:t AS text), CAST(:i AS uuid), 0
-  UNION
-  SELECT e.from_type, e.from_id, w.depth + 1 FROM walk w
-  JOIN lineage_edges e ON e.org_id = :org AND e.to_type = w.t AND e.to_id = w.i
-  WHERE w.depth < :depth)
-SELECT DISTINCT e.id, e.from_type, e.from_id, e.to_type, e.to_id, e.relation, e.job_id, e.at
-FROM walk w JOIN lineage_edges e ON e.org_id = :org AND e.to_type = w.t AND e.to_id = w.i
-WHERE w.depth < :depth""",
-}
+FROM walk w JOIN lineage_edges e ON e.org_id = :org AND e.{near}_type = w.t AND e.{near}_id = w.i
+WHERE w.depth < :depth"""
+WALK = {"up": _WALK.format(near="from", far="to"), "down": _WALK.format(near="to", far="from")}
 
 
 def edges(db: Session, org_id: uuid.UUID, type_: str, id_: uuid.UUID, direction: str, depth: int) -> list:

@@ -11,7 +11,8 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.kit import scope as scopes
 from app.kit.embedding import Embedder
-from app.kit.errors import AppError, Conflict, Forbidden, NotFound
+from app.kit.access import assert_may_modify
+from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
 from app.memories.models import Memory
@@ -75,8 +76,7 @@ def get(db: Session, principal: Principal, memory_id: uuid.UUID) -> Memory:
 
 
 def _may_modify(principal: Principal, m: Memory) -> None:
-    if m.owner_id != principal.user_id and not principal.has_role("steward", "admin"):
-        raise Forbidden("only the owner, a steward or an admin may change this memory")
+    assert_may_modify(principal, m, "memory")
 
 
 def patch(db: Session, embedder: Embedder, principal: Principal, memory_id: uuid.UUID, body: MemoryPatch) -> Memory:
