@@ -246,8 +246,10 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class CartridgeDirectory:
-    """Resolve cartridge ids to one composed prefix: ``<root>/<id>.safetensors``, LRU-cached.
+    """Resolve cartridge ids to one composed prefix, LRU-cached.
 
+    A cartridge ``id`` is ``<root>/<id>.safetensors`` or ``<root>/<id>/cartridge.safetensors``
+    (the layout ``train_cartridge`` writes under ``<data_dir>/cartridges/<job id>/``).
     Usable as the inference server's ``resolve_cartridges``: unknown ids raise ``KeyError(id)``;
     ids that are not plain names (``../x``) are unknown by construction; a cartridge trained
     for another model raises ``ValueError``. The returned tensors carry no autograd history.
@@ -262,16 +264,17 @@ class CartridgeDirectory:
     def path(self, cartridge_id: str) -> Path:
         if not _ID.fullmatch(cartridge_id):
             raise KeyError(cartridge_id)
-        return self.root / f"{cartridge_id}.safetensors"
+        for candidate in (self.root / f"{cartridge_id}.safetensors",
+                          self.root / cartridge_id / "cartridge.safetensors"):
+            if candidate.is_file():
+                return candidate
+        raise KeyError(cartridge_id)
 
     def load(self, cartridge_id: str) -> Cartridge:
         if cartridge_id in self._cache:
             self._cache.move_to_end(cartridge_id)
             return self._cache[cartridge_id]
-        path = self.path(cartridge_id)
-        if not path.is_file():
-            raise KeyError(cartridge_id)
-        cart = Cartridge.load(path, device=self.device)
+        cart = Cartridge.load(self.path(cartridge_id), device=self.device)
         if self.model_id is not None and cart.model_id != self.model_id:
             raise ValueError(f"cartridge {cartridge_id} is for {cart.model_id}, not {self.model_id}")
         cart.requires_grad_(False)

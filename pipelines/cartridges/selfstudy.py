@@ -31,32 +31,25 @@ from app.inference.distill import DistillExample
 from pipelines.cartridges.chat import CHATML, conversation_ids, encode, stop_ids
 from pipelines.cartridges.decoding import generate
 
+# Short and concrete: a 135M model follows "write a quiz question about the text above" but
+# drifts on long meta-instructions (see docs/cartridges.md).
 SEED_PROMPTS: dict[str, list[str]] = {
     "structuring": [
-        "Write one request asking an assistant to list the key facts of the document above "
-        "(names, numbers, dates, places) as bullet points. Output only the request.",
-        "Write one request asking an assistant to put the information about one item in the "
-        "document above into a table or a JSON object. Output only the request.",
+        "Write a request asking to list the key facts from the text above.",
+        "Write a request asking to put one item from the text above into a table.",
     ],
     "summarization": [
-        "Write one request asking for a short summary of one specific part of the document "
-        "above, naming that part. Output only the request.",
-        "Write one request asking what the document above says about one named person, "
-        "project or rule. Output only the request.",
+        "Write a request asking for a summary of one part of the text above.",
     ],
     "question": [
-        "Write one question about a specific fact stated in the document above (a name, a "
-        "number, a date or a place). Output only the question.",
-        "Write one question that can be answered only by someone who has read the document "
-        "above. Mention the names it is about. Output only the question.",
+        "Write a quiz question about the text above.",
+        "Write a question about a name, a number or a date in the text above.",
     ],
     "use_case": [
-        "Write one message a new employee might send asking for help with a practical task "
-        "that needs the information in the document above. Output only the message.",
+        "Write a question a new employee could ask about the text above.",
     ],
     "creative": [
-        "Write one creative request (a short poem, a story or an announcement email) about a "
-        "specific item in the document above. Output only the request.",
+        "Write a request for a short poem about one item in the text above.",
     ],
 }
 
@@ -70,9 +63,9 @@ class SelfStudyConfig:
     samples: int = 256
     chunk_tokens: int = 512
     batch_size: int = 16  # samples per shard; all share one chunk
-    max_question_tokens: int = 48
+    max_question_tokens: int = 32
     max_answer_tokens: int = 128
-    question_temperature: float = 0.7
+    question_temperature: float = 0.5
     answer_temperature: float = 0.0
     top_k: int = 20
     seed: int = 0
