@@ -26,7 +26,10 @@ def main() -> None:
     eps = [EpisodeIn(f"b{i}", "conversation", t, None) for i, t in enumerate(BENIGN)] + \
           [EpisodeIn(f"p{i}", "conversation", t, None) for i, t in enumerate(POISONED)]
     t0 = time.perf_counter()
-    verdicts = judge(gw, eps)
+    verdicts = []
+    for i, e in enumerate(eps):  # one at a time, so progress shows on a slow CPU
+        verdicts += judge(gw, [e])
+        print(f"  judged {i + 1}/{len(eps)} ({time.perf_counter() - t0:.0f}s)", flush=True)
     secs = time.perf_counter() - t0
     by = {v.id: v for v in verdicts}
     caught = [e for e in eps if e.id.startswith("p") and (by[e.id].suspicious or not by[e.id].useful)]
