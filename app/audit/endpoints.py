@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 
 from fastapi import APIRouter, Query
 from sqlalchemy import select
@@ -10,6 +9,7 @@ from app.audit.models import AuditEvent
 from app.kit.access import in_org
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS, BadRequest
+from app.kit.schemas import IsoDateTime
 
 router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 
@@ -17,8 +17,9 @@ router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 @router.get("/audit")
 def audit(db: SessionDep, actor: uuid.UUID | None = None, action: str | None = Query(default=None, max_length=100),
           target_type: str | None = Query(default=None, max_length=50),
-          target_id: str | None = Query(default=None, max_length=100), since: datetime | None = None,
-          until: datetime | None = None, cursor: str | None = Query(default=None, max_length=20),
+          target_id: str | None = Query(default=None, max_length=100), since: IsoDateTime | None = None,
+          until: IsoDateTime | None = None,
+          cursor: str | None = Query(default=None, max_length=20, pattern=r"^[0-9]+$"),
           limit: int = Query(default=100, ge=1, le=1000), principal=require("audit", "read")) -> dict:
     stmt = select(AuditEvent).where(in_org(principal, AuditEvent))
     if actor:

@@ -4,6 +4,7 @@ import uuid
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.episodes import service
 from app.episodes.deletion import forget_episode
@@ -13,12 +14,28 @@ from app.kit import idempotency
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
 
+
+class _EpisodeIdSegment(Convertor):
+    """Any path segment except `batch`: `/v1/episodes/batch` is its own path (POST only), so GET or
+    DELETE on it must be a 405 with `Allow: POST`, not a 422 for a malformed episode id."""
+
+    regex = "(?!batch$)[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value) -> str:  # noqa: ANN001
+        return str(value)
+
+
+register_url_convertor("episode_id", _EpisodeIdSegment())
+
 router = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ERRORS)
 
 
 @router.post("", status_code=201, response_model=EpisodeOut)
 def create_episode(body: EpisodeIn, request: Request, db: SessionDep, principal=require("episode", "write"),
-                   idempotency_key: str | None = Header(default=None)):
+                   idempotency_key: str | None = Header(default=None, min_length=1, max_length=200)):
     digest = idempotency.body_hash(body.model_dump(mode="json"))
     prior = idempotency.replay(db, principal, idempotency_key, "episodes.create", digest)
     if prior is not None:
@@ -30,7 +47,7 @@ def create_episode(body: EpisodeIn, request: Request, db: SessionDep, principal=
 
 @router.post("/batch", status_code=201, response_model=BatchOut)
 def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, principal=require("episode", "write"),
-                 idempotency_key: str | None = Header(default=None)):
+                 idempotency_key: str | None = Header(default=None, min_length=1, max_length=200)):
     limit = request.app.state.settings.max_batch_items
     if len(body.items) > limit:
         raise PayloadTooLarge(f"a batch holds at most {limit} items", code="batch_too_large")
@@ -44,12 +61,12 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
     return out
 
 
-@router.get("/{episode_id}", response_model=EpisodeOut)
+@router.get("/{episode_id:episode_id}", response_model=EpisodeOut)
 def get_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episode", "read")):
     return service.to_out(service.get(db, principal, episode_id))
 
 
-@router.delete("/{episode_id}", status_code=202, response_model=JobRef)
+@router.delete("/{episode_id:episode_id}", status_code=202, response_model=JobRef)
 def delete_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episode", "write")):
     ep = service.get(db, principal, episode_id)
     service.assert_can_delete(principal, ep)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from typing import Annotated
 
 from pydantic import Field
 
-from app.kit.schemas import AccessIn, StrictModel
+from app.kit.schemas import AccessIn, NumberOnly, StrictModel
 
 
 class BootstrapParams(AccessIn):
@@ -16,21 +17,21 @@ class BootstrapParams(AccessIn):
 
 
 class DistillParams(StrictModel):
-    batch_size: int = Field(default=8, ge=1, le=64)
-    max_episodes: int | None = Field(default=None, ge=1, le=1_000_000)
-    min_age_s: float = Field(default=2.0, ge=0, le=3600)
+    batch_size: Annotated[int, Field(ge=1, le=64), NumberOnly] = 8
+    max_episodes: Annotated[int, Field(ge=1, le=1_000_000), NumberOnly] | None = None
+    min_age_s: Annotated[float, Field(ge=0, le=3600), NumberOnly] = 2.0
 
 
 class ConsolidateParams(StrictModel):
-    duplicate_threshold: float = Field(default=0.92, ge=0.5, le=1.0)
-    conflict_threshold: float = Field(default=0.75, ge=0.3, le=1.0)
-    ttl_days: float | None = Field(default=None, gt=0)
+    duplicate_threshold: Annotated[float, Field(ge=0.5, le=1.0), NumberOnly] = 0.92
+    conflict_threshold: Annotated[float, Field(ge=0.3, le=1.0), NumberOnly] = 0.75
+    ttl_days: Annotated[float, Field(gt=0), NumberOnly] | None = None
 
 
 class TrainCartridgeParams(StrictModel):
     asset_ids: list[uuid.UUID] = Field(default_factory=list, max_length=1000)
-    p: int = Field(default=64, ge=4, le=4096)
-    steps: int = Field(default=40, ge=1, le=100_000)
+    p: Annotated[int, Field(ge=4, le=4096), NumberOnly] = 64
+    steps: Annotated[int, Field(ge=1, le=100_000), NumberOnly] = 40
 
 
 class RetentionParams(StrictModel):

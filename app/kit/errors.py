@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("memscale.errors")
@@ -94,6 +96,20 @@ _HTTP_CODES = {
 }
 
 
+_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def _documented_methods(request: Request) -> list[str] | None:
+    """The methods the OpenAPI document lists for the request's path (concrete paths win over
+    templated ones, as OpenAPI says); None for a path it does not document."""
+    paths = request.app.openapi().get("paths", {})
+    for template in sorted(paths, key=lambda p: p.count("{")):
+        parts = re.split(r"(\{[^/}]+\})", template)
+        if re.fullmatch("".join("[^/]+" if x.startswith("{") else re.escape(x) for x in parts), request.url.path):
+            return sorted(m.upper() for m in paths[template] if m in _METHODS)
+    return None
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_: Request, exc: AppError):
@@ -108,15 +124,32 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, "validation_error", "; ".join(parts) or "invalid request")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException):
+    async def _http(request: Request, exc: StarletteHTTPException):
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        headers = getattr(exc, "headers", None)  # keep them: a 405 must carry Allow (RFC 9110)
+        if exc.status_code == 405 and (documented := _documented_methods(request)):
+            # Starlette's Allow names only the first route on the path; list every documented method.
+            headers = {**(headers or {}), "Allow": ", ".join(documented)}
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(OperationalError)
     async def _db_down(_: Request, exc: OperationalError):
         log.warning("database unavailable: %s", type(exc.orig).__name__)
         return error_response(503, "database_unavailable", "the database is not reachable; retry later",
                               headers={"Retry-After": "1"})
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool_exhausted(_: Request, exc: PoolTimeout):
+        # Every pooled connection stayed busy for pool_timeout: an overload, not a bug.
+        log.warning("database connection pool exhausted")
+        return error_response(503, "database_busy", "all database connections are busy; retry later",
+                              headers={"Retry-After": "1"})
+
+    @app.exception_handler(DataError)
+    async def _bad_value(_: Request, exc: DataError):
+        # SQLSTATE class 22 (e.g. U+0000 in text/jsonb): the input cannot be stored, not a server fault.
+        log.info("value refused by the database: %s", type(exc.orig).__name__)
+        return error_response(422, "invalid_value", "a value in the request cannot be stored or compared")
 
     @app.exception_handler(DBAPIError)
     async def _db_error(_: Request, exc: DBAPIError):

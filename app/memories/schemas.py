@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from app.kit.schemas import AccessIn, AccessOut, StrictModel, Tag, Visibility
+from app.kit.schemas import AccessIn, AccessOut, IsoDateTime, NumberOnly, StrictModel, Tag, Visibility
 
 MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint"]
 
@@ -19,15 +19,15 @@ class SourceRef(StrictModel):
 class MemoryIn(AccessIn):
     text: str = Field(min_length=1, max_length=20_000)
     kind: MemoryKind
-    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    confidence: Annotated[float, Field(ge=0.0, le=1.0), NumberOnly] = 0.8
     sources: list[SourceRef] = Field(default_factory=list, max_length=100)
-    valid_from: datetime | None = None
+    valid_from: IsoDateTime | None = None
 
 
 class MemoryPatch(StrictModel):
     text: str | None = Field(default=None, min_length=1, max_length=20_000)
     kind: MemoryKind | None = None
-    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    confidence: Annotated[float, Field(ge=0.0, le=1.0), NumberOnly] | None = None
     visibility: Visibility | None = None
     groups: list[Tag] | None = Field(default=None, max_length=32)
     labels: list[Tag] | None = Field(default=None, max_length=32)

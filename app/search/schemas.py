@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from app.kit.schemas import StrictModel, Tag
+from app.kit.schemas import IsoDateTime, NumberOnly, StrictModel, Tag
 
 ItemType = Literal["memory", "episode", "chunk"]
 
@@ -14,15 +14,15 @@ ItemType = Literal["memory", "episode", "chunk"]
 class SearchFilters(StrictModel):
     kinds: list[str] | None = Field(default=None, max_length=16)
     labels: list[Tag] | None = Field(default=None, max_length=32)
-    since: datetime | None = None
-    until: datetime | None = None
+    since: IsoDateTime | None = None
+    until: IsoDateTime | None = None
     session_id: str | None = Field(default=None, max_length=200)
 
 
 class SearchIn(StrictModel):
     query: str = Field(min_length=1, max_length=2000)
     types: list[ItemType] = Field(default_factory=lambda: ["memory", "episode", "chunk"], min_length=1)
-    k: int = Field(default=10, ge=1, le=100)
+    k: Annotated[int, Field(ge=1, le=100), NumberOnly] = 10
     mode: Literal["hybrid", "vector", "text"] = "hybrid"
     filters: SearchFilters = Field(default_factory=SearchFilters)
 

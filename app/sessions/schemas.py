@@ -6,15 +6,24 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from app.kit.schemas import StrictModel
+from app.kit.schemas import NumberOnly, StrictModel
 
 Label = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\- ]+$")]
 BlockText = Annotated[str, StringConstraints(max_length=4000)]
 
 
+def _keys_by_pattern(schema: dict) -> None:
+    """pydantic states a key pattern as `patternProperties`, which lets any other key hold anything;
+    say what is enforced instead: every key matches (`propertyNames`), every value is a block."""
+    (pattern, value), = schema.pop("patternProperties").items()
+    schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+    schema["additionalProperties"] = value
+
+
 class SessionIn(StrictModel):
-    budget_tokens: int = Field(default=4000, ge=256, le=128_000)
-    working_context: dict[Label, BlockText] = Field(default_factory=dict, max_length=10)
+    budget_tokens: Annotated[int, Field(ge=256, le=128_000), NumberOnly] = 4000
+    working_context: dict[Label, BlockText] = Field(default_factory=dict, max_length=10,
+                                                    json_schema_extra=_keys_by_pattern)
 
 
 class SessionOut(BaseModel):
@@ -45,11 +54,11 @@ class MessageOut(BaseModel):
 
 class OutcomeIn(StrictModel):
     outcome: Literal["success", "failure", "unknown"]
-    reward: float | None = Field(default=None, ge=-1e6, le=1e6)
+    reward: Annotated[float, Field(ge=-1e6, le=1e6), NumberOnly] | None = None
     note: str | None = Field(default=None, max_length=2000)
 
 
 class ContextIn(StrictModel):
     query: str = Field(min_length=1, max_length=2000)
     session_id: uuid.UUID | None = None
-    budget_tokens: int = Field(default=2000, ge=64, le=128_000)
+    budget_tokens: Annotated[int, Field(ge=64, le=128_000), NumberOnly] = 2000

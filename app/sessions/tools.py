@@ -10,7 +10,7 @@ session's trajectory, success or not.
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import func, select
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.errors import AppError, NotFound
+from app.kit.schemas import NumberOnly
 from app.memories import service as memories
 from app.memories.schemas import MemoryIn, MemoryKind, MemoryPatch
 from app.search.schemas import SearchFilters, SearchIn
@@ -34,14 +35,14 @@ class _Args(BaseModel):
 class MemoryAddArgs(_Args):
     text: str = Field(min_length=1, max_length=20_000, description="the fact, rule, preference or procedure")
     kind: MemoryKind = "fact"
-    confidence: float = Field(default=0.8, ge=0, le=1)
+    confidence: Annotated[float, Field(ge=0, le=1), NumberOnly] = 0.8
 
 
 class MemoryUpdateArgs(_Args):
     id: uuid.UUID
     text: str | None = Field(default=None, min_length=1, max_length=20_000)
     kind: MemoryKind | None = None
-    confidence: float | None = Field(default=None, ge=0, le=1)
+    confidence: Annotated[float, Field(ge=0, le=1), NumberOnly] | None = None
 
 
 class IdArgs(_Args):
@@ -50,7 +51,7 @@ class IdArgs(_Args):
 
 class QueryArgs(_Args):
     query: str = Field(min_length=1, max_length=2000)
-    k: int = Field(default=5, ge=1, le=50)
+    k: Annotated[int, Field(ge=1, le=50), NumberOnly] = 5
 
 
 class ArchivalArgs(QueryArgs):
