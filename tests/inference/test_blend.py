@@ -1,0 +1,104 @@
+"""CacheBlend against the reference path (plain prefill), on the real SmolLM2 weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.inference.blend import BlendConfig, build_context, n_recompute
+
+QUESTION = "Who discovered the comet with the green tail, and where does she work?"
+
+
+def _context_kv(engine, chunks, mode, ratio=0.15, prefix_kv=None):
+    ctx = build_context(engine, engine.system_ids, chunks, mode, BlendConfig(recompute_ratio=ratio), prefix_kv)
+    keys = torch.stack([layer.keys[0] for layer in ctx.cache.layers])  # (L, H, N, D)
+    values = torch.stack([layer.values[0] for layer in ctx.cache.layers])
+    return ctx, keys, values
+
+
+def test_blend_at_ratio_one_equals_full_prefill(engine, chunks):
+    full = engine.generate(QUESTION, chunks, mode="full", max_tokens=1)
+    blend = engine.generate(QUESTION, chunks, mode="blend", blend=BlendConfig(recompute_ratio=1.0), max_tokens=1)
+    assert blend.recomputed_tokens == sum(c.n_tokens for c in chunks) == full.recomputed_tokens
+    torch.testing.assert_close(blend.first_logits, full.first_logits, rtol=1e-4, atol=1e-3)
+    # the context KV itself, layer by layer
+    _, k_full, v_full = _context_kv(engine, chunks, "full")
+    _, k_blend, v_blend = _context_kv(engine, chunks, "blend", ratio=1.0)
+    torch.testing.assert_close(k_blend, k_full, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(v_blend, v_full, rtol=1e-4, atol=1e-4)
+
+
+def test_full_mode_equals_one_plain_forward_pass(engine, chunks):
+    """`full` (segment by segment with a cache) == the model run once over the whole prompt."""
+    ids = torch.cat([engine.system_ids, *[c.token_ids for c in chunks], engine.query_ids(QUESTION)])
+    with torch.inference_mode():
+        ref = engine.model(ids[None]).logits[0, -1].float()
+    got = engine.generate(QUESTION, chunks, mode="full", max_tokens=1)
+    assert got.prompt_tokens == ids.numel()
+    torch.testing.assert_close(got.first_logits, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_prefix_kv_sits_in_front_of_everything(engine, chunks):
+    """The cartridge contract: prefix_kv at 0..p-1, the prompt continuing at p, in every mode."""
+    pre_ids = engine.encode("Background: the Plimton observatory stands on Mount Fell.")
+    cache = engine.new_cache()
+    engine.forward(pre_ids, cache, 0)
+    prefix_kv = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    ids = torch.cat([pre_ids, engine.system_ids, *[c.token_ids for c in chunks], engine.query_ids(QUESTION)])
+    with torch.inference_mode():
+        ref = engine.model(ids[None]).logits[0, -1].float()
+    full = engine.generate(QUESTION, chunks, mode="full", prefix_kv=prefix_kv, max_tokens=1)
+    blend = engine.generate(QUESTION, chunks, mode="blend", blend=BlendConfig(recompute_ratio=1.0),
+                            prefix_kv=prefix_kv, max_tokens=1)
+    assert full.prefix_tokens == blend.prefix_tokens == pre_ids.numel()
+    torch.testing.assert_close(full.first_logits, ref, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(blend.first_logits, ref, rtol=1e-4, atol=1e-3)
+    # the caller's tensors are not modified (the engine copies them into its cache)
+    assert prefix_kv[0][0].shape[2] == pre_ids.numel()
+
+
+def test_partial_recompute_sits_between_reuse_and_full(engine, chunks):
+    """Recomputing the highest-deviation tokens moves the KV towards full prefill."""
+    _, k_full, v_full = _context_kv(engine, chunks, "full")
+    errors = {}
+    for mode, ratio in (("reuse", 0.0), ("blend", 0.15), ("blend", 0.5)):
+        ctx, k, v = _context_kv(engine, chunks, mode, ratio)
+        errors[(mode, ratio)] = ((k - k_full).pow(2).sum() + (v - v_full).pow(2).sum()).item()
+    assert errors[("reuse", 0.0)] > 0
+    assert errors[("blend", 0.5)] < errors[("blend", 0.15)] < errors[("reuse", 0.0)]
+
+
+def test_recomputed_token_counts_per_mode(engine, chunks):
+    n = [c.n_tokens for c in chunks]
+    counts = {}
+    for mode in ("full", "prefix", "reuse", "blend"):
+        ctx, *_ = _context_kv(engine, chunks, mode, ratio=0.15)
+        assert ctx.n_tokens == engine.system_ids.numel() + sum(n)
+        counts[mode] = ctx.recomputed_tokens
+    assert counts == {"full": sum(n), "prefix": sum(n[1:]), "reuse": 0, "blend": n_recompute(sum(n), 0.15)}
+    assert n_recompute(100, 0.15) == 15 and n_recompute(7, 0.15) == 2 and n_recompute(10, 0.0) == 0
+
+
+def test_blend_ratio_zero_equals_reuse_after_the_check_layer(engine, chunks):
+    _, k_reuse, _ = _context_kv(engine, chunks, "reuse")
+    _, k_zero, _ = _context_kv(engine, chunks, "blend", ratio=0.0)
+    cfg = BlendConfig()
+    # layers after the check layer keep the re-rotated stored KV; up to it, everything is recomputed
+    torch.testing.assert_close(k_zero[cfg.check_layer + 1:], k_reuse[cfg.check_layer + 1:])
+    assert not torch.allclose(k_zero[cfg.check_layer], k_reuse[cfg.check_layer], atol=1e-3)
+
+
+def test_generation_from_blended_state_is_deterministic(engine, chunks):
+    runs = [engine.generate(QUESTION, chunks, mode="blend", max_tokens=12) for _ in range(2)]
+    assert runs[0].token_ids == runs[1].token_ids and len(runs[0].token_ids) > 0
+    assert runs[0].text == runs[1].text and runs[0].text.strip()
+    assert torch.equal(runs[0].first_logits, runs[1].first_logits)
+    assert runs[0].first_token_at <= runs[0].finished_at
+
+
+def test_blend_config_validation():
+    with pytest.raises(ValueError):
+        BlendConfig(check_layer=0)
+    with pytest.raises(ValueError):
+        BlendConfig(recompute_ratio=1.5)

@@ -1,0 +1,59 @@
+"""`memscale inference serve`: the click group, and a clean exit on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from click.testing import CliRunner
+
+from app.inference.cli import inference
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_group_and_defaults():
+    assert inference.name == "inference" and "serve" in inference.commands
+    serve = inference.commands["serve"]
+    defaults = {p.name: p.default for p in serve.params}
+    assert defaults["host"] == "127.0.0.1" and defaults["port"] == 8100
+    result = CliRunner().invoke(inference, ["serve", "--help"])
+    assert result.exit_code == 0 and "--port" in result.output and "--cartridge-resolver" in result.output
+
+
+def test_serve_answers_and_exits_cleanly_on_sigterm(engine, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "app.inference.cli", "serve", "--port", str(port), "--threads", "1",
+           "--model", engine.config.model_path, "--data-dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                if r.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.3)
+        assert r.json()["model_id"] == engine.model_id
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chunks", json={"texts": ["A short note."]}, timeout=60)
+        assert r.status_code == 200
+        assert any((tmp_path / "kv").rglob("*.safetensors"))  # the store lives under --data-dir
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

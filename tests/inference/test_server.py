@@ -1,0 +1,131 @@
+"""The inference tier's HTTP API (FastAPI TestClient, real model)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.inference.blend import n_recompute
+from app.inference.server import CartridgeNotFound, create_app
+from app.inference.store import content_hash
+
+QUESTION = "Where does the person who discovered comet K-17 work?"
+
+
+@pytest.fixture()
+def client(engine, store):
+    with TestClient(create_app(engine=engine, store=store), raise_server_exceptions=False) as c:
+        yield c
+
+
+def _assert_error(resp, status, code):
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert body["error"]["code"] == code and body["error"]["message"]
+
+
+def test_healthz(client, engine):
+    r = client.get("/healthz")
+    assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["model_id"] == engine.model_id
+
+
+def test_chunks_then_generate_by_hash(client, store, texts, engine):
+    r = client.post("/v1/chunks", json={"texts": texts})
+    assert r.status_code == 200
+    hashes = r.json()["content_hashes"]
+    assert hashes == [content_hash(t) for t in texts] and all(store.has(h) for h in hashes)
+    r = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": [{"content_hash": h} for h in hashes],
+                                          "max_tokens": 8, "mode": "blend"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["text"].strip()
+    n_chunk = sum(engine.chunk_ids(t).numel() for t in texts)
+    assert body["prompt_tokens"] == engine.system_ids.numel() + n_chunk + engine.query_ids(QUESTION).numel()
+    assert body["recomputed_tokens"] == n_recompute(n_chunk, 0.15)
+    t = body["timings"]
+    assert 0 < t["ttft_s"] <= t["total_s"] and t["tokens_per_s"] > 0
+
+
+def test_blend_at_ratio_one_answers_like_full(client, texts):
+    chunks = [{"text": t} for t in texts]
+    full = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": chunks, "max_tokens": 10, "mode": "full"})
+    blend = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": chunks, "max_tokens": 10,
+                                              "mode": "blend", "recompute_ratio": 1.0})
+    reuse = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": chunks, "max_tokens": 10, "mode": "reuse"})
+    assert full.status_code == blend.status_code == reuse.status_code == 200
+    assert blend.json()["text"] == full.json()["text"]
+    assert blend.json()["recomputed_tokens"] == full.json()["recomputed_tokens"] > 0
+    assert reuse.json()["recomputed_tokens"] == 0
+
+
+def test_text_chunks_are_stored_on_first_use(client, store, texts):
+    r = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": [{"text": texts[0]}], "max_tokens": 2})
+    assert r.status_code == 200
+    assert store.has(content_hash(texts[0]))
+    both = {"text": texts[0], "content_hash": content_hash(texts[0])}
+    assert client.post("/v1/generate", json={"prompt": QUESTION, "chunks": [both], "max_tokens": 2}).status_code == 200
+
+
+def test_unknown_hash_is_404(client):
+    r = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": [{"content_hash": "ab" * 32}], "max_tokens": 4})
+    _assert_error(r, 404, "chunk_not_found")
+
+
+def test_over_long_prompt_is_400_and_stores_nothing(client, store, texts):
+    r = client.post("/v1/generate", json={"prompt": "word " * 5000, "chunks": [{"text": texts[1]}], "max_tokens": 4})
+    _assert_error(r, 400, "prompt_too_long")
+    assert not store.has(content_hash(texts[1]))
+    r = client.post("/v1/generate", json={"prompt": QUESTION, "max_tokens": 2048, "chunks": [{"text": "x " * 2100}]})
+    _assert_error(r, 400, "chunk_too_long")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": QUESTION, "mode": "turbo"},
+        {"prompt": QUESTION, "chunks": [{}]},
+        {"prompt": QUESTION, "chunks": [{"content_hash": "not-a-hash"}]},
+        {"prompt": QUESTION, "chunks": [{"text": "a", "content_hash": "0" * 64}]},
+        {"prompt": QUESTION, "recompute_ratio": 1.5},
+        {"prompt": ""},
+        {"prompt": QUESTION, "max_tokens": 0},
+    ],
+)
+def test_malformed_requests_are_422(client, body):
+    _assert_error(client.post("/v1/generate", json=body), 422, "validation_error")
+
+
+def test_chunks_endpoint_validation(client):
+    _assert_error(client.post("/v1/chunks", json={"texts": []}), 422, "validation_error")
+    _assert_error(client.post("/v1/chunks", json={"texts": [""]}), 422, "validation_error")
+    _assert_error(client.get("/v1/nothing-here"), 404, "not_found")
+
+
+def test_unknown_cartridge_is_404_until_a_resolver_is_plugged(client):
+    r = client.post("/v1/generate", json={"prompt": QUESTION, "cartridges": ["ctg-1"], "max_tokens": 2})
+    _assert_error(r, 404, "cartridge_not_found")
+
+
+def test_plugged_resolver_supplies_prefix_kv(engine, store):
+    cache = engine.new_cache()
+    engine.forward(engine.encode("The observatory is on Mount Fell."), cache, 0)
+    known = {"ctg-fell": [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]}
+    seen = []
+
+    def resolve(ids):
+        seen.append(list(ids))
+        if any(i not in known for i in ids):
+            raise CartridgeNotFound(next(i for i in ids if i not in known))
+        return known[ids[0]]
+
+    app = create_app(engine=engine, store=store, resolve_cartridges=resolve)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/v1/generate", json={"prompt": "Where is the observatory?", "cartridges": ["ctg-fell"],
+                                         "max_tokens": 6, "mode": "full"})
+        assert r.status_code == 200, r.text
+        expected = engine.generate("Where is the observatory?", [], mode="full", prefix_kv=known["ctg-fell"],
+                                   max_tokens=6)
+        assert r.json()["text"] == expected.text
+        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": ["nope"]}), 404, "cartridge_not_found")
+    assert seen == [["ctg-fell"], ["nope"]]

@@ -1,0 +1,95 @@
+"""Chunk KV store: content addressing, safetensors round trip, LRU tiers, delete, the hook."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from app.inference.store import ChunkNotFound, ChunkStore, StoreConfig, content_hash, precompute_chunks
+
+
+def test_round_trip_through_disk(engine, tmp_path, texts):
+    store = ChunkStore(engine, StoreConfig(root=tmp_path))
+    h = store.put(texts[0])
+    assert h == hashlib.sha256(texts[0].encode()).hexdigest() == content_hash(texts[0])
+    direct = engine.encode_chunk(texts[0])
+    fresh = ChunkStore(engine, StoreConfig(root=tmp_path))  # new process, same folder
+    assert fresh.stats()["disk_items"] == 1 and fresh.stats()["mem_items"] == 0
+    got = fresh.get(h)
+    assert torch.equal(got.token_ids, direct.token_ids)
+    assert torch.equal(got.kv, direct.kv)
+    assert fresh.in_memory(h)  # a disk hit is promoted to RAM
+    path = tmp_path / engine.model_id / h[:2] / f"{h}.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+        assert set(f.keys()) == {"kv", "token_ids"}
+    assert meta["model_id"] == engine.model_id and meta["content_hash"] == h and meta["version"] == "1"
+
+
+def test_precompute_is_ordered_and_idempotent(store, texts):
+    hashes = store.precompute([texts[1], texts[0], texts[1]])
+    assert hashes == [content_hash(texts[1]), content_hash(texts[0]), content_hash(texts[1])]
+    assert store.stats()["disk_items"] == 2 and store.stats()["mem_items"] == 2
+    mtime = next(store.dir.glob(f"*/{hashes[0]}.safetensors")).stat().st_mtime_ns
+    assert store.put(texts[1]) == hashes[0]  # already there: not recomputed, not rewritten
+    assert next(store.dir.glob(f"*/{hashes[0]}.safetensors")).stat().st_mtime_ns == mtime
+
+
+def test_unknown_and_malformed_hashes(store, texts):
+    with pytest.raises(ChunkNotFound):
+        store.get("0" * 64)
+    with pytest.raises(ChunkNotFound):
+        store.get("../../etc/passwd")
+    assert not store.has("0" * 64)
+
+
+def test_memory_tier_is_lru_with_a_byte_limit(engine, tmp_path, texts):
+    one = engine.encode_chunk(texts[0]).nbytes
+    limit = int(2.5 * max(engine.encode_chunk(t).nbytes for t in texts))
+    store = ChunkStore(engine, StoreConfig(root=tmp_path, mem_bytes=limit))
+    a, b = store.put(texts[0]), store.put(texts[1])
+    store.get(a)  # a is now the most recent
+    c = store.put(texts[2])  # over the limit: b (least recent) leaves RAM
+    assert store.in_memory(a) and store.in_memory(c) and not store.in_memory(b)
+    assert store.stats()["mem_bytes"] <= limit and one > 0
+    assert torch.equal(store.get(b).kv, engine.encode_chunk(texts[1]).kv)  # still on disk
+
+
+def test_disk_tier_evicts_least_recent_files(engine, tmp_path, texts):
+    sizes = [engine.encode_chunk(t).nbytes for t in texts]
+    store = ChunkStore(engine, StoreConfig(root=tmp_path, mem_bytes=0, disk_bytes=int(sizes[0] + sizes[1] + 4096)))
+    a, b = store.put(texts[0]), store.put(texts[1])
+    store.get(a)  # touch a
+    c = store.put(texts[2])
+    assert store.stats()["disk_bytes"] <= store.config.disk_bytes
+    assert store.has(a) and store.has(c) and not store.has(b)
+    with pytest.raises(ChunkNotFound):
+        store.get(b)
+
+
+def test_delete_removes_both_tiers(store, texts):
+    h = store.put(texts[2])
+    assert store.in_memory(h) and store.has(h)
+    assert store.delete(h) is True
+    assert not store.has(h) and not store.in_memory(h)
+    assert not any(store.dir.glob(f"*/{h}.safetensors"))
+    with pytest.raises(ChunkNotFound):
+        store.get(h)
+    assert store.delete(h) is False
+    assert store.stats() == {"mem_items": 0, "mem_bytes": 0, "disk_items": 0, "disk_bytes": 0}
+
+
+def test_hook_for_the_bootstrap_pipeline(store, texts):
+    hashes = precompute_chunks(texts[:2], store=store)
+    assert hashes == [content_hash(t) for t in texts[:2]]
+    assert all(store.has(h) for h in hashes)
+
+
+def test_a_file_written_by_another_process_is_found(engine, tmp_path, texts):
+    reader = ChunkStore(engine, StoreConfig(root=tmp_path))
+    writer = ChunkStore(engine, StoreConfig(root=tmp_path))
+    h = writer.put(texts[0])
+    assert torch.equal(reader.get(h).token_ids, engine.chunk_ids(texts[0]))
