@@ -24,16 +24,21 @@ def _fail(msg: str) -> None:  # noqa: D103
 
 
 class _LazyGroup(click.Group):
-    """`memscale inference ...` loads the torch tier only when asked (the API never imports it)."""
+    """`memscale inference ...` loads the torch tier only when asked (the API never imports it);
+    `memscale bench ...` loads the benchmarks only when asked."""
 
     def list_commands(self, ctx):  # noqa: ANN001
-        return sorted(set(super().list_commands(ctx)) | {"inference"})
+        return sorted(set(super().list_commands(ctx)) | {"inference", "bench"})
 
     def get_command(self, ctx, name):  # noqa: ANN001
         if name == "inference":
             from app.inference.cli import inference
 
             return inference
+        if name == "bench":
+            from app.bench_cli import bench
+
+            return bench
         return super().get_command(ctx, name)
 
 
