@@ -51,3 +51,30 @@ def test_context_handoff_to_cacheblend(client, world, run_job, tier, tmp_path):
     bad = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": "0" * 64}], "max_tokens": 2,
                                           "mode": "blend"})
     assert 400 <= bad.status_code < 500 and set(bad.json()["error"]) == {"code", "message"}
+
+
+def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tmp_path, monkeypatch):
+    from app.orgs import forget
+
+    org = world.org()
+    alice = world.user(org, roles=["steward"])
+    d = tmp_path / "kvdocs"
+    d.mkdir()
+    (d / "secret.md").write_text("Alice's private project codename is Bluebird.")
+    # An operator run owned by the org's only steward: alice owns the asset (private to her).
+    assert run_job(alice.org_id, "bootstrap", {"path": str(d), "visibility": "private"}, created_by=None).status == "succeeded"
+    admin = world.user(org, roles=["admin"])
+    hits = client.post("/v1/search", json={"query": "project codename Bluebird", "types": ["chunk"]}, headers=alice.h).json()
+    texts = [h["text"] for h in hits["results"]]
+    hashes = tier.post("/v1/chunks", json={"texts": texts}).json()["content_hashes"]
+    assert hashes == [h["content_hash"] for h in hits["results"]]
+    assert hashes
+    # Route the service's call to the in-process tier (no network): the same DELETE request.
+    monkeypatch.setattr(forget, "drop_chunk_kv", lambda url, hs, timeout_s=10.0: sum(
+        bool(tier.delete(f"/v1/chunks/{h}").json()["deleted"]) for h in set(hs)))
+    r = client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)
+    job = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()
+    assert job["stats"]["chunk_kv_deleted"] == len(set(hashes))
+    gen = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2,
+                                          "mode": "blend"})
+    assert gen.status_code == 404

@@ -199,6 +199,12 @@ def create_app(
             hashes = request.app.state.store.precompute(body.texts)
         return ChunksOut(content_hashes=hashes)
 
+    @app.delete("/v1/chunks/{content_hash}", responses=errors)
+    def delete_chunk(content_hash: str, request: Request) -> dict:
+        """Right to be forgotten: drop a chunk's KV from both tiers (idempotent)."""
+        with request.app.state.lock:
+            return {"deleted": request.app.state.store.delete(content_hash)}
+
     @app.post("/v1/generate", response_model=GenerateOut, responses=errors)
     def generate(body: GenerateIn, request: Request) -> GenerateOut:
         t0 = time.perf_counter()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from app.episodes.schemas import JobRef
 from app.jobs import service as jobs
@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1/users", tags=["compliance"], responses=COMMON_ERR
 
 
 @router.delete("/{user_id}/data", status_code=202, response_model=JobRef)
-def delete_user_data(user_id: uuid.UUID, db: SessionDep, principal: PrincipalDep):
+def delete_user_data(user_id: uuid.UUID, request: Request, db: SessionDep, principal: PrincipalDep):
     """Right to be forgotten: admins for anyone in their org, any user for themselves."""
     target = db.get(User, user_id)
     if target is None or target.org_id != principal.org_id or (
@@ -24,7 +24,8 @@ def delete_user_data(user_id: uuid.UUID, db: SessionDep, principal: PrincipalDep
         raise NotFound("user not found")
     job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="forget_user",
                       params={"user_id": str(user_id)}, status="running")
-    stats = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id, job_id=job.id)
+    stats = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id, job_id=job.id,
+                        inference_url=request.app.state.settings.inference_url)
     bind_principal(db, principal)  # back to the caller's own scope for the rest of the request
     jobs.finish(db, job, stats=stats)
     return JobRef(job_id=job.id)
