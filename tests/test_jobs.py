@@ -25,6 +25,8 @@ def test_post_jobs_validates_and_authorises(client, world):
     job = client.get(f"/v1/jobs/{r.json()['id']}", headers=steward.h).json()
     assert job["status"] == "queued" and job["progress"] == 0
     assert client.get(f"/v1/jobs/{r.json()['id']}", headers=member.h).status_code == 404  # not theirs
+    with world.engine.begin() as c:  # no worker runs here: retire it so a later test's worker does not inherit it
+        c.execute(text("UPDATE jobs SET status = 'failed', error = 'test: never run' WHERE id = :i"), {"i": r.json()["id"]})
 
 
 def test_periodic_jobs_are_enqueued_once_per_slot(app, world, admin_engine):
@@ -33,15 +35,19 @@ def test_periodic_jobs_are_enqueued_once_per_slot(app, world, admin_engine):
     org = world.org()
     world.user(org)
     now = 1_800_000_000.0
-    enqueue_due(app.state.sessions, now)
-    enqueue_due(app.state.sessions, now + 1)  # a second scheduler, same slot: nothing new
+    mine = {world.orgs[org]}
+    enqueue_due(app.state.sessions, now, only_orgs=mine)
+    enqueue_due(app.state.sessions, now + 1, only_orgs=mine)  # a second scheduler, same slot: nothing new
     with admin_engine.connect() as c:
         kinds = c.execute(text("SELECT kind FROM jobs WHERE org_id = :o AND schedule_slot IS NOT NULL ORDER BY kind"),
                           {"o": world.orgs[org]}).scalars().all()
     assert kinds == ["consolidate", "distill", "retention"]
-    enqueue_due(app.state.sessions, now + 3600)  # the next hour: distill again, the daily ones not
-    with admin_engine.connect() as c:
+    enqueue_due(app.state.sessions, now + 3600, only_orgs=mine)  # the next hour: distill again, the daily ones not
+    with admin_engine.begin() as c:
         n = c.execute(text("SELECT count(*) FROM jobs WHERE org_id = :o AND kind = 'distill'"), {"o": world.orgs[org]}).scalar()
+        # No worker runs in this test: retire the queued jobs so a later test's worker does not inherit them.
+        c.execute(text("UPDATE jobs SET status = 'failed', error = 'test: never run' WHERE org_id = :o AND status = 'queued'"),
+                  {"o": world.orgs[org]})
     assert n == 2
 
 

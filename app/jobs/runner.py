@@ -138,14 +138,17 @@ def claim(sessions: sessionmaker[Session], worker: str, lease_s: int, kinds: lis
         return row
 
 
-def enqueue_due(sessions: sessionmaker[Session], now: float | None = None) -> int:
-    """Create the periodic jobs that are due (one per org, kind and time slot, whoever asks)."""
+def enqueue_due(sessions: sessionmaker[Session], now: float | None = None, *, only_orgs: set | None = None) -> int:
+    """Create the periodic jobs that are due (one per org, kind and time slot, whoever asks);
+    `only_orgs` restricts it to some orgs (tests, dedicated workers)."""
     now = now or time.time()
     made = 0
     with sessions() as db:
         orgs = db.execute(text("SELECT id, settings FROM memscale_org_schedules()")).all()
         db.commit()
     for org_id, org_settings in orgs:
+        if only_orgs is not None and org_id not in only_orgs:
+            continue
         schedules = {**DEFAULT_SCHEDULES, **(org_settings or {}).get("schedules", {})}
         for kind, every in schedules.items():
             if not every or kind not in PIPELINES:
