@@ -1,0 +1,180 @@
+"""LoCoMo (dev split) through the memory service.
+
+    .venv/bin/python -m bench.locomo_bench [--quick] [--data PATH] [--budget 1000] [--reader-questions 20]
+        [--model local/smollm2] [--judge-model openai/gpt-4o-mini] [--distill] [--proposal NAME]
+
+Model-independent: evidence recall (LoCoMo `evidence` dia_ids among the turns handed out).
+Model-dependent: answer F1 of the reader model, and LLM-judge accuracy when a judge is named
+(`--judge-model` or MEMSCALE_JUDGE_MODEL). With the default local SmolLM2-135M reader, F1 is
+bounded by the model, not by retrieval: read it beside the recall figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+RECALL_AT = (5, 10, 25)
+
+
+def method_plan(budgets: list[int], proposal: str) -> tuple[list[str], list[str]]:
+    """Method names in report order, and those the reader answers from. With a proposal, the
+    methods it changes are measured twice on the same data: as the service is, and patched."""
+    base = [f"context@{b}" for b in budgets] + ["vector", "text", "hybrid", "full"]
+    patched = [f"{m}+{proposal}" for m in base if m.startswith(("context", "text", "hybrid"))] if proposal != "none" else []
+    reader = [f"context@{budgets[0]}", "vector", "text", "full"] + ([f"context@{budgets[0]}+{proposal}"] if patched else [])
+    return base + patched, reader
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    from bench.common import RESULTS
+
+    ap = argparse.ArgumentParser(prog="memscale bench locomo", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=None, help="LoCoMo JSON (default ../shared/data/locomo/locomo_dev.json)")
+    ap.add_argument("--quick", action="store_true", help="one conversation, 3 sessions, 10 questions, 1 read")
+    ap.add_argument("--budget", default="1000", help="/v1/context budget_tokens; several comma-separated")
+    ap.add_argument("--reader-questions", type=int, default=None, help="questions answered by the reader "
+                    "(stratified over categories; default 20, quick 1; 0 = recall only)")
+    ap.add_argument("--model", default=None, help="reader model, any litellm string (default: MEMSCALE_LLM_MODEL)")
+    ap.add_argument("--judge-model", default=os.environ.get("MEMSCALE_JUDGE_MODEL"),
+                    help="LLM judge for answer accuracy (default: none = no judge)")
+    ap.add_argument("--window", type=int, default=None, help="reader window for the full-context baseline")
+    ap.add_argument("--distill", action="store_true", help="run the distill job after ingestion (slow on CPU)")
+    ap.add_argument("--proposal", default="none", help="a retrieval change (see proposal.py) measured beside the "
+                    "unchanged service in the same run, e.g. idf_text")
+    ap.add_argument("--conversations", type=int, default=0, help="use only the first N conversations (0 = all)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="folder for JSON, markdown and plots")
+    ap.add_argument("--name", default=None, help="result file stem (default locomo / locomo_quick)")
+    args = ap.parse_args(argv)
+    if args.reader_questions is None:
+        args.reader_questions = 1 if args.quick else 20
+    args.name = args.name or ("locomo_quick" if args.quick else "locomo")
+    args.budgets = [int(b) for b in str(args.budget).split(",")]
+    return args
+
+
+def reader_sample(items: list[tuple], n: int) -> set[int]:
+    """`n` question indices, round-robin over categories, then over conversations (deterministic)."""
+    by_cat: dict[int, list[int]] = defaultdict(list)
+    for i, (conv, q) in enumerate(items):
+        by_cat[q.category].append(i)
+    queues = {c: _round_robin([i for i in ids], items) for c, ids in sorted(by_cat.items())}
+    out: list[int] = []
+    while len(out) < n and any(queues.values()):
+        for c in sorted(queues):
+            if queues[c] and len(out) < n:
+                out.append(queues[c].pop(0))
+    return set(out)
+
+
+def _round_robin(ids: list[int], items: list[tuple]) -> list[int]:
+    per_conv: dict[str, list[int]] = defaultdict(list)
+    for i in ids:
+        per_conv[items[i][0].sample_id].append(i)
+    lists, out = list(per_conv.values()), []
+    while any(lists):
+        for lst in lists:
+            if lst:
+                out.append(lst.pop(0))
+    return out
+
+
+def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
+    from app.config import Settings
+    from app.llm.base import LLMError
+    from bench.locomo import load
+    from bench.locomo_bench import proposal, report
+    from bench.locomo_bench.reader import ANSWER_TOKENS, answer_f1, clean_answer, judge_messages, \
+        judge_says_correct, reader_messages
+    from bench.locomo_bench.run import FullContext, Service, model_window, quick_slice
+
+    args = parse(argv)
+    model = args.model or Settings().llm_model
+    convs = load(args.data) if args.data else load()
+    if args.conversations:
+        convs = convs[: args.conversations]
+    if args.quick:
+        convs = [quick_slice(convs[0], sessions=3, max_questions=10)]
+    started = time.perf_counter()
+    svc = Service("memscale_bench_locomo" + ("_quick" if args.quick else ""), convs, model=model, embedder=embedder)
+    methods, reader_methods = method_plan(args.budgets, args.proposal)
+    try:
+        t0 = time.perf_counter()
+        for c in convs:
+            svc.ingest(c)
+        ingest_s = time.perf_counter() - t0
+        distill_stats = svc.distill() if args.distill else None
+        gw = svc.resources.gateway
+        window = args.window or model_window(svc.settings, gw) - 256  # room for instructions and the answer
+        full = {c.sample_id: FullContext(c, svc.count, window) for c in convs}
+        items = [(c, q) for c in convs for q in c.qa]
+        to_read = reader_sample(items, args.reader_questions)
+        judge = None
+        if args.judge_model:
+            from app.llm.gateway import Gateway
+
+            judge = Gateway(args.judge_model, data_dir=svc.settings.data_dir)
+        rows = []
+        for i, (c, q) in enumerate(items):
+            got = {}
+            for m in methods:
+                name, _, patch = m.partition("+")
+                undo = proposal.apply(patch or "none")
+                try:
+                    if name.startswith("context@"):
+                        got[m] = svc.context(c, q, int(name.split("@")[1]))
+                    elif name == "full":
+                        got[m] = full[c.sample_id].retrieved()
+                    else:
+                        got[m] = svc.search(c, q, name)
+                finally:
+                    undo()
+            ev = q.evidence
+            row = {"conversation": c.sample_id, "category": q.category, "question": q.question, "answer": q.answer,
+                   "evidence": ev, "methods": {}}
+            for m, r in got.items():
+                rec = {} if m == "full" else {f"recall@{k}": sum(e in r.ranked[:k] for e in ev) / len(ev)
+                                              for k in RECALL_AT}
+                rec["recall_in_context"] = sum(e in r.in_context for e in ev) / len(ev)
+                rec.update(tokens=r.tokens, latency_ms=round(r.latency_s * 1000, 2))
+                if r.service_tokens is not None:
+                    rec["service_tokens"] = r.service_tokens
+                if i in to_read and m in reader_methods:
+                    try:
+                        pred = clean_answer(gw.chat(reader_messages(r.excerpts, q.question), max_tokens=ANSWER_TOKENS))
+                    except LLMError as exc:  # recorded as an empty answer, never a crash
+                        pred, rec["reader_error"] = "", str(exc)[:200]
+                    rec.update(prediction=pred, f1=round(answer_f1(pred, q.answer, q.category), 4))
+                    if judge is not None:
+                        verdict = judge.chat(judge_messages(q.question, q.answer, pred), max_tokens=4)
+                        rec["judge_correct"] = judge_says_correct(verdict)
+                row["methods"][m] = rec
+            rows.append(row)
+            if (i + 1) % 50 == 0:
+                print(f"  {i + 1}/{len(items)} questions", flush=True)
+    finally:
+        svc.close()
+    result = report.summarise(rows, methods=tuple(methods), recall_at=RECALL_AT)
+    result.update({
+        "benchmark": "locomo", "quick": args.quick, "data": str(args.data or "shared/data/locomo/locomo_dev.json"),
+        "reader_model": model, "judge_model": args.judge_model, "embedding_model": svc.settings.embedding_model,
+        "budget_tokens": args.budgets, "reader_window_tokens": window, "rag_k": 10, "proposal": args.proposal,
+        "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
+        "full_history_tokens_mean": round(sum(f.total_tokens for f in full.values()) / len(full), 1),
+        "ingest_seconds": round(ingest_s, 1), "distill": distill_stats,
+        "seconds": round(time.perf_counter() - started, 1), "questions_detail": rows,
+    })
+    report.finish(result, args.out, args.name)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Aggregates, the printed summary, the markdown report and the per-category plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import mean
+
+from bench.common import pct
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+LABELS = {"vector": "vector RAG (k=10)", "text": "text search (k=10)", "hybrid": "hybrid search (k=10)",
+          "full": "full context (window)"}
+
+
+def label(method: str) -> str:
+    base, _, patch = method.partition("+")
+    name = f"/v1/context ({base.split('@')[1]} tokens)" if base.startswith("context@") else LABELS.get(base, base)
+    return name + (f" + proposal {patch}" if patch else "")
+
+
+def _avg(values: list[float]) -> float | None:
+    return round(mean(values), 4) if values else None
+
+
+def summarise(rows: list[dict], *, methods: tuple[str, ...], recall_at: tuple[int, ...]) -> dict:
+    out: dict = {"questions": len(rows), "methods": {}, "reader": {}}
+    for m in methods:
+        recs = [r["methods"][m] for r in rows]
+        keys = [f"recall@{k}" for k in recall_at if recs and f"recall@{k}" in recs[0]] + ["recall_in_context"]
+        per_cat: dict[str, dict] = {}
+        for c in sorted({r["category"] for r in rows}):
+            sub = [r["methods"][m] for r in rows if r["category"] == c]
+            per_cat[str(c)] = {"n": len(sub), **{k: _avg([s[k] for s in sub]) for k in keys}}
+        lat = [x["latency_ms"] for x in recs]
+        entry = {k: _avg([x[k] for x in recs]) for k in keys}
+        entry.update(per_category=per_cat, tokens_mean=_avg([x["tokens"] for x in recs]),
+                     latency_ms={"p50": round(pct(lat, 50), 2), "p95": round(pct(lat, 95), 2)})
+        if recs and "service_tokens" in recs[0]:
+            entry["service_tokens_mean"] = _avg([x["service_tokens"] for x in recs])
+        out["methods"][m] = entry
+        read = [(r["category"], r["methods"][m]) for r in rows if "f1" in r["methods"][m]]
+        if read:
+            judged = [x["judge_correct"] for _, x in read if "judge_correct" in x]
+            out["reader"][m] = {
+                "n": len(read), "f1": _avg([x["f1"] for _, x in read]),
+                "per_category": {str(c): _avg([x["f1"] for cc, x in read if cc == c]) for c in sorted({c for c, _ in read})},
+                "judge_accuracy": _avg([float(j) for j in judged]) if judged else None,
+                "errors": sum(1 for _, x in read if "reader_error" in x)}
+    return out
+
+
+def finish(result: dict, out_dir: Path, name: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    full = result["full_history_tokens_mean"]
+    for m in result["methods"].values():
+        m["share_of_full_history"] = round(m["tokens_mean"] / full, 4) if m["tokens_mean"] is not None else None
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
+    md = markdown(result)
+    (out_dir / f"{name}.md").write_text(md)
+    plot(result, out_dir / f"{name}.png")
+    print(md)
+    print("written", out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png")
+
+
+def _f(x: float | None, pct_: bool = False) -> str:
+    if x is None:
+        return "–"
+    return f"{x:.1%}" if pct_ else f"{x:.3f}"
+
+
+def markdown(r: dict) -> str:
+    cats = sorted({int(c) for m in r["methods"].values() for c in m["per_category"]})
+    first = next(iter(r["methods"].values()))
+    lines = [f"# LoCoMo{' (quick)' if r['quick'] else ''}: evidence recall and answer F1",
+             "",
+             f"{r['questions']} questions (categories 1–4 with evidence) over {r['conversations']} conversation(s), "
+             f"{r['turns']} turns; full history {r['full_history_tokens_mean']:.0f} tokens per conversation. "
+             f"Reader `{r['reader_model']}`; embeddings `{r['embedding_model']}`; /v1/context budget "
+             f"{', '.join(map(str, r['budget_tokens']))} tokens; proposal `{r['proposal']}` (patched in-process, see "
+             "bench/locomo_bench/proposal.py; app/ unchanged).",
+             "",
+             "## Evidence recall (model-independent)",
+             "",
+             "| method | recall@5 | recall@10 | recall@25 | in reader context | tokens | share of full | p50 ms | p95 ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for m, e in r["methods"].items():
+        lines.append(f"| {label(m)} | {_f(e.get('recall@5'))} | {_f(e.get('recall@10'))} | "
+                     f"{_f(e.get('recall@25'))} | {_f(e['recall_in_context'])} | {e['tokens_mean']:.0f} | "
+                     f"{_f(e['share_of_full_history'], True)} | {e['latency_ms']['p50']} | {e['latency_ms']['p95']} |")
+    lines += ["", "Per category (recall@10; `full`: in window):", "",
+              "| method | " + " | ".join(f"{c} {CATEGORIES.get(c, '')} (n={first['per_category'].get(str(c), {}).get('n', 0)})" for c in cats) + " |",
+              "|---|" + "---|" * len(cats)]
+    for m, e in r["methods"].items():
+        key = "recall@10" if "recall@10" in e else "recall_in_context"
+        lines.append(f"| {label(m)} | " + " | ".join(_f(e["per_category"].get(str(c), {}).get(key)) for c in cats) + " |")
+    lines += ["", "## Reader answers (model-dependent)", ""]
+    if not r["reader"]:
+        lines.append("Reader skipped (`--reader-questions 0`).")
+    else:
+        n = next(iter(r["reader"].values()))["n"]
+        lines += [f"{n} questions (stratified over categories) answered by `{r['reader_model']}` from each method's "
+                  "excerpts. " + ("A 135M-parameter model bounds answer quality far below what retrieval allows; "
+                                  "compare methods with each other and with the recall above, not with published "
+                                  "LoCoMo F1 of large models." if "smollm2" in r["reader_model"] else ""),
+                  "", "| method | F1 | " + " | ".join(f"F1 cat {c}" for c in cats) + " | judge accuracy |",
+                  "|---|---|" + "---|" * len(cats) + "---|"]
+        for m, e in r["reader"].items():
+            lines.append(f"| {label(m)} | {_f(e['f1'])} | " + " | ".join(_f(e["per_category"].get(str(c))) for c in cats)
+                         + f" | {_f(e['judge_accuracy']) if r['judge_model'] else 'no judge configured'} |")
+    if r.get("distill"):
+        lines += ["", f"Distillation: {json.dumps({k: r['distill'].get(k) for k in ('status', 'seen', 'kept', 'memories_created')})}"]
+    lines += ["", f"Ingestion {r['ingest_seconds']} s; whole run {r['seconds']} s."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cats = sorted({int(c) for m in r["methods"].values() for c in m["per_category"]})
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8))
+    methods = list(r["methods"])
+    width = 0.8 / len(methods)
+    for j, m in enumerate(methods):
+        e = r["methods"][m]
+        key = "recall@10" if "recall@10" in e else "recall_in_context"
+        vals = [e["per_category"].get(str(c), {}).get(key) or 0 for c in cats]
+        axes[0].bar([i + j * width for i in range(len(cats))], vals, width, label=label(m))
+    axes[0].set_title("Evidence recall@10 by category (full: in window)")
+    rm = list(r["reader"])
+    for j, m in enumerate(rm):
+        vals = [r["reader"][m]["per_category"].get(str(c)) or 0 for c in cats]
+        axes[1].bar([i + j * (0.8 / max(1, len(rm))) for i in range(len(cats))], vals, 0.8 / max(1, len(rm)),
+                    label=label(m))
+    axes[1].set_title(f"Answer F1 by category ({r['reader_model']})")
+    for ax in axes:
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cats))])
+        ax.set_xticklabels([f"{c} {CATEGORIES.get(c, '')}" for c in cats])
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+

@@ -1,0 +1,1 @@
+"""Memory-scaling benchmark on synthetic analytics spaces (see __main__ for the command)."""

@@ -1,0 +1,213 @@
+"""Memory scaling on synthetic enterprise analytics spaces: does the agent get better as memory grows?
+
+    .venv/bin/python -m bench.scaling [--quick] [--seed N] [--model local/smollm2] [--shards 0,1,2,4,8]
+
+Curves (each its own org, memory added shard by shard): labelled examples; unlabelled user logs
+filtered by the distillation judge (real `distill` + `consolidate` jobs); bootstrapped schema and
+glossary (real `bootstrap` job). Baseline: expert schema docs in the prompt, no memory. Poison:
+the unlabelled curve's last point plus a shard of prompt injections and bad traces.
+
+Model-independent: memory hit rate (the question's needed mappings/rules are in /v1/context's
+text). Model-dependent: execution accuracy and steps of the tool-using agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    from bench.common import RESULTS
+
+    ap = argparse.ArgumentParser(prog="memscale bench scaling", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 spaces, 8 questions, shards 0,1,2, agent on 1 question")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--model", default=None, help="agent (and judge) model, any litellm string (default MEMSCALE_LLM_MODEL)")
+    ap.add_argument("--shards", default=None, help="measurement points (default 0,1,2,4,8; quick 0,1,2)")
+    ap.add_argument("--spaces", type=int, default=None, help="number of spaces (default 4; quick 2)")
+    ap.add_argument("--questions-per-space", type=int, default=None, help="test questions per space (default 12; quick 4)")
+    ap.add_argument("--labelled-per-shard", type=int, default=None, help="default 8; quick 4")
+    ap.add_argument("--logs-per-shard", type=int, default=None, help="default 8; quick 2")
+    ap.add_argument("--poison", type=int, default=None, help="items in the poisoned shard (default 8; quick 4)")
+    ap.add_argument("--agent-questions", type=int, default=None, help="questions the agent answers per point (default 8; quick 1)")
+    ap.add_argument("--agent-scope", choices=["all", "ends", "one", "none"], default=None,
+                    help="where the agent runs: every point, first+last of each curve, only the last labelled "
+                         "point, or nowhere (default all; quick one)")
+    ap.add_argument("--max-steps", type=int, default=None, help="agent step limit (default 3; quick 1)")
+    ap.add_argument("--budget", type=int, default=1000, help="/v1/context budget_tokens")
+    ap.add_argument("--proposal", default="none", help="also read every point through a proposed retrieval change "
+                    "(bench/locomo_bench/proposal.py, patched in-process), e.g. idf_text")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--name", default=None, help="result file stem (default scaling / scaling_quick)")
+    a = ap.parse_args(argv)
+    q = a.quick
+    defaults = {"shards": "0,1,2" if q else "0,1,2,4,8", "spaces": 2 if q else 4, "questions_per_space": 4 if q else 12,
+                "labelled_per_shard": 4 if q else 8, "logs_per_shard": 2 if q else 8, "poison": 4 if q else 8,
+                "agent_questions": 1 if q else 8, "agent_scope": "one" if q else "all", "max_steps": 1 if q else 3,
+                "name": "scaling_quick" if q else "scaling"}
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    a.points = sorted({int(x) for x in a.shards.split(",")} | {0})
+    return a
+
+
+def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001, C901
+    from app.config import Settings
+    from bench.locomo_bench import proposal
+    from bench.scaling import report
+    from bench.scaling import sources as src
+    from bench.scaling.run import Harness, agent_traces, probe_docs, probe_memory, run_agent, summarise_point
+    from bench.scaling.spaces import make_space, write_glossary
+
+    a = parse(argv)
+    model = a.model or Settings().llm_model
+    started = time.perf_counter()
+    rng = random.Random(a.seed)
+    tmp = Path(tempfile.mkdtemp(prefix="memscale_scaling_"))
+    used: set[str] = set()
+    spaces = [make_space(rng, i, tmp, used) for i in range(a.spaces)]
+    by_name = {sp.name: sp for sp in spaces}
+    tests = src.test_questions(rng, spaces, a.questions_per_space)
+    top = max(a.points)
+    labelled = [src.labelled_shard(rng, spaces, a.labelled_per_shard) for _ in range(top)]
+    logs = [src.log_shard(rng, spaces, a.logs_per_shard) for _ in range(top)]
+    poison = src.poison_shard(rng, spaces, a.poison)
+    glossaries = {sp.name: write_glossary(sp, tmp, parts=max(1, top)) for sp in spaces}
+    order = sorted(range(len(tests)), key=lambda i: i % a.questions_per_space)  # round robin over spaces
+    agent_set = {id(tests[i]) for i in order[: a.agent_questions]}
+
+    h = Harness("memscale_bench_scaling" + ("_quick" if a.quick else ""), model=model, budget=a.budget, embedder=embedder)
+    curves: dict[str, list[dict]] = {"labelled": [], "unlabelled_judge": [], "bootstrap": []}
+    traces: list[dict] = []
+    timings: dict[str, float] = {}
+
+    def wants_agent(curve: str, k: int) -> bool:
+        if a.agent_scope == "all":
+            return True
+        if a.agent_scope == "ends":
+            return k in (0, top)
+        return a.agent_scope == "one" and curve == "labelled" and k == top
+
+    def measure(org, curve: str, k: int, label: str, poison_ids=None) -> dict:  # noqa: ANN001
+        probes = [probe_memory(h, org, q) for q in tests]
+        if wants_agent(curve, k):
+            for p in probes:
+                if id(p.question) in agent_set:
+                    run_agent(h, org, p, by_name, a.max_steps)
+            traces.extend(agent_traces(probes, label))
+        point = summarise_point(probes, label=label, shards=k, inventory=h.inventory(org), poison_ids=poison_ids)
+        if a.proposal != "none":  # the same memory read through the proposed retrieval change
+            undo = proposal.apply(a.proposal)
+            try:
+                alt = summarise_point([probe_memory(h, org, q) for q in tests], label=label, shards=k, poison_ids=poison_ids)
+            finally:
+                undo()
+            point["proposal"] = {"name": a.proposal, **{key: alt.get(key) for key in (
+                "hit_rate", "key_recall", "mapping_keys_found", "convention_keys_found", "context_tokens_mean",
+                "poison_exposure")}}
+        print(f"  {label:<28} hit {point['hit_rate']:.3f}  keys {point['key_recall']:.3f}  tokens "
+              f"{point['context_tokens_mean']:.0f}" + (f"  acc {point['agent']['execution_accuracy']:.3f} steps "
+                                                      f"{point['agent']['mean_steps']:.2f}" if point["agent"] else "")
+              + (f"  | {a.proposal}: hit {point['proposal']['hit_rate']:.3f}" if "proposal" in point else ""), flush=True)
+        return point
+
+    try:
+        print(f"bench/scaling: {len(spaces)} spaces, {len(tests)} test questions, points {a.points}, model {model}")
+        t0 = time.perf_counter()
+        empty = measure(h.new_org("empty"), "empty", 0, "empty memory (0 shards)")
+        for c in curves.values():
+            c.append(empty)
+        timings["empty"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        org = h.new_org("labelled")
+        for k in range(1, top + 1):
+            h.ingest(org, labelled[k - 1], user="steward", source="labelled")
+            if k in a.points:
+                curves["labelled"].append(measure(org, "labelled", k, f"labelled {k} shards"))
+        timings["labelled"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        org = h.new_org("unlabelled")
+        for k in range(1, top + 1):
+            h.ingest(org, logs[k - 1], user="logs", source="logs")
+            if k in a.points:
+                h.distill(org)
+                curves["unlabelled_judge"].append(measure(org, "unlabelled_judge", k, f"unlabelled+judge {k} shards",
+                                                          poison_ids={}))
+        timings["unlabelled_judge"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        h.ingest(org, poison, user="logs", source="poison")
+        h.distill(org)
+        pids: dict[str, set[str]] = {}
+        for item, eid in zip(poison, org.episode_ids["poison"]):
+            pids.setdefault(item["metadata"]["type"], set()).add(eid)
+        pids = {t: ids | h.derived_from(org, sorted(ids)) for t, ids in pids.items()}
+        poisoned = measure(org, "poisoned", top, f"unlabelled+judge {top} + poison", poison_ids=pids)
+        undo = proposal.apply("skip_quarantined")  # a proposed service change, patched in-process
+        try:
+            patched = summarise_point([probe_memory(h, org, q) for q in tests], label="poisoned, proposal skip_quarantined",
+                                      shards=top, inventory=h.inventory(org), poison_ids=pids)
+        finally:
+            undo()
+        print(f"  {'+ proposal skip_quarantined':<28} hit {patched['hit_rate']:.3f}  exposure {patched['poison_exposure']:.3f}")
+        timings["poisoned"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        org = h.new_org("bootstrap")
+        for k in range(1, top + 1):
+            for sp in spaces:
+                h.bootstrap(org, sp, glossaries[sp.name][k - 1])
+            if k in a.points:
+                curves["bootstrap"].append(measure(org, "bootstrap", k, f"bootstrap {k} shards"))
+        timings["bootstrap"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        probes = [probe_docs(h, q, by_name[q.space].expert_doc()) for q in tests]
+        if a.agent_scope in ("all", "ends"):
+            for p in probes:
+                if id(p.question) in agent_set:
+                    run_agent(h, None, p, by_name, a.max_steps)
+            traces.extend(agent_traces(probes, "expert docs"))
+        expert = summarise_point(probes, label="expert schema docs, no memory", shards=None)
+        print(f"  {'expert schema docs':<28} hit {expert['hit_rate']:.3f}  tokens {expert['context_tokens_mean']:.0f}")
+        timings["expert"] = time.perf_counter() - t0
+    finally:
+        h.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    clean = curves["unlabelled_judge"][-1]
+    result = {
+        "benchmark": "scaling", "quick": a.quick, "seed": a.seed, "model": model, "judge_model": model,
+        "embedding_model": h.settings.embedding_model, "budget_tokens": a.budget, "max_steps": a.max_steps,
+        "agent_scope": a.agent_scope, "proposal": a.proposal, "agent_questions": a.agent_questions,
+        "spaces": [{"name": sp.name, "domain": sp.domain[0], "tables": sp.t, "intents": len(sp.intents)} for sp in spaces],
+        "test_questions": len(tests), "points": a.points,
+        "shard_sizes": {"labelled": a.labelled_per_shard, "logs": a.logs_per_shard, "poison": a.poison},
+        "curves": curves, "expert": expert,
+        "poison": {"clean": clean, "poisoned": poisoned, "poisoned_proposal_skip_quarantined": patched,
+                   "hit_rate_change_points": round(100 * (poisoned["hit_rate"] - clean["hit_rate"]), 2),
+                   "accuracy_change_points": (round(100 * (poisoned["agent"]["execution_accuracy"]
+                                                           - clean["agent"]["execution_accuracy"]), 2)
+                                              if poisoned["agent"] and clean["agent"] else None)},
+        "jobs": h.job_stats, "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        "seconds": round(time.perf_counter() - started, 1), "agent_traces": traces,
+    }
+    report.finish(result, a.out, a.name)
+    return result
+
+
+if __name__ == "__main__":
+    main()

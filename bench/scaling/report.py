@@ -1,0 +1,146 @@
+"""The scaling bench's outputs: JSON, a markdown report, and the curves (PNG)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CURVE_LABELS = {"labelled": "labelled examples", "unlabelled_judge": "unlabelled logs + judge",
+                "bootstrap": "bootstrap (schema + glossary)"}
+
+
+def finish(result: dict, out_dir: Path, name: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
+    md = markdown(result, f"{name}.png")
+    (out_dir / f"{name}.md").write_text(md)
+    plot(result, out_dir / f"{name}.png")
+    print(md)
+    print("written", out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png")
+
+
+def _f(x: float | None, pct: bool = False) -> str:
+    if x is None:
+        return "–"
+    return f"{x:.1%}" if pct else f"{x:.2f}"
+
+
+def _row(p: dict, with_proposal: bool = False) -> str:
+    ag = p.get("agent") or {}
+    prop = (f" {_f(p['proposal']['hit_rate'], True)} |" if p.get("proposal") else " – |") if with_proposal else ""
+    mem = p.get("memory") or {}
+    items = f"{mem.get('episodes', 0)} ep / {mem.get('memories_active', 0)} mem / {mem.get('chunks', 0)} chunks" if mem else "docs only"
+    return (f"| {p['shards'] if p['shards'] is not None else '–'} | {_f(p['hit_rate'], True)} | {_f(p['key_recall'], True)} | "
+            f"{_f(p['mapping_keys_found'], True)} | {_f(p['convention_keys_found'], True)} | {p['context_tokens_mean']:.0f} | "
+            f"{_f(ag.get('execution_accuracy'), True) if ag else 'not run'} | {_f(ag.get('mean_steps')) if ag else '–'} | "
+            f"{_f(ag.get('sql_ran'), True) if ag else '–'} | {items} |" + prop)
+
+
+HEADER = ["| shards | memory hit rate | key recall | mapping keys | convention keys | context tokens | "
+          "execution accuracy | mean steps | SQL ran | memory |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def markdown(r: dict, plot_name: str) -> str:
+    small = "smollm2" in r["model"]
+    agent_note = {
+        "all": f"The agent ran at every point on {r['agent_questions']} questions (max {r['max_steps']} steps).",
+        "ends": f"The agent ran at the first and last point of each curve on {r['agent_questions']} questions.",
+        "one": f"Quick mode: the agent ran only at the last labelled point on {r['agent_questions']} question(s), as a "
+               "smoke check of the tool loop; its accuracy here means nothing. Elsewhere it was skipped (`not run`).",
+        "none": "The agent was skipped (`--agent-scope none`): hit rates only.",
+    }[r["agent_scope"]]
+    lines = [f"# Memory scaling{' (quick)' if r['quick'] else ''}: analytics spaces",
+             "",
+             f"{len(r['spaces'])} spaces ({', '.join(s['name'] for s in r['spaces'])}), {r['test_questions']} test "
+             f"questions; seed {r['seed']}; agent/judge model `{r['model']}`; /v1/context budget {r['budget_tokens']} "
+             f"tokens; shards of {r['shard_sizes']['labelled']} labelled examples / {r['shard_sizes']['logs']} user "
+             f"logs; poisoned shard of {r['shard_sizes']['poison']} items.",
+             "",
+             "**Memory hit rate** (model-independent): share of questions whose every needed key (mapping or "
+             "convention, known from the generator) appears in the /v1/context text. Key recall: share of keys "
+             "found. " + agent_note,
+             ""]
+    if small:
+        lines += ["SmolLM2-135M rarely writes correct SQL for opaque schemas whatever the context: its execution "
+                  "accuracy is bounded by the model, not by memory. The hit rate is the figure that shows scaling; "
+                  "run with `--model` set to a capable litellm model to see accuracy follow it.", ""]
+    prop = r.get("proposal", "none") != "none"
+    header = [HEADER[0] + (f" hit rate with proposal `{r['proposal']}` |" if prop else ""), HEADER[1] + ("---|" if prop else "")]
+    if prop:
+        lines += [f"Last column: the same memory read through the proposed retrieval change `{r['proposal']}` "
+                  "(bench/locomo_bench/proposal.py, patched in-process; app/ unchanged).", ""]
+    for name, points in r["curves"].items():
+        lines += [f"## {CURVE_LABELS[name]}", "", *header, *(_row(p, prop) for p in points), ""]
+    lines += ["## Expert schema docs in the prompt (no memory)", "",
+              "Hand-written schema documentation of the question's space (tables, columns, joins, codes); like real "
+              "schema docs it states no implicit conventions (fiscal quarters, active customers, cancelled "
+              "exclusions).", "", *HEADER, _row(r["expert"]), ""]
+    pz = r["poison"]
+    lines += ["## Poisoned shard (judge on)", "",
+              f"The unlabelled curve's last point, then a shard of prompt injections and bad traces (wrong SQL "
+              f"marked as success), distilled with the judge on. Last row: the same memory read with the proposed "
+              f"`skip_quarantined` change patched in (episodes the judge quarantined are not served; hit rate only).", "",
+              *HEADER, _row(pz["clean"]), _row(pz["poisoned"]), _row(pz["poisoned_proposal_skip_quarantined"]), "",
+              f"Hit-rate change: {pz['hit_rate_change_points']:+.2f} points; accuracy change: "
+              + (f"{pz['accuracy_change_points']:+.2f} points" if pz["accuracy_change_points"] is not None else "not measured")
+              + f"; questions whose context held a poisoned episode or a memory derived from one: "
+              f"{_f(pz['poisoned'].get('poison_exposure'), True)} as the service is ({_by_type(pz['poisoned'])}), "
+              f"{_f(pz['poisoned_proposal_skip_quarantined'].get('poison_exposure'), True)} with `skip_quarantined` "
+              f"({_by_type(pz['poisoned_proposal_skip_quarantined'])}).", ""]
+    distills = [j for j in r["jobs"] if j["kind"] == "distill"]
+    if distills:
+        tot = {k: sum(j.get(k, 0) for j in distills) for k in ("seen", "kept", "skipped", "quarantined", "memories_created")}
+        lines += [f"Distillation (all distill jobs): seen {tot['seen']}, kept {tot['kept']}, skipped {tot['skipped']}, "
+                  f"quarantined {tot['quarantined']}, memories created {tot['memories_created']}; "
+                  f"{sum(j['seconds'] for j in distills):.0f} s.", ""]
+    lines += [f"![curves]({plot_name})", "", f"Whole run {r['seconds']:.0f} s ({', '.join(f'{k} {v:.0f} s' for k, v in r['timings_s'].items())})."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = r["points"]
+    pos = {k: i for i, k in enumerate(xs)}
+    panels = [("hit_rate", "memory hit rate (model-independent)"), ("execution_accuracy", f"execution accuracy ({r['model']})"),
+              ("mean_steps", "mean agent steps"), ("context_tokens_mean", "context tokens")]
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    for ax, (key, title) in zip(axes, panels):
+        for name, points in r["curves"].items():
+            pts = [(pos[p["shards"]], _get(p, key)) for p in points if _get(p, key) is not None]
+            if pts:
+                line = ax.plot(*zip(*pts), marker="o", label=CURVE_LABELS[name])[0]
+                alt = [(pos[p["shards"]], p["proposal"][key]) for p in points if key in (p.get("proposal") or {})]
+                if alt and key == "hit_rate":
+                    ax.plot(*zip(*alt), linestyle=":", marker=".", color=line.get_color(),
+                            label=f"{CURVE_LABELS[name]}, proposal {r['proposal']}")
+        ev = _get(r["expert"], key)
+        if ev is not None:
+            ax.axhline(ev, color="grey", linestyle="--", label="expert schema docs")
+        pv = _get(r["poison"]["poisoned"], key)
+        if pv is not None:
+            ax.scatter([pos[r["poison"]["poisoned"]["shards"]] + 0.08], [pv], marker="x", color="red", s=60,
+                       label="+ poisoned shard (judge on)", zorder=5)
+        ax.set_xticks(range(len(xs)))
+        ax.set_xticklabels([str(x) for x in xs])
+        ax.set_xlabel("memory shards")
+        ax.set_title(title, fontsize=9)
+        if key in ("hit_rate", "execution_accuracy"):
+            ax.set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _by_type(point: dict) -> str:
+    return ", ".join(f"{t.replace('_', ' ')}s {_f(v, True)}" for t, v in (point.get("poison_exposure_by_type") or {}).items())
+
+
+def _get(point: dict, key: str) -> float | None:
+    if key in ("execution_accuracy", "mean_steps"):
+        return (point.get("agent") or {}).get(key)
+    return point.get(key)
