@@ -38,13 +38,45 @@ def recency(at: datetime | None, now: datetime) -> float:
     return 0.5 + 0.5 * math.pow(0.5, days / HALF_LIFE_DAYS)
 
 
+def in_order(pieces: list[Piece], name: str) -> list[Piece]:
+    """One section's pieces as rendered. Episodes of one session are kept together and in time
+    order (a retrieved turn and its neighbours read as dialogue), sessions by their best piece."""
+    items = [p for p in pieces if p.section == name]
+    if name != "examples":
+        return items
+    group = {}
+    for p in items:
+        group.setdefault(p.extra.get("session_id") or p.id, len(group))
+    return sorted(items, key=lambda p: (group[p.extra.get("session_id") or p.id], p.extra.get("occurred_at") or ""))
+
+
 def render(pieces: list[Piece]) -> str:
     out = []
     for name in SECTION_ORDER:
-        items = [p for p in pieces if p.section == name]
+        items = in_order(pieces, name)
         if items:
-            out.append(f"## {TITLES[name]}\n" + "\n".join(f"- {p.text}" for p in items))
+            out.append(f"## {TITLES[name]}\n" + "\n".join(_lines(items)))
     return "\n\n".join(out)
+
+
+def _lines(items: list[Piece]) -> list[str]:
+    """Episodes are dated (questions are often about when): the turns of one conversation session
+    on one day under a single header line, any other episode with the date in front."""
+    lines, group = [], None
+    for p in items:
+        at = p.extra.get("occurred_at")
+        day = f"{datetime.fromisoformat(at):%-d %B %Y}" if at else None
+        if p.type != "episode":
+            lines.append(f"- {p.text}")
+        elif p.extra.get("kind") == "conversation" and p.extra.get("session_id"):
+            if group != (p.extra["session_id"], day):
+                group = (p.extra["session_id"], day)
+                lines.append(f"Session {group[0]}" + (f", {day}:" if day else ":"))
+            lines.append(f"- {p.text}")
+        else:
+            group = None
+            lines.append(f"- ({day}) {p.text}" if day else f"- {p.text}")
+    return lines
 
 
 def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent_share: float = 0.35) -> list[Piece]:
@@ -97,10 +129,11 @@ def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent
 def sections(chosen: list[Piece], count: Callable[[str], int]) -> list[dict]:
     out = []
     for name in SECTION_ORDER:
-        items = [p for p in chosen if p.section == name]
+        items = in_order(chosen, name)
         if items:
             out.append({"name": name, "tokens": count(render(items)),
-                        "items": [{"type": p.type, "id": p.id, "text": p.text, **p.extra} for p in items]})
+                        "items": [{"type": p.type, "id": p.id, "text": p.text, "score": round(p.score, 6), **p.extra}
+                                  for p in items]})
     return out
 
 

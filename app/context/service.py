@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.cartridges.service import visible_active
 from app.search.schemas import SearchFilters
+from app.search import repository as repo
 from app.search.service import rank, record_retrieval
 
 INSTRUCTION_KINDS = ("rule", "procedure")
@@ -30,13 +33,41 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
                 if session_id is not None and r.session_id == session_id:
                     continue  # the session's own history is in the summary / recent messages
                 boost = 1.5 if (r.kind == "trajectory" and r.outcome == "success") else (0.8 if r.outcome == "failure" else 1.0)
-                text = r.text if len(r.text) <= 1200 else r.text[:1200] + " …"
-                out.append(Piece("examples", "episode", str(r.id), text, r.score * boost * recency(r.created_at, now),
-                                 extra={"kind": r.kind, "outcome": r.outcome}))
+                out.append(_episode_piece(r, r.score * boost * recency(r.created_at, now)))
             else:
                 out.append(Piece("knowledge", "chunk", str(r.id), r.text, r.score,
                                  extra={"content_hash": r.content_hash}))
-    return out
+    return out + _neighbours(db, principal, [p for p in out if p.type == "episode"])
+
+
+NEIGHBOUR_WEIGHT = 0.5  # a turn next to a retrieved turn, relative to that turn's score
+EPISODE_CHARS = 1200
+
+
+def _episode_piece(r, score: float, **extra) -> Piece:  # noqa: ANN001
+    """An episode as context; long ones cut. Its date goes in when rendered (assemble.render)."""
+    text = r.content if hasattr(r, "content") else r.text
+    text = text if len(text) <= EPISODE_CHARS else text[:EPISODE_CHARS] + " …"
+    at = r.occurred_at
+    return Piece("examples", "episode", str(r.id), text, score,
+                 extra={"kind": r.kind, "outcome": r.outcome, "session_id": r.session_id,
+                        "occurred_at": at.isoformat() if at else None, **extra})
+
+
+def _neighbours(db: Session, principal: Principal, hits: list[Piece]) -> list[Piece]:
+    """The turns just before and after each retrieved conversation turn: a question's answer is
+    usually the next turn, and a reply means little without what it answers. They compete for
+    the budget like any piece, at NEIGHBOUR_WEIGHT of their turn's score."""
+    turns = {p.id: p for p in hits if p.extra.get("kind") == "conversation" and p.extra.get("session_id")}
+    best: dict[str, tuple[float, str]] = {}
+    for nid, hid in repo.neighbour_ids(db, principal, list(turns)):
+        nid, hid = str(nid), str(hid)
+        score = turns[hid].score * NEIGHBOUR_WEIGHT
+        if nid not in turns and score > best.get(nid, (0.0, ""))[0]:
+            best[nid] = (score, hid)
+    rows = repo.load(db, principal, "episode", list(best))
+    return [_episode_piece(rows[i], score, neighbour_of=hid) for i, (score, hid) in
+            ((uuid.UUID(n), v) for n, v in best.items()) if i in rows]
 
 
 def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001

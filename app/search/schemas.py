@@ -42,6 +42,7 @@ class SearchResult(BaseModel):
     session_id: str | None = None
     content_hash: str | None = None
     outcome: str | None = None
+    occurred_at: datetime | None = None  # episodes: when it happened (created_at is when it was stored)
 
 
 class SearchOut(BaseModel):

@@ -23,7 +23,8 @@ def _result(type_: str, row, score: float) -> SearchResult:  # noqa: ANN001
                         visibility=row.visibility, labels=list(row.labels), groups=list(row.groups),
                         created_at=getattr(row, "created_at", None) or row.recorded_at, kind=getattr(row, "kind", None), owner_id=row.owner_id,
                         confidence=getattr(row, "confidence", None), session_id=getattr(row, "session_id", None),
-                        content_hash=getattr(row, "content_hash", None), outcome=getattr(row, "outcome", None))
+                        content_hash=getattr(row, "content_hash", None), outcome=getattr(row, "outcome", None),
+                        occurred_at=getattr(row, "occurred_at", None))
 
 
 def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str], k: int, mode: str,

@@ -4,6 +4,5 @@ vector-only and text-only baselines, reader F1 (and LLM-judge accuracy when a ju
     .venv/bin/python -m bench.locomo_bench [--quick] [--data ../shared/data/locomo/locomo_dev.json]
 
 Modules: ``run`` (set-up, ingestion, retrieval per method), ``reader`` (answer prompts, F1,
-judge), ``report`` (JSON, markdown, plots), ``proposal`` (a retrieval change measured
-in-process against the unchanged service, for review; never applied to app/ from here).
+judge), ``report`` (JSON, markdown, plots).
 """

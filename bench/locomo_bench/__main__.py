@@ -1,7 +1,7 @@
 """LoCoMo (dev split) through the memory service.
 
     .venv/bin/python -m bench.locomo_bench [--quick] [--data PATH] [--budget 1000] [--reader-questions 20]
-        [--model local/smollm2] [--judge-model openai/gpt-4o-mini] [--distill] [--proposal NAME]
+        [--model local/smollm2] [--judge-model openai/gpt-4o-mini] [--distill]
 
 Model-independent: evidence recall (LoCoMo `evidence` dia_ids among the turns handed out).
 Model-dependent: answer F1 of the reader model, and LLM-judge accuracy when a judge is named
@@ -24,13 +24,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 RECALL_AT = (5, 10, 25)
 
 
-def method_plan(budgets: list[int], proposal: str) -> tuple[list[str], list[str]]:
-    """Method names in report order, and those the reader answers from. With a proposal, the
-    methods it changes are measured twice on the same data: as the service is, and patched."""
-    base = [f"context@{b}" for b in budgets] + ["vector", "text", "hybrid", "full"]
-    patched = [f"{m}+{proposal}" for m in base if m.startswith(("context", "text", "hybrid"))] if proposal != "none" else []
-    reader = [f"context@{budgets[0]}", "vector", "text", "full"] + ([f"context@{budgets[0]}+{proposal}"] if patched else [])
-    return base + patched, reader
+def method_plan(budgets: list[int]) -> tuple[list[str], list[str]]:
+    """Method names in report order, and those the reader answers from."""
+    return [f"context@{b}" for b in budgets] + ["vector", "text", "hybrid", "full"], \
+        [f"context@{budgets[0]}", "vector", "text", "full"]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -48,8 +45,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="LLM judge for answer accuracy (default: none = no judge)")
     ap.add_argument("--window", type=int, default=None, help="reader window for the full-context baseline")
     ap.add_argument("--distill", action="store_true", help="run the distill job after ingestion (slow on CPU)")
-    ap.add_argument("--proposal", default="none", help="a retrieval change (see proposal.py) measured beside the "
-                    "unchanged service in the same run, e.g. idf_text")
     ap.add_argument("--conversations", type=int, default=0, help="use only the first N conversations (0 = all)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for JSON, markdown and plots")
     ap.add_argument("--name", default=None, help="result file stem (default locomo / locomo_quick)")
@@ -91,7 +86,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     from app.config import Settings
     from app.llm.base import LLMError
     from bench.locomo import load
-    from bench.locomo_bench import proposal, report
+    from bench.locomo_bench import report
     from bench.locomo_bench.reader import ANSWER_TOKENS, answer_f1, clean_answer, judge_messages, \
         judge_says_correct, reader_messages
     from bench.locomo_bench.run import FullContext, Service, model_window, quick_slice
@@ -105,7 +100,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         convs = [quick_slice(convs[0], sessions=3, max_questions=10)]
     started = time.perf_counter()
     svc = Service("memscale_bench_locomo" + ("_quick" if args.quick else ""), convs, model=model, embedder=embedder)
-    methods, reader_methods = method_plan(args.budgets, args.proposal)
+    methods, reader_methods = method_plan(args.budgets)
     try:
         t0 = time.perf_counter()
         for c in convs:
@@ -126,17 +121,12 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         for i, (c, q) in enumerate(items):
             got = {}
             for m in methods:
-                name, _, patch = m.partition("+")
-                undo = proposal.apply(patch or "none")
-                try:
-                    if name.startswith("context@"):
-                        got[m] = svc.context(c, q, int(name.split("@")[1]))
-                    elif name == "full":
-                        got[m] = full[c.sample_id].retrieved()
-                    else:
-                        got[m] = svc.search(c, q, name)
-                finally:
-                    undo()
+                if m.startswith("context@"):
+                    got[m] = svc.context(c, q, int(m.split("@")[1]))
+                elif m == "full":
+                    got[m] = full[c.sample_id].retrieved()
+                else:
+                    got[m] = svc.search(c, q, m)
             ev = q.evidence
             row = {"conversation": c.sample_id, "category": q.category, "question": q.question, "answer": q.answer,
                    "evidence": ev, "methods": {}}
@@ -166,7 +156,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     result.update({
         "benchmark": "locomo", "quick": args.quick, "data": str(args.data or "shared/data/locomo/locomo_dev.json"),
         "reader_model": model, "judge_model": args.judge_model, "embedding_model": svc.settings.embedding_model,
-        "budget_tokens": args.budgets, "reader_window_tokens": window, "rag_k": 10, "proposal": args.proposal,
+        "budget_tokens": args.budgets, "reader_window_tokens": window, "rag_k": 10,
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "full_history_tokens_mean": round(sum(f.total_tokens for f in full.values()) / len(full), 1),
         "ingest_seconds": round(ingest_s, 1), "distill": distill_stats,

@@ -13,7 +13,7 @@ import string
 from collections import Counter
 
 READER_SYSTEM = ("You answer questions about a long conversation between two people, using only the "
-                 "excerpts given (grouped by session, with the date of each session). Reply with a short "
+                 "excerpts given (each dated; grouped by session). Reply with a short "
                  "answer of a few words, nothing else.")
 ANSWER_TOKENS = 24
 

@@ -14,9 +14,7 @@ LABELS = {"vector": "vector RAG (k=10)", "text": "text search (k=10)", "hybrid":
 
 
 def label(method: str) -> str:
-    base, _, patch = method.partition("+")
-    name = f"/v1/context ({base.split('@')[1]} tokens)" if base.startswith("context@") else LABELS.get(base, base)
-    return name + (f" + proposal {patch}" if patch else "")
+    return f"/v1/context ({method.split('@')[1]} tokens)" if method.startswith("context@") else LABELS.get(method, method)
 
 
 def _avg(values: list[float]) -> float | None:
@@ -77,8 +75,8 @@ def markdown(r: dict) -> str:
              f"{r['questions']} questions (categories 1–4 with evidence) over {r['conversations']} conversation(s), "
              f"{r['turns']} turns; full history {r['full_history_tokens_mean']:.0f} tokens per conversation. "
              f"Reader `{r['reader_model']}`; embeddings `{r['embedding_model']}`; /v1/context budget "
-             f"{', '.join(map(str, r['budget_tokens']))} tokens; proposal `{r['proposal']}` (patched in-process, see "
-             "bench/locomo_bench/proposal.py; app/ unchanged).",
+             f"{', '.join(map(str, r['budget_tokens']))} tokens (the reader gets the service's rendered text; "
+             "recall@k ranks its items by score).",
              "",
              "## Evidence recall (model-independent)",
              "",
@@ -121,27 +119,37 @@ def plot(r: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     cats = sorted({int(c) for m in r["methods"].values() for c in m["per_category"]})
-    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8))
     methods = list(r["methods"])
+    colours = {m: plt.cm.tab10(i % 10) for i, m in enumerate(methods)}
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.6), gridspec_kw={"width_ratios": [3, 2, 3]})
     width = 0.8 / len(methods)
     for j, m in enumerate(methods):
         e = r["methods"][m]
         key = "recall@10" if "recall@10" in e else "recall_in_context"
         vals = [e["per_category"].get(str(c), {}).get(key) or 0 for c in cats]
-        axes[0].bar([i + j * width for i in range(len(cats))], vals, width, label=label(m))
-    axes[0].set_title("Evidence recall@10 by category (full: in window)")
+        axes[0].bar([i + j * width for i in range(len(cats))], vals, width, color=colours[m], label=label(m))
+    axes[0].set_title("Evidence recall@10 by category (full context: in window)", fontsize=10)
+    for m in methods:  # the budget trade-off: what the reader is given vs what it costs
+        e = r["methods"][m]
+        if e.get("share_of_full_history"):
+            axes[1].scatter([100 * e["share_of_full_history"]], [e["recall_in_context"]], color=colours[m], s=40)
+    axes[1].axvspan(0, 10, ymin=0.85, ymax=1.0, color="green", alpha=0.12, label="target: >= 0.85 under 10% of tokens")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("tokens given to the reader, % of the full conversation (log)")
+    axes[1].set_title("Evidence recall in the reader's context vs. tokens", fontsize=10)
+    axes[1].set_ylim(0, 1)
+    axes[1].legend(fontsize=7, loc="lower right")
     rm = list(r["reader"])
+    rw = 0.8 / max(1, len(rm))
     for j, m in enumerate(rm):
         vals = [r["reader"][m]["per_category"].get(str(c)) or 0 for c in cats]
-        axes[1].bar([i + j * (0.8 / max(1, len(rm))) for i in range(len(cats))], vals, 0.8 / max(1, len(rm)),
-                    label=label(m))
-    axes[1].set_title(f"Answer F1 by category ({r['reader_model']})")
-    for ax in axes:
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cats))])
-        ax.set_xticklabels([f"{c} {CATEGORIES.get(c, '')}" for c in cats])
+        axes[2].bar([i + j * rw for i in range(len(cats))], vals, rw, color=colours[m])
+    axes[2].set_title(f"Answer F1 by category, reader {r['reader_model']}", fontsize=10)
+    for ax, w in ((axes[0], width), (axes[2], rw)):
+        ax.set_xticks([i + 0.4 - w / 2 for i in range(len(cats))])
+        ax.set_xticklabels([f"{c} {CATEGORIES.get(c, '')}" for c in cats], fontsize=8)
         ax.set_ylim(0, 1)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
-

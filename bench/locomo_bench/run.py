@@ -6,7 +6,7 @@ session's date plus the turn's index in seconds, ``metadata.dia_id``). Returned 
 back to dia_ids through the ids the batch call returned.
 
 Methods, each answering "which turns does the reader see":
-- ``context``: POST /v1/context at ``budget`` tokens; ranked = its items in rank order.
+- ``context``: POST /v1/context at ``budget`` tokens; the reader gets its text; ranked = its items by score.
 - ``vector`` / ``text`` / ``hybrid``: POST /v1/search (types=[episode]) top-k turns (RAG).
 - ``full``: the whole conversation, cut from the start to the reader's window.
 """
@@ -136,22 +136,21 @@ class Service:
     # -- methods ---------------------------------------------------------------------------
 
     def context(self, conv: Conversation, q: QA, budget: int) -> Retrieved:
+        """The reader is given the service's own rendered context (dated turns, grouped by session);
+        the ranking for recall@k is the items' scores (a section lists its turns in time order)."""
         t0 = time.perf_counter()
         ctx = self.clients[conv.sample_id].context(q.question, budget_tokens=budget)
         latency = time.perf_counter() - t0
-        ranked, turns, memories = [], [], []
-        for section in ctx["sections"]:
-            for item in section["items"]:
-                if item["type"] == "episode" and item["id"] in self.turn_of:
-                    turn = self.turn_of[item["id"]]
-                    ranked.append(turn.dia_id)
-                    turns.append(turn)
-                elif item["type"] == "memory":
-                    memories.append(item["text"])
-                    ranked += self._memory_turns(conv, item["id"])
-        excerpts = "\n".join([f"(memory) {m}" for m in memories] + [excerpt_lines(turns)]).strip()
-        return Retrieved(ranked, set(ranked), excerpts, self.count(excerpts), latency, service_tokens=ctx["tokens"],
-                         extra={"memories": len(memories)})
+        items = sorted((i for s in ctx["sections"] for i in s["items"]), key=lambda i: -i.get("score", 0.0))
+        ranked, memories = [], 0
+        for item in items:
+            if item["type"] == "episode" and item["id"] in self.turn_of:
+                ranked.append(self.turn_of[item["id"]].dia_id)
+            elif item["type"] == "memory":
+                memories += 1
+                ranked += [d for d in self._memory_turns(conv, item["id"]) if d not in ranked]
+        return Retrieved(ranked, set(ranked), ctx["text"], ctx["tokens"], latency, service_tokens=ctx["tokens"],
+                         extra={"memories": memories})
 
     def search(self, conv: Conversation, q: QA, mode: str) -> Retrieved:
         t0 = time.perf_counter()

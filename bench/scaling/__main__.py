@@ -46,8 +46,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                          "point, or nowhere (default all; quick one)")
     ap.add_argument("--max-steps", type=int, default=None, help="agent step limit (default 3; quick 1)")
     ap.add_argument("--budget", type=int, default=1000, help="/v1/context budget_tokens")
-    ap.add_argument("--proposal", default="none", help="also read every point through a proposed retrieval change "
-                    "(bench/locomo_bench/proposal.py, patched in-process), e.g. idf_text")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--name", default=None, help="result file stem (default scaling / scaling_quick)")
     a = ap.parse_args(argv)
@@ -65,7 +63,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001, C901
     from app.config import Settings
-    from bench.locomo_bench import proposal
     from bench.scaling import report
     from bench.scaling import sources as src
     from bench.scaling.run import Harness, agent_traces, probe_docs, probe_memory, run_agent, summarise_point
@@ -108,19 +105,10 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
                     run_agent(h, org, p, by_name, a.max_steps)
             traces.extend(agent_traces(probes, label))
         point = summarise_point(probes, label=label, shards=k, inventory=h.inventory(org), poison_ids=poison_ids)
-        if a.proposal != "none":  # the same memory read through the proposed retrieval change
-            undo = proposal.apply(a.proposal)
-            try:
-                alt = summarise_point([probe_memory(h, org, q) for q in tests], label=label, shards=k, poison_ids=poison_ids)
-            finally:
-                undo()
-            point["proposal"] = {"name": a.proposal, **{key: alt.get(key) for key in (
-                "hit_rate", "key_recall", "mapping_keys_found", "convention_keys_found", "context_tokens_mean",
-                "poison_exposure")}}
         print(f"  {label:<28} hit {point['hit_rate']:.3f}  keys {point['key_recall']:.3f}  tokens "
               f"{point['context_tokens_mean']:.0f}" + (f"  acc {point['agent']['execution_accuracy']:.3f} steps "
-                                                      f"{point['agent']['mean_steps']:.2f}" if point["agent"] else "")
-              + (f"  | {a.proposal}: hit {point['proposal']['hit_rate']:.3f}" if "proposal" in point else ""), flush=True)
+                                                      f"{point['agent']['mean_steps']:.2f}" if point["agent"] else ""),
+              flush=True)
         return point
 
     try:
@@ -156,13 +144,6 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             pids.setdefault(item["metadata"]["type"], set()).add(eid)
         pids = {t: ids | h.derived_from(org, sorted(ids)) for t, ids in pids.items()}
         poisoned = measure(org, "poisoned", top, f"unlabelled+judge {top} + poison", poison_ids=pids)
-        undo = proposal.apply("skip_quarantined")  # a proposed service change, patched in-process
-        try:
-            patched = summarise_point([probe_memory(h, org, q) for q in tests], label="poisoned, proposal skip_quarantined",
-                                      shards=top, inventory=h.inventory(org), poison_ids=pids)
-        finally:
-            undo()
-        print(f"  {'+ proposal skip_quarantined':<28} hit {patched['hit_rate']:.3f}  exposure {patched['poison_exposure']:.3f}")
         timings["poisoned"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -192,12 +173,12 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     result = {
         "benchmark": "scaling", "quick": a.quick, "seed": a.seed, "model": model, "judge_model": model,
         "embedding_model": h.settings.embedding_model, "budget_tokens": a.budget, "max_steps": a.max_steps,
-        "agent_scope": a.agent_scope, "proposal": a.proposal, "agent_questions": a.agent_questions,
+        "agent_scope": a.agent_scope, "agent_questions": a.agent_questions,
         "spaces": [{"name": sp.name, "domain": sp.domain[0], "tables": sp.t, "intents": len(sp.intents)} for sp in spaces],
         "test_questions": len(tests), "points": a.points,
         "shard_sizes": {"labelled": a.labelled_per_shard, "logs": a.logs_per_shard, "poison": a.poison},
         "curves": curves, "expert": expert,
-        "poison": {"clean": clean, "poisoned": poisoned, "poisoned_proposal_skip_quarantined": patched,
+        "poison": {"clean": clean, "poisoned": poisoned,
                    "hit_rate_change_points": round(100 * (poisoned["hit_rate"] - clean["hit_rate"]), 2),
                    "accuracy_change_points": (round(100 * (poisoned["agent"]["execution_accuracy"]
                                                            - clean["agent"]["execution_accuracy"]), 2)

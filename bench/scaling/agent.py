@@ -25,7 +25,8 @@ SYSTEM = ("You are a data analyst. Answer the question with one SQLite query ove
           "SQL: <one SQLite query>   (runs it; a query that runs is your final answer)\n"
           "SEARCH: <words>           (searches the team's memory)\n"
           "TABLES                    (lists tables and columns)\n"
-          "Table and column names are opaque codes: copy them from the memory below.")
+          "Table and column names are opaque codes: copy them from the memory below. If the memory has SQL for a "
+          "similar question in the same space, adapt that SQL.")
 FORMAT_REMINDER = "Reply with one line starting with SQL:, SEARCH: or TABLES."
 MAX_ROWS = 10
 _ACTION = re.compile(r"^\s*[`*#>\-\s]*(SQL|FINAL|ANSWER|QUERY|SEARCH|TABLES|LIST[_ ]TABLES)\b\s*[:=\-]?\s*(.*)$",
@@ -43,7 +44,8 @@ class Action:
 def clean_sql(text: str) -> str:
     """One statement: up to the first ';', a blank line, or a line that starts another action."""
     text = _FENCE.sub(lambda m: m.group(1), text).strip().strip("`")
-    text = re.split(r";|\n\s*\n|\n\s*(?:SQL|SEARCH|TABLES|Observation|Question|Action)\b", text, maxsplit=1, flags=re.I)[0]
+    text = re.split(r";|\n\s*\n|\n\s*(?:(?:SQL|SEARCH|TABLES|Observation|Question|Action|Feedback|Result|Ran)\b|- )",
+                    text, maxsplit=1, flags=re.I)[0]
     return " ".join(text.split())
 
 
@@ -127,7 +129,7 @@ class AgentResult:
 
 
 def answer(gateway, search, db_path: Path, space: str, question: str, context: str, gold: list[tuple], *,  # noqa: ANN001
-           max_steps: int = 3, max_tokens: int = 96) -> AgentResult:
+           max_steps: int = 3, max_tokens: int = 200) -> AgentResult:
     """`search(query) -> str` is the memory-search tool; `context` is /v1/context text (or docs)."""
     from app.llm.base import LLMError
 

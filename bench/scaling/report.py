@@ -25,15 +25,14 @@ def _f(x: float | None, pct: bool = False) -> str:
     return f"{x:.1%}" if pct else f"{x:.2f}"
 
 
-def _row(p: dict, with_proposal: bool = False) -> str:
+def _row(p: dict) -> str:
     ag = p.get("agent") or {}
-    prop = (f" {_f(p['proposal']['hit_rate'], True)} |" if p.get("proposal") else " – |") if with_proposal else ""
     mem = p.get("memory") or {}
     items = f"{mem.get('episodes', 0)} ep / {mem.get('memories_active', 0)} mem / {mem.get('chunks', 0)} chunks" if mem else "docs only"
     return (f"| {p['shards'] if p['shards'] is not None else '–'} | {_f(p['hit_rate'], True)} | {_f(p['key_recall'], True)} | "
             f"{_f(p['mapping_keys_found'], True)} | {_f(p['convention_keys_found'], True)} | {p['context_tokens_mean']:.0f} | "
             f"{_f(ag.get('execution_accuracy'), True) if ag else 'not run'} | {_f(ag.get('mean_steps')) if ag else '–'} | "
-            f"{_f(ag.get('sql_ran'), True) if ag else '–'} | {items} |" + prop)
+            f"{_f(ag.get('sql_ran'), True) if ag else '–'} | {items} |")
 
 
 HEADER = ["| shards | memory hit rate | key recall | mapping keys | convention keys | context tokens | "
@@ -64,13 +63,8 @@ def markdown(r: dict, plot_name: str) -> str:
         lines += ["SmolLM2-135M rarely writes correct SQL for opaque schemas whatever the context: its execution "
                   "accuracy is bounded by the model, not by memory. The hit rate is the figure that shows scaling; "
                   "run with `--model` set to a capable litellm model to see accuracy follow it.", ""]
-    prop = r.get("proposal", "none") != "none"
-    header = [HEADER[0] + (f" hit rate with proposal `{r['proposal']}` |" if prop else ""), HEADER[1] + ("---|" if prop else "")]
-    if prop:
-        lines += [f"Last column: the same memory read through the proposed retrieval change `{r['proposal']}` "
-                  "(bench/locomo_bench/proposal.py, patched in-process; app/ unchanged).", ""]
     for name, points in r["curves"].items():
-        lines += [f"## {CURVE_LABELS[name]}", "", *header, *(_row(p, prop) for p in points), ""]
+        lines += [f"## {CURVE_LABELS[name]}", "", *HEADER, *(_row(p) for p in points), ""]
     lines += ["## Expert schema docs in the prompt (no memory)", "",
               "Hand-written schema documentation of the question's space (tables, columns, joins, codes); like real "
               "schema docs it states no implicit conventions (fiscal quarters, active customers, cancelled "
@@ -78,15 +72,13 @@ def markdown(r: dict, plot_name: str) -> str:
     pz = r["poison"]
     lines += ["## Poisoned shard (judge on)", "",
               f"The unlabelled curve's last point, then a shard of prompt injections and bad traces (wrong SQL "
-              f"marked as success), distilled with the judge on. Last row: the same memory read with the proposed "
-              f"`skip_quarantined` change patched in (episodes the judge quarantined are not served; hit rate only).", "",
-              *HEADER, _row(pz["clean"]), _row(pz["poisoned"]), _row(pz["poisoned_proposal_skip_quarantined"]), "",
+              f"marked as success), distilled with the judge on. Episodes the judge quarantines are never served "
+              f"(search and /v1/context skip them).", "",
+              *HEADER, _row(pz["clean"]), _row(pz["poisoned"]), "",
               f"Hit-rate change: {pz['hit_rate_change_points']:+.2f} points; accuracy change: "
               + (f"{pz['accuracy_change_points']:+.2f} points" if pz["accuracy_change_points"] is not None else "not measured")
               + f"; questions whose context held a poisoned episode or a memory derived from one: "
-              f"{_f(pz['poisoned'].get('poison_exposure'), True)} as the service is ({_by_type(pz['poisoned'])}), "
-              f"{_f(pz['poisoned_proposal_skip_quarantined'].get('poison_exposure'), True)} with `skip_quarantined` "
-              f"({_by_type(pz['poisoned_proposal_skip_quarantined'])}).", ""]
+              f"{_f(pz['poisoned'].get('poison_exposure'), True)} ({_by_type(pz['poisoned'])}).", ""]
     distills = [j for j in r["jobs"] if j["kind"] == "distill"]
     if distills:
         tot = {k: sum(j.get(k, 0) for j in distills) for k in ("seen", "kept", "skipped", "quarantined", "memories_created")}
@@ -107,16 +99,12 @@ def plot(r: dict, path: Path) -> None:
     pos = {k: i for i, k in enumerate(xs)}
     panels = [("hit_rate", "memory hit rate (model-independent)"), ("execution_accuracy", f"execution accuracy ({r['model']})"),
               ("mean_steps", "mean agent steps"), ("context_tokens_mean", "context tokens")]
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.8))
     for ax, (key, title) in zip(axes, panels):
         for name, points in r["curves"].items():
             pts = [(pos[p["shards"]], _get(p, key)) for p in points if _get(p, key) is not None]
             if pts:
-                line = ax.plot(*zip(*pts), marker="o", label=CURVE_LABELS[name])[0]
-                alt = [(pos[p["shards"]], p["proposal"][key]) for p in points if key in (p.get("proposal") or {})]
-                if alt and key == "hit_rate":
-                    ax.plot(*zip(*alt), linestyle=":", marker=".", color=line.get_color(),
-                            label=f"{CURVE_LABELS[name]}, proposal {r['proposal']}")
+                ax.plot(*zip(*pts), marker="o", label=CURVE_LABELS[name])
         ev = _get(r["expert"], key)
         if ev is not None:
             ax.axhline(ev, color="grey", linestyle="--", label="expert schema docs")
@@ -130,8 +118,10 @@ def plot(r: dict, path: Path) -> None:
         ax.set_title(title, fontsize=9)
         if key in ("hit_rate", "execution_accuracy"):
             ax.set_ylim(-0.02, 1.02)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+        elif key == "mean_steps":
+            ax.set_ylim(0, r["max_steps"] + 0.3)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

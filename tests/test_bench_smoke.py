@@ -1,0 +1,106 @@
+"""The benchmarks' quick modes end to end (real service, real pipelines, real local models), plus the
+pure pieces they rely on: the synthetic spaces' gold SQL and the agent's action parser."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+
+def _unit(x) -> bool:  # noqa: ANN001
+    return isinstance(x, (int, float)) and 0.0 <= x <= 1.0
+
+
+def test_spaces_gold_sql_carries_every_key_and_runs(tmp_path):
+    from bench.scaling.agent import run_sql, same_result
+    from bench.scaling.spaces import found_keys, make_space
+
+    rng = random.Random(1)
+    sp = make_space(rng, 0, tmp_path, set())
+    assert len({q.intent for q in sp.intents}) == len(sp.intents) > 30
+    for q in sp.intents:
+        assert found_keys(q.sql, q.keys) == set(q.keys), q.intent
+        rows, err = run_sql(sp.path, q.sql)
+        assert err == "" and same_result(rows, q.gold)
+    # expert schema docs hold the mappings but none of the implicit conventions
+    doc = sp.expert_doc()
+    assert "conv:fiscal_quarter" not in found_keys(doc, sp.keys("fiscal_quarter"))
+    assert found_keys(doc, sp.keys("join", "cancelled")) == set(sp.keys("join", "cancelled"))
+
+
+def test_agent_parses_the_forms_small_models_produce(tmp_path):
+    from bench.scaling.agent import parse_action, run_sql
+
+    assert parse_action("SQL: SELECT 1; trailing words").arg == "SELECT 1"
+    assert parse_action("```sql\nSELECT a\nFROM b\n```").arg == "SELECT a FROM b"
+    assert parse_action('{"tool": "run_sql", "arguments": {"sql": "SELECT 2"}}').arg == "SELECT 2"
+    assert parse_action("I will SEARCH: fiscal quarter rule").kind == "search"
+    assert parse_action("TABLES").kind == "tables"
+    assert parse_action("Sure! The answer: select count(*) from t").kind == "sql"
+    assert parse_action("I do not know.").kind == "invalid"
+    import sqlite3
+
+    path = tmp_path / "x.sqlite"
+    sqlite3.connect(path).execute("CREATE TABLE t (a)").connection.commit()
+    assert run_sql(path, "DELETE FROM t")[0] is None  # read-only
+    assert run_sql(path, "SELECT nope FROM t")[1].startswith("OperationalError")
+
+
+@pytest.mark.slow
+def test_scaling_quick(settings, embedder, tmp_path):
+    from bench.scaling.__main__ import main
+
+    r = main(["--quick", "--out", str(tmp_path)], embedder=embedder)
+    saved = json.loads((tmp_path / "scaling_quick.json").read_text())
+    assert saved["points"] == r["points"] == [0, 1, 2]
+    assert (tmp_path / "scaling_quick.png").stat().st_size > 10_000
+    assert "memory hit rate" in (tmp_path / "scaling_quick.md").read_text()
+    for name in ("labelled", "unlabelled_judge", "bootstrap"):
+        points = r["curves"][name]
+        assert [p["shards"] for p in points] == [0, 1, 2]
+        for p in points:
+            assert _unit(p["hit_rate"]) and _unit(p["key_recall"]) and p["context_tokens_mean"] <= r["budget_tokens"]
+        assert points[0]["hit_rate"] == 0.0 and points[0]["memory"]["episodes"] == 0
+        assert points[-1]["hit_rate"] >= points[0]["hit_rate"]
+        assert points[-1]["key_recall"] > points[0]["key_recall"]
+    assert _unit(r["expert"]["hit_rate"]) and r["expert"]["convention_keys_found"] == 0.0
+    agent = r["curves"]["labelled"][-1]["agent"]
+    assert agent["questions"] == 1 and 1 <= agent["mean_steps"] <= r["max_steps"] and _unit(agent["execution_accuracy"])
+    assert r["agent_traces"] and r["agent_traces"][0]["trace"]
+    poison = r["poison"]
+    assert _unit(poison["poisoned"]["hit_rate"]) and _unit(poison["poisoned"]["poison_exposure"])
+    assert poison["clean"]["poison_exposure"] == 0.0
+    # episodes the judge quarantined are never served: no injection reaches a context
+    assert poison["poisoned"]["poison_exposure_by_type"]["injection"] == 0.0
+    assert poison["poisoned"]["memory"]["episodes_quarantined"] >= 1  # the injections were caught
+    distill = [j for j in r["jobs"] if j["kind"] == "distill"]
+    seen = sum(j["seen"] for j in distill)
+    assert seen == r["shard_sizes"]["logs"] * max(r["points"]) + r["shard_sizes"]["poison"]
+
+
+@pytest.mark.slow
+def test_locomo_quick(settings, embedder, tmp_path):
+    from bench.locomo_bench.__main__ import main
+
+    r = main(["--quick", "--out", str(tmp_path)], embedder=embedder)
+    assert (tmp_path / "locomo_quick.png").stat().st_size > 10_000
+    assert "Evidence recall" in (tmp_path / "locomo_quick.md").read_text()
+    assert r["questions"] == len(r["questions_detail"]) > 0
+    searched = ["context@1000", "vector", "text", "hybrid"]
+    assert list(r["methods"]) == searched + ["full"]
+    for m in searched:
+        e = r["methods"][m]
+        assert _unit(e["recall@10"]) and _unit(e["recall_in_context"]) and _unit(e["recall@5"])
+        assert e["recall@5"] <= e["recall@10"] <= e["recall@25"]
+        for c in e["per_category"].values():
+            assert _unit(c["recall@10"])
+    assert 0 < r["methods"]["context@1000"]["service_tokens_mean"] <= 1000
+    # text search ORs the question's words (an AND of every word found almost nothing: recall@10 0.12)
+    assert r["methods"]["text"]["recall@10"] >= 0.5
+    assert r["methods"]["full"]["recall_in_context"] == 1.0  # the quick slice fits the reader's window
+    reader = r["reader"]
+    assert set(reader) == {"context@1000", "vector", "text", "full"}
+    for e in reader.values():
+        assert e["n"] == 1 and _unit(e["f1"]) and e["judge_accuracy"] is None
