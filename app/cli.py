@@ -113,7 +113,8 @@ def _app_sessions(settings: Settings):
 @click.option("--kind", "kinds", multiple=True, help="only these job kinds (default: all)")
 @click.option("--lease", default=60, show_default=True, help="seconds a claimed job stays ours without progress")
 @click.option("--no-schedule", is_flag=True, help="do not enqueue periodic jobs from this worker")
-def worker(kinds, lease: int, no_schedule: bool) -> None:  # noqa: ANN001
+@click.option("--org", "org_names", multiple=True, help="only this org's jobs (name; repeatable; default: every org)")
+def worker(kinds, lease: int, no_schedule: bool, org_names) -> None:  # noqa: ANN001
     """Run queued jobs (and enqueue periodic ones) until stopped."""
     from app.jobs.runner import worker_loop
     from app.kit.pg import admin_url, install_sigterm_handler
@@ -123,7 +124,13 @@ def worker(kinds, lease: int, no_schedule: bool) -> None:  # noqa: ANN001
     install_sigterm_handler()
     setup_logging(settings.log_level)
     admin_url(settings)  # hold the embedded server while we run
-    worker_loop(settings, _app_sessions(settings), kinds=list(kinds) or None, lease_s=lease,
+    orgs = None
+    if org_names:
+        from app.orgs import service as org_service
+
+        with _admin_session(settings) as db:
+            orgs = [_run(lambda n=n: org_service.org_by_name(db, n)).id for n in org_names]
+    worker_loop(settings, _app_sessions(settings), kinds=list(kinds) or None, orgs=orgs, lease_s=lease,
                 schedule=not no_schedule)
 
 

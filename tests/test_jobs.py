@@ -25,8 +25,20 @@ def test_post_jobs_validates_and_authorises(client, world):
     job = client.get(f"/v1/jobs/{r.json()['id']}", headers=steward.h).json()
     assert job["status"] == "queued" and job["progress"] == 0
     assert client.get(f"/v1/jobs/{r.json()['id']}", headers=member.h).status_code == 404  # not theirs
-    with world.engine.begin() as c:  # no worker runs here: retire it so a later test's worker does not inherit it
-        c.execute(text("UPDATE jobs SET status = 'failed', error = 'test: never run' WHERE id = :i"), {"i": r.json()["id"]})
+
+
+def test_a_worker_for_some_orgs_claims_only_their_jobs(client, world, app, admin_engine):
+    from app.jobs.runner import claim
+
+    orgs = [world.org(), world.org()]
+    ids = [client.post("/v1/jobs", json={"kind": "consolidate"}, headers=world.user(o, roles=["steward"]).h).json()["id"]
+           for o in orgs]
+    row = claim(app.state.sessions, "test-worker", 60, ["consolidate"], [world.orgs[orgs[1]]])
+    assert str(row.id) == ids[1] and row.org_id == world.orgs[orgs[1]]
+    assert claim(app.state.sessions, "test-worker", 60, ["consolidate"], [world.orgs[orgs[1]]]) is None  # none left
+    with admin_engine.connect() as c:
+        status = dict(c.execute(text("SELECT id::text, status FROM jobs WHERE id = ANY(CAST(:i AS uuid[]))"), {"i": ids}).all())
+    assert status == {ids[0]: "queued", ids[1]: "running"}
 
 
 def test_periodic_jobs_are_enqueued_once_per_slot(app, world, admin_engine):
@@ -45,9 +57,6 @@ def test_periodic_jobs_are_enqueued_once_per_slot(app, world, admin_engine):
     enqueue_due(app.state.sessions, now + 3600, only_orgs=mine)  # the next hour: distill again, the daily ones not
     with admin_engine.begin() as c:
         n = c.execute(text("SELECT count(*) FROM jobs WHERE org_id = :o AND kind = 'distill'"), {"o": world.orgs[org]}).scalar()
-        # No worker runs in this test: retire the queued jobs so a later test's worker does not inherit them.
-        c.execute(text("UPDATE jobs SET status = 'failed', error = 'test: never run' WHERE org_id = :o AND status = 'queued'"),
-                  {"o": world.orgs[org]})
     assert n == 2
 
 

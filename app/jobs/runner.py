@@ -130,10 +130,13 @@ def run_job(ctx: JobContext) -> Job:
     return job
 
 
-def claim(sessions: sessionmaker[Session], worker: str, lease_s: int, kinds: list[str]) -> tuple | None:
+def claim(sessions: sessionmaker[Session], worker: str, lease_s: int, kinds: list[str],
+          orgs: list | None = None) -> tuple | None:
+    """The oldest claimable job of `kinds` (of `orgs` only, when given), leased to `worker`."""
     with sessions() as db:
-        row = db.execute(text("SELECT id, org_id, kind FROM memscale_claim_job(CAST(:w AS text), CAST(:l AS int), CAST(:k AS text[]))"),
-                         {"w": worker, "l": lease_s, "k": kinds}).first()
+        row = db.execute(text("SELECT id, org_id, kind FROM memscale_claim_job(CAST(:w AS text), CAST(:l AS int), "
+                              "CAST(:k AS text[]), CAST(:o AS uuid[]))"),
+                         {"w": worker, "l": lease_s, "k": kinds, "o": [str(o) for o in orgs] if orgs else None}).first()
         db.commit()
         return row
 
@@ -172,18 +175,19 @@ def enqueue_due(sessions: sessionmaker[Session], now: float | None = None, *, on
 
 
 def worker_loop(settings: Settings, sessions: sessionmaker[Session], *, kinds: list[str] | None = None,
-                lease_s: int = 60, poll_s: float = 1.0, schedule: bool = True, max_jobs: int | None = None,
-                stop: Callable[[], bool] = lambda: False) -> int:
-    """Claim and run jobs until `stop()` (or `max_jobs` done). Returns the number of jobs run."""
+                orgs: list | None = None, lease_s: int = 60, poll_s: float = 1.0, schedule: bool = True,
+                max_jobs: int | None = None, stop: Callable[[], bool] = lambda: False) -> int:
+    """Claim and run jobs (of `orgs` only, when given) until `stop()` (or `max_jobs` done).
+    Returns the number of jobs run."""
     worker = f"{socket.gethostname()}:{os.getpid()}"
     resources = Resources(settings)
     kinds = kinds or list(PIPELINES)
     done, last_schedule = 0, 0.0
     while not stop() and (max_jobs is None or done < max_jobs):
         if schedule and time.time() - last_schedule > 30:
-            enqueue_due(sessions)
+            enqueue_due(sessions, only_orgs=set(orgs) if orgs else None)
             last_schedule = time.time()
-        row = claim(sessions, worker, lease_s, kinds)
+        row = claim(sessions, worker, lease_s, kinds, orgs)
         if row is None:
             time.sleep(poll_s)
             continue
