@@ -286,3 +286,14 @@ class CartridgeDirectory:
     def __call__(self, ids: Sequence[str]) -> PrefixKV:
         with torch.no_grad():
             return compose([self.load(i) for i in ids])
+
+
+def directory_resolver_factory(root: str | Path):
+    """The server's default resolver: the cartridges `train_cartridge` writes under
+    ``<data_dir>/cartridges/<cartridge id>/``, so the ids in a /v1/context handoff are servable as
+    they are. Only cartridges trained for the served checkpoint (its folder name) are accepted."""
+
+    def factory(engine) -> CartridgeDirectory:  # noqa: ANN001
+        return CartridgeDirectory(root, model_id=Path(engine.config.model_path).name, device=engine.device)
+
+    return factory

@@ -41,7 +41,8 @@ def _load_factory(spec: str):
 @click.option(
     "--cartridge-resolver",
     default=None,
-    help="'module:factory' where factory(engine) returns resolve_cartridges(ids) -> prefix_kv.",
+    help="'module:factory' where factory(engine) returns resolve_cartridges(ids) -> prefix_kv "
+    "(default: the cartridges trained by the service, under <data dir>/cartridges).",
 )
 def serve(host, port, model_path, data_dir, threads, recompute_ratio, check_layer, mem_gb, disk_gb, cartridge_resolver):
     """Serve /healthz, /v1/chunks and /v1/generate."""
@@ -70,7 +71,12 @@ def serve(host, port, model_path, data_dir, threads, recompute_ratio, check_laye
         disk_bytes=int(disk_gb * 2**30),
         blend=BlendConfig(check_layer=check_layer, recompute_ratio=recompute_ratio),
     )
-    factory = _load_factory(cartridge_resolver) if cartridge_resolver else None
+    if cartridge_resolver:
+        factory = _load_factory(cartridge_resolver)
+    else:
+        from app.inference.cartridge import directory_resolver_factory
+
+        factory = directory_resolver_factory(Path(env.get("MEMSCALE_DATA_DIR", "./.memscale")) / "cartridges")
     app = create_app(config, cartridge_resolver_factory=factory)
     uvicorn.run(app, host=host, port=port, log_level="info")
 

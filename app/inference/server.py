@@ -283,3 +283,5 @@ def _resolve(resolver: CartridgeResolver, ids: list[str]) -> PrefixKV | None:
     except (CartridgeNotFound, KeyError) as e:
         missing = e.args[0] if e.args else "?"
         raise InferenceError(404, "cartridge_not_found", f"unknown cartridge {missing}") from None
+    except ValueError as e:  # trained for another model, or cartridges that do not compose
+        raise InferenceError(409, "cartridge_incompatible", str(e)) from None

@@ -129,3 +129,31 @@ def test_plugged_resolver_supplies_prefix_kv(engine, store):
         assert r.json()["text"] == expected.text
         _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": ["nope"]}), 404, "cartridge_not_found")
     assert seen == [["ctg-fell"], ["nope"]]
+
+
+def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store, tmp_path):
+    """Without --cartridge-resolver the server reads <data dir>/cartridges/<id>/cartridge.safetensors,
+    the layout train_cartridge writes, so a handoff's cartridge ids are servable as they are."""
+    import uuid
+    from pathlib import Path
+
+    from app.inference.cartridge import Cartridge, compose, directory_resolver_factory
+    from pipelines.cartridges.chat import context_ids
+
+    ids = context_ids(engine.tokenizer, "The observatory is on Mount Fell. It opens at dusk.")
+    mine, alien = str(uuid.uuid4()), str(uuid.uuid4())
+    cart = Cartridge.from_tokens(engine.model, ids, 6, model_id=Path(engine.config.model_path).name)
+    cart.save(tmp_path / mine / "cartridge.safetensors")
+    Cartridge.from_tokens(engine.model, ids, 6, model_id="another-model").save(tmp_path / alien / "cartridge.safetensors")
+    app = create_app(engine=engine, store=store, cartridge_resolver_factory=directory_resolver_factory(tmp_path))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/v1/generate", json={"prompt": "Where is the observatory?", "cartridges": [mine],
+                                         "max_tokens": 5, "mode": "full"})
+        assert r.status_code == 200, r.text
+        expected = engine.generate("Where is the observatory?", [], mode="full", prefix_kv=compose([cart]), max_tokens=5)
+        assert r.json()["text"] == expected.text
+        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": [str(uuid.uuid4())]}), 404,
+                      "cartridge_not_found")
+        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": ["../" + mine]}), 404,
+                      "cartridge_not_found")
+        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": [alien]}), 409, "cartridge_incompatible")
