@@ -12,9 +12,16 @@ from app.context.assemble import Piece, fit, render
 SECTIONS = ["instructions", "working_context", "summary", "memories", "examples", "knowledge", "recent_messages"]
 words = st.lists(st.sampled_from(["deploy", "kafka", "lag", "the", "billing", "über", "42", "x" * 30, "日本", "!"]),
                  min_size=1, max_size=60).map(" ".join)
-piece = st.builds(lambda s, t, sc, pin: Piece(s, "memory", str(uuid.uuid4()), t, sc, pinned=pin and s in
+memory_piece = st.builds(lambda s, t, sc, pin: Piece(s, "memory", str(uuid.uuid4()), t, sc, pinned=pin and s in
                                               ("working_context", "summary")),
                   st.sampled_from(SECTIONS), words, st.floats(0, 1), st.booleans())
+# episodes render dated, conversation turns under one "Session <id>, <date>:" line per session and day
+episode_piece = st.builds(
+    lambda t, sc, kind, session, day: Piece("examples", "episode", str(uuid.uuid4()), t, sc, extra={
+        "kind": kind, "session_id": session, "occurred_at": f"2023-05-{day:02d}T10:00:00+00:00" if day else None}),
+    words, st.floats(0, 1), st.sampled_from(["conversation", "trajectory"]), st.sampled_from([None, "s1", "s2"]),
+    st.sampled_from([0, 7, 8]))
+piece = st.one_of(memory_piece, episode_piece)
 
 
 @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -180,3 +187,16 @@ def test_context_adds_neighbouring_turns_in_order_without_leaking(client, world,
     assert neighbours(alice, [ids[1]]) == {(ids[0], ids[1]), (ids[2], ids[1])}
     assert neighbours(alice, [ids[5]]) == {(ids[4], ids[5])}  # the last turn has no next one
     assert neighbours(mallory, [ids[1]]) == set()  # another org's hit id yields nothing
+
+
+def test_episodes_render_dated_and_grouped_by_session():
+    def turn(text_: str, session, at: str, kind: str = "conversation", score: float = 1.0) -> Piece:  # noqa: ANN001
+        return Piece("examples", "episode", str(uuid.uuid4()), text_, score,
+                     extra={"kind": kind, "session_id": session, "occurred_at": f"2023-05-{at}:00+00:00"})
+
+    pieces = [turn("B: fine", "s1", "08T10:01", score=0.9), turn("ran the deploy", "s9", "09T12:00", kind="trajectory"),
+              turn("A: hi", "s1", "07T10:00", score=0.5), turn("A: how are you", "s1", "08T10:00", score=0.4)]
+    assert render(pieces).splitlines() == [
+        "## Examples from past episodes",
+        "Session s1, 7 May 2023:", "- A: hi", "Session s1, 8 May 2023:", "- A: how are you", "- B: fine",
+        "- (9 May 2023) ran the deploy"]
