@@ -33,14 +33,19 @@ def fresh_database(name: str):
     return s
 
 
-def serve_in_thread(app) -> str:  # noqa: ANN001
-    """Run the app with uvicorn on a free loopback port; return its base URL."""
-    import uvicorn
-
+def free_port() -> int:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
+    return port
+
+
+def serve_in_thread(app) -> str:  # noqa: ANN001
+    """Run the app with uvicorn on a free loopback port; return its base URL."""
+    import uvicorn
+
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
@@ -67,3 +72,61 @@ def write_result(name: str, data: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, default=str))
     return path
+
+
+class ApiProcess:
+    """`python -m app serve` on a free loopback port as its own process (own GIL; killable)."""
+
+    def __init__(self, settings, *, env: dict | None = None, log_path: Path | None = None):  # noqa: ANN001
+        import os
+        import subprocess
+        import sys
+
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        full_env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url,
+                    "MEMSCALE_DATA_DIR": str(settings.data_dir), "MEMSCALE_LOG_LEVEL": "WARNING", **(env or {})}
+        out = open(log_path, "wb") if log_path else subprocess.PIPE  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+                                     env=full_env, stdout=subprocess.DEVNULL if log_path is None else out,
+                                     stderr=subprocess.STDOUT if log_path else out)
+        self._log = out if log_path else None
+
+    def _tail(self) -> str:
+        return self.proc.stderr.read().decode(errors="replace")[-3000:] if self.proc.stderr else ""
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        import httpx
+
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the API exited with {self.proc.returncode}: {self._tail()}")
+            try:
+                if httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the API did not become ready")
+
+    def kill9(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        import signal
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        for f in (self.proc.stderr, self._log):
+            if f:
+                f.close()

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,15 +25,9 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from bench.common import ApiProcess, free_port
+
 BATCH = 300
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _error(r: httpx.Response) -> dict:
@@ -47,46 +38,6 @@ def _error(r: httpx.Response) -> dict:
 
 # --------------------------------------------------------------------------------------------
 # (a) kill -9 the API during a batch write
-
-
-class ApiProcess:
-    """`python -m app serve` against the suite's database; SIGKILL or SIGTERM it."""
-
-    def __init__(self, settings):  # noqa: ANN001
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url,
-               "MEMSCALE_DATA_DIR": str(settings.data_dir), "MEMSCALE_LOG_LEVEL": "WARNING"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"API exited {self.proc.returncode}: {self.proc.stderr.read().decode()[-3000:]}")
-            try:
-                if httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError("API did not become ready")
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        if self.proc.stderr:
-            self.proc.stderr.close()
 
 
 def _writing_backends(admin_engine) -> int:  # noqa: ANN001
@@ -226,7 +177,7 @@ class _LiveApp:
     def __init__(self, app):  # noqa: ANN001
         import uvicorn
 
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -30,9 +30,6 @@ import os
 import random
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -42,56 +39,11 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import fresh_database, summary_ms, write_result
+from bench.common import ApiProcess, fresh_database, summary_ms, write_result
 from bench.service.data import query, sentence
 
 DB_NAME = "memscale_bench_load"
 MIX = {"write": 30, "write_batch": 5, "search": 35, "context": 20, "read": 10}
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _start_api(settings, pool_size: int | None, log_path: Path) -> tuple[subprocess.Popen, str]:  # noqa: ANN001
-    port = _free_port()
-    env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url, "MEMSCALE_DATA_DIR": str(settings.data_dir),
-           "MEMSCALE_LOG_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
-    if pool_size is not None:
-        env["MEMSCALE_DB_POOL_SIZE"] = str(pool_size)
-    log = open(log_path, "wb")  # noqa: SIM115 (closed with the process)
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the API exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError("the API did not become ready")
-
-
-def _stop_api(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
 
 
 def _tenants(settings, n_orgs: int, users_per_org: int) -> list[dict]:  # noqa: ANN001
@@ -257,10 +209,15 @@ def main() -> None:
     pool_size = args.pool_size if args.pool_size is not None else Settings().db_pool_size
     log_path = Path(tempfile.mkdtemp(prefix="msload")) / "api.log"
     tenants = _tenants(settings, args.orgs, args.users_per_org)
-    proc, base = _start_api(settings, args.pool_size, log_path)
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "TOKENIZERS_PARALLELISM": "false"}
+    if args.pool_size is not None:
+        env["MEMSCALE_DB_POOL_SIZE"] = str(args.pool_size)
+    api = ApiProcess(settings, env=env, log_path=log_path)
+    base = api.base
     sampler = None
     try:
-        _wait_ready(proc, base, timeout=120)
+        api.wait_ready(timeout=120)
         t0 = time.time()
         seeded = _seed(base, tenants, args.seed_per_user, rng)
         print(f"api on {base}; {len(tenants)} users in {args.orgs} orgs; seeded {seeded} items in "
@@ -276,7 +233,7 @@ def main() -> None:
             if sampler is not None:
                 sampler.stop()
         finally:
-            _stop_api(proc)
+            api.stop()
     log = log_path.read_text(errors="replace")
     shutil.rmtree(log_path.parent, ignore_errors=True)
     pool_timeouts = log.count("QueuePool limit")
