@@ -67,6 +67,16 @@ def summary_ms(values_s: list[float]) -> dict:
             "n": len(ms)}
 
 
+def write_report(result: dict, out_dir: Path, name: str, markdown: str, plot) -> None:  # noqa: ANN001
+    """`<name>.json`, `<name>.md` and `<name>.png` (drawn by `plot(result, path)`) under `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
+    (out_dir / f"{name}.md").write_text(markdown)
+    plot(result, out_dir / f"{name}.png")
+    print(markdown)
+    print("written", out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png")
+
+
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from statistics import mean
 
-from bench.common import pct
+from bench.common import pct, write_report
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 LABELS = {"vector": "vector RAG (k=10)", "text": "text search (k=10)", "hybrid": "hybrid search (k=10)",
@@ -49,16 +49,10 @@ def summarise(rows: list[dict], *, methods: tuple[str, ...], recall_at: tuple[in
 
 
 def finish(result: dict, out_dir: Path, name: str) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
     full = result["full_history_tokens_mean"]
     for m in result["methods"].values():
         m["share_of_full_history"] = round(m["tokens_mean"] / full, 4) if m["tokens_mean"] is not None else None
-    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
-    md = markdown(result)
-    (out_dir / f"{name}.md").write_text(md)
-    plot(result, out_dir / f"{name}.png")
-    print(md)
-    print("written", out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png")
+    write_report(result, out_dir, name, markdown(result), plot)
 
 
 def _f(x: float | None, pct_: bool = False) -> str:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from bench.common import write_report
 
 CURVE_LABELS = {"labelled": "labelled examples", "unlabelled_judge": "unlabelled logs + judge",
                 "bootstrap": "bootstrap (schema + glossary)"}
 
 
 def finish(result: dict, out_dir: Path, name: str) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
-    md = markdown(result, f"{name}.png")
-    (out_dir / f"{name}.md").write_text(md)
-    plot(result, out_dir / f"{name}.png")
-    print(md)
-    print("written", out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png")
+    write_report(result, out_dir, name, markdown(result, f"{name}.png"), plot)
 
 
 def _f(x: float | None, pct: bool = False) -> str:
