@@ -40,3 +40,33 @@ def test_logs_carry_no_content_or_keys(client, world, caplog):
         client.post("/v1/search", json={"query": "swordfish launch code"}, headers=alice.h)
     text = "\n".join(r.getMessage() + str(r.__dict__) for r in caplog.records)
     assert caplog.records and "swordfish" not in text and alice.key not in text and alice.key.split("_")[-1] not in text
+
+
+def test_released_hands_the_connection_back_and_rebinds_the_caller(client, world, app):
+    """Endpoints embed with the pooled connection given back (app.kit.db.released); afterwards
+    the transaction sees exactly what the caller may see again (RLS settings rebound)."""
+    import pytest
+    from sqlalchemy import text as sql
+
+    from app.auth.principal import Principal
+    from app.episodes.models import Episode
+    from app.kit.db import bind_principal, released, transaction
+
+    org = world.org()
+    alice = world.user(org)
+    client.post("/v1/episodes", json={"kind": "note", "content": "mine"}, headers=alice.h)
+    me = Principal(alice.org_id, alice.user_id, alice.name, (), (), ())
+    pool = app.state.sessions.kw["bind"].pool
+    with transaction(app.state.sessions) as db:
+        bind_principal(db, me)
+        mine = sql("SELECT count(*) FROM episodes")
+        assert db.execute(mine).scalar() == 1
+        held = pool.checkedout()
+        with released(db, me):
+            assert pool.checkedout() == held - 1
+        assert db.execute(mine).scalar() == 1  # RLS: still alice's view, not nothing, not everything
+        db.add(Episode(org_id=me.org_id, owner_id=me.user_id, kind="note", content="pending"))
+        with pytest.raises(RuntimeError, match="pending writes"):
+            with released(db, me):
+                pass
+        db.rollback()

@@ -17,8 +17,8 @@ INSTRUCTION_KINDS = ("rule", "procedure")
 
 
 def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *, k: int, ef_search: int,  # noqa: ANN001
-                     session_id: str | None = None) -> list[Piece]:
-    qvec = embedder.embed([query])[0]
+                     session_id: str | None = None, qvec=None) -> list[Piece]:  # noqa: ANN001
+    qvec = qvec if qvec is not None else embedder.embed([query])[0]
     now = now_utc()
     out: list[Piece] = []
     for type_ in ("memory", "episode", "chunk"):
@@ -71,14 +71,15 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece]) -> list[Pi
 
 
 def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001
-          ef_search: int, k: int | None = None) -> dict:
+          ef_search: int, k: int | None = None, qvec=None) -> dict:  # noqa: ANN001
+    """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released)."""
     from app.sessions.service import session_pieces
 
     count = resources.gateway.count_tokens
     k = k or max(10, min(100, budget // 30))  # enough candidates to fill the budget
     pieces = session_pieces(db, session) if session is not None else []
     pieces += retrieved_pieces(db, principal, resources.embedder, query, k=k, ef_search=ef_search,
-                               session_id=str(session.id) if session is not None else None)
+                               session_id=str(session.id) if session is not None else None, qvec=qvec)
     chosen = fit(pieces, budget, count)
     text = render(chosen)
     handed = [p for p in chosen if p.type in ("memory", "episode", "chunk")]

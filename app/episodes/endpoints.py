@@ -11,6 +11,7 @@ from app.episodes.deletion import forget_episode
 from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut, JobRef
 from app.jobs import service as jobs
 from app.kit import idempotency
+from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
 
@@ -36,11 +37,14 @@ router = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ER
 @router.post("", status_code=201, response_model=EpisodeOut)
 def create_episode(body: EpisodeIn, request: Request, db: SessionDep, principal=require("episode", "write"),
                    idempotency_key: str | None = Header(default=None, min_length=1, max_length=200)):
+    # Embed first, with no pooled connection held; then the idempotency lock, held to the commit.
+    with released(db, principal):
+        vectors = service.embed_all(request.app.state.embedder, [body])
     digest = idempotency.body_hash(body.model_dump(mode="json"))
     prior = idempotency.replay(db, principal, idempotency_key, "episodes.create", digest)
     if prior is not None:
         return JSONResponse(prior, status_code=201)
-    out = service.to_out(service.create_many(db, request.app.state.embedder, principal, [body])[0])
+    out = service.to_out(service.create_many(db, request.app.state.embedder, principal, [body], vectors=vectors)[0])
     idempotency.remember(db, principal, idempotency_key, "episodes.create", digest, 201, out.model_dump(mode="json"))
     return out
 
@@ -51,11 +55,15 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
     limit = request.app.state.settings.max_batch_items
     if len(body.items) > limit:
         raise PayloadTooLarge(f"a batch holds at most {limit} items", code="batch_too_large")
+    # A batch embeds for seconds: first, with no pooled connection held; then the idempotency
+    # lock (transaction-scoped, so it must not be taken before `released`), held to the commit.
+    with released(db, principal):
+        vectors = service.embed_all(request.app.state.embedder, body.items)
     digest = idempotency.body_hash(body.model_dump(mode="json"))
     prior = idempotency.replay(db, principal, idempotency_key, "episodes.batch", digest)
     if prior is not None:
         return JSONResponse(prior, status_code=201)
-    rows = service.create_many(db, request.app.state.embedder, principal, body.items)
+    rows = service.create_many(db, request.app.state.embedder, principal, body.items, vectors=vectors)
     out = BatchOut(ids=[r.id for r in rows])
     idempotency.remember(db, principal, idempotency_key, "episodes.batch", digest, 201, out.model_dump(mode="json"))
     return out

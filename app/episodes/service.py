@@ -27,10 +27,15 @@ def embed_text(item: EpisodeIn) -> str:
     return item.content
 
 
+def embed_all(embedder: Embedder, items: list[EpisodeIn]) -> list:
+    return embedder.embed([embed_text(i) for i in items])
+
+
 def create_many(db: Session, embedder: Embedder, principal: Principal, items: list[EpisodeIn],
-                *, owner_id: uuid.UUID | None = None, audit: bool = True) -> list[Episode]:
-    """All or nothing: embeddings first (no lock held), then one flush in the caller's transaction."""
-    vectors = embedder.embed([embed_text(i) for i in items])
+                *, owner_id: uuid.UUID | None = None, audit: bool = True, vectors: list | None = None) -> list[Episode]:
+    """All or nothing: embeddings first (no lock held; `vectors` if the caller computed them),
+    then one flush in the caller's transaction."""
+    vectors = vectors if vectors is not None else embed_all(embedder, items)
     now = datetime.now(timezone.utc)
     rows = [
         Episode(id=uuid.uuid4(), org_id=principal.org_id, owner_id=owner_id or principal.user_id, kind=i.kind,

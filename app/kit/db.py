@@ -79,6 +79,20 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
 
 
 @contextmanager
+def released(db: Session, principal: "Principal") -> Iterator[None]:
+    """Give the pooled connection back while the request does slow work that needs no database
+    (embedding a query or a batch): under load, requests waiting for the CPU otherwise sit on
+    every connection in the pool. Only for a transaction that has not written and holds no lock
+    it still needs (transaction-scoped advisory locks end here too): it ends, and the next
+    statement opens a new one with the caller's RLS settings bound again."""
+    if db.new or db.dirty or db.deleted:
+        raise RuntimeError("released() inside a transaction with pending writes")
+    db.commit()
+    yield
+    bind_principal(db, principal)
+
+
+@contextmanager
 def existence_only(db: Session) -> Iterator[None]:
     """Let the RLS backstop see every scope of the bound org for an existence check (ids only;
     callers must not read content inside). Restores the user scope afterwards."""

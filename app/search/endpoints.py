@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.search import service
@@ -12,6 +13,8 @@ router = APIRouter(prefix="/v1", tags=["search"], responses=COMMON_ERRORS)
 
 @router.post("/search", response_model=SearchOut)
 def search(body: SearchIn, request: Request, db: SessionDep, principal=require("search", "read")):
+    with released(db, principal):  # no pooled connection held while the query is embedded
+        qvec = service.query_vector(request.app.state.embedder, body)
     results, rid = service.search(db, principal, request.app.state.embedder, body,
-                                  ef_search=request.app.state.settings.hnsw_ef_search)
+                                  ef_search=request.app.state.settings.hnsw_ef_search, qvec=qvec)
     return SearchOut(results=results, retrieval_id=rid)

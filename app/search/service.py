@@ -63,8 +63,14 @@ def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str
     return ev.id
 
 
-def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_search: int):  # noqa: ANN001
-    qvec = embedder.embed([body.query])[0] if body.mode != "text" else None
+def query_vector(embedder, body: SearchIn):  # noqa: ANN001, ANN201
+    return embedder.embed([body.query])[0] if body.mode != "text" else None
+
+
+def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_search: int,  # noqa: ANN001
+           qvec=None):  # noqa: ANN001
+    """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released)."""
+    qvec = qvec if qvec is not None else query_vector(embedder, body)
     results, info = rank(db, principal, query=body.query, qvec=qvec, types=list(dict.fromkeys(body.types)),
                          k=body.k, mode=body.mode, filters=body.filters, ef_search=ef_search)
     rid = record_retrieval(db, principal, kind="search", query=body.query,

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Body, Request
 
 from app.audit.service import record
 from app.context.service import build
+from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.sessions import service, tools
@@ -24,8 +25,10 @@ def _out(s) -> SessionOut:  # noqa: ANN001
 def context(body: ContextIn, request: Request, db: SessionDep, principal=require("context", "read")) -> dict:
     st = request.app.state
     session = service.get(db, principal, body.session_id) if body.session_id else None
+    with released(db, principal):  # no pooled connection held while the query is embedded
+        qvec = st.resources.embedder.embed([body.query])[0]
     return build(db, principal, st.resources, query=body.query, budget=body.budget_tokens, session=session,
-                 ef_search=st.settings.hnsw_ef_search)
+                 ef_search=st.settings.hnsw_ef_search, qvec=qvec)
 
 
 @router.post("/sessions", status_code=201, response_model=SessionOut)
