@@ -129,6 +129,11 @@ def plot(r: dict, path: Path) -> None:
             axes[1].scatter([100 * e["share_of_full_history"]], [e["recall_in_context"]], color=colours[m], s=40)
     axes[1].axvspan(0, 10, ymin=0.85, ymax=1.0, color="green", alpha=0.12, label="target: >= 0.85 under 10% of tokens")
     axes[1].set_xscale("log")
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
+    axes[1].xaxis.set_major_locator(FixedLocator([1, 2, 5, 10, 20, 50, 100]))
+    axes[1].xaxis.set_major_formatter(ScalarFormatter())
+    axes[1].xaxis.set_minor_formatter(NullFormatter())
     axes[1].set_xlabel("tokens given to the reader, % of the full conversation (log)")
     axes[1].set_title("Evidence recall in the reader's context vs. tokens", fontsize=10)
     axes[1].set_ylim(0, 1)
