@@ -9,11 +9,10 @@ visible set is small. Statements are never prepared (see app.kit.db.make_engine)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from sqlalchemy import case, func, literal, select, text, true, tuple_, union_all
-from sqlalchemy.dialects.postgresql import TSQUERY
+from sqlalchemy import func, literal, select, text, true, tuple_, union_all
+from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY
 from sqlalchemy.orm import Session, aliased
 
 from app.auth.principal import Principal
@@ -91,9 +90,10 @@ def text_ids(db: Session, principal: Principal, type_: str, query: str, f: Searc
     A natural-language question ANDed term by term (websearch_to_tsquery) rarely matches one
     row, so text search came back empty and hybrid search was vector-only in practice (LoCoMo
     bench: text recall@10 0.12). This is BM25 with binary term frequency: rare words ("pottery",
-    "Sweden") outweigh names and common verbs. Document frequencies are counted over the caller's
-    visible rows only (each count uses the GIN index), so other tenants' vocabulary never
-    shapes the ranking.
+    "Sweden") outweigh names and common verbs. N and the document frequencies are counted over
+    the caller's visible rows only, so other tenants' vocabulary never shapes the ranking. One
+    statement: the candidates (one GIN scan) give each lexeme's df, since a visible row holding a
+    query lexeme is a candidate.
     """
     m = SPECS[type_].model
     conds = _filters(principal, type_, f)
@@ -101,17 +101,18 @@ def text_ids(db: Session, principal: Principal, type_: str, query: str, f: Searc
                          ).scalars().all()[:MAX_QUERY_LEXEMES]
     if not lexemes:
         return []
-    terms = [literal(_tsquery_lexeme(w)).cast(TSQUERY) for w in lexemes]
-    df = [select(func.count()).select_from(m).where(*conds, m.tsv.op("@@")(t)).scalar_subquery() for t in terms]
-    total, *dfs = db.execute(select(select(func.count()).select_from(m).where(*conds).scalar_subquery(), *df)).one()
-    idf = [math.log(1 + (total - d + 0.5) / (d + 0.5)) for d in dfs]
-    matched = [(t, w) for t, w, d in zip(terms, idf, dfs) if d]
-    if not matched:
-        return []
-    any_term = literal(" | ".join(_tsquery_lexeme(w) for w, d in zip(lexemes, dfs) if d)).cast(TSQUERY)
-    score = sum((case((m.tsv.op("@@")(t), w), else_=0.0) for t, w in matched), start=literal(0.0))
-    return db.execute(select(m.id, score.label("r")).where(*conds, m.tsv.op("@@")(any_term))
-                      .order_by(score.desc(), m.id).limit(n)).all()
+    any_term = literal(" | ".join(_tsquery_lexeme(w) for w in lexemes)).cast(TSQUERY)
+    cand = (select(m.id.label("id"), func.tsvector_to_array(m.tsv).label("lexs"))
+            .where(*conds, m.tsv.op("@@")(any_term)).cte("cand").prefix_with("MATERIALIZED"))
+    terms = select(func.unnest(literal(list(lexemes), ARRAY(TEXT))).label("lex")).cte("terms")
+    df = (select(terms.c.lex, func.count(cand.c.id).label("df")).select_from(terms)
+          .join(cand, terms.c.lex == func.any(cand.c.lexs), isouter=True).group_by(terms.c.lex).cte("df"))
+    total = select(func.count()).select_from(m).where(*conds).scalar_subquery()
+    idf = select(df.c.lex, func.ln(1 + (total - df.c.df + 0.5) / (df.c.df + 0.5)).label("w")).cte("idf")
+    score = func.sum(idf.c.w)
+    return db.execute(select(cand.c.id, score.label("r")).select_from(cand)
+                      .join(idf, idf.c.lex == func.any(cand.c.lexs))
+                      .group_by(cand.c.id).order_by(score.desc(), cand.c.id).limit(n)).all()
 
 
 def _tsquery_lexeme(word: str) -> str:
