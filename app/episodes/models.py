@@ -20,7 +20,7 @@ class Episode(AccessMixin, Base):
         CheckConstraint("outcome IS NULL OR outcome IN ('success','failure','unknown')", name="outcome"),
         Index("ix_episodes_org_owner", "org_id", "owner_id"),
         Index("ix_episodes_org_visibility", "org_id", "visibility"),
-        Index("ix_episodes_session", "org_id", "session_id"),
+        Index("ix_episodes_session_time", "org_id", "session_id", "occurred_at", "id"),
         Index("ix_episodes_embedding_hnsw", "embedding", postgresql_using="hnsw",
               postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
         Index("ix_episodes_tsv", "tsv", postgresql_using="gin"),
