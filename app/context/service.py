@@ -11,7 +11,7 @@ from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.cartridges.service import visible_active
 from app.search.schemas import SearchFilters
 from app.search import repository as repo
-from app.search.service import rank, record_retrieval
+from app.search.service import rank, record_retrieval, to_result
 
 INSTRUCTION_KINDS = ("rule", "procedure")
 
@@ -45,9 +45,8 @@ EPISODE_CHARS = 1200
 
 
 def _episode_piece(r, score: float, **extra) -> Piece:  # noqa: ANN001
-    """An episode as context; long ones cut. Its date goes in when rendered (assemble.render)."""
-    text = r.content if hasattr(r, "content") else r.text
-    text = text if len(text) <= EPISODE_CHARS else text[:EPISODE_CHARS] + " …"
+    """An episode (a SearchResult) as context; long ones cut. Its date goes in when rendered."""
+    text = r.text if len(r.text) <= EPISODE_CHARS else r.text[:EPISODE_CHARS] + " …"
     at = r.occurred_at
     return Piece("examples", "episode", str(r.id), text, score,
                  extra={"kind": r.kind, "outcome": r.outcome, "session_id": r.session_id,
@@ -59,15 +58,14 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece]) -> list[Pi
     usually the next turn, and a reply means little without what it answers. They compete for
     the budget like any piece, at NEIGHBOUR_WEIGHT of their turn's score."""
     turns = {p.id: p for p in hits if p.extra.get("kind") == "conversation" and p.extra.get("session_id")}
-    best: dict[str, tuple[float, str]] = {}
+    best: dict[uuid.UUID, tuple[float, str]] = {}
     for nid, hid in repo.neighbour_ids(db, principal, list(turns)):
-        nid, hid = str(nid), str(hid)
-        score = turns[hid].score * NEIGHBOUR_WEIGHT
-        if nid not in turns and score > best.get(nid, (0.0, ""))[0]:
-            best[nid] = (score, hid)
+        score = turns[str(hid)].score * NEIGHBOUR_WEIGHT
+        if str(nid) not in turns and score > best.get(nid, (0.0, ""))[0]:
+            best[nid] = (score, str(hid))
     rows = repo.load(db, principal, "episode", list(best))
-    return [_episode_piece(rows[i], score, neighbour_of=hid) for i, (score, hid) in
-            ((uuid.UUID(n), v) for n, v in best.items()) if i in rows]
+    return [_episode_piece(to_result("episode", rows[i], score), score, neighbour_of=hid)
+            for i, (score, hid) in best.items() if i in rows]
 
 
 def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001

@@ -18,7 +18,8 @@ def _text_of(type_: str, row) -> str:  # noqa: ANN001
     return row.content if type_ == "episode" else row.text
 
 
-def _result(type_: str, row, score: float) -> SearchResult:  # noqa: ANN001
+def to_result(type_: str, row, score: float) -> SearchResult:  # noqa: ANN001
+    """A loaded row (repository.load) as a search result."""
     return SearchResult(type=type_, id=row.id, text=_text_of(type_, row), score=round(float(score), 6),
                         visibility=row.visibility, labels=list(row.labels), groups=list(row.groups),
                         created_at=getattr(row, "created_at", None) or row.recorded_at, kind=getattr(row, "kind", None), owner_id=row.owner_id,
@@ -50,7 +51,7 @@ def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str
     for (t, id_), _ in top:
         by_type.setdefault(t, []).append(id_)
     loaded = {t: repo.load(db, principal, t, ids) for t, ids in by_type.items()}
-    out = [_result(t, loaded[t][id_], s) for (t, id_), s in top if id_ in loaded[t]]
+    out = [to_result(t, loaded[t][id_], s) for (t, id_), s in top if id_ in loaded[t]]
     return out, info
 
 
