@@ -32,6 +32,14 @@ class Settings(BaseSettings):
     max_batch_items: int = 500
     max_query_chars: int = 2_000
     max_k: int = 100
+    idempotency_ttl_s: int = 24 * 3600  # stored Idempotency-Key replies expire (and are purged)
+    # Fair embedding (app/kit/fairness.py): write slices, bounded queue, items per key per minute.
+    embed_fairness: bool = True  # False: one call at a time, first come first served (the old behaviour)
+    embed_slice_tokens: int = 512
+    embed_queue_per_key: int = 1000
+    embed_queue_total: int = 4000
+    ingest_items_per_minute: int = 6000  # per key holder, counted in items (a batch of 500 costs 500); 0 = off
+    auth_failures_per_minute: int = 60  # failed authentications per client address; 0 = off
     rate_limit_per_minute: int = 3000  # per key holder (token bucket); 0 = off
     db_pool_size: int = 10
 
@@ -43,9 +51,21 @@ class Settings(BaseSettings):
     # The inference tier (its own process); unset = no KV precompute from bootstrap.
     inference_url: str | None = None
     inference_timeout_s: float = 60.0
+    # Shared secret of the two tiers (signs handoff tokens; the operator's calls present it).
+    # Unset: a random key generated once in <data_dir>/inference.key (mode 0600).
+    inference_key: str | None = None
+    handoff_ttl_s: int = 600  # how long a /v1/context handoff token is valid
+
+    # Database sources API-created bootstrap jobs may name (name -> SQLAlchemy URL); none by default.
+    bootstrap_sources: dict[str, str] = {}
 
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     log_level: str = "INFO"
+
+    def inference_secret(self) -> bytes:
+        from app.kit.signing import load_key
+
+        return load_key(self.data_dir, self.inference_key)
 
     @property
     def pg_dir(self) -> Path:

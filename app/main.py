@@ -14,6 +14,7 @@ from app.kit.db import make_engine, make_sessionmaker
 from app.jobs.runner import Resources
 from app.kit.embedding import Embedder, make_embedder
 from app.kit.errors import install_error_handlers
+from app.kit.fairness import FairEmbedder
 from app.kit.limits import BodyLimitMiddleware, RateLimiter
 from app.kit.pg import app_url
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
@@ -30,10 +31,15 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.engine = engine
         app.state.sessions = make_sessionmaker(engine)
         app.state.authorizer = Authorizer()
-        app.state.embedder = embedder or make_embedder(settings.embedding_model, settings.embedding_dim)
+        inner = embedder or make_embedder(settings.embedding_model, settings.embedding_dim)
+        app.state.embedder = FairEmbedder(inner, slice_tokens=settings.embed_slice_tokens,
+                                          max_pending_per_key=settings.embed_queue_per_key,
+                                          max_pending=settings.embed_queue_total) if settings.embed_fairness else inner
         # The LLM gateway loads on first use (summaries, token counts), not at start-up.
         app.state.resources = Resources(settings, _embedder=app.state.embedder, _gateway=gateway)
         app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
+        app.state.ingest_limiter = RateLimiter(settings.ingest_items_per_minute) if settings.ingest_items_per_minute else None
+        app.state.auth_failures = RateLimiter(settings.auth_failures_per_minute) if settings.auth_failures_per_minute else None
         try:
             yield
         finally:

@@ -18,8 +18,10 @@ def tier(settings, tmp_path_factory):
     from app.kit.localmodel import local_model_dir
 
     eng = Engine.load(EngineConfig(model_path=str(local_model_dir(settings.data_dir)), device="cpu", threads=1))
-    app = create_app(engine=eng, store=ChunkStore(eng, StoreConfig(root=tmp_path_factory.mktemp("kv"))))
+    key = settings.inference_secret()  # the same shared key the service signs handoffs with
+    app = create_app(engine=eng, store=ChunkStore(eng, StoreConfig(root=tmp_path_factory.mktemp("kv"))), key=key)
     with TestClient(app) as c:
+        c.operator = {"Authorization": f"Bearer {key.decode()}"}
         yield c
 
 
@@ -37,9 +39,12 @@ def test_context_handoff_to_cacheblend(client, world, run_job, tier, tmp_path):
     assert hashes, ctx
     texts = [i["text"] for s in ctx["sections"] if s["name"] == "knowledge" for i in s["items"]]
     # The bootstrap hook would warm the tier; here the same texts are precomputed explicitly.
-    assert tier.post("/v1/chunks", json={"texts": texts}).json()["content_hashes"] == hashes
+    assert tier.post("/v1/chunks", json={"texts": texts}, headers=tier.operator).json()["content_hashes"] == hashes
+    # The handoff's own token is the credential: it authorises exactly these hashes.
+    bearer = {"Authorization": f"Bearer {ctx['handoff']['token']}"}
     r = tier.post("/v1/generate", json={"prompt": ctx["handoff"]["prompt"], "chunks": [{"content_hash": h} for h in hashes],
-                                        "cartridges": ctx["handoff"]["cartridges"] and [], "max_tokens": 8, "mode": "blend"})
+                                        "cartridges": ctx["handoff"]["cartridges"] and [], "max_tokens": 8, "mode": "blend"},
+                  headers=bearer)
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["prompt_tokens"] > 0 and out["timings"]["ttft_s"] > 0 and isinstance(out["text"], str)
@@ -47,15 +52,20 @@ def test_context_handoff_to_cacheblend(client, world, run_job, tier, tmp_path):
     other = client.post("/v1/context", json={"query": "What is the capital of Zorbia?", "budget_tokens": 400},
                         headers=bob.h).json()
     assert not set(hashes) & {c["content_hash"] for c in other["handoff"]["chunks"]}
-    # An unknown hash is a 4xx in the error shape.
-    bad = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": "0" * 64}], "max_tokens": 2,
-                                          "mode": "blend"})
-    assert 400 <= bad.status_code < 500 and set(bad.json()["error"]) == {"code", "message"}
+    # bob's token cannot reach alice's stored chunks: the same 404 as a hash nobody stored.
+    bob_bearer = {"Authorization": f"Bearer {other['handoff']['token']}"}
+    stolen = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2},
+                       headers=bob_bearer)
+    absent = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": "0" * 64}], "max_tokens": 2},
+                       headers=tier.operator)
+    assert stolen.status_code == absent.status_code == 404
+    assert stolen.json()["error"]["code"] == absent.json()["error"]["code"] == "chunk_not_found"
+    # Without credentials nothing is served.
+    assert tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}],
+                                           "max_tokens": 2}).status_code == 401
 
 
 def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tmp_path, monkeypatch):
-    from app.orgs import forget
-
     org = world.org()
     alice = world.user(org, roles=["steward"])
     d = tmp_path / "kvdocs"
@@ -66,15 +76,17 @@ def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tm
     admin = world.user(org, roles=["admin"])
     hits = client.post("/v1/search", json={"query": "project codename Bluebird", "types": ["chunk"]}, headers=alice.h).json()
     texts = [h["text"] for h in hits["results"]]
-    hashes = tier.post("/v1/chunks", json={"texts": texts}).json()["content_hashes"]
+    hashes = tier.post("/v1/chunks", json={"texts": texts}, headers=tier.operator).json()["content_hashes"]
     assert hashes == [h["content_hash"] for h in hits["results"]]
     assert hashes
-    # Route the service's call to the in-process tier (no network): the same DELETE request.
-    monkeypatch.setattr(forget, "drop_chunk_kv", lambda url, hs, timeout_s=10.0: sum(
-        bool(tier.delete(f"/v1/chunks/{h}").json()["deleted"]) for h in set(hs)))
+    # Route the service's call to the in-process tier (no network): the same authenticated DELETEs.
+    from app.kit.tier import TierClient
+    from app.orgs import endpoints as org_endpoints
+
+    monkeypatch.setattr(org_endpoints, "tier_client", lambda settings: TierClient(tier, settings.inference_secret()))
     r = client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)
     job = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()
     assert job["stats"]["chunk_kv_deleted"] == len(set(hashes))
     gen = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2,
-                                          "mode": "blend"})
+                                          "mode": "blend"}, headers=tier.operator)
     assert gen.status_code == 404

@@ -3,13 +3,10 @@ from __future__ import annotations
 import uuid
 
 from fastapi import APIRouter, Header, Request
-from fastapi.responses import JSONResponse
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.episodes import service
-from app.episodes.deletion import forget_episode
 from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut, JobRef
-from app.jobs import service as jobs
 from app.kit import idempotency
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
@@ -31,6 +28,13 @@ class _EpisodeIdSegment(Convertor):
 
 register_url_convertor("episode_id", _EpisodeIdSegment())
 
+def _charge(request: Request, principal, items: int) -> None:  # noqa: ANN001
+    """Writes cost what they embed: the per-key ingest budget is counted in items."""
+    limiter = getattr(request.app.state, "ingest_limiter", None)
+    if limiter is not None:
+        limiter.check(f"ingest:{principal.user_id}", cost=items)
+
+
 router = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ERRORS)
 
 
@@ -38,15 +42,13 @@ router = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ER
 def create_episode(body: EpisodeIn, request: Request, db: SessionDep, principal=require("episode", "write"),
                    idempotency_key: str | None = Header(default=None, min_length=1, max_length=200)):
     # Embed first, with no pooled connection held; then the idempotency lock, held to the commit.
+    _charge(request, principal, 1)
     with released(db, principal):
-        vectors = service.embed_all(request.app.state.embedder, [body])
-    digest = idempotency.body_hash(body.model_dump(mode="json"))
-    prior = idempotency.replay(db, principal, idempotency_key, "episodes.create", digest)
-    if prior is not None:
-        return JSONResponse(prior, status_code=201)
-    out = service.to_out(service.create_many(db, request.app.state.embedder, principal, [body], vectors=vectors)[0])
-    idempotency.remember(db, principal, idempotency_key, "episodes.create", digest, 201, out.model_dump(mode="json"))
-    return out
+        vectors = service.embed_all(request.app.state.embedder, [body], who=str(principal.user_id))
+    return idempotency.idempotent(
+        db, principal, idempotency_key, "episodes.create", body,
+        lambda: service.to_out(service.create_many(db, request.app.state.embedder, principal, [body], vectors=vectors)[0]),
+        ttl_s=request.app.state.settings.idempotency_ttl_s)
 
 
 @router.post("/batch", status_code=201, response_model=BatchOut)
@@ -57,16 +59,14 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
         raise PayloadTooLarge(f"a batch holds at most {limit} items", code="batch_too_large")
     # A batch embeds for seconds: first, with no pooled connection held; then the idempotency
     # lock (transaction-scoped, so it must not be taken before `released`), held to the commit.
+    _charge(request, principal, len(body.items))
     with released(db, principal):
-        vectors = service.embed_all(request.app.state.embedder, body.items)
-    digest = idempotency.body_hash(body.model_dump(mode="json"))
-    prior = idempotency.replay(db, principal, idempotency_key, "episodes.batch", digest)
-    if prior is not None:
-        return JSONResponse(prior, status_code=201)
-    rows = service.create_many(db, request.app.state.embedder, principal, body.items, vectors=vectors)
-    out = BatchOut(ids=[r.id for r in rows])
-    idempotency.remember(db, principal, idempotency_key, "episodes.batch", digest, 201, out.model_dump(mode="json"))
-    return out
+        vectors = service.embed_all(request.app.state.embedder, body.items, who=str(principal.user_id))
+    return idempotency.idempotent(
+        db, principal, idempotency_key, "episodes.batch", body,
+        lambda: BatchOut(ids=[r.id for r in service.create_many(db, request.app.state.embedder, principal, body.items,
+                                                                 vectors=vectors)]),
+        ttl_s=request.app.state.settings.idempotency_ttl_s)
 
 
 @router.get("/{episode_id:episode_id}", response_model=EpisodeOut)
@@ -76,13 +76,6 @@ def get_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episod
 
 @router.delete("/{episode_id:episode_id}", status_code=202, response_model=JobRef)
 def delete_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episode", "write")):
-    ep = service.get(db, principal, episode_id)
-    service.assert_can_delete(principal, ep)
-    job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="delete_episode",
-                      params={"episode_id": str(episode_id)}, status="running")
     # The cascade is cheap (ids and lineage), so it runs in this transaction: when the 202
     # arrives, the content is already gone. Re-derivation of quarantined memories is queued work.
-    stats = forget_episode(db, org_id=principal.org_id, episode_id=episode_id, actor_id=principal.user_id,
-                           job_id=job.id)
-    jobs.finish(db, job, stats=stats)
-    return JobRef(job_id=job.id)
+    return JobRef(job_id=service.delete(db, principal, episode_id))

@@ -13,7 +13,7 @@ from app.episodes import repository as repo
 from app.episodes.models import Episode
 from app.episodes.schemas import EpisodeIn, EpisodeOut
 from app.kit.embedding import Embedder
-from app.kit.access import assert_may_modify
+from app.kit.access import assert_may_modify, assert_may_share
 from app.kit.errors import NotFound
 
 
@@ -27,14 +27,21 @@ def embed_text(item: EpisodeIn) -> str:
     return item.content
 
 
-def embed_all(embedder: Embedder, items: list[EpisodeIn]) -> list:
-    return embedder.embed([embed_text(i) for i in items])
+def embed_all(embedder: Embedder, items: list[EpisodeIn], who: str | None = None) -> list:
+    """Embeddings of new episodes; with `who`, through the fair write lane (app/kit/fairness.py)."""
+    texts = [embed_text(i) for i in items]
+    if who is not None and hasattr(embedder, "embed_write"):
+        return embedder.embed_write(who, texts)
+    return embedder.embed(texts)
 
 
 def create_many(db: Session, embedder: Embedder, principal: Principal, items: list[EpisodeIn],
                 *, owner_id: uuid.UUID | None = None, audit: bool = True, vectors: list | None = None) -> list[Episode]:
     """All or nothing: embeddings first (no lock held; `vectors` if the caller computed them),
     then one flush in the caller's transaction."""
+    for i in items:
+        assert_may_share(principal, i.visibility, i.groups)
+    _check_sessions(db, principal, owner_id or principal.user_id, items)
     vectors = vectors if vectors is not None else embed_all(embedder, items)
     now = datetime.now(timezone.utc)
     rows = [
@@ -52,6 +59,20 @@ def create_many(db: Session, embedder: Embedder, principal: Principal, items: li
     return rows
 
 
+def _check_sessions(db: Session, principal: Principal, owner_id: uuid.UUID, items: list[EpisodeIn]) -> None:
+    """An episode may name a memscale session (its id) only if the episode's owner owns it: a
+    foreign session id would plant the episode in that user's session recall. Reads exactly like
+    a session that does not exist."""
+    ids = set()
+    for i in items:
+        try:
+            ids.add(uuid.UUID(i.session_id)) if i.session_id else None
+        except ValueError:
+            continue  # an external conversation id, not a memscale session
+    if ids and (foreign := repo.sessions_not_owned_by(db, principal.org_id, owner_id, ids)):
+        raise NotFound(f"session {sorted(map(str, foreign))[0]} not found")
+
+
 def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
     ep = repo.get_visible(db, principal, episode_id)
     if ep is None:
@@ -59,5 +80,17 @@ def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
     return ep
 
 
-def assert_can_delete(principal: Principal, ep: Episode) -> None:
+def delete(db: Session, principal: Principal, episode_id: uuid.UUID) -> uuid.UUID:
+    """Delete an episode the caller may modify, and everything derived from it, as a job record
+    (finished when this returns). Returns the job id."""
+    from app.episodes.deletion import forget_episode
+    from app.jobs import service as jobs
+
+    ep = get(db, principal, episode_id)
     assert_may_modify(principal, ep, "episode")
+    job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="delete_episode",
+                      params={"episode_id": str(episode_id)}, status="running")
+    stats = forget_episode(db, org_id=principal.org_id, episode_id=episode_id, actor_id=principal.user_id,
+                           job_id=job.id)
+    jobs.finish(db, job, stats=stats)
+    return job.id

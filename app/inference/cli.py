@@ -77,7 +77,11 @@ def serve(host, port, model_path, data_dir, threads, recompute_ratio, check_laye
         from app.inference.cartridge import directory_resolver_factory
 
         factory = directory_resolver_factory(Path(env.get("MEMSCALE_DATA_DIR", "./.memscale")) / "cartridges")
-    app = create_app(config, cartridge_resolver_factory=factory)
+    from app.kit.signing import load_key
+
+    # The shared secret of the two tiers: MEMSCALE_INFERENCE_KEY, else <data_dir>/inference.key.
+    key = load_key(Path(env.get("MEMSCALE_DATA_DIR", "./.memscale")), env.get("MEMSCALE_INFERENCE_KEY"))
+    app = create_app(config, cartridge_resolver_factory=factory, key=key)
     uvicorn.run(app, host=host, port=port, log_level="info")
 
 

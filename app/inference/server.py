@@ -11,7 +11,14 @@ Design choices:
   until something is plugged in, every id is unknown (404). It raises :class:`CartridgeNotFound`
   for an unknown id.
 - Errors all render as ``{"error": {"code", "message"}}``: 404 unknown chunk hash or cartridge,
-  400 prompt too long, 422 malformed body.
+  400 prompt too long, 413 body too large, 422 malformed body, 401 no or bad credentials, 403 an
+  operator call made with a handoff token.
+- Authentication (app/kit/signing.py): every call but /healthz presents ``Authorization: Bearer``
+  with either the shared key (the operator: precompute, raw texts, deletion, benchmarks) or a
+  handoff token the memory service signed, which authorises exactly its chunk hashes and
+  cartridge ids until it expires. A hash or cartridge a token does not name reads exactly like
+  one that does not exist (same status, code and message), so the tier is no oracle for what
+  other tenants stored. The body is capped before parsing (``max_body_bytes``).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -34,6 +41,8 @@ from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, PromptTooLong
 from app.inference.kv import ChunkKV, PrefixKV
 from app.inference.store import ChunkNotFound, ChunkStore, StoreConfig, content_hash
+from app.kit.limits import BodyLimitMiddleware
+from app.kit.signing import Grant, InvalidToken, verify
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +73,8 @@ class ServerConfig:
     blend: BlendConfig = field(default_factory=BlendConfig)
     max_chunk_tokens: int = 2048
     max_texts: int = 256  # per /v1/chunks call
+    key: bytes | None = None  # the shared secret (app/kit/signing.py); required
+    max_body_bytes: int = 4 * 2**20
 
 
 # ---- schemas ------------------------------------------------------------------------------------
@@ -83,7 +94,7 @@ class ChunkIn(BaseModel):
 
 class GenerateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    prompt: str = Field(min_length=1)
+    prompt: str = Field(min_length=1, max_length=200_000)
     chunks: list[ChunkIn] = Field(default_factory=list, max_length=256)
     cartridges: list[str] = Field(default_factory=list, max_length=16)
     max_tokens: int = Field(64, ge=1, le=2048)
@@ -134,6 +145,7 @@ def create_app(
     store: ChunkStore | None = None,
     resolve_cartridges: CartridgeResolver | None = None,
     cartridge_resolver_factory: Callable[[Engine], CartridgeResolver] | None = None,
+    key: bytes | None = None,
 ) -> FastAPI:
     """Build the app. Give ``config`` (the lifespan loads the model), or a loaded ``engine`` +
     ``store`` (tests). ``cartridge_resolver_factory(engine)`` builds a resolver once the model is
@@ -142,6 +154,9 @@ def create_app(
     if config is None and (engine is None or store is None):
         raise ValueError("create_app needs a ServerConfig, or both an engine and a store")
     blend_default = config.blend if config else BlendConfig()
+    key = key or (config.key if config else None)
+    if not key:
+        raise ValueError("the inference tier needs the shared key (MEMSCALE_INFERENCE_KEY or <data_dir>/inference.key)")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -160,7 +175,21 @@ def create_app(
     app = FastAPI(title="memscale inference tier", version="1", lifespan=lifespan)
     max_chunk_tokens = config.max_chunk_tokens if config else ServerConfig.max_chunk_tokens
     max_texts = config.max_texts if config else ServerConfig.max_texts
-    errors = {404: {"model": ErrorOut}, 400: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+    errors = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 413, 422)}
+
+    def grant(request: Request) -> Grant:
+        scheme, _, value = (request.headers.get("authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not value:
+            raise InferenceError(401, "unauthorized", "missing credentials")
+        try:
+            return verify(key, value.strip())
+        except InvalidToken:
+            raise InferenceError(401, "unauthorized", "invalid or expired credentials") from None
+
+    def operator(g: Grant = Depends(grant)) -> Grant:
+        if not g.operator:
+            raise InferenceError(403, "forbidden", "this call needs the operator key")
+        return g
 
     @app.exception_handler(InferenceError)
     async def _inference_error(request: Request, exc: InferenceError):
@@ -189,7 +218,7 @@ def create_app(
         return {"status": "ok", "model_id": request.app.state.engine.model_id}
 
     @app.post("/v1/chunks", response_model=ChunksOut, responses=errors)
-    def chunks(body: ChunksIn, request: Request) -> ChunksOut:
+    def chunks(body: ChunksIn, request: Request, _: Grant = Depends(operator)) -> ChunksOut:
         if len(body.texts) > max_texts:
             raise InferenceError(400, "too_many_texts", f"at most {max_texts} texts per call")
         eng: Engine = request.app.state.engine
@@ -200,16 +229,17 @@ def create_app(
         return ChunksOut(content_hashes=hashes)
 
     @app.delete("/v1/chunks/{content_hash}", responses=errors)
-    def delete_chunk(content_hash: str, request: Request) -> dict:
+    def delete_chunk(content_hash: str, request: Request, _: Grant = Depends(operator)) -> dict:
         """Right to be forgotten: drop a chunk's KV from both tiers (idempotent)."""
         with request.app.state.lock:
             return {"deleted": request.app.state.store.delete(content_hash)}
 
     @app.post("/v1/generate", response_model=GenerateOut, responses=errors)
-    def generate(body: GenerateIn, request: Request) -> GenerateOut:
+    def generate(body: GenerateIn, request: Request, g: Grant = Depends(grant)) -> GenerateOut:
         t0 = time.perf_counter()
         state = request.app.state
         eng: Engine = state.engine
+        _authorise(g, body)
         with state.lock:
             prefix_kv = _resolve(state.resolve_cartridges, body.cartridges)
             # token ids first: an over-long request is refused before any KV is computed
@@ -247,7 +277,28 @@ def create_app(
             recomputed_tokens=g.recomputed_tokens,
         )
 
+    max_body = config.max_body_bytes if config else ServerConfig.max_body_bytes
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body)
     return app
+
+
+def _authorise(g: Grant, body: GenerateIn) -> None:
+    """A handoff token uses stored chunks by hash and the cartridges it names; anything else it
+    asks for is answered exactly as if it did not exist."""
+    if g.operator:
+        return
+    for i, c in enumerate(body.chunks):
+        if c.content_hash is None:
+            raise InferenceError(403, "forbidden", "raw chunk texts need the operator key; send content hashes")
+        if not g.may_use_chunk(c.content_hash):
+            raise _chunk_missing(c.content_hash, i)
+    for cid in body.cartridges:
+        if not g.may_use_cartridge(cid):
+            raise InferenceError(404, "cartridge_not_found", f"unknown cartridge {cid}")
+
+
+def _chunk_missing(h: str, i: int) -> InferenceError:
+    return InferenceError(404, "chunk_not_found", f"no stored KV for content_hash {h} (chunks.{i})")
 
 
 def _check_chunk_text(eng: Engine, text: str, i: int, limit: int) -> None:
@@ -264,9 +315,7 @@ def _chunk_ids(eng: Engine, store: ChunkStore, c: ChunkIn, i: int, limit: int) -
         try:
             return store.get(c.content_hash)
         except ChunkNotFound:
-            raise InferenceError(
-                404, "chunk_not_found", f"no stored KV for content_hash {c.content_hash} (chunks.{i})"
-            ) from None
+            raise _chunk_missing(c.content_hash, i) from None
     try:
         return store.get(content_hash(c.text))
     except ChunkNotFound:

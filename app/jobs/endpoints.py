@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from app.jobs import service
 from app.jobs.schemas import JobCreated, JobIn, JobOut
@@ -13,8 +13,9 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON_ERRORS)
 
 
 @router.post("", status_code=202, response_model=JobCreated)
-def create_job(body: JobIn, db: SessionDep, principal=require("job", "write")):
-    params = service.validate_params(principal, body.kind, body.params)
+def create_job(body: JobIn, request: Request, db: SessionDep, principal=require("job", "write")):
+    params = service.validate_params(principal, body.kind, body.params,
+                                     sources=request.app.state.settings.bootstrap_sources)
     job = service.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind=body.kind, params=params)
     return JobCreated(id=job.id)
 

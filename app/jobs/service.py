@@ -45,7 +45,8 @@ def get(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
     return job
 
 
-def validate_params(principal: Principal, kind: str, params: dict) -> dict:
+def validate_params(principal: Principal, kind: str, params: dict, *, sources: dict[str, str] | None = None) -> dict:
+    """Validated params (422 otherwise). `sources`: the operator's allow-listed database sources."""
     from pydantic import ValidationError
 
     try:
@@ -54,6 +55,10 @@ def validate_params(principal: Principal, kind: str, params: dict) -> dict:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first.get("loc", ()))
         raise AppError(f"params.{loc}: {first.get('msg')}", code="validation_error", status_code=422) from None
-    if getattr(model, "schema_url", None) and not principal.has_role("admin"):
-        raise Forbidden("only admins may bootstrap from a database URL")
+    if getattr(model, "schema_url", None):
+        if not principal.has_role("admin"):
+            raise Forbidden("only admins may bootstrap from a database URL")
+        from app.jobs.sources import resolve
+
+        resolve(model.schema_url, sources or {}, operator=principal.user_id is None)
     return model.model_dump(mode="json", exclude_none=True)

@@ -51,3 +51,13 @@ def assert_may_modify(principal: Principal, item, what: str) -> None:  # noqa: A
 
     if item.owner_id != principal.user_id and not principal.has_role("steward", "admin"):
         raise Forbidden(f"only the owner, a steward or an admin may change this {what}")
+
+
+def assert_may_share(principal: Principal, visibility: str, groups) -> None:  # noqa: ANN001
+    """Writing an item shared with a group puts it in front of that group: only its members (and
+    admins) may. Otherwise anyone could plant items in a group's searches and contexts."""
+    from app.kit.errors import Forbidden
+
+    if visibility == "group" and not set(groups) <= set(principal.groups) and not principal.has_role("admin"):
+        outside = sorted(set(groups) - set(principal.groups))
+        raise Forbidden(f"you are not a member of group(s) {', '.join(outside)}", code="not_a_group_member")

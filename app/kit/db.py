@@ -93,11 +93,18 @@ def released(db: Session, principal: "Principal") -> Iterator[None]:
 
 
 @contextmanager
-def existence_only(db: Session) -> Iterator[None]:
-    """Let the RLS backstop see every scope of the bound org for an existence check (ids only;
-    callers must not read content inside). Restores the user scope afterwards."""
+def every_scope(db: Session) -> Iterator[None]:
+    """Let the RLS backstop see every scope of the bound org inside the block, then restore the
+    scope that was bound before (a caller already widened stays widened). For system work that
+    must reach rows the caller cannot see: a deletion cascade, an existence check. The code in the
+    block decides what it reads; it must never hand content it reached this way to the caller."""
+    prev = db.execute(text("SELECT coalesce(current_setting('memscale.scope', true), 'user')")).scalar_one()
     db.execute(text("SELECT set_config('memscale.scope', 'all', true)"))
     try:
         yield
     finally:
-        db.execute(text("SELECT set_config('memscale.scope', 'user', true)"))
+        db.execute(text("SELECT set_config('memscale.scope', :s, true)"), {"s": prev or "user"})
+
+
+# Existence checks over ids only (lineage placeholders): the same widening, named for its use.
+existence_only = every_scope

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal, hash_secret, parse_key
 from app.kit.db import bind_principal, transaction
-from app.kit.errors import Forbidden, Unauthorized
+from app.kit.errors import Forbidden, RateLimited, Unauthorized
 from app.orgs.models import User
 
 import hmac
@@ -50,8 +50,16 @@ def get_principal(request: Request, db: SessionDep) -> Principal:
     scheme, _, key = auth.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthorized("missing Bearer key", code="missing_key")
+    # Guessing keys costs: each client address has a small budget of failed attempts; once it
+    # is spent, every attempt from there is a 429 (with Retry-After) until it refills.
+    failures = getattr(request.app.state, "auth_failures", None)
+    client = f"ip:{request.client.host if request.client else '?'}"
+    if failures is not None and (wait := failures.blocked(client)):
+        raise RateLimited("too many failed authentications; slow down", retry_after_s=wait)
     principal = resolve_key(db, key.strip())
     if principal is None:
+        if failures is not None:
+            failures.check(client, cost=1.0)
         raise Unauthorized("invalid or revoked key", code="invalid_key")
     request.state.principal = principal
     limiter = getattr(request.app.state, "rate_limiter", None)

@@ -18,10 +18,14 @@ log = logging.getLogger("memscale.errors")
 class AppError(Exception):
     status_code = 400
     code = "bad_request"
+    headers: dict | None = None
 
-    def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None):
+    def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None,
+                 headers: dict | None = None):
         super().__init__(message)
         self.message = message
+        if headers:
+            self.headers = headers
         if code:
             self.code = code
         if status_code:
@@ -54,6 +58,9 @@ class BadRequest(AppError):
 
 class RateLimited(AppError):
     status_code, code = 429, "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0, code: str | None = None):
+        super().__init__(message, code=code, headers={"Retry-After": str(max(1, int(retry_after_s + 0.999)))})
 
 
 class Unavailable(AppError):
@@ -113,7 +120,7 @@ def _documented_methods(request: Request) -> list[str] | None:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_: Request, exc: AppError):
-        return error_response(exc.status_code, exc.code, exc.message)
+        return error_response(exc.status_code, exc.code, exc.message, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):

@@ -1,23 +1,37 @@
-"""Idempotency-Key: the same key and body return the first result; another body is a 409."""
+"""Idempotency-Key: the same key and body return the first result; another body is a 409.
+
+Stored replies hold content (an episode's text), so they follow the data's life: they expire
+after `ttl_s` (24 h by default: a client retries within minutes, not days), expired rows of the
+org are purged whenever a new reply is stored, and deleting an episode or forgetting a user
+drops every reply that names them (`forget_replies`, `forget_user_replies`).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select, text
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy import delete, or_, select, text
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.errors import BadRequest, Conflict
 from app.orgs.models import IdempotencyRecord
 
+DEFAULT_TTL_S = 24 * 3600
+
 
 def body_hash(payload) -> str:  # noqa: ANN001
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def replay(db: Session, principal: Principal, key: str | None, endpoint: str, digest: str) -> dict | None:
+def replay(db: Session, principal: Principal, key: str | None, endpoint: str, digest: str,
+           ttl_s: int = DEFAULT_TTL_S) -> dict | None:
     """Return the stored response for this key, or None (and hold a lock until commit)."""
     if key is None:
         return None
@@ -31,16 +45,54 @@ def replay(db: Session, principal: Principal, key: str | None, endpoint: str, di
         IdempotencyRecord.key == key, IdempotencyRecord.endpoint == endpoint)).scalar_one_or_none()
     if rec is None:
         return None
+    if rec.created_at < datetime.now(timezone.utc) - timedelta(seconds=ttl_s):
+        db.delete(rec)  # expired: the key is free again
+        db.flush()
+        return None
     if rec.request_hash != digest:
         raise Conflict("Idempotency-Key was already used with a different body", code="idempotency_key_reused")
     return rec.response
 
 
 def remember(db: Session, principal: Principal, key: str | None, endpoint: str, digest: str,
-             status_code: int, response: dict) -> None:
+             status_code: int, response: dict, ttl_s: int = DEFAULT_TTL_S) -> None:
     if key is None:
         return
+    purge_expired(db, principal.org_id, ttl_s)
     db.add(IdempotencyRecord(org_id=principal.org_id, user_id=principal.user_id, key=key, endpoint=endpoint,
                              request_hash=digest, status_code=status_code,
                              response=json.loads(json.dumps(response, default=str))))
     db.flush()
+
+
+def idempotent(db: Session, principal: Principal, key: str | None, endpoint: str, body: BaseModel,
+               make: Callable[[], BaseModel], *, status_code: int = 201, ttl_s: int = DEFAULT_TTL_S):
+    """The whole sequence for one endpoint: replay a stored reply, or make the result and store it."""
+    digest = body_hash(body.model_dump(mode="json"))
+    prior = replay(db, principal, key, endpoint, digest, ttl_s)
+    if prior is not None:
+        return JSONResponse(prior, status_code=status_code)
+    out = make()
+    remember(db, principal, key, endpoint, digest, status_code, out.model_dump(mode="json"), ttl_s)
+    return out
+
+
+def purge_expired(db: Session, org_id: uuid.UUID, ttl_s: int = DEFAULT_TTL_S) -> int:
+    cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl_s)
+    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id,
+                                                      IdempotencyRecord.created_at < cutoff)).rowcount
+
+
+def forget_replies(db: Session, org_id: uuid.UUID, item_ids: list[uuid.UUID]) -> int:
+    """Drop stored replies that name any of these items (`{"id": ...}` or `{"ids": [...]}`)."""
+    if not item_ids:
+        return 0
+    ids = [str(i) for i in item_ids]
+    resp = IdempotencyRecord.response
+    names = or_(resp["id"].astext.in_(ids), *[resp["ids"].contains([i]) for i in ids])
+    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id, names)).rowcount
+
+
+def forget_user_replies(db: Session, org_id: uuid.UUID, user_id: uuid.UUID) -> int:
+    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id,
+                                                      IdempotencyRecord.user_id == user_id)).rowcount

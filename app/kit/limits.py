@@ -10,6 +10,10 @@ from app.kit.errors import RateLimited, error_body
 
 
 class BodyLimitMiddleware:
+    """413 for a body over `max_bytes`, declared (Content-Length) or streamed (chunked): the body is
+    read up to the limit before the app sees it, so an oversized stream is refused whole (never a
+    400 from a parser that stopped half-way), and the app never holds more than the limit."""
+
     def __init__(self, app, max_bytes: int):  # noqa: ANN001
         self.app, self.max_bytes = app, max_bytes
 
@@ -19,21 +23,25 @@ class BodyLimitMiddleware:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await self._reject(send)
-        seen = 0
-
-        async def limited_receive():
-            nonlocal seen
+        if declared is not None and declared.isdigit():
+            return await self.app(scope, receive, send)  # the server enforces a declared length
+        chunks, seen, more = [], 0, True
+        while more:
             msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge()
-            return msg
+            if msg["type"] != "http.request":  # client went away
+                return
+            body = msg.get("body", b"")
+            seen += len(body)
+            if seen > self.max_bytes:
+                return await self._reject(send)
+            chunks.append(body)
+            more = msg.get("more_body", False)
+        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._reject(send)
+        async def replay_receive():
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replay_receive, send)
 
     async def _reject(self, send) -> None:  # noqa: ANN001
         body = json.dumps(error_body("payload_too_large", f"request body exceeds {self.max_bytes} bytes")).encode()
@@ -42,12 +50,9 @@ class BodyLimitMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class RateLimiter:
-    """Token bucket per key holder: `per_minute` requests, bursts up to the same number."""
+    """Token bucket per key holder: `per_minute` units, bursts up to the same number. A refusal
+    says when one unit will be back (`Retry-After`)."""
 
     def __init__(self, per_minute: int):
         self.rate = per_minute / 60.0
@@ -55,12 +60,26 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def check(self, who: str) -> None:
+    def _level(self, who: str, now: float) -> float:
+        tokens, last = self._buckets.get(who, (self.capacity, now))
+        return min(self.capacity, tokens + (now - last) * self.rate)
+
+    def check(self, who: str, cost: float = 1.0) -> None:
+        """Take `cost` units or raise RateLimited (nothing taken)."""
         now = time.monotonic()
         with self._lock:
-            tokens, last = self._buckets.get(who, (self.capacity, now))
-            tokens = min(self.capacity, tokens + (now - last) * self.rate)
-            if tokens < 1.0:
+            tokens = self._level(who, now)
+            if tokens < min(cost, self.capacity):
                 self._buckets[who] = (tokens, now)
-                raise RateLimited("rate limit exceeded; slow down")
-            self._buckets[who] = (tokens - 1.0, now)
+                raise RateLimited("rate limit exceeded; slow down",
+                                  retry_after_s=(min(cost, self.capacity) - tokens) / self.rate)
+            self._buckets[who] = (tokens - cost, now)
+            if len(self._buckets) > 100_000:  # forget idle holders (full buckets)
+                self._buckets = {k: v for k, v in self._buckets.items() if self._level(k, now) < self.capacity}
+
+    def blocked(self, who: str) -> float:
+        """Seconds until `who` has a unit again (0 when it has one now); takes nothing."""
+        now = time.monotonic()
+        with self._lock:
+            tokens = self._level(who, now)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate

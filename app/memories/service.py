@@ -11,7 +11,7 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.kit import scope as scopes
 from app.kit.embedding import Embedder
-from app.kit.access import assert_may_modify
+from app.kit.access import assert_may_modify, assert_may_share
 from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
@@ -40,6 +40,7 @@ def _check_scope(requested: scopes.Scope, bound: scopes.Scope | None) -> None:
 
 
 def create(db: Session, embedder: Embedder, principal: Principal, body: MemoryIn) -> Memory:
+    assert_may_share(principal, body.visibility, body.groups)
     sources = []
     for ref in body.sources:
         found = repo.visible_sources(db, principal, ref.type, [ref.id])
@@ -94,6 +95,8 @@ def patch(db: Session, embedder: Embedder, principal: Principal, memory_id: uuid
         raise AppError("visibility 'group' needs at least one group", code="validation_error", status_code=422)
     if visibility != "group":
         groups = []
+    if "groups" in changes or "visibility" in changes:
+        assert_may_share(principal, visibility, groups)
     # A new version may not be wider than the old one: widening is `declassify`.
     requested = scopes.Scope(visibility, old.owner_id if visibility == "private" else None, tuple(groups), tuple(labels))
     _check_scope(requested, scopes.of(old))
@@ -175,6 +178,7 @@ def declassify(db: Session, principal: Principal, memory_id: uuid.UUID, body: De
         raise NotFound("memory not found")
     if old.status != "active":
         raise Conflict(f"memory is {old.status}; declassify its current version", code="not_current_version")
+    assert_may_share(principal, body.visibility, body.groups)
     now = datetime.now(timezone.utc)
     new = Memory(id=uuid.uuid4(), root_id=old.root_id, version=old.version + 1, org_id=old.org_id,
                  owner_id=old.owner_id, text=old.text, kind=old.kind, status="active", confidence=old.confidence,

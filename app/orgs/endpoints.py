@@ -9,7 +9,7 @@ from app.jobs import service as jobs
 from app.kit.db import bind_principal
 from app.kit.deps import PrincipalDep, SessionDep
 from app.kit.errors import COMMON_ERRORS, NotFound
-from app.orgs.forget import forget_user
+from app.orgs.forget import forget_user, tier_client
 from app.orgs.models import User
 
 router = APIRouter(prefix="/v1/users", tags=["compliance"], responses=COMMON_ERRORS)
@@ -25,7 +25,7 @@ def delete_user_data(user_id: uuid.UUID, request: Request, db: SessionDep, princ
     job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="forget_user",
                       params={"user_id": str(user_id)}, status="running")
     stats = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id, job_id=job.id,
-                        inference_url=request.app.state.settings.inference_url)
+                        tier=tier_client(request.app.state.settings))
     bind_principal(db, principal)  # back to the caller's own scope for the rest of the request
     jobs.finish(db, job, stats=stats)
     return JobRef(job_id=job.id)

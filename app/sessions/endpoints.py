@@ -6,6 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 
 from app.audit.service import record
+from app.context import handoff
 from app.context.service import build
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
@@ -27,8 +28,9 @@ def context(body: ContextIn, request: Request, db: SessionDep, principal=require
     session = service.get(db, principal, body.session_id) if body.session_id else None
     with released(db, principal):  # no pooled connection held while the query is embedded
         qvec = st.resources.embedder.embed([body.query])[0]
-    return build(db, principal, st.resources, query=body.query, budget=body.budget_tokens, session=session,
-                 ef_search=st.settings.hnsw_ef_search, qvec=qvec)
+    out = build(db, principal, st.resources, query=body.query, budget=body.budget_tokens, session=session,
+                ef_search=st.settings.hnsw_ef_search, qvec=qvec)
+    return {**out, "handoff": handoff.sign(st.settings, principal, out["handoff"])}
 
 
 @router.post("/sessions", status_code=201, response_model=SessionOut)

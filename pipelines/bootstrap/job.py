@@ -14,6 +14,7 @@ from app.jobs.params import BootstrapParams
 from app.jobs.runner import JobContext
 from app.kit.scope import Scope
 from app.kit.text import sha256
+from app.kit.tier import TierClient
 from app.knowledge import repository as knowledge_repo
 from app.knowledge.service import AssetIn, upsert_asset
 from app.memories import service as memories
@@ -58,7 +59,8 @@ def run(ctx: JobContext, job: Job) -> dict:
     work: list[tuple[str, object]] = []
     if p.path:
         work += [("doc", d) for d in src.read_folder(_resolve(ctx, job, p.path))]
-    tables = src.inspect_schema(p.schema_url) if p.schema_url else []
+    schema_url = _source_url(ctx, job, p.schema_url) if p.schema_url else None
+    tables = _inspect(schema_url) if schema_url else []
     work += [("table", t) for t in tables]
     glossary = src.read_glossary(_resolve(ctx, job, p.glossary)) if p.glossary else []
     if glossary:
@@ -79,13 +81,13 @@ def run(ctx: JobContext, job: Job) -> dict:
                     new_chunk_texts += chunks
             elif what == "table":
                 stats["tables"] += 1
-                _table(ctx, db, item, p.schema_url, owner, scope, count, stats)
+                _table(ctx, db, item, schema_url, owner, scope, count, stats)
             else:
                 _glossary(ctx, db, item, p.glossary, owner, scope, count, stats)
             ctx.checkpoint(db, progress=(i + 1) / max(1, len(work) + 1), stats=stats)
-    if p.schema_url:
+    if schema_url:
         with ctx.tx() as db:
-            prefix = f"schema:{src.redact_url(p.schema_url)}#"
+            prefix = f"schema:{src.redact_url(schema_url)}#"
             present = {f"{prefix}{t.qualified}" for t in tables}
             gone = [a.id for a in knowledge_repo.active_assets(db, ctx.org_id, "table_schema", prefix)
                     if a.source_uri not in present]
@@ -126,14 +128,27 @@ def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope:
         stats["glossary_terms"] += o != "unchanged"
 
 
-def _precompute_kv(ctx: JobContext, texts: list[str]) -> None:
-    """Hook for the inference tier: warm its chunk KV store (best effort, if one is configured)."""
-    url = ctx.settings.inference_url
-    if not url or not texts:
-        return
-    import httpx
+def _source_url(ctx: JobContext, job: Job, schema_url: str) -> str:
+    """Checked again at run time: the allow-list may have changed since the job was queued."""
+    from app.jobs.sources import resolve
+
+    return resolve(schema_url, ctx.settings.bootstrap_sources, operator=job.created_by is None)
+
+
+def _inspect(url: str) -> list:
+    """Tables of a database source; a failure says only that the source was refused (details go
+    to the log)."""
+    from app.jobs.sources import REFUSED, SourceRefused
 
     try:
-        httpx.post(f"{url}/v1/chunks", json={"texts": texts[:256]}, timeout=ctx.settings.inference_timeout_s)
-    except httpx.HTTPError as exc:
-        log.warning("chunk KV precompute skipped: %s", type(exc).__name__)
+        return src.inspect_schema(url)
+    except Exception as exc:  # noqa: BLE001 - the text of a driver error can map the network
+        log.warning("bootstrap source %s failed: %s", src.redact_url(url), exc)
+        raise SourceRefused(REFUSED) from None
+
+
+def _precompute_kv(ctx: JobContext, texts: list[str]) -> None:
+    """Hook for the inference tier: warm its chunk KV store (best effort, if one is configured)."""
+    tier = TierClient.from_settings(ctx.settings)
+    if tier is not None:
+        tier.precompute(texts)

@@ -49,6 +49,11 @@ def test_serve_answers_and_exits_cleanly_on_sigterm(engine, tmp_path):
             time.sleep(0.3)
         assert r.json()["model_id"] == engine.model_id
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chunks", json={"texts": ["A short note."]}, timeout=60)
+        assert r.status_code == 401  # every call but /healthz needs credentials
+        key = (tmp_path / "inference.key").read_text().strip()  # generated once, 0600, in the data dir
+        assert (tmp_path / "inference.key").stat().st_mode & 0o077 == 0
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chunks", json={"texts": ["A short note."]}, timeout=60,
+                       headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 200
         assert any((tmp_path / "kv").rglob("*.safetensors"))  # the store lives under --data-dir
         proc.send_signal(signal.SIGTERM)

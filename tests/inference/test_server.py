@@ -10,11 +10,17 @@ from app.inference.server import CartridgeNotFound, create_app
 from app.inference.store import content_hash
 
 QUESTION = "Where does the person who discovered comet K-17 work?"
+KEY = b"test-operator-key"
+OPERATOR = {"Authorization": f"Bearer {KEY.decode()}"}
+
+
+def _client(app) -> TestClient:  # noqa: ANN001
+    return TestClient(app, raise_server_exceptions=False, headers=OPERATOR)
 
 
 @pytest.fixture()
 def client(engine, store):
-    with TestClient(create_app(engine=engine, store=store), raise_server_exceptions=False) as c:
+    with _client(create_app(engine=engine, store=store, key=KEY)) as c:
         yield c
 
 
@@ -119,8 +125,8 @@ def test_plugged_resolver_supplies_prefix_kv(engine, store):
             raise CartridgeNotFound(next(i for i in ids if i not in known))
         return known[ids[0]]
 
-    app = create_app(engine=engine, store=store, resolve_cartridges=resolve)
-    with TestClient(app, raise_server_exceptions=False) as c:
+    app = create_app(engine=engine, store=store, resolve_cartridges=resolve, key=KEY)
+    with _client(app) as c:
         r = c.post("/v1/generate", json={"prompt": "Where is the observatory?", "cartridges": ["ctg-fell"],
                                          "max_tokens": 6, "mode": "full"})
         assert r.status_code == 200, r.text
@@ -145,8 +151,9 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
     cart = Cartridge.from_tokens(engine.model, ids, 6, model_id=Path(engine.config.model_path).name)
     cart.save(tmp_path / mine / "cartridge.safetensors")
     Cartridge.from_tokens(engine.model, ids, 6, model_id="another-model").save(tmp_path / alien / "cartridge.safetensors")
-    app = create_app(engine=engine, store=store, cartridge_resolver_factory=directory_resolver_factory(tmp_path))
-    with TestClient(app, raise_server_exceptions=False) as c:
+    app = create_app(engine=engine, store=store, cartridge_resolver_factory=directory_resolver_factory(tmp_path),
+                     key=KEY)
+    with _client(app) as c:
         r = c.post("/v1/generate", json={"prompt": "Where is the observatory?", "cartridges": [mine],
                                          "max_tokens": 5, "mode": "full"})
         assert r.status_code == 200, r.text
@@ -157,3 +164,78 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
         _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": ["../" + mine]}), 404,
                       "cartridge_not_found")
         _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": [alien]}), 409, "cartridge_incompatible")
+
+
+# ---- authentication (issue 15: the tier trusted anyone who could reach it) -----------------------
+def _token(chunks=(), cartridges=(), ttl_s=60, key=KEY, now=None) -> dict:  # noqa: ANN001
+    from app.kit.signing import sign
+
+    t = sign(key, org="o", sub="u", chunks=list(chunks), cartridges=list(cartridges), ttl_s=ttl_s, now=now)
+    return {"Authorization": f"Bearer {t}"}
+
+
+def test_every_call_but_healthz_needs_credentials(engine, store, texts):
+    with TestClient(create_app(engine=engine, store=store, key=KEY), raise_server_exceptions=False) as anon:
+        assert anon.get("/healthz").status_code == 200
+        h = content_hash(texts[0])
+        for r in (anon.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": h}], "max_tokens": 2}),
+                  anon.post("/v1/chunks", json={"texts": texts}),
+                  anon.delete(f"/v1/chunks/{h}"),
+                  anon.post("/v1/generate", json={"prompt": "x", "max_tokens": 2},
+                            headers={"Authorization": "Bearer not-a-key"})):
+            _assert_error(r, 401, "unauthorized")
+        assert not store.has(h)
+
+
+def test_a_handoff_token_serves_exactly_its_chunks(client, texts):
+    hashes = client.post("/v1/chunks", json={"texts": texts}).json()["content_hashes"]
+    mine, other = hashes[0], hashes[1]
+    ok = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": [{"content_hash": mine}], "max_tokens": 2},
+                     headers=_token([mine]))
+    assert ok.status_code == 200, ok.text
+    # Stored, but not in the grant: answered exactly like a hash nobody stored.
+    not_mine = client.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": other}], "max_tokens": 2},
+                           headers=_token([mine]))
+    absent_h = "f" * 64
+    absent = client.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": absent_h}], "max_tokens": 2},
+                         headers=_token([mine]))
+    _assert_error(not_mine, 404, "chunk_not_found")
+    _assert_error(absent, 404, "chunk_not_found")
+    assert not_mine.json()["error"]["message"].replace(other, "H") == absent.json()["error"]["message"].replace(absent_h, "H")
+    # Raw texts, precompute and deletion are operator calls.
+    _assert_error(client.post("/v1/generate", json={"prompt": "x", "chunks": [{"text": texts[1]}], "max_tokens": 2},
+                              headers=_token([mine])), 403, "forbidden")
+    _assert_error(client.post("/v1/chunks", json={"texts": ["new"]}, headers=_token([mine])), 403, "forbidden")
+    _assert_error(client.delete(f"/v1/chunks/{mine}", headers=_token([mine])), 403, "forbidden")
+    _assert_error(client.post("/v1/generate", json={"prompt": "x", "cartridges": ["c1"], "max_tokens": 2},
+                              headers=_token([mine])), 404, "cartridge_not_found")
+
+
+def test_forged_and_expired_tokens_are_refused(client, texts):
+    import time
+
+    h = client.post("/v1/chunks", json={"texts": texts[:1]}).json()["content_hashes"][0]
+    body = {"prompt": "x", "chunks": [{"content_hash": h}], "max_tokens": 2}
+    _assert_error(client.post("/v1/generate", json=body, headers=_token([h], key=b"another key")), 401, "unauthorized")
+    _assert_error(client.post("/v1/generate", json=body, headers=_token([h], now=time.time() - 3600)), 401, "unauthorized")
+    # Widening a real token's grant breaks its signature.
+    import base64
+    import json
+
+    t = _token(["0" * 64])["Authorization"].split()[1]
+    pre, grant, mac = t.split(".")
+    g = json.loads(base64.urlsafe_b64decode(grant + "=" * (-len(grant) % 4)))
+    g["chunks"].append(h)
+    forged = base64.urlsafe_b64encode(json.dumps(g).encode()).rstrip(b"=").decode()
+    _assert_error(client.post("/v1/generate", json=body, headers={"Authorization": f"Bearer {pre}.{forged}.{mac}"}),
+                  401, "unauthorized")
+
+
+def test_body_limit_before_tokenising(engine, store):
+    from app.inference.server import ServerConfig  # noqa: F401  (max_body_bytes lives there)
+
+    with _client(create_app(engine=engine, store=store, key=KEY)) as c:
+        r = c.post("/v1/generate", json={"prompt": "x" * (5 * 2**20), "max_tokens": 2})
+        _assert_error(r, 413, "payload_too_large")
+        r = c.post("/v1/generate", json={"prompt": "x" * 300_000, "max_tokens": 2})
+        _assert_error(r, 422, "validation_error")

@@ -1,0 +1,129 @@
+"""Fair sharing of the embedding model between tenants (issue 15: one member's three 1 MB batches
+made another user's search take 101 s instead of 0.1 s; the model ran one call at a time and a
+500-item batch held it for ~50 s).
+
+`FairEmbedder` wraps any Embedder:
+- **Reads first.** `embed(texts)` (a query: search, context, tools) waits at most for the slice
+  being embedded now, never for a queue of batches.
+- **Writes in slices, round robin by key holder.** `embed_write(who, texts)` embeds a batch in
+  slices of at most `slice_tokens` estimated tokens; between slices, waiting reads go first and
+  then the next key holder in turn, so a tenant flooding batches gets its share, not the model.
+- **Bounded queue.** Items admitted but not yet embedded are capped per key holder and in all;
+  over the cap, the request is refused at once with 429 and a `Retry-After` estimated from the
+  measured embedding rate, instead of queueing without bound.
+
+Per process: with several API processes each has its own queue (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+from app.kit.errors import RateLimited
+
+
+def _tokens(text: str) -> int:
+    return min(256, len(text) // 4 + 2)  # MiniLM truncates at 256 word pieces; chars/4 is close enough
+
+
+class FairEmbedder:
+    def __init__(self, inner, *, slice_tokens: int = 512, max_pending_per_key: int = 1000,  # noqa: ANN001
+                 max_pending: int = 4000):
+        self.inner, self.dim = inner, inner.dim
+        self.slice_tokens, self.max_pending_per_key, self.max_pending = slice_tokens, max_pending_per_key, max_pending
+        self._cv = threading.Condition()
+        self._busy = False
+        self._reads_waiting = 0
+        self._turns: deque[str] = deque()        # key holders with slices waiting, in turn order
+        self._tickets: dict[str, deque] = {}     # per key holder, its waiting slices (FIFO)
+        self._pending: dict[str, int] = {}       # items admitted, not yet embedded
+        self._rate = 50.0                        # items/s, measured (EWMA)
+
+    # ---- reads ------------------------------------------------------------------------------
+    def embed(self, texts: list[str]) -> np.ndarray:
+        with self._cv:
+            self._reads_waiting += 1
+            try:
+                while self._busy:
+                    self._cv.wait()
+            finally:
+                self._reads_waiting -= 1
+            self._busy = True
+        try:
+            return self.inner.embed(texts)
+        finally:
+            self._release()
+
+    # ---- writes -----------------------------------------------------------------------------
+    def embed_write(self, who: str, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return self.inner.embed(texts)
+        self._admit(who, len(texts))
+        out, done = [], 0
+        try:
+            for sl in self._slices(texts):
+                self._take_turn(who)
+                t0 = time.perf_counter()
+                try:
+                    out.append(self.inner.embed(sl))
+                finally:
+                    dt = time.perf_counter() - t0
+                    with self._cv:
+                        if dt > 0:
+                            self._rate = 0.8 * self._rate + 0.2 * (len(sl) / dt)
+                        self._pending[who] -= len(sl)
+                        done += len(sl)
+                    self._release()
+        finally:
+            with self._cv:
+                self._pending[who] -= len(texts) - done
+                if self._pending[who] <= 0:
+                    del self._pending[who]
+        return np.concatenate(out, axis=0)
+
+    def _admit(self, who: str, n: int) -> None:
+        with self._cv:
+            mine, total = self._pending.get(who, 0), sum(self._pending.values())
+            if mine + n > self.max_pending_per_key or total + n > self.max_pending:
+                wait = (mine if mine + n > self.max_pending_per_key else total) / max(self._rate, 1.0)
+                raise RateLimited(f"embedding queue full ({mine} of your items waiting); retry later",
+                                  retry_after_s=wait, code="queue_full")
+            self._pending[who] = mine + n
+
+    def _slices(self, texts: list[str]):  # noqa: ANN202
+        cur, cost = [], 0
+        for t in texts:
+            c = _tokens(t)
+            if cur and cost + c > self.slice_tokens:
+                yield cur
+                cur, cost = [], 0
+            cur.append(t)
+            cost += c
+        if cur:
+            yield cur
+
+    def _take_turn(self, who: str) -> None:
+        ticket = object()
+        with self._cv:
+            q = self._tickets.setdefault(who, deque())
+            q.append(ticket)
+            if who not in self._turns:
+                self._turns.append(who)
+            while self._busy or self._reads_waiting or self._turns[0] != who or q[0] is not ticket:
+                self._cv.wait()
+            q.popleft()
+            self._turns.popleft()
+            if q:
+                self._turns.append(who)  # back of the line for its next slice
+            else:
+                del self._tickets[who]
+            self._busy = True
+
+    def _release(self) -> None:
+        with self._cv:
+            self._busy = False
+            self._cv.notify_all()

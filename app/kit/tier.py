@@ -1,0 +1,47 @@
+"""The memory service's own (operator) calls to the inference tier, authenticated with the shared
+key (app/kit/signing.py): warming chunk KV after bootstrap, dropping it after deletion. Best
+effort: the tier is a cache of computable state, so a tier that is down never fails the caller."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+class TierClient:
+    def __init__(self, http: httpx.Client, key: bytes):
+        self.http, self.key = http, key
+
+    @classmethod
+    def from_settings(cls, settings) -> "TierClient | None":  # noqa: ANN001
+        if not settings.inference_url:
+            return None
+        return cls(httpx.Client(base_url=settings.inference_url, timeout=settings.inference_timeout_s),
+                   settings.inference_secret())
+
+    @property
+    def _auth(self) -> dict:
+        return {"Authorization": f"Bearer {self.key.decode()}"}
+
+    def precompute(self, texts: list[str]) -> int:
+        if not texts:
+            return 0
+        try:
+            r = self.http.post("/v1/chunks", json={"texts": texts[:256]}, headers=self._auth)
+            return len(r.json().get("content_hashes", [])) if r.status_code == 200 else 0
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("chunk KV precompute skipped: %s", type(exc).__name__)
+            return 0
+
+    def drop_chunks(self, hashes: list[str]) -> int:
+        """Delete the chunk KV of removed content; returns how many the tier held."""
+        n = 0
+        for h in sorted(set(hashes)):
+            try:
+                n += bool(self.http.delete(f"/v1/chunks/{h}", headers=self._auth).json().get("deleted"))
+            except (httpx.HTTPError, ValueError):
+                continue
+        return n

@@ -1,0 +1,129 @@
+"""bench/load/fairness: one tenant floods 1 MB batches while another tenant searches (issue 15.4).
+
+    .venv/bin/python -m bench.load.fairness [--flood-s 45] [--flooders 3] [--batch 500]
+
+Loopback only, bounded (each phase has a hard deadline). In one run, side by side, for the API
+with fair embedding off (`MEMSCALE_EMBED_FAIRNESS=false`: one embedding call at a time, first come
+first served, no item budget: the behaviour before) and on (the default):
+
+1. a fresh database `memscale_bench_fair`, the API as its own process (`python -m app serve`);
+2. org A with a victim user, seeded with 200 short episodes; org B with a flooding user;
+3. unloaded: the victim searches (`POST /v1/search`, hybrid, k=10) back to back for `--quiet-s`;
+4. flood: `--flooders` concurrent loops of the flooding key post batches of `--batch` episodes of
+   ~2 KB each (~1 MB a request) for `--flood-s`, while the victim keeps searching.
+
+Reports the victim's search p50/p95/max and errors unloaded and under flood, the p95 ratio, and
+the flooder's status codes (201 / 429, and whether each 429 carried Retry-After), to stdout and
+bench/results/fairness.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import threading
+import time
+
+import httpx
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
+
+from bench.common import ApiProcess, fresh_database, summary_ms, write_result
+from bench.service.data import query, sentence
+
+DB_NAME = "memscale_bench_fair"
+
+
+def _keys(settings) -> tuple[str, str]:  # noqa: ANN001
+    from app.orgs import service as orgs
+
+    eng = create_engine(settings.database_url)
+    with Session(eng, expire_on_commit=False) as db:
+        a, b = orgs.create_org(db, f"victim-{time.time_ns()}"), orgs.create_org(db, f"flood-{time.time_ns()}")
+        victim = orgs.create_key(db, orgs.create_user(db, a, "victim"))
+        flooder = orgs.create_key(db, orgs.create_user(db, b, "flooder"))
+        db.commit()
+    eng.dispose()
+    return victim, flooder
+
+
+def _search_loop(base: str, key: str, until: float, rng: random.Random, lat: list, errors: list) -> None:
+    with httpx.Client(base_url=base, timeout=300, headers={"Authorization": f"Bearer {key}"}) as c:
+        while time.perf_counter() < until:
+            t0 = time.perf_counter()
+            try:
+                r = c.post("/v1/search", json={"query": query(rng), "k": 10})
+                (lat if r.status_code == 200 else errors).append(time.perf_counter() - t0 if r.status_code == 200
+                                                                  else r.status_code)
+            except httpx.HTTPError as exc:
+                errors.append(type(exc).__name__)
+
+
+def _flood_loop(base: str, key: str, until: float, batch: int, rng: random.Random, codes: list) -> None:
+    body_text = " ".join(sentence(rng) for _ in range(25))[:2000]
+    with httpx.Client(base_url=base, timeout=600, headers={"Authorization": f"Bearer {key}"}) as c:
+        while time.perf_counter() < until:
+            items = [{"kind": "note", "content": f"{i} {body_text}"} for i in range(batch)]
+            try:
+                r = c.post("/v1/episodes/batch", json={"items": items})
+                codes.append((r.status_code, "retry-after" in r.headers))
+                if r.status_code == 429:
+                    time.sleep(min(5.0, float(r.headers.get("retry-after", "1"))))
+            except httpx.HTTPError as exc:
+                codes.append((type(exc).__name__, False))
+
+
+def run_config(settings, *, fair: bool, quiet_s: float, flood_s: float, flooders: int, batch: int) -> dict:  # noqa: ANN001
+    api = ApiProcess(settings, env={"MEMSCALE_EMBED_FAIRNESS": "true" if fair else "false",
+                                    "MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000"})
+    try:
+        api.wait_ready()
+        victim, flooder = _keys(settings)
+        rng = random.Random(7)
+        with httpx.Client(base_url=api.base, timeout=300, headers={"Authorization": f"Bearer {victim}"}) as c:
+            c.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng)}
+                                                         for _ in range(200)]}).raise_for_status()
+        quiet, qerr = [], []
+        _search_loop(api.base, victim, time.perf_counter() + quiet_s, rng, quiet, qerr)
+        loaded, lerr, codes = [], [], []
+        until = time.perf_counter() + flood_s
+        threads = [threading.Thread(target=_flood_loop, args=(api.base, flooder, until, batch, random.Random(i), codes))
+                   for i in range(flooders)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # let the batches reach the embedder
+        _search_loop(api.base, victim, until, rng, loaded, lerr)
+        for t in threads:
+            t.join(timeout=900)
+        q, lo = summary_ms(quiet), summary_ms(loaded)
+        return {"fair": fair, "unloaded": {**q, "max_ms": round(max(quiet, default=0) * 1000, 1), "errors": qerr},
+                "flood": {**lo, "max_ms": round(max(loaded, default=0) * 1000, 1), "errors": lerr},
+                "p95_ratio": round(lo["p95_ms"] / q["p95_ms"], 2) if q["p95_ms"] else None,
+                "flooder": {"201": sum(1 for c, _ in codes if c == 201), "429": sum(1 for c, _ in codes if c == 429),
+                            "429_with_retry_after": sum(1 for c, h in codes if c == 429 and h),
+                            "other": [c for c, _ in codes if c not in (201, 429)]}}
+    finally:
+        api.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quiet-s", type=float, default=15)
+    ap.add_argument("--flood-s", type=float, default=45)
+    ap.add_argument("--flooders", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=500)
+    a = ap.parse_args()
+    settings = fresh_database(DB_NAME)
+    out = {"args": vars(a), "runs": []}
+    for fair in (False, True):
+        r = run_config(settings, fair=fair, quiet_s=a.quiet_s, flood_s=a.flood_s, flooders=a.flooders, batch=a.batch)
+        out["runs"].append(r)
+        print(f"fair={fair}: unloaded p50 {r['unloaded']['p50_ms']} p95 {r['unloaded']['p95_ms']} ms | "
+              f"flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max {r['flood']['max_ms']} ms "
+              f"(n={r['flood']['n']}, errors {len(r['flood']['errors'])}) | p95 ratio {r['p95_ratio']} | "
+              f"flooder {r['flooder']}", flush=True)
+    print("written", write_result("fairness", out))
+
+
+if __name__ == "__main__":
+    main()
