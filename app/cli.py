@@ -15,7 +15,7 @@ def _admin_session(settings: Settings):
 
     from app.kit.pg import admin_url
 
-    return Session(create_engine(admin_url(settings)))
+    return Session(create_engine(admin_url(settings)), info={"audit_key": settings.audit_secret()})
 
 
 def _fail(msg: str) -> None:  # noqa: D103
@@ -106,7 +106,7 @@ def _app_sessions(settings: Settings):
     from app.kit.db import make_engine, make_sessionmaker
     from app.kit.pg import app_url
 
-    return make_sessionmaker(make_engine(app_url(settings), pool_size=2))
+    return make_sessionmaker(make_engine(app_url(settings), pool_size=2), audit_key=settings.audit_secret())
 
 
 @main.command()
@@ -232,18 +232,55 @@ def audit() -> None:
 
 @audit.command("verify")
 @click.option("--org", "org_name", required=True)
-def audit_verify(org_name: str) -> None:
-    """Recompute the org's audit hash chain; name the first broken link (exit 1) or print ok."""
+@click.option("--checkpoint", "checkpoint_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="a JSON checkpoint from `memscale audit checkpoint`: the chain must still pass through it")
+def audit_verify(org_name: str, checkpoint_file: str | None) -> None:
+    """Recompute the org's audit hash chain and seals; name the first broken link (exit 1) or print ok."""
+    import hmac
+    import json
+    from pathlib import Path
+
+    from app.audit.models import AuditEvent
     from app.audit.service import verify_chain
     from app.orgs import service as orgs
 
-    with _admin_session(Settings()) as db:
+    settings = Settings()
+    key = settings.audit_secret()
+    with _admin_session(settings) as db:
         org = _run(lambda: orgs.org_by_name(db, org_name))
-        n, broken = verify_chain(db, org.id)
+        n, broken = verify_chain(db, org.id, key=key)
+        if broken is None and checkpoint_file:
+            cp = json.loads(Path(checkpoint_file).read_text())
+            ev = db.query(AuditEvent).filter_by(org_id=org.id, seq=cp["seq"]).one_or_none()
+            signed = hmac.compare_digest(cp["signature"], _checkpoint_signature(key, org.id, cp["seq"], cp["hash"]))
+            if ev is None or ev.hash != cp["hash"] or not signed or cp["org"] != str(org.id):
+                click.echo(f"checkpoint mismatch at seq {cp['seq']}" + (" (bad signature)" if not signed else ""))
+                sys.exit(1)
     if broken is not None:
         click.echo(f"broken at seq {broken.seq} (event {broken.id}, action {broken.action}, at {broken.at.isoformat()})")
         sys.exit(1)
     click.echo(f"ok {n} events")
+
+
+def _checkpoint_signature(key: bytes, org_id, seq: int, head: str) -> str:  # noqa: ANN001
+    from app.kit.signing import mac_hex
+
+    return mac_hex(key, f"checkpoint:{org_id}:{seq}:{head}")
+
+
+@audit.command("checkpoint")
+@click.option("--org", "org_name", required=True)
+def audit_checkpoint(org_name: str) -> None:
+    """Print the chain's head, signed, as one JSON line: store it where the service cannot write."""
+    import json
+
+    from app.audit.service import checkpoint
+    from app.orgs import service as orgs
+
+    settings = Settings()
+    with _admin_session(settings) as db:
+        org = _run(lambda: orgs.org_by_name(db, org_name))
+        click.echo(json.dumps(checkpoint(db, org.id, settings.audit_secret())))
 
 
 @admin.command("set-retention")

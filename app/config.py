@@ -54,13 +54,21 @@ class Settings(BaseSettings):
     # Shared secret of the two tiers (signs handoff tokens; the operator's calls present it).
     # Unset: a random key generated once in <data_dir>/inference.key (mode 0600).
     inference_key: str | None = None
-    handoff_ttl_s: int = 600  # how long a /v1/context handoff token is valid
+    handoff_ttl_s: int = 600
+    # Seals each audit event (HMAC of its chain hash). Unset: <data_dir>/audit.key (mode 0600).
+    audit_key: str | None = None  # how long a /v1/context handoff token is valid
 
     # Database sources API-created bootstrap jobs may name (name -> SQLAlchemy URL); none by default.
     bootstrap_sources: dict[str, str] = {}
 
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     log_level: str = "INFO"
+
+    def audit_secret(self) -> bytes:
+        """Seals audit events (app/audit/service.py); held by the service, never by the database."""
+        from app.kit.signing import load_key
+
+        return load_key(self.data_dir, self.audit_key, name="audit.key")
 
     def inference_secret(self) -> bytes:
         from app.kit.signing import load_key

@@ -29,7 +29,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         engine = make_engine(app_url(settings), pool_size=settings.db_pool_size)
         app.state.settings = settings
         app.state.engine = engine
-        app.state.sessions = make_sessionmaker(engine)
+        app.state.sessions = make_sessionmaker(engine, audit_key=settings.audit_secret())
         app.state.authorizer = Authorizer()
         inner = embedder or make_embedder(settings.embedding_model, settings.embedding_dim)
         app.state.embedder = FairEmbedder(inner, slice_tokens=settings.embed_slice_tokens,

@@ -93,15 +93,16 @@ class Actor:
 class World:
     """Factory: orgs and users with keys (through the same service the admin CLI uses)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, audit_key: bytes | None = None):
         self.engine = engine
+        self.info = {"audit_key": audit_key}  # the admin CLI seals its audit events too
         self.orgs: dict[str, uuid.UUID] = {}
 
     def org(self, name: str | None = None) -> str:
         from app.orgs import service
 
         name = name or f"org-{uuid.uuid4().hex[:8]}"
-        with Session(self.engine) as db:
+        with Session(self.engine, info=self.info) as db:
             self.orgs[name] = service.create_org(db, name).id
             db.commit()
         return name
@@ -110,7 +111,7 @@ class World:
         from app.orgs import service
 
         name = name or f"user-{uuid.uuid4().hex[:6]}"
-        with Session(self.engine) as db:
+        with Session(self.engine, info=self.info) as db:
             o = service.org_by_name(db, org)
             u = service.create_user(db, o, name, roles=roles, groups=groups, clearances=clearances)
             key = service.create_key(db, u)
@@ -119,8 +120,8 @@ class World:
 
 
 @pytest.fixture
-def world(admin_engine):
-    return World(admin_engine)
+def world(admin_engine, settings):
+    return World(admin_engine, settings.audit_secret())
 
 
 def episode(content: str = "the deploy failed because the cache was cold", **kw) -> dict:

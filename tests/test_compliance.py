@@ -149,3 +149,31 @@ def test_retention_job(client, world, run_job, settings):
     assert job.status == "succeeded" and job.stats["episodes_removed"] == 1
     assert client.get(f"/v1/episodes/{old}", headers=alice.h).status_code == 404
     assert client.get(f"/v1/episodes/{new}", headers=alice.h).status_code == 200
+
+
+def test_a_forged_well_formed_event_fails_the_seal(settings, client, world, admin_engine, tmp_path):
+    """An attacker with only database credentials (here: the owner connection) appends an event
+    whose chain hash is right: `audit verify` names it, because its seal needs the service's key."""
+    from datetime import datetime, timezone
+
+    from app.audit.service import _digest
+
+    org = world.org()
+    alice = world.user(org)
+    client.post("/v1/episodes", json=ep("note"), headers=alice.h)
+    cp = _cli(settings, "audit", "checkpoint", "--org", org)
+    assert cp.returncode == 0
+    (tmp_path / "cp.json").write_text(cp.stdout)
+    assert _cli(settings, "audit", "verify", "--org", org, "--checkpoint", str(tmp_path / "cp.json")).returncode == 0
+    with admin_engine.begin() as c:
+        seq, prev = c.execute(text("SELECT seq, hash FROM audit_log WHERE org_id = :o ORDER BY seq DESC LIMIT 1"),
+                              {"o": alice.org_id}).one()
+        at = datetime.now(timezone.utc)
+        details = {"count": 1}
+        h = _digest(prev, alice.org_id, seq + 1, at, alice.user_id, "episode.delete", "episode", "x", details)
+        c.execute(text("INSERT INTO audit_log (org_id, seq, at, actor_id, action, target_type, target_id, details, "
+                       "prev_hash, hash, mac) VALUES (:o, :s, :at, :a, 'episode.delete', 'episode', 'x', "
+                       "'{\"count\": 1}', :p, :h, :m)"),
+                  {"o": alice.org_id, "s": seq + 1, "at": at, "a": alice.user_id, "p": prev, "h": h, "m": "0" * 64})
+    bad = _cli(settings, "audit", "verify", "--org", org)
+    assert bad.returncode == 1 and bad.stdout.startswith(f"broken at seq {seq + 1}")

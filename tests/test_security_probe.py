@@ -141,3 +141,29 @@ def test_429_says_when_to_retry_and_key_guessing_is_limited(settings, embedder, 
         assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}
         r = c.get("/v1/episodes/00000000-0000-0000-0000-000000000000", headers=bad)
         assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+
+
+# ---- reads of content leave a record -----------------------------------------------------------
+def test_reads_of_content_leave_retrieval_records_and_messages_an_audit_event(client, world, admin_engine):
+    from sqlalchemy import text
+
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    auditor = world.user(org, roles=["auditor"])
+    e = client.post("/v1/episodes", json=ep("the vendor contract renews in March", visibility="org"), headers=alice.h).json()
+    m = client.post("/v1/memories", json={"text": "contract renews in March", "kind": "fact", "visibility": "org",
+                                          "sources": [{"type": "episode", "id": e["id"]}]}, headers=alice.h).json()
+    assert client.get(f"/v1/episodes/{e['id']}", headers=bob.h).status_code == 200
+    assert client.get(f"/v1/memories/{m['id']}", headers=bob.h).status_code == 200
+    assert client.get(f"/v1/lineage/memory/{m['id']}", headers=bob.h).status_code == 200
+    sid = client.post("/v1/sessions", json={}, headers=bob.h).json()["id"]
+    assert client.post(f"/v1/sessions/{sid}/messages", json={"role": "user", "content": "hello"}, headers=bob.h).status_code == 201
+    assert client.get(f"/v1/sessions/{sid}/context", headers=bob.h).status_code == 200
+    for item, kinds in ((e["id"], {"get", "lineage"}), (m["id"], {"get", "lineage"})):
+        seen = client.get(f"/v1/retrievals?item_id={item}", headers=auditor.h).json()["retrievals"]
+        assert {r["kind"] for r in seen if r["actor"] == str(bob.user_id)} >= kinds, seen
+    with admin_engine.connect() as c:
+        kinds = set(c.execute(text("SELECT kind FROM retrieval_events WHERE actor_id = :u"), {"u": bob.user_id}).scalars())
+        ev = c.execute(text("SELECT details FROM audit_log WHERE action = 'session.message' AND target_id = :s"),
+                       {"s": sid}).scalar_one()
+    assert "session_context" in kinds and "hello" not in str(ev) and ev["seq"] == 1

@@ -28,3 +28,4 @@ class AuditEvent(TenantMixin, Base):
     details: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default="{}")
     prev_hash: Mapped[str] = mapped_column(Text, nullable=False)
     hash: Mapped[str] = mapped_column(Text, nullable=False)
+    mac: Mapped[str | None] = mapped_column(Text)  # HMAC(audit key, hash): the service's seal

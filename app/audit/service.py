@@ -1,12 +1,25 @@
-"""Audit events: written in the caller's transaction, hash-chained per org.
+"""Audit events: written in the caller's transaction, hash-chained per org, sealed with a key.
 
 Each event's hash = sha256(prev_hash || canonical JSON of its fields); the per-org advisory
-lock serialises appends so the chain has no forks. `verify_chain` recomputes it.
+lock serialises appends so the chain has no forks. Each event is also sealed: `mac` =
+HMAC-SHA256(audit key, hash), with a key the service holds (MEMSCALE_AUDIT_KEY or
+<data_dir>/audit.key) and the database never sees. `verify_chain` recomputes both.
+
+Which attacker each control stops (docs/security.md):
+- the append-only triggers: the app role rewriting or deleting past events;
+- the hash chain: anyone editing a stored event without recomputing every later hash;
+- the seal: anyone holding only database credentials (the app role, a leaked password, a
+  superuser, a restored backup) who appends or rewrites well-formed events: without the service's
+  key their events carry no valid seal. It does not stop an attacker running code inside the
+  service process (they hold the key); for that, export signed checkpoints (`memscale audit
+  checkpoint`) to storage the service cannot write.
+Events written before sealing existed (mac NULL) are accepted only before an org's first sealed one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import uuid
 from datetime import datetime, timezone
@@ -15,6 +28,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
+from app.kit.signing import mac_hex
 
 GENESIS = "0" * 64
 
@@ -41,23 +55,43 @@ def record(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, action
     seq, prev = (last.seq + 1, last.hash) if last else (1, GENESIS)
     at = datetime.now(timezone.utc)
     tid = str(target_id) if target_id is not None else None
+    digest = _digest(prev, org_id, seq, at, actor_id, action, target_type, tid, details)
+    key = db.info.get("audit_key")
     ev = AuditEvent(org_id=org_id, seq=seq, at=at, actor_id=actor_id, action=action, target_type=target_type,
-                    target_id=tid, details=details, prev_hash=prev,
-                    hash=_digest(prev, org_id, seq, at, actor_id, action, target_type, tid, details))
+                    target_id=tid, details=details, prev_hash=prev, hash=digest,
+                    mac=mac_hex(key, digest) if key else None)
     db.add(ev)
     db.flush()
     return ev
 
 
-def verify_chain(db: Session, org_id: uuid.UUID) -> tuple[int, AuditEvent | None]:
-    """Return (events checked, first broken event or None)."""
+def verify_chain(db: Session, org_id: uuid.UUID, key: bytes | None = None) -> tuple[int, AuditEvent | None]:
+    """Return (events checked, first broken event or None). With `key`, seals are checked too:
+    once an org has a sealed event, every later one must carry a valid seal."""
     prev = GENESIS
     n = 0
+    sealed = False
     rows = db.execute(select(AuditEvent).where(AuditEvent.org_id == org_id).order_by(AuditEvent.seq)).scalars()
     for ev in rows:
         n += 1
         expect = _digest(prev, ev.org_id, ev.seq, ev.at, ev.actor_id, ev.action, ev.target_type, ev.target_id, ev.details)
         if ev.prev_hash != prev or ev.hash != expect or ev.seq != n:
             return n, ev
+        if key is not None:
+            if ev.mac is not None:
+                if not hmac.compare_digest(ev.mac, mac_hex(key, ev.hash)):
+                    return n, ev
+                sealed = True
+            elif sealed:
+                return n, ev
         prev = ev.hash
     return n, None
+
+
+def checkpoint(db: Session, org_id: uuid.UUID, key: bytes) -> dict:
+    """The chain's head, signed: keep it where the service cannot write (a ticket, a WORM
+    bucket); a later `verify` against it shows nothing before it was rewritten."""
+    last = db.execute(select(AuditEvent.seq, AuditEvent.hash).where(AuditEvent.org_id == org_id)
+                      .order_by(AuditEvent.seq.desc()).limit(1)).first()
+    seq, head = (last.seq, last.hash) if last else (0, GENESIS)
+    return {"org": str(org_id), "seq": seq, "hash": head, "signature": mac_hex(key, f"checkpoint:{org_id}:{seq}:{head}")}

@@ -71,7 +71,7 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
 
 @router.get("/{episode_id:episode_id}", response_model=EpisodeOut)
 def get_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episode", "read")):
-    return service.to_out(service.get(db, principal, episode_id))
+    return service.to_out(service.read(db, principal, episode_id))
 
 
 @router.delete("/{episode_id:episode_id}", status_code=202, response_model=JobRef)

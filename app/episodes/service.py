@@ -80,6 +80,15 @@ def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
     return ep
 
 
+def read(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
+    """GET: the episode, and a retrieval record that the caller read its content."""
+    from app.lineage.service import record_retrieval
+
+    ep = get(db, principal, episode_id)
+    record_retrieval(db, principal, kind="get", query="", params={}, items=[{"type": "episode", "id": str(ep.id)}])
+    return ep
+
+
 def delete(db: Session, principal: Principal, episode_id: uuid.UUID) -> uuid.UUID:
     """Delete an episode the caller may modify, and everything derived from it, as a job record
     (finished when this returns). Returns the job id."""

@@ -41,8 +41,9 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     return engine
 
 
-def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False, autoflush=False)
+def make_sessionmaker(engine: Engine, *, audit_key: bytes | None = None) -> sessionmaker[Session]:
+    """`audit_key` seals the audit events written through these sessions (app/audit/service.py)."""
+    return sessionmaker(engine, expire_on_commit=False, autoflush=False, info={"audit_key": audit_key})
 
 
 def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, all_scopes: bool = False) -> None:

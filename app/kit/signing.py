@@ -29,10 +29,11 @@ from pathlib import Path
 PREFIX = "mst1"
 
 
-def load_key(data_dir: Path, configured: str | None = None) -> bytes:
+def load_key(data_dir: Path, configured: str | None = None, name: str = "inference.key") -> bytes:
+    """`configured` if set, else a random key generated once in `<data_dir>/<name>` (0600)."""
     if configured:
         return configured.encode()
-    return _file_key(str(Path(data_dir).resolve() / "inference.key"))
+    return _file_key(str(Path(data_dir).resolve() / name))
 
 
 @functools.lru_cache(maxsize=8)
@@ -54,6 +55,10 @@ def _b64(b: bytes) -> str:
 
 def _unb64(s: str) -> bytes:
     return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def mac_hex(key: bytes, msg: str) -> str:
+    return hmac.new(key, msg.encode(), hashlib.sha256).hexdigest()
 
 
 def _mac(key: bytes, msg: str) -> str:

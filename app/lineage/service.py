@@ -16,7 +16,7 @@ from app.episodes.models import Episode
 from app.kit.errors import NotFound
 from app.knowledge.models import Chunk, KnowledgeAsset
 from app.lineage import repository as repo
-from app.lineage.models import LineageEdge
+from app.lineage.models import LineageEdge, RetrievalEvent
 from app.memories.models import Memory
 
 MODELS = {"episode": Episode, "memory": Memory, "chunk": Chunk, "asset": KnowledgeAsset, "cartridge": CartridgeRecord}
@@ -26,6 +26,17 @@ def add_edge(db: Session, *, org_id: uuid.UUID, from_type: str, from_id: uuid.UU
              to_id: uuid.UUID, relation: str, job_id: uuid.UUID | None = None) -> None:
     db.add(LineageEdge(org_id=org_id, from_type=from_type, from_id=from_id, to_type=to_type, to_id=to_id,
                        relation=relation, job_id=job_id))
+
+
+def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str, params: dict,
+                     items: list[dict]) -> uuid.UUID:
+    """What was handed out to whom: every read path that returns content records one (search,
+    context, get, lineage, session context), so "who saw this item" is one query."""
+    ev = RetrievalEvent(id=uuid.uuid4(), org_id=principal.org_id, actor_id=principal.user_id, kind=kind,
+                        query=query, params=params, items=items)
+    db.add(ev)
+    db.flush()
+    return ev.id
 
 
 def _describe(type_: str, row) -> dict:  # noqa: ANN001
@@ -71,6 +82,10 @@ def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, directi
               "relation": e.relation, "job_id": str(e.job_id) if e.job_id else None, "at": e.at.isoformat()}
              for e in sorted(es, key=lambda e: e.at)
              if (e.from_type, e.from_id) in shown and (e.to_type, e.to_id) in shown]
+    with_text = [{"type": n["type"], "id": n["id"]} for n in nodes if "text" in n]
+    if with_text:
+        record_retrieval(db, principal, kind="lineage", query="", params={"root": {"type": type_, "id": str(id_)}},
+                         items=with_text)
     return {"nodes": nodes, "edges": edges}
 
 

@@ -19,7 +19,7 @@ def create_memory(body: MemoryIn, request: Request, db: SessionDep, principal=re
 
 @router.get("/{memory_id}", response_model=MemoryOut)
 def get_memory(memory_id: uuid.UUID, db: SessionDep, principal=require("memory", "read")):
-    return service.to_out(service.get(db, principal, memory_id))
+    return service.to_out(service.read(db, principal, memory_id))
 
 
 @router.patch("/{memory_id}", response_model=MemoryOut)

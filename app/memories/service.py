@@ -76,6 +76,15 @@ def get(db: Session, principal: Principal, memory_id: uuid.UUID) -> Memory:
     return m
 
 
+def read(db: Session, principal: Principal, memory_id: uuid.UUID) -> Memory:
+    """GET: the memory, and a retrieval record that the caller read its content."""
+    from app.lineage.service import record_retrieval
+
+    m = get(db, principal, memory_id)
+    record_retrieval(db, principal, kind="get", query="", params={}, items=[{"type": "memory", "id": str(m.id)}])
+    return m
+
+
 def _may_modify(principal: Principal, m: Memory) -> None:
     assert_may_modify(principal, m, "memory")
 

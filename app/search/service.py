@@ -7,7 +7,7 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.lineage.models import RetrievalEvent
+from app.lineage.service import record_retrieval
 from app.search import repository as repo
 from app.search.schemas import SearchFilters, SearchIn, SearchResult
 
@@ -53,15 +53,6 @@ def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str
     loaded = {t: repo.load(db, principal, t, ids) for t, ids in by_type.items()}
     out = [to_result(t, loaded[t][id_], s) for (t, id_), s in top if id_ in loaded[t]]
     return out, info
-
-
-def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str, params: dict,
-                     items: list[dict]) -> uuid.UUID:
-    ev = RetrievalEvent(id=uuid.uuid4(), org_id=principal.org_id, actor_id=principal.user_id, kind=kind,
-                        query=query, params=params, items=items)
-    db.add(ev)
-    db.flush()
-    return ev.id
 
 
 def query_vector(embedder, body: SearchIn):  # noqa: ANN001, ANN201

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Request
 from app.audit.service import record
 from app.context import handoff
 from app.context.service import build
+from app.lineage.service import record_retrieval
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
@@ -49,6 +50,8 @@ def add_message(session_id: uuid.UUID, body: MessageIn, request: Request, db: Se
                 principal=require("session", "write")):
     s = service.get(db, principal, session_id, for_update=True)
     m, evicted, pressure = service.add_message(db, principal, request.app.state.resources, s, body.role, body.content)
+    record(db, org_id=principal.org_id, actor_id=principal.user_id, action="session.message", target_type="session",
+           target_id=s.id, details={"message_id": str(m.id), "seq": m.seq, "role": m.role, "evicted": evicted})
     return MessageOut(id=m.id, seq=m.seq, role=m.role, content=m.content, tokens=m.tokens, evicted=evicted,
                       pressure=round(min(1.0, pressure), 4))
 
@@ -56,6 +59,8 @@ def add_message(session_id: uuid.UUID, body: MessageIn, request: Request, db: Se
 @router.get("/sessions/{session_id}/context")
 def session_context(session_id: uuid.UUID, request: Request, db: SessionDep, principal=require("session", "read")) -> dict:
     s = service.get(db, principal, session_id)
+    record_retrieval(db, principal, kind="session_context", query="", params={},
+                     items=[{"type": "session", "id": str(s.id)}])
     return service.main_context(db, s, request.app.state.resources.gateway.count_tokens)
 
 
