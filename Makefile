@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE = 1
 export LITELLM_LOCAL_MODEL_COST_MAP = True
 export TOKENIZERS_PARALLELISM = false
 
-.PHONY: setup browser run test test-fast bench-service stop clean
+.PHONY: setup browser run test test-fast test-long bench-service bench-fairness stop clean
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY)"; exit 1; }
@@ -40,6 +40,15 @@ test: setup browser
 
 test-fast: setup
 	$(BIN)/python -m pytest tests -m "not slow"
+
+# The ACL property suite, long: >= 10,000 access checks over every read path plus deletion;
+# counts go to bench/results/acl_property.json (docs/security.md).
+test-long: setup
+	MEMSCALE_ACL_EXAMPLES=8 MEMSCALE_ACL_STEPS=8 MEMSCALE_ACL_GETS=48 MEMSCALE_ACL_RESULTS=bench/results/acl_property.json \
+	  $(BIN)/python -m pytest tests/test_acl_property.py -q
+
+bench-fairness: setup
+	$(BIN)/python -m bench.load.fairness
 
 bench-service: setup
 	$(BIN)/python -m bench.service
