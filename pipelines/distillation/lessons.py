@@ -292,16 +292,24 @@ def _strip_leads(s: str) -> str:
     return s
 
 
+def _third_person(verb: str) -> str:
+    if re.search(r"(s|sh|ch|x|z|o)$", verb):
+        return verb + "es"
+    if re.search(r"[^aeiou]y$", verb):
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
 _PRONOUNS = [
     (r"^I'd rather\b", "The user would rather"), (r"^I would rather\b", "The user would rather"),
     (r"^I (prefer|like|love|hate|dislike|want|need)\b", lambda m: f"The user {m.group(1)}s"),
     (r"^I'm\b", "The user is"), (r"^I am\b", "The user is"),
-    (r"^I (always|never|usually) (\w+)", lambda m: f"The user {m.group(1)} {m.group(2)}"),
+    (r"^I (always|never|usually) (\w+)", lambda m: f"The user {m.group(1)} {_third_person(m.group(2))}"),
     (r"\bmy team\b", "the user's team"), (r"\bfor me\b", "for the user"), (r"\bto me\b", "to the user"),
     (r"\bsend me\b", "send the user"), (r"\bmy\b", "the user's"), (r"\bme\b", "the user"),
     (r"^[Oo]ur\b", "The"), (r"\bour\b", "the"), (r"^We\b", "The team"), (r"\bwe\b", "the team"),
     (r"\bus\b(?![-\w])", "the team"),
-    (r"\byou (draft|prepare|send|write|create|make|produce)\b", r"drafted"),
+    (r"\byou (draft|prepare|send|write|create|make|produce)\b", lambda m: f"the assistant {_third_person(m.group(1))}"),
     (r"\byour\b", "the"), (r"\bto you\b", ""),
 ]
 
