@@ -38,6 +38,10 @@ def test_statement_rewriting():
     assert L.statement("heads up: please always cc legal on contracts!") == "Always cc legal on contracts."
     assert L.statement("No, that's wrong. I prefer CSV over Excel") == "The user prefers CSV over Excel."
     assert L.statement("our fiscal year starts on 1 February") == "The fiscal year starts on 1 February."
+    # rewriting never changes what a statement says: a negation stays, a region code is not a pronoun
+    assert L.statement("Heads up: no production releases on Fridays.") == "No production releases on Fridays."
+    assert L.statement("Exports go to eu-west; the us bucket is for analytics.") == \
+        "Exports go to eu-west; the us bucket is for analytics."
 
 
 def test_corrections_and_trajectory_fixes_are_lessons():

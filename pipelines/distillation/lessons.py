@@ -283,7 +283,9 @@ def _strip_leads(s: str) -> str:
         prev = s
         s = _LEAD_LABEL.sub("", s, count=1)
         s = _LEAD_PHRASE.sub("", s, count=1)
-        s = re.sub(r"^(no|nope|wrong|incorrect|actually|careful|wait|right|yes|correct)\b[,.!:;—-]*\s*", "", s, flags=re.I)
+        # "No, ..." corrects the agent; "no production releases" is a negation and stays
+        s = re.sub(r"^(no|nope|wrong|incorrect|right|yes|correct)\s*[,.!:;—-]+\s*", "", s, flags=re.I)
+        s = re.sub(r"^(actually|careful|wait)\b[,.!:;—-]*\s*", "", s, flags=re.I)
         s = re.sub(r"^that'?s (wrong|not right|incorrect|outdated|old)\b[,.!:;—-]*\s*", "", s, flags=re.I)
         s = re.sub(r"^that is (wrong|not right|incorrect|outdated)\b[,.!:;—-]*\s*", "", s, flags=re.I)
         s = re.sub(r"^(wrong column|wrong region)\b[,.!:;—-]*\s*", "", s, flags=re.I)
@@ -308,7 +310,7 @@ _PRONOUNS = [
     (r"\bmy team\b", "the user's team"), (r"\bfor me\b", "for the user"), (r"\bto me\b", "to the user"),
     (r"\bsend me\b", "send the user"), (r"\bmy\b", "the user's"), (r"\bme\b", "the user"),
     (r"^[Oo]ur\b", "The"), (r"\bour\b", "the"), (r"^We\b", "The team"), (r"\bwe\b", "the team"),
-    (r"\bus\b(?![-\w])", "the team"),
+    (r"(?<![-\w])(?<!the )(?<!an )(?<!a )us\b(?![-\w])", "the team"),
     (r"\byou (draft|prepare|send|write|create|make|produce)\b", lambda m: f"the assistant {_third_person(m.group(1))}"),
     (r"\byour\b", "the"), (r"\bto you\b", ""),
 ]
