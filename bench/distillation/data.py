@@ -475,7 +475,16 @@ for i, t in enumerate(_CHATTER):
 
 
 def split(name: str) -> list[Trace]:
-    """``dev``, ``test`` or ``all``."""
+    """``dev``, ``test``, ``all`` (dev + test), ``fresh`` (fresh.py: written after tuning, then used
+    to fix generic faults) or ``holdout`` (holdout.py: written after all tuning, scored unchanged)."""
+    if name == "fresh":
+        from bench.distillation.fresh import FRESH
+
+        return list(FRESH)
+    if name == "holdout":
+        from bench.distillation.holdout import HOLDOUT
+
+        return list(HOLDOUT)
     return [t for t in TRACES if name == "all" or t.split == name]
 
 

@@ -67,16 +67,19 @@ _DEFINE = re.compile(
     r"needed|allowed|soft-deleted)|(is|are) in\b|is the (owner|contact|escalation contact|lead|manager)|"
     r"owns|is responsible|runs on|run on|lives? (under|in|at)|moved (under|to)|only answers|only works|"
     r"expires?|accepts?|returns?|joins? to|starts?|starting|start on|runs? (nightly|daily|weekly|every)|"
-    r"pages|gets paged|go(es)? to|belongs? to|reports? to|is our|are our|stores|store|contains|holds)\b", re.I)
+    r"pages|gets paged|go(es)? to|belongs? to|reports? to|is our|are our|stores|store|contains|holds|"
+    r"(runs|leads|maintains|manages|operates|is in charge of) the)\b", re.I)
 _WEAK_DEFINE = re.compile(r"\b(is|are|uses|use|has|have|get|gets|needs|need|requires?)\b", re.I)
 _PROCEDURE = re.compile(r"^(to|when|whenever|if|before|after)\b[^,]{3,80},\s*(.*)$", re.I)
-_BARE_RULE = re.compile(r"^(please\s+)?(always|never|do not|don't|first)\s+[a-z]+", re.I)
+# "always/never + verb" is a rule; "always the same", "never seen such ..." are remarks
+_BARE_RULE = re.compile(r"^(please\s+)?(always|never|do not|don't|first)\s+(?!(the|a|an|so|such|this|that|these|those|"
+                        r"same|seen|been|mind|again|ever|more|less|too|very|really|gonna|fun|late|easy)\b)[a-z]+", re.I)
 _CAUSE = re.compile(r"\b(because|due to|caused by|root cause|real cause|fix(ed|es)?|solved|resolved|refreshing|"
                     r"restarting|the cure)\b", re.I)
 _ACK = re.compile(r"\b(will do|noted|understood|got it|i'll remember|i will remember|from now on|going forward|"
                   r"good to know|thanks for (clarifying|the heads)|will keep|i'll use|i will use|updated)\b", re.I)
 _IDENT = re.compile(r"\b[A-Za-z]+_[A-Za-z_]+\b|\b[A-Z]{2,}[-\w]*\b|#[\w-]+|(?<!\w)/[\w/-]+|\b[A-Z]?\d[\d.,:]*\w*|"
-                    r"\b[a-z]+\.[a-z_]+\b|(?<!^)\b[A-Z][a-z]+ [A-Z][a-z]+\b|^[A-Z][a-z]+ [A-Z][a-z]+ (is|owns)\b|"
+                    r"\b[a-z]+\.[a-z_]+\b|(?<!^)\b[A-Z][a-z]+ [A-Z][a-z]+\b|^[A-Z][a-z]+ [A-Z][a-z]+ [a-z]+\b|"
                     r"\b[a-z]+[A-Z]\w+\b|--?[a-z][\w-]+|\b\w+=\w+")
 _CORRECTION = re.compile(r"^(no|nope|wrong|incorrect|not quite|actually|careful|wait|that's (wrong|not right|"
                          r"incorrect|outdated|old)|that is (wrong|not right|incorrect|outdated)|wrong column)\b", re.I)
@@ -87,6 +90,12 @@ _ONE_OFF = re.compile(r"\b(this one|that one|tomorrow|today|yesterday|tonight|ri
                       r"again|(move|send|do|fix|check|schedule|book|resend|change|redo) (it|them)|please resend)\b", re.I)
 _CHATTER = re.compile(r"\b(thanks|thank you|lol|haha|bye|see you|good morning|hello|hi|hey|great job|amazing|"
                       r"awesome|hilarious|congrats|welcome|enjoy|sorry|no worries|brb|ugh|cool)\b", re.I)
+# laughter, emoticons, wishes and social events: talk about the day, not knowledge to keep
+_SOCIAL = re.compile(r"\b(lol|lmao|haha\w*|hehe|honestly|omg|yay)\b|[:;]-?[)(DP]|\b(have|enjoy) an? (great|nice|good|"
+                     r"lovely|wonderful|fun|relaxing)\b|\b(birthday|cake|lunch|coffee|drinks|party|farewell|"
+                     r"congrat\w*)\b", re.I)
+_DEICTIC_ONLY = re.compile(r"^(please\s+)?(keep (that|this|it) in mind|remember (that|this|it)|note (that|this))\b"
+                           r"[^,;]{0,30}$", re.I)
 _FIRST_STATUS = re.compile(r"^(i(?! (always|never|prefer|like|love|hate|want|need|usually)\b)|i'm|i am|i'll|i will|"
                            r"i was|i think|i found|i forget|i always forget|we're|"
                            r"we are|let's|let me|never mind|never again|don't worry|hmm)\b", re.I)
@@ -256,6 +265,10 @@ def _score_sentence(sent: str, ctx: _Ctx) -> tuple[float, list[str], str] | None
     # what speaks against a lesson
     if _CHATTER.search(body) and len(P.content_words(body)) < 6:
         score -= 0.4
+    if _SOCIAL.search(s):
+        score -= 0.4
+    if _DEICTIC_ONLY.match(body):
+        return None
     if _FIRST_STATUS.match(body) and not pref:
         score -= 0.5
     if _ONE_OFF.search(body) and "cue" not in cues:
