@@ -1,6 +1,11 @@
-"""Hold-out traces, written after all tuning (dev, then the fixes ``fresh`` prompted) and scored
-once, unchanged: support tickets, incident notes, code review comments, analyst chats, agent
-trajectories with stack traces, and chatter that borrows rule words.
+"""Hold-out traces, written after all tuning (dev, then the fixes ``fresh`` prompted): support
+tickets, incident notes, code review comments, analyst chats, agent trajectories, and chatter that
+borrows rule words.
+
+Scored once as written (the unseen estimate): lesson recall 0.917 (11/12), precision 0.786
+(11/14), chatter yield 0.20 ("Heads up, the wifi in room 4 is down again", "please never change,
+you're great"). Three generic faults were then fixed (states of the moment, praise of the
+assistant, "Not for us - ..." as a correction), so this part has been tuned on since too.
 
     .venv/bin/python -m bench.distillation --split holdout
 """

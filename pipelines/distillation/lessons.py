@@ -81,7 +81,7 @@ _ACK = re.compile(r"\b(will do|noted|understood|got it|i'll remember|i will reme
 _IDENT = re.compile(r"\b[A-Za-z]+_[A-Za-z_]+\b|\b[A-Z]{2,}[-\w]*\b|#[\w-]+|(?<!\w)/[\w/-]+|\b[A-Z]?\d[\d.,:]*\w*|"
                     r"\b[a-z]+\.[a-z_]+\b|(?<!^)\b[A-Z][a-z]+ [A-Z][a-z]+\b|^[A-Z][a-z]+ [A-Z][a-z]+ [a-z]+\b|"
                     r"\b[a-z]+[A-Z]\w+\b|--?[a-z][\w-]+|\b\w+=\w+")
-_CORRECTION = re.compile(r"^(no|nope|wrong|incorrect|not quite|actually|careful|wait|that's (wrong|not right|"
+_CORRECTION = re.compile(r"^(no|nope|wrong|incorrect|not quite|not (for|in|here|at|on) \w+|actually|careful|wait|that's (wrong|not right|"
                          r"incorrect|outdated|old)|that is (wrong|not right|incorrect|outdated)|wrong column)\b", re.I)
 _NOT_Y = re.compile(r",?\s+not\s+[\w$€.%'-]+(\s[\w$€.%'-]+){0,3}\s*$|\bnot\s+\w+\s+but\b|\binstead of\b", re.I)
 _QUANT = re.compile(r"\b(all|every|each|any|whenever|when|if|before|after|above|below|over|under|"
@@ -93,7 +93,10 @@ _CHATTER = re.compile(r"\b(thanks|thank you|lol|haha|bye|see you|good morning|he
 # laughter, emoticons, wishes and social events: talk about the day, not knowledge to keep
 _SOCIAL = re.compile(r"\b(lol|lmao|haha\w*|hehe|honestly|omg|yay)\b|[:;]-?[)(DP]|\b(have|enjoy) an? (great|nice|good|"
                      r"lovely|wonderful|fun|relaxing)\b|\b(birthday|cake|lunch|coffee|drinks|party|farewell|"
-                     r"congrat\w*)\b", re.I)
+                     r"congrat\w*)\b|\byou('re| are) (great|awesome|the best|amazing|a star)\b", re.I)
+# a state of the moment ("the wifi is down again"), not a standing fact
+_TRANSIENT = re.compile(r"\b(is|are) (down|up|out|broken|slow|jammed|back|late|away|offline|on it)\b|\b(right now|"
+                        r"at the moment|currently|today|tonight|this (morning|afternoon|evening))\b", re.I)
 _DEICTIC_ONLY = re.compile(r"^(please\s+)?(keep (that|this|it) in mind|remember (that|this|it)|note (that|this))\b"
                            r"[^,;]{0,30}$", re.I)
 _FIRST_STATUS = re.compile(r"^(i(?! (always|never|prefer|like|love|hate|want|need|usually)\b)|i'm|i am|i'll|i will|"
@@ -271,7 +274,9 @@ def _score_sentence(sent: str, ctx: _Ctx) -> tuple[float, list[str], str] | None
         return None
     if _FIRST_STATUS.match(body) and not pref:
         score -= 0.5
-    if _ONE_OFF.search(body) and "cue" not in cues:
+    if _ONE_OFF.search(body) and ("cue" not in cues or _TRANSIENT.search(body)):
+        score -= 0.25
+    if _TRANSIENT.search(body):
         score -= 0.25
     if re.search(r"\b(this|that|so)\s+(fast|good|helpful|great|well)\b|\bagain am i\b|\bget some rest\b", body, re.I):
         score -= 0.6
