@@ -98,11 +98,12 @@ def _print(name: str, r: dict, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
     ap = argparse.ArgumentParser(prog="bench.distillation")
-    ap.add_argument("--split", default="dev,test", help="dev, test, all, or a comma list (one org each)")
+    ap.add_argument("--split", default="dev,test", help="dev, test, all, fresh, holdout, or a comma list (one org each)")
     ap.add_argument("--model", default=None, help="litellm model string (default: the configured MEMSCALE_LLM_MODEL)")
     ap.add_argument("--quick", action="store_true", help="a slice of dev (smoke test)")
     ap.add_argument("--out", default=None, help="folder for the JSON result (default bench/results)")
     ap.add_argument("--verbose", "-v", action="store_true", help="list misses, wrong memories and every memory")
+    ap.add_argument("--db", default="memscale_bench_distill", help="database name (dropped and recreated)")
     a = ap.parse_args(argv)
 
     from sqlalchemy import create_engine
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     from app.main import create_app
     from bench.common import RESULTS, fresh_database
 
-    settings = fresh_database("memscale_bench_distill" + ("_quick" if a.quick else "")).model_copy(
+    settings = fresh_database(a.db + ("_quick" if a.quick else "")).model_copy(
         update={"log_level": "WARNING", **({"llm_model": a.model} if a.model else {})})
     resources = Resources(settings, _embedder=embedder)
     app = create_app(settings, embedder=resources.embedder, gateway=resources.gateway)
