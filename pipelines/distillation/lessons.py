@@ -97,6 +97,8 @@ _SOCIAL = re.compile(r"\b(lol|lmao|haha\w*|hehe|honestly|omg|yay)\b|[:;]-?[)(DP]
 # a state of the moment ("the wifi is down again"), not a standing fact
 _TRANSIENT = re.compile(r"\b(is|are) (down|up|out|broken|slow|jammed|back|late|away|offline|on it)\b|\b(right now|"
                         r"at the moment|currently|today|tonight|this (morning|afternoon|evening))\b", re.I)
+_TEAM_HABIT = re.compile(r"^(we|the team|our team|everyone|everybody|nobody|no one)\s+(always|never|must|should|only|"
+                         r"don't|do not|usually)\b", re.I)
 _DEICTIC_ONLY = re.compile(r"^(please\s+)?(keep (that|this|it) in mind|remember (that|this|it)|note (that|this))\b"
                            r"[^,;]{0,30}$", re.I)
 _FIRST_STATUS = re.compile(r"^(i(?! (always|never|prefer|like|love|hate|want|need|usually)\b)|i'm|i am|i'll|i will|"
@@ -231,6 +233,8 @@ def _score_sentence(sent: str, ctx: _Ctx) -> tuple[float, list[str], str] | None
     modal = bool(_MODAL.search(body))
     if modal:
         add("modal", 0.35)
+        if _TEAM_HABIT.match(body):  # "We never change X on Fridays": a team rule, stated as a habit
+            add("team-rule", 0.15)
     imperative = bool(_IMPERATIVE.match(body) or _BARE_RULE.match(body) or re.search(r"\bplease\s+(always\s+|never\s+)?(" +
                                                             _IMPERATIVE.pattern.split("(use|", 1)[1], body, re.I))
     if imperative:
