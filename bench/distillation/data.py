@@ -476,7 +476,7 @@ for i, t in enumerate(_CHATTER):
 
 def split(name: str) -> list[Trace]:
     """``dev``, ``test``, ``all`` (dev + test), ``fresh`` (fresh.py: written after tuning, then used
-    to fix generic faults) or ``holdout`` (holdout.py: written after all tuning, scored unchanged)."""
+    to fix generic faults) ``holdout`` / ``holdout2`` (written after the tuning rounds before them; see their docstrings)."""
     if name == "fresh":
         from bench.distillation.fresh import FRESH
 
@@ -485,6 +485,10 @@ def split(name: str) -> list[Trace]:
         from bench.distillation.holdout import HOLDOUT
 
         return list(HOLDOUT)
+    if name == "holdout2":
+        from bench.distillation.holdout2 import HOLDOUT2
+
+        return list(HOLDOUT2)
     return [t for t in TRACES if name == "all" or t.split == name]
 
 
