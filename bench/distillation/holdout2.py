@@ -1,6 +1,11 @@
 """A second hold-out, written after the fixes that ``holdout`` prompted: ops runbooks, sales and
 HR conversations, agent trajectories with retries, German-English mixed notes, and chatter.
 
+Scored once as written (the unseen estimate): lesson recall 0.80 (8/10), precision 1.00 (8/8),
+chatter yield 0/10. The two misses were trajectories whose failed call says "still old IP" and
+"unchanged" rather than an error word; the failure words were widened afterwards (so this part
+has been tuned on since).
+
     .venv/bin/python -m bench.distillation --split holdout2
 """
 

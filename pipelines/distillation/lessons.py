@@ -105,6 +105,8 @@ _FIRST_STATUS = re.compile(r"^(i(?! (always|never|prefer|like|love|hate|want|nee
                            r"i was|i think|i found|i forget|i always forget|we're|"
                            r"we are|let's|let me|never mind|never again|don't worry|hmm)\b", re.I)
 _FAIL = re.compile(r"\b(error|failed|fails?|failure|denied|accessdenied|timed? ?out|timeout|exception|invalid|"
+                   r"unchanged|still (old|the old|wrong|stale|missing|broken|failing|empty)|stale|wrong|not updated|"
+                   r"no effect|mismatch|"
                    r"unauthori[sz]ed|forbidden|not found|bad request|too large|too high|too many|blocked|stalled|"
                    r"broken|0 rows|does not exist|40[0-9]|5\d\d)\b", re.I)
 _OK = re.compile(r"(->|=>|→)\s*(ok|200|201|success|succeeded|done|refunded|\d)|\b(ok in|matches|that's it|"
