@@ -115,11 +115,15 @@ def test_end_to_end_with_the_real_local_model(client, world, run_job, admin_engi
 
     org = world.org()
     alice = world.user(org)
-    _post(client, alice, "Customer asked for a refund. I always check the order status in the billing "
-                         "dashboard before approving refunds.", outcome="success")
+    # The statement keeps a "you", so the local model is asked to restate it; its answer is kept
+    # only if verified (values kept, grounded, no first/second person), else the rule text stays.
+    _post(client, alice, "Customer asked for a refund. Always check the order status in the billing "
+                         "dashboard before you approve a refund.", outcome="success")
     gw = Gateway("local/smollm2", data_dir=settings.data_dir, timeout_s=120, max_retries=1)
     job = run_job(alice.org_id, "distill", {"min_age_s": 0}, gateway=gw)
     assert job.status == "succeeded", job.error
-    assert job.stats["seen"] == 1 and job.stats["llm_calls"] >= 1
+    assert job.stats["seen"] == 1 and job.stats["llm_calls"] == 1
+    assert job.stats["llm_rewrites"] + job.stats["llm_rewrites_rejected"] == 1
     mems = _memories(admin_engine, alice.org_id)
+    assert len(mems) == 1 and "billing dashboard" in mems[0].text, mems
     assert all(m.visibility == "private" and m.owner_id == alice.user_id for m in mems)

@@ -20,9 +20,10 @@ from app.kit import scope as scopes
 from app.lineage.service import add_edge
 from app.memories import repository_pipeline as repo
 from app.memories.models import Memory
-from pipelines.distillation.steps import EpisodeIn, StepStats, extract, judge
+from pipelines.distillation.steps import EpisodeIn, StepStats, extract, judge, same_statement
 
 DUPLICATE_DISTANCE = 0.08  # cosine distance under which a new memory repeats an existing one
+NEAR_DISTANCE = 0.2  # closer than this, the same content words and values also make a repeat
 
 
 def _scope_key(e) -> tuple:  # noqa: ANN001
@@ -90,7 +91,8 @@ def _store(ctx: JobContext, db, x, vec, key: tuple, by_id: dict, stats: dict) ->
     derived = scopes.derive([scopes.of(s) for s in sources])
     near = repo.nearest_active(db, ctx.org_id, repo.same_scope(owner, derived.visibility, list(derived.groups),
                                                                 list(derived.labels)), vec, x.text)
-    if near is not None and (near[1] <= DUPLICATE_DISTANCE or near[0].text.strip().lower() == x.text.strip().lower()):
+    if near is not None and (near[1] <= DUPLICATE_DISTANCE or near[0].text.strip().lower() == x.text.strip().lower()
+                             or (near[1] <= NEAR_DISTANCE and same_statement(near[0].text, x.text))):
         existing = near[0]
         existing.last_validated_at = datetime.now(timezone.utc)
         for s in sources:
@@ -103,7 +105,9 @@ def _store(ctx: JobContext, db, x, vec, key: tuple, by_id: dict, stats: dict) ->
     db.add(Memory(id=mid, root_id=mid, version=1, org_id=ctx.org_id, owner_id=owner, text=x.text, kind=x.kind,
                   status="active", confidence=float(x.confidence),
                   provenance={"origin": "distill", "method": x.method, "job_id": str(ctx.job_id),
-                              "sources": [{"type": "episode", "id": str(s.id)} for s in sources]},
+                              "sources": [{"type": "episode", "id": str(s.id),
+                                           **({"turns": x.turns[str(s.id)]} if x.turns.get(str(s.id)) else {})}
+                                          for s in sources]},
                   valid_from=min(s.occurred_at for s in sources), recorded_at=now, last_validated_at=now,
                   visibility=derived.visibility, groups=list(derived.groups), labels=list(derived.labels),
                   embedding=vec))

@@ -110,6 +110,24 @@ def extract_messages(records: list[tuple[str, str, str, str | None]], *,
     ]
 
 
+# -- rewrite a statement -------------------------------------------------------------------------
+
+REWRITE_SYSTEM = ("You restate notes as one short sentence in the third person (the user, the team). " + DATA_RULE +
+                  " Keep every name, number and code exactly. Reply with the sentence only.")
+REWRITE_QUESTION = "Restate this note as one sentence without I, me, my, you or your:\n"
+_REWRITE_SHOT = ("Always send me the invoices as PDF before you close the month.",
+                 "The user wants the invoices as PDF before the month is closed.")
+
+
+def rewrite_messages(statement: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": REWRITE_SYSTEM},
+        {"role": "user", "content": REWRITE_QUESTION + record_block("X7", _REWRITE_SHOT[0])},
+        {"role": "assistant", "content": _REWRITE_SHOT[1]},
+        {"role": "user", "content": REWRITE_QUESTION + record_block("R1", statement, max_chars=400)},
+    ]
+
+
 # -- session summary ----------------------------------------------------------------------------
 
 SUMMARY_SYSTEM = (
@@ -136,7 +154,7 @@ def summary_messages(old_summary: str | None, lines: list[str], *, max_words: in
 _ZERO_WIDTH = re.compile(r"[\u200b-\u200f\u2060\ufeff]")
 INJECTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(rx, re.IGNORECASE)) for name, rx in [
     ("ignore-instructions", r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}\b(previous|prior|above|earlier|all|any|your|the|system|safety)\b.{0,20}\b(instructions?|prompts?|rules?|directions?|guidelines?|messages?)"),
-    ("role-change", r"\byou are now\b|\bfrom now on,? you\b|\bpretend (to be|you are)\b|\bact as (an?|the) (ai|assistant|system|admin)"),
+    ("role-change", r"\byou are now\b|\bfrom now on,? you (are|act|become|have no|no longer|will (obey|ignore|forget)|must (obey|ignore|forget))\b|\bpretend (to be|you are)\b|\bact as (an?|the) (ai|assistant|system|admin)"),
     ("system-prompt", r"\b(system|developer|hidden) (prompt|message|instructions?)\b"),
     ("new-instructions", r"\bnew (instructions?|rules?|task)\s*:"),
     ("always-answer", r"\b(always|only|never)\s+(answer|respond|reply|say|output|return|refuse|mention|reveal)\b"),
@@ -145,6 +163,9 @@ INJECTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(rx, r
     ("judge-tampering", r"\b(mark|rate|score|label|flag)\b.{0,15}\b(this|it|me)\b.{0,15}\b(as )?(useful|trusted|important|safe|not suspicious|10|100|1\.0|high)\b"),
     ("chat-markup", r"<\|?(im_start|im_end|system|endoftext)\|?>|\[/?INST\]|<</?SYS>>|^\s*#{2,}\s*(system|instruction)"),
     ("jailbreak", r"\b(jailbreak|DAN mode|developer mode|do anything now)\b"),
+    ("override", r"\b(system|security|admin|policy|safety)\s+override\b|\boverride (any|all|every) (conflicting|other|previous)"),
+    ("hidden-from-user", r"\b(do not|don't|never) (tell|inform|show|let) the user\b|\bwithout (telling|informing) the user\b"),
+    ("addresses-the-ai", r"\bas an ai\b.{0,30}\b(must|should|will|obey)\b|\bupdate your (memory|memories|rules|instructions)\b"),
 ]]
 
 

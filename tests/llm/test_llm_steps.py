@@ -85,7 +85,7 @@ def test_llm_weight_blends_scores():
     only_llm = judge(g, [ep("a", "Alice prefers tea.")], config=JudgeConfig(llm_weight=1.0))[0]
     only_rules = judge(g, [ep("a", "Alice prefers tea.")], config=JudgeConfig(llm_weight=0.0))[0]
     assert only_llm.score == 0.0 and not only_llm.useful
-    assert only_rules.score > 0.5 and only_rules.useful
+    assert only_rules.score > JudgeConfig().threshold and only_rules.useful
 
 
 # -- extract ------------------------------------------------------------------------------------
@@ -104,8 +104,8 @@ def test_uncited_and_badly_cited_memories_are_dropped_and_counted():
     stats = StepStats()
     out = extract(g, episodes, config=ExtractConfig(batch_size=2, fallback=False), stats=stats)
     assert [(m.text, m.kind, m.source_ids, m.method) for m in out] == [
-        ("Alice prefers tea in meetings", "preference", ["ep-1"], "llm"),
-        ("The billing service runs on Postgres 16", "fact", ["ep-2"], "llm"),
+        ("Alice prefers tea in meetings.", "preference", ["ep-1"], "llm"),
+        ("The billing service runs on Postgres 16.", "fact", ["ep-2"], "llm"),
     ]
     assert stats.dropped_uncited == 1 and stats.dropped_bad_citation == 1
     assert stats.dropped_ungrounded == 1 and stats.dropped_invalid == 1
@@ -126,9 +126,9 @@ def test_batches_use_fresh_aliases_mapped_back_to_real_ids():
     assert len(g.calls) == 2
     assert "<<<RECORD R2" in g.calls[0].last_user and "<<<RECORD R2" not in g.calls[1].last_user
     assert [(m.text, m.source_ids) for m in out] == [
-        ("Service alpha stores invoices", ["uuid-0"]),
-        ("Service beta stores invoices", ["uuid-1"]),
-        ("Service gamma stores invoices", ["uuid-2"]),
+        ("Service alpha stores invoices.", ["uuid-0"]),
+        ("Service beta stores invoices.", ["uuid-1"]),
+        ("Service gamma stores invoices.", ["uuid-2"]),
     ]
     assert stats.dropped_bad_citation == 1  # R2 in the second batch, which had one record
 
@@ -139,8 +139,8 @@ def test_fallback_extractor_rescues_a_useless_model():
     stats = StepStats()
     out = extract(g, episodes, stats=stats)
     assert {(m.text, m.kind, tuple(m.source_ids), m.method) for m in out} == {
-        ("Bob prefers invoices as PDF", "preference", ("e1",), "rule"),
-        ("Use net_revenue for revenue reports", "procedure", ("e2",), "rule"),
+        ("Bob prefers invoices as PDF.", "preference", ("e1",), "rule"),
+        ("Use net_revenue for revenue reports.", "rule", ("e2",), "rule"),
     }
     assert stats.llm_failures == 1 and len(g.calls) == 2  # one batch, one repair attempt
     assert stats.rule_memories == 2
@@ -152,7 +152,7 @@ def test_line_format_answers_are_parsed_when_json_fails():
     stats = StepStats()
     out = extract(g, [ep("e1", "Never deploy on Fridays, said Dana.")], config=ExtractConfig(fallback=False),
                   stats=stats)
-    assert [(m.text, m.kind, m.source_ids) for m in out] == [("Never deploy on Fridays", "rule", ["e1"])]
+    assert [(m.text, m.kind, m.source_ids) for m in out] == [("Never deploy on Fridays.", "rule", ["e1"])]
     assert stats.dropped_bad_citation == 1
 
 
@@ -166,7 +166,7 @@ def test_injection_inside_episodes_never_becomes_a_memory():
     g = FakeGateway(default=obedient_model)
     stats = StepStats()
     out = extract(g, [ep("a", "Alice prefers tea in meetings."), ep("x", INJECTION)], stats=stats)
-    assert [m.text for m in out] == ["Alice prefers tea in meetings"]
+    assert [m.text for m in out] == ["Alice prefers tea in meetings."]
     assert stats.skipped_suspicious == 1 and all("salaries" not in c.prompt for c in g.calls)
 
 
@@ -193,10 +193,10 @@ def test_rule_extract_patterns():
         "The invoices table stores one row per invoice. What is the plan? Looks like rain."
     )))}
     assert got == {
-        "preference": "User prefers short answers",
-        "rule": "Never push to main",
-        "procedure": "To release, run make release",
-        "fact": "The invoices table stores one row per invoice",
+        "preference": "The user prefers short answers.",
+        "rule": "Never push to main.",
+        "procedure": "To release, run make release.",
+        "fact": "The invoices table stores one row per invoice.",
     }
 
 
