@@ -126,8 +126,18 @@ class EmbeddedPostgres:
         return self._bin
 
     @property
+    def socket_dir(self) -> Path:
+        """The data folder, unless its socket path would pass the 107-byte limit of unix sockets:
+        then a private folder in /tmp named after it (0700, the server's user)."""
+        if len(str(self.pg_dir / ".s.PGSQL.5432")) <= 100:
+            return self.pg_dir
+        import hashlib
+
+        return Path("/tmp") / f"memscale-pg-{hashlib.sha256(str(self.pg_dir).encode()).hexdigest()[:16]}"
+
+    @property
     def url(self) -> str:
-        return f"postgresql+psycopg://postgres@/postgres?host={self.pg_dir}"
+        return f"postgresql+psycopg://postgres@/postgres?host={self.socket_dir}"
 
     def run(self, program: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         """A bundled program as the server's user (its ICU and friends live in the bundle's lib/)."""
@@ -153,7 +163,7 @@ class EmbeddedPostgres:
         os.chmod(self.pg_dir, 0o700)
         opts = [a for k, v in SETTINGS.items() for a in ("-c", f"{k}={v}")]
         r = self.run("initdb", "-D", str(self.pg_dir), "-U", "postgres", "--auth=trust", "--encoding=UTF8",
-                     "--locale=C.UTF-8", "-c", f"unix_socket_directories={self.pg_dir}", *opts, timeout=300)
+                     "--locale=C.UTF-8", "-c", f"unix_socket_directories={self.socket_dir}", *opts, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"initdb failed: {r.stderr[-2000:]}")
         # Only the socket, only trust on it: no host lines at all.
@@ -165,6 +175,10 @@ class EmbeddedPostgres:
         self.init()
         if self.running():
             return
+        if self.socket_dir != self.pg_dir and not self.socket_dir.exists():  # /tmp may have been cleaned
+            self.socket_dir.mkdir(mode=0o700)
+            if _root():
+                subprocess.run(["chown", SERVER_USER, str(self.socket_dir)], check=True)
         (self.pg_dir / "postmaster.pid").unlink(missing_ok=True)  # stale after a crash of the machine
         r = self.pg_ctl("-w", "-t", "120", "-l", str(self.pg_dir / "log"), "start", timeout=180)
         if r.returncode != 0 and not self.running():

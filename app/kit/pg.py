@@ -72,9 +72,9 @@ def check_versions(conn) -> tuple[str, str]:  # noqa: ANN001
     vec = conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar() or \
         conn.execute(text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")).scalar()
     if num < MIN_SERVER:
-        raise RuntimeError(f"memscale needs PostgreSQL >= 15; the server at MEMSCALE_DATABASE_URL is {ver}")
+        raise RuntimeError(f"memscale needs PostgreSQL >= {MIN_SERVER // 10000}; the server is {ver}")
     if vec is None or tuple(int(x) for x in vec.split(".")[:2]) < MIN_VECTOR:
-        raise RuntimeError(f"memscale needs pgvector >= 0.8 (iterative index scans); the server has "
+        raise RuntimeError(f"memscale needs pgvector >= {MIN_VECTOR[0]}.{MIN_VECTOR[1]} (iterative index scans); the server has "
                            f"{vec or 'no pgvector'}: install or upgrade it (CREATE EXTENSION / ALTER EXTENSION vector UPDATE)")
     return ver, vec
 
