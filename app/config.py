@@ -12,7 +12,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMSCALE_", extra="ignore")
 
     data_dir: Path = Path(".memscale")
-    # Admin/owner URL (migrations, CLI). Unset: the embedded pgserver in <data_dir>/pg.
+    # Admin/owner URL (migrations, CLI). Unset: the embedded PostgreSQL 18 in <data_dir>/pg18.
     database_url: str | None = None
     # URL the API and workers use; unset: database_url with the user swapped for `memscale_app`
     # (a NOSUPERUSER NOBYPASSRLS role the migrations create), so row-level security is in force.
@@ -77,4 +77,4 @@ class Settings(BaseSettings):
 
     @property
     def pg_dir(self) -> Path:
-        return self.data_dir.resolve() / "pg"
+        return self.data_dir.resolve() / "pg18"  # <data_dir>/pg held pgserver's PostgreSQL 16 (not reused)

@@ -11,6 +11,7 @@ import app.kit.registry  # noqa: F401  (every model mapped before the first flus
 from app.auth.enforcer import Authorizer
 from app.config import Settings
 from app.kit.db import make_engine, make_sessionmaker
+from app.kit.pg import check_versions
 from app.jobs.runner import Resources
 from app.kit.embedding import Embedder, make_embedder
 from app.kit.errors import install_error_handlers
@@ -27,6 +28,8 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     async def lifespan(app: FastAPI):
         setup_logging(settings.log_level)
         engine = make_engine(app_url(settings), pool_size=settings.db_pool_size)
+        with engine.connect() as conn:  # a clear error now, not a strange one at the first search
+            check_versions(conn)
         app.state.settings = settings
         app.state.engine = engine
         app.state.sessions = make_sessionmaker(engine, audit_key=settings.audit_secret())

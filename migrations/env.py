@@ -1,4 +1,5 @@
-"""Alembic environment: the owner URL comes from Settings (embedded pgserver by default)."""
+"""Alembic environment: the owner URL comes from Settings (the embedded PostgreSQL 18 by default).
+A server outside the supported range (PostgreSQL >= 15, pgvector >= 0.8) is refused before any change."""
 
 from alembic import context
 from sqlalchemy import create_engine, pool
@@ -22,6 +23,10 @@ def run_migrations_online() -> None:
 
 
 def _run(connection) -> None:  # noqa: ANN001
+    from app.kit.pg import check_versions
+
+    check_versions(connection)
+    connection.commit()  # end the check's implicit transaction, so the migration's own one commits
     context.configure(connection=connection, target_metadata=metadata, include_object=_include_object,
                       compare_type=True)
     with context.begin_transaction():

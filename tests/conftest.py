@@ -1,4 +1,4 @@
-"""Tests run against the real embedded PostgreSQL (pgserver), migrated with alembic.
+"""Tests run against the real embedded PostgreSQL (18, pgvector 0.8: app/kit/embedded_pg.py), migrated with alembic.
 
 One fresh database per test session (`memscale_test`) in the embedded server; every test makes
 its own orgs, so tests are independent of order. The API runs in-process (TestClient) as the

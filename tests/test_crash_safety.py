@@ -119,55 +119,45 @@ def test_kill9_during_batch_write_leaves_no_partial_batch_and_retry_is_exactly_o
 # (b) stop and restart PostgreSQL during traffic
 
 
-def _pg_ctl(pgdir: Path, *args: str) -> subprocess.CompletedProcess:
-    """pg_ctl on our private data dir, as app/kit/pg.py does (as the `pgserver` user when root)."""
-    import pgserver
+def _pg(pgdir: Path):  # noqa: ANN202
+    """The embedded server on our private data dir, run as app/kit/pg.py runs it."""
+    from app.config import Settings
+    from app.kit.embedded_pg import EmbeddedPostgres
 
-    cmd = [str(Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"), "-D", str(pgdir), *args]
-    if os.geteuid() == 0:
-        import shlex
-
-        cmd = ["su", "pgserver", "-s", "/bin/sh", "-c", shlex.join(cmd)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return EmbeddedPostgres(pgdir, Settings().data_dir.resolve() / "pginstall")
 
 
 def _pg_running(pgdir: Path) -> bool:
-    return _pg_ctl(pgdir, "status").returncode == 0
+    return _pg(pgdir).running()
 
 
 def _pg_start(pgdir: Path) -> None:
-    # The options pgserver itself starts with: no TCP, the socket in the data dir.
-    r = _pg_ctl(pgdir, "-w", "-o", '-h ""', "-o", f"-k {pgdir}", "-l", str(pgdir / "log"), "start")
-    assert r.returncode == 0, r.stdout + r.stderr
+    _pg(pgdir).start()  # no TCP, the socket in the data dir
+    assert _pg_running(pgdir)
 
 
 def _pg_stop(pgdir: Path) -> None:
-    r = _pg_ctl(pgdir, "-w", "-m", "fast", "stop")
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert _pg(pgdir).stop() and not _pg_running(pgdir)
 
 
 @pytest.fixture
 def private_pg():
     """A separate embedded PostgreSQL (own data dir under /tmp: short socket path), migrated;
     stopped and deleted afterwards whatever happens."""
-    import pgserver
-
     from app.config import Settings
     from app.kit.migrate import upgrade
 
     root = Path(tempfile.mkdtemp(prefix="mspg", dir="/tmp"))
     pgdir = root / "pg"
-    srv = None
     try:
-        srv = pgserver.get_server(pgdir, cleanup_mode=None)
-        s = Settings(database_url=f"postgresql+psycopg://postgres@/postgres?host={pgdir}")
+        srv = _pg(pgdir)
+        srv.start()
+        s = Settings(database_url=srv.url)
         upgrade(s, "head")
         yield s, pgdir
     finally:
         if pgdir.exists() and _pg_running(pgdir):
             _pg_stop(pgdir)
-        if srv is not None:
-            srv.cleanup()  # drop this process from pgserver's handle list (cleanup_mode=None: no stop)
         shutil.rmtree(root, ignore_errors=True)
 
 

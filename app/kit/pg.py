@@ -1,21 +1,21 @@
-"""Where the database is: the embedded pgserver (default) or MEMSCALE_DATABASE_URL.
+"""Where the database is: the embedded PostgreSQL 18 + pgvector 0.8 (default; app/kit/embedded_pg.py)
+or MEMSCALE_DATABASE_URL (PostgreSQL >= 15 with pgvector >= 0.8, checked at start-up).
 
-pgserver stops the server when the last process using it exits normally; a SIGKILL leaves it
-running (NOTES.md). `install_sigterm_handler` turns SIGTERM into a normal exit, and
-`stop_embedded` (make stop / the tests) stops a stray server with pg_ctl.
+The embedded server stops when the last process using it exits normally; a SIGKILLed process
+is ignored when the others count who is left. `install_sigterm_handler` turns SIGTERM into a
+normal exit, and `stop_embedded` (make stop / the tests) stops the server outright.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import subprocess
 import sys
-from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
+from app.kit.embedded_pg import EmbeddedPostgres
 
 log = logging.getLogger("memscale.pg")
 APP_ROLE = "memscale_app"
@@ -33,26 +33,16 @@ def admin_url(settings: Settings) -> str:
     """URL of the owner role (migrations, admin CLI); starts the embedded server if needed."""
     if settings.database_url:
         return _sqlalchemy_url(settings.database_url)
-    pg_dir = settings.pg_dir
-    key = str(pg_dir)
+    srv = embedded(settings)
+    key = str(srv.pg_dir)
     if key not in _servers:
-        import pgserver
-
-        pg_dir.mkdir(parents=True, exist_ok=True)
-        srv = pgserver.get_server(pg_dir, cleanup_mode="stop")
+        srv.attach()
         _servers[key] = srv
-        _tune(srv)
-    return f"postgresql+psycopg://postgres@/postgres?host={pg_dir}"
+    return srv.url
 
 
-def _tune(srv) -> None:
-    # Faster HNSW builds and sorts (NOTES.md); ALTER SYSTEM settings survive restarts.
-    try:
-        srv.psql("ALTER SYSTEM SET maintenance_work_mem = '512MB';")
-        srv.psql("ALTER SYSTEM SET work_mem = '16MB';")
-        srv.psql("SELECT pg_reload_conf();")
-    except Exception as exc:  # tuning is best-effort
-        log.warning("could not tune embedded postgres: %s", exc)
+def embedded(settings: Settings) -> EmbeddedPostgres:
+    return EmbeddedPostgres(settings.pg_dir, settings.data_dir.resolve() / "pginstall")
 
 
 def app_url(settings: Settings) -> str:
@@ -64,19 +54,29 @@ def app_url(settings: Settings) -> str:
 
 
 def stop_embedded(settings: Settings) -> bool:
-    pg_dir = settings.pg_dir
-    if not (pg_dir / "postmaster.pid").exists():
+    if settings.database_url:
         return False
-    import pgserver
+    return embedded(settings).stop()
 
-    pg_ctl = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"
-    cmd = [str(pg_ctl), "stop", "-D", str(pg_dir), "-m", "fast"]
-    import os
 
-    if os.geteuid() == 0:
-        cmd = ["su", "pgserver", "-s", "/bin/sh", "-c", " ".join(cmd)]
-    subprocess.run(cmd, check=False, capture_output=True)
-    return True
+MIN_SERVER = 150000  # PostgreSQL 15
+MIN_VECTOR = (0, 8)
+
+
+def check_versions(conn) -> tuple[str, str]:  # noqa: ANN001
+    """Refuse a server outside the supported range with a message that says what to do."""
+    from sqlalchemy import text
+
+    num = int(conn.execute(text("SHOW server_version_num")).scalar())
+    ver = conn.execute(text("SHOW server_version")).scalar()
+    vec = conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar() or \
+        conn.execute(text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")).scalar()
+    if num < MIN_SERVER:
+        raise RuntimeError(f"memscale needs PostgreSQL >= {MIN_SERVER // 10000}; the server is {ver}")
+    if vec is None or tuple(int(x) for x in vec.split(".")[:2]) < MIN_VECTOR:
+        raise RuntimeError(f"memscale needs pgvector >= {MIN_VECTOR[0]}.{MIN_VECTOR[1]} (iterative index scans); the server has "
+                           f"{vec or 'no pgvector'}: install or upgrade it (CREATE EXTENSION / ALTER EXTENSION vector UPDATE)")
+    return ver, vec
 
 
 def install_sigterm_handler() -> None:

