@@ -44,7 +44,7 @@ test-fast: setup
 # The ACL property suite, long: >= 10,000 access checks over every read path plus deletion;
 # counts go to bench/results/acl_property.json (docs/security.md).
 test-long: setup
-	MEMSCALE_ACL_EXAMPLES=8 MEMSCALE_ACL_STEPS=8 MEMSCALE_ACL_GETS=48 MEMSCALE_ACL_RESULTS=bench/results/acl_property.json \
+	MEMSCALE_ACL_EXAMPLES=12 MEMSCALE_ACL_STEPS=10 MEMSCALE_ACL_GETS=48 MEMSCALE_ACL_RESULTS=bench/results/acl_property.json \
 	  $(BIN)/python -m pytest tests/test_acl_property.py -q
 
 bench-fairness: setup
