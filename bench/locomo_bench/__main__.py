@@ -15,6 +15,7 @@ import argparse
 import os
 import time
 from collections import defaultdict
+from statistics import mean
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -22,6 +23,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 RECALL_AT = (5, 10, 25)
+
+# The ranking levers of app.search.service.Tuning, each off in turn (the default has all on).
+ABLATIONS = {
+    "before: rrf, depth follows k": {"fusion": "rrf", "pool": None},
+    "rrf, pool 100": {"fusion": "rrf"},
+    "score fusion": {"neighbour": 0.0, "session": 0.0},
+    "score fusion + neighbours": {"session": 0.0},
+    "score fusion + sessions": {"neighbour": 0.0},
+}
+DEFAULT_VARIANT = "score fusion + neighbours + sessions (default)"
 
 
 def method_plan(budgets: list[int]) -> tuple[list[str], list[str]]:
@@ -47,12 +58,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--distill", action="store_true", help="run the distill job after ingestion (slow on CPU)")
     ap.add_argument("--conversations", type=int, default=0, help="use only the first N conversations (0 = all)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for JSON, markdown and plots")
+    ap.add_argument("--ablate", default=None, help="comma-separated ablation variants, 'all' or 'none' "
+                    f"(default: all, quick: none); variants: {', '.join(ABLATIONS)}")
     ap.add_argument("--name", default=None, help="result file stem (default locomo / locomo_quick)")
     args = ap.parse_args(argv)
     if args.reader_questions is None:
         args.reader_questions = 1 if args.quick else 20
     args.name = args.name or ("locomo_quick" if args.quick else "locomo")
     args.budgets = [int(b) for b in str(args.budget).split(",")]
+    ablate = args.ablate or ("none" if args.quick else "all")
+    args.ablations = [] if ablate == "none" else list(ABLATIONS) if ablate == "all" else \
+        [a.strip() for a in ablate.split(",")]
+    unknown = [a for a in args.ablations if a not in ABLATIONS]
+    if unknown:
+        ap.error(f"unknown ablation variant(s): {unknown}")
     return args
 
 
@@ -150,6 +169,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             rows.append(row)
             if (i + 1) % 50 == 0:
                 print(f"  {i + 1}/{len(items)} questions", flush=True)
+        ablation = run_ablations(svc, items, args, rows)
     finally:
         svc.close()
     result = report.summarise(rows, methods=tuple(methods), recall_at=RECALL_AT)
@@ -159,10 +179,60 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         "budget_tokens": args.budgets, "reader_window_tokens": window, "rag_k": 10,
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "full_history_tokens_mean": round(sum(f.total_tokens for f in full.values()) / len(full), 1),
-        "ingest_seconds": round(ingest_s, 1), "distill": distill_stats,
+        "ingest_seconds": round(ingest_s, 1), "distill": distill_stats, "ablation": ablation,
         "seconds": round(time.perf_counter() - started, 1), "questions_detail": rows,
     })
     report.finish(result, args.out, args.name)
+    return result
+
+
+def _scores(r, ev: list[str]) -> dict:  # noqa: ANN001
+    rec = {f"recall@{k}": sum(e in r.ranked[:k] for e in ev) / len(ev) for k in RECALL_AT}
+    rec.update(recall_in_context=sum(e in r.in_context for e in ev) / len(ev), tokens=r.tokens,
+               latency_ms=round(r.latency_s * 1000, 2))
+    return rec
+
+
+def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | None:  # noqa: ANN001
+    """Each ranking lever off in turn: hybrid search and /v1/context at every budget, per question.
+
+    The default variant's figures are the main run's (same questions, same process). Also a
+    leave-one-conversation-out choice among the variants (the neighbour and session weights are
+    fitted): for each conversation, the variant with the best hybrid recall@10 on the others,
+    scored on it."""
+    from app.search.service import tuned
+    from bench.locomo_bench import report
+
+    if not args.ablations:
+        return None
+    ms = [f"context@{b}" for b in args.budgets] + ["hybrid"]
+    per_variant = {DEFAULT_VARIANT: [{**r, "methods": {m: r["methods"][m] for m in ms}} for r in rows]}
+    for name in args.ablations:
+        print(f"  ablation: {name}", flush=True)
+        out = []
+        with tuned(**ABLATIONS[name]):
+            for c, q in items:
+                got = {m: svc.context(c, q, int(m.split("@")[1])) if m.startswith("context@") else svc.search(c, q, m)
+                       for m in ms}
+                out.append({"conversation": c.sample_id, "category": q.category,
+                            "methods": {m: _scores(r, q.evidence) for m, r in got.items()}})
+        per_variant[name] = out
+    result = {"variants": {v: report.summarise(vr, methods=tuple(ms), recall_at=RECALL_AT)["methods"]
+                           for v, vr in per_variant.items()}}
+    convs = sorted({r["conversation"] for r in rows})
+
+    def r10(v: str, keep) -> list[float]:  # noqa: ANN001
+        return [r["methods"]["hybrid"]["recall@10"] for r in per_variant[v] if keep(r["conversation"])]
+
+    if len(convs) > 1:
+        held, chosen = [], {}
+        for c in convs:
+            best = max(per_variant, key=lambda v: mean(r10(v, lambda x: x != c)))
+            chosen[c] = best
+            held += r10(best, lambda x: x == c)
+        result["leave_one_conversation_out"] = {
+            "chosen": chosen, "hybrid_recall@10": round(mean(held), 4),
+            "default_hybrid_recall@10": round(mean(r10(DEFAULT_VARIANT, lambda x: True)), 4)}
     return result
 
 

@@ -86,6 +86,7 @@ def markdown(r: dict) -> str:
     for m, e in r["methods"].items():
         key = "recall@10" if "recall@10" in e else "recall_in_context"
         lines.append(f"| {label(m)} | " + " | ".join(_f(e["per_category"].get(str(c), {}).get(key)) for c in cats) + " |")
+    lines += ablation_lines(r)
     lines += ["", "## Reader answers (model-dependent)", ""]
     if not r["reader"]:
         lines.append("Reader skipped (`--reader-questions 0`).")
@@ -104,6 +105,36 @@ def markdown(r: dict) -> str:
         lines += ["", f"Distillation: {json.dumps({k: r['distill'].get(k) for k in ('status', 'seen', 'kept', 'memories_created')})}"]
     lines += ["", f"Ingestion {r['ingest_seconds']} s; whole run {r['seconds']} s."]
     return "\n".join(lines) + "\n"
+
+
+def ablation_lines(r: dict) -> list[str]:
+    """Each ranking lever off in turn (app.search.service.Tuning), plus the leave-one-out choice."""
+    ab = r.get("ablation")
+    if not ab:
+        return []
+    cats = sorted({int(c) for v in ab["variants"].values() for m in v.values() for c in m["per_category"]})
+    ctx = [m for m in next(iter(ab["variants"].values())) if m.startswith("context@")]
+    lines = ["", "## Ablation: ranking levers (hybrid search top-k; /v1/context at each budget)", "",
+             "| variant | hybrid r@5 | r@10 | r@25 | " + " | ".join(f"r@10 cat {c}" for c in cats) + " | p50/p95 ms | "
+             + " | ".join(f"{m}: r@10 / in context / tokens / p50/p95 ms" for m in ctx) + " |",
+             "|---|---|---|---|" + "---|" * len(cats) + "---|" + "---|" * len(ctx)]
+    for v, ms in ab["variants"].items():
+        h = ms["hybrid"]
+        cells = [_f(h.get("recall@5")), _f(h.get("recall@10")), _f(h.get("recall@25"))]
+        cells += [_f(h["per_category"].get(str(c), {}).get("recall@10")) for c in cats]
+        cells.append(f"{h['latency_ms']['p50']:.0f}/{h['latency_ms']['p95']:.0f}")
+        for m in ctx:
+            e = ms[m]
+            cells.append(f"{_f(e.get('recall@10'))} / {_f(e['recall_in_context'])} / {e['tokens_mean']:.0f} / "
+                         f"{e['latency_ms']['p50']:.0f}/{e['latency_ms']['p95']:.0f}")
+        lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    loo = ab.get("leave_one_conversation_out")
+    if loo:
+        lines += ["", f"Leave-one-conversation-out (variant chosen on the other conversations by hybrid recall@10, "
+                  f"scored on the held-out one): recall@10 {loo['hybrid_recall@10']:.3f} vs "
+                  f"{loo['default_hybrid_recall@10']:.3f} for the default on all; chosen: "
+                  + ", ".join(f"{c} → {v}" for c, v in loo["chosen"].items()) + "."]
+    return lines
 
 
 def plot(r: dict, path: Path) -> None:
