@@ -24,13 +24,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 RECALL_AT = (5, 10, 25)
 
-# The ranking levers of app.search.service.Tuning, each off in turn (the default has all on).
+# The ranking levers of app.search.service.Tuning, each off in turn (the default has all on):
+# (settings, whether /v1/context is run too). Hybrid search alone shows a lever's effect on the
+# ranking; the ranking "before" also runs /v1/context, for the before/after comparison.
 ABLATIONS = {
-    "before: rrf, depth follows k": {"fusion": "rrf", "pool": None},
-    "rrf, pool 100": {"fusion": "rrf"},
-    "score fusion": {"neighbour": 0.0, "session": 0.0},
-    "score fusion + neighbours": {"session": 0.0},
-    "score fusion + sessions": {"neighbour": 0.0},
+    "before: rrf, depth follows k": ({"fusion": "rrf", "pool": None}, True),
+    "rrf, pool 100": ({"fusion": "rrf"}, False),
+    "score fusion": ({"neighbour": 0.0, "session": 0.0}, False),
+    "score fusion + neighbours": ({"session": 0.0}, False),
+    "score fusion + sessions": ({"neighbour": 0.0}, False),
 }
 DEFAULT_VARIANT = "score fusion + neighbours + sessions (default)"
 
@@ -194,7 +196,8 @@ def _scores(r, ev: list[str]) -> dict:  # noqa: ANN001
 
 
 def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | None:  # noqa: ANN001
-    """Each ranking lever off in turn: hybrid search and /v1/context at every budget, per question.
+    """Each ranking lever off in turn: hybrid search (and /v1/context at every budget for the
+    variants marked so), per question.
 
     The default variant's figures are the main run's (same questions, same process). Also a
     leave-one-conversation-out choice among the variants (the neighbour and session weights are
@@ -210,15 +213,16 @@ def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | Non
     for name in args.ablations:
         print(f"  ablation: {name}", flush=True)
         out = []
-        with tuned(**ABLATIONS[name]):
+        changes, with_context = ABLATIONS[name]
+        with tuned(**changes):
             for c, q in items:
                 got = {m: svc.context(c, q, int(m.split("@")[1])) if m.startswith("context@") else svc.search(c, q, m)
-                       for m in ms}
+                       for m in ms if with_context or m == "hybrid"}
                 out.append({"conversation": c.sample_id, "category": q.category,
                             "methods": {m: _scores(r, q.evidence) for m, r in got.items()}})
         per_variant[name] = out
-    result = {"variants": {v: report.summarise(vr, methods=tuple(ms), recall_at=RECALL_AT)["methods"]
-                           for v, vr in per_variant.items()}}
+    result = {"variants": {v: report.summarise(vr, methods=tuple(m for m in ms if m in vr[0]["methods"]),
+                                               recall_at=RECALL_AT)["methods"] for v, vr in per_variant.items()}}
     convs = sorted({r["conversation"] for r in rows})
 
     def r10(v: str, keep) -> list[float]:  # noqa: ANN001
