@@ -59,6 +59,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--window", type=int, default=None, help="reader window for the full-context baseline")
     ap.add_argument("--distill", action="store_true", help="run the distill job after ingestion (slow on CPU)")
     ap.add_argument("--conversations", type=int, default=0, help="use only the first N conversations (0 = all)")
+    ap.add_argument("--only", default=None, help="comma-separated sample ids (e.g. conv-26): run these only, "
+                    "in a database of their own; `python -m bench.locomo_bench.merge` joins such runs")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for JSON, markdown and plots")
     ap.add_argument("--ablate", default=None, help="comma-separated ablation variants, 'all' or 'none' "
                     f"(default: all, quick: none); variants: {', '.join(ABLATIONS)}")
@@ -117,10 +119,14 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     convs = load(args.data) if args.data else load()
     if args.conversations:
         convs = convs[: args.conversations]
+    if args.only:
+        convs = [c for c in convs if c.sample_id in args.only.split(",")]
     if args.quick:
         convs = [quick_slice(convs[0], sessions=3, max_questions=10)]
     started = time.perf_counter()
-    svc = Service("memscale_bench_locomo" + ("_quick" if args.quick else ""), convs, model=model, embedder=embedder)
+    db_name = "memscale_bench_locomo" + ("_quick" if args.quick else "") + \
+        ("_" + "_".join(c.sample_id.replace("-", "_") for c in convs) if args.only else "")
+    svc = Service(db_name, convs, model=model, embedder=embedder)
     methods, reader_methods = method_plan(args.budgets)
     try:
         t0 = time.perf_counter()
@@ -204,7 +210,6 @@ def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | Non
     fitted): for each conversation, the variant with the best hybrid recall@10 on the others,
     scored on it."""
     from app.search.service import tuned
-    from bench.locomo_bench import report
 
     if not args.ablations:
         return None
@@ -221,9 +226,18 @@ def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | Non
                 out.append({"conversation": c.sample_id, "category": q.category,
                             "methods": {m: _scores(r, q.evidence) for m, r in got.items()}})
         per_variant[name] = out
-    result = {"variants": {v: report.summarise(vr, methods=tuple(m for m in ms if m in vr[0]["methods"]),
-                                               recall_at=RECALL_AT)["methods"] for v, vr in per_variant.items()}}
-    convs = sorted({r["conversation"] for r in rows})
+    return ablation_summary({v: [{k: r[k] for k in ("conversation", "category", "methods")} for r in vr]
+                             for v, vr in per_variant.items()})
+
+
+def ablation_summary(per_variant: dict[str, list[dict]]) -> dict:
+    """Aggregates of the ablation's per-question rows (kept in the result, so runs can be merged)."""
+    from bench.locomo_bench import report
+
+    result = {"variants": {v: report.summarise(vr, methods=tuple(m for m in vr[0]["methods"]),
+                                               recall_at=RECALL_AT)["methods"] for v, vr in per_variant.items()},
+              "rows": per_variant}
+    convs = sorted({r["conversation"] for r in per_variant[DEFAULT_VARIANT]})
 
     def r10(v: str, keep) -> list[float]:  # noqa: ANN001
         return [r["methods"]["hybrid"]["recall@10"] for r in per_variant[v] if keep(r["conversation"])]
