@@ -28,7 +28,7 @@ RECALL_AT = (5, 10, 25)
 # (settings, whether /v1/context is run too). Hybrid search alone shows a lever's effect on the
 # ranking; the ranking "before" also runs /v1/context, for the before/after comparison.
 ABLATIONS = {
-    "before: rrf, depth follows k": ({"fusion": "rrf", "pool": None}, True),
+    "before: rrf at k-dependent depth": ({"fusion": "rrf", "pool": None}, True),
     "rrf, pool 100": ({"fusion": "rrf"}, False),
     "score fusion": ({"neighbour": 0.0, "session": 0.0}, False),
     "score fusion + neighbours": ({"session": 0.0}, False),
