@@ -112,3 +112,14 @@ def test_superseded_memories_are_never_served_by_hybrid_search(client, world):
     res = client.post("/v1/search", json={"query": "when is the quarterly report due", "types": ["memory"]},
                       headers=alice.h).json()["results"]
     assert [x["id"] for x in res] == [new["id"]]
+
+
+def test_a_text_hit_without_embedding_stays_in_hybrid_results(client, world, admin_engine):
+    org = world.org()
+    alice = world.user(org)
+    ids = client.post("/v1/episodes/batch", json={"items": [
+        ep("The Zanzibar spice farm tour is on Friday"), ep("Lunch was tacos again")]}, headers=alice.h).json()["ids"]
+    with admin_engine.begin() as c:
+        c.execute(text("UPDATE episodes SET embedding = NULL WHERE id = :i"), {"i": ids[0]})
+    res = _search(client, alice, "Zanzibar spice farm tour", k=5)
+    assert [i for i, _ in res] == [ids[0], ids[1]] and all(0 < s < 1 for _, s in res)

@@ -106,7 +106,9 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
         return out
     bm25 = {id_: float(r) for id_, r in txt}
     rows = repo.pool_rows(db, principal, t, qvec, list({id_ for id_, _ in vec} | set(bm25)), filters)
-    cos = {r.id: 1.0 - float(r.d) for r in rows}
+    known = [1.0 - float(r.d) for r in rows if r.d is not None]
+    floor = min(known, default=0.0)  # a row without an embedding: as far as the farthest in the pool
+    cos = {r.id: 1.0 - float(r.d) if r.d is not None else floor for r in rows}
     zc, zb = _z(cos), _z({id_: bm25.get(id_, 0.0) for id_ in cos})
     fused = {id_: tun.w_vector * zc[id_] + zb[id_] for id_ in cos}
     if t == "episode" and tun.neighbour:
