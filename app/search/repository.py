@@ -146,3 +146,20 @@ def load(db: Session, principal: Principal, type_: str, ids: list) -> dict:
     cols = [c for c in m.__table__.columns if c.name not in ("embedding", "tsv")]
     rows = db.execute(select(*cols).where(m.id.in_(ids), visible_to(principal, m))).all()
     return {r.id: r for r in rows}
+
+
+def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f: SearchFilters) -> list[tuple]:
+    """(id, cosine distance, session_id) of the fusion pool's rows, by primary key.
+
+    Score fusion needs both scores of every candidate: a row found by text search alone gets its
+    exact cosine here (at most a few hundred rows, fetched by id, so no HNSW walk), and episodes
+    bring their session for the session signal. Same filters as the searches themselves. A row
+    without an embedding comes back with distance NULL (the caller scores it as the pool's
+    farthest) rather than dropping out of hybrid results.
+    """
+    if not ids:
+        return []
+    m = SPECS[type_].model
+    sess = m.session_id if type_ == "episode" else literal(None)
+    return db.execute(select(m.id, m.embedding.cosine_distance(qvec).label("d"), sess.label("session_id"))
+                      .where(m.id.in_(ids), *_filters(principal, type_, f))).all()

@@ -15,6 +15,7 @@ import argparse
 import os
 import time
 from collections import defaultdict
+from statistics import mean
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -22,6 +23,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 RECALL_AT = (5, 10, 25)
+
+# The ranking levers of app.search.service.Tuning, each off in turn (the default has all on):
+# (settings, whether /v1/context is run too). Hybrid search alone shows a lever's effect on the
+# ranking; the ranking "before" also runs /v1/context, for the before/after comparison.
+ABLATIONS = {
+    "before: rrf at k-dependent depth": ({"fusion": "rrf", "pool": None}, True),
+    "rrf, pool 100": ({"fusion": "rrf"}, False),
+    "score fusion": ({"neighbour": 0.0, "session": 0.0}, False),
+    "score fusion + neighbours": ({"session": 0.0}, False),
+    "score fusion + sessions": ({"neighbour": 0.0}, False),
+}
+DEFAULT_VARIANT = "score fusion + neighbours + sessions (default)"
 
 
 def method_plan(budgets: list[int]) -> tuple[list[str], list[str]]:
@@ -46,13 +59,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--window", type=int, default=None, help="reader window for the full-context baseline")
     ap.add_argument("--distill", action="store_true", help="run the distill job after ingestion (slow on CPU)")
     ap.add_argument("--conversations", type=int, default=0, help="use only the first N conversations (0 = all)")
+    ap.add_argument("--only", default=None, help="comma-separated sample ids (e.g. conv-26): run these only, "
+                    "in a database of their own; `python -m bench.locomo_bench.merge` joins such runs")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for JSON, markdown and plots")
+    ap.add_argument("--ablate", default=None, help="comma-separated ablation variants, 'all' or 'none' "
+                    f"(default: all, quick: none); variants: {', '.join(ABLATIONS)}")
     ap.add_argument("--name", default=None, help="result file stem (default locomo / locomo_quick)")
     args = ap.parse_args(argv)
     if args.reader_questions is None:
         args.reader_questions = 1 if args.quick else 20
     args.name = args.name or ("locomo_quick" if args.quick else "locomo")
     args.budgets = [int(b) for b in str(args.budget).split(",")]
+    ablate = args.ablate or ("none" if args.quick else "all")
+    args.ablations = [] if ablate == "none" else list(ABLATIONS) if ablate == "all" else \
+        [a.strip() for a in ablate.split(",")]
+    unknown = [a for a in args.ablations if a not in ABLATIONS]
+    if unknown:
+        ap.error(f"unknown ablation variant(s): {unknown}")
     return args
 
 
@@ -96,10 +119,14 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     convs = load(args.data) if args.data else load()
     if args.conversations:
         convs = convs[: args.conversations]
+    if args.only:
+        convs = [c for c in convs if c.sample_id in args.only.split(",")]
     if args.quick:
         convs = [quick_slice(convs[0], sessions=3, max_questions=10)]
     started = time.perf_counter()
-    svc = Service("memscale_bench_locomo" + ("_quick" if args.quick else ""), convs, model=model, embedder=embedder)
+    db_name = "memscale_bench_locomo" + ("_quick" if args.quick else "") + \
+        ("_" + "_".join(c.sample_id.replace("-", "_") for c in convs) if args.only else "")
+    svc = Service(db_name, convs, model=model, embedder=embedder)
     methods, reader_methods = method_plan(args.budgets)
     try:
         t0 = time.perf_counter()
@@ -150,6 +177,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             rows.append(row)
             if (i + 1) % 50 == 0:
                 print(f"  {i + 1}/{len(items)} questions", flush=True)
+        ablation = run_ablations(svc, items, args, rows)
     finally:
         svc.close()
     result = report.summarise(rows, methods=tuple(methods), recall_at=RECALL_AT)
@@ -159,10 +187,70 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         "budget_tokens": args.budgets, "reader_window_tokens": window, "rag_k": 10,
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "full_history_tokens_mean": round(sum(f.total_tokens for f in full.values()) / len(full), 1),
-        "ingest_seconds": round(ingest_s, 1), "distill": distill_stats,
+        "ingest_seconds": round(ingest_s, 1), "distill": distill_stats, "ablation": ablation,
         "seconds": round(time.perf_counter() - started, 1), "questions_detail": rows,
     })
     report.finish(result, args.out, args.name)
+    return result
+
+
+def _scores(r, ev: list[str]) -> dict:  # noqa: ANN001
+    rec = {f"recall@{k}": sum(e in r.ranked[:k] for e in ev) / len(ev) for k in RECALL_AT}
+    rec.update(recall_in_context=sum(e in r.in_context for e in ev) / len(ev), tokens=r.tokens,
+               latency_ms=round(r.latency_s * 1000, 2))
+    return rec
+
+
+def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | None:  # noqa: ANN001
+    """Each ranking lever off in turn: hybrid search (and /v1/context at every budget for the
+    variants marked so), per question.
+
+    The default variant's figures are the main run's (same questions, same process). Also a
+    leave-one-conversation-out choice among the variants (the neighbour and session weights are
+    fitted): for each conversation, the variant with the best hybrid recall@10 on the others,
+    scored on it."""
+    from app.search.service import tuned
+
+    if not args.ablations:
+        return None
+    ms = [f"context@{b}" for b in args.budgets] + ["hybrid"]
+    per_variant = {DEFAULT_VARIANT: [{**r, "methods": {m: r["methods"][m] for m in ms}} for r in rows]}
+    for name in args.ablations:
+        print(f"  ablation: {name}", flush=True)
+        out = []
+        changes, with_context = ABLATIONS[name]
+        with tuned(**changes):
+            for c, q in items:
+                got = {m: svc.context(c, q, int(m.split("@")[1])) if m.startswith("context@") else svc.search(c, q, m)
+                       for m in ms if with_context or m == "hybrid"}
+                out.append({"conversation": c.sample_id, "category": q.category,
+                            "methods": {m: _scores(r, q.evidence) for m, r in got.items()}})
+        per_variant[name] = out
+    return ablation_summary({v: [{k: r[k] for k in ("conversation", "category", "methods")} for r in vr]
+                             for v, vr in per_variant.items()})
+
+
+def ablation_summary(per_variant: dict[str, list[dict]]) -> dict:
+    """Aggregates of the ablation's per-question rows (kept in the result, so runs can be merged)."""
+    from bench.locomo_bench import report
+
+    result = {"variants": {v: report.summarise(vr, methods=tuple(m for m in vr[0]["methods"]),
+                                               recall_at=RECALL_AT)["methods"] for v, vr in per_variant.items()},
+              "rows": per_variant}
+    convs = sorted({r["conversation"] for r in per_variant[DEFAULT_VARIANT]})
+
+    def r10(v: str, keep) -> list[float]:  # noqa: ANN001
+        return [r["methods"]["hybrid"]["recall@10"] for r in per_variant[v] if keep(r["conversation"])]
+
+    if len(convs) > 1:
+        held, chosen = [], {}
+        for c in convs:
+            best = max(per_variant, key=lambda v: mean(r10(v, lambda x: x != c)))
+            chosen[c] = best
+            held += r10(best, lambda x: x == c)
+        result["leave_one_conversation_out"] = {
+            "chosen": chosen, "hybrid_recall@10": round(mean(held), 4),
+            "default_hybrid_recall@10": round(mean(r10(DEFAULT_VARIANT, lambda x: True)), 4)}
     return result
 
 

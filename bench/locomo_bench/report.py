@@ -53,6 +53,41 @@ def finish(result: dict, out_dir: Path, name: str) -> None:
     for m in result["methods"].values():
         m["share_of_full_history"] = round(m["tokens_mean"] / full, 4) if m["tokens_mean"] is not None else None
     write_report(result, out_dir, name, markdown(result), plot)
+    if result.get("ablation"):
+        plot_before_after(result, out_dir / f"{name}_before_after.png")
+
+
+def plot_before_after(r: dict, path: Path) -> None:
+    """Recall@10 per category, ranking before vs. now, for hybrid search and /v1/context."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.locomo_bench.__main__ import DEFAULT_VARIANT
+
+    variants = r["ablation"]["variants"]
+    before = next((v for v in variants if v.startswith("before")), None)
+    if before is None:
+        return
+    cats = sorted({int(c) for m in variants[DEFAULT_VARIANT].values() for c in m["per_category"]})
+    methods = [m for m in variants[before] if m in variants[DEFAULT_VARIANT]]
+    fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4.2), squeeze=False)
+    for ax, m in zip(axes[0], methods):
+        for j, (v, colour) in enumerate(((before, "tab:gray"), (DEFAULT_VARIANT, "tab:blue"))):
+            vals = [variants[v][m]["per_category"].get(str(c), {}).get("recall@10") or 0 for c in cats]
+            xs = [i + j * 0.4 for i in range(len(cats))]
+            ax.bar(xs, vals, 0.4, color=colour, label="before (RRF)" if j == 0 else "now")
+            for x, y in zip(xs, vals):
+                ax.text(x, y + 0.01, f"{y:.2f}", ha="center", fontsize=7)
+        ax.set_xticks([i + 0.2 for i in range(len(cats))])
+        ax.set_xticklabels([f"{c} {CATEGORIES.get(c, '')}" for c in cats], fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{label(m)}: evidence recall@10", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _f(x: float | None, pct_: bool = False) -> str:
@@ -86,6 +121,7 @@ def markdown(r: dict) -> str:
     for m, e in r["methods"].items():
         key = "recall@10" if "recall@10" in e else "recall_in_context"
         lines.append(f"| {label(m)} | " + " | ".join(_f(e["per_category"].get(str(c), {}).get(key)) for c in cats) + " |")
+    lines += ablation_lines(r)
     lines += ["", "## Reader answers (model-dependent)", ""]
     if not r["reader"]:
         lines.append("Reader skipped (`--reader-questions 0`).")
@@ -104,6 +140,40 @@ def markdown(r: dict) -> str:
         lines += ["", f"Distillation: {json.dumps({k: r['distill'].get(k) for k in ('status', 'seen', 'kept', 'memories_created')})}"]
     lines += ["", f"Ingestion {r['ingest_seconds']} s; whole run {r['seconds']} s."]
     return "\n".join(lines) + "\n"
+
+
+def ablation_lines(r: dict) -> list[str]:
+    """Each ranking lever off in turn (app.search.service.Tuning), plus the leave-one-out choice."""
+    ab = r.get("ablation")
+    if not ab:
+        return []
+    cats = sorted({int(c) for v in ab["variants"].values() for m in v.values() for c in m["per_category"]})
+    ctx = sorted({m for v in ab["variants"].values() for m in v if m.startswith("context@")},
+                 key=lambda m: int(m.split("@")[1]))
+    lines = ["", "## Ablation: ranking levers (hybrid search top-k; /v1/context at each budget)", "",
+             "| variant | hybrid r@5 | r@10 | r@25 | " + " | ".join(f"r@10 cat {c}" for c in cats) + " | p50/p95 ms | "
+             + " | ".join(f"{m}: r@10 / in context / tokens / p50/p95 ms" for m in ctx) + " |",
+             "|---|---|---|---|" + "---|" * len(cats) + "---|" + "---|" * len(ctx)]
+    for v, ms in ab["variants"].items():
+        h = ms["hybrid"]
+        cells = [_f(h.get("recall@5")), _f(h.get("recall@10")), _f(h.get("recall@25"))]
+        cells += [_f(h["per_category"].get(str(c), {}).get("recall@10")) for c in cats]
+        cells.append(f"{h['latency_ms']['p50']:.0f}/{h['latency_ms']['p95']:.0f}")
+        for m in ctx:
+            e = ms.get(m)
+            if e is None:
+                cells.append("–")
+                continue
+            cells.append(f"{_f(e.get('recall@10'))} / {_f(e['recall_in_context'])} / {e['tokens_mean']:.0f} / "
+                         f"{e['latency_ms']['p50']:.0f}/{e['latency_ms']['p95']:.0f}")
+        lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    loo = ab.get("leave_one_conversation_out")
+    if loo:
+        lines += ["", f"Leave-one-conversation-out (variant chosen on the other conversations by hybrid recall@10, "
+                  f"scored on the held-out one): recall@10 {loo['hybrid_recall@10']:.3f} vs "
+                  f"{loo['default_hybrid_recall@10']:.3f} for the default on all; chosen: "
+                  + ", ".join(f"{c} → {v}" for c, v in loo["chosen"].items()) + "."]
+    return lines
 
 
 def plot(r: dict, path: Path) -> None:

@@ -1,0 +1,52 @@
+"""/v1/search and /v1/context latency over HTTP at LoCoMo scale (2,760 turns, 5 private users),
+ranking before (RRF at k-dependent depth) and now, interleaved twice so both see the same load.
+
+    .venv/bin/python -m bench.locomo_bench.latency
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import httpx
+from bench.locomo import load
+from bench.locomo_bench.run import Service
+from bench.common import serve_in_thread, pct
+from app.search.service import tuned
+
+
+def main() -> None:  # noqa: C901 - a linear script
+    convs = load()
+    svc = Service("memscale_bench_locomo_latency", convs, model="local/smollm2")
+    t0 = time.perf_counter()
+    for c in convs: svc.ingest(c)
+    print("ingest s", round(time.perf_counter() - t0, 1), "turns", sum(len(c.turns) for c in convs))
+    base = serve_in_thread(svc.app)
+    qs = [(c.sample_id, q.question) for c in convs for q in c.qa]
+    random.seed(1); sample = random.sample(qs, 120)
+    http = httpx.Client(base_url=base, timeout=30)
+    def h(sid): return {"Authorization": f"Bearer {svc.clients[sid].api_key}"}
+    def run(label):
+        for sid, q in sample[:5]:  # warm-up
+            http.post("/v1/search", json={"query": q, "types": ["episode"]}, headers=h(sid))
+        out = {}
+        for name, path, body in (("search", "/v1/search", lambda q: {"query": q, "types": ["episode"], "k": 10}),
+                                 ("search all types", "/v1/search", lambda q: {"query": q, "k": 10}),
+                                 ("context 1000", "/v1/context", lambda q: {"query": q, "budget_tokens": 1000})):
+            lat = []
+            for sid, q in sample:
+                t = time.perf_counter(); r = http.post(path, json=body(q), headers=h(sid)); lat.append((time.perf_counter() - t) * 1000)
+                assert r.status_code == 200, r.text
+            out[name] = (round(pct(lat, 50), 1), round(pct(lat, 95), 1))
+        print(label, out, flush=True)
+    for rep in range(2):
+        with tuned(fusion="rrf", pool=None):
+            run("before (rrf, k-dependent depth)")
+        run("after (default)")
+    svc.close()
+
+
+if __name__ == "__main__":
+    main()
