@@ -29,10 +29,14 @@ def _job(admin_engine, job_id):  # noqa: ANN001
 def test_worker_killed_mid_job_resumes_without_duplicates(client, world, settings, admin_engine):
     org = world.org()
     steward = world.user(org, roles=["steward"])
-    contents = ["I always run the linter before pushing.", "We never deploy on Fridays.",
-                "Use the eu-west bucket for customer exports."]
-    for c in contents:
-        assert client.post("/v1/episodes", json={"kind": "note", "content": c}, headers=steward.h).status_code == 201
+    # Enough distinct rules, one per batch, that the job is still running when the first worker is
+    # killed: the rule-based distillation handles ~15 episodes a second, so three finished before a
+    # poll could see the job half done.
+    systems = ["billing", "search", "payments", "auth", "exports", "ingest", "reports", "mobile", "crm", "etl"]
+    contents = [f"Always run the {s} linter before pushing change set {i}." for i in range(6) for s in systems]
+    r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": c} for c in contents]},
+                    headers=steward.h)
+    assert r.status_code == 201, r.text
     time.sleep(0.2)
     r = client.post("/v1/jobs", json={"kind": "distill", "params": {"batch_size": 1, "min_age_s": 0}}, headers=steward.h)
     assert r.status_code == 202, r.text
@@ -44,7 +48,7 @@ def test_worker_killed_mid_job_resumes_without_duplicates(client, world, setting
     deadline = time.time() + 240
     while time.time() < deadline and _job(admin_engine, job_id).progress <= 0:
         assert w1.poll() is None, w1.stderr.read().decode()[-2000:]
-        time.sleep(0.2)
+        time.sleep(0.05)
     state = _job(admin_engine, job_id)
     assert 0 < state.progress < 1 and state.status == "running", state
     w1.send_signal(signal.SIGKILL)
