@@ -12,15 +12,26 @@ log = logging.getLogger(__name__)
 
 
 class TierClient:
-    def __init__(self, http: httpx.Client, key: bytes):
-        self.http, self.key = http, key
+    def __init__(self, http: httpx.Client, key: bytes, *, owns_http: bool = False):
+        self.http, self.key, self._owns_http = http, key, owns_http
 
     @classmethod
     def from_settings(cls, settings) -> "TierClient | None":  # noqa: ANN001
         if not settings.inference_url:
             return None
         return cls(httpx.Client(base_url=settings.inference_url, timeout=settings.inference_timeout_s),
-                   settings.inference_secret())
+                   settings.inference_secret(), owns_http=True)
+
+    def close(self) -> None:
+        """Close the connection pool this client opened (a client handed in stays its owner's)."""
+        if self._owns_http:
+            self.http.close()
+
+    def __enter__(self) -> "TierClient":
+        return self
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        self.close()
 
     @property
     def _auth(self) -> dict:

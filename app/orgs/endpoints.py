@@ -24,8 +24,13 @@ def delete_user_data(user_id: uuid.UUID, request: Request, db: SessionDep, princ
         raise NotFound("user not found")
     job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="forget_user",
                       params={"user_id": str(user_id)}, status="running")
-    stats = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id, job_id=job.id,
-                        tier=tier_client(request.app.state.settings))
+    tier = tier_client(request.app.state.settings)
+    try:
+        stats = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id, job_id=job.id,
+                            tier=tier)
+    finally:
+        if tier is not None:
+            tier.close()
     bind_principal(db, principal)  # back to the caller's own scope for the rest of the request
     jobs.finish(db, job, stats=stats)
     return JobRef(job_id=job.id)

@@ -151,4 +151,5 @@ def _precompute_kv(ctx: JobContext, texts: list[str]) -> None:
     """Hook for the inference tier: warm its chunk KV store (best effort, if one is configured)."""
     tier = TierClient.from_settings(ctx.settings)
     if tier is not None:
-        tier.precompute(texts)
+        with tier:
+            tier.precompute(texts)
