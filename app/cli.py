@@ -236,12 +236,10 @@ def audit() -> None:
               help="a JSON checkpoint from `memscale audit checkpoint`: the chain must still pass through it")
 def audit_verify(org_name: str, checkpoint_file: str | None) -> None:
     """Recompute the org's audit hash chain and seals; name the first broken link (exit 1) or print ok."""
-    import hmac
     import json
     from pathlib import Path
 
-    from app.audit.models import AuditEvent
-    from app.audit.service import verify_chain
+    from app.audit.service import checkpoint_mismatch, verify_chain
     from app.orgs import service as orgs
 
     settings = Settings()
@@ -250,22 +248,14 @@ def audit_verify(org_name: str, checkpoint_file: str | None) -> None:
         org = _run(lambda: orgs.org_by_name(db, org_name))
         n, broken = verify_chain(db, org.id, key=key)
         if broken is None and checkpoint_file:
-            cp = json.loads(Path(checkpoint_file).read_text())
-            ev = db.query(AuditEvent).filter_by(org_id=org.id, seq=cp["seq"]).one_or_none()
-            signed = hmac.compare_digest(cp["signature"], _checkpoint_signature(key, org.id, cp["seq"], cp["hash"]))
-            if ev is None or ev.hash != cp["hash"] or not signed or cp["org"] != str(org.id):
-                click.echo(f"checkpoint mismatch at seq {cp['seq']}" + (" (bad signature)" if not signed else ""))
+            mismatch = checkpoint_mismatch(db, org.id, json.loads(Path(checkpoint_file).read_text()), key)
+            if mismatch:
+                click.echo(mismatch)
                 sys.exit(1)
     if broken is not None:
         click.echo(f"broken at seq {broken.seq} (event {broken.id}, action {broken.action}, at {broken.at.isoformat()})")
         sys.exit(1)
     click.echo(f"ok {n} events")
-
-
-def _checkpoint_signature(key: bytes, org_id, seq: int, head: str) -> str:  # noqa: ANN001
-    from app.kit.signing import mac_hex
-
-    return mac_hex(key, f"checkpoint:{org_id}:{seq}:{head}")
 
 
 @audit.command("checkpoint")

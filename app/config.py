@@ -54,9 +54,9 @@ class Settings(BaseSettings):
     # Shared secret of the two tiers (signs handoff tokens; the operator's calls present it).
     # Unset: a random key generated once in <data_dir>/inference.key (mode 0600).
     inference_key: str | None = None
-    handoff_ttl_s: int = 600
+    handoff_ttl_s: int = 600  # how long a /v1/context handoff token is valid
     # Seals each audit event (HMAC of its chain hash). Unset: <data_dir>/audit.key (mode 0600).
-    audit_key: str | None = None  # how long a /v1/context handoff token is valid
+    audit_key: str | None = None
 
     # Database sources API-created bootstrap jobs may name (name -> SQLAlchemy URL); none by default.
     bootstrap_sources: dict[str, str] = {}

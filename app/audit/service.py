@@ -88,10 +88,23 @@ def verify_chain(db: Session, org_id: uuid.UUID, key: bytes | None = None) -> tu
     return n, None
 
 
+def _checkpoint_signature(key: bytes, org_id, seq: int, head: str) -> str:  # noqa: ANN001
+    return mac_hex(key, f"checkpoint:{org_id}:{seq}:{head}")
+
+
 def checkpoint(db: Session, org_id: uuid.UUID, key: bytes) -> dict:
     """The chain's head, signed: keep it where the service cannot write (a ticket, a WORM
     bucket); a later `verify` against it shows nothing before it was rewritten."""
     last = db.execute(select(AuditEvent.seq, AuditEvent.hash).where(AuditEvent.org_id == org_id)
                       .order_by(AuditEvent.seq.desc()).limit(1)).first()
     seq, head = (last.seq, last.hash) if last else (0, GENESIS)
-    return {"org": str(org_id), "seq": seq, "hash": head, "signature": mac_hex(key, f"checkpoint:{org_id}:{seq}:{head}")}
+    return {"org": str(org_id), "seq": seq, "hash": head, "signature": _checkpoint_signature(key, org_id, seq, head)}
+
+
+def checkpoint_mismatch(db: Session, org_id: uuid.UUID, cp: dict, key: bytes) -> str | None:
+    """Why the chain no longer passes through checkpoint `cp` (None when it does)."""
+    signed = hmac.compare_digest(cp["signature"], _checkpoint_signature(key, org_id, cp["seq"], cp["hash"]))
+    at = db.execute(select(AuditEvent.hash).where(AuditEvent.org_id == org_id, AuditEvent.seq == cp["seq"])).scalar()
+    if at is None or at != cp["hash"] or not signed or cp["org"] != str(org_id):
+        return f"checkpoint mismatch at seq {cp['seq']}" + (" (bad signature)" if not signed else "")
+    return None

@@ -63,14 +63,17 @@ def _check_sessions(db: Session, principal: Principal, owner_id: uuid.UUID, item
     """An episode may name a memscale session (its id) only if the episode's owner owns it: a
     foreign session id would plant the episode in that user's session recall. Reads exactly like
     a session that does not exist."""
-    ids = set()
-    for i in items:
-        try:
-            ids.add(uuid.UUID(i.session_id)) if i.session_id else None
-        except ValueError:
-            continue  # an external conversation id, not a memscale session
+    ids = {sid for i in items if (sid := _session_uuid(i.session_id)) is not None}
     if ids and (foreign := repo.sessions_not_owned_by(db, principal.org_id, owner_id, ids)):
         raise NotFound(f"session {sorted(map(str, foreign))[0]} not found")
+
+
+def _session_uuid(session_id: str | None) -> uuid.UUID | None:
+    """The memscale session an episode names, if its session id is one (else an external id)."""
+    try:
+        return uuid.UUID(session_id) if session_id else None
+    except ValueError:
+        return None
 
 
 def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
@@ -82,10 +85,10 @@ def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
 
 def read(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
     """GET: the episode, and a retrieval record that the caller read its content."""
-    from app.lineage.service import record_retrieval
+    from app.lineage.service import record_read
 
     ep = get(db, principal, episode_id)
-    record_retrieval(db, principal, kind="get", query="", params={}, items=[{"type": "episode", "id": str(ep.id)}])
+    record_read(db, principal, "get", "episode", ep.id)
     return ep
 
 

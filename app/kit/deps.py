@@ -59,7 +59,7 @@ def get_principal(request: Request, db: SessionDep) -> Principal:
     principal = resolve_key(db, key.strip())
     if principal is None:
         if failures is not None:
-            failures.check(client, cost=1.0)
+            failures.check(client)
         raise Unauthorized("invalid or revoked key", code="invalid_key")
     request.state.principal = principal
     limiter = getattr(request.app.state, "rate_limiter", None)

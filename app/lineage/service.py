@@ -39,6 +39,11 @@ def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str
     return ev.id
 
 
+def record_read(db: Session, principal: Principal, kind: str, type_: str, id_) -> uuid.UUID:  # noqa: ANN001
+    """A retrieval record for one item whose content a read path (GET, session context) handed out."""
+    return record_retrieval(db, principal, kind=kind, query="", params={}, items=[{"type": type_, "id": str(id_)}])
+
+
 def _describe(type_: str, row) -> dict:  # noqa: ANN001
     text = row.content if type_ == "episode" else getattr(row, "text", None) or getattr(row, "title", None) or \
         (f"cartridge p={row.p} ({row.status})" if type_ == "cartridge" else "")

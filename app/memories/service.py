@@ -78,10 +78,10 @@ def get(db: Session, principal: Principal, memory_id: uuid.UUID) -> Memory:
 
 def read(db: Session, principal: Principal, memory_id: uuid.UUID) -> Memory:
     """GET: the memory, and a retrieval record that the caller read its content."""
-    from app.lineage.service import record_retrieval
+    from app.lineage.service import record_read
 
     m = get(db, principal, memory_id)
-    record_retrieval(db, principal, kind="get", query="", params={}, items=[{"type": "memory", "id": str(m.id)}])
+    record_read(db, principal, "get", "memory", m.id)
     return m
 
 

@@ -30,9 +30,8 @@ def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id:
              "assets_removed": 0, "retrievals_removed": 0, "keys_revoked": 0, "idempotency_replies_removed": 0}
     for eid in db.execute(select(Episode.id).where(Episode.org_id == org_id, Episode.owner_id == user_id)).scalars().all():
         s = forget_episode(db, org_id=org_id, episode_id=eid, actor_id=actor_id, job_id=job_id)
-        for k in ("episodes_removed", "memories_removed", "memories_quarantined"):
+        for k in ("episodes_removed", "memories_removed", "memories_quarantined", "idempotency_replies_removed"):
             stats[k] += s[k]
-        stats["idempotency_replies_removed"] += s["idempotency_replies_removed"]
     stats["memories_removed"] += len(db.execute(delete(Memory).where(Memory.org_id == org_id, Memory.owner_id == user_id)
                                                 .returning(Memory.id)).all())
     stats["sessions_removed"] = len(db.execute(delete(AgentSession).where(

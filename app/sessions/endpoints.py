@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Request
 from app.audit.service import record
 from app.context import handoff
 from app.context.service import build
-from app.lineage.service import record_retrieval
+from app.lineage.service import record_read
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
@@ -59,8 +59,7 @@ def add_message(session_id: uuid.UUID, body: MessageIn, request: Request, db: Se
 @router.get("/sessions/{session_id}/context")
 def session_context(session_id: uuid.UUID, request: Request, db: SessionDep, principal=require("session", "read")) -> dict:
     s = service.get(db, principal, session_id)
-    record_retrieval(db, principal, kind="session_context", query="", params={},
-                     items=[{"type": "session", "id": str(s.id)}])
+    record_read(db, principal, "session_context", "session", s.id)
     return service.main_context(db, s, request.app.state.resources.gateway.count_tokens)
 
 
