@@ -5,7 +5,6 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from sqlalchemy import text
 
 import app.kit.registry  # noqa: F401  (every model mapped before the first flush)
 from app.auth.enforcer import Authorizer
@@ -18,6 +17,7 @@ from app.kit.errors import install_error_handlers
 from app.kit.fairness import FairEmbedder
 from app.kit.limits import BodyLimitMiddleware, RateLimiter
 from app.kit.pg import app_url
+from app.kit.repository import ping
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
 
 
@@ -75,7 +75,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     @app.get("/readyz", tags=["ops"], responses={503: {"description": "database unreachable"}})
     def readyz(request: Request):
         with request.app.state.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+            ping(conn)
         return {"status": "ready"}
 
     return app

@@ -4,29 +4,28 @@ each with the full deletion cascade (derived memories re-derived or removed)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
+from app.episodes import service as episodes
 from app.episodes.deletion import forget_episode
-from app.episodes.models import Episode
-from app.jobs.models import Job
 from app.jobs.runner import JobContext
-from app.orgs.models import Org
+from app.orgs import service as orgs
+
+if TYPE_CHECKING:
+    from app.jobs.models import Job
 
 
-def run(ctx: JobContext, job: Job) -> dict:
+def run(ctx: JobContext, job: "Job") -> dict:
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "days": None}
     with ctx.tx() as db:
-        org = db.get(Org, ctx.org_id)
-        days = (org.settings or {}).get("retention", {}).get("episode")
+        days = orgs.retention_days(db, ctx.org_id, "episode")
     if not days:
         return stats
     stats["days"] = days
     cutoff = datetime.now(timezone.utc) - timedelta(days=float(days))
     while True:
         with ctx.tx() as db:  # small batches: each commits with its checkpoint
-            ids = db.execute(select(Episode.id).where(Episode.org_id == ctx.org_id, Episode.occurred_at < cutoff)
-                             .limit(50)).scalars().all()
+            ids = episodes.ids_before(db, ctx.org_id, cutoff, 50)
             for eid in ids:
                 s = forget_episode(db, org_id=ctx.org_id, episode_id=eid, actor_id=None, job_id=ctx.job_id)
                 for k in ("episodes_removed", "memories_removed", "memories_quarantined"):

@@ -24,10 +24,11 @@ import json
 import uuid
 from datetime import datetime, timezone
 
-from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from app.audit import repository as repo
 from app.audit.models import AuditEvent
+from app.kit.errors import BadRequest
 from app.kit.signing import mac_hex
 
 GENESIS = "0" * 64
@@ -47,11 +48,8 @@ def record(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, action
            target_type: str | None = None, target_id=None, details: dict | None = None) -> AuditEvent:
     """Append one event. Never put memory content or secrets in `details` (ids, counts, reasons)."""
     details = json.loads(json.dumps(details or {}, default=str))
-    db.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 7))"), {"k": f"audit:{org_id}"})
-    last = db.execute(
-        select(AuditEvent.seq, AuditEvent.hash).where(AuditEvent.org_id == org_id)
-        .order_by(AuditEvent.seq.desc()).limit(1)
-    ).first()
+    repo.lock_chain(db, org_id)
+    last = repo.head(db, org_id)
     seq, prev = (last.seq + 1, last.hash) if last else (1, GENESIS)
     at = datetime.now(timezone.utc)
     tid = str(target_id) if target_id is not None else None
@@ -71,8 +69,7 @@ def verify_chain(db: Session, org_id: uuid.UUID, key: bytes | None = None) -> tu
     prev = GENESIS
     n = 0
     sealed = False
-    rows = db.execute(select(AuditEvent).where(AuditEvent.org_id == org_id).order_by(AuditEvent.seq)).scalars()
-    for ev in rows:
+    for ev in repo.chain(db, org_id):
         n += 1
         expect = _digest(prev, ev.org_id, ev.seq, ev.at, ev.actor_id, ev.action, ev.target_type, ev.target_id, ev.details)
         if ev.prev_hash != prev or ev.hash != expect or ev.seq != n:
@@ -95,8 +92,7 @@ def _checkpoint_signature(key: bytes, org_id, seq: int, head: str) -> str:  # no
 def checkpoint(db: Session, org_id: uuid.UUID, key: bytes) -> dict:
     """The chain's head, signed: keep it where the service cannot write (a ticket, a WORM
     bucket); a later `verify` against it shows nothing before it was rewritten."""
-    last = db.execute(select(AuditEvent.seq, AuditEvent.hash).where(AuditEvent.org_id == org_id)
-                      .order_by(AuditEvent.seq.desc()).limit(1)).first()
+    last = repo.head(db, org_id)
     seq, head = (last.seq, last.hash) if last else (0, GENESIS)
     return {"org": str(org_id), "seq": seq, "hash": head, "signature": _checkpoint_signature(key, org_id, seq, head)}
 
@@ -104,7 +100,22 @@ def checkpoint(db: Session, org_id: uuid.UUID, key: bytes) -> dict:
 def checkpoint_mismatch(db: Session, org_id: uuid.UUID, cp: dict, key: bytes) -> str | None:
     """Why the chain no longer passes through checkpoint `cp` (None when it does)."""
     signed = hmac.compare_digest(cp["signature"], _checkpoint_signature(key, org_id, cp["seq"], cp["hash"]))
-    at = db.execute(select(AuditEvent.hash).where(AuditEvent.org_id == org_id, AuditEvent.seq == cp["seq"])).scalar()
+    at = repo.hash_at(db, org_id, cp["seq"])
     if at is None or at != cp["hash"] or not signed or cp["org"] != str(org_id):
         return f"checkpoint mismatch at seq {cp['seq']}" + (" (bad signature)" if not signed else "")
     return None
+
+
+def events(db: Session, principal, *, actor, action, target_type, target_id, since, until,  # noqa: ANN001
+           cursor: str | None, limit: int) -> dict:
+    """GET /v1/audit: one page of the caller's org's events (the endpoint checked the role)."""
+    if cursor and not cursor.isdigit():
+        raise BadRequest("cursor must be the next_cursor of a previous page", code="invalid_cursor")
+    rows = repo.page(db, principal, actor=actor, action=action, target_type=target_type, target_id=target_id,
+                     since=since, until=until, after_seq=int(cursor) if cursor else None, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {"events": [{"seq": e.seq, "at": e.at.isoformat(), "actor": str(e.actor_id) if e.actor_id else None,
+                        "action": e.action, "target_type": e.target_type, "target_id": e.target_id,
+                        "details": e.details, "prev_hash": e.prev_hash, "hash": e.hash} for e in rows],
+            "next_cursor": str(rows[-1].seq) if more and rows else None}

@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.cartridges.service import visible_active
+from app.search import service as search
 from app.search.schemas import SearchFilters
-from app.search import repository as repo
 from app.search.service import rank, record_retrieval, to_result
 
 INSTRUCTION_KINDS = ("rule", "procedure")
@@ -59,23 +59,22 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece]) -> list[Pi
     the budget like any piece, at NEIGHBOUR_WEIGHT of their turn's score."""
     turns = {p.id: p for p in hits if p.extra.get("kind") == "conversation" and p.extra.get("session_id")}
     best: dict[uuid.UUID, tuple[float, str]] = {}
-    for nid, hid in repo.neighbour_ids(db, principal, list(turns)):
+    for nid, hid in search.neighbour_ids(db, principal, list(turns)):
         score = turns[str(hid)].score * NEIGHBOUR_WEIGHT
         if str(nid) not in turns and score > best.get(nid, (0.0, ""))[0]:
             best[nid] = (score, str(hid))
-    rows = repo.load(db, principal, "episode", list(best))
+    rows = search.load(db, principal, "episode", list(best))
     return [_episode_piece(to_result("episode", rows[i], score), score, neighbour_of=hid)
             for i, (score, hid) in best.items() if i in rows]
 
 
 def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001
-          ef_search: int, k: int | None = None, qvec=None) -> dict:  # noqa: ANN001
-    """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released)."""
-    from app.sessions.service import session_pieces
-
+          ef_search: int, k: int | None = None, qvec=None, pinned: list[Piece] | None = None) -> dict:  # noqa: ANN001
+    """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released);
+    `pinned`: the session's own pieces (app.sessions.service.session_pieces) when `session` is given."""
     count = resources.gateway.count_tokens
     k = k or max(10, min(100, budget // 30))  # enough candidates to fill the budget
-    pieces = session_pieces(db, session) if session is not None else []
+    pieces = list(pinned or [])
     pieces += retrieved_pieces(db, principal, resources.embedder, query, k=k, ef_search=ef_search,
                                session_id=str(session.id) if session is not None else None, qvec=qvec)
     chosen = fit(pieces, budget, count)

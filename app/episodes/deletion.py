@@ -20,26 +20,19 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.episodes import repository as episodes_repo
-from app.kit import idempotency
 from app.kit.db import every_scope
-from app.memories import repository as memories_repo
+from app.memories import service as memories
+from app.orgs import idempotency
 
 
 def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, actor_id: uuid.UUID | None,
                    job_id: uuid.UUID | None) -> dict:
     with every_scope(db):
-        roots = memories_repo.roots_derived_from(db, org_id, "episode", [episode_id])
+        roots = memories.roots_derived_from(db, org_id, "episode", [episode_id])
         episodes_repo.hard_delete(db, episode_id)
         replies = idempotency.forget_replies(db, org_id, [episode_id])
         db.flush()
-        alive = memories_repo.live_source_counts(db, org_id, roots)
-        removed: list[uuid.UUID] = []
-        quarantined: list[uuid.UUID] = []
-        for root in roots:
-            if alive.get(root, 0) == 0:
-                removed += memories_repo.delete_root(db, org_id, root)
-            else:
-                quarantined += memories_repo.quarantine_root(db, org_id, root, removed_source=episode_id)
+        removed, quarantined = memories.remove_or_quarantine(db, org_id, roots, removed_source=episode_id)
     stats = {"episodes_removed": 1, "memories_removed": len(removed), "memories_quarantined": len(quarantined),
              "idempotency_replies_removed": replies}
     record(db, org_id=org_id, actor_id=actor_id, action="episode.delete", target_type="episode",

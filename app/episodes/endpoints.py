@@ -7,7 +7,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from app.episodes import service
 from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut, JobRef
-from app.kit import idempotency
+from app.orgs import idempotency
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
@@ -76,6 +76,4 @@ def get_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episod
 
 @router.delete("/{episode_id:episode_id}", status_code=202, response_model=JobRef)
 def delete_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episode", "write")):
-    # The cascade is cheap (ids and lineage), so it runs in this transaction: when the 202
-    # arrives, the content is already gone. Re-derivation of quarantined memories is queued work.
     return JobRef(job_id=service.delete(db, principal, episode_id))

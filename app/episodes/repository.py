@@ -1,8 +1,11 @@
+"""Statements over episodes (and the one session check episode writes need)."""
+
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -32,3 +35,35 @@ def sessions_not_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID, i
     with every_scope(db):
         return list(db.execute(select(AgentSession.id).where(
             AgentSession.org_id == org_id, AgentSession.id.in_(ids), AgentSession.owner_id != owner_id)).scalars())
+
+
+def ids_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[uuid.UUID]:
+    return list(db.execute(select(Episode.id).where(Episode.org_id == org_id, Episode.owner_id == owner_id)).scalars())
+
+
+def ids_before(db: Session, org_id: uuid.UUID, cutoff: datetime, limit: int) -> list[uuid.UUID]:
+    """Up to `limit` episodes that happened before `cutoff` (retention)."""
+    return list(db.execute(select(Episode.id).where(Episode.org_id == org_id, Episode.occurred_at < cutoff)
+                           .limit(limit)).scalars())
+
+
+def _after(org_id: uuid.UUID, position: dict, before: datetime) -> list:
+    """Episodes stored after a pipeline's watermark `position` ({at, id}) and before `before`."""
+    conds = [Episode.org_id == org_id, Episode.created_at < before]
+    if position.get("at"):
+        at, id_ = datetime.fromisoformat(position["at"]), uuid.UUID(position["id"])
+        conds.append(tuple_(Episode.created_at, Episode.id) > tuple_(at, id_))
+    return conds
+
+
+def batch_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime, limit: int) -> list[Episode]:
+    return list(db.execute(select(Episode).where(*_after(org_id, position, before))
+                           .order_by(Episode.created_at, Episode.id).limit(limit)).scalars())
+
+
+def count_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime) -> int:
+    return db.execute(select(func.count()).select_from(Episode).where(*_after(org_id, position, before))).scalar_one()
+
+
+def set_quality(db: Session, episode_id: uuid.UUID, quality: str) -> None:
+    db.execute(update(Episode).where(Episode.id == episode_id).values(quality=quality))

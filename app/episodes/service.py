@@ -94,15 +94,38 @@ def read(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
 
 def delete(db: Session, principal: Principal, episode_id: uuid.UUID) -> uuid.UUID:
     """Delete an episode the caller may modify, and everything derived from it, as a job record
-    (finished when this returns). Returns the job id."""
+    (finished when this returns: the cascade is cheap, ids and lineage, so when the 202 arrives the
+    content is already gone; re-derivation of quarantined memories is queued work). Returns the job id."""
     from app.episodes.deletion import forget_episode
     from app.jobs import service as jobs
 
     ep = get(db, principal, episode_id)
     assert_may_modify(principal, ep, "episode")
-    job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="delete_episode",
-                      params={"episode_id": str(episode_id)}, status="running")
-    stats = forget_episode(db, org_id=principal.org_id, episode_id=episode_id, actor_id=principal.user_id,
-                           job_id=job.id)
-    jobs.finish(db, job, stats=stats)
+    job = jobs.run_now(db, principal, kind="delete_episode", params={"episode_id": str(episode_id)},
+                       work=lambda job_id: forget_episode(db, org_id=principal.org_id, episode_id=episode_id,
+                                                          actor_id=principal.user_id, job_id=job_id))
     return job.id
+
+
+# --- for pipelines (whole-org work: the job binds `all_scopes`) ---
+
+def ids_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[uuid.UUID]:
+    return repo.ids_owned_by(db, org_id, owner_id)
+
+
+def ids_before(db: Session, org_id: uuid.UUID, cutoff: datetime, limit: int) -> list[uuid.UUID]:
+    return repo.ids_before(db, org_id, cutoff, limit)
+
+
+def batch_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime, limit: int) -> list[Episode]:
+    """The next `limit` episodes after a pipeline's watermark, in the order they were stored."""
+    return repo.batch_after(db, org_id, position, before, limit)
+
+
+def count_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime) -> int:
+    return repo.count_after(db, org_id, position, before)
+
+
+def set_quality(db: Session, episode_id: uuid.UUID, quality: str) -> None:
+    """Distillation's judgement: useful | skipped | quarantined (never served as context)."""
+    repo.set_quality(db, episode_id, quality)

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 import app.kit.registry  # noqa: F401  (every model mapped before the first flush)
 from app.config import Settings
+from app.jobs import repository as repo
 from app.jobs import service as jobs_service
 from app.jobs.models import Job
 from app.kit.db import bind_principal, transaction
@@ -111,7 +111,7 @@ def _pipeline(kind: str) -> Callable[[JobContext, Job], dict]:
 def run_job(ctx: JobContext) -> Job:
     """Run (or resume) one claimed job to the end; failures are recorded, never raised."""
     with ctx.tx() as db:
-        job = db.execute(select(Job).where(Job.id == ctx.job_id)).scalar_one()
+        job = repo.get(db, ctx.job_id)
         kind = job.kind
         if job.attempts > MAX_ATTEMPTS:
             jobs_service.finish(db, job, stats=job.stats, error=f"gave up after {job.attempts - 1} attempts")
@@ -123,7 +123,7 @@ def run_job(ctx: JobContext) -> Job:
         log.exception("job %s failed", ctx.job_id)
         stats, error = None, f"{type(exc).__name__}: {exc}"[:2000]
     with ctx.tx() as db:
-        job = db.execute(select(Job).where(Job.id == ctx.job_id).with_for_update()).scalar_one()
+        job = repo.get(db, ctx.job_id, for_update=True)
         jobs_service.finish(db, job, stats=stats if stats is not None else job.stats, error=error)
         job.locked_by = None
         job.locked_until = None
@@ -134,9 +134,7 @@ def claim(sessions: sessionmaker[Session], worker: str, lease_s: int, kinds: lis
           orgs: list | None = None) -> tuple | None:
     """The oldest claimable job of `kinds` (of `orgs` only, when given), leased to `worker`."""
     with sessions() as db:
-        row = db.execute(text("SELECT id, org_id, kind FROM memscale_claim_job(CAST(:w AS text), CAST(:l AS int), "
-                              "CAST(:k AS text[]), CAST(:o AS uuid[]))"),
-                         {"w": worker, "l": lease_s, "k": kinds, "o": [str(o) for o in orgs] if orgs else None}).first()
+        row = repo.claim(db, worker, lease_s, kinds, orgs)
         db.commit()
         return row
 
@@ -147,7 +145,7 @@ def enqueue_due(sessions: sessionmaker[Session], now: float | None = None, *, on
     now = now or time.time()
     made = 0
     with sessions() as db:
-        orgs = db.execute(text("SELECT id, settings FROM memscale_org_schedules()")).all()
+        orgs = repo.org_schedules(db)
         db.commit()
     for org_id, org_settings in orgs:
         if only_orgs is not None and org_id not in only_orgs:
@@ -159,16 +157,12 @@ def enqueue_due(sessions: sessionmaker[Session], now: float | None = None, *, on
             slot = str(int(now // int(every)))
             with sessions() as db:
                 bind_principal(db, None, org_id=org_id, all_scopes=True)
-                inserted = db.execute(text(
-                    "INSERT INTO jobs (id, org_id, kind, params, status, schedule_slot) "
-                    "VALUES (gen_random_uuid(), :o, :k, '{}', 'queued', :s) "
-                    "ON CONFLICT (org_id, kind, schedule_slot) DO NOTHING RETURNING id"),
-                    {"o": org_id, "k": kind, "s": slot}).first()
+                inserted = repo.insert_scheduled(db, org_id, kind, slot)
                 if inserted:
                     from app.audit.service import record
 
                     record(db, org_id=org_id, actor_id=None, action="job.schedule", target_type="job",
-                           target_id=inserted.id, details={"kind": kind, "slot": slot})
+                           target_id=inserted, details={"kind": kind, "slot": slot})
                     made += 1
                 db.commit()
     return made

@@ -3,13 +3,14 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 
-from sqlalchemy import select
+from collections.abc import Callable
+
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal
+from app.jobs import repository as repo
 from app.jobs.models import Job
-from app.kit.access import in_org
 from app.jobs.params import PARAMS
 from app.kit.errors import AppError, Forbidden, NotFound
 
@@ -37,8 +38,16 @@ def finish(db: Session, job: Job, *, stats: dict, error: str | None = None) -> N
     db.flush()
 
 
+def run_now(db: Session, principal: Principal, *, kind: str, params: dict, work: Callable[[uuid.UUID], dict]) -> Job:
+    """A job that runs inside the caller's transaction (a deletion cascade): recorded as running,
+    `work(job_id)` returns its stats, finished when this returns."""
+    job = create(db, org_id=principal.org_id, actor_id=principal.user_id, kind=kind, params=params, status="running")
+    finish(db, job, stats=work(job.id))
+    return job
+
+
 def get(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
-    job = db.execute(select(Job).where(Job.id == job_id, in_org(principal, Job))).scalar_one_or_none()
+    job = repo.get_in_org(db, principal, job_id)
     # Jobs carry stats about the org's data; members see only their own, stewards/admins/auditors all.
     if job is None or (job.created_by != principal.user_id and not principal.has_role("steward", "admin", "auditor")):
         raise NotFound("job not found")
@@ -62,3 +71,13 @@ def validate_params(principal: Principal, kind: str, params: dict, *, sources: d
 
         resolve(model.schema_url, sources or {}, operator=principal.user_id is None)
     return model.model_dump(mode="json", exclude_none=True)
+
+
+def lock_cursor(db: Session, org_id: uuid.UUID, pipeline: str):  # noqa: ANN201
+    """The org's watermark of a pipeline, locked to the commit (`.position` is read and written)."""
+    return repo.lock_cursor(db, org_id, pipeline)
+
+
+def get_for_update(db: Session, job_id: uuid.UUID) -> Job:
+    """A job by id, locked (the caller bound the job's org)."""
+    return repo.get(db, job_id, for_update=True)

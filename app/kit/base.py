@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, MetaData, Text, func, text
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, MetaData, Text, func
 from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
@@ -26,7 +26,7 @@ class Base(DeclarativeBase):
 
 
 def uuid_pk() -> Mapped[uuid.UUID]:
-    return mapped_column(UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()"))
+    return mapped_column(UUID(as_uuid=True), primary_key=True, server_default=func.gen_random_uuid())
 
 
 def created_at_col() -> Mapped[datetime]:

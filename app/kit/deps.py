@@ -6,15 +6,12 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from app.auth.principal import Principal, hash_secret, parse_key
-from app.kit.db import bind_principal, transaction
+from app.auth.principal import Principal
+from app.kit.db import transaction
 from app.kit.errors import Forbidden, RateLimited, Unauthorized
-from app.orgs.models import User
-
-import hmac
+from app.orgs.service import resolve_key
 
 
 def get_db(request: Request) -> Iterator[Session]:
@@ -24,25 +21,6 @@ def get_db(request: Request) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]
-
-
-def resolve_key(db: Session, key: str) -> Principal | None:
-    parsed = parse_key(key)
-    if parsed is None:
-        return None
-    key_id, secret = parsed
-    row = db.execute(text("SELECT org_id, user_id, salt, secret_hash FROM memscale_key_lookup(:id)"),
-                     {"id": key_id}).first()
-    if row is None or not hmac.compare_digest(hash_secret(bytes(row.salt), secret), bytes(row.secret_hash)):
-        return None
-    bind_principal(db, None, org_id=row.org_id)
-    user = db.execute(select(User).where(User.id == row.user_id, User.org_id == row.org_id)).scalar_one_or_none()
-    if user is None:
-        return None
-    p = Principal(org_id=user.org_id, user_id=user.id, name=user.name, roles=tuple(user.roles),
-                  groups=tuple(user.groups), clearances=tuple(user.clearances))
-    bind_principal(db, p)
-    return p
 
 
 def get_principal(request: Request, db: SessionDep) -> Principal:

@@ -65,12 +65,9 @@ MIN_VECTOR = (0, 8)
 
 def check_versions(conn) -> tuple[str, str]:  # noqa: ANN001
     """Refuse a server outside the supported range with a message that says what to do."""
-    from sqlalchemy import text
+    from app.kit.repository import server_versions
 
-    num = int(conn.execute(text("SHOW server_version_num")).scalar())
-    ver = conn.execute(text("SHOW server_version")).scalar()
-    vec = conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar() or \
-        conn.execute(text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")).scalar()
+    num, ver, vec = server_versions(conn)
     if num < MIN_SERVER:
         raise RuntimeError(f"memscale needs PostgreSQL >= {MIN_SERVER // 10000}; the server is {ver}")
     if vec is None or tuple(int(x) for x in vec.split(".")[:2]) < MIN_VECTOR:

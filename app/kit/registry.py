@@ -1,14 +1,61 @@
-"""Import every model module so Base.metadata is complete (alembic, tests)."""
+"""Every model module imported, so that Base.metadata is complete (alembic, tests); and the one
+registry of item types: what an item `type` string ("memory", "episode", ...) names, for search,
+lineage, memory sources and anything else that handles items of several types.
+
+The one module of app/kit that imports domain models: it wires them together, nothing imports
+it back from a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 from app.audit import models as _audit  # noqa: F401
 from app.cartridges import models as _cartridges  # noqa: F401
+from app.cartridges.models import CartridgeRecord
 from app.episodes import models as _episodes  # noqa: F401
+from app.episodes.models import Episode
 from app.jobs import models as _jobs  # noqa: F401
+from app.kit.base import Base
 from app.knowledge import models as _knowledge  # noqa: F401
+from app.knowledge.models import Chunk, KnowledgeAsset
 from app.lineage import models as _lineage  # noqa: F401
 from app.memories import models as _memories  # noqa: F401
+from app.memories.models import Memory
 from app.orgs import models as _orgs  # noqa: F401
 from app.sessions import models as _sessions  # noqa: F401
-from app.kit.base import Base
 
 metadata = Base.metadata
+
+
+@dataclass(frozen=True)
+class ItemType:
+    name: str
+    model: type
+    text_col: str | None  # the column that holds the item's text (None: described, see text_of)
+    time_col: str  # when it happened or was recorded (search's since/until filters)
+    searchable: bool = False  # served by /v1/search and /v1/context
+    source: bool = False  # may be named as a memory's source (lineage `distilled_from`, ...)
+
+
+ITEM_TYPES: dict[str, ItemType] = {t.name: t for t in (
+    ItemType("memory", Memory, "text", "recorded_at", searchable=True, source=True),
+    ItemType("episode", Episode, "content", "occurred_at", searchable=True, source=True),
+    ItemType("chunk", Chunk, "text", "created_at", searchable=True, source=True),
+    ItemType("asset", KnowledgeAsset, "title", "created_at", source=True),
+    ItemType("cartridge", CartridgeRecord, None, "created_at"),
+)}
+SEARCHABLE_TYPES = tuple(n for n, t in ITEM_TYPES.items() if t.searchable)
+SOURCE_TYPES = tuple(n for n, t in ITEM_TYPES.items() if t.source)
+
+
+def model_of(type_: str) -> type:
+    return ITEM_TYPES[type_].model
+
+
+def text_of(type_: str, row) -> str:  # noqa: ANN001
+    """The text of a loaded row (ORM object or a row of its columns) of an item type."""
+    col = ITEM_TYPES[type_].text_col
+    if col is None:  # a cartridge has no text of its own
+        return f"cartridge p={row.p} ({row.status})"
+    return getattr(row, col) or ""

@@ -35,3 +35,20 @@ def set_status(db: Session, asset_ids: list[uuid.UUID], status: str) -> None:
         db.execute(update(KnowledgeAsset).where(KnowledgeAsset.id.in_(asset_ids)).values(status=status))
         for org_id in org_ids:
             mark_stale(db, org_id, asset_ids, reason=f"assets {status}")
+
+
+def owned_assets(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[tuple[uuid.UUID, str]]:
+    """(id, content_hash) of every asset the user owns."""
+    return [tuple(r) for r in db.execute(select(KnowledgeAsset.id, KnowledgeAsset.content_hash).where(
+        KnowledgeAsset.org_id == org_id, KnowledgeAsset.owner_id == owner_id)).all()]
+
+
+def chunk_hashes_of_assets(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> list[str]:
+    return list(db.execute(select(Chunk.content_hash).where(Chunk.org_id == org_id,
+                                                            Chunk.asset_id.in_(asset_ids))).scalars())
+
+
+def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
+    return len(db.execute(delete(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id,
+                                                       KnowledgeAsset.owner_id == owner_id)
+                          .returning(KnowledgeAsset.id)).all())

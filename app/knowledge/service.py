@@ -62,3 +62,30 @@ def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUI
            details={"uri": item.uri, "chunks": len(rows), "replaced_chunks": [str(c) for c in old_chunks],
                     "job_id": str(job_id) if job_id else None})
     return outcome, asset
+
+
+def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str = "") -> list[KnowledgeAsset]:
+    return repo.active_assets(db, org_id, kind, uri_prefix)
+
+
+def set_status(db: Session, asset_ids: list[uuid.UUID], status: str) -> None:
+    """E.g. `dropped` for tables gone from a bootstrapped schema; cartridges trained on them go stale."""
+    repo.set_status(db, asset_ids, status)
+
+
+def live_table_columns(db: Session, org_id: uuid.UUID) -> dict[str, set[str]]:
+    """{table: its columns} of the org's active table-schema assets (what schema hints must match)."""
+    return {a.metadata_.get("table"): set(a.metadata_.get("columns", []))
+            for a in repo.active_assets(db, org_id, "table_schema", "")}
+
+
+def forget_owner(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> dict:
+    """Right to be forgotten: the user's assets (with their chunks) are removed and cartridges
+    trained on them go stale. Returns counts and `chunk_hashes`, whose KV the inference tier should
+    drop once this transaction has committed."""
+    owned = repo.owned_assets(db, org_id, owner_id)
+    ids = [i for i, _ in owned]
+    stale = mark_stale(db, org_id, ids, reason="source assets deleted")
+    hashes = repo.chunk_hashes_of_assets(db, org_id, ids) if owned else []
+    return {"cartridges_stale": len(stale), "assets_removed": repo.delete_owned_by(db, org_id, owner_id),
+            "asset_hashes": len(owned), "chunk_hashes": hashes}

@@ -1,13 +1,15 @@
+"""Statements over lineage edges and retrieval events."""
+
 from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select, text
+from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.access import visible_to
-from app.lineage.models import RetrievalEvent
+from app.lineage.models import LineageEdge, RetrievalEvent
 
 # Walk the edge graph from (type, id); "up" follows derivations to their sources, "down" to
 # what was derived. UNION (not ALL) stops cycles; depth bounds the walk.
@@ -60,3 +62,15 @@ def retrievals_with_item(db: Session, principal: Principal, item_id: uuid.UUID, 
     if only_actor is not None:
         stmt = stmt.where(RetrievalEvent.actor_id == only_actor)
     return list(db.execute(stmt.order_by(RetrievalEvent.at.desc()).limit(limit)).scalars())
+
+
+def edges_by_relation(db: Session, org_id: uuid.UUID, relation: str) -> list:
+    """(from_id, to_type, to_id) of every edge of `relation` in the org."""
+    return db.execute(select(LineageEdge.from_id, LineageEdge.to_type, LineageEdge.to_id).where(
+        LineageEdge.org_id == org_id, LineageEdge.relation == relation)).all()
+
+
+def delete_retrievals_by(db: Session, org_id: uuid.UUID, actor_id: uuid.UUID) -> int:
+    return len(db.execute(delete(RetrievalEvent).where(RetrievalEvent.org_id == org_id,
+                                                       RetrievalEvent.actor_id == actor_id)
+                          .returning(RetrievalEvent.id)).all())

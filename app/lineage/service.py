@@ -108,3 +108,16 @@ def retrievals_of(db: Session, principal: Principal, item_id: uuid.UUID, limit: 
                                      only_actor=None if principal.has_role("auditor", "admin") else principal.user_id)
     return [{"id": str(r.id), "actor": str(r.actor_id), "kind": r.kind, "at": r.at.isoformat(),
              "score": next((i.get("score") for i in r.items if i["id"] == str(item_id)), None)} for r in rows]
+
+
+def sources_by_relation(db: Session, org_id: uuid.UUID, relation: str) -> dict[uuid.UUID, list[tuple[str, uuid.UUID]]]:
+    """{from_id: [(to_type, to_id), ...]} over every edge of `relation` in the org."""
+    out: dict = {}
+    for from_id, to_type, to_id in repo.edges_by_relation(db, org_id, relation):
+        out.setdefault(from_id, []).append((to_type, to_id))
+    return out
+
+
+def forget_retrievals_by(db: Session, org_id: uuid.UUID, actor_id: uuid.UUID) -> int:
+    """Right to be forgotten: the record of what this user retrieved goes too."""
+    return repo.delete_retrievals_by(db, org_id, actor_id)

@@ -1,3 +1,5 @@
+"""Statements over memories (and the lineage edges that say what each was derived from)."""
+
 from __future__ import annotations
 
 import uuid
@@ -6,13 +8,12 @@ from sqlalchemy import and_, delete, select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.episodes.models import Episode
 from app.kit.access import visible_to
-from app.knowledge.models import Chunk, KnowledgeAsset
+from app.kit.registry import SOURCE_TYPES, model_of
 from app.lineage.models import LineageEdge
 from app.memories.models import Memory
 
-SOURCE_MODELS = {"episode": Episode, "memory": Memory, "chunk": Chunk, "asset": KnowledgeAsset}
+LIVE = ("active", "quarantined")  # the current version of a memory root is in one of these
 
 
 def get_visible(db: Session, principal: Principal, memory_id: uuid.UUID, *, for_update: bool = False) -> Memory | None:
@@ -23,7 +24,7 @@ def get_visible(db: Session, principal: Principal, memory_id: uuid.UUID, *, for_
 
 
 def visible_sources(db: Session, principal: Principal, type_: str, ids: list[uuid.UUID]) -> list:
-    model = SOURCE_MODELS[type_]
+    model = model_of(type_)
     return list(db.execute(select(model).where(model.id.in_(ids), visible_to(principal, model))).scalars())
 
 
@@ -48,35 +49,82 @@ def roots_derived_from(db: Session, org_id: uuid.UUID, source_type: str, source_
     return sorted({root for _, root in rows}, key=str)
 
 
-def live_source_counts(db: Session, org_id: uuid.UUID, root_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
-    """How many content sources each memory root still has (edges of any of its versions whose
-    target row still exists). One query per source type, not one per edge."""
-    if not root_ids:
+def live_source_counts(db: Session, org_id: uuid.UUID, ids: list[uuid.UUID], *, per: str = "root",
+                       relations: tuple[str, ...] = DERIVING) -> dict[uuid.UUID, int]:
+    """How many content sources each memory still has: edges (of `relations`) whose target row
+    still exists. `per="root"`: `ids` are roots and the edges of all their versions count (the
+    deletion cascade); `per="version"`: `ids` are versions and only their own edges count
+    (consolidation's prune). One query per source type, not one per edge."""
+    if not ids:
         return {}
-    edges = db.execute(select(Memory.root_id, LineageEdge.to_type, LineageEdge.to_id).join(
+    key = Memory.root_id if per == "root" else Memory.id
+    edges = db.execute(select(key, LineageEdge.to_type, LineageEdge.to_id).join(
         LineageEdge, and_(LineageEdge.org_id == Memory.org_id, LineageEdge.from_type == "memory",
-                          LineageEdge.from_id == Memory.id, LineageEdge.relation.in_(DERIVING))).where(
-        Memory.org_id == org_id, Memory.root_id.in_(root_ids))).all()
+                          LineageEdge.from_id == Memory.id, LineageEdge.relation.in_(relations))).where(
+        Memory.org_id == org_id, key.in_(ids))).all()
     by_type: dict[str, set] = {}
     for _, t, i in edges:
         by_type.setdefault(t, set()).add(i)
     existing: set[tuple[str, uuid.UUID]] = set()
-    for t, ids in by_type.items():
-        model = SOURCE_MODELS.get(t)
-        if model is not None:
-            existing |= {(t, i) for i in db.execute(select(model.id).where(model.id.in_(ids))).scalars()}
-    counts = {r: 0 for r in root_ids}
-    for root, t, i in {(r, t, i) for r, t, i in edges}:
-        counts[root] += (t, i) in existing
+    for t, type_ids in by_type.items():
+        if t in SOURCE_TYPES:
+            model = model_of(t)
+            existing |= {(t, i) for i in db.execute(select(model.id).where(model.id.in_(type_ids))).scalars()}
+    counts = {i: 0 for i in ids}
+    for k, t, i in {(k, t, i) for k, t, i in edges}:
+        counts[k] += (t, i) in existing
     return counts
 
 
 def quarantine_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID, *, removed_source: uuid.UUID) -> list[uuid.UUID]:
     """Hide the current version(s) of a memory until it is re-derived without a removed source."""
     rows = db.execute(select(Memory).where(Memory.org_id == org_id, Memory.root_id == root_id,
-                                           Memory.status.in_(("active", "quarantined"))).with_for_update()).scalars().all()
+                                           Memory.status.in_(LIVE)).with_for_update()).scalars().all()
     for m in rows:
         m.status = "quarantined"
         m.provenance = {**m.provenance, "pending_rederive": True, "removed_source": str(removed_source)}
     db.flush()
     return [m.id for m in rows]
+
+
+def add(db: Session, m: Memory) -> None:
+    db.add(m)
+    db.flush()
+
+
+def by_key(db: Session, org_id: uuid.UUID, key: str) -> Memory | None:
+    """The current version of the memory a pipeline keeps under `provenance.key`, locked."""
+    return db.execute(select(Memory).where(Memory.org_id == org_id, Memory.status.in_(LIVE),
+                                           Memory.provenance["key"].astext == key).with_for_update()).scalar_one_or_none()
+
+
+def active_if_still(db: Session, memory_id: uuid.UUID) -> Memory | None:
+    """The memory, locked, if it is still active (another run may have superseded it)."""
+    return db.execute(select(Memory).where(Memory.id == memory_id, Memory.status == "active")
+                      .with_for_update()).scalar_one_or_none()
+
+
+def live_memories(db: Session, org_id: uuid.UUID, *, kind: str | None = None) -> list[Memory]:
+    """Every active or quarantined memory of the org (all scopes: jobs bind `all_scopes`), oldest first."""
+    stmt = select(Memory).where(Memory.org_id == org_id, Memory.status.in_(LIVE))
+    if kind is not None:
+        stmt = stmt.where(Memory.kind == kind)
+    return list(db.execute(stmt.order_by(Memory.recorded_at)).scalars())
+
+
+def nearest_active(db: Session, org_id: uuid.UUID, *, owner_id: uuid.UUID, visibility: str, groups: list[str],
+                   labels: list[str], vec, text: str) -> tuple[Memory, float] | None:  # noqa: ANN001
+    """The closest active memory in exactly this scope (exact search: the scope filter is
+    selective), the same text first; locked, with its cosine distance."""
+    same_scope = and_(Memory.owner_id == owner_id, Memory.visibility == visibility, Memory.groups == sorted(groups),
+                      Memory.labels == sorted(labels))
+    dist = Memory.embedding.cosine_distance(vec)
+    same_text = Memory.text.ilike(text.strip())
+    row = db.execute(select(Memory, dist.label("d")).where(Memory.org_id == org_id, Memory.status == "active", same_scope)
+                     .order_by(same_text.desc(), dist + 0).limit(1).with_for_update()).first()
+    return (row[0], float(row[1])) if row else None
+
+
+def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
+    return len(db.execute(delete(Memory).where(Memory.org_id == org_id, Memory.owner_id == owner_id)
+                          .returning(Memory.id)).all())

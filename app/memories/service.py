@@ -1,4 +1,10 @@
-"""Semantic memories: versioned, bi-temporal, scoped no wider than their sources."""
+"""Semantic memories: versioned, bi-temporal, scoped no wider than their sources.
+
+One versioning path, used by the API (create, PATCH, declassify), distillation, consolidation and
+bootstrap alike: `create_derived` writes version 1 with lineage to its sources, `new_version`
+writes version n+1 and supersedes n (`supersedes` / `declassified_from` lineage), `supersede`
+retires a version. A `Memory(...)` row is built only in `_row`.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +45,63 @@ def _check_scope(requested: scopes.Scope, bound: scopes.Scope | None) -> None:
             "narrow it, or declassify explicitly")
 
 
+def _row(*, root_id: uuid.UUID | None, version: int, org_id: uuid.UUID, owner_id: uuid.UUID, text: str, kind: str,
+         confidence: float, provenance: dict, visibility: str, groups, labels, embedding,  # noqa: ANN001
+         valid_from: datetime, recorded_at: datetime, last_validated_at: datetime) -> Memory:
+    mid = uuid.uuid4()
+    return Memory(id=mid, root_id=root_id or mid, version=version, org_id=org_id, owner_id=owner_id, text=text,
+                  kind=kind, status="active", confidence=confidence, provenance=provenance, valid_from=valid_from,
+                  recorded_at=recorded_at, last_validated_at=last_validated_at, visibility=visibility,
+                  groups=list(groups), labels=list(labels), embedding=embedding)
+
+
+def _link(db: Session, m: Memory, sources, relation: str, job_id: uuid.UUID | None) -> None:  # noqa: ANN001
+    for type_, id_ in sources:
+        add_edge(db, org_id=m.org_id, from_type="memory", from_id=m.id, to_type=type_, to_id=id_, relation=relation,
+                 job_id=job_id)
+
+
+def create_derived(db: Session, *, org_id: uuid.UUID, owner_id: uuid.UUID, text: str, kind: str, confidence: float,
+                   provenance: dict, scope: scopes.Scope, embedding, valid_from: datetime, now: datetime,  # noqa: ANN001
+                   sources=(), relation: str = "distilled_from", job_id: uuid.UUID | None = None) -> Memory:  # noqa: ANN001
+    """Version 1 of a memory, with a `relation` edge to each (type, id) source."""
+    m = _row(root_id=None, version=1, org_id=org_id, owner_id=owner_id, text=text, kind=kind, confidence=confidence,
+             provenance=provenance, visibility=scope.visibility, groups=scope.groups, labels=scope.labels,
+             embedding=embedding, valid_from=valid_from, recorded_at=now, last_validated_at=now)
+    repo.add(db, m)
+    _link(db, m, sources, relation, job_id)
+    return m
+
+
+def supersede(old: Memory, now: datetime, *, close_validity: bool) -> None:
+    """Retire a version: known to the system until `now`; with `close_validity`, also no longer
+    true in the world from `now` (its text was replaced or contradicted, not merely restated)."""
+    old.status, old.superseded_at = "superseded", now
+    if close_validity:
+        old.valid_to = now
+
+
+_VERSIONED = ("owner_id", "text", "kind", "confidence", "visibility", "groups", "labels", "embedding")
+
+
+def new_version(db: Session, old: Memory, *, now: datetime, provenance: dict, valid_from: datetime,
+                last_validated_at: datetime, close_validity: bool, relation: str = "supersedes",
+                job_id: uuid.UUID | None = None, sources=(), source_relation: str = "distilled_from",  # noqa: ANN001
+                **fields) -> Memory:  # noqa: ANN003
+    """Version n+1 of `old` (fields not given are kept), which it supersedes; lineage `relation`
+    from the new version to the old, and `source_relation` to each of `sources`."""
+    values = {f: getattr(old, f) for f in _VERSIONED} | fields
+    new = _row(root_id=old.root_id, version=old.version + 1, org_id=old.org_id, provenance=provenance,
+               valid_from=valid_from, recorded_at=now, last_validated_at=last_validated_at, **values)
+    supersede(old, now, close_validity=close_validity)
+    db.flush()  # the old row leaves 'active' before the new one enters
+    repo.add(db, new)
+    _link(db, new, sources, source_relation, job_id)
+    add_edge(db, org_id=old.org_id, from_type="memory", from_id=new.id, to_type="memory", to_id=old.id,
+             relation=relation, job_id=job_id)
+    return new
+
+
 def create(db: Session, embedder: Embedder, principal: Principal, body: MemoryIn) -> Memory:
     assert_may_share(principal, body.visibility, body.groups)
     sources = []
@@ -50,21 +113,14 @@ def create(db: Session, embedder: Embedder, principal: Principal, body: MemoryIn
     requested = scopes.Scope(body.visibility, principal.user_id if body.visibility == "private" else None,
                              tuple(body.groups), tuple(body.labels))
     _check_scope(requested, scopes.derive([scopes.of(row) for _, row in sources]))
-    vec = embedder.embed([body.text])[0]
     now = datetime.now(timezone.utc)
-    mid = uuid.uuid4()
-    m = Memory(id=mid, root_id=mid, version=1, org_id=principal.org_id, owner_id=principal.user_id, text=body.text,
-               kind=body.kind, status="active", confidence=body.confidence,
-               provenance={"origin": "api", "sources": [{"type": r.type, "id": str(r.id)} for r, _ in sources]},
-               valid_from=body.valid_from or now, recorded_at=now, last_validated_at=now,
-               visibility=body.visibility, groups=body.groups, labels=body.labels, embedding=vec)
-    db.add(m)
-    db.flush()
-    for ref, _ in sources:
-        add_edge(db, org_id=principal.org_id, from_type="memory", from_id=mid, to_type=ref.type, to_id=ref.id,
-                 relation="distilled_from")
+    m = create_derived(db, org_id=principal.org_id, owner_id=principal.user_id, text=body.text, kind=body.kind,
+                       confidence=body.confidence,
+                       provenance={"origin": "api", "sources": [{"type": r.type, "id": str(r.id)} for r, _ in sources]},
+                       scope=requested, embedding=embedder.embed([body.text])[0], valid_from=body.valid_from or now,
+                       now=now, sources=[(r.type, r.id) for r, _ in sources])
     record(db, org_id=principal.org_id, actor_id=principal.user_id, action="memory.create", target_type="memory",
-           target_id=mid, details={"kind": body.kind, "sources": len(sources), "visibility": body.visibility})
+           target_id=m.id, details={"kind": body.kind, "sources": len(sources), "visibility": body.visibility})
     db.flush()
     return m
 
@@ -111,22 +167,12 @@ def patch(db: Session, embedder: Embedder, principal: Principal, memory_id: uuid
     _check_scope(requested, scopes.of(old))
     now = datetime.now(timezone.utc)
     text_ = changes.get("text", old.text)
-    vec = embedder.embed([text_])[0] if text_ != old.text else old.embedding
-    new = Memory(id=uuid.uuid4(), root_id=old.root_id, version=old.version + 1, org_id=old.org_id,
-                 owner_id=old.owner_id, text=text_, kind=changes.get("kind", old.kind), status="active",
-                 confidence=changes.get("confidence", old.confidence),
-                 provenance={**old.provenance, "previous_version": str(old.id)},
-                 valid_from=now if text_ != old.text else old.valid_from, recorded_at=now, last_validated_at=now,
-                 visibility=visibility, groups=groups, labels=labels, embedding=vec)
-    old.status = "superseded"
-    old.superseded_at = now
-    if text_ != old.text:
-        old.valid_to = now
-    db.flush()  # the old row leaves 'active' before the new one enters
-    db.add(new)
-    db.flush()
-    add_edge(db, org_id=old.org_id, from_type="memory", from_id=new.id, to_type="memory", to_id=old.id,
-             relation="supersedes")
+    changed = text_ != old.text
+    new = new_version(db, old, now=now, provenance={**old.provenance, "previous_version": str(old.id)},
+                      valid_from=now if changed else old.valid_from, last_validated_at=now, close_validity=changed,
+                      text=text_, kind=changes.get("kind", old.kind), confidence=changes.get("confidence", old.confidence),
+                      visibility=visibility, groups=groups, labels=labels,
+                      embedding=embedder.embed([text_])[0] if changed else old.embedding)
     record(db, org_id=old.org_id, actor_id=principal.user_id, action="memory.update", target_type="memory",
            target_id=new.id, details={"previous": str(old.id), "version": new.version, "fields": sorted(changes)})
     return new
@@ -148,32 +194,20 @@ def upsert_derived(db: Session, embedder: Embedder, *, org_id: uuid.UUID, owner_
                    confidence: float = 0.9) -> tuple[str, Memory]:
     """A memory a pipeline keeps in step with a source (schema hints, glossary terms), found by
     `provenance.key`. Same text: revalidated; new text: a new version supersedes the old."""
-    from sqlalchemy import select
-
     now = datetime.now(timezone.utc)
-    old = db.execute(select(Memory).where(Memory.org_id == org_id, Memory.status.in_(("active", "quarantined")),
-                                          Memory.provenance["key"].astext == key).with_for_update()).scalar_one_or_none()
+    old = repo.by_key(db, org_id, key)
     if old is not None and old.text == text and old.status == "active":
         old.last_validated_at = now
         return "unchanged", old
-    mid = uuid.uuid4()
-    new = Memory(id=mid, root_id=old.root_id if old else mid, version=old.version + 1 if old else 1, org_id=org_id,
-                 owner_id=owner_id, text=text, kind=kind, status="active", confidence=confidence,
-                 provenance={**provenance, "key": key, "job_id": str(job_id) if job_id else None},
-                 valid_from=now, recorded_at=now, last_validated_at=now, visibility=scope.visibility,
-                 groups=list(scope.groups), labels=list(scope.labels), embedding=embedder.embed([text])[0])
-    if old is not None:
-        old.status, old.superseded_at, old.valid_to = "superseded", now, now
-        db.flush()
-    db.add(new)
-    db.flush()
-    for type_, id_ in sources:
-        add_edge(db, org_id=org_id, from_type="memory", from_id=mid, to_type=type_, to_id=id_, relation=relation,
-                 job_id=job_id)
-    if old is not None:
-        add_edge(db, org_id=org_id, from_type="memory", from_id=mid, to_type="memory", to_id=old.id,
-                 relation="supersedes", job_id=job_id)
-    record(db, org_id=org_id, actor_id=None, action="memory.derive", target_type="memory", target_id=mid,
+    provenance = {**provenance, "key": key, "job_id": str(job_id) if job_id else None}
+    fields = dict(owner_id=owner_id, text=text, kind=kind, confidence=confidence, provenance=provenance, now=now,
+                  embedding=embedder.embed([text])[0], valid_from=now, sources=sources, job_id=job_id)
+    if old is None:
+        new = create_derived(db, org_id=org_id, scope=scope, relation=relation, **fields)
+    else:
+        new = new_version(db, old, last_validated_at=now, close_validity=True, source_relation=relation,
+                          visibility=scope.visibility, groups=list(scope.groups), labels=list(scope.labels), **fields)
+    record(db, org_id=org_id, actor_id=None, action="memory.derive", target_type="memory", target_id=new.id,
            details={"key": key, "kind": kind, "previous": str(old.id) if old else None,
                     "job_id": str(job_id) if job_id else None})
     return ("updated" if old else "created"), new
@@ -188,23 +222,108 @@ def declassify(db: Session, principal: Principal, memory_id: uuid.UUID, body: De
     if old.status != "active":
         raise Conflict(f"memory is {old.status}; declassify its current version", code="not_current_version")
     assert_may_share(principal, body.visibility, body.groups)
-    now = datetime.now(timezone.utc)
-    new = Memory(id=uuid.uuid4(), root_id=old.root_id, version=old.version + 1, org_id=old.org_id,
-                 owner_id=old.owner_id, text=old.text, kind=old.kind, status="active", confidence=old.confidence,
-                 provenance={**old.provenance, "previous_version": str(old.id),
-                             "declassified": {"by": str(principal.user_id), "reason": body.reason,
-                                              "from": {"visibility": old.visibility, "groups": old.groups,
-                                                       "labels": old.labels}}},
-                 valid_from=old.valid_from, recorded_at=now, last_validated_at=old.last_validated_at,
-                 visibility=body.visibility, groups=body.groups, labels=body.labels, embedding=old.embedding)
-    old.status, old.superseded_at = "superseded", now
-    db.flush()
-    db.add(new)
-    db.flush()
-    add_edge(db, org_id=old.org_id, from_type="memory", from_id=new.id, to_type="memory", to_id=old.id,
-             relation="declassified_from")
+    new = new_version(db, old, now=datetime.now(timezone.utc), relation="declassified_from", close_validity=False,
+                      provenance={**old.provenance, "previous_version": str(old.id),
+                                  "declassified": {"by": str(principal.user_id), "reason": body.reason,
+                                                   "from": {"visibility": old.visibility, "groups": old.groups,
+                                                            "labels": old.labels}}},
+                      valid_from=old.valid_from, last_validated_at=old.last_validated_at,
+                      visibility=body.visibility, groups=body.groups, labels=body.labels)
     record(db, org_id=old.org_id, actor_id=principal.user_id, action="memory.declassify", target_type="memory",
            target_id=new.id, details={"previous": str(old.id), "reason": body.reason,
                                       "from": {"visibility": old.visibility, "groups": old.groups, "labels": old.labels},
                                       "to": {"visibility": new.visibility, "groups": new.groups, "labels": new.labels}})
     return new
+
+
+# --- what pipelines and deletion do to memories (whole-org work: the job binds `all_scopes`) ---
+
+def live_memories(db: Session, org_id: uuid.UUID, *, kind: str | None = None) -> list[Memory]:
+    return repo.live_memories(db, org_id, kind=kind)
+
+
+def nearest_in_scope(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID, scope: scopes.Scope, vec,  # noqa: ANN001
+                     text: str) -> tuple[Memory, float] | None:
+    return repo.nearest_active(db, org_id, owner_id=owner_id, visibility=scope.visibility, groups=list(scope.groups),
+                               labels=list(scope.labels), vec=vec, text=text)
+
+
+def confirm(db: Session, m: Memory, *, sources, relation: str = "distilled_from",  # noqa: ANN001
+            job_id: uuid.UUID | None = None) -> None:
+    """New sources say what `m` already says: validated now, with lineage to them (no new version)."""
+    m.last_validated_at = datetime.now(timezone.utc)
+    _link(db, m, sources, relation, job_id)
+
+
+def resolve(db: Session, *, org_id: uuid.UUID, winner_id: uuid.UUID, loser_id: uuid.UUID, relation: str,
+            job_id: uuid.UUID | None, now: datetime) -> bool:
+    """Consolidation: `loser` is superseded by `winner` (`merged_from`: it said the same;
+    `supersedes`: it contradicted it, so it also stops being valid). False when the loser is no
+    longer active (a concurrent run got there first)."""
+    loser = repo.active_if_still(db, loser_id)
+    if loser is None:
+        return False
+    supersede(loser, now, close_validity=relation == "supersedes")
+    add_edge(db, org_id=org_id, from_type="memory", from_id=winner_id, to_type="memory", to_id=loser_id,
+             relation=relation, job_id=job_id)
+    record(db, org_id=org_id, actor_id=None, action=f"memory.{'merge' if relation == 'merged_from' else 'supersede'}",
+           target_type="memory", target_id=loser_id, details={"winner": str(winner_id), "job_id": str(job_id)})
+    return True
+
+
+def without_live_sources(db: Session, org_id: uuid.UUID, memories: list[Memory], sources: dict) -> set[uuid.UUID]:
+    """Of distilled memories with `distilled_from` sources (`sources`: id -> edges), those whose
+    every source is gone. Counted per version, as consolidation always has: a PATCHed distilled
+    memory's new version carries no source edges of its own and is never pruned here (counting per
+    root would prune it once its first version's sources are gone; the deletion cascade, which
+    counts per root, already handles that case when the source is deleted)."""
+    cands = [m.id for m in memories if sources.get(m.id) and m.provenance.get("origin") == "distill"]
+    alive = repo.live_source_counts(db, org_id, cands, per="version", relations=("distilled_from",))
+    return {i for i in cands if alive.get(i, 0) == 0}
+
+
+def prune(db: Session, m: Memory, *, reason: str, job_id: uuid.UUID | None) -> None:
+    """Remove a memory (every version, content included) that has nothing left to stand on."""
+    repo.delete_root(db, m.org_id, m.root_id)
+    record(db, org_id=m.org_id, actor_id=None, action="memory.prune", target_type="memory", target_id=m.id,
+           details={"reason": reason, "job_id": str(job_id)})
+
+
+def expire(db: Session, m: Memory, now: datetime, *, reason: str, job_id: uuid.UUID | None) -> None:
+    supersede(m, now, close_validity=True)
+    record(db, org_id=m.org_id, actor_id=None, action="memory.expire", target_type="memory", target_id=m.id,
+           details={"reason": reason, "job_id": str(job_id)})
+
+
+def quarantine(db: Session, m: Memory, *, reason: str, job_id: uuid.UUID | None) -> None:
+    """Hide a memory from every read path (e.g. a schema hint whose table changed) until restored."""
+    m.status = "quarantined"
+    record(db, org_id=m.org_id, actor_id=None, action="memory.quarantine", target_type="memory", target_id=m.id,
+           details={"reason": reason, "job_id": str(job_id)})
+
+
+def restore(m: Memory) -> None:
+    m.status = "active"
+
+
+def roots_derived_from(db: Session, org_id: uuid.UUID, source_type: str, source_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    return repo.roots_derived_from(db, org_id, source_type, source_ids)
+
+
+def remove_or_quarantine(db: Session, org_id: uuid.UUID, roots: list[uuid.UUID], *,
+                         removed_source: uuid.UUID) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+    """After a source is gone: a root derived only from removed sources is removed (every version);
+    one with sources left is quarantined until re-derived. Returns (removed ids, quarantined ids)."""
+    alive = repo.live_source_counts(db, org_id, roots)
+    removed: list[uuid.UUID] = []
+    quarantined: list[uuid.UUID] = []
+    for root in roots:
+        if alive.get(root, 0) == 0:
+            removed += repo.delete_root(db, org_id, root)
+        else:
+            quarantined += repo.quarantine_root(db, org_id, root, removed_source=removed_source)
+    return removed, quarantined
+
+
+def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
+    return repo.delete_owned_by(db, org_id, owner_id)

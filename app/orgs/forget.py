@@ -1,59 +1,83 @@
 """Right to be forgotten: DELETE /v1/users/{id}/data removes everything a user owns and what was
-derived from it (episode cascade), revokes their keys, and records it in the audit log."""
+derived from it (episode cascade), revokes their keys, and records it in the audit log.
+
+Two steps, so that no network call happens inside the transaction: `forget_user` deletes in the
+request's transaction and returns the content hashes of the removed chunks; after the commit,
+`drop_chunk_kv` asks the inference tier to drop their KV (best effort: it is a cache of
+computable state) and finishes the job with the count.
+"""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
 
-from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.audit.service import record
-from app.cartridges.service import mark_stale
+from app.auth.principal import Principal
+from app.episodes import service as episodes
 from app.episodes.deletion import forget_episode
-from app.episodes.models import Episode
-from app.kit import idempotency
-from app.kit.db import bind_principal
+from app.jobs import service as jobs
+from app.kit.db import bind_principal, transaction
+from app.kit.errors import NotFound
 from app.kit.tier import TierClient
-from app.knowledge.models import Chunk, KnowledgeAsset
-from app.lineage.models import RetrievalEvent
-from app.memories.models import Memory
-from app.orgs.models import ApiKey
-from app.sessions.models import AgentSession
+from app.knowledge import service as knowledge
+from app.lineage import service as lineage
+from app.memories import service as memories
+from app.orgs import idempotency
+from app.orgs import repository as repo
+from app.sessions import service as sessions
 
 
 def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id: uuid.UUID,
-                job_id: uuid.UUID | None, tier: TierClient | None = None) -> dict:
+                job_id: uuid.UUID | None) -> tuple[dict, list[str]]:
+    """Delete everything the user owns; returns (stats, content hashes of the removed chunks)."""
     bind_principal(db, None, org_id=org_id, all_scopes=True)  # an admin action over every scope
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "sessions_removed": 0,
              "assets_removed": 0, "retrievals_removed": 0, "keys_revoked": 0, "idempotency_replies_removed": 0}
-    for eid in db.execute(select(Episode.id).where(Episode.org_id == org_id, Episode.owner_id == user_id)).scalars().all():
+    for eid in episodes.ids_owned_by(db, org_id, user_id):
         s = forget_episode(db, org_id=org_id, episode_id=eid, actor_id=actor_id, job_id=job_id)
         for k in ("episodes_removed", "memories_removed", "memories_quarantined", "idempotency_replies_removed"):
             stats[k] += s[k]
-    stats["memories_removed"] += len(db.execute(delete(Memory).where(Memory.org_id == org_id, Memory.owner_id == user_id)
-                                                .returning(Memory.id)).all())
-    stats["sessions_removed"] = len(db.execute(delete(AgentSession).where(
-        AgentSession.org_id == org_id, AgentSession.owner_id == user_id).returning(AgentSession.id)).all())
-    owned = db.execute(select(KnowledgeAsset.id, KnowledgeAsset.content_hash).where(
-        KnowledgeAsset.org_id == org_id, KnowledgeAsset.owner_id == user_id)).all()
-    hashes = [h for _, h in owned]
-    stats["cartridges_stale"] = len(mark_stale(db, org_id, [i for i, _ in owned], reason="source assets deleted"))
-    chunk_hashes = list(db.execute(select(Chunk.content_hash).where(
-        Chunk.org_id == org_id, Chunk.asset_id.in_([i for i, _ in owned]))).scalars()) if owned else []
-    stats["chunk_kv_deleted"] = tier.drop_chunks(chunk_hashes) if tier is not None and chunk_hashes else 0
-    stats["assets_removed"] = len(db.execute(delete(KnowledgeAsset).where(
-        KnowledgeAsset.org_id == org_id, KnowledgeAsset.owner_id == user_id).returning(KnowledgeAsset.id)).all())
-    stats["retrievals_removed"] = len(db.execute(delete(RetrievalEvent).where(
-        RetrievalEvent.org_id == org_id, RetrievalEvent.actor_id == user_id).returning(RetrievalEvent.id)).all())
+    stats["memories_removed"] += memories.delete_owned_by(db, org_id, user_id)
+    stats["sessions_removed"] = sessions.delete_owned_by(db, org_id, user_id)
+    assets = knowledge.forget_owner(db, org_id, user_id)
+    stats["cartridges_stale"], stats["assets_removed"] = assets["cartridges_stale"], assets["assets_removed"]
+    stats["retrievals_removed"] = lineage.forget_retrievals_by(db, org_id, user_id)
     stats["idempotency_replies_removed"] += idempotency.forget_user_replies(db, org_id, user_id)
-    stats["keys_revoked"] = db.execute(update(ApiKey).where(ApiKey.org_id == org_id, ApiKey.user_id == user_id,
-                                                            ApiKey.revoked_at.is_(None))
-                                       .values(revoked_at=datetime.now(timezone.utc))).rowcount
+    stats["keys_revoked"] = repo.revoke_keys(db, org_id, user_id, datetime.now(timezone.utc))
     record(db, org_id=org_id, actor_id=actor_id, action="user.forget", target_type="user", target_id=user_id,
-           details={**stats, "job_id": str(job_id) if job_id else None, "asset_hashes": len(hashes)})
-    return stats
+           details={**stats, "job_id": str(job_id) if job_id else None, "asset_hashes": assets["asset_hashes"]})
+    return stats, assets["chunk_hashes"]
+
+
+def start(db: Session, principal: Principal, user_id: uuid.UUID) -> tuple[uuid.UUID, dict, list[str]]:
+    """Admins for anyone in their org, any user for themselves (else 404). Deletes in the caller's
+    transaction; returns (job id, stats so far, chunk hashes for `drop_chunk_kv` after the commit)."""
+    target = repo.user_in_org(db, principal.org_id, user_id)
+    if target is None or (user_id != principal.user_id and not principal.has_role("admin")):
+        raise NotFound("user not found")
+    job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="forget_user",
+                      params={"user_id": str(user_id)}, status="running")
+    stats, hashes = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id,
+                                job_id=job.id)
+    bind_principal(db, principal)  # back to the caller's own scope for the rest of the request
+    job.stats = stats
+    return job.id, stats, hashes
+
+
+def drop_chunk_kv(sessions_: sessionmaker[Session], org_id: uuid.UUID, job_id: uuid.UUID, stats: dict,
+                  hashes: list[str], tier: TierClient | None) -> None:
+    """After the commit: drop the removed chunks' KV in the inference tier, then finish the job."""
+    try:
+        dropped = tier.drop_chunks(hashes) if tier is not None and hashes else 0
+    finally:
+        if tier is not None:
+            tier.close()
+    with transaction(sessions_) as db:
+        bind_principal(db, None, org_id=org_id, all_scopes=True)
+        jobs.finish(db, jobs.get_for_update(db, job_id), stats={**stats, "chunk_kv_deleted": dropped})
 
 
 def tier_client(settings) -> TierClient | None:  # noqa: ANN001

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import hmac
+
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
-from app.auth.principal import new_key
+from app.auth.principal import Principal, hash_secret, new_key, parse_key
+from app.kit.db import bind_principal
 from app.kit.errors import Conflict, NotFound
+from app.orgs import repository as repo
 from app.orgs.models import ApiKey, Org, User
 
 ROLES = ("member", "steward", "auditor", "admin")
@@ -27,7 +30,7 @@ def create_org(db: Session, name: str) -> Org:
 
 
 def org_by_name(db: Session, name: str) -> Org:
-    org = db.execute(select(Org).where(Org.name == name)).scalar_one_or_none()
+    org = repo.org_by_name(db, name)
     if org is None:
         raise NotFound(f"no org {name!r}")
     return org
@@ -48,7 +51,7 @@ def create_user(db: Session, org: Org, name: str, *, roles=(), groups=(), cleara
 
 
 def user_by_name(db: Session, org: Org, name: str) -> User:
-    u = db.execute(select(User).where(User.org_id == org.id, User.name == name)).scalar_one_or_none()
+    u = repo.user_by_name(db, org.id, name)
     if u is None:
         raise NotFound(f"no user {name!r} in {org.name!r}")
     return u
@@ -62,3 +65,48 @@ def create_key(db: Session, user: User) -> str:
     record(db, org_id=user.org_id, actor_id=None, action="key.create", target_type="user", target_id=user.id,
            details={"key_id": str(key_id)})
     return key
+
+
+def resolve_key(db: Session, key: str) -> Principal | None:
+    """The principal a bearer key stands for (None: malformed, unknown, revoked or wrong secret);
+    binds the transaction's RLS settings to it."""
+    parsed = parse_key(key)
+    if parsed is None:
+        return None
+    key_id, secret = parsed
+    row = repo.key_lookup(db, key_id)
+    if row is None or not hmac.compare_digest(hash_secret(bytes(row.salt), secret), bytes(row.secret_hash)):
+        return None
+    bind_principal(db, None, org_id=row.org_id)
+    user = repo.user_in_org(db, row.org_id, row.user_id)
+    if user is None:
+        return None
+    p = Principal(org_id=user.org_id, user_id=user.id, name=user.name, roles=tuple(user.roles),
+                  groups=tuple(user.groups), clearances=tuple(user.clearances))
+    bind_principal(db, p)
+    return p
+
+
+def user_in_org(db: Session, org_id, user_id) -> User | None:  # noqa: ANN001
+    return repo.user_in_org(db, org_id, user_id)
+
+
+def job_owner(db: Session, org_id, created_by):  # noqa: ANN001, ANN201
+    """Who owns what a pipeline writes when no user asked for it (scheduled or CLI runs): the
+    creator of the job, else the org's first admin, else its first steward, else its first user."""
+    if created_by is not None:
+        return created_by
+    users = repo.users_by_age(db, org_id)
+    for role in ("admin", "steward"):
+        for u in users:
+            if role in u.roles:
+                return u.id
+    if not users:
+        raise RuntimeError("the org has no users to own pipeline output")
+    return users[0].id
+
+
+def retention_days(db: Session, org_id, item_type: str):  # noqa: ANN001, ANN201
+    """The org's retention policy for an item type (org.settings.retention.<type>, days), or None."""
+    org = db.get(Org, org_id)
+    return (org.settings or {}).get("retention", {}).get(item_type)

@@ -152,6 +152,16 @@ def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str
     return out, info
 
 
+def neighbour_ids(db: Session, principal: Principal, hit_ids: list) -> list[tuple]:
+    """(neighbour id, hit id): the servable turns just before and after each retrieved turn."""
+    return repo.neighbour_ids(db, principal, hit_ids)
+
+
+def load(db: Session, principal: Principal, type_: str, ids: list) -> dict:
+    """{id: row} of the visible rows of one item type (no embeddings)."""
+    return repo.load(db, principal, type_, ids)
+
+
 def query_vector(embedder, body: SearchIn):  # noqa: ANN001, ANN201
     return embedder.embed([body.query])[0] if body.mode != "text" else None
 

@@ -30,7 +30,8 @@ def context(body: ContextIn, request: Request, db: SessionDep, principal=require
     with released(db, principal):  # no pooled connection held while the query is embedded
         qvec = st.resources.embedder.embed([body.query])[0]
     out = build(db, principal, st.resources, query=body.query, budget=body.budget_tokens, session=session,
-                ef_search=st.settings.hnsw_ef_search, qvec=qvec)
+                ef_search=st.settings.hnsw_ef_search, qvec=qvec,
+                pinned=service.session_pieces(db, session) if session is not None else None)
     return {**out, "handoff": handoff.sign(st.settings, principal, out["handoff"])}
 
 

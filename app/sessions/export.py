@@ -6,17 +6,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.sessions.models import AgentSession, ToolCall
+from app.sessions import repository as repo
 
 
 def trajectories(db: Session, org_id: uuid.UUID) -> Iterator[dict]:
-    sessions = db.execute(select(AgentSession).where(AgentSession.org_id == org_id)
-                          .order_by(AgentSession.created_at)).scalars()
-    for s in sessions:
-        calls = db.execute(select(ToolCall).where(ToolCall.session_id == s.id).order_by(ToolCall.seq)).scalars().all()
+    for s in repo.sessions_of_org(db, org_id):
+        calls = repo.tool_calls(db, s.id)
         if not calls:
             continue
         yield {"session_id": str(s.id), "user_id": str(s.owner_id), "budget_tokens": s.budget_tokens,

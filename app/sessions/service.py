@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 
-from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
@@ -19,9 +18,10 @@ from app.auth.principal import Principal
 from app.context.assemble import Piece, render, sections
 from app.episodes.schemas import EpisodeIn
 from app.episodes.service import create_many
-from app.kit.access import visible_to
 from app.kit.errors import AppError, NotFound
+from app.sessions import repository as repo
 from app.sessions.models import AgentSession, SessionMessage
+from app.sessions.summary import summarise
 
 PRESSURE_WARNING = 0.7
 WARNING_TEXT = ("Memory pressure: the context is {pct:.0%} full. Save what matters with memory_add or "
@@ -29,16 +29,14 @@ WARNING_TEXT = ("Memory pressure: the context is {pct:.0%} full. Save what matte
 
 
 def get(db: Session, principal: Principal, session_id: uuid.UUID, *, for_update: bool = False) -> AgentSession:
-    stmt = select(AgentSession).where(AgentSession.id == session_id, visible_to(principal, AgentSession))
-    s = db.execute(stmt.with_for_update() if for_update else stmt).scalar_one_or_none()
+    s = repo.get_visible(db, principal, session_id, for_update=for_update)
     if s is None:
         raise NotFound("session not found")
     return s
 
 
 def messages(db: Session, s: AgentSession) -> list[SessionMessage]:
-    return list(db.execute(select(SessionMessage).where(SessionMessage.session_id == s.id)
-                           .order_by(SessionMessage.seq)).scalars())
+    return repo.messages(db, s.id)
 
 
 def session_pieces(db: Session, s: AgentSession) -> list[Piece]:
@@ -111,8 +109,6 @@ def add_message(db: Session, principal: Principal, resources, s: AgentSession, r
 def evict(db: Session, principal: Principal, resources, s: AgentSession, *, reason: str,  # noqa: ANN001
           only: list[SessionMessage] | None = None) -> int:
     """Fold the oldest half (or `only` these) messages into the summary; keep them as episodes."""
-    from pipelines.distillation.steps import summarise
-
     msgs = messages(db, s)
     out = only if only is not None else msgs[: max(1, len(msgs) // 2)] if len(msgs) > 1 else []
     if not out:
@@ -124,9 +120,17 @@ def evict(db: Session, principal: Principal, resources, s: AgentSession, *, reas
                        occurred_at=m.created_at, metadata={"session_seq": m.seq, "evicted": reason},
                        visibility=s.visibility, groups=list(s.groups), labels=list(s.labels)) for m in out]
     episodes = create_many(db, resources.embedder, principal, items, owner_id=s.owner_id, audit=False)
-    db.execute(delete(SessionMessage).where(SessionMessage.id.in_([m.id for m in out])))
+    repo.delete_messages(db, [m.id for m in out])
     s.evictions += 1
     record(db, org_id=s.org_id, actor_id=principal.user_id, action="session.evict", target_type="session",
            target_id=s.id, details={"messages": len(out), "reason": reason, "episodes": [str(e.id) for e in episodes]})
     db.flush()
     return len(out)
+
+
+def next_tool_seq(db: Session, s: AgentSession) -> int:
+    return repo.next_tool_seq(db, s.id)
+
+
+def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
+    return repo.delete_owned_by(db, org_id, owner_id)

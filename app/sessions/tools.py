@@ -13,7 +13,6 @@ import uuid
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -176,7 +175,7 @@ def execute(db: Session, principal: Principal, resources, s: AgentSession, name:
     except ValidationError as exc:
         e = exc.errors()[0]
         raise AppError(f"{'.'.join(map(str, e['loc']))}: {e['msg']}", code="validation_error", status_code=422) from None
-    seq = (db.execute(select(func.coalesce(func.max(ToolCall.seq), 0)).where(ToolCall.session_id == s.id)).scalar() or 0) + 1
+    seq = sessions.next_tool_seq(db, s)
     try:
         with db.begin_nested():  # a failing tool leaves nothing half-done, but its call is still logged
             result = fn(db, principal, resources, s, parsed)

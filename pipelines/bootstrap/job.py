@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.jobs.models import Job
 from app.jobs.params import BootstrapParams
 from app.jobs.runner import JobContext
 from app.kit.scope import Scope
 from app.kit.text import sha256
 from app.kit.tier import TierClient
-from app.knowledge import repository as knowledge_repo
+from app.knowledge import service as knowledge
 from app.knowledge.service import AssetIn, upsert_asset
 from app.memories import service as memories
+from app.orgs.service import job_owner
 from pipelines.bootstrap import sources as src
-from pipelines.owner import job_owner
+
+if TYPE_CHECKING:
+    from app.jobs.models import Job
 
 log = logging.getLogger("memscale.bootstrap")
 
 
-def _resolve(ctx: JobContext, job: Job, rel: str) -> Path:
+def _resolve(ctx: JobContext, job: "Job", rel: str) -> Path:
     """API jobs may read only under the bootstrap root; operator (CLI) jobs may name any path."""
     root = (ctx.settings.data_dir / "sources").resolve()
     path = Path(rel)
@@ -44,7 +47,7 @@ def _token_counter(ctx: JobContext):  # noqa: ANN202
     return lambda t: len(tok.encode(t, add_special_tokens=False))
 
 
-def run(ctx: JobContext, job: Job) -> dict:
+def run(ctx: JobContext, job: "Job") -> dict:
     p = BootstrapParams.model_validate(job.params)
     scope = Scope(p.visibility, None, tuple(p.groups), tuple(p.labels))
     stats = {"documents": 0, "created": 0, "updated": 0, "unchanged": 0, "chunks": 0, "tables": 0,
@@ -89,9 +92,9 @@ def run(ctx: JobContext, job: Job) -> dict:
         with ctx.tx() as db:
             prefix = f"schema:{src.redact_url(schema_url)}#"
             present = {f"{prefix}{t.qualified}" for t in tables}
-            gone = [a.id for a in knowledge_repo.active_assets(db, ctx.org_id, "table_schema", prefix)
+            gone = [a.id for a in knowledge.active_assets(db, ctx.org_id, "table_schema", prefix)
                     if a.source_uri not in present]
-            knowledge_repo.set_status(db, gone, "dropped")
+            knowledge.set_status(db, gone, "dropped")
             stats["tables_dropped"] = len(gone)
             ctx.checkpoint(db, progress=1.0, stats=stats)
     _precompute_kv(ctx, new_chunk_texts)
@@ -128,7 +131,7 @@ def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope:
         stats["glossary_terms"] += o != "unchanged"
 
 
-def _source_url(ctx: JobContext, job: Job, schema_url: str) -> str:
+def _source_url(ctx: JobContext, job: "Job", schema_url: str) -> str:
     """Checked again at run time: the allow-list may have changed since the job was queued."""
     from app.jobs.sources import resolve
 

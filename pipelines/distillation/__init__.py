@@ -4,6 +4,7 @@ The job that reads episodes from Postgres, groups them by access scope, deduplic
 active memories and writes memories with lineage is wired on top of these steps.
 """
 
+from app.sessions.summary import SummaryConfig, summarise
 from pipelines.distillation.steps import (
     EpisodeIn,
     ExtractConfig,
@@ -11,11 +12,9 @@ from pipelines.distillation.steps import (
     Judgement,
     JudgeConfig,
     StepStats,
-    SummaryConfig,
     extract,
     judge,
     rule_extract,
-    summarise,
     usefulness_heuristic,
 )
 

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from app.audit.service import record
-from app.jobs.models import Job
+from app.episodes import service as episodes
+from app.jobs import service as jobs
 from app.jobs.params import DistillParams
 from app.jobs.runner import JobContext
 from app.kit import scope as scopes
-from app.lineage.service import add_edge
-from app.memories import repository_pipeline as repo
-from app.memories.models import Memory
+from app.memories import service as memories
 from pipelines.distillation.steps import EpisodeIn, StepStats, extract, judge, same_statement
+
+if TYPE_CHECKING:
+    from app.jobs.models import Job
 
 DUPLICATE_DISTANCE = 0.08  # cosine distance under which a new memory repeats an existing one
 NEAR_DISTANCE = 0.2  # closer than this, the same content words and values also make a repeat
@@ -31,7 +34,7 @@ def _scope_key(e) -> tuple:  # noqa: ANN001
     return (e.owner_id, e.visibility, tuple(sorted(e.groups)), tuple(sorted(e.labels)))
 
 
-def run(ctx: JobContext, job: Job) -> dict:
+def run(ctx: JobContext, job: "Job") -> dict:
     p = DistillParams.model_validate(job.params)
     gateway, embedder = ctx.resources.gateway, ctx.resources.embedder
     steps = StepStats()
@@ -40,15 +43,15 @@ def run(ctx: JobContext, job: Job) -> dict:
         stats.update({k: v for k, v in job.stats.items() if k in stats})
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=p.min_age_s)
     with ctx.tx() as db:
-        start = dict(repo.lock_cursor(db, ctx.org_id, "distill").position)
-        total = stats["seen"] + repo.count_episodes_after(db, ctx.org_id, start, cutoff)
+        start = dict(jobs.lock_cursor(db, ctx.org_id, "distill").position)
+        total = stats["seen"] + episodes.count_after(db, ctx.org_id, start, cutoff)
     if p.max_episodes:
         total = min(total, p.max_episodes)
     while stats["seen"] < total:
         # 1. Read the next batch (short transaction), think outside any transaction.
         with ctx.tx() as db:
-            position = dict(repo.lock_cursor(db, ctx.org_id, "distill").position)
-            batch = repo.episodes_after(db, ctx.org_id, position, cutoff, min(p.batch_size, total - stats["seen"]))
+            position = dict(jobs.lock_cursor(db, ctx.org_id, "distill").position)
+            batch = episodes.batch_after(db, ctx.org_id, position, cutoff, min(p.batch_size, total - stats["seen"]))
             db.expunge_all()
         if not batch:
             break
@@ -64,12 +67,12 @@ def run(ctx: JobContext, job: Job) -> dict:
         vectors = iter(embedder.embed(texts)) if texts else iter(())
         # 2. Write the batch, the watermark and the checkpoint atomically.
         with ctx.tx() as db:
-            cursor = repo.lock_cursor(db, ctx.org_id, "distill")
+            cursor = jobs.lock_cursor(db, ctx.org_id, "distill")
             if cursor.position != position:  # another run took this batch meanwhile
                 continue
             for e, v in zip(batch, verdicts):
                 quality = "quarantined" if v.suspicious else ("useful" if v.useful else "skipped")
-                repo.set_quality(db, e.id, quality)
+                episodes.set_quality(db, e.id, quality)
                 stats["kept" if v.useful else ("quarantined" if v.suspicious else "skipped")] += 1
             for key, items in extracted.items():
                 for x in items:
@@ -89,32 +92,20 @@ def _store(ctx: JobContext, db, x, vec, key: tuple, by_id: dict, stats: dict) ->
     if not sources:
         return
     derived = scopes.derive([scopes.of(s) for s in sources])
-    near = repo.nearest_active(db, ctx.org_id, repo.same_scope(owner, derived.visibility, list(derived.groups),
-                                                                list(derived.labels)), vec, x.text)
+    refs = [("episode", s.id) for s in sources]
+    near = memories.nearest_in_scope(db, ctx.org_id, owner, derived, vec, x.text)
     if near is not None and (near[1] <= DUPLICATE_DISTANCE or near[0].text.strip().lower() == x.text.strip().lower()
                              or (near[1] <= NEAR_DISTANCE and same_statement(near[0].text, x.text))):
-        existing = near[0]
-        existing.last_validated_at = datetime.now(timezone.utc)
-        for s in sources:
-            add_edge(db, org_id=ctx.org_id, from_type="memory", from_id=existing.id, to_type="episode", to_id=s.id,
-                     relation="distilled_from", job_id=ctx.job_id)
+        memories.confirm(db, near[0], sources=refs, job_id=ctx.job_id)
         stats["merged_into_existing"] += 1
         return
-    mid = uuid.uuid4()
-    now = datetime.now(timezone.utc)
-    db.add(Memory(id=mid, root_id=mid, version=1, org_id=ctx.org_id, owner_id=owner, text=x.text, kind=x.kind,
-                  status="active", confidence=float(x.confidence),
-                  provenance={"origin": "distill", "method": x.method, "job_id": str(ctx.job_id),
-                              "sources": [{"type": "episode", "id": str(s.id),
-                                           **({"turns": x.turns[str(s.id)]} if x.turns.get(str(s.id)) else {})}
-                                          for s in sources]},
-                  valid_from=min(s.occurred_at for s in sources), recorded_at=now, last_validated_at=now,
-                  visibility=derived.visibility, groups=list(derived.groups), labels=list(derived.labels),
-                  embedding=vec))
-    db.flush()
-    for s in sources:
-        add_edge(db, org_id=ctx.org_id, from_type="memory", from_id=mid, to_type="episode", to_id=s.id,
-                 relation="distilled_from", job_id=ctx.job_id)
-    record(db, org_id=ctx.org_id, actor_id=None, action="memory.distill", target_type="memory", target_id=mid,
+    m = memories.create_derived(
+        db, org_id=ctx.org_id, owner_id=owner, text=x.text, kind=x.kind, confidence=float(x.confidence),
+        provenance={"origin": "distill", "method": x.method, "job_id": str(ctx.job_id),
+                    "sources": [{"type": "episode", "id": str(s.id),
+                                 **({"turns": x.turns[str(s.id)]} if x.turns.get(str(s.id)) else {})} for s in sources]},
+        scope=derived, embedding=vec, valid_from=min(s.occurred_at for s in sources), now=datetime.now(timezone.utc),
+        sources=refs, job_id=ctx.job_id)
+    record(db, org_id=ctx.org_id, actor_id=None, action="memory.distill", target_type="memory", target_id=m.id,
            details={"job_id": str(ctx.job_id), "sources": [str(s.id) for s in sources], "kind": x.kind})
     stats["memories_created"] += 1

@@ -1,11 +1,9 @@
-"""LLM-facing pure steps of distillation and session summaries (no database, no side effects).
+"""LLM-facing pure steps of distillation (no database, no side effects).
 
 - :func:`judge` scores episodes: a deterministic injection pre-screen (suspicious → skipped,
   never shown to the model) + a usefulness heuristic + the LLM's verdict, blended.
 - :func:`extract` asks the LLM for memories citing source episodes, keeps only well-cited,
   grounded, clean ones, and adds a deterministic rule-based extractor for well-formed sentences.
-- :func:`summarise` folds evicted session messages into a recursive summary, with a
-  deterministic extractive fallback.
 
 Model output is data: only known fields are read, citations are checked against the batch the
 model saw, and memory texts are screened for instruction-like content before they are kept.
@@ -74,7 +72,7 @@ class StepStats:
     llm_rewrites: int = 0  # rule statements the model rewrote (verified: values kept, grounded, clean)
     llm_rewrites_rejected: int = 0
     judge_llm_skipped: int = 0  # episodes the deterministic score decided without asking the model
-    summary_fallbacks: int = 0
+    summary_fallbacks: int = 0  # counted by app.sessions.summary.summarise when given these stats
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -350,124 +348,3 @@ def _near(a: str, b: str) -> bool:
     va = {m.group(0).lower() for m in L._IDENT.finditer(a)}
     vb = {m.group(0).lower() for m in L._IDENT.finditer(b)}
     return bool(ca and cb) and len(ca & cb) / len(ca | cb) >= 0.6 and va == vb
-
-
-# -- session summaries --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SummaryConfig:
-    chunk_tokens: int = 600  # data per model call; longer inputs are folded chunk by chunk
-    message_chars: int = 400
-    min_grounding: float = 0.6  # share of the summary's words found in the input
-    min_coverage: float = 0.25  # share of the new messages' words kept in the summary
-
-
-def summarise(gateway: BaseGateway, old_summary: str | None, messages: Sequence[tuple[str, str]],
-              max_tokens: int, *, config: SummaryConfig = SummaryConfig(),
-              stats: StepStats | None = None) -> str:
-    """Recursive summary: old summary + evicted messages → a new summary of ≤ ``max_tokens``.
-
-    Inputs larger than ``chunk_tokens`` are folded in several calls (summary_i+1 = f(summary_i,
-    chunk_i)). A model answer that is empty, looping, invented (not grounded in the input) or
-    forgetful (drops the new messages) is replaced by a deterministic extractive summary.
-    Never raises for a model failure.
-    """
-    stats = stats if stats is not None else StepStats()
-    max_tokens = max(8, int(max_tokens))
-    summary = (old_summary or "").strip() or None
-    lines = [f"{role}: {P.clip(content, config.message_chars)}" for role, content in messages
-             if content and content.strip()]
-    if not lines:
-        return fit_tokens(gateway, summary or "", max_tokens, keep="end")
-    for chunk in _chunk_lines(gateway, lines, config.chunk_tokens):
-        summary = _summarise_once(gateway, summary, chunk, max_tokens, config, stats)
-    return summary or ""
-
-
-def _chunk_lines(gateway: BaseGateway, lines: list[str], budget: int) -> list[list[str]]:
-    chunks: list[list[str]] = [[]]
-    used = 0
-    for line in lines:
-        n = gateway.count_tokens(line)
-        if chunks[-1] and used + n > budget:
-            chunks.append([])
-            used = 0
-        chunks[-1].append(line)
-        used += n
-    return chunks
-
-
-def _summarise_once(gateway: BaseGateway, old: str | None, lines: list[str], max_tokens: int,
-                    config: SummaryConfig, stats: StepStats) -> str:
-    stats.llm_calls += 1
-    try:
-        raw = gateway.chat(P.summary_messages(old, lines, max_words=max(8, int(max_tokens * 0.7))),
-                           max_tokens=max_tokens)
-    except LLMError as exc:
-        log.warning("summary: LLM failed, using the extractive fallback: %s", exc)
-        raw = ""
-    text = _clean_summary(raw)
-    if _usable_summary(text, old, lines, config):
-        return fit_tokens(gateway, text, max_tokens)
-    stats.summary_fallbacks += 1
-    stats.llm_failures += 1
-    return fallback_summary(gateway, old, lines, max_tokens)
-
-
-def _clean_summary(raw: str) -> str:
-    text = re.sub(r"```\w*", "", raw or "")
-    text = re.sub(r"<{2,}[^>]*>{2,}", " ", text)
-    text = re.sub(r"^\s*(updated |new )?summary\s*:\s*", "", text.strip(), flags=re.I)
-    return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
-
-
-def _usable_summary(text: str, old: str | None, lines: list[str], config: SummaryConfig) -> bool:
-    """Reject empty, looping, invented, or forgetful answers (the 135M model does all four)."""
-    words = P.words(text)
-    if len(words) < 4 or "<<" in text or ">>" in text:
-        return False
-    if len(set(words)) / len(words) < 0.4:  # a looping small model
-        return False
-    contents = [line.split(": ", 1)[-1] for line in lines]
-    source = "\n".join(([old] if old else []) + contents)
-    if P.screen_injection(text) and not P.screen_injection(source):
-        return False
-    if P.grounding(text, [source]) < config.min_grounding:  # words from nowhere: invented
-        return False
-    new = P.content_words("\n".join(contents))
-    kept = P.content_words(text)
-    if new and len(new & kept) / len(new) < config.min_coverage:  # the new messages were dropped
-        return False
-    substantive = [c for c in contents if len(P.content_words(c)) >= 2]
-    return not substantive or bool(P.content_words(substantive[-1]) & kept)  # the newest one counts
-
-
-def fallback_summary(gateway: BaseGateway, old: str | None, lines: list[str], max_tokens: int) -> str:
-    """Extractive: the old summary, then the first words of each message (fewer until it fits)."""
-    text = ""
-    for per_line in (40, 20, 10, 5):
-        parts = [old] if old else []
-        for line in lines:
-            words = line.split()
-            parts.append(" ".join(words[:per_line]) + (" ..." if len(words) > per_line else ""))
-        text = "\n".join(parts)
-        if gateway.count_tokens(text) <= max_tokens:
-            return text
-    return fit_tokens(gateway, text, max_tokens, keep="end")  # newest information wins
-
-
-def fit_tokens(gateway: BaseGateway, text: str, max_tokens: int, *, keep: str = "start") -> str:
-    """The longest word-prefix (or suffix) of ``text`` within ``max_tokens``."""
-    if gateway.count_tokens(text) <= max_tokens:
-        return text
-    words = text.split(" ")
-    lo, hi = 0, len(words)
-    while lo < hi:  # largest n with tokens(n words) <= max_tokens
-        mid = (lo + hi + 1) // 2
-        part = words[:mid] if keep == "start" else words[len(words) - mid :]
-        if gateway.count_tokens(" ".join(part)) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    part = words[:lo] if keep == "start" else words[len(words) - lo :]
-    return " ".join(part)

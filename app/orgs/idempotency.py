@@ -16,11 +16,11 @@ from datetime import datetime, timedelta, timezone
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy import delete, or_, select, text
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.errors import BadRequest, Conflict
+from app.orgs import repository as repo
 from app.orgs.models import IdempotencyRecord
 
 DEFAULT_TTL_S = 24 * 3600
@@ -38,16 +38,12 @@ def replay(db: Session, principal: Principal, key: str | None, endpoint: str, di
     if not 1 <= len(key) <= 200:
         raise BadRequest("Idempotency-Key must be 1-200 characters", code="invalid_idempotency_key")
     # Serialise concurrent requests with the same key: the second waits and then replays.
-    db.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 11))"),
-               {"k": f"{principal.user_id}:{endpoint}:{key}"})
-    rec = db.execute(select(IdempotencyRecord).where(
-        IdempotencyRecord.org_id == principal.org_id, IdempotencyRecord.user_id == principal.user_id,
-        IdempotencyRecord.key == key, IdempotencyRecord.endpoint == endpoint)).scalar_one_or_none()
+    repo.lock_idempotency_key(db, f"{principal.user_id}:{endpoint}:{key}")
+    rec = repo.reply(db, principal.org_id, principal.user_id, key, endpoint)
     if rec is None:
         return None
     if rec.created_at < datetime.now(timezone.utc) - timedelta(seconds=ttl_s):
-        db.delete(rec)  # expired: the key is free again
-        db.flush()
+        repo.delete_reply(db, rec)  # expired: the key is free again
         return None
     if rec.request_hash != digest:
         raise Conflict("Idempotency-Key was already used with a different body", code="idempotency_key_reused")
@@ -59,10 +55,9 @@ def remember(db: Session, principal: Principal, key: str | None, endpoint: str, 
     if key is None:
         return
     purge_expired(db, principal.org_id, ttl_s)
-    db.add(IdempotencyRecord(org_id=principal.org_id, user_id=principal.user_id, key=key, endpoint=endpoint,
-                             request_hash=digest, status_code=status_code,
-                             response=json.loads(json.dumps(response, default=str))))
-    db.flush()
+    repo.add_reply(db, IdempotencyRecord(org_id=principal.org_id, user_id=principal.user_id, key=key, endpoint=endpoint,
+                                         request_hash=digest, status_code=status_code,
+                                         response=json.loads(json.dumps(response, default=str))))
 
 
 def idempotent(db: Session, principal: Principal, key: str | None, endpoint: str, body: BaseModel,
@@ -78,21 +73,15 @@ def idempotent(db: Session, principal: Principal, key: str | None, endpoint: str
 
 
 def purge_expired(db: Session, org_id: uuid.UUID, ttl_s: int = DEFAULT_TTL_S) -> int:
-    cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl_s)
-    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id,
-                                                      IdempotencyRecord.created_at < cutoff)).rowcount
+    return repo.delete_replies_before(db, org_id, datetime.now(timezone.utc) - timedelta(seconds=ttl_s))
 
 
 def forget_replies(db: Session, org_id: uuid.UUID, item_ids: list[uuid.UUID]) -> int:
     """Drop stored replies that name any of these items (`{"id": ...}` or `{"ids": [...]}`)."""
     if not item_ids:
         return 0
-    ids = [str(i) for i in item_ids]
-    resp = IdempotencyRecord.response
-    names = or_(resp["id"].astext.in_(ids), *[resp["ids"].contains([i]) for i in ids])
-    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id, names)).rowcount
+    return repo.delete_replies_naming(db, org_id, [str(i) for i in item_ids])
 
 
 def forget_user_replies(db: Session, org_id: uuid.UUID, user_id: uuid.UUID) -> int:
-    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id,
-                                                      IdempotencyRecord.user_id == user_id)).rowcount
+    return repo.delete_replies_of(db, org_id, user_id)

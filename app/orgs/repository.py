@@ -1,0 +1,79 @@
+"""Statements over orgs, users, API keys and stored Idempotency-Key replies."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import delete, or_, select, text, update
+from sqlalchemy.orm import Session
+
+from app.orgs.models import ApiKey, IdempotencyRecord, Org, User
+
+
+def org_by_name(db: Session, name: str) -> Org | None:
+    return db.execute(select(Org).where(Org.name == name)).scalar_one_or_none()
+
+
+def user_by_name(db: Session, org_id: uuid.UUID, name: str) -> User | None:
+    return db.execute(select(User).where(User.org_id == org_id, User.name == name)).scalar_one_or_none()
+
+
+def user_in_org(db: Session, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:
+    return db.execute(select(User).where(User.id == user_id, User.org_id == org_id)).scalar_one_or_none()
+
+
+def users_by_age(db: Session, org_id: uuid.UUID) -> list[User]:
+    return list(db.execute(select(User).where(User.org_id == org_id).order_by(User.created_at)).scalars())
+
+
+def key_lookup(db: Session, key_id: uuid.UUID):  # noqa: ANN201
+    """(org_id, user_id, salt, secret_hash) of a live key, or None. Through a SECURITY DEFINER
+    function: before the key is checked no org is bound, and RLS hides every key."""
+    return db.execute(text("SELECT org_id, user_id, salt, secret_hash FROM memscale_key_lookup(:id)"),
+                      {"id": key_id}).first()
+
+
+def revoke_keys(db: Session, org_id: uuid.UUID, user_id: uuid.UUID, at: datetime) -> int:
+    return db.execute(update(ApiKey).where(ApiKey.org_id == org_id, ApiKey.user_id == user_id,
+                                           ApiKey.revoked_at.is_(None)).values(revoked_at=at)).rowcount
+
+
+# Idempotency-Key replies (app/orgs/idempotency.py)
+
+def lock_idempotency_key(db: Session, lock_key: str) -> None:
+    """Serialise requests with the same key until the transaction ends."""
+    db.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 11))"), {"k": lock_key})
+
+
+def reply(db: Session, org_id: uuid.UUID, user_id: uuid.UUID, key: str, endpoint: str) -> IdempotencyRecord | None:
+    return db.execute(select(IdempotencyRecord).where(
+        IdempotencyRecord.org_id == org_id, IdempotencyRecord.user_id == user_id,
+        IdempotencyRecord.key == key, IdempotencyRecord.endpoint == endpoint)).scalar_one_or_none()
+
+
+def delete_reply(db: Session, rec: IdempotencyRecord) -> None:
+    db.delete(rec)
+    db.flush()
+
+
+def add_reply(db: Session, rec: IdempotencyRecord) -> None:
+    db.add(rec)
+    db.flush()
+
+
+def delete_replies_before(db: Session, org_id: uuid.UUID, cutoff: datetime) -> int:
+    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id,
+                                                      IdempotencyRecord.created_at < cutoff)).rowcount
+
+
+def delete_replies_naming(db: Session, org_id: uuid.UUID, ids: list[str]) -> int:
+    """Replies that name any of these ids (`{"id": ...}` or `{"ids": [...]}`)."""
+    resp = IdempotencyRecord.response
+    names = or_(resp["id"].astext.in_(ids), *[resp["ids"].contains([i]) for i in ids])
+    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id, names)).rowcount
+
+
+def delete_replies_of(db: Session, org_id: uuid.UUID, user_id: uuid.UUID) -> int:
+    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id,
+                                                      IdempotencyRecord.user_id == user_id)).rowcount

@@ -1,0 +1,173 @@
+"""The shape of the code, checked by reading it (docs/architecture.md): where SQL may be written and
+which way imports may go. Cheaper than review, in the spirit of polarsource/polar's org-scope lint
+(server/scripts/linters/org_scope.py): an AST walk over app/ and pipelines/, no import of the code.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SQL_CALLS = {"select", "insert", "update", "delete", "text"}
+
+# Files that may build SQL besides every `repository*.py`: the engine/session plumbing (it binds the
+# RLS settings) and migrations (alembic, outside app/).
+SQL_ALLOWED = {"app/kit/db.py"}
+# Owned by the inference branch (issue 16 part 4), which moves their SQL into
+# app/cartridges/repository.py: moved by the inference branch; drop these lines once it is merged.
+SQL_ALLOWED_PENDING = {"app/cartridges/service.py", "pipelines/cartridges/service_job.py"}
+
+
+def _sources(*tops: str) -> list[Path]:
+    return sorted(p for top in tops for p in (ROOT / top).rglob("*.py"))
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(ROOT).as_posix()
+
+
+def _tree(p: Path) -> ast.Module:
+    return ast.parse(p.read_text(), filename=str(p))
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """Line numbers of imports under `if TYPE_CHECKING:` (they never run)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                for n in ast.walk(sub):
+                    lines.add(getattr(n, "lineno", -1))
+    return lines
+
+
+def _imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, module) of every import that runs, including the names imported from a package
+    (`from app.memories import repository` gives `app.memories.repository`)."""
+    skip = _type_checking_only(tree)
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return out
+
+
+def _sql_allowed(rel: str) -> bool:
+    return Path(rel).name.startswith("repository") or rel in SQL_ALLOWED or rel in SQL_ALLOWED_PENDING
+
+
+def sql_in(p: Path, rel: str) -> list[str]:
+    """SQL built in one file: calls of select/insert/update/delete/text (bare or as `sa.`), and
+    imports of those names from SQLAlchemy (so that an alias is caught too)."""
+    found = []
+    for node in ast.walk(_tree(p)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SQL_CALLS:
+                found.append(f"{rel}:{node.lineno} {node.func.id}(")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in SQL_CALLS and ast.unparse(node.func.value) in ("sa", "sqlalchemy"):
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}(")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy"):
+                found += [f"{rel}:{node.lineno} imports {a.name} from {node.module}"
+                          for a in node.names if a.name in SQL_CALLS]
+    return sorted(found, key=lambda f: int(f.split(":")[1].split(" ")[0]))
+
+
+def sql_outside_repositories() -> list[str]:
+    return [f for p in _sources("app", "pipelines") if not _sql_allowed(_rel(p)) for f in sql_in(p, _rel(p))]
+
+
+def test_sql_lives_in_repositories():
+    """select/insert/update/delete/text( only in repository*.py files (and app/kit/db.py)."""
+    assert sql_outside_repositories() == []
+
+
+def test_the_lint_catches_sql(tmp_path):
+    """The lint is not vacuous: statements written outside a repository are reported, method calls
+    of the same name (`stats.update(...)`, `session.delete(row)`) are not."""
+    planted = tmp_path / "service.py"
+    planted.write_text("import sqlalchemy as sa\nfrom sqlalchemy import select as s\n\ndef f(db, m, stats):\n"
+                       "    stats.update(a=1)\n    db.execute(sa.text('SELECT 1'))\n    return db.execute(select(m))\n")
+    assert sql_in(planted, "app/x/service.py") == ["app/x/service.py:2 imports select from sqlalchemy",
+                                                   "app/x/service.py:6 sa.text(", "app/x/service.py:7 select("]
+
+
+NOT_DOMAINS = {"kit", "auth", "llm", "inference", "ui"}  # plumbing, the LLM gateway, the torch tier, a static page
+
+
+def _domains() -> set[str]:
+    return {p.name for p in (ROOT / "app").iterdir() if p.is_dir() and (p / "__init__.py").exists()
+            and p.name not in NOT_DOMAINS}
+
+
+def _layer(module: str) -> tuple[str, str] | None:
+    """('memories', 'repository') for app.memories.repository / app.memories.repository_pipeline."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[0] == "app":
+        return parts[1], parts[2]
+    return None
+
+
+def import_violations() -> list[str]:
+    domains = _domains()
+    bad = []
+    for p in _sources("app", "pipelines"):
+        rel = _rel(p)
+        tree = _tree(p)
+        own = rel.split("/")[1] if rel.startswith("app/") and rel.count("/") >= 2 else None
+        for line, mod in _imports(tree):
+            where = f"{rel}:{line} imports {mod}"
+            layer = _layer(mod)
+            if rel.startswith("app/") and (mod == "pipelines" or mod.startswith("pipelines.")):
+                bad.append(f"{where} (the app never imports pipelines)")
+            if rel.startswith("pipelines/") and rel not in SQL_ALLOWED_PENDING and layer and layer[0] in domains \
+                    and (layer[1] == "models" or layer[1].startswith("repository")):
+                bad.append(f"{where} (pipelines call domain services, never models or repositories)")
+            if rel.startswith("app/kit/") and rel not in KIT_WIRING and layer and layer[0] in domains:
+                bad.append(f"{where} (app/kit is plumbing below every domain)")
+            if rel.startswith("app/") and own in domains and layer and layer[0] in domains and layer[0] != own \
+                    and layer[1].startswith("repository"):
+                bad.append(f"{where} (another domain's repository: call its service)")
+            if rel.endswith("/endpoints.py") and layer and layer[0] in domains and \
+                    (layer[1] == "models" or layer[1].startswith("repository")):
+                bad.append(f"{where} (endpoints call services)")
+            if rel.startswith("app/context/") and layer and layer[0] == "sessions":
+                bad.append(f"{where} (sessions build on context, not the reverse)")
+    return bad
+
+
+# app/kit modules that wire domains together by design: the model registry (imports every model
+# so that the metadata is complete) and the request dependencies (a key resolves to a principal
+# through app.orgs.service).
+KIT_WIRING = {"app/kit/registry.py", "app/kit/deps.py"}
+
+
+def test_imports_go_one_way():
+    """endpoints -> services -> repositories -> models/kit; pipelines -> domain services; the app
+    never imports pipelines; app/kit imports no domain (but its two wiring modules)."""
+    assert import_violations() == []
+
+
+# Domains without tables of their own: search and context query the item tables (through
+# app/kit/registry.py); context builds on search and has no statements of its own.
+NO_MODELS = {"search", "context"}
+NO_REPOSITORY = {"context"}
+# moved by the inference branch: it adds app/cartridges/repository.py (issue 16 part 4).
+PENDING = {("cartridges", "repository.py")}
+
+
+@pytest.mark.parametrize("domain", sorted(_domains()))
+def test_every_domain_has_the_same_files(domain):
+    """A reader who knows one domain knows them all: service.py (logic), repository.py (all SQL),
+    models.py (tables)."""
+    have = {p.name for p in (ROOT / "app" / domain).glob("*.py")}
+    want = {"service.py"} | ({"repository.py"} if domain not in NO_REPOSITORY else set()) | \
+        ({"models.py"} if domain not in NO_MODELS else set())
+    assert sorted(f for f in want - have if (domain, f) not in PENDING) == []
