@@ -34,18 +34,16 @@ class ItemType:
     model: type
     text_col: str | None  # the column that holds the item's text (None: described, see text_of)
     time_col: str  # when it happened or was recorded (search's since/until filters)
-    searchable: bool = False  # served by /v1/search and /v1/context
     source: bool = False  # may be named as a memory's source (lineage `distilled_from`, ...)
 
 
 ITEM_TYPES: dict[str, ItemType] = {t.name: t for t in (
-    ItemType("memory", Memory, "text", "recorded_at", searchable=True, source=True),
-    ItemType("episode", Episode, "content", "occurred_at", searchable=True, source=True),
-    ItemType("chunk", Chunk, "text", "created_at", searchable=True, source=True),
+    ItemType("episode", Episode, "content", "occurred_at", source=True),
+    ItemType("memory", Memory, "text", "recorded_at", source=True),
+    ItemType("chunk", Chunk, "text", "created_at", source=True),
     ItemType("asset", KnowledgeAsset, "title", "created_at", source=True),
     ItemType("cartridge", CartridgeRecord, None, "created_at"),
 )}
-SEARCHABLE_TYPES = tuple(n for n, t in ITEM_TYPES.items() if t.searchable)
 SOURCE_TYPES = tuple(n for n, t in ITEM_TYPES.items() if t.source)
 
 

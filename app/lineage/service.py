@@ -11,15 +11,10 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.cartridges.models import CartridgeRecord
-from app.episodes.models import Episode
 from app.kit.errors import NotFound
-from app.knowledge.models import Chunk, KnowledgeAsset
+from app.kit.registry import ITEM_TYPES, text_of
 from app.lineage import repository as repo
 from app.lineage.models import LineageEdge, RetrievalEvent
-from app.memories.models import Memory
-
-MODELS = {"episode": Episode, "memory": Memory, "chunk": Chunk, "asset": KnowledgeAsset, "cartridge": CartridgeRecord}
 
 
 def add_edge(db: Session, *, org_id: uuid.UUID, from_type: str, from_id: uuid.UUID, to_type: str,
@@ -45,23 +40,21 @@ def record_read(db: Session, principal: Principal, kind: str, type_: str, id_) -
 
 
 def _describe(type_: str, row) -> dict:  # noqa: ANN001
-    text = row.content if type_ == "episode" else getattr(row, "text", None) or getattr(row, "title", None) or \
-        (f"cartridge p={row.p} ({row.status})" if type_ == "cartridge" else "")
-    return {"type": type_, "id": str(row.id), "text": text[:500], "visibility": row.visibility,
+    return {"type": type_, "id": str(row.id), "text": text_of(type_, row)[:500], "visibility": row.visibility,
             "groups": list(row.groups), "labels": list(row.labels), "owner_id": str(row.owner_id),
             "status": getattr(row, "status", None), "kind": getattr(row, "kind", None)}
 
 
 def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direction: str, depth: int) -> dict:
     auditor = principal.has_role("auditor", "admin")
-    model = MODELS.get(type_)
-    if model is None:
+    if type_ not in ITEM_TYPES:
         raise NotFound(f"unknown item type {type_!r}")
+    model = ITEM_TYPES[type_].model
     start_visible = repo.load_visible(db, principal, model, [id_])
     if not start_visible and not (auditor and repo.existing_ids(db, principal.org_id, model, [id_])):
         raise NotFound(f"{type_} not found")
     es = repo.edges(db, principal.org_id, type_, id_, direction, depth)
-    wanted: dict[str, set] = {t: set() for t in MODELS}
+    wanted: dict[str, set] = {t: set() for t in ITEM_TYPES}
     wanted[type_].add(id_)
     for e in es:
         for t, i in ((e.from_type, e.from_id), (e.to_type, e.to_id)):
@@ -69,8 +62,8 @@ def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, directi
                 wanted[t].add(i)
     nodes, shown = [], set()
     for t, ids in wanted.items():
-        visible = repo.load_visible(db, principal, MODELS[t], ids)
-        existing = repo.existing_ids(db, principal.org_id, MODELS[t], ids - set(visible))
+        visible = repo.load_visible(db, principal, ITEM_TYPES[t].model, ids)
+        existing = repo.existing_ids(db, principal.org_id, ITEM_TYPES[t].model, ids - set(visible))
         for i in ids:
             if i in visible:
                 nodes.append(_describe(t, visible[i]))

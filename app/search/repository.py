@@ -9,8 +9,6 @@ visible set is small. Statements are never prepared (see app.kit.db.make_engine)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlalchemy import func, literal, select, text, true, tuple_, union_all
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY
 from sqlalchemy.orm import Session, aliased
@@ -18,28 +16,14 @@ from sqlalchemy.orm import Session, aliased
 from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.access import visible_to
-from app.knowledge.models import Chunk, KnowledgeAsset
-from app.memories.models import Memory
+from app.kit.registry import ITEM_TYPES
+from app.knowledge.models import KnowledgeAsset
 from app.search.schemas import SearchFilters
-
-
-@dataclass(frozen=True)
-class Spec:
-    model: type
-    text_col: str
-    time_col: str
-
-
-SPECS = {
-    "memory": Spec(Memory, "text", "recorded_at"),
-    "episode": Spec(Episode, "content", "occurred_at"),
-    "chunk": Spec(Chunk, "text", "created_at"),
-}
 
 
 def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> list:  # noqa: ANN001
     """What a caller may be served of one type (`model`: an alias of the type's table, if any)."""
-    spec = SPECS[type_]
+    spec = ITEM_TYPES[type_]
     m = model if model is not None else spec.model
     conds = [visible_to(principal, m)]
     if type_ == "memory":
@@ -68,7 +52,7 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
 def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int,
                ef_search: int) -> tuple[list[tuple], bool]:
     """Top-n (id, distance) among visible rows; returns (rows, used_exact)."""
-    m = SPECS[type_].model
+    m = ITEM_TYPES[type_].model
     conds = _filters(principal, type_, f)
     dist = m.embedding.cosine_distance(qvec)
     db.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
@@ -95,7 +79,7 @@ def text_ids(db: Session, principal: Principal, type_: str, query: str, f: Searc
     statement: the candidates (one GIN scan) give each lexeme's df, since a visible row holding a
     query lexeme is a candidate.
     """
-    m = SPECS[type_].model
+    m = ITEM_TYPES[type_].model
     conds = _filters(principal, type_, f)
     lexemes = db.execute(select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", query))))
                          ).scalars().all()[:MAX_QUERY_LEXEMES]
@@ -142,7 +126,7 @@ def neighbour_ids(db: Session, principal: Principal, hit_ids: list, per_side: in
 def load(db: Session, principal: Principal, type_: str, ids: list) -> dict:
     if not ids:
         return {}
-    m = SPECS[type_].model
+    m = ITEM_TYPES[type_].model
     cols = [c for c in m.__table__.columns if c.name not in ("embedding", "tsv")]
     rows = db.execute(select(*cols).where(m.id.in_(ids), visible_to(principal, m))).all()
     return {r.id: r for r in rows}
@@ -159,7 +143,7 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
     """
     if not ids:
         return []
-    m = SPECS[type_].model
+    m = ITEM_TYPES[type_].model
     sess = m.session_id if type_ == "episode" else literal(None)
     return db.execute(select(m.id, m.embedding.cosine_distance(qvec).label("d"), sess.label("session_id"))
                       .where(m.id.in_(ids), *_filters(principal, type_, f))).all()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.kit.registry import text_of
 from app.lineage.service import record_retrieval
 from app.search import repository as repo
 from app.search.schemas import SearchFilters, SearchIn, SearchResult
@@ -67,13 +68,9 @@ def tuned(**changes) -> Iterator[Tuning]:  # noqa: ANN003
         _tuning = before
 
 
-def _text_of(type_: str, row) -> str:  # noqa: ANN001
-    return row.content if type_ == "episode" else row.text
-
-
 def to_result(type_: str, row, score: float) -> SearchResult:  # noqa: ANN001
     """A loaded row (repository.load) as a search result."""
-    return SearchResult(type=type_, id=row.id, text=_text_of(type_, row), score=round(float(score), 6),
+    return SearchResult(type=type_, id=row.id, text=text_of(type_, row), score=round(float(score), 6),
                         visibility=row.visibility, labels=list(row.labels), groups=list(row.groups),
                         created_at=getattr(row, "created_at", None) or row.recorded_at, kind=getattr(row, "kind", None), owner_id=row.owner_id,
                         confidence=getattr(row, "confidence", None), session_id=getattr(row, "session_id", None),
