@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import uuid
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings as hsettings, strategies as st

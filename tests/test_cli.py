@@ -20,7 +20,7 @@ def test_admin_cli_round_trip(settings, client):
     org = f"cli-{uuid.uuid4().hex[:6]}"
     r = _cli(settings, "admin", "create-org", org)
     assert r.returncode == 0, r.stderr
-    assert UUID_RE.match(r.stdout.strip()) and r.stdout.count("\n") == 1
+    assert UUID_RE.match(r.stdout.strip()) and r.stdout.count("\n") == 1 and r.stderr == ""
     r = _cli(settings, "admin", "create-user", "--org", org, "carol", "--role", "steward", "--group", "ops",
              "--clearance", "pii")
     assert r.returncode == 0 and UUID_RE.match(r.stdout.strip())
@@ -31,6 +31,17 @@ def test_admin_cli_round_trip(settings, client):
                                              "groups": ["ops"], "labels": ["pii"]},
                        headers={"Authorization": f"Bearer {key}"})
     assert resp.status_code == 201
+
+
+def test_cli_prints_nothing_it_does_not_mean_to(settings):
+    """Help and audit commands: their output on stdout, and no library warning on stderr (a
+    platformdirs RuntimeDirWarning used to come with every command)."""
+    org = f"cli-{uuid.uuid4().hex[:6]}"
+    assert _cli(settings, "admin", "create-org", org).returncode == 0
+    for args in (("--help",), ("db", "--help"), ("admin", "--help"), ("audit", "verify", "--org", org)):
+        r = _cli(settings, *args)
+        assert (r.returncode, r.stderr) == (0, ""), args
+        assert r.stdout.strip(), args
 
 
 def test_admin_cli_errors_are_clear(settings):

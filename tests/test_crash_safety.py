@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time

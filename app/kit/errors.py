@@ -63,10 +63,6 @@ class RateLimited(AppError):
         super().__init__(message, code=code, headers={"Retry-After": str(max(1, int(retry_after_s + 0.999)))})
 
 
-class Unavailable(AppError):
-    status_code, code = 503, "unavailable"
-
-
 def error_body(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
 

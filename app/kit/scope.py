@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 
 from app.kit.errors import AppError
 
-_RANK = {"org": 0, "group": 1, "private": 2}
-
 
 class IncompatibleScopes(AppError):
     status_code, code = 422, "incompatible_scopes"

@@ -3,13 +3,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import CheckConstraint, Index, Text
+from sqlalchemy import Index, Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kit.base import Base, TenantMixin, created_at_col, uuid_pk
-
-RELATIONS = ("distilled_from", "merged_from", "supersedes", "trained_on", "summarised_from", "declassified_from", "chunk_of")
 
 
 class LineageEdge(TenantMixin, Base):

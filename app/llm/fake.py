@@ -107,10 +107,6 @@ class FakeGateway(BaseGateway):
         """Words and punctuation marks: deterministic and close enough for budgets in tests."""
         return len(_TOKEN.findall(text or ""))
 
-    @property
-    def remaining_script(self) -> int:
-        return len(self._script)
-
     def reset(self) -> None:
         with self._lock:
             self.calls.clear()

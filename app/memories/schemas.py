@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.kit.schemas import AccessIn, AccessOut, IsoDateTime, NumberOnly, StrictModel, Tag, Visibility
 
@@ -48,10 +48,6 @@ class MemoryOut(AccessOut):
     recorded_at: datetime
     superseded_at: datetime | None
     last_validated_at: datetime
-
-
-class MemoryList(BaseModel):
-    items: list[MemoryOut]
 
 
 class DeclassifyIn(AccessIn):

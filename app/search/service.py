@@ -53,10 +53,6 @@ DEFAULT_TUNING = Tuning()
 _tuning = DEFAULT_TUNING
 
 
-def current_tuning() -> Tuning:
-    return _tuning
-
-
 @contextlib.contextmanager
 def tuned(**changes) -> Iterator[Tuning]:  # noqa: ANN003
     """Process-wide override of the ranking settings, for benchmarks' ablations only."""

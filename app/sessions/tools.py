@@ -23,7 +23,7 @@ from app.memories.schemas import MemoryIn, MemoryKind, MemoryPatch
 from app.search.schemas import SearchFilters, SearchIn
 from app.search.service import search
 from app.sessions import service as sessions
-from app.sessions.models import AgentSession, SessionMessage, ToolCall
+from app.sessions.models import AgentSession, ToolCall
 
 
 class _Args(BaseModel):
@@ -200,4 +200,4 @@ def _summary(result: dict) -> dict:
     return keep
 
 
-__all__ = ["TOOLS", "execute", "schemas", "SessionMessage"]
+__all__ = ["TOOLS", "execute", "schemas"]

@@ -16,7 +16,7 @@ for a small model; the shots use ids (``X7``) that never occur in real batches (
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
