@@ -16,6 +16,7 @@ http://127.0.0.1:8000).
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any, Literal
@@ -24,8 +25,10 @@ import click
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic_core import to_jsonable_python
 
 from app.client import AsyncMemscaleClient, MemscaleError
+from app.sessions.tools import TOOLS as SESSION_TOOL_TABLE
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 # Called per tool call with the bearer key of the MCP request (None on stdio or in-process);
@@ -139,72 +142,36 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
         return await call(ctx, lambda api: api.get_session_context(session_id))
 
     # --- session memory tools: forwarded to POST /v1/sessions/{id}/tools/{name} -------------------
-    # Arguments mirror app/sessions/tools.py (GET /v1/tools); tests/test_mcp.py checks they agree.
-    @server.tool()
-    async def memory_add(ctx: Context, session_id: str, text: str, kind: MemoryKind = "fact",
-                         confidence: float | None = None, request_heartbeat: bool = False) -> JSONObj:
-        """Long-term: store a memory (fact, rule, preference, procedure, schema_hint) from this session."""
-        return await session_tool("memory_add", ctx, session_id, text=text, kind=kind, confidence=confidence,
-                                  request_heartbeat=request_heartbeat)
-
-    @server.tool()
-    async def memory_update(ctx: Context, session_id: str, id: str, text: str | None = None,
-                            kind: MemoryKind | None = None, confidence: float | None = None,
-                            request_heartbeat: bool = False) -> JSONObj:
-        """Long-term: replace memory `id` with a new version (the old one is kept as history)."""
-        return await session_tool("memory_update", ctx, session_id, id=id, text=text, kind=kind, confidence=confidence,
-                                  request_heartbeat=request_heartbeat)
-
-    @server.tool()
-    async def memory_delete(ctx: Context, session_id: str, id: str, request_heartbeat: bool = False) -> JSONObj:
-        """Long-term: delete memory `id` (one you own)."""
-        return await session_tool("memory_delete", ctx, session_id, id=id, request_heartbeat=request_heartbeat)
-
-    @server.tool()
-    async def memory_retrieve(ctx: Context, session_id: str, query: str, k: int = 5,
-                              request_heartbeat: bool = False) -> JSONObj:
-        """Short-term: retrieve long-term memories relevant to a query."""
-        return await session_tool("memory_retrieve", ctx, session_id, query=query, k=k,
-                                  request_heartbeat=request_heartbeat)
-
-    @server.tool()
-    async def context_summarize(ctx: Context, session_id: str, request_heartbeat: bool = False) -> JSONObj:
-        """Short-term: fold the oldest half of the conversation into the recursive summary."""
-        return await session_tool("context_summarize", ctx, session_id, request_heartbeat=request_heartbeat)
-
-    @server.tool()
-    async def context_filter(ctx: Context, session_id: str, message_ids: list[str] | None = None,
-                             contains: str | None = None, request_heartbeat: bool = False) -> JSONObj:
-        """Short-term: remove messages (by id, or containing a text) from the context; they stay searchable."""
-        return await session_tool("context_filter", ctx, session_id, message_ids=message_ids, contains=contains,
-                                  request_heartbeat=request_heartbeat)
-
-    @server.tool()
-    async def working_context_replace(ctx: Context, session_id: str, label: str, new: str, old: str | None = None,
-                                      request_heartbeat: bool = False) -> JSONObj:
-        """Edit a labelled working-context block: replace `old` inside it with `new`, or the whole block."""
-        return await session_tool("working_context_replace", ctx, session_id, label=label, new=new, old=old,
-                                  request_heartbeat=request_heartbeat)
-
-    @server.tool()
-    async def recall_search(ctx: Context, session_id: str, query: str, k: int = 5,
-                            request_heartbeat: bool = False) -> JSONObj:
-        """Search this session's earlier (evicted) conversation."""
-        return await session_tool("recall_search", ctx, session_id, query=query, k=k,
-                                  request_heartbeat=request_heartbeat)
-
-    @server.tool()
-    async def archival_search(ctx: Context, session_id: str, query: str, k: int = 5,
-                              types: list[ItemType] | None = None, request_heartbeat: bool = False) -> JSONObj:
-        """Search long-term memories and organisational knowledge (default types: memory, chunk)."""
-        return await session_tool("archival_search", ctx, session_id, query=query, k=k, types=types,
-                                  request_heartbeat=request_heartbeat)
+    # Generated from the service's own table (app/sessions/tools.py, GET /v1/tools): one MCP tool
+    # per session tool, taking `session_id` plus that tool's arguments.
+    for name, (_, args_model, description) in SESSION_TOOL_TABLE.items():
+        server.add_tool(_session_tool_fn(session_tool, name, args_model), name=name, description=description)
 
     return server
 
 
-SESSION_TOOLS = ("memory_add", "memory_update", "memory_delete", "memory_retrieve", "context_summarize",
-                 "context_filter", "working_context_replace", "recall_search", "archival_search")
+SESSION_TOOLS = tuple(SESSION_TOOL_TABLE)
+
+
+def _session_tool_fn(session_tool: Callable, name: str, args_model: type) -> Callable:  # noqa: ANN001
+    """An MCP tool function `(ctx, session_id, **<the tool's arguments>)` whose signature MCP reads
+    to publish the input schema. Optional arguments default to None and are left out of the call,
+    so the service's own defaults apply."""
+
+    async def tool(ctx: Context, session_id: str, **args: Any) -> JSONObj:
+        return await session_tool(name, ctx, session_id, **to_jsonable_python(args))
+
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter("ctx", kw, annotation=Context), inspect.Parameter("session_id", kw, annotation=str)]
+    for field, info in args_model.model_fields.items():
+        required = info.is_required()
+        annotation = info.annotation if required or field == "request_heartbeat" else info.annotation | None
+        default = inspect.Parameter.empty if required else (False if field == "request_heartbeat" else None)
+        params.append(inspect.Parameter(field, kw, annotation=annotation, default=default))
+    tool.__signature__ = inspect.Signature(params, return_annotation=JSONObj)
+    tool.__annotations__ = {p.name: p.annotation for p in params} | {"return": JSONObj}
+    tool.__name__ = name
+    return tool
 
 
 def run(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8200) -> None:

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from pipelines.distillation import lessons as L
-from pipelines.distillation.steps import EpisodeIn, rule_extract, usefulness_heuristic
+from pipelines.distillation.steps import EpisodeText, rule_extract, usefulness_heuristic
 
 FRIDAY = ("User: Remember that production deploys are frozen every Friday, team rule FRZ-2. "
           "Assistant: Noted, no Friday deploys.")
@@ -17,7 +17,7 @@ CHF = ("User: Report all revenue figures in Swiss francs, code CHF, never in dol
 
 
 def _stmts(content: str, kind: str = "conversation") -> list[str]:
-    return [m.text for m in rule_extract(EpisodeIn("e", kind, content))]
+    return [m.text for m in rule_extract(EpisodeText("e", kind, content))]
 
 
 def test_turns_split_inline_speakers_and_keep_lead_ins_as_text():
@@ -30,7 +30,7 @@ def test_turns_split_inline_speakers_and_keep_lead_ins_as_text():
 def test_issue_traces_become_clean_statements_with_their_values():
     assert _stmts(FRIDAY) == ["Production deploys are frozen every Friday, team rule FRZ-2."]
     assert _stmts(CHF) == ["Report all revenue figures in Swiss francs, code CHF, never in dollars."]
-    assert rule_extract(EpisodeIn("e", "conversation", FRIDAY))[0].turns == {"e": [0]}
+    assert rule_extract(EpisodeText("e", "conversation", FRIDAY))[0].turns == {"e": [0]}
 
 
 def test_statement_rewriting():
@@ -65,7 +65,7 @@ def test_corrections_and_trajectory_fixes_are_lessons():
 ])
 def test_chatter_gives_nothing_and_scores_low(chatter):
     assert _stmts(chatter) == []
-    assert usefulness_heuristic(EpisodeIn("c", "conversation", chatter))[0] < 0.4
+    assert usefulness_heuristic(EpisodeText("c", "conversation", chatter))[0] < 0.4
 
 
 def test_injection_is_never_a_lesson():

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Header, Request
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.episodes import service
-from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut, JobRef
+from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut
+from app.jobs.schemas import JobRef
 from app.orgs import idempotency
 from app.kit.db import released
 from app.kit.deps import SessionDep, require

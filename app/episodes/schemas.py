@@ -44,7 +44,3 @@ class EpisodeOut(AccessOut):
 
 class BatchOut(BaseModel):
     ids: list[uuid.UUID]
-
-
-class JobRef(BaseModel):
-    job_id: uuid.UUID

@@ -40,3 +40,9 @@ class JobOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class JobRef(BaseModel):
+    """The job that carries out (and records) a deletion: DELETE /v1/episodes/{id}, /v1/users/{id}/data."""
+
+    job_id: uuid.UUID

@@ -8,24 +8,25 @@ from fastapi import APIRouter, Query
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.lineage import service
+from app.lineage.schemas import LineageGraph, RetrievalOut, RetrievalsOfItem
 
 router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 
 
-@router.get("/lineage/{item_type}/{item_id}")
+@router.get("/lineage/{item_type}/{item_id}", response_model=LineageGraph, response_model_exclude_unset=True)
 def lineage(item_type: Literal["episode", "memory", "chunk", "asset", "cartridge"], item_id: uuid.UUID, db: SessionDep,
             direction: Literal["up", "down", "both"] = "both", depth: int = Query(default=5, ge=1, le=20),
-            principal=require("lineage", "read")) -> dict:
+            principal=require("lineage", "read")):
     return service.graph(db, principal, item_type, item_id, direction, depth)
 
 
-@router.get("/retrievals/{retrieval_id}")
-def retrieval(retrieval_id: uuid.UUID, db: SessionDep, principal=require("retrieval", "read")) -> dict:
+@router.get("/retrievals/{retrieval_id}", response_model=RetrievalOut, response_model_exclude_unset=True)
+def retrieval(retrieval_id: uuid.UUID, db: SessionDep, principal=require("retrieval", "read")):
     return service.retrieval(db, principal, retrieval_id)
 
 
-@router.get("/retrievals")
+@router.get("/retrievals", response_model=RetrievalsOfItem)
 def retrievals_of_item(item_id: uuid.UUID, db: SessionDep, limit: int = Query(default=50, ge=1, le=500),
-                       principal=require("retrieval", "read")) -> dict:
+                       principal=require("retrieval", "read")):
     """Which retrievals handed out this item: all of them for auditors/admins, your own otherwise."""
     return {"retrievals": service.retrievals_of(db, principal, item_id, limit)}

@@ -4,7 +4,7 @@ import uuid
 
 from fastapi import APIRouter, BackgroundTasks, Request
 
-from app.episodes.schemas import JobRef
+from app.jobs.schemas import JobRef
 from app.kit.deps import PrincipalDep, SessionDep
 from app.kit.errors import COMMON_ERRORS
 from app.orgs import forget

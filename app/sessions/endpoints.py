@@ -13,7 +13,9 @@ from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.sessions import service, tools
-from app.sessions.schemas import ContextIn, MessageIn, MessageOut, OutcomeIn, SessionIn, SessionOut
+from app.sessions.schemas import (
+    ContextIn, ContextOut, MessageIn, MessageOut, OutcomeIn, SessionContextOut, SessionIn, SessionOut, ToolList, ToolResult,
+)
 
 router = APIRouter(prefix="/v1", tags=["sessions & context"], responses=COMMON_ERRORS)
 
@@ -23,8 +25,8 @@ def _out(s) -> SessionOut:  # noqa: ANN001
                       evictions=s.evictions, outcome=s.outcome, reward=s.reward, created_at=s.created_at)
 
 
-@router.post("/context")
-def context(body: ContextIn, request: Request, db: SessionDep, principal=require("context", "read")) -> dict:
+@router.post("/context", response_model=ContextOut, response_model_exclude_unset=True)
+def context(body: ContextIn, request: Request, db: SessionDep, principal=require("context", "read")):
     st = request.app.state
     session = service.get(db, principal, body.session_id) if body.session_id else None
     with released(db, principal):  # no pooled connection held while the query is embedded
@@ -57,21 +59,21 @@ def add_message(session_id: uuid.UUID, body: MessageIn, request: Request, db: Se
                       pressure=round(min(1.0, pressure), 4))
 
 
-@router.get("/sessions/{session_id}/context")
-def session_context(session_id: uuid.UUID, request: Request, db: SessionDep, principal=require("session", "read")) -> dict:
+@router.get("/sessions/{session_id}/context", response_model=SessionContextOut, response_model_exclude_unset=True)
+def session_context(session_id: uuid.UUID, request: Request, db: SessionDep, principal=require("session", "read")):
     s = service.get(db, principal, session_id)
     record_read(db, principal, "session_context", "session", s.id)
     return service.main_context(db, s, request.app.state.resources.gateway.count_tokens)
 
 
-@router.get("/tools")
-def list_tools(principal=require("session", "read")) -> dict:
+@router.get("/tools", response_model=ToolList)
+def list_tools(principal=require("session", "read")):
     return {"tools": tools.schemas()}
 
 
-@router.post("/sessions/{session_id}/tools/{name}")
+@router.post("/sessions/{session_id}/tools/{name}", response_model=ToolResult, response_model_exclude_unset=True)
 def call_tool(session_id: uuid.UUID, name: str, request: Request, db: SessionDep,
-              args: dict[str, Any] = Body(default_factory=dict), principal=require("session", "write")) -> dict:
+              args: dict[str, Any] = Body(default_factory=dict), principal=require("session", "write")):
     s = service.get(db, principal, session_id, for_update=True)
     return tools.execute(db, principal, request.app.state.resources, s, name, args)
 

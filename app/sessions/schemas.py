@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.kit.schemas import NumberOnly, StrictModel
 
@@ -62,3 +62,83 @@ class ContextIn(StrictModel):
     query: str = Field(min_length=1, max_length=2000)
     session_id: uuid.UUID | None = None
     budget_tokens: Annotated[int, Field(ge=64, le=128_000), NumberOnly] = 2000
+
+
+class ContextItem(BaseModel):
+    """One item of a context section; items carry what they are (kind, outcome, session_id,
+    occurred_at, content_hash, seq, neighbour_of, ...) beside these fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    id: str | None
+    text: str
+    score: float
+
+
+class ContextSection(BaseModel):
+    name: str
+    tokens: int
+    items: list[ContextItem]
+
+
+class SessionContextOut(BaseModel):
+    id: uuid.UUID
+    text: str
+    tokens: int
+    budget_tokens: int
+    pressure: float
+    summary: str | None
+    sections: list[ContextSection]
+    evictions: int
+    warning: str | None
+
+
+class HandoffCartridge(BaseModel):
+    id: str
+    p: int
+    model_id: str
+
+
+class HandoffChunk(BaseModel):
+    content_hash: str
+    chunk_id: str | None
+
+
+class Handoff(BaseModel):
+    """What the inference tier needs: cartridges and chunk hashes (signed by `token`), and the prompt."""
+
+    cartridges: list[HandoffCartridge]
+    chunks: list[HandoffChunk]
+    prompt: str
+    token: str
+    token_expires_in_s: int
+
+
+class ContextOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    text: str
+    tokens: int
+    budget_tokens: int
+    sections: list[ContextSection]
+    retrieval_id: uuid.UUID
+    handoff: Handoff
+
+
+class ToolSchema(BaseModel):
+    type: str
+    function: dict[str, Any]
+
+
+class ToolList(BaseModel):
+    tools: list[ToolSchema]
+
+
+class ToolResult(BaseModel):
+    """`ok`, the agent's `heartbeat` request echoed, and what the tool returns (or `error`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ok: bool
+    heartbeat: bool

@@ -20,11 +20,11 @@ def main() -> None:
     args = ap.parse_args()
     from app.llm.gateway import Gateway
     from pipelines.distillation import prompts
-    from pipelines.distillation.steps import EpisodeIn, judge
+    from pipelines.distillation.steps import EpisodeText, judge
 
     gw = Gateway(args.model, data_dir=args.data_dir, timeout_s=120, max_retries=1)
-    eps = [EpisodeIn(f"b{i}", "conversation", t, None) for i, t in enumerate(BENIGN)] + \
-          [EpisodeIn(f"p{i}", "conversation", t, None) for i, t in enumerate(POISONED)]
+    eps = [EpisodeText(f"b{i}", "conversation", t, None) for i, t in enumerate(BENIGN)] + \
+          [EpisodeText(f"p{i}", "conversation", t, None) for i, t in enumerate(POISONED)]
     t0 = time.perf_counter()
     verdicts = []
     for i, e in enumerate(eps):  # one at a time, so progress shows on a slow CPU

@@ -6,7 +6,7 @@ active memories and writes memories with lineage is wired on top of these steps.
 
 from app.sessions.summary import SummaryConfig, summarise
 from pipelines.distillation.steps import (
-    EpisodeIn,
+    EpisodeText,
     ExtractConfig,
     Extracted,
     Judgement,
@@ -19,7 +19,7 @@ from pipelines.distillation.steps import (
 )
 
 __all__ = [
-    "EpisodeIn",
+    "EpisodeText",
     "ExtractConfig",
     "Extracted",
     "JudgeConfig",

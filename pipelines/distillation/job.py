@@ -20,7 +20,7 @@ from app.jobs.params import DistillParams
 from app.jobs.runner import JobContext
 from app.kit import scope as scopes
 from app.memories import service as memories
-from pipelines.distillation.steps import EpisodeIn, StepStats, extract, judge, same_statement
+from pipelines.distillation.steps import EpisodeText, StepStats, extract, judge, same_statement
 
 if TYPE_CHECKING:
     from app.jobs.models import Job
@@ -55,13 +55,13 @@ def run(ctx: JobContext, job: "Job") -> dict:
             db.expunge_all()
         if not batch:
             break
-        verdicts = judge(gateway, [EpisodeIn(str(e.id), e.kind, e.content, e.outcome) for e in batch], stats=steps)
+        verdicts = judge(gateway, [EpisodeText(str(e.id), e.kind, e.content, e.outcome) for e in batch], stats=steps)
         by_id = {e.id: e for e in batch}
         groups: dict[tuple, list] = {}
         for e, v in zip(batch, verdicts):
             if v.useful:
                 groups.setdefault(_scope_key(e), []).append(e)
-        extracted = {key: extract(gateway, [EpisodeIn(str(e.id), e.kind, e.content, e.outcome) for e in eps], stats=steps)
+        extracted = {key: extract(gateway, [EpisodeText(str(e.id), e.kind, e.content, e.outcome) for e in eps], stats=steps)
                      for key, eps in groups.items()}
         texts = [x.text for xs in extracted.values() for x in xs]
         vectors = iter(embedder.embed(texts)) if texts else iter(())

@@ -27,7 +27,9 @@ KINDS = P.KINDS
 
 
 @dataclass(frozen=True)
-class EpisodeIn:
+class EpisodeText:
+    """What the steps see of an episode (the API's request body is app.episodes.schemas.EpisodeIn)."""
+
     id: str
     kind: str
     content: str
@@ -138,7 +140,7 @@ def _to_score(value: Any, default: float | None = None) -> float | None:
 # -- deterministic lesson finder (works without any model) --------------------------------------
 
 
-def rule_extract(ep: EpisodeIn, *, min_score: float = 0.4) -> list[Extracted]:
+def rule_extract(ep: EpisodeText, *, min_score: float = 0.4) -> list[Extracted]:
     """Memories from the lesson-bearing sentences of one episode (``lessons.candidates``), as clean
     statements citing the episode and the turns they came from."""
     if P.screen_injection(f"{ep.content}\n{ep.outcome or ''}"):
@@ -154,7 +156,7 @@ def rule_extract(ep: EpisodeIn, *, min_score: float = 0.4) -> list[Extracted]:
 # -- judge ----------------------------------------------------------------------------------------
 
 
-def usefulness_heuristic(ep: EpisodeIn) -> tuple[float, str]:
+def usefulness_heuristic(ep: EpisodeText) -> tuple[float, str]:
     """A deterministic usefulness score in [0, 1] with a short reason: the best lesson score of the
     episode's sentences (``lessons.candidates``); episodes without a lesson-bearing sentence score low."""
     words = P.words(ep.content)
@@ -170,7 +172,7 @@ def usefulness_heuristic(ep: EpisodeIn) -> tuple[float, str]:
     return round(min(1.0, best.score), 3), f"lesson ({'+'.join(best.cues)})"
 
 
-def judge(gateway: BaseGateway, episodes: Sequence[EpisodeIn], *, config: JudgeConfig = JudgeConfig(),
+def judge(gateway: BaseGateway, episodes: Sequence[EpisodeText], *, config: JudgeConfig = JudgeConfig(),
           stats: StepStats | None = None) -> list[Judgement]:
     """One judgement per episode, in input order. Never raises for a bad model answer."""
     stats = stats if stats is not None else StepStats()
@@ -221,7 +223,7 @@ def judge(gateway: BaseGateway, episodes: Sequence[EpisodeIn], *, config: JudgeC
 # -- extract --------------------------------------------------------------------------------------
 
 
-def extract(gateway: BaseGateway, episodes: Sequence[EpisodeIn], *, config: ExtractConfig = ExtractConfig(),
+def extract(gateway: BaseGateway, episodes: Sequence[EpisodeText], *, config: ExtractConfig = ExtractConfig(),
             stats: StepStats | None = None) -> list[Extracted]:
     """Memories from episodes, each citing at least one episode of the batch it came from.
 
@@ -252,7 +254,7 @@ def extract(gateway: BaseGateway, episodes: Sequence[EpisodeIn], *, config: Extr
     return _dedupe(found, stats)
 
 
-def _rewrite(gateway: BaseGateway, ep: EpisodeIn, item: Extracted, stats: StepStats) -> Extracted:
+def _rewrite(gateway: BaseGateway, ep: EpisodeText, item: Extracted, stats: StepStats) -> Extracted:
     """Ask the model to restate a rule statement that still speaks in first/second person; keep its
     answer only when it is one clean sentence with every value of the original and grounded."""
     if not _PERSON.search(item.text):
@@ -279,7 +281,7 @@ def _rewrite(gateway: BaseGateway, ep: EpisodeIn, item: Extracted, stats: StepSt
 _PERSON = re.compile(r"\b(I|I'm|I'd|me|my|you|your|you're)\b")
 
 
-def _extract_batch(gateway: BaseGateway, batch: list[EpisodeIn], config: ExtractConfig,
+def _extract_batch(gateway: BaseGateway, batch: list[EpisodeText], config: ExtractConfig,
                    stats: StepStats) -> list[Extracted]:
     aliases = {f"R{i + 1}": ep for i, ep in enumerate(batch)}
     by_key = {k.lower(): ep for k, ep in aliases.items()} | {ep.id.lower(): ep for ep in batch}

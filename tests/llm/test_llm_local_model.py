@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.llm import Gateway, LLMError
-from pipelines.distillation import EpisodeIn, ExtractConfig, StepStats, extract
+from pipelines.distillation import EpisodeText, ExtractConfig, StepStats, extract
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_prompt_beyond_the_context_window_is_a_client_error_not_retried(gateway)
 
 
 def test_extract_end_to_end_with_the_local_model(gateway):
-    episode = EpisodeIn(id="ep-7f3a", kind="note", content="Alice prefers dark mode in the dashboard.")
+    episode = EpisodeText(id="ep-7f3a", kind="note", content="Alice prefers dark mode in the dashboard.")
     stats = StepStats()
     # LLM extraction is off by default for the local model (it mostly copies its example); asked
     # for explicitly, the path still works end to end with the real model.
