@@ -171,3 +171,9 @@ def test_every_domain_has_the_same_files(domain):
     want = {"service.py"} | ({"repository.py"} if domain not in NO_REPOSITORY else set()) | \
         ({"models.py"} if domain not in NO_MODELS else set())
     assert sorted(f for f in want - have if (domain, f) not in PENDING) == []
+
+
+def test_no_module_over_400_lines():
+    """God modules start small: a module of app/ or pipelines/ that passes 400 lines gets split."""
+    long = {_rel(p): n for p in _sources("app", "pipelines") if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
