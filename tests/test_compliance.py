@@ -177,3 +177,42 @@ def test_a_forged_well_formed_event_fails_the_seal(settings, client, world, admi
                   {"o": alice.org_id, "s": seq + 1, "at": at, "a": alice.user_id, "p": prev, "h": h, "m": "0" * 64})
     bad = _cli(settings, "audit", "verify", "--org", org)
     assert bad.returncode == 1 and bad.stdout.startswith(f"broken at seq {seq + 1}")
+
+
+def test_forgetting_calls_the_inference_tier_only_after_the_commit(client, world, run_job, admin_engine, tmp_path,
+                                                                      monkeypatch):
+    """The tier's chunk-KV drop is a network call: it happens once the deletion is committed (a
+    separate connection already sees the assets gone), never inside the request's transaction."""
+    from app.orgs import endpoints as org_endpoints
+
+    org = world.org()
+    alice = world.user(org, roles=["steward"])
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "plan.md").write_text("Alice's launch plan for project Falcon ships in May.")
+    # An operator run: the org's only steward (alice) owns the asset, private to her.
+    assert run_job(alice.org_id, "bootstrap", {"path": str(d), "visibility": "private"}).status == "succeeded"
+    admin = world.user(org, roles=["admin"])
+
+    def assets_of_alice() -> int:
+        with admin_engine.connect() as c:  # the owner role, outside the request's transaction
+            return c.execute(text("SELECT count(*) FROM knowledge_assets WHERE owner_id = :u"),
+                             {"u": alice.user_id}).scalar()
+
+    seen: dict = {}
+
+    class Tier:
+        def drop_chunks(self, hashes: list[str]) -> int:
+            seen["assets_left"], seen["hashes"] = assets_of_alice(), len(hashes)
+            return len(hashes)
+
+        def close(self) -> None:
+            seen["closed"] = True
+
+    assert assets_of_alice() == 1
+    monkeypatch.setattr(org_endpoints, "tier_client", lambda settings: Tier())
+    r = client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)
+    assert r.status_code == 202
+    job = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()
+    assert job["status"] == "succeeded" and job["stats"]["chunk_kv_deleted"] == seen["hashes"] >= 1
+    assert seen == {"assets_left": 0, "hashes": job["stats"]["chunk_kv_deleted"], "closed": True}

@@ -5,7 +5,6 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Request
 
-from app.audit.service import record
 from app.context import handoff
 from app.context.service import build
 from app.lineage.service import record_read
@@ -53,8 +52,6 @@ def add_message(session_id: uuid.UUID, body: MessageIn, request: Request, db: Se
                 principal=require("session", "write")):
     s = service.get(db, principal, session_id, for_update=True)
     m, evicted, pressure = service.add_message(db, principal, request.app.state.resources, s, body.role, body.content)
-    record(db, org_id=principal.org_id, actor_id=principal.user_id, action="session.message", target_type="session",
-           target_id=s.id, details={"message_id": str(m.id), "seq": m.seq, "role": m.role, "evicted": evicted})
     return MessageOut(id=m.id, seq=m.seq, role=m.role, content=m.content, tokens=m.tokens, evicted=evicted,
                       pressure=round(min(1.0, pressure), 4))
 
@@ -81,8 +78,4 @@ def call_tool(session_id: uuid.UUID, name: str, request: Request, db: SessionDep
 @router.post("/sessions/{session_id}/outcome", response_model=SessionOut)
 def report_outcome(session_id: uuid.UUID, body: OutcomeIn, db: SessionDep, principal=require("session", "write")):
     s = service.get(db, principal, session_id, for_update=True)
-    s.outcome, s.reward = body.outcome, body.reward
-    record(db, org_id=s.org_id, actor_id=principal.user_id, action="session.outcome", target_type="session",
-           target_id=s.id, details={"outcome": body.outcome, "reward": body.reward})
-    db.flush()
-    return _out(s)
+    return _out(service.report_outcome(db, principal, s, body.outcome, body.reward))

@@ -103,6 +103,8 @@ def add_message(db: Session, principal: Principal, resources, s: AgentSession, r
         if n == 0:
             break
         evicted += n
+    record(db, org_id=principal.org_id, actor_id=principal.user_id, action="session.message", target_type="session",
+           target_id=s.id, details={"message_id": str(m.id), "seq": m.seq, "role": m.role, "evicted": evicted})
     return m, evicted, main_context(db, s, count)["pressure"]
 
 
@@ -126,6 +128,15 @@ def evict(db: Session, principal: Principal, resources, s: AgentSession, *, reas
            target_id=s.id, details={"messages": len(out), "reason": reason, "episodes": [str(e.id) for e in episodes]})
     db.flush()
     return len(out)
+
+
+def report_outcome(db: Session, principal: Principal, s: AgentSession, outcome: str, reward: float | None) -> AgentSession:
+    """The agent's verdict on the session (exported with its trajectory for policy training)."""
+    s.outcome, s.reward = outcome, reward
+    record(db, org_id=s.org_id, actor_id=principal.user_id, action="session.outcome", target_type="session",
+           target_id=s.id, details={"outcome": outcome, "reward": reward})
+    db.flush()
+    return s
 
 
 def next_tool_seq(db: Session, s: AgentSession) -> int:
