@@ -115,32 +115,33 @@ def _layer(module: str) -> tuple[str, str] | None:
     return None
 
 
+def violations_in(rel: str, tree: ast.Module, domains: set[str]) -> list[str]:
+    """The import rules broken by one file (`rel`: its path from the repository root)."""
+    bad = []
+    own = rel.split("/")[1] if rel.startswith("app/") and rel.count("/") >= 2 else None
+    for line, mod in _imports(tree):
+        where = f"{rel}:{line} imports {mod}"
+        layer = _layer(mod)
+        if rel.startswith("app/") and (mod == "pipelines" or mod.startswith("pipelines.")):
+            bad.append(f"{where} (the app never imports pipelines)")
+        if rel.startswith("pipelines/") and rel not in SQL_ALLOWED_PENDING and layer and layer[0] in domains \
+                and (layer[1] == "models" or layer[1].startswith("repository")):
+            bad.append(f"{where} (pipelines call domain services, never models or repositories)")
+        if rel.startswith("app/kit/") and rel not in KIT_WIRING and layer and layer[0] in domains:
+            bad.append(f"{where} (app/kit is plumbing below every domain)")
+        if own in domains and layer and layer[0] in domains and layer[0] != own and layer[1].startswith("repository"):
+            bad.append(f"{where} (another domain's repository: call its service)")
+        if rel.endswith("/endpoints.py") and layer and layer[0] in domains and \
+                (layer[1] == "models" or layer[1].startswith("repository")):
+            bad.append(f"{where} (endpoints call services)")
+        if rel.startswith("app/context/") and layer and layer[0] == "sessions":
+            bad.append(f"{where} (sessions build on context, not the reverse)")
+    return bad
+
+
 def import_violations() -> list[str]:
     domains = _domains()
-    bad = []
-    for p in _sources("app", "pipelines"):
-        rel = _rel(p)
-        tree = _tree(p)
-        own = rel.split("/")[1] if rel.startswith("app/") and rel.count("/") >= 2 else None
-        for line, mod in _imports(tree):
-            where = f"{rel}:{line} imports {mod}"
-            layer = _layer(mod)
-            if rel.startswith("app/") and (mod == "pipelines" or mod.startswith("pipelines.")):
-                bad.append(f"{where} (the app never imports pipelines)")
-            if rel.startswith("pipelines/") and rel not in SQL_ALLOWED_PENDING and layer and layer[0] in domains \
-                    and (layer[1] == "models" or layer[1].startswith("repository")):
-                bad.append(f"{where} (pipelines call domain services, never models or repositories)")
-            if rel.startswith("app/kit/") and rel not in KIT_WIRING and layer and layer[0] in domains:
-                bad.append(f"{where} (app/kit is plumbing below every domain)")
-            if rel.startswith("app/") and own in domains and layer and layer[0] in domains and layer[0] != own \
-                    and layer[1].startswith("repository"):
-                bad.append(f"{where} (another domain's repository: call its service)")
-            if rel.endswith("/endpoints.py") and layer and layer[0] in domains and \
-                    (layer[1] == "models" or layer[1].startswith("repository")):
-                bad.append(f"{where} (endpoints call services)")
-            if rel.startswith("app/context/") and layer and layer[0] == "sessions":
-                bad.append(f"{where} (sessions build on context, not the reverse)")
-    return bad
+    return [v for p in _sources("app", "pipelines") for v in violations_in(_rel(p), _tree(p), domains)]
 
 
 # app/kit modules that wire domains together by design: the model registry (imports every model
@@ -153,6 +154,26 @@ def test_imports_go_one_way():
     """endpoints -> services -> repositories -> models/kit; pipelines -> domain services; the app
     never imports pipelines; app/kit imports no domain (but its two wiring modules)."""
     assert import_violations() == []
+
+
+def test_the_import_rules_catch_what_they_name():
+    """Not vacuous: each rule reports a planted import, and an import under TYPE_CHECKING is free."""
+    domains = _domains()
+
+    def check(rel: str, src: str) -> list[str]:
+        return [v.split(" (")[1].rstrip(")") for v in violations_in(rel, ast.parse(src), domains)]
+
+    assert check("pipelines/x/job.py", "from app.memories.models import Memory\n") == \
+        ["pipelines call domain services, never models or repositories"] * 2
+    assert check("pipelines/x/job.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                       "    from app.jobs.models import Job\n") == []
+    assert check("app/search/service.py", "import pipelines.distillation.steps\n") == ["the app never imports pipelines"]
+    assert check("app/kit/text.py", "from app.orgs import models\n") == ["app/kit is plumbing below every domain"]
+    assert check("app/episodes/deletion.py", "from app.memories import repository\n") == \
+        ["another domain's repository: call its service"]
+    assert check("app/memories/endpoints.py", "from app.memories.models import Memory\n") == ["endpoints call services"] * 2
+    assert check("app/context/service.py", "from app.sessions.service import session_pieces\n") == \
+        ["sessions build on context, not the reverse"] * 2
 
 
 # Domains without tables of their own: search and context query the item tables (through
