@@ -43,6 +43,14 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = 3000  # per key holder (token bucket); 0 = off
     db_pool_size: int = 10
 
+    # Read replicas (app/kit/replicas.py): comma-separated URLs of streaming standbys, for the
+    # app role. Search, context, GET of one item and lineage read there; writes go to the primary.
+    read_replica_urls: str = ""
+    replica_max_lag_bytes: int = 16 * 1024 * 1024  # a standby further behind the primary is skipped
+    replica_wait_ms: int = 200  # a read with a Memscale-LSN waits this long for replay, then reads the primary
+    replica_check_interval_s: float = 0.5  # health and lag probe of each standby
+    replica_backoff_max_s: float = 30.0  # a failed standby is retried after 0.5 s, 1 s, 2 s ... up to this
+
     # Filtered vector search: ef_search for the HNSW pass; visible sets up to this size are
     # searched exactly (no HNSW) so an ACL filter never silently returns short results.
     hnsw_ef_search: int = 400

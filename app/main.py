@@ -18,6 +18,7 @@ from app.kit.errors import install_error_handlers
 from app.kit.fairness import FairEmbedder
 from app.kit.limits import BodyLimitMiddleware, RateLimiter
 from app.kit.pg import app_url
+from app.kit.replicas import LsnHeaderMiddleware, replica_set
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
 
 
@@ -43,9 +44,14 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
         app.state.ingest_limiter = RateLimiter(settings.ingest_items_per_minute) if settings.ingest_items_per_minute else None
         app.state.auth_failures = RateLimiter(settings.auth_failures_per_minute) if settings.auth_failures_per_minute else None
+        app.state.replicas = replica_set(settings, engine)  # None without MEMSCALE_READ_REPLICA_URLS
+        if app.state.replicas is not None:
+            app.state.replicas.start()
         try:
             yield
         finally:
+            if app.state.replicas is not None:
+                app.state.replicas.close()
             engine.dispose()
 
     app = FastAPI(title="memscale", version="1.0.0", lifespan=lifespan,
@@ -53,6 +59,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     install_error_handlers(app)
     install_request_middleware(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(LsnHeaderMiddleware)
     setup_tracing(app, settings.otel_exporter)
 
     from app.episodes.endpoints import router as episodes

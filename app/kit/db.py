@@ -66,12 +66,19 @@ def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, a
 
 
 @contextmanager
-def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """Commit on success, roll back on any error."""
+def transaction(factory: sessionmaker[Session], *, lsn: list | None = None) -> Iterator[Session]:
+    """Commit on success, roll back on any error. `lsn`: if the transaction wrote, the primary's WAL
+    position after the commit is appended (read-your-writes on replicas, app/kit/replicas.py)."""
     db = factory()
     try:
         yield db
+        wrote = lsn is not None and xact_wrote(db)
         db.commit()
+        if wrote:
+            try:
+                lsn.append(wal_lsn(db))
+            except Exception:  # noqa: BLE001  (committed: the answer stands, only without its token)
+                db.rollback()
     except BaseException:
         db.rollback()
         raise
@@ -109,3 +116,26 @@ def every_scope(db: Session) -> Iterator[None]:
 
 # Existence checks over ids only (lineage placeholders): the same widening, named for its use.
 existence_only = every_scope
+
+
+# ---- replication positions (app/kit/replicas.py) ---------------------------------------------------
+def xact_wrote(db: Session) -> bool:
+    """Whether the open transaction has written anything (it holds a transaction id only then)."""
+    return db.execute(text("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")).scalar_one()
+
+
+def wal_lsn(db) -> str:  # noqa: ANN001  (a Session or a Connection of the primary)
+    """The primary's current WAL write position: at or past every commit that has returned."""
+    return db.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one()
+
+
+def standby_status(conn) -> tuple[bool, str | None]:  # noqa: ANN001
+    """(in recovery, last replayed WAL position) of a server: a streaming replica is in recovery."""
+    row = conn.execute(text("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text")).one()
+    return bool(row[0]), row[1]
+
+
+def replayed_past(db: Session, lsn: str) -> bool:
+    """Whether this standby has replayed the WAL up to `lsn` (a write's Memscale-LSN)."""
+    return bool(db.execute(text("SELECT coalesce(pg_last_wal_replay_lsn() >= CAST(:l AS pg_lsn), false)"),
+                           {"l": lsn}).scalar_one())
