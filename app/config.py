@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     ingest_items_per_minute: int = 6000  # per key holder, counted in items (a batch of 500 costs 500); 0 = off
     auth_failures_per_minute: int = 60  # failed authentications per client address; 0 = off
     rate_limit_per_minute: int = 3000  # per key holder (token bucket); 0 = off
+    # Where the three limiters keep their buckets: this process's memory, or PostgreSQL (shared by
+    # every API process; `memscale serve --workers N` with N > 1 picks it unless set).
+    rate_limit_backend: Literal["memory", "postgres"] = "memory"
     db_pool_size: int = 10
 
     # Read replicas (app/kit/replicas.py): comma-separated URLs of streaming standbys, for the

@@ -139,3 +139,30 @@ def replayed_past(db: Session, lsn: str) -> bool:
     """Whether this standby has replayed the WAL up to `lsn` (a write's Memscale-LSN)."""
     return bool(db.execute(text("SELECT coalesce(pg_last_wal_replay_lsn() >= CAST(:l AS pg_lsn), false)"),
                            {"l": lsn}).scalar_one())
+
+
+# ---- shared rate limits (app/kit/limits.py PgRateLimiter) -----------------------------------------
+_BUCKET_LEVEL = "least(:cap, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * :rate)"
+
+
+def take_tokens(conn, key: str, cost: float, need: float, cap: float, rate: float) -> float | None:  # noqa: ANN001
+    """Take `cost` units from the bucket `key` if it holds at least `need`: one statement, atomic
+    across processes (the row lock of the upsert). Returns None when taken, else the bucket's level."""
+    p = {"k": key, "cost": cost, "need": need, "cap": cap, "rate": rate}
+    taken = conn.execute(text(
+        "INSERT INTO rate_buckets AS b (key, tokens, at) VALUES (:k, :cap - :cost, clock_timestamp())"
+        f" ON CONFLICT (key) DO UPDATE SET tokens = {_BUCKET_LEVEL} - :cost, at = clock_timestamp()"
+        f" WHERE {_BUCKET_LEVEL} >= :need RETURNING tokens"), p).first()
+    return None if taken is not None else bucket_level(conn, key, cap, rate)
+
+
+def bucket_level(conn, key: str, cap: float, rate: float) -> float:  # noqa: ANN001
+    level = conn.execute(text(f"SELECT {_BUCKET_LEVEL} FROM rate_buckets b WHERE key = :k"),
+                         {"k": key, "cap": cap, "rate": rate}).scalar()
+    return cap if level is None else float(level)
+
+
+def forget_full_buckets(conn, older_than_s: float) -> None:  # noqa: ANN001
+    """Buckets idle long enough to be full again carry no information."""
+    conn.execute(text("DELETE FROM rate_buckets WHERE at < clock_timestamp() - make_interval(secs => :s)"),
+                 {"s": older_than_s})
