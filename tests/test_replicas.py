@@ -158,6 +158,7 @@ def test_paused_replay_lsn_read_goes_to_primary_then_lag_skips_replica(rapp, rcl
     org = world.org()
     a = world.user(org)
     reps = rapp.state.replicas
+    _wait(lambda: reps.replicas[0].healthy, 30, "the standby to be healthy")
     su = _su(standby)
     old_bound = reps.max_lag
     try:
