@@ -322,8 +322,12 @@ def db_stop() -> None:
 @main.command()
 @click.option("--host", default=None)
 @click.option("--port", default=None, type=int)
-def serve(host: str | None, port: int | None) -> None:
-    """Migrate, then serve the API."""
+@click.option("--workers", default=1, type=click.IntRange(1, 64), show_default=True,
+              help="API processes on one port (uvicorn workers); > 1 keeps rate limits in PostgreSQL")
+def serve(host: str | None, port: int | None, workers: int) -> None:
+    """Migrate, then serve the API (docs/scale-out.md: what is per process with --workers N)."""
+    import os
+
     import uvicorn
 
     from app.kit.migrate import upgrade
@@ -337,4 +341,11 @@ def serve(host: str | None, port: int | None) -> None:
     click.echo(f"memscale listening on http://{host or settings.host}:{port or settings.port}", err=True)
     click.echo("create a key: memscale admin create-org ACME && memscale admin create-user --org ACME alice "
                "&& memscale admin create-key --org ACME --user alice", err=True)
-    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="warning")
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="warning")
+        return
+    # Each worker is its own process that builds its app from the environment (Settings()); the
+    # per-key budgets must then live in PostgreSQL, or each process would grant the whole budget.
+    os.environ.setdefault("MEMSCALE_RATE_LIMIT_BACKEND", "postgres")
+    uvicorn.run("app.main:create_app", factory=True, workers=workers, host=host or settings.host,
+                port=port or settings.port, log_level="warning")

@@ -15,9 +15,10 @@ from app.jobs.runner import Resources
 from app.kit.embedding import Embedder, make_embedder
 from app.kit.errors import install_error_handlers
 from app.kit.fairness import FairEmbedder
-from app.kit.limits import BodyLimitMiddleware, RateLimiter
+from app.kit.limits import BodyLimitMiddleware, make_limiters
 from app.kit.pg import app_url
 from app.kit.repository import ping
+from app.kit.replicas import LsnHeaderMiddleware, replica_set
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
 
 
@@ -40,12 +41,19 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
                                           max_pending=settings.embed_queue_total) if settings.embed_fairness else inner
         # The LLM gateway loads on first use (summaries, token counts), not at start-up.
         app.state.resources = Resources(settings, _embedder=app.state.embedder, _gateway=gateway)
-        app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
-        app.state.ingest_limiter = RateLimiter(settings.ingest_items_per_minute) if settings.ingest_items_per_minute else None
-        app.state.auth_failures = RateLimiter(settings.auth_failures_per_minute) if settings.auth_failures_per_minute else None
+        limits_engine = make_engine(app_url(settings), pool_size=4) if settings.rate_limit_backend == "postgres" else None
+        for name, limiter in make_limiters(settings, limits_engine).items():  # per process, or shared in PostgreSQL
+            setattr(app.state, name, limiter)
+        app.state.replicas = replica_set(settings, engine)  # None without MEMSCALE_READ_REPLICA_URLS
+        if app.state.replicas is not None:
+            app.state.replicas.start()
         try:
             yield
         finally:
+            if app.state.replicas is not None:
+                app.state.replicas.close()
+            if limits_engine is not None:
+                limits_engine.dispose()
             engine.dispose()
 
     app = FastAPI(title="memscale", version="1.0.0", lifespan=lifespan,
@@ -53,6 +61,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     install_error_handlers(app)
     install_request_middleware(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(LsnHeaderMiddleware)
     setup_tracing(app, settings.otel_exporter)
 
     from app.episodes.endpoints import router as episodes

@@ -7,7 +7,7 @@ from sqlalchemy import Integer, Text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, created_at_col
+from app.kit.base import AccessMixin, Base, access_check, created_at_col, tenant_fk
 
 
 class CartridgeRecord(AccessMixin, Base):
@@ -15,7 +15,7 @@ class CartridgeRecord(AccessMixin, Base):
     it is handed to a caller only if the caller may read every asset it was trained on."""
 
     __tablename__ = "cartridges"
-    __table_args__ = (access_check(),)
+    __table_args__ = (access_check(), tenant_fk("owner_id", "users"))
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)  # = the training job's id
     status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")  # active | stale
     path: Mapped[str] = mapped_column(Text, nullable=False)

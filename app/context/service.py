@@ -10,6 +10,7 @@ from app.auth.principal import Principal
 from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.cartridges.service import visible_active
 from app.search import service as search
+from app.kit.replicas import on
 from app.search.schemas import SearchFilters
 from app.search.service import rank, record_retrieval, to_result
 
@@ -69,14 +70,20 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece]) -> list[Pi
 
 
 def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001
-          ef_search: int, k: int | None = None, qvec=None, pinned: list[Piece] | None = None) -> dict:  # noqa: ANN001
+          ef_search: int, k: int | None = None, qvec=None, pinned: list[Piece] | None = None,
+          read=None) -> dict:  # noqa: ANN001
     """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released);
-    `pinned`: the session's own pieces (app.sessions.service.session_pieces) when `session` is given."""
+    `pinned`: the session's own pieces (app.sessions.service.session_pieces) when `session` is given;
+    `read`: where retrieval reads (a read replica, app.kit.replicas); the session's own state and
+    the retrieval event stay in `db`."""
     count = resources.gateway.count_tokens
     k = k or max(10, min(100, budget // 30))  # enough candidates to fill the budget
     pieces = list(pinned or [])
-    pieces += retrieved_pieces(db, principal, resources.embedder, query, k=k, ef_search=ef_search,
-                               session_id=str(session.id) if session is not None else None, qvec=qvec)
+    retrieved, cartridges = (read or on(db))(lambda rdb: (
+        retrieved_pieces(rdb, principal, resources.embedder, query, k=k, ef_search=ef_search,
+                         session_id=str(session.id) if session is not None else None, qvec=qvec),
+        visible_active(rdb, principal)))
+    pieces += retrieved
     chosen = fit(pieces, budget, count)
     text = render(chosen)
     handed = [p for p in chosen if p.type in ("memory", "episode", "chunk")]
@@ -90,7 +97,7 @@ def build(db: Session, principal: Principal, resources, *, query: str, budget: i
         "text": text, "tokens": count(text), "budget_tokens": budget, "sections": sections(chosen, count),
         "retrieval_id": rid,
         "handoff": {"cartridges": [{"id": str(c.id), "p": c.p, "model_id": c.model_id}
-                                   for c in visible_active(db, principal)], "chunks": [{"content_hash": p.extra["content_hash"], "chunk_id": p.id}
+                                   for c in cartridges], "chunks": [{"content_hash": p.extra["content_hash"], "chunk_id": p.id}
                                                  for p in chunks],
                     "prompt": (prompt + "\n\n" if prompt else "") + f"Question: {query}"},
     }

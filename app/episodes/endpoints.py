@@ -12,6 +12,7 @@ from app.orgs import idempotency
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
+from app.kit.replicas import reads
 
 
 class _EpisodeIdSegment(Convertor):
@@ -71,8 +72,8 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
 
 
 @router.get("/{episode_id:episode_id}", response_model=EpisodeOut)
-def get_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episode", "read")):
-    return service.to_out(service.read(db, principal, episode_id))
+def get_episode(episode_id: uuid.UUID, request: Request, db: SessionDep, principal=require("episode", "read")):
+    return service.to_out(service.read(db, principal, episode_id, read=reads(request, db, principal)))
 
 
 @router.delete("/{episode_id:episode_id}", status_code=202, response_model=JobRef)

@@ -7,7 +7,7 @@ from sqlalchemy import CheckConstraint, DateTime, Index, Text, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, created_at_col, embedding_col, tsv_col, uuid_pk
+from app.kit.base import AccessMixin, Base, access_check, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
 
 
 class Episode(AccessMixin, Base):
@@ -16,6 +16,7 @@ class Episode(AccessMixin, Base):
     __tablename__ = "episodes"
     __table_args__ = (
         access_check(),
+        tenant_fk("owner_id", "users"),
         CheckConstraint("kind IN ('conversation','trajectory','feedback','note')", name="kind"),
         CheckConstraint("outcome IS NULL OR outcome IN ('success','failure','unknown')", name="outcome"),
         Index("ix_episodes_org_owner", "org_id", "owner_id"),

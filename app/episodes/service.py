@@ -83,11 +83,13 @@ def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
     return ep
 
 
-def read(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
-    """GET: the episode, and a retrieval record that the caller read its content."""
+def read(db: Session, principal: Principal, episode_id: uuid.UUID, read=None) -> Episode:  # noqa: ANN001
+    """GET: the episode (read where `read` says: a replica, app.kit.replicas), and a retrieval record
+    that the caller read its content (written in `db`)."""
+    from app.kit.replicas import on
     from app.lineage.service import record_read
 
-    ep = get(db, principal, episode_id)
+    ep = (read or on(db))(lambda rdb: get(rdb, principal, episode_id))
     record_read(db, principal, "get", "episode", ep.id)
     return ep
 

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, MetaData, Text, func
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, ForeignKeyConstraint, MetaData, Text, func
 from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
@@ -34,19 +34,36 @@ def created_at_col() -> Mapped[datetime]:
 
 
 class TenantMixin:
-    """Every row carries org_id (RLS keys on it)."""
+    """Every row carries org_id (RLS keys on it), and org_id leads the table's primary key: the
+    distribution column of an org-sharded deployment (Citus) must be in every primary key,
+    unique constraint and foreign key (docs/scale-out.md; tests/test_citus_ready.py checks the
+    catalog). References to other tenant tables are `tenant_fk`s for the same reason.
+
+    The ORM keeps identifying a row by `id` alone where the table has one (`db.get(Model, id)`
+    and the identity map are unchanged); the database key is (org_id, id)."""
 
     @declared_attr
     def org_id(cls) -> Mapped[uuid.UUID]:
-        return mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False, index=True)
+        return mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False, index=True,
+                             primary_key=True, sort_order=-1)
+
+    @declared_attr.directive
+    def __mapper_args__(cls) -> dict:
+        return {"primary_key": [cls.__table__.c.id]} if "id" in cls.__table__.c else {}
+
+
+def tenant_fk(column: str, table: str, ondelete: str = "CASCADE") -> ForeignKeyConstraint:
+    """A reference to another tenant table through (org_id, its id): never across orgs, and
+    colocated on one shard when both tables are distributed by org_id."""
+    return ForeignKeyConstraint(["org_id", column], [f"{table}.org_id", f"{table}.id"], ondelete=ondelete)
 
 
 class AccessMixin(TenantMixin):
     """Access scope of a readable item (DESIGN.md §4): owner, visibility, groups, labels."""
 
     @declared_attr
-    def owner_id(cls) -> Mapped[uuid.UUID]:
-        return mapped_column(UUID(as_uuid=True), ForeignKey("users.id", ondelete="CASCADE"), nullable=False)
+    def owner_id(cls) -> Mapped[uuid.UUID]:  # references users through tenant_fk("owner_id", "users")
+        return mapped_column(UUID(as_uuid=True), nullable=False)
 
     visibility: Mapped[str] = mapped_column(Text, nullable=False, server_default="private")
     groups: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")

@@ -66,12 +66,19 @@ def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, a
 
 
 @contextmanager
-def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """Commit on success, roll back on any error."""
+def transaction(factory: sessionmaker[Session], *, lsn: list | None = None) -> Iterator[Session]:
+    """Commit on success, roll back on any error. `lsn`: if the transaction wrote, the primary's WAL
+    position after the commit is appended (read-your-writes on replicas, app/kit/replicas.py)."""
     db = factory()
     try:
         yield db
+        wrote = lsn is not None and xact_wrote(db)
         db.commit()
+        if wrote:
+            try:
+                lsn.append(wal_lsn(db))
+            except Exception:  # noqa: BLE001  (committed: the answer stands, only without its token)
+                db.rollback()
     except BaseException:
         db.rollback()
         raise
@@ -109,3 +116,53 @@ def every_scope(db: Session) -> Iterator[None]:
 
 # Existence checks over ids only (lineage placeholders): the same widening, named for its use.
 existence_only = every_scope
+
+
+# ---- replication positions (app/kit/replicas.py) ---------------------------------------------------
+def xact_wrote(db: Session) -> bool:
+    """Whether the open transaction has written anything (it holds a transaction id only then)."""
+    return db.execute(text("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")).scalar_one()
+
+
+def wal_lsn(db) -> str:  # noqa: ANN001  (a Session or a Connection of the primary)
+    """The primary's current WAL write position: at or past every commit that has returned."""
+    return db.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one()
+
+
+def standby_status(conn) -> tuple[bool, str | None]:  # noqa: ANN001
+    """(in recovery, last replayed WAL position) of a server: a streaming replica is in recovery."""
+    row = conn.execute(text("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text")).one()
+    return bool(row[0]), row[1]
+
+
+def replayed_past(db: Session, lsn: str) -> bool:
+    """Whether this standby has replayed the WAL up to `lsn` (a write's Memscale-LSN)."""
+    return bool(db.execute(text("SELECT coalesce(pg_last_wal_replay_lsn() >= CAST(:l AS pg_lsn), false)"),
+                           {"l": lsn}).scalar_one())
+
+
+# ---- shared rate limits (app/kit/limits.py PgRateLimiter) -----------------------------------------
+_BUCKET_LEVEL = "least(:cap, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * :rate)"
+
+
+def take_tokens(conn, key: str, cost: float, need: float, cap: float, rate: float) -> float | None:  # noqa: ANN001
+    """Take `cost` units from the bucket `key` if it holds at least `need`: one statement, atomic
+    across processes (the row lock of the upsert). Returns None when taken, else the bucket's level."""
+    p = {"k": key, "cost": cost, "need": need, "cap": cap, "rate": rate}
+    taken = conn.execute(text(
+        "INSERT INTO rate_buckets AS b (key, tokens, at) VALUES (:k, :cap - :cost, clock_timestamp())"
+        f" ON CONFLICT (key) DO UPDATE SET tokens = {_BUCKET_LEVEL} - :cost, at = clock_timestamp()"
+        f" WHERE {_BUCKET_LEVEL} >= :need RETURNING tokens"), p).first()
+    return None if taken is not None else bucket_level(conn, key, cap, rate)
+
+
+def bucket_level(conn, key: str, cap: float, rate: float) -> float:  # noqa: ANN001
+    level = conn.execute(text(f"SELECT {_BUCKET_LEVEL} FROM rate_buckets b WHERE key = :k"),
+                         {"k": key, "cap": cap, "rate": rate}).scalar()
+    return cap if level is None else float(level)
+
+
+def forget_full_buckets(conn, older_than_s: float) -> None:  # noqa: ANN001
+    """Buckets idle long enough to be full again carry no information."""
+    conn.execute(text("DELETE FROM rate_buckets WHERE at < clock_timestamp() - make_interval(secs => :s)"),
+                 {"s": older_than_s})

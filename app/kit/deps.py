@@ -15,9 +15,13 @@ from app.orgs.service import resolve_key
 
 
 def get_db(request: Request) -> Iterator[Session]:
-    """The request owns the transaction: commit after the endpoint returns, before the response."""
-    with transaction(request.app.state.sessions) as db:
+    """The request owns the transaction: commit after the endpoint returns, before the response.
+    A transaction that wrote leaves its WAL position for the Memscale-LSN header (app/kit/replicas.py)."""
+    lsn: list[str] = []
+    with transaction(request.app.state.sessions, lsn=lsn) as db:
         yield db
+    if lsn:
+        request.state.memscale_lsn = lsn[0]
 
 
 SessionDep = Annotated[Session, Depends(get_db, scope="function")]

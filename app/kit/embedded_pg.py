@@ -191,6 +191,30 @@ class EmbeddedPostgres:
         self.pg_ctl("-w", "-m", mode, "stop")
         return True
 
+    def standby(self, pg_dir: Path) -> "EmbeddedPostgres":
+        """A streaming read replica of this (running) server in `pg_dir`, not yet started: a
+        `pg_basebackup -R` (WAL streamed during the copy, `standby.signal` and `primary_conninfo`
+        written) over the unix socket, as the server's user, with its own socket in `pg_dir`.
+        Used by the replica tests and benches; an operator's replicas are ordinary PostgreSQL."""
+        rep = EmbeddedPostgres(pg_dir, self.install_home)
+        rep._bin = self.bin
+        if len(str(rep.pg_dir / ".s.PGSQL.5432")) > 100:
+            raise ValueError(f"{pg_dir}: too long for a unix socket path; use a shorter folder")
+        rep.pg_dir.mkdir(parents=True)
+        _open_parents(rep.pg_dir.parent)
+        if _root():
+            subprocess.run(["chown", SERVER_USER, str(rep.pg_dir)], check=True)
+        os.chmod(rep.pg_dir, 0o700)
+        r = self.run("pg_basebackup", "-D", str(rep.pg_dir), "-R", "-X", "stream", "-c", "fast",
+                     "-h", str(self.socket_dir), "-U", "postgres", timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"pg_basebackup failed: {r.stderr[-2000:]}")
+        for copied in (".s.PGSQL.5432.lock", "log"):  # the primary's socket lock and log live in its data folder
+            (rep.pg_dir / copied).unlink(missing_ok=True)
+        with open(rep.pg_dir / "postgresql.auto.conf", "a") as f:  # the copied conf names the primary's socket
+            f.write(f"unix_socket_directories = '{rep.pg_dir}'\n")
+        return rep
+
     # ---- shared use by several processes -------------------------------------------------------
     @property
     def _users(self) -> Path:

@@ -83,3 +83,51 @@ class RateLimiter:
         with self._lock:
             tokens = self._level(who, now)
         return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+
+class PgRateLimiter:
+    """The same token bucket, kept in PostgreSQL (`rate_buckets`, UNLOGGED) so that one key's
+    budget holds across every API process (`memscale serve --workers N`). Each check is one
+    upsert on its own autocommit connection, outside the request's transaction (so a read stays
+    a read). `name` keeps the limiters' buckets apart."""
+
+    def __init__(self, engine, name: str, per_minute: int):  # noqa: ANN001
+        self.engine, self.name = engine, name
+        self.rate = per_minute / 60.0
+        self.capacity = float(per_minute)
+        self._calls = 0
+
+    def check(self, who: str, cost: float = 1.0) -> None:
+        from app.kit.db import forget_full_buckets, take_tokens
+
+        need = min(cost, self.capacity)
+        with self.engine.begin() as conn:
+            level = take_tokens(conn, f"{self.name}:{who}", cost, need, self.capacity, self.rate)
+            self._calls += 1
+            if self._calls % 1000 == 0:
+                forget_full_buckets(conn, 2 * self.capacity / self.rate)
+        if level is not None:
+            raise RateLimited("rate limit exceeded; slow down", retry_after_s=(need - level) / self.rate)
+
+    def blocked(self, who: str) -> float:
+        from app.kit.db import bucket_level
+
+        with self.engine.connect() as conn:
+            tokens = bucket_level(conn, f"{self.name}:{who}", self.capacity, self.rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+
+def make_limiters(settings, engine) -> dict:  # noqa: ANN001
+    """The three limiters of an API process: in memory (one process), or shared through
+    PostgreSQL (`rate_limit_backend = "postgres"`, what `serve --workers N` sets) over `engine`, a
+    small pool of its own (a request holding its connection must never wait for the limiter's)."""
+    def one(name: str, per_minute: int):  # noqa: ANN202
+        if not per_minute:
+            return None
+        if settings.rate_limit_backend == "postgres":
+            return PgRateLimiter(engine, name, per_minute)
+        return RateLimiter(per_minute)
+
+    return {"rate_limiter": one("rate", settings.rate_limit_per_minute),
+            "ingest_limiter": one("ingest", settings.ingest_items_per_minute),
+            "auth_failures": one("authfail", settings.auth_failures_per_minute)}

@@ -3,18 +3,18 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Index, Integer, Text, UniqueConstraint, func
+from sqlalchemy import DateTime, Index, Integer, Text, UniqueConstraint, func
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, created_at_col, embedding_col, tsv_col, uuid_pk
+from app.kit.base import AccessMixin, Base, access_check, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
 
 
 class KnowledgeAsset(AccessMixin, Base):
     """A bootstrapped document, wiki page, table schema or glossary."""
 
     __tablename__ = "knowledge_assets"
-    __table_args__ = (access_check(), UniqueConstraint("org_id", "source_uri"))
+    __table_args__ = (access_check(), tenant_fk("owner_id", "users"), UniqueConstraint("org_id", "source_uri"))
     id: Mapped[uuid.UUID] = uuid_pk()
     kind: Mapped[str] = mapped_column(Text, nullable=False)  # document | table_schema | glossary
     source_uri: Mapped[str] = mapped_column(Text, nullable=False)
@@ -32,6 +32,8 @@ class Chunk(AccessMixin, Base):
     __tablename__ = "chunks"
     __table_args__ = (
         access_check(),
+        tenant_fk("owner_id", "users"),
+        tenant_fk("asset_id", "knowledge_assets"),
         Index("ix_chunks_org_owner", "org_id", "owner_id"),
         Index("ix_chunks_hash", "org_id", "content_hash"),
         Index("ix_chunks_embedding_hnsw", "embedding", postgresql_using="hnsw",
@@ -39,7 +41,7 @@ class Chunk(AccessMixin, Base):
         Index("ix_chunks_tsv", "tsv", postgresql_using="gin"),
     )
     id: Mapped[uuid.UUID] = uuid_pk()
-    asset_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("knowledge_assets.id", ondelete="CASCADE"), nullable=False, index=True)
+    asset_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False, index=True)
     ord: Mapped[int] = mapped_column(Integer, nullable=False)
     text: Mapped[str] = mapped_column(Text, nullable=False)
     content_hash: Mapped[str] = mapped_column(Text, nullable=False)

@@ -3,10 +3,11 @@ from __future__ import annotations
 import uuid
 from typing import Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
+from app.kit.replicas import reads
 from app.lineage import service
 from app.lineage.schemas import LineageGraph, RetrievalOut, RetrievalsOfItem
 
@@ -14,10 +15,11 @@ router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 
 
 @router.get("/lineage/{item_type}/{item_id}", response_model=LineageGraph, response_model_exclude_unset=True)
-def lineage(item_type: Literal["episode", "memory", "chunk", "asset", "cartridge"], item_id: uuid.UUID, db: SessionDep,
+def lineage(item_type: Literal["episode", "memory", "chunk", "asset", "cartridge"], item_id: uuid.UUID,
+            request: Request, db: SessionDep,
             direction: Literal["up", "down", "both"] = "both", depth: int = Query(default=5, ge=1, le=20),
             principal=require("lineage", "read")):
-    return service.graph(db, principal, item_type, item_id, direction, depth)
+    return service.graph(db, principal, item_type, item_id, direction, depth, read=reads(request, db, principal))
 
 
 @router.get("/retrievals/{retrieval_id}", response_model=RetrievalOut, response_model_exclude_unset=True)

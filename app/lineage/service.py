@@ -45,7 +45,21 @@ def _describe(type_: str, row) -> dict:  # noqa: ANN001
             "status": getattr(row, "status", None), "kind": getattr(row, "kind", None)}
 
 
-def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direction: str, depth: int) -> dict:
+def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direction: str, depth: int,
+          read=None) -> dict:  # noqa: ANN001
+    """The lineage graph around one item, read where `read` says (a read replica, app.kit.replicas);
+    the retrieval event for the nodes whose text it hands out is written in `db`."""
+    from app.kit.replicas import on
+
+    out = (read or on(db))(lambda rdb: _graph(rdb, principal, type_, id_, direction, depth))
+    with_text = [{"type": n["type"], "id": n["id"]} for n in out["nodes"] if "text" in n]
+    if with_text:
+        record_retrieval(db, principal, kind="lineage", query="", params={"root": {"type": type_, "id": str(id_)}},
+                         items=with_text)
+    return out
+
+
+def _graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direction: str, depth: int) -> dict:
     auditor = principal.has_role("auditor", "admin")
     if type_ not in ITEM_TYPES:
         raise NotFound(f"unknown item type {type_!r}")
@@ -80,10 +94,6 @@ def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, directi
               "relation": e.relation, "job_id": str(e.job_id) if e.job_id else None, "at": e.at.isoformat()}
              for e in sorted(es, key=lambda e: e.at)
              if (e.from_type, e.from_id) in shown and (e.to_type, e.to_id) in shown]
-    with_text = [{"type": n["type"], "id": n["id"]} for n in nodes if "text" in n]
-    if with_text:
-        record_retrieval(db, principal, kind="lineage", query="", params={"root": {"type": type_, "id": str(id_)}},
-                         items=with_text)
     return {"nodes": nodes, "edges": edges}
 
 

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
+from app.kit.replicas import reads
 from app.memories import service
 from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPatch
 
@@ -18,8 +19,8 @@ def create_memory(body: MemoryIn, request: Request, db: SessionDep, principal=re
 
 
 @router.get("/{memory_id}", response_model=MemoryOut)
-def get_memory(memory_id: uuid.UUID, db: SessionDep, principal=require("memory", "read")):
-    return service.to_out(service.read(db, principal, memory_id))
+def get_memory(memory_id: uuid.UUID, request: Request, db: SessionDep, principal=require("memory", "read")):
+    return service.to_out(service.read(db, principal, memory_id, read=reads(request, db, principal)))
 
 
 @router.patch("/{memory_id}", response_model=MemoryOut)

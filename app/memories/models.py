@@ -7,7 +7,7 @@ from sqlalchemy import CheckConstraint, DateTime, Float, Index, Integer, Text, f
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, embedding_col, tsv_col, uuid_pk
+from app.kit.base import AccessMixin, Base, access_check, tenant_fk, embedding_col, tsv_col, uuid_pk
 
 MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint")
 MEMORY_STATUSES = ("active", "superseded", "quarantined", "deleted")
@@ -22,12 +22,13 @@ class Memory(AccessMixin, Base):
     __tablename__ = "memories"
     __table_args__ = (
         access_check(),
+        tenant_fk("owner_id", "users"),
         CheckConstraint("kind IN ('fact','rule','preference','procedure','schema_hint')", name="kind"),
         CheckConstraint("status IN ('active','superseded','quarantined','deleted')", name="status"),
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence"),
         Index("ix_memories_org_owner", "org_id", "owner_id"),
         Index("ix_memories_org_status", "org_id", "status"),
-        Index("ix_memories_root", "root_id", "version", unique=True),
+        Index("ix_memories_root", "org_id", "root_id", "version", unique=True),
         Index("ix_memories_embedding_hnsw", "embedding", postgresql_using="hnsw",
               postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
         Index("ix_memories_tsv", "tsv", postgresql_using="gin"),

@@ -132,11 +132,13 @@ def get(db: Session, principal: Principal, memory_id: uuid.UUID) -> Memory:
     return m
 
 
-def read(db: Session, principal: Principal, memory_id: uuid.UUID) -> Memory:
-    """GET: the memory, and a retrieval record that the caller read its content."""
+def read(db: Session, principal: Principal, memory_id: uuid.UUID, read=None) -> Memory:  # noqa: ANN001
+    """GET: the memory (read where `read` says: a replica, app.kit.replicas), and a retrieval record
+    that the caller read its content (written in `db`)."""
+    from app.kit.replicas import on
     from app.lineage.service import record_read
 
-    m = get(db, principal, memory_id)
+    m = (read or on(db))(lambda rdb: get(rdb, principal, memory_id))
     record_read(db, principal, "get", "memory", m.id)
     return m
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import DateTime, LargeBinary, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, created_at_col, uuid_pk
+from app.kit.base import Base, TenantMixin, created_at_col, tenant_fk, uuid_pk
 
 
 class Org(Base):
@@ -33,8 +33,9 @@ class ApiKey(TenantMixin, Base):
     """A key is shown once: `msk_<id hex>_<secret>`; only HMAC-SHA256(salt, secret) is stored."""
 
     __tablename__ = "api_keys"
+    __table_args__ = (tenant_fk("user_id", "users"),)
     id: Mapped[uuid.UUID] = uuid_pk()
-    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False, index=True)
     salt: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     secret_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     created_at: Mapped[datetime] = created_at_col()
@@ -45,7 +46,8 @@ class IdempotencyRecord(TenantMixin, Base):
     """First result of a request made with an Idempotency-Key (per user)."""
 
     __tablename__ = "idempotency_keys"
-    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    __table_args__ = (tenant_fk("user_id", "users"),)
+    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     key: Mapped[str] = mapped_column(Text, primary_key=True)
     endpoint: Mapped[str] = mapped_column(Text, primary_key=True)
     request_hash: Mapped[str] = mapped_column(Text, nullable=False)

@@ -5,6 +5,7 @@ from fastapi import APIRouter, Request
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
+from app.kit.replicas import reads
 from app.search import service
 from app.search.schemas import SearchIn, SearchOut
 
@@ -16,5 +17,6 @@ def search(body: SearchIn, request: Request, db: SessionDep, principal=require("
     with released(db, principal):  # no pooled connection held while the query is embedded
         qvec = service.query_vector(request.app.state.embedder, body)
     results, rid = service.search(db, principal, request.app.state.embedder, body,
-                                  ef_search=request.app.state.settings.hnsw_ef_search, qvec=qvec)
+                                  ef_search=request.app.state.settings.hnsw_ef_search, qvec=qvec,
+                                  read=reads(request, db, principal))
     return SearchOut(results=results, retrieval_id=rid)

@@ -49,20 +49,51 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
     return conds
 
 
+SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact")
+MAX_SCAN_TUPLES = 20_000  # pgvector's default bound on an iterative walk (modes relaxed/strict)
+AUTO_SCAN_TUPLES = 10_000  # auto: a walk this deep loses recall (0.81 at 20k); past it, the exact search
+
+
 def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int,
-               ef_search: int) -> tuple[list[tuple], bool]:
-    """Top-n (id, distance) among visible rows; returns (rows, used_exact)."""
+               ef_search: int, mode: str = "auto") -> tuple[list[tuple], bool]:
+    """Top-n (id, distance) among visible rows; returns (rows, used_exact).
+
+    Modes (bench/filtered_knn measures them side by side; docs/decisions.md has the figures):
+    `exact` — the filtered exact search (`+ 0` keeps HNSW out); `ef` — one HNSW pass at
+    `ef_search` with the planner free to choose (the old behaviour; under an ACL filter it mostly
+    chose a full sort: 100k rows, p50 200-400 ms); `relaxed`/`strict` — pgvector 0.8's
+    iterative index scan (`hnsw.iterative_scan`): the walk goes on until n visible rows are found
+    or `hnsw.max_scan_tuples` is spent, sorting is disabled for the statement so that the planner
+    takes the index (its row estimates for the ACL filter are ~200x low), and relaxed order is
+    re-sorted here; `auto` — relaxed at `ef_search`, the walk bounded to AUTO_SCAN_TUPLES: a
+    visible set too sparse to fill n rows within it (where a deeper walk loses recall: 0.81 at
+    0.5 % visible, k = 100, 20k tuples) falls to the exact search, which is what such a small
+    visible set wants. Whatever the mode, fewer than n rows is never returned as is: the exact search decides
+    whether more visible rows exist.
+    """
     m = ITEM_TYPES[type_].model
     conds = _filters(principal, type_, f)
     dist = m.embedding.cosine_distance(qvec)
-    db.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
-    rows = db.execute(select(m.id, dist.label("d")).where(*conds, m.embedding.is_not(None))
-                      .order_by(dist).limit(n)).all()
-    if len(rows) >= n:
-        return rows, False
-    exact = db.execute(select(m.id, dist.label("d")).where(*conds, m.embedding.is_not(None))
-                       .order_by(dist + 0).limit(n)).all()
-    return exact, True
+    base = select(m.id, dist.label("d")).where(*conds, m.embedding.is_not(None))
+    if mode != "exact":
+        db.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+        iterative = mode in ("relaxed", "strict", "auto")
+        if iterative:
+            tuples = AUTO_SCAN_TUPLES if mode == "auto" else MAX_SCAN_TUPLES
+            db.execute(text(f"SET LOCAL hnsw.iterative_scan = {'strict' if mode == 'strict' else 'relaxed'}_order"))
+            db.execute(text(f"SET LOCAL hnsw.max_scan_tuples = {int(tuples)}"))
+            db.execute(text("SET LOCAL enable_sort = off"))
+        try:
+            rows = db.execute(base.order_by(dist).limit(n)).all()
+        finally:
+            if iterative:
+                db.execute(text("SET LOCAL hnsw.iterative_scan = off"))
+                db.execute(text("SET LOCAL enable_sort = on"))
+        if iterative:
+            rows.sort(key=lambda r: r.d)
+        if len(rows) >= n:
+            return rows, False
+    return db.execute(base.order_by(dist + 0).limit(n)).all(), True
 
 
 MAX_QUERY_LEXEMES = 32

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.registry import text_of
+from app.kit.replicas import on
 from app.lineage.service import record_retrieval
 from app.search import repository as repo
 from app.search.schemas import SearchFilters, SearchIn, SearchResult
@@ -160,11 +161,14 @@ def query_vector(embedder, body: SearchIn):  # noqa: ANN001, ANN201
 
 
 def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_search: int,  # noqa: ANN001
-           qvec=None):  # noqa: ANN001
-    """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released)."""
+           qvec=None, read=None):  # noqa: ANN001
+    """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released).
+    `read`: where the ranking reads (a read replica, app.kit.replicas); the retrieval event is
+    written in `db`."""
     qvec = qvec if qvec is not None else query_vector(embedder, body)
-    results, info = rank(db, principal, query=body.query, qvec=qvec, types=list(dict.fromkeys(body.types)),
-                         k=body.k, mode=body.mode, filters=body.filters, ef_search=ef_search)
+    results, info = (read or on(db))(lambda rdb: rank(
+        rdb, principal, query=body.query, qvec=qvec, types=list(dict.fromkeys(body.types)),
+        k=body.k, mode=body.mode, filters=body.filters, ef_search=ef_search))
     rid = record_retrieval(db, principal, kind="search", query=body.query,
                            params={"mode": body.mode, "k": body.k, "types": body.types, **info},
                            items=[{"type": r.type, "id": str(r.id), "score": r.score} for r in results])

@@ -11,6 +11,7 @@ from app.lineage.service import record_read
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
+from app.kit.replicas import reads
 from app.sessions import service, tools
 from app.sessions.schemas import (
     ContextIn, ContextOut, MessageIn, MessageOut, OutcomeIn, SessionContextOut, SessionIn, SessionOut, ToolList, ToolResult,
@@ -31,7 +32,7 @@ def context(body: ContextIn, request: Request, db: SessionDep, principal=require
     with released(db, principal):  # no pooled connection held while the query is embedded
         qvec = st.resources.embedder.embed([body.query])[0]
     out = build(db, principal, st.resources, query=body.query, budget=body.budget_tokens, session=session,
-                ef_search=st.settings.hnsw_ef_search, qvec=qvec,
+                ef_search=st.settings.hnsw_ef_search, qvec=qvec, read=reads(request, db, principal),
                 pinned=service.session_pieces(db, session) if session is not None else None)
     return {**out, "handoff": handoff.sign(st.settings, principal, out["handoff"])}
 

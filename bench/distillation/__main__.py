@@ -66,7 +66,7 @@ def run_split(harness: dict, name: str, traces, *, verbose: bool = False) -> dic
             "SELECT m.id, m.text, m.owner_id, m.visibility, m.groups, m.labels, m.provenance->>'method' AS method, "
             "array_agg(l.to_id::text) AS sources FROM memories m JOIN lineage_edges l ON l.from_id = m.id "
             "AND l.relation = 'distilled_from' WHERE m.org_id = :o AND m.status = 'active' "
-            "GROUP BY m.id ORDER BY m.recorded_at, m.id"), {"o": org.id}).all()
+            "GROUP BY m.org_id, m.id ORDER BY m.recorded_at, m.id"), {"o": org.id}).all()
     mems = [Mem(str(r.id), r.text, names[r.owner_id], r.visibility, tuple(r.groups), tuple(r.labels),
                 sorted({by_episode[s] for s in r.sources if s in by_episode}), r.method or "") for r in rows]
     result = score(traces, mems, seconds=seconds)
