@@ -19,6 +19,7 @@ from app.kit.fairness import FairEmbedder
 from app.kit.limits import BodyLimitMiddleware, RateLimiter
 from app.kit.pg import app_url
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
+from app.search import instruction
 
 
 def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None, gateway=None) -> FastAPI:  # noqa: ANN001
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
         app.state.ingest_limiter = RateLimiter(settings.ingest_items_per_minute) if settings.ingest_items_per_minute else None
         app.state.auth_failures = RateLimiter(settings.auth_failures_per_minute) if settings.auth_failures_per_minute else None
+        instruction.warm_up()  # dateparser's language data, so the first instructed search is not slow
         try:
             yield
         finally:
@@ -57,6 +59,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
 
     from app.episodes.endpoints import router as episodes
     from app.jobs.endpoints import router as jobs
+    from app.knowledge.endpoints import router as knowledge
     from app.memories.endpoints import router as memories
     from app.search.endpoints import router as search
     from app.audit.endpoints import router as audit
@@ -65,7 +68,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui):
+    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui, knowledge):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])
