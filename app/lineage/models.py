@@ -9,7 +9,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kit.base import Base, TenantMixin, created_at_col, uuid_pk
 
-RELATIONS = ("distilled_from", "merged_from", "supersedes", "trained_on", "summarised_from", "declassified_from", "chunk_of")
+RELATIONS = ("distilled_from", "merged_from", "supersedes", "trained_on", "summarised_from", "declassified_from", "chunk_of",
+             "enriched_from")
 
 
 class LineageEdge(TenantMixin, Base):
