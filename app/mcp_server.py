@@ -200,11 +200,18 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
         return await session_tool("archival_search", ctx, session_id, query=query, k=k, types=types,
                                   request_heartbeat=request_heartbeat)
 
+    @server.tool()
+    async def browse(ctx: Context, session_id: str, path: str | None = None, node_id: str | None = None,
+                     request_heartbeat: bool = False) -> JSONObj:
+        """Browse organisational knowledge as a tree (databases, tables, columns, documents, glossary terms)."""
+        return await session_tool("browse", ctx, session_id, path=path, node_id=node_id,
+                                  request_heartbeat=request_heartbeat)
+
     return server
 
 
 SESSION_TOOLS = ("memory_add", "memory_update", "memory_delete", "memory_retrieve", "context_summarize",
-                 "context_filter", "working_context_replace", "recall_search", "archival_search")
+                 "context_filter", "working_context_replace", "recall_search", "archival_search", "browse")
 
 
 def run(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8200) -> None:

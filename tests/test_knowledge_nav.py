@@ -122,3 +122,29 @@ def test_nodes_of_invisible_assets_never_appear(run_job, world, client, tmp_path
     assert client.get(f"/v1/knowledge/nodes/{uuid.uuid4()}", headers=member.h).status_code == 404
     assert client.get("/v1/knowledge/nodes/not-a-uuid", headers=member.h).status_code == 422
     assert client.get("/v1/knowledge/tree").status_code == 401
+
+
+def test_browse_tool_and_client(run_job, world, client, tmp_path):
+    from app.client import MemscaleClient
+
+    org = world.org()
+    steward = world.user(org, roles=["steward"])
+    member = world.user(org)
+    params, _ = _source(tmp_path, "wh")
+    assert run_job(steward.org_id, "bootstrap", {**params, "visibility": "org"}).status == "succeeded"
+    mc = MemscaleClient(base_url="", api_key=member.key, transport=client)
+    assert "browse" in {t["function"]["name"] for t in mc.list_tools()["tools"]}
+    sid = mc.create_session()["id"]
+    top = mc.call_tool(sid, "browse", {})
+    assert top["ok"] and "- catalog wh" in top["text"]
+    tables = mc.call_tool(sid, "browse", {"path": "wh/main"})
+    assert "- table wh/main/orders" in tables["text"]
+    node_id = mc.knowledge_tree("wh/main")["children"][1]["id"]
+    one = mc.call_tool(sid, "browse", {"node_id": node_id})
+    assert one["ok"] and "glossary revenue" in one["text"] and one["path"] == "wh/main/orders"
+    assert mc.knowledge_node(node_id)["name"] == "orders"
+    missing = mc.call_tool(sid, "browse", {"path": "nowhere"})
+    assert missing["ok"] is False and missing["error"]["code"] == "not_found"
+    hits = mc.search("amounts", instruction="only schema hints, bootstrapped")
+    assert hits["interpreted"]["filters"] == {"kinds": ["schema_hint"], "source": ["bootstrap"]}
+    assert hits["results"] and all(r["kind"] == "schema_hint" for r in hits["results"])

@@ -71,6 +71,20 @@ def node(db: Session, principal: Principal, node_id: uuid.UUID) -> dict:
             "asset_id": str(n.asset_id), "children": kids, "links": links}
 
 
+def render(n: dict) -> str:
+    """A node (as `node` returns it) as text for an agent: description, children, linked knowledge."""
+    lines = [f"{n['kind']} {n['path']}" + (f": {n['text']}" if n["text"] else "")]
+    lines += [f"- {c['kind']} {c['path']}" + (f" — {c['summary']}" if c.get("summary") else "") for c in n["children"]]
+    for link in n["links"]:
+        if link["type"] == "glossary_term":
+            lines.append(f"glossary {link['name']}: {link['text']}")
+        elif link["type"] == "join":
+            lines.append(f"join {link['from']} = {link['to']} ({link['via']})")
+        elif link["type"] == "memory":
+            lines.append(f"{link['kind']}: {link['text']}")
+    return "\n".join(lines)
+
+
 def browse(db: Session, principal: Principal, path: str | None) -> str:
     """The `browse` tool's answer as text: a node's description and its children, one per line."""
     path = (path or "").strip("/")
