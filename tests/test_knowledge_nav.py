@@ -141,7 +141,7 @@ def test_browse_tool_and_client(run_job, world, client, tmp_path):
     assert "- table wh/main/orders" in tables["text"]
     node_id = mc.knowledge_tree("wh/main")["children"][1]["id"]
     one = mc.call_tool(sid, "browse", {"node_id": node_id})
-    assert one["ok"] and "glossary revenue" in one["text"] and one["path"] == "wh/main/orders"
+    assert one["ok"] and "revenue: SUM(orders.amt)" in one["text"] and one["path"] == "wh/main/orders"
     assert mc.knowledge_node(node_id)["name"] == "orders"
     missing = mc.call_tool(sid, "browse", {"path": "nowhere"})
     assert missing["ok"] is False and missing["error"]["code"] == "not_found"

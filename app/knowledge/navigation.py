@@ -73,14 +73,16 @@ def node(db: Session, principal: Principal, node_id: uuid.UUID) -> dict:
 
 def render(n: dict) -> str:
     """A node (as `node` returns it) as text for an agent: description, children, linked knowledge."""
-    lines = [f"{n['kind']} {n['path']}" + (f": {n['text']}" if n["text"] else "")]
-    lines += [f"- {c['kind']} {c['path']}" + (f" — {c['summary']}" if c.get("summary") else "") for c in n["children"]]
-    for link in n["links"]:
-        if link["type"] == "glossary_term":
+    text = n["text"] or ""
+    lines = [f"{n['kind']} {n['path']}" + (f": {text}" if text else "")]
+    if n["kind"] != "table":  # a table's text already lists its columns
+        lines += [f"- {c['kind']} {c['path']}" + (f" — {c['summary']}" if c.get("summary") else "") for c in n["children"]]
+    for link in n["links"]:  # what the text does not say already
+        if link["type"] == "glossary_term" and link["name"] + ":" not in text:
             lines.append(f"glossary {link['name']}: {link['text']}")
-        elif link["type"] == "join":
+        elif link["type"] == "join" and f"{link['from']} = {link['to']}" not in text:
             lines.append(f"join {link['from']} = {link['to']} ({link['via']})")
-        elif link["type"] == "memory":
+        elif link["type"] == "memory" and n["kind"] != "table":
             lines.append(f"{link['kind']}: {link['text']}")
     return "\n".join(lines)
 

@@ -37,6 +37,9 @@ WORDS = {  # abbreviations seen in column names -> words
 }
 
 
+SHORT_WORDS = {"age", "tax", "fee", "vat", "sku", "url", "zip", "day", "end", "key", "name", "due", "net", "fx"}
+
+
 @dataclass
 class TermRef:
     """A glossary term as enrichment sees it: its text, and the columns its mapping names."""
@@ -84,7 +87,8 @@ def name_words(name: str) -> list[str]:
 
 def describe_column(col: dict, stats: dict | None, *, primary: bool) -> str:
     """`col`: name, type, nullable, comment (sources.TableInfo); `stats`: repository.column_stats."""
-    words = [w for w in name_words(col["name"]) if len(w) > 2 and not re.fullmatch(r"[a-z]\w?\d*", w)]
+    words = [w for w in name_words(col["name"]) if w in WORDS.values() or w in SHORT_WORDS
+             or (len(w) >= 4 and re.search(r"[aeiou]", w) and not re.search(r"\d", w))]  # opaque codes say nothing
     bits = []
     if col.get("comment"):
         bits.append(col["comment"])
@@ -175,7 +179,7 @@ def enrich_table(t, catalog: str, stats: dict[str, dict], joins: list[dict], ter
         linked = by_col.get(c["name"].lower(), [])
         used += [x for x in linked if x not in used]
         gloss = "; ".join(f"{x.term}: {x.mapping}" for x in linked)
-        line = f"  {t.qualified}.{c['name']} {c['type']}{'' if c['nullable'] else ' NOT NULL'}: {desc}" + \
+        line = f"  {c['name']} {c['type']}{'' if c['nullable'] else ' NOT NULL'}: {desc}" + \
                (f". Glossary: {gloss}" if gloss else "")
         col_lines.append(line)
         ref = f"{t.qualified}.{c['name']}".lower()

@@ -68,7 +68,7 @@ def run(ctx: JobContext, job: Job) -> dict:
     tables = _inspect(schema_url) if schema_url else []
     work += [("table", t) for t in tables]
     new_chunk_texts: list[str] = []
-    en = _Enrichment(schema_url, tables, glossary)
+    en = _Enrichment(schema_url, tables, glossary, enabled=p.enrich)
     stats.update({"enriched_tables": 0, "enriched_documents": 0, "linked_terms": 0})
     with ctx.tx() as db:
         en.prior_terms(db, ctx.org_id, owner, scope)
@@ -83,7 +83,7 @@ def run(ctx: JobContext, job: Job) -> dict:
                                               item=AssetIn("document", item.uri, item.title, item.content_hash, chunks,
                                                            {"enrich_version": enrich.ENRICH_VERSION}))
                 stats[outcome] += 1
-                if _needs_nodes(outcome, asset):
+                if en.enabled and _needs_nodes(outcome, asset):
                     _save_nodes(db, asset, enrich.document_nodes(item.uri, item.title, item.text))
                     stats["enriched_documents"] += 1
                 if outcome != "unchanged":
@@ -112,8 +112,8 @@ class _Enrichment:
     """What the enrich step needs across a job: the source's joins and statistics, and the
     glossary terms (this job's and earlier same-scope glossaries') to link to columns."""
 
-    def __init__(self, url: str | None, tables: list, glossary: list):  # noqa: ANN001
-        self.url, self.tables = url, tables
+    def __init__(self, url: str | None, tables: list, glossary: list, *, enabled: bool = True):  # noqa: ANN001
+        self.url, self.tables, self.enabled = url, tables, enabled
         self.catalog = _catalog(url) if url else ""
         self.joins = enrich.join_paths(tables) if tables else {}
         self.columns = {f"{t.qualified}.{c['name']}".lower() for t in tables for c in t.columns}
@@ -122,7 +122,7 @@ class _Enrichment:
         self.earlier: list[enrich.TermRef] = []
 
     def prior_terms(self, db, org_id, owner, scope: Scope) -> None:  # noqa: ANN001
-        if not self.tables:
+        if not self.tables or not self.enabled:
             return
         mine = {t.term.lower() for t in self.terms}
         for n in knowledge_repo.same_scope_terms(db, org_id, owner_id=owner, visibility=scope.visibility,
@@ -173,15 +173,20 @@ def _save_nodes(db, asset, nodes: list[enrich.Node]) -> None:  # noqa: ANN001
 
 def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stats: dict, en: _Enrichment) -> None:  # noqa: ANN001
     uri = f"schema:{src.redact_url(url)}#{t.qualified}"
-    e = enrich.enrich_table(t, en.catalog, en.stats(t), en.joins.get(t.qualified, []), en.terms + en.earlier)
-    meta = {"table": t.qualified, "columns": [c["name"] for c in t.columns], "enrich_version": enrich.ENRICH_VERSION,
-            "catalog": en.catalog, "linked_terms": [x.term for x in e.terms]}
+    meta = {"table": t.qualified, "columns": [c["name"] for c in t.columns]}
+    if en.enabled:
+        e = enrich.enrich_table(t, en.catalog, en.stats(t), en.joins.get(t.qualified, []), en.terms + en.earlier)
+        text, hint, used = e.text, e.hint, e.terms
+        meta.update({"enrich_version": enrich.ENRICH_VERSION, "catalog": en.catalog,
+                     "linked_terms": [x.term for x in e.terms]})
+    else:  # the plain extract (what bootstrap wrote before the enrich step)
+        e, text, hint, used = None, t.describe(), t.hint(), []
     outcome, asset = upsert_asset(db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, scope=scope,
-                                  item=AssetIn("table_schema", uri, t.qualified, sha256(e.text), [e.text], meta),
+                                  item=AssetIn("table_schema", uri, t.qualified, sha256(text), [text], meta),
                                   count_tokens=count, job_id=ctx.job_id)
     stats[outcome] += 1
-    glossaries = sorted({x.asset_id for x in e.terms if x.asset_id is not None}, key=str)
-    if _needs_nodes(outcome, asset):
+    glossaries = sorted({x.asset_id for x in used if x.asset_id is not None}, key=str)
+    if e is not None and _needs_nodes(outcome, asset):
         _save_nodes(db, asset, e.nodes)
         stats["enriched_tables"] += 1
         stats["linked_terms"] += len(e.terms)
@@ -189,7 +194,7 @@ def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stat
             add_edge(db, org_id=ctx.org_id, from_type="asset", from_id=asset.id, to_type="asset", to_id=gid,
                      relation="enriched_from", job_id=ctx.job_id)
     hint_outcome, _ = memories.upsert_derived(
-        db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"schema_hint:{uri}", text=e.hint,
+        db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"schema_hint:{uri}", text=hint,
         kind="schema_hint", scope=scope, sources=[("asset", asset.id)] + [("asset", g) for g in glossaries],
         provenance={"origin": "bootstrap", "schema": {"table": t.qualified, "columns": meta["columns"]}},
         job_id=ctx.job_id)
@@ -207,7 +212,7 @@ def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope:
     stats[outcome] += 1
     for t in en.terms:
         t.asset_id = asset.id
-    if _needs_nodes(outcome, asset):
+    if en.enabled and _needs_nodes(outcome, asset):
         refs = [enrich.TermRef(e.term, e.text(), e.mapping, enrich.term_refs(e.mapping)) for e in entries]
         _save_nodes(db, asset, enrich.glossary_nodes(Path(rel).name, refs))
     for e in entries:
