@@ -129,3 +129,21 @@ def test_bad_instruction_is_a_422_and_changes_nothing(client, world):
                  {"query": "deploy", "filters": {"owner": "bob"}}, {"query": "deploy", "filters": {"visibility": ["all"]}}):
         assert client.post("/v1/search", json=body, headers=alice.h).status_code == 422, body
     assert client.post("/v1/context", json={"query": "deploy", "instruction": ["a"]}, headers=alice.h).status_code == 422
+
+
+def test_llm_interpreter_fills_only_unset_fields_and_is_validated():
+    """Prompt plumbing only (a scripted gateway): the answer is validated against the filter
+    model, fills what the rules left unset, and cannot bring in an invalid or foreign value."""
+    from app.llm.fake import FakeGateway
+    from app.search.instruction import interpret_llm
+
+    gw = FakeGateway(rules={"vendor rules": '{"filters": {"kinds": ["fact"], "groups": ["legal"]}, "terms": ["x"]}',
+                            "tricky one": '{"filters": {"owner": "bob", "visibility": ["everyone"]}}',
+                            "broken": "not json at all"})
+    f, terms, ignored = interpret_llm(gw, "vendor rules for the cloud", now=NOW)
+    assert f.kinds == ["rule"] and f.groups == ["legal"] and terms == ["vendor", "cloud"] and ignored == []
+    assert "Instruction: vendor rules for the cloud" in gw.calls[0].last_user
+    f, _, _ = interpret_llm(gw, "a tricky one from last month", now=NOW)
+    assert f.owner is None and f.visibility is None and f.since is not None  # invalid answer dropped whole
+    f, _, ignored = interpret_llm(gw, "broken: only notes", now=NOW)
+    assert f.kinds == ["note"] and ignored == []

@@ -18,6 +18,7 @@ or to get round permissions, is dropped and named in `ignored` (never an error).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.search.schemas import Interpreted, SearchFilters
 
+log = logging.getLogger("memscale.instruction")
 LIST_FIELDS = ("kinds", "exclude_kinds", "labels", "exclude_labels", "visibility", "groups", "asset_kinds",
                "status", "source")
 
@@ -448,19 +450,26 @@ LLM_PROMPT = ("Turn a search instruction into JSON filters. Today is {today}. Fi
               "does not say): kinds (rule, fact, preference, procedure, schema_hint, conversation, trajectory, "
               "feedback, note), exclude_kinds, labels, exclude_labels, since and until (ISO dates, until exclusive), "
               "owner (\"me\"), visibility (private, group, org), groups, asset_kinds (document, table_schema, "
-              "glossary), status (active, superseded), source (api, distill, bootstrap). terms: topic words.\n"
-              "Schema: {schema}\nInstruction: {instruction}\nJSON:")
+              "glossary), status (active, superseded), source (api, distill, bootstrap); terms: topic words.\n"
+              "Instruction: {instruction}")
+LLM_EXAMPLE = '{"filters": {"kinds": ["rule"], "since": "2026-07-01T00:00:00Z"}, "terms": ["finance"]}'
 
 
 def interpret_llm(gateway, instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:  # noqa: ANN001
-    """The deterministic reading, with the unset fields filled from the configured LLM's JSON."""
+    """The deterministic reading, with the fields it left unset filled from the configured LLM.
+
+    The answer must validate against `LLMFilters` (pydantic, i.e. the JSON schema generated from
+    SearchFilters); an invalid answer is dropped (listed in `ignored`), never half-used. The
+    prompt carries a short example rather than the whole schema: the schema is ~1,500 tokens,
+    which the bundled 135M model on two CPU cores needed minutes to read."""
     now = now or datetime.now(timezone.utc)
     base, terms, ignored = interpret(instruction, now=now)
-    schema = LLMFilters.model_json_schema()
-    out = gateway.chat_json([{"role": "user", "content": LLM_PROMPT.format(
-        today=now.date().isoformat(), schema=schema, instruction=instruction)}], schema=LLMFilters, max_tokens=160)
-    if not isinstance(out, LLMFilters):
-        return base, terms, ignored + ["the LLM interpreter gave no valid answer"]
+    out = gateway.chat_json([{"role": "user", "content": LLM_PROMPT.format(today=now.date().isoformat(),
+                                                                           instruction=instruction)}],
+                            schema=LLMFilters, schema_hint=LLM_EXAMPLE, max_tokens=96, repair=False)
+    if not isinstance(out, LLMFilters):  # the deterministic reading stands
+        log.info("instruction LLM gave no valid answer: %s", out)
+        return base, terms, ignored
     extra = {k: v for k, v in set_fields(out.filters).items() if k != "session_id" and getattr(base, k) is None}
     combined = base.model_dump()
     combined.update({k: getattr(out.filters, k) for k in extra})
