@@ -95,6 +95,12 @@ class _State:
         s, e = m.span()
         self.text = self.text[:s] + " " * (e - s) + self.text[e:]
 
+    def each(self, pattern: str, fn) -> None:  # noqa: ANN001
+        """`fn` on every match of `pattern`; the match is consumed unless `fn` returns False."""
+        for m in list(re.finditer(pattern, self.text)):
+            if fn(m) is not False:
+                self.take(m)
+
     def add(self, name: str, *values: str) -> None:
         cur = self.f.setdefault(name, [])
         cur.extend(v for v in values if v not in cur)
@@ -163,10 +169,7 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
     now, today = st.now, st.now.date()
     q_start = _month_start(today.year, (today.month - 1) // 3 * 3 + 1)
 
-    def sub(pattern: str, fn) -> None:  # noqa: ANN001
-        for m in list(re.finditer(pattern, st.text)):
-            if fn(m) is not False:
-                st.take(m)
+    sub = st.each
 
     def between(m: re.Match) -> bool:
         a, b = parse_date(m.group(2), now), parse_date(m.group(3), now)
@@ -291,10 +294,7 @@ def _widening(st: _State) -> None:
 
 
 def _people_and_sharing(st: _State) -> None:
-    def sub(pattern: str, fn) -> None:  # noqa: ANN001
-        for m in list(re.finditer(pattern, st.text)):
-            fn(m)
-            st.take(m)
+    sub = st.each
 
     sub(r"\bmine or my (?:team|group)s?'?s?\b", lambda m: st.add("visibility", "private", "group"))
     sub(r"\bnot shared with (?:the )?(?:whole )?(?:org|organi[sz]ation|company)\b",
@@ -349,10 +349,7 @@ def _labels(st: _State) -> None:
 
 
 def _sources_status_assets(st: _State) -> None:
-    def sub(pattern: str, fn) -> None:  # noqa: ANN001
-        for m in list(re.finditer(pattern, st.text)):
-            fn(m)
-            st.take(m)
+    sub = st.each
 
     sub(r"\b(?:distilled|learn(?:t|ed)|extracted|derived)(?: from (?:the )?(?:user |agent |chat )?"
         r"(?:logs?|conversations?|runs|episodes|traces|chats))?\b", lambda m: st.add("source", "distill"))

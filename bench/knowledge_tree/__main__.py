@@ -3,7 +3,10 @@
     .venv/bin/python -m bench.knowledge_tree [--tables 500] [--columns 20] [--calls 200]
 
 A SQLite source of `tables` x `columns` (a foreign key from every table to the previous one) is
-bootstrapped by the real job with enrichment (org-visible). Then, over HTTP in-process (auth,
+bootstrapped by the real job with enrichment (org-visible). The embedder is a word-hashing one
+unless `--real-embedder`: the tree endpoints never read embeddings, and on a loaded 2-core
+machine MiniLM took ~2 s per table text (1,000 texts), which would only slow the set-up; the
+search comparison then measures what an instruction adds, not the query's embedding. Then, over HTTP in-process (auth,
 casbin, RLS, JSON included), as a plain member: GET /v1/knowledge/tree at the top, the catalog,
 the schema (all tables) and GET /v1/knowledge/nodes/{id} of a table, `calls` times each,
 interleaved. Instructed search: POST /v1/search with and without an `instruction`, interleaved
@@ -32,6 +35,56 @@ def _stats(ms: list[float]) -> dict:
             "max": round(max(ms), 2)}
 
 
+class HashingEmbedder:
+    """Bag of hashed words, L2-normalised, 384 dimensions: deterministic and ~free."""
+
+    dim = 384
+
+    def embed(self, texts: list[str]):  # noqa: ANN201
+        import hashlib
+        import re
+
+        import numpy as np
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in re.findall(r"\w+", t.lower()):
+                out[i, int(hashlib.blake2b(w.encode(), digest_size=4).hexdigest(), 16) % self.dim] += 1.0
+            n = float(np.linalg.norm(out[i]))
+            out[i] = out[i] / n if n else out[i]
+            if not n:
+                out[i, 0] = 1.0
+        return out
+
+
+def _service_times(h, org, table_id: str, calls: int) -> dict:  # noqa: ANN001
+    """The same reads without HTTP, auth and JSON: navigation.tree/node in one RLS-bound session."""
+    import uuid
+
+    from sqlalchemy import text
+
+    from app.auth.principal import Principal
+    from app.kit.db import bind_principal
+    from app.knowledge import navigation
+
+    with h.admin.connect() as c:
+        uid = c.execute(text("SELECT id FROM users WHERE org_id = :o AND name = 'analyst'"), {"o": org.id}).scalar()
+    p = Principal(org_id=org.id, user_id=uid, name="analyst", roles=("member",), groups=(), clearances=())
+    fns = {"tree_top": lambda db: navigation.tree(db, p, None),
+           "tree_schema_all_tables": lambda db: navigation.tree(db, p, "warehouse/main"),
+           "node_table": lambda db: navigation.node(db, p, uuid.UUID(table_id))}
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    with h.app.state.sessions() as db:
+        bind_principal(db, p)
+        for _ in range(calls):
+            for name, fn in fns.items():
+                t = time.perf_counter()
+                fn(db)
+                out[name].append((time.perf_counter() - t) * 1000)
+        db.rollback()
+    return {k: _stats(v) for k, v in out.items()}
+
+
 def make_source(path: Path, tables: int, columns: int) -> None:
     types = ["INTEGER", "TEXT", "REAL", "TEXT", "INTEGER"]
     with sqlite3.connect(path) as db:
@@ -57,13 +110,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tables", type=int, default=500)
     ap.add_argument("--columns", type=int, default=20)
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--real-embedder", action="store_true", help="MiniLM for the bootstrap and search (slow set-up)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="memscale_tree_"))
     src = tmp / "warehouse.sqlite"
     make_source(src, a.tables, a.columns)
-    h = Harness("memscale_bench_tree", model=Settings().llm_model, budget=1000)
-    result: dict = {"benchmark": "knowledge_tree", "tables": a.tables, "columns": a.columns}
+    h = Harness("memscale_bench_tree", model=Settings().llm_model, budget=1000,
+                embedder=None if a.real_embedder else HashingEmbedder())
+    result: dict = {"benchmark": "knowledge_tree", "tables": a.tables, "columns": a.columns,
+                    "embedder": "all-MiniLM-L6-v2" if a.real_embedder else "word hashing (384 d)"}
     try:
         org = h.new_org("tree")
         t0 = time.perf_counter()
@@ -84,6 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
                 fn()
                 times[name].append((time.perf_counter() - t) * 1000)
         result["navigation_ms"] = {k: _stats(v) for k, v in times.items()}
+        result["navigation_service_ms"] = _service_times(h, org, table_id, a.calls)
         result["schema_children"] = len(c.knowledge_tree("warehouse/main")["children"])
         query, instruction = "which column holds the amounts", "only schema hints from this year, org-wide, not drafts"
         plain, instructed = [], []
