@@ -148,3 +148,10 @@ def test_browse_tool_and_client(run_job, world, client, tmp_path):
     hits = mc.search("amounts", instruction="only schema hints, bootstrapped")
     assert hits["interpreted"]["filters"] == {"kinds": ["schema_hint"], "source": ["bootstrap"]}
     assert hits["results"] and all(r["kind"] == "schema_hint" for r in hits["results"])
+
+
+def test_bad_paths_are_a_clear_4xx(client, world):
+    member = world.user(world.org())
+    assert _tree(client, member, "a\x00b").status_code == 422
+    assert _tree(client, member, "x" * 2001).status_code == 422
+    assert _tree(client, member, "no/such/path").status_code == 404

@@ -14,7 +14,7 @@ router = APIRouter(prefix="/v1/knowledge", tags=["knowledge"], responses=COMMON_
 
 
 @router.get("/tree")
-def tree(db: SessionDep, path: str | None = Query(default=None, max_length=2000),
+def tree(db: SessionDep, path: str | None = Query(default=None, max_length=2000, pattern=r"^[^\x00-\x1f]*$"),
          principal=require("knowledge", "read")) -> dict:
     """`{node, children: [{id, kind, name, path, summary?}]}`; the root without `path`."""
     return navigation.tree(db, principal, path)

@@ -57,12 +57,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--split", choices=["dev", "heldout", "all"], default="dev")
     ap.add_argument("--llm", action="store_true")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--limit", type=int, default=None, help="only the first N pairs of the split (slow models)")
     ap.add_argument("--show", action="store_true", help="print every pair the interpreter got wrong")
     ap.add_argument("--out", default=None, help="result file name under bench/results (default: none)")
     a = ap.parse_args(argv)
-    pairs = [p for p in load() if a.split == "all" or p.split == a.split]
+    pairs = [p for p in load() if a.split == "all" or p.split == a.split][: a.limit]
     warm_up()
-    result: dict = {"benchmark": "instructions", "split": a.split, "reference_now": NOW.isoformat()}
+    result: dict = {"benchmark": "instructions", "split": a.split, "limit": a.limit, "reference_now": NOW.isoformat()}
     readings, times = [], []
     for p in pairs:
         t0 = time.perf_counter()
