@@ -127,17 +127,21 @@ def join_paths(tables: list) -> dict[str, list[dict]]:  # noqa: C901
         for fk in t.foreign_keys:
             for c, rc in zip(fk["columns"], fk["ref_columns"]):
                 add(f"{t.qualified}.{c}", f"{fk['ref_table']}.{rc}", "foreign key")
-    pks = {t.qualified: [c["name"] for c in t.columns if c.get("primary_key")] for t in tables}
-    for t in tables:
+    by_pk: dict[str, list] = {}  # a column named like another table's primary key
+    by_stem: dict[str, list] = {}  # <table>_id, <table>id
+    for i, other in enumerate(tables):
+        stem = other.name.lower().rstrip("s")
+        for pk in (c["name"] for c in other.columns if c.get("primary_key")):
+            by_pk.setdefault(pk.lower(), []).append((i, other, pk))
+            for key in (f"{stem}_id", f"{stem}id"):
+                by_stem.setdefault(key, []).append((i, other, pk))
+    for t in tables:  # lookups, not pairs of tables: 500 tables x 20 columns stays linear
         for c in t.columns:
             n = c["name"].lower()
-            for other in tables:
-                if other is t:
-                    continue
-                stem = other.name.lower().rstrip("s")
-                for pk in pks.get(other.qualified) or []:
-                    if n == pk.lower() and not c.get("primary_key") or n in (f"{stem}_id", f"{stem}id"):
-                        add(f"{t.qualified}.{c['name']}", f"{other.qualified}.{pk}", "matching names")
+            cands = (by_pk.get(n, []) if not c.get("primary_key") else []) + by_stem.get(n, [])
+            for _, other, pk in sorted(cands, key=lambda x: x[0]):
+                if other is not t:
+                    add(f"{t.qualified}.{c['name']}", f"{other.qualified}.{pk}", "matching names")
     return out
 
 
