@@ -145,6 +145,12 @@ def test_browse_tool_and_client(run_job, world, client, tmp_path):
     assert mc.knowledge_node(node_id)["name"] == "orders"
     missing = mc.call_tool(sid, "browse", {"path": "nowhere"})
     assert missing["ok"] is False and missing["error"]["code"] == "not_found"
+    stranger = world.user(world.org())  # another org's agent browses nothing of this org's tree
+    sc = MemscaleClient(base_url="", api_key=stranger.key, transport=client)
+    ssid = sc.create_session()["id"]
+    assert sc.call_tool(ssid, "browse", {})["text"] == "(empty)"
+    assert sc.call_tool(ssid, "browse", {"node_id": node_id})["error"]["code"] == "not_found"
+    assert sc.call_tool(ssid, "browse", {"path": "wh/main"})["ok"] is False
     hits = mc.search("amounts", instruction="only schema hints, bootstrapped")
     assert hits["interpreted"]["filters"] == {"kinds": ["schema_hint"], "source": ["bootstrap"]}
     assert hits["results"] and all(r["kind"] == "schema_hint" for r in hits["results"])

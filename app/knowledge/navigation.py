@@ -24,8 +24,8 @@ SHORT = 160
 
 def _child(r) -> dict:  # noqa: ANN001
     out = {"id": str(r.id), "kind": r.kind, "name": r.name, "path": r.path}
-    if r.meta.get("summary"):
-        out["summary"] = r.meta["summary"][:SHORT]
+    if r.summary:
+        out["summary"] = r.summary[:SHORT]
     return out
 
 

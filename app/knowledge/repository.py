@@ -78,7 +78,8 @@ def children(db: Session, principal, parent_path: str, limit: int) -> list:  # n
     """Visible children of a path, one per path (an ancestor shared by several assets is one row
     per asset: the first visible one stands for it). Index (org_id, parent_path, path)."""
     n, conds = _visible_nodes(principal)
-    return list(db.execute(select(n.id, n.kind, n.name, n.path, n.ord, n.meta).ext(distinct_on(n.path))
+    summary = n.meta["summary"].astext.label("summary")  # not the whole meta: a table's holds its columns and joins
+    return list(db.execute(select(n.id, n.kind, n.name, n.path, n.ord, summary).ext(distinct_on(n.path))
                            .where(n.parent_path == parent_path, *conds)
                            .order_by(n.path, n.id).limit(limit)).all())
 
