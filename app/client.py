@@ -134,8 +134,9 @@ class _Base:
         return {"Idempotency-Key": key} if key else None
 
     @staticmethod
-    def _search(query: str, k: int, mode: str, types: list[ItemType] | None, filters: SearchFilters | None) -> JSON:
-        return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters}
+    def _search(query: str, k: int, mode: str, types: list[ItemType] | None, filters: SearchFilters | None,
+                instruction: str | None = None) -> JSON:
+        return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters, "instruction": instruction}
 
 
 class MemscaleClient(_Base):
@@ -206,13 +207,23 @@ class MemscaleClient(_Base):
 
     # search and context
     def search(self, query: str, *, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
-               types: list[ItemType] | None = None, filters: SearchFilters | None = None) -> JSON:
-        """`{results: [...], retrieval_id}`."""
-        return self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters))
+               types: list[ItemType] | None = None, filters: SearchFilters | None = None,
+               instruction: str | None = None) -> JSON:
+        """`{results: [...], retrieval_id, interpreted?}`; `instruction` narrows in words."""
+        return self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters, instruction))
 
-    def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None) -> JSON:
-        return self.request("POST", "/v1/context",
-                            json={"query": query, "session_id": session_id, "budget_tokens": budget_tokens})
+    def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None,
+                instruction: str | None = None) -> JSON:
+        return self.request("POST", "/v1/context", json={"query": query, "session_id": session_id,
+                                                         "budget_tokens": budget_tokens, "instruction": instruction})
+
+    def knowledge_tree(self, path: str | None = None) -> JSON:
+        """`{node, children: [{id, kind, name, path, summary?}]}`; the top level without `path`."""
+        return self.request("GET", "/v1/knowledge/tree", params={"path": path})
+
+    def knowledge_node(self, node_id: Id) -> JSON:
+        """`{id, kind, name, path, text, children, links}`."""
+        return self.request("GET", f"/v1/knowledge/nodes/{node_id}")
 
     # sessions and memory tools
     def create_session(self, *, budget_tokens: int | None = None,
@@ -334,12 +345,20 @@ class AsyncMemscaleClient(_Base):
         await self.request("DELETE", f"/v1/memories/{memory_id}")
 
     async def search(self, query: str, *, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
-                     types: list[ItemType] | None = None, filters: SearchFilters | None = None) -> JSON:
-        return await self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters))
+                     types: list[ItemType] | None = None, filters: SearchFilters | None = None,
+                     instruction: str | None = None) -> JSON:
+        return await self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters, instruction))
 
-    async def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None) -> JSON:
-        return await self.request("POST", "/v1/context",
-                                  json={"query": query, "session_id": session_id, "budget_tokens": budget_tokens})
+    async def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None,
+                      instruction: str | None = None) -> JSON:
+        return await self.request("POST", "/v1/context", json={"query": query, "session_id": session_id,
+                                                               "budget_tokens": budget_tokens, "instruction": instruction})
+
+    async def knowledge_tree(self, path: str | None = None) -> JSON:
+        return await self.request("GET", "/v1/knowledge/tree", params={"path": path})
+
+    async def knowledge_node(self, node_id: Id) -> JSON:
+        return await self.request("GET", f"/v1/knowledge/nodes/{node_id}")
 
     async def create_session(self, *, budget_tokens: int | None = None,
                              working_context: dict[str, str] | None = None) -> JSON:

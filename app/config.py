@@ -27,6 +27,8 @@ class Settings(BaseSettings):
     llm_model: str = "local/smollm2"
     llm_timeout_s: float = 120.0
     llm_max_retries: int = 2
+    # Instructed retrieval: also ask llm_model to read the instruction (fields the rules left unset).
+    instruction_llm: bool = False
 
     max_body_bytes: int = 1_048_576
     max_batch_items: int = 500

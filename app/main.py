@@ -20,6 +20,7 @@ from app.kit.pg import app_url
 from app.kit.repository import ping
 from app.kit.replicas import LsnHeaderMiddleware, replica_set
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
+from app.search import instruction
 
 
 def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None, gateway=None) -> FastAPI:  # noqa: ANN001
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.replicas = replica_set(settings, engine)  # None without MEMSCALE_READ_REPLICA_URLS
         if app.state.replicas is not None:
             app.state.replicas.start()
+        instruction.warm_up()  # dateparser's language data, so the first instructed search is not slow
         try:
             yield
         finally:
@@ -66,6 +68,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
 
     from app.episodes.endpoints import router as episodes
     from app.jobs.endpoints import router as jobs
+    from app.knowledge.endpoints import router as knowledge
     from app.memories.endpoints import router as memories
     from app.search.endpoints import router as search
     from app.audit.endpoints import router as audit
@@ -74,7 +77,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui):
+    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui, knowledge):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

@@ -105,7 +105,7 @@ def test_memory_tools_log_trajectory_and_respect_acl(client, world, admin_engine
     tools = client.get("/v1/tools", headers=bob.h).json()["tools"]
     names = {t["function"]["name"] for t in tools}
     assert names == {"memory_add", "memory_update", "memory_delete", "memory_retrieve", "context_summarize",
-                     "context_filter", "working_context_replace", "recall_search", "archival_search"}
+                     "context_filter", "working_context_replace", "recall_search", "archival_search", "browse"}
     assert all(t["type"] == "function" and "request_heartbeat" in t["function"]["parameters"]["properties"] for t in tools)
     sid = client.post("/v1/sessions", json={}, headers=bob.h).json()["id"]
     call = lambda name, **a: client.post(f"/v1/sessions/{sid}/tools/{name}", json=a, headers=bob.h)  # noqa: E731

@@ -17,14 +17,22 @@ from app.search.service import rank, record_retrieval, to_result
 INSTRUCTION_KINDS = ("rule", "procedure")
 
 
+def instructed(instruction: str | None, query: str, *, settings=None, resources=None):  # noqa: ANN001, ANN201
+    """(query, filters, Interpreted | None) for a context request's `instruction` (issue 17)."""
+    from app.search.instruction import apply
+
+    use_llm = bool(instruction and settings is not None and settings.instruction_llm and resources is not None)
+    return apply(instruction, query, SearchFilters(), gateway=resources.gateway if use_llm else None, use_llm=use_llm)
+
+
 def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *, k: int, ef_search: int,  # noqa: ANN001
-                     session_id: str | None = None, qvec=None) -> list[Piece]:  # noqa: ANN001
+                     session_id: str | None = None, qvec=None, filters: SearchFilters | None = None) -> list[Piece]:  # noqa: ANN001
     qvec = qvec if qvec is not None else embedder.embed([query])[0]
     now = now_utc()
     out: list[Piece] = []
     for type_ in ("memory", "episode", "chunk"):
         results, _ = rank(db, principal, query=query, qvec=qvec, types=[type_], k=k, mode="hybrid",
-                          filters=SearchFilters(), ef_search=ef_search)
+                          filters=filters or SearchFilters(), ef_search=ef_search)
         for r in results:
             if type_ == "memory":
                 section = "instructions" if r.kind in INSTRUCTION_KINDS else "memories"
@@ -38,6 +46,8 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
             else:
                 out.append(Piece("knowledge", "chunk", str(r.id), r.text, r.score,
                                  extra={"content_hash": r.content_hash}))
+    if filters is not None and filters != SearchFilters():
+        return out  # an instruction's filters hold for every piece; neighbours are not filtered
     return out + _neighbours(db, principal, [p for p in out if p.type == "episode"])
 
 
@@ -71,7 +81,7 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece]) -> list[Pi
 
 def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001
           ef_search: int, k: int | None = None, qvec=None, pinned: list[Piece] | None = None,
-          read=None) -> dict:  # noqa: ANN001
+          read=None, filters: SearchFilters | None = None) -> dict:  # noqa: ANN001
     """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released);
     `pinned`: the session's own pieces (app.sessions.service.session_pieces) when `session` is given;
     `read`: where retrieval reads (a read replica, app.kit.replicas); the session's own state and
@@ -81,7 +91,8 @@ def build(db: Session, principal: Principal, resources, *, query: str, budget: i
     pieces = list(pinned or [])
     retrieved, cartridges = (read or on(db))(lambda rdb: (
         retrieved_pieces(rdb, principal, resources.embedder, query, k=k, ef_search=ef_search,
-                         session_id=str(session.id) if session is not None else None, qvec=qvec),
+                         session_id=str(session.id) if session is not None else None, qvec=qvec,
+                         filters=filters),
         visible_active(rdb, principal)))
     pieces += retrieved
     chosen = fit(pieces, budget, count)

@@ -3,8 +3,8 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, Index, Integer, Text, UniqueConstraint, func
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy import DateTime, ForeignKey, Index, Integer, Text, UniqueConstraint, func
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kit.base import AccessMixin, Base, access_check, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
@@ -49,3 +49,38 @@ class Chunk(AccessMixin, Base):
     created_at: Mapped[datetime] = created_at_col()
     embedding = embedding_col()
     tsv = tsv_col("to_tsvector('english', text)")
+
+
+class KnowledgeNode(Base):
+    """One node of the knowledge tree (catalog/schema/table/column, folder/document/section,
+    glossary/term), written by bootstrap's enrich step. A node belongs to exactly one asset and
+    carries that asset's scope, so `visible_to` applies to it as to any item; ancestors shared by
+    several assets (a catalog, a schema, a folder) are one row per asset, merged by path on read.
+    Ids are uuid5(asset id, path): stable while the asset keeps its name."""
+
+    __tablename__ = "knowledge_nodes"
+    __table_args__ = (
+        access_check(),
+        tenant_fk("asset_id", "knowledge_assets"),
+        Index("ix_knowledge_nodes_parent", "org_id", "parent_path", "path"),
+        Index("ix_knowledge_nodes_path", "org_id", "path"),
+        Index("ix_knowledge_nodes_asset", "org_id", "asset_id"),
+        Index("ix_knowledge_nodes_refs", "refs", postgresql_using="gin"),
+    )
+    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"),
+                                              primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    asset_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    owner_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)  # the asset's owner
+    visibility: Mapped[str] = mapped_column(Text, nullable=False, server_default="private")
+    groups: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
+    labels: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
+    kind: Mapped[str] = mapped_column(Text, nullable=False)  # catalog schema table column folder document section glossary term
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    path: Mapped[str] = mapped_column(Text, nullable=False)
+    parent_path: Mapped[str] = mapped_column(Text, nullable=False)  # "" for the top level
+    ord: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    text: Mapped[str] = mapped_column(Text, nullable=False, server_default="")  # the enriched description
+    # qualified column names: a column's own, the columns a glossary term maps to (links by overlap)
+    refs: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
+    meta: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default="{}")

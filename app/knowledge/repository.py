@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Text, delete, literal, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.orm import Session
 
 from app.knowledge.models import Chunk, KnowledgeAsset
@@ -52,3 +53,100 @@ def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
     return len(db.execute(delete(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id,
                                                        KnowledgeAsset.owner_id == owner_id)
                           .returning(KnowledgeAsset.id)).all())
+
+
+# --- knowledge tree (issue 17): every read under visible_to; nodes carry their asset's scope ---
+
+def replace_nodes(db: Session, org_id: uuid.UUID, asset_id: uuid.UUID, nodes: list) -> None:
+    """An asset's nodes, rebuilt whole when the asset is (re-)enriched."""
+    from app.knowledge.models import KnowledgeNode
+
+    db.execute(delete(KnowledgeNode).where(KnowledgeNode.org_id == org_id, KnowledgeNode.asset_id == asset_id))
+    db.add_all(nodes)
+    db.flush()
+
+
+def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: str, groups, labels) -> list:  # noqa: ANN001
+    """Glossary term nodes of active glossaries whose scope equals the given one: the only terms
+    an enrich step may write into a table's own text (a narrower glossary would leak into it)."""
+    from app.knowledge.models import KnowledgeNode
+
+    g, lab = literal(list(groups), ARRAY(Text)), literal(list(labels), ARRAY(Text))
+    conds = [KnowledgeNode.org_id == org_id, KnowledgeNode.kind == "term", KnowledgeNode.visibility == visibility,
+             KnowledgeNode.groups.contains(g), KnowledgeNode.groups.contained_by(g),
+             KnowledgeNode.labels.contains(lab), KnowledgeNode.labels.contained_by(lab),
+             KnowledgeNode.asset_id.in_(select(KnowledgeAsset.id).where(
+                 KnowledgeAsset.org_id == org_id, KnowledgeAsset.status == "active"))]
+    if visibility == "private":
+        conds.append(KnowledgeNode.owner_id == owner_id)
+    return list(db.execute(select(KnowledgeNode).where(*conds).order_by(KnowledgeNode.path)).scalars())
+
+
+def _visible_nodes(principal):  # noqa: ANN001, ANN202
+    from app.kit.access import visible_to
+    from app.knowledge.models import KnowledgeNode
+
+    live = KnowledgeNode.asset_id.in_(select(KnowledgeAsset.id).where(
+        KnowledgeAsset.org_id == principal.org_id, KnowledgeAsset.status == "active"))
+    return KnowledgeNode, [visible_to(principal, KnowledgeNode), live]
+
+
+def children(db: Session, principal, parent_path: str, limit: int) -> list:  # noqa: ANN001
+    """Visible children of a path, one per path (an ancestor shared by several assets is one row
+    per asset: the first visible one stands for it). Index (org_id, parent_path, path)."""
+    n, conds = _visible_nodes(principal)
+    summary = n.meta["summary"].astext.label("summary")  # not the whole meta: a table's holds its columns and joins
+    return list(db.execute(select(n.id, n.kind, n.name, n.path, n.ord, summary).ext(distinct_on(n.path))
+                           .where(n.parent_path == parent_path, *conds)
+                           .order_by(n.path, n.id).limit(limit)).all())
+
+
+def node(db: Session, principal, *, node_id: uuid.UUID | None = None, path: str | None = None):  # noqa: ANN001, ANN201
+    n, conds = _visible_nodes(principal)
+    where = n.id == node_id if node_id is not None else n.path == path
+    return db.execute(select(n).where(where, *conds).order_by(n.id).limit(1)).scalar_one_or_none()
+
+
+def nodes_by_refs(db: Session, principal, refs: list[str], kind: str, limit: int = 50) -> list:  # noqa: ANN001
+    """Visible nodes of `kind` sharing a reference (a term and the columns it maps to)."""
+    if not refs:
+        return []
+    n, conds = _visible_nodes(principal)
+    return list(db.execute(select(n.id, n.kind, n.name, n.path, n.text).ext(distinct_on(n.path))
+                           .where(n.kind == kind, n.refs.overlap(literal(list(refs), ARRAY(Text))), *conds)
+                           .order_by(n.path, n.id).limit(limit)).all())
+
+
+def asset_memories(db: Session, principal, asset_id: uuid.UUID, limit: int = 20) -> list:  # noqa: ANN001
+    """Active memories derived from an asset (schema hints, glossary facts) the caller may see."""
+    from app.kit.access import visible_to
+    from app.lineage.models import LineageEdge
+    from app.memories.models import Memory
+
+    derived = select(LineageEdge.from_id).where(
+        LineageEdge.org_id == principal.org_id, LineageEdge.to_type == "asset", LineageEdge.to_id == asset_id,
+        LineageEdge.from_type == "memory")
+    return list(db.execute(select(Memory.id, Memory.kind, Memory.text).where(
+        Memory.id.in_(derived), Memory.status == "active", visible_to(principal, Memory))
+        .order_by(Memory.recorded_at.desc()).limit(limit)).all())
+
+
+def asset_lineage(db: Session, principal, asset_id: uuid.UUID) -> list:  # noqa: ANN001
+    """The asset's own derivations (enriched_from) to assets the caller may see."""
+    from app.kit.access import visible_to
+    from app.lineage.models import LineageEdge
+
+    return list(db.execute(select(LineageEdge.relation, LineageEdge.to_type, LineageEdge.to_id, LineageEdge.job_id,
+                                  LineageEdge.at, KnowledgeAsset.title)
+                           .join(KnowledgeAsset, KnowledgeAsset.id == LineageEdge.to_id)
+                           .where(LineageEdge.org_id == principal.org_id, LineageEdge.from_type == "asset",
+                                  LineageEdge.from_id == asset_id, LineageEdge.relation == "enriched_from",
+                                  visible_to(principal, KnowledgeAsset))
+                           .order_by(LineageEdge.at.desc()).limit(20)).all())
+
+
+def visible_asset(db: Session, principal, asset_id: uuid.UUID):  # noqa: ANN001, ANN201
+    from app.kit.access import visible_to
+
+    return db.execute(select(KnowledgeAsset).where(KnowledgeAsset.id == asset_id,
+                                                   visible_to(principal, KnowledgeAsset))).scalar_one_or_none()

@@ -13,7 +13,7 @@ from app.audit.service import record
 from app.cartridges.service import mark_stale
 from app.kit.scope import Scope
 from app.knowledge import repository as repo
-from app.knowledge.models import Chunk, KnowledgeAsset
+from app.knowledge.models import Chunk, KnowledgeAsset, KnowledgeNode
 from app.lineage.service import add_edge
 from app.kit.text import sha256
 
@@ -89,3 +89,15 @@ def forget_owner(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> dict:
     hashes = repo.chunk_hashes_of_assets(db, org_id, ids) if owned else []
     return {"cartridges_stale": len(stale), "assets_removed": repo.delete_owned_by(db, org_id, owner_id),
             "asset_hashes": len(owned), "chunk_hashes": hashes}
+
+
+def replace_nodes(db: Session, asset: KnowledgeAsset, nodes: list[dict]) -> None:
+    """An asset's knowledge-tree nodes (bootstrap's enrich step), rebuilt whole; each node carries
+    the asset's owner and scope, so `visible_to` applies to it as to the asset."""
+    repo.replace_nodes(db, asset.org_id, asset.id, [
+        KnowledgeNode(org_id=asset.org_id, asset_id=asset.id, owner_id=asset.owner_id, visibility=asset.visibility,
+                      groups=list(asset.groups), labels=list(asset.labels), **n) for n in nodes])
+
+
+def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: str, groups, labels) -> list:  # noqa: ANN001
+    return repo.same_scope_terms(db, org_id, owner_id=owner_id, visibility=visibility, groups=groups, labels=labels)

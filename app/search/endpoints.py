@@ -14,9 +14,10 @@ router = APIRouter(prefix="/v1", tags=["search"], responses=COMMON_ERRORS)
 
 @router.post("/search", response_model=SearchOut)
 def search(body: SearchIn, request: Request, db: SessionDep, principal=require("search", "read")):
-    with released(db, principal):  # no pooled connection held while the query is embedded
-        qvec = service.query_vector(request.app.state.embedder, body)
-    results, rid = service.search(db, principal, request.app.state.embedder, body,
-                                  ef_search=request.app.state.settings.hnsw_ef_search, qvec=qvec,
-                                  read=reads(request, db, principal))
-    return SearchOut(results=results, retrieval_id=rid)
+    st = request.app.state
+    with released(db, principal):  # no pooled connection held while the query is read and embedded
+        body, interpreted = service.with_instruction(body, settings=st.settings, resources=st.resources)
+        qvec = service.query_vector(st.embedder, body)
+    results, rid = service.search(db, principal, st.embedder, body, ef_search=st.settings.hnsw_ef_search, qvec=qvec,
+                                  interpreted=interpreted, read=reads(request, db, principal))
+    return SearchOut(results=results, retrieval_id=rid, interpreted=interpreted)

@@ -27,7 +27,7 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
     m = model if model is not None else spec.model
     conds = [visible_to(principal, m)]
     if type_ == "memory":
-        conds.append(m.status == "active")
+        conds.append(m.status.in_(f.status or ["active"]))
     if type_ == "episode":  # what distillation's judge flagged (injection-like) is never served as context
         conds.append(m.quality.is_distinct_from("quarantined"))
     if f.kinds:
@@ -46,6 +46,36 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
             conds.append(literal(False))
         else:
             conds.append(m.session_id == f.session_id)
+    return conds + _instructed(principal, type_, f, m)
+
+
+def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list:  # noqa: ANN001
+    """The filters an instruction can set (issue 17). Each is ANDed with `visible_to` above, so
+    none can widen what the caller sees: at most they leave fewer rows."""
+    conds = []
+    if f.exclude_kinds:
+        if type_ == "chunk":
+            conds.append(m.asset_id.not_in(select(KnowledgeAsset.id).where(KnowledgeAsset.kind.in_(f.exclude_kinds))))
+        else:
+            conds.append(m.kind.not_in(f.exclude_kinds))
+    if f.exclude_labels:
+        conds.append(~m.labels.overlap(literal(list(f.exclude_labels), ARRAY(TEXT))))
+    if f.owner == "me":
+        conds.append(m.owner_id == principal.user_id)
+    if f.visibility:
+        conds.append(m.visibility.in_(f.visibility))
+    if f.groups:
+        conds.append(m.groups.overlap(literal(list(f.groups), ARRAY(TEXT))))
+    if f.asset_kinds:  # knowledge only: memories and episodes are not assets
+        conds.append(m.asset_id.in_(select(KnowledgeAsset.id).where(KnowledgeAsset.kind.in_(f.asset_kinds)))
+                     if type_ == "chunk" else literal(False))
+    if f.status and type_ != "memory" and "active" not in f.status:
+        conds.append(literal(False))  # only memories have versions
+    if f.source:
+        if type_ == "memory":
+            conds.append(m.provenance["origin"].astext.in_(f.source))
+        elif (type_ == "episode" and "api" not in f.source) or (type_ == "chunk" and "bootstrap" not in f.source):
+            conds.append(literal(False))  # episodes come in through the API, chunks from bootstrap
     return conds
 
 

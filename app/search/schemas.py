@@ -12,11 +12,30 @@ ItemType = Literal["memory", "episode", "chunk"]
 
 
 class SearchFilters(StrictModel):
+    """Every field narrows what `visible_to` already allows (ANDed with it, never ORed)."""
+
     kinds: list[str] | None = Field(default=None, max_length=16)
     labels: list[Tag] | None = Field(default=None, max_length=32)
     since: IsoDateTime | None = None
     until: IsoDateTime | None = None
     session_id: str | None = Field(default=None, max_length=200)
+    # v1 additions (instructed retrieval, issue 17); an `instruction` sets them too
+    exclude_kinds: list[str] | None = Field(default=None, max_length=16)
+    exclude_labels: list[Tag] | None = Field(default=None, max_length=32)
+    owner: Literal["me"] | None = None  # only the caller's own items
+    visibility: list[Literal["private", "group", "org"]] | None = Field(default=None, max_length=3)
+    groups: list[Tag] | None = Field(default=None, max_length=32)  # shared with any of these groups
+    asset_kinds: list[Literal["document", "table_schema", "glossary"]] | None = Field(default=None, max_length=3)
+    status: list[Literal["active", "superseded"]] | None = Field(default=None, max_length=2)  # memories; default active
+    source: list[Literal["api", "distill", "bootstrap"]] | None = Field(default=None, max_length=3)
+
+
+class Interpreted(BaseModel):
+    """What an `instruction` was read as: the filters it set, the query used, what it ignored."""
+
+    filters: dict = Field(default_factory=dict)
+    query: str | None = None
+    ignored: list[str] = Field(default_factory=list)
 
 
 class SearchIn(StrictModel):
@@ -25,6 +44,7 @@ class SearchIn(StrictModel):
     k: Annotated[int, Field(ge=1, le=100), NumberOnly] = 10
     mode: Literal["hybrid", "vector", "text"] = "hybrid"
     filters: SearchFilters = Field(default_factory=SearchFilters)
+    instruction: str | None = Field(default=None, max_length=1000)
 
 
 class SearchResult(BaseModel):
@@ -48,3 +68,4 @@ class SearchResult(BaseModel):
 class SearchOut(BaseModel):
     results: list[SearchResult]
     retrieval_id: uuid.UUID
+    interpreted: Interpreted | None = None

@@ -32,7 +32,7 @@ from app.kit.registry import text_of
 from app.kit.replicas import on
 from app.lineage.service import record_retrieval
 from app.search import repository as repo
-from app.search.schemas import SearchFilters, SearchIn, SearchResult
+from app.search.schemas import Interpreted, SearchFilters, SearchIn, SearchResult
 
 RRF_K = 60
 
@@ -161,15 +161,34 @@ def query_vector(embedder, body: SearchIn):  # noqa: ANN001, ANN201
 
 
 def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_search: int,  # noqa: ANN001
-           qvec=None, read=None):  # noqa: ANN001
+           qvec=None, interpreted: Interpreted | None = None, read=None):  # noqa: ANN001
     """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released).
-    `read`: where the ranking reads (a read replica, app.kit.replicas); the retrieval event is
-    written in `db`."""
+    A body with an `instruction` is read first (`with_instruction`); `interpreted` is then what
+    that reading was, recorded with the retrieval event. `read`: where the ranking reads (a read
+    replica, app.kit.replicas); the retrieval event is written in `db`."""
+    if body.instruction and interpreted is None:
+        body, interpreted = with_instruction(body)
     qvec = qvec if qvec is not None else query_vector(embedder, body)
     results, info = (read or on(db))(lambda rdb: rank(
         rdb, principal, query=body.query, qvec=qvec, types=list(dict.fromkeys(body.types)),
         k=body.k, mode=body.mode, filters=body.filters, ef_search=ef_search))
-    rid = record_retrieval(db, principal, kind="search", query=body.query,
-                           params={"mode": body.mode, "k": body.k, "types": body.types, **info},
+    params = {"mode": body.mode, "k": body.k, "types": body.types, **info}
+    if interpreted is not None:
+        params["interpreted"] = interpreted.model_dump(mode="json")
+    rid = record_retrieval(db, principal, kind="search", query=body.query, params=params,
                            items=[{"type": r.type, "id": str(r.id), "score": r.score} for r in results])
     return results, rid
+
+
+def with_instruction(body, *, settings=None, resources=None):  # noqa: ANN001, ANN201
+    """(body with the rewritten query and the instruction's filters merged in, Interpreted);
+    the body unchanged and None without an instruction. The LLM reads it only when
+    `settings.instruction_llm` is on (the gateway is not touched otherwise: it loads a model)."""
+    from app.search.instruction import apply
+
+    if not body.instruction:
+        return body, None
+    use_llm = bool(settings is not None and settings.instruction_llm and resources is not None)
+    query, filters, interpreted = apply(body.instruction, body.query, body.filters,
+                                        gateway=resources.gateway if use_llm else None, use_llm=use_llm)
+    return body.model_copy(update={"query": query, "filters": filters, "instruction": None}), interpreted

@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 
 from app.context import handoff
-from app.context.service import build
+from app.context.service import build, instructed
 from app.lineage.service import record_read
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
@@ -29,12 +29,14 @@ def _out(s) -> SessionOut:  # noqa: ANN001
 def context(body: ContextIn, request: Request, db: SessionDep, principal=require("context", "read")):
     st = request.app.state
     session = service.get(db, principal, body.session_id) if body.session_id else None
-    with released(db, principal):  # no pooled connection held while the query is embedded
-        qvec = st.resources.embedder.embed([body.query])[0]
-    out = build(db, principal, st.resources, query=body.query, budget=body.budget_tokens, session=session,
-                ef_search=st.settings.hnsw_ef_search, qvec=qvec, read=reads(request, db, principal),
+    with released(db, principal):  # no pooled connection held while the query is read and embedded
+        query, filters, interpreted = instructed(body.instruction, body.query, settings=st.settings, resources=st.resources)
+        qvec = st.resources.embedder.embed([query])[0]
+    out = build(db, principal, st.resources, query=query, budget=body.budget_tokens, session=session,
+                ef_search=st.settings.hnsw_ef_search, qvec=qvec, filters=filters, read=reads(request, db, principal),
                 pinned=service.session_pieces(db, session) if session is not None else None)
-    return {**out, "handoff": handoff.sign(st.settings, principal, out["handoff"])}
+    extra = {"interpreted": interpreted.model_dump(mode="json")} if interpreted is not None else {}
+    return {**out, "handoff": handoff.sign(st.settings, principal, out["handoff"]), **extra}
 
 
 @router.post("/sessions", status_code=201, response_model=SessionOut)

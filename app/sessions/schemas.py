@@ -62,6 +62,7 @@ class ContextIn(StrictModel):
     query: str = Field(min_length=1, max_length=2000)
     session_id: uuid.UUID | None = None
     budget_tokens: Annotated[int, Field(ge=64, le=128_000), NumberOnly] = 2000
+    instruction: str | None = Field(default=None, max_length=1000)  # constraints in words (issue 17)
 
 
 class ContextItem(BaseModel):

@@ -2,7 +2,7 @@
 
 Long-term: memory_add, memory_update, memory_delete. Short-term: memory_retrieve,
 context_summarize, context_filter (the six AgeMem operations); plus MemGPT's
-working_context_replace, recall_search, archival_search. Every call accepts
+working_context_replace, recall_search, archival_search; and browse (the knowledge tree). Every call accepts
 `request_heartbeat` (the agent asks to be called again with the result) and is logged in the
 session's trajectory, success or not.
 """
@@ -55,6 +55,12 @@ class QueryArgs(_Args):
 
 class ArchivalArgs(QueryArgs):
     types: list[Literal["memory", "episode", "chunk"]] = Field(default_factory=lambda: ["memory", "chunk"])
+
+
+class BrowseArgs(_Args):
+    path: str | None = Field(default=None, max_length=2000,
+                             description="a node path from an earlier browse (e.g. warehouse/main/orders); omit for the top")
+    node_id: uuid.UUID | None = Field(default=None, description="a node id: its text, children and links")
 
 
 class FilterArgs(_Args):
@@ -115,6 +121,16 @@ def t_archival_search(db, p, res, s, a: ArchivalArgs):  # noqa: ANN001, ANN201
     return _search(db, p, res, a.query, a.k, a.types)
 
 
+def t_browse(db, p, res, s, a: BrowseArgs):  # noqa: ANN001, ANN201
+    """The knowledge tree (catalog/schema/table/column, document/section, glossary/term) as text."""
+    from app.knowledge import navigation
+
+    if a.node_id is not None:
+        n = navigation.node(db, p, a.node_id)
+        return _ok(path=n["path"], text=navigation.render(n), children=n["children"], links=n["links"])
+    return _ok(path=(a.path or "").strip("/"), text=navigation.browse(db, p, a.path))
+
+
 def t_context_summarize(db, p, res, s, a: _Args):  # noqa: ANN001, ANN201
     n = sessions.evict(db, p, res, s, reason="context_summarize")
     return _ok(evicted=n, summary=s.summary)
@@ -154,6 +170,8 @@ TOOLS = {
     "working_context_replace": (t_working_context_replace, ReplaceArgs, "Edit a labelled working-context block."),
     "recall_search": (t_recall_search, QueryArgs, "Search this session's earlier (evicted) conversation."),
     "archival_search": (t_archival_search, ArchivalArgs, "Search memories and organisational knowledge."),
+    "browse": (t_browse, BrowseArgs, "Browse organisational knowledge as a tree: databases, tables, columns, "
+                                     "documents, sections, glossary terms (omit path for the top level)."),
 }
 
 
@@ -192,7 +210,9 @@ def execute(db: Session, principal: Principal, resources, s: AgentSession, name:
 
 def _summary(result: dict) -> dict:
     """What the trajectory keeps of a result: ids and scores, not the memory text."""
-    keep = {k: v for k, v in result.items() if k not in ("results", "messages", "summary", "text")}
+    keep = {k: v for k, v in result.items() if k not in ("results", "messages", "summary", "text", "children", "links")}
+    if "children" in result:
+        keep["children"] = [c["id"] for c in result["children"]]
     if "results" in result:
         keep["results"] = [{"type": r["type"], "id": r["id"], "score": r["score"]} for r in result["results"]]
     if "messages" in result:

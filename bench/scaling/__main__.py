@@ -46,6 +46,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                          "point, or nowhere (default all; quick one)")
     ap.add_argument("--max-steps", type=int, default=None, help="agent step limit (default 3; quick 1)")
     ap.add_argument("--budget", type=int, default=1000, help="/v1/context budget_tokens")
+    ap.add_argument("--curves", default="labelled,unlabelled,bootstrap",
+                    help="curves to run (comma list of labelled, unlabelled, bootstrap; bootstrap runs plain, "
+                         "enriched and enriched + navigation side by side); the poisoned shard needs unlabelled")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--name", default=None, help="result file stem (default scaling / scaling_quick)")
     a = ap.parse_args(argv)
@@ -58,6 +61,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if getattr(a, k) is None:
             setattr(a, k, v)
     a.points = sorted({int(x) for x in a.shards.split(",")} | {0})
+    a.curves = {c.strip() for c in a.curves.split(",") if c.strip()}
+    unknown = a.curves - {"labelled", "unlabelled", "bootstrap"}
+    if unknown:
+        ap.error(f"unknown curves: {', '.join(sorted(unknown))}")
     return a
 
 
@@ -65,7 +72,8 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     from app.config import Settings
     from bench.scaling import report
     from bench.scaling import sources as src
-    from bench.scaling.run import Harness, agent_traces, probe_docs, probe_memory, run_agent, summarise_point
+    from bench.scaling.run import (Harness, agent_traces, attainable, probe_browse, probe_docs, probe_memory, run_agent,
+                                   summarise_point)
     from bench.scaling.spaces import make_space, write_glossary
 
     a = parse(argv)
@@ -86,7 +94,8 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     agent_set = {id(tests[i]) for i in order[: a.agent_questions]}
 
     h = Harness("memscale_bench_scaling" + ("_quick" if a.quick else ""), model=model, budget=a.budget, embedder=embedder)
-    curves: dict[str, list[dict]] = {"labelled": [], "unlabelled_judge": [], "bootstrap": []}
+    curves: dict[str, list[dict]] = {"labelled": [], "unlabelled_judge": [], "bootstrap": [], "bootstrap_enriched": [],
+                                     "bootstrap_navigation": []}
     traces: list[dict] = []
     timings: dict[str, float] = {}
 
@@ -97,14 +106,18 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             return k in (0, top)
         return a.agent_scope == "one" and curve == "labelled" and k == top
 
-    def measure(org, curve: str, k: int, label: str, poison_ids=None) -> dict:  # noqa: ANN001
+    def measure(org, curve: str, k: int, label: str, poison_ids=None, navigation: bool = False) -> dict:  # noqa: ANN001
         probes = [probe_memory(h, org, q) for q in tests]
+        if navigation:
+            probes = [probe_browse(h, org, p) for p in probes]
         if wants_agent(curve, k):
             for p in probes:
                 if id(p.question) in agent_set:
-                    run_agent(h, org, p, by_name, a.max_steps)
+                    run_agent(h, org, p, by_name, a.max_steps, navigation=navigation)
             traces.extend(agent_traces(probes, label))
         point = summarise_point(probes, label=label, shards=k, inventory=h.inventory(org), poison_ids=poison_ids)
+        if curve.startswith("bootstrap"):
+            point["attainable_hit_rate"] = attainable(tests, by_name, k, max(1, top))
         print(f"  {label:<28} hit {point['hit_rate']:.3f}  keys {point['key_recall']:.3f}  tokens "
               f"{point['context_tokens_mean']:.0f}" + (f"  acc {point['agent']['execution_accuracy']:.3f} steps "
                                                       f"{point['agent']['mean_steps']:.2f}" if point["agent"] else ""),
@@ -119,41 +132,58 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             c.append(empty)
         timings["empty"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        org = h.new_org("labelled")
-        for k in range(1, top + 1):
-            h.ingest(org, labelled[k - 1], user="steward", source="labelled")
-            if k in a.points:
-                curves["labelled"].append(measure(org, "labelled", k, f"labelled {k} shards"))
-        timings["labelled"] = time.perf_counter() - t0
+        poisoned = None
+        if "labelled" in a.curves:
+            t0 = time.perf_counter()
+            org = h.new_org("labelled")
+            for k in range(1, top + 1):
+                h.ingest(org, labelled[k - 1], user="steward", source="labelled")
+                if k in a.points:
+                    curves["labelled"].append(measure(org, "labelled", k, f"labelled {k} shards"))
+            timings["labelled"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        org = h.new_org("unlabelled")
-        for k in range(1, top + 1):
-            h.ingest(org, logs[k - 1], user="logs", source="logs")
-            if k in a.points:
-                h.distill(org)
-                curves["unlabelled_judge"].append(measure(org, "unlabelled_judge", k, f"unlabelled+judge {k} shards",
-                                                          poison_ids={}))
-        timings["unlabelled_judge"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        h.ingest(org, poison, user="logs", source="poison")
-        h.distill(org)
-        pids: dict[str, set[str]] = {}
-        for item, eid in zip(poison, org.episode_ids["poison"]):
-            pids.setdefault(item["metadata"]["type"], set()).add(eid)
-        pids = {t: ids | h.derived_from(org, sorted(ids)) for t, ids in pids.items()}
-        poisoned = measure(org, "poisoned", top, f"unlabelled+judge {top} + poison", poison_ids=pids)
-        timings["poisoned"] = time.perf_counter() - t0
+        if "unlabelled" in a.curves:
+            t0 = time.perf_counter()
+            org = h.new_org("unlabelled")
+            for k in range(1, top + 1):
+                h.ingest(org, logs[k - 1], user="logs", source="logs")
+                if k in a.points:
+                    h.distill(org)
+                    curves["unlabelled_judge"].append(measure(org, "unlabelled_judge", k,
+                                                              f"unlabelled+judge {k} shards", poison_ids={}))
+            timings["unlabelled_judge"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            h.ingest(org, poison, user="logs", source="poison")
+            h.distill(org)
+            pids: dict[str, set[str]] = {}
+            for item, eid in zip(poison, org.episode_ids["poison"]):
+                pids.setdefault(item["metadata"]["type"], set()).add(eid)
+            pids = {t: ids | h.derived_from(org, sorted(ids)) for t, ids in pids.items()}
+            poisoned = measure(org, "poisoned", top, f"unlabelled+judge {top} + poison", poison_ids=pids)
+            timings["poisoned"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        org = h.new_org("bootstrap")
-        for k in range(1, top + 1):
-            for sp in spaces:
-                h.bootstrap(org, sp, glossaries[sp.name][k - 1])
-            if k in a.points:
-                curves["bootstrap"].append(measure(org, "bootstrap", k, f"bootstrap {k} shards"))
-        timings["bootstrap"] = time.perf_counter() - t0
+        if "bootstrap" in a.curves:
+            # the same sources three ways, side by side: the plain extract (no enrich step), with the
+            # enrich step, and with enrichment + navigation (context plus a fixed browsing policy)
+            t0 = time.perf_counter()
+            org = h.new_org("bootstrap")
+            for k in range(1, top + 1):
+                for sp in spaces:
+                    h.bootstrap(org, sp, glossaries[sp.name][k - 1], enrich=False)
+                if k in a.points:
+                    curves["bootstrap"].append(measure(org, "bootstrap", k, f"bootstrap {k} shards"))
+            timings["bootstrap"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            org = h.new_org("bootstrap_enriched")
+            for k in range(1, top + 1):
+                for sp in spaces:
+                    h.bootstrap(org, sp, glossaries[sp.name][k - 1], enrich=True)
+                if k in a.points:
+                    curves["bootstrap_enriched"].append(measure(org, "bootstrap_enriched", k,
+                                                                f"bootstrap+enrich {k} shards"))
+                    curves["bootstrap_navigation"].append(measure(org, "bootstrap_navigation", k,
+                                                                  f"bootstrap+enrich+browse {k}", navigation=True))
+            timings["bootstrap_enriched_and_navigation"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         probes = [probe_docs(h, q, by_name[q.space].expert_doc()) for q in tests]
@@ -169,7 +199,8 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         h.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    clean = curves["unlabelled_judge"][-1]
+    curves = {name: pts for name, pts in curves.items() if len(pts) > 1}
+    clean = curves["unlabelled_judge"][-1] if poisoned is not None else None
     result = {
         "benchmark": "scaling", "quick": a.quick, "seed": a.seed, "model": model, "judge_model": model,
         "embedding_model": h.settings.embedding_model, "budget_tokens": a.budget, "max_steps": a.max_steps,
@@ -182,7 +213,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
                    "hit_rate_change_points": round(100 * (poisoned["hit_rate"] - clean["hit_rate"]), 2),
                    "accuracy_change_points": (round(100 * (poisoned["agent"]["execution_accuracy"]
                                                            - clean["agent"]["execution_accuracy"]), 2)
-                                              if poisoned["agent"] and clean["agent"] else None)},
+                                              if poisoned["agent"] and clean["agent"] else None)} if poisoned else None,
         "jobs": h.job_stats, "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "seconds": round(time.perf_counter() - started, 1), "agent_traces": traces,
     }

@@ -2,7 +2,8 @@
 three tools (search memory, list tables, run SQL) and a step limit.
 
 Protocol (kept to plain text so that a 135M model can follow it): each model turn is one action,
-``SQL: <query>``, ``SEARCH: <words>`` or ``TABLES``. Parsing is forgiving: JSON tool calls
+``SQL: <query>``, ``SEARCH: <words>`` or ``TABLES`` (and ``BROWSE <path>``, the knowledge tree, in
+the navigation runs). Parsing is forgiving: JSON tool calls
 (``{"tool": "run_sql", "sql": ...}``), fenced ```sql blocks, and a bare SELECT anywhere in the reply
 are all read as actions; anything else costs a step and gets a reminder of the format.
 
@@ -28,8 +29,10 @@ SYSTEM = ("You are a data analyst. Answer the question with one SQLite query ove
           "Table and column names are opaque codes: copy them from the memory below. If the memory has SQL for a "
           "similar question in the same space, adapt that SQL.")
 FORMAT_REMINDER = "Reply with one line starting with SQL:, SEARCH: or TABLES."
+BROWSE_LINE = "BROWSE <path>             (the knowledge tree: empty path = databases; then schema, table)\n"
+BROWSE_REMINDER = "Reply with one line starting with SQL:, SEARCH:, BROWSE or TABLES."
 MAX_ROWS = 10
-_ACTION = re.compile(r"^\s*[`*#>\-\s]*(SQL|FINAL|ANSWER|QUERY|SEARCH|TABLES|LIST[_ ]TABLES)\b\s*[:=\-]?\s*(.*)$",
+_ACTION = re.compile(r"^\s*[`*#>\-\s]*(SQL|FINAL|ANSWER|QUERY|SEARCH|BROWSE|TABLES|LIST[_ ]TABLES)\b\s*[:=\-]?\s*(.*)$",
                      re.I | re.M | re.S)
 _FENCE = re.compile(r"```(?:sql|sqlite)?\s*(.*?)```", re.I | re.S)
 _SELECT = re.compile(r"\b((?:SELECT|WITH)\b.*)", re.I | re.S)
@@ -37,7 +40,7 @@ _SELECT = re.compile(r"\b((?:SELECT|WITH)\b.*)", re.I | re.S)
 
 @dataclass
 class Action:
-    kind: str  # "sql" | "search" | "tables" | "invalid"
+    kind: str  # "sql" | "search" | "browse" | "tables" | "invalid"
     arg: str = ""
 
 
@@ -76,6 +79,8 @@ def parse_action(reply: str) -> Action:
             return Action("tables")
         if word == "SEARCH":
             return Action("search", rest.strip().splitlines()[0][:200] if rest.strip() else "")
+        if word == "BROWSE":
+            return Action("browse", rest.strip().splitlines()[0].strip(" `'\"")[:300] if rest.strip() else "")
         sql = clean_sql(rest)
         if _SELECT.match(sql):
             return Action("sql", sql)
@@ -129,12 +134,16 @@ class AgentResult:
 
 
 def answer(gateway, search, db_path: Path, space: str, question: str, context: str, gold: list[tuple], *,  # noqa: ANN001
-           max_steps: int = 3, max_tokens: int = 200) -> AgentResult:
-    """`search(query) -> str` is the memory-search tool; `context` is /v1/context text (or docs)."""
+           max_steps: int = 3, max_tokens: int = 200, browse=None) -> AgentResult:  # noqa: ANN001
+    """`search(query) -> str` is the memory-search tool; `context` is /v1/context text (or docs);
+    `browse(path) -> str`, when given, adds the BROWSE action (the knowledge tree)."""
     from app.llm.base import LLMError
 
+    system = SYSTEM.replace("TABLES                    (lists", BROWSE_LINE + "TABLES                    (lists") \
+        if browse else SYSTEM
+    reminder = BROWSE_REMINDER if browse else FORMAT_REMINDER
     intro = (f"{context}\n\n" if context else "(no memory)\n\n") + f"Space: {space}\nQuestion: {question}\nAction:"
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": intro}]
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": intro}]
     trace, biggest = [], 0
     for step in range(1, max_steps + 1):
         biggest = max(biggest, sum(gateway.count_tokens(m["content"]) for m in messages))
@@ -144,7 +153,9 @@ def answer(gateway, search, db_path: Path, space: str, question: str, context: s
             trace.append({"step": step, "error": str(exc)[:200]})
             break
         act = parse_action(reply)
-        obs = FORMAT_REMINDER
+        if act.kind == "browse" and browse is None:  # not offered: read the reply as before BROWSE existed
+            act = parse_action(re.sub(r"\bBROWSE\b", "", reply, flags=re.I))
+        obs = reminder
         if act.kind == "sql":
             rows, err = run_sql(db_path, act.arg)
             trace.append({"step": step, "action": "sql", "sql": act.arg, "error": err or None})
@@ -154,6 +165,9 @@ def answer(gateway, search, db_path: Path, space: str, question: str, context: s
         elif act.kind == "search":
             obs = search(act.arg or question)
             trace.append({"step": step, "action": "search", "query": act.arg})
+        elif act.kind == "browse" and browse is not None:
+            obs = browse(act.arg)
+            trace.append({"step": step, "action": "browse", "path": act.arg})
         elif act.kind == "tables":
             obs = list_tables(db_path)
             trace.append({"step": step, "action": "tables"})

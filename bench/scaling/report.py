@@ -7,7 +7,19 @@ from pathlib import Path
 from bench.common import write_report
 
 CURVE_LABELS = {"labelled": "labelled examples", "unlabelled_judge": "unlabelled logs + judge",
-                "bootstrap": "bootstrap (schema + glossary)"}
+                "bootstrap": "bootstrap (schema + glossary), no enrichment",
+                "bootstrap_enriched": "bootstrap + enrichment",
+                "bootstrap_navigation": "bootstrap + enrichment + navigation (browse)"}
+CURVE_NOTES = {
+    "bootstrap": "The extract alone (`enrich: false`), as bootstrap was before issue 17.",
+    "bootstrap_enriched": "The same sources with the enrich step (column descriptions and statistics, joins, "
+                          "glossary terms written into the tables they map to); /v1/context only.",
+    "bootstrap_navigation": "The enriched org; after /v1/context a fixed browsing policy that reads only the question "
+                            "and the tree (open the catalog the question names, its schema, then the 2 tables whose "
+                            "name and summary share most words with the question). A question is hit when its keys "
+                            "are in the context or in what was browsed; tokens = context + browsed text; browse "
+                            "steps = tree/node calls. The agent here also has a BROWSE action.",
+}
 
 
 def finish(result: dict, out_dir: Path, name: str) -> None:
@@ -59,13 +71,20 @@ def markdown(r: dict, plot_name: str) -> str:
                   "accuracy is bounded by the model, not by memory. The hit rate is the figure that shows scaling; "
                   "run with `--model` set to a capable litellm model to see accuracy follow it.", ""]
     for name, points in r["curves"].items():
-        lines += [f"## {CURVE_LABELS[name]}", "", *HEADER, *(_row(p) for p in points), ""]
+        lines += [f"## {CURVE_LABELS[name]}", ""] + ([CURVE_NOTES[name], ""] if name in CURVE_NOTES else [])
+        lines += [*HEADER, *(_row(p) for p in points), ""]
+        if name.startswith("bootstrap"):
+            lines += ["Attainable hit rate (every needed key is in the bootstrapped sources at all): "
+                      + ", ".join(f"{p['shards']} shards {_f(p.get('attainable_hit_rate', 0.0), True)}" for p in points)
+                      + (". Browse steps per question: " + ", ".join(f"{p['shards']}: {p['browse_steps_mean']:.2f}"
+                                                                 for p in points if "browse_steps_mean" in p)
+                         if any("browse_steps_mean" in p for p in points) else "") + ".", ""]
     lines += ["## Expert schema docs in the prompt (no memory)", "",
               "Hand-written schema documentation of the question's space (tables, columns, joins, codes); like real "
               "schema docs it states no implicit conventions (fiscal quarters, active customers, cancelled "
               "exclusions).", "", *HEADER, _row(r["expert"]), ""]
-    pz = r["poison"]
-    lines += ["## Poisoned shard (judge on)", "",
+    pz = r["poison"] or {}
+    lines += [] if not pz else ["## Poisoned shard (judge on)", "",
               f"The unlabelled curve's last point, then a shard of prompt injections and bad traces (wrong SQL "
               f"marked as success), distilled with the judge on. Episodes the judge quarantines are never served "
               f"(search and /v1/context skip them).", "",
@@ -73,7 +92,7 @@ def markdown(r: dict, plot_name: str) -> str:
               f"Hit-rate change: {pz['hit_rate_change_points']:+.2f} points; accuracy change: "
               + (f"{pz['accuracy_change_points']:+.2f} points" if pz["accuracy_change_points"] is not None else "not measured")
               + f"; questions whose context held a poisoned episode or a memory derived from one: "
-              f"{_f(pz['poisoned'].get('poison_exposure'), True)} ({_by_type(pz['poisoned'])}).", ""]
+              f"{_f(pz['poisoned'].get('poison_exposure'), True)} ({_by_type(pz['poisoned'])}).", ""] if pz else []
     distills = [j for j in r["jobs"] if j["kind"] == "distill"]
     if distills:
         tot = {k: sum(j.get(k, 0) for j in distills) for k in ("seen", "kept", "skipped", "quarantined", "memories_created")}
@@ -103,7 +122,7 @@ def plot(r: dict, path: Path) -> None:
         ev = _get(r["expert"], key)
         if ev is not None:
             ax.axhline(ev, color="grey", linestyle="--", label="expert schema docs")
-        pv = _get(r["poison"]["poisoned"], key)
+        pv = _get(r["poison"]["poisoned"], key) if r.get("poison") else None
         if pv is not None:
             ax.scatter([pos[r["poison"]["poisoned"]["shards"]] + 0.08], [pv], marker="x", color="red", s=60,
                        label="+ poisoned shard (judge on)", zorder=5)

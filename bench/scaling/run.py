@@ -93,9 +93,9 @@ class Harness:
         self.job(org, "consolidate", {})
         return stats
 
-    def bootstrap(self, org: Org, sp: Space, glossary) -> dict:  # noqa: ANN001
+    def bootstrap(self, org: Org, sp: Space, glossary, *, enrich: bool = True) -> dict:  # noqa: ANN001
         return self.job(org, "bootstrap", {"schema_url": f"sqlite:///{sp.path}", "glossary": str(glossary),
-                                           "visibility": "org"})
+                                           "visibility": "org", "enrich": enrich})
 
     def inventory(self, org: Org) -> dict:
         from sqlalchemy import text
@@ -132,6 +132,7 @@ class Probe:
     item_ids: set[str]
     found: set[str]
     agent: ag.AgentResult | None = None
+    browse_steps: int | None = None  # navigation probes: browse calls made
 
 
 def probe_memory(h: Harness, org: Org, q: Question) -> Probe:
@@ -140,11 +141,68 @@ def probe_memory(h: Harness, org: Org, q: Question) -> Probe:
     return Probe(q, ctx["text"], ctx["tokens"], ids, found_keys(ctx["text"], q.keys))
 
 
+def browse_text(client, path: str | None) -> str:  # noqa: ANN001
+    """What the BROWSE action shows: a table/column/section/term node in full (text, children,
+    linked terms and joins), any other path as its list of children."""
+    from app.client import MemscaleError
+    from app.knowledge.navigation import render
+
+    try:
+        t = client.knowledge_tree(path or None)
+    except MemscaleError as exc:
+        return f"Error: {exc}"
+    if t["node"]["kind"] in ("table", "column", "section", "term", "document"):
+        return render(client.knowledge_node(t["node"]["id"]))
+    kids = [f"- {c['kind']} {c['path']}" + (f" — {c['summary']}" if c.get("summary") else "") for c in t["children"]]
+    return "\n".join(kids) or "(empty)"
+
+
+def _words(text: str) -> set[str]:
+    import re
+
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2}
+
+
+def probe_browse(h: Harness, org: Org, base: Probe, *, max_open: int = 2) -> Probe:
+    """The context probe plus a fixed browsing policy that reads only the question and what the
+    tree shows (no generator knowledge): from the top level, open the catalog named in the
+    question, its schemas, then the `max_open` tables whose name and summary share the most
+    words with the question. The question is hit when its keys are in the context or in what
+    was browsed, as before; steps = browse calls, tokens = context + browsed text."""
+    q, client = base.question, org.analyst
+    qwords = _words(f"Space {q.space}. {q.text}")
+    seen, steps = [], 0
+
+    def tree(path: str | None) -> list[dict]:
+        nonlocal steps
+        steps += 1
+        kids = client.knowledge_tree(path)["children"]
+        seen.append("\n".join(f"- {c['kind']} {c['path']}" + (f" — {c['summary']}" if c.get("summary") else "")
+                              for c in kids))
+        return kids
+
+    catalogs = [c for c in tree(None) if c["kind"] == "catalog" and _words(c["name"]) & qwords]
+    tables = []
+    for cat in catalogs[:1]:
+        for schema in tree(cat["path"]):
+            tables += [t for t in tree(schema["path"]) if t["kind"] == "table"]
+    ranked = sorted(tables, key=lambda t: (-len(_words(f"{t['name']} {t.get('summary', '')}") & qwords), t["path"]))
+    for t in ranked[:max_open]:
+        steps += 1
+        seen.append(browse_text(client, t["path"]))
+    browsed = "\n".join(seen)
+    text = f"{base.text}\n\n{browsed}"
+    p = Probe(q, text, base.tokens + h.count(browsed), base.item_ids, found_keys(text, q.keys))
+    p.browse_steps = steps
+    return p
+
+
 def probe_docs(h: Harness, q: Question, doc: str) -> Probe:
     return Probe(q, doc, h.count(doc), set(), found_keys(doc, q.keys))
 
 
-def run_agent(h: Harness, org: Org | None, p: Probe, spaces: dict[str, Space], max_steps: int) -> None:
+def run_agent(h: Harness, org: Org | None, p: Probe, spaces: dict[str, Space], max_steps: int, *,
+              navigation: bool = False) -> None:
     def search(query: str) -> str:
         if org is None:
             return "(no memory in this run)"
@@ -152,8 +210,9 @@ def run_agent(h: Harness, org: Org | None, p: Probe, spaces: dict[str, Space], m
         return "\n".join("- " + " ".join(r["text"].split())[:300] for r in res) or "(nothing found)"
 
     sp = spaces[p.question.space]
+    browse = (lambda path: browse_text(org.analyst, path)) if navigation and org is not None else None
     p.agent = ag.answer(h.resources.gateway, search, sp.path, sp.name, p.question.text, p.text, p.question.gold,
-                        max_steps=max_steps)
+                        max_steps=max_steps, browse=browse)
 
 
 def summarise_point(probes: list[Probe], *, label: str, shards: int | None, inventory: dict | None = None,
@@ -173,6 +232,8 @@ def summarise_point(probes: list[Probe], *, label: str, shards: int | None, inve
            "convention_keys_found": round(mean(kinds["convention"]), 4) if kinds["convention"] else None,
            "hit_rate_by_space": {s: round(mean(v), 4) for s, v in sorted(by_space.items())},
            "context_tokens_mean": round(mean(p.tokens for p in probes), 1)}
+    if any(p.browse_steps is not None for p in probes):
+        out["browse_steps_mean"] = round(mean(p.browse_steps or 0 for p in probes), 2)
     ran = [p.agent for p in probes if p.agent is not None]
     out["agent"] = ({"questions": len(ran), "execution_accuracy": round(mean(float(a.correct) for a in ran), 4),
                      "mean_steps": round(mean(a.steps for a in ran), 3),
@@ -191,3 +252,31 @@ def summarise_point(probes: list[Probe], *, label: str, shards: int | None, inve
 def agent_traces(probes: list[Probe], label: str) -> list[dict]:
     return [{"point": label, "question": p.question.text, "space": p.question.space, "correct": p.agent.correct,
              "steps": p.agent.steps, "sql": p.agent.sql, "trace": p.agent.trace} for p in probes if p.agent is not None]
+
+
+def attainable(tests: list[Question], spaces: dict[str, Space], k: int, parts: int) -> float:
+    """Share of questions a bootstrap of k shards can hit at all: every key's marker must be in
+    the bootstrapped sources. Conventions and the cancelled-exclusion filter (`<status> <> 'X'`)
+    are in no schema or glossary (spaces.py), and glossary row i arrives with part i % parts + 1
+    (spaces.write_glossary), so a mapping key needs its row in the first k parts; the join is in
+    the schema's foreign key either way. An upper bound for every bootstrap curve."""
+    if k == 0:
+        return 0.0
+    row_of = {"measure": 2, "date": 3, "cancelled": 5}
+
+    def reachable(q: Question, key: str) -> bool:
+        name = key.split(":")
+        if key.startswith("conv:") or name[-1] == "net":
+            return False
+        if name[-1] == "join":
+            return True
+        sp = spaces[q.space]
+        if name[1] == "region":
+            row = 6 + list(sp.region_code).index(name[2])
+        elif name[1] == "segment":
+            row = 6 + len(sp.region_code) + list(sp.segment_code).index(name[2])
+        else:
+            row = row_of[name[1]]
+        return row % parts < k
+
+    return round(mean(float(all(reachable(q, key) for key in q.keys)) for q in tests), 4)

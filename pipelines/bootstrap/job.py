@@ -19,6 +19,8 @@ from app.knowledge import service as knowledge
 from app.knowledge.service import AssetIn, upsert_asset
 from app.memories import service as memories
 from app.orgs.service import job_owner
+from app.lineage.service import add_edge
+from pipelines.bootstrap import enrich
 from pipelines.bootstrap import sources as src
 
 if TYPE_CHECKING:
@@ -60,33 +62,41 @@ def run(ctx: JobContext, job: "Job") -> dict:
         scope = Scope("private", owner, (), scope.labels)
 
     work: list[tuple[str, object]] = []
+    glossary = src.read_glossary(_resolve(ctx, job, p.glossary)) if p.glossary else []
+    if glossary:  # first: the enrich step links its terms to the tables' columns
+        work.append(("glossary", glossary))
     if p.path:
         work += [("doc", d) for d in src.read_folder(_resolve(ctx, job, p.path))]
     schema_url = _source_url(ctx, job, p.schema_url) if p.schema_url else None
     tables = _inspect(schema_url) if schema_url else []
     work += [("table", t) for t in tables]
-    glossary = src.read_glossary(_resolve(ctx, job, p.glossary)) if p.glossary else []
-    if glossary:
-        work.append(("glossary", glossary))
     new_chunk_texts: list[str] = []
+    en = _Enrichment(schema_url, tables, glossary, enabled=p.enrich)
+    stats.update({"enriched_tables": 0, "enriched_documents": 0, "linked_terms": 0})
+    with ctx.tx() as db:
+        en.prior_terms(db, ctx.org_id, owner, scope)
 
     for i, (what, item) in enumerate(work):
         with ctx.tx() as db:
             if what == "doc":
                 stats["documents"] += 1
                 chunks = src.chunk_text(item.text, count)
-                outcome, _ = upsert_asset(db, embedder, org_id=ctx.org_id, owner_id=owner, scope=scope, count_tokens=count,
-                                          item=AssetIn("document", item.uri, item.title, item.content_hash, chunks, {}),
-                                          job_id=ctx.job_id)
+                outcome, asset = upsert_asset(db, embedder, org_id=ctx.org_id, owner_id=owner, scope=scope,
+                                              count_tokens=count, job_id=ctx.job_id,
+                                              item=AssetIn("document", item.uri, item.title, item.content_hash, chunks,
+                                                           {"enrich_version": enrich.ENRICH_VERSION}))
                 stats[outcome] += 1
+                if en.enabled and _needs_nodes(outcome, asset):
+                    _save_nodes(db, asset, enrich.document_nodes(item.uri, item.title, item.text))
+                    stats["enriched_documents"] += 1
                 if outcome != "unchanged":
                     stats["chunks"] += len(chunks)
                     new_chunk_texts += chunks
             elif what == "table":
                 stats["tables"] += 1
-                _table(ctx, db, item, schema_url, owner, scope, count, stats)
+                _table(ctx, db, item, schema_url, owner, scope, count, stats, en)
             else:
-                _glossary(ctx, db, item, p.glossary, owner, scope, count, stats)
+                _glossary(ctx, db, item, p.glossary, owner, scope, count, stats, en)
             ctx.checkpoint(db, progress=(i + 1) / max(1, len(work) + 1), stats=stats)
     if schema_url:
         with ctx.tx() as db:
@@ -101,28 +111,109 @@ def run(ctx: JobContext, job: "Job") -> dict:
     return stats
 
 
-def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stats: dict) -> None:  # noqa: ANN001
-    text = t.describe()
+class _Enrichment:
+    """What the enrich step needs across a job: the source's joins and statistics, and the
+    glossary terms (this job's and earlier same-scope glossaries') to link to columns."""
+
+    def __init__(self, url: str | None, tables: list, glossary: list, *, enabled: bool = True):  # noqa: ANN001
+        self.url, self.tables, self.enabled = url, tables, enabled
+        self.catalog = _catalog(url) if url else ""
+        self.joins = enrich.join_paths(tables) if tables else {}
+        self.columns = {f"{t.qualified}.{c['name']}".lower() for t in tables for c in t.columns}
+        self.terms = [enrich.TermRef(e.term, e.text(), e.mapping, enrich.term_refs(e.mapping, self.columns))
+                      for e in glossary]
+        self.earlier: list[enrich.TermRef] = []
+
+    def prior_terms(self, db, org_id, owner, scope: Scope) -> None:  # noqa: ANN001
+        if not self.tables or not self.enabled:
+            return
+        mine = {t.term.lower() for t in self.terms}
+        for n in knowledge.same_scope_terms(db, org_id, owner_id=owner, visibility=scope.visibility,
+                                                 groups=scope.groups, labels=scope.labels):
+            mapping = n.meta.get("mapping", "")
+            if n.name.lower() not in mine:
+                self.earlier.append(enrich.TermRef(n.name, n.text, mapping, enrich.term_refs(mapping, self.columns),
+                                                   n.asset_id))
+
+    def stats(self, t: src.TableInfo) -> dict:
+        """Column statistics where the source allows them ({} where it does not)."""
+        from sqlalchemy import create_engine
+
+        from pipelines.bootstrap import repository as source_repo
+
+        eng = create_engine(self.url)
+        try:
+            with eng.connect() as conn:
+                return source_repo.column_stats(conn, t.name, t.schema, [c["name"] for c in t.columns])
+        except Exception as exc:  # noqa: BLE001 - statistics are optional
+            log.info("no statistics for %s: %s", t.qualified, type(exc).__name__)
+            return {}
+        finally:
+            eng.dispose()
+
+
+def _catalog(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    return Path(u.database).stem if u.database and u.get_backend_name() == "sqlite" else (u.database or u.host or "db")
+
+
+def _needs_nodes(outcome: str, asset) -> bool:  # noqa: ANN001
+    return outcome != "unchanged" or (asset.metadata_ or {}).get("enrich_version") != enrich.ENRICH_VERSION
+
+
+def _save_nodes(db, asset, nodes: list[enrich.Node]) -> None:  # noqa: ANN001
+    knowledge.replace_nodes(db, asset, [dict(id=n.node_id(asset.id), kind=n.kind, name=n.name, path=n.path,
+                                             parent_path=n.parent_path, ord=n.ord, text=n.text, refs=n.refs,
+                                             meta=n.meta) for n in nodes])
+    asset.metadata_ = {**(asset.metadata_ or {}), "enrich_version": enrich.ENRICH_VERSION}
+
+
+def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stats: dict, en: _Enrichment) -> None:  # noqa: ANN001
     uri = f"schema:{src.redact_url(url)}#{t.qualified}"
     meta = {"table": t.qualified, "columns": [c["name"] for c in t.columns]}
+    if en.enabled:
+        e = enrich.enrich_table(t, en.catalog, en.stats(t), en.joins.get(t.qualified, []), en.terms + en.earlier)
+        text, hint, used = e.text, e.hint, e.terms
+        meta.update({"enrich_version": enrich.ENRICH_VERSION, "catalog": en.catalog,
+                     "linked_terms": [x.term for x in e.terms]})
+    else:  # the plain extract (what bootstrap wrote before the enrich step)
+        e, text, hint, used = None, t.describe(), t.hint(), []
     outcome, asset = upsert_asset(db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, scope=scope,
                                   item=AssetIn("table_schema", uri, t.qualified, sha256(text), [text], meta),
                                   count_tokens=count, job_id=ctx.job_id)
     stats[outcome] += 1
+    glossaries = sorted({x.asset_id for x in used if x.asset_id is not None}, key=str)
+    if e is not None and _needs_nodes(outcome, asset):
+        _save_nodes(db, asset, e.nodes)
+        stats["enriched_tables"] += 1
+        stats["linked_terms"] += len(e.terms)
+        for gid in glossaries:  # the description was enriched from these glossaries
+            add_edge(db, org_id=ctx.org_id, from_type="asset", from_id=asset.id, to_type="asset", to_id=gid,
+                     relation="enriched_from", job_id=ctx.job_id)
     hint_outcome, _ = memories.upsert_derived(
-        db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"schema_hint:{uri}", text=t.hint(),
-        kind="schema_hint", scope=scope, sources=[("asset", asset.id)], provenance={"origin": "bootstrap", "schema": meta},
+        db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"schema_hint:{uri}", text=hint,
+        kind="schema_hint", scope=scope, sources=[("asset", asset.id)] + [("asset", g) for g in glossaries],
+        provenance={"origin": "bootstrap", "schema": {"table": t.qualified, "columns": meta["columns"]}},
         job_id=ctx.job_id)
     stats["schema_hints"] += hint_outcome != "unchanged"
 
 
-def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope: Scope, count, stats: dict) -> None:  # noqa: ANN001
+def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope: Scope, count, stats: dict,  # noqa: ANN001
+              en: _Enrichment) -> None:
     lines = [e.text() for e in entries]
     uri = f"glossary:{Path(rel).name}"
     outcome, asset = upsert_asset(db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, scope=scope,
                                   item=AssetIn("glossary", uri, Path(rel).name, sha256("\n".join(lines)), lines,
-                                               {"terms": len(lines)}), count_tokens=count, job_id=ctx.job_id)
+                                               {"terms": len(lines), "enrich_version": enrich.ENRICH_VERSION}),
+                                  count_tokens=count, job_id=ctx.job_id)
     stats[outcome] += 1
+    for t in en.terms:
+        t.asset_id = asset.id
+    if en.enabled and _needs_nodes(outcome, asset):
+        refs = [enrich.TermRef(e.term, e.text(), e.mapping, enrich.term_refs(e.mapping)) for e in entries]
+        _save_nodes(db, asset, enrich.glossary_nodes(Path(rel).name, refs))
     for e in entries:
         o, _ = memories.upsert_derived(
             db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"glossary:{uri}:{e.term.lower()}",

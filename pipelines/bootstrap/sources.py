@@ -143,8 +143,10 @@ def inspect_schema(url: str) -> list[TableInfo]:
                     comment = insp.get_table_comment(name, schema=schema).get("text")
                 except NotImplementedError:
                     comment = None
+                pk = set((insp.get_pk_constraint(name, schema=schema) or {}).get("constrained_columns") or [])
                 cols = [{"name": c["name"], "type": str(c["type"]), "nullable": bool(c.get("nullable", True)),
-                         "comment": c.get("comment")} for c in insp.get_columns(name, schema=schema)]
+                         "comment": c.get("comment"), "primary_key": c["name"] in pk}
+                        for c in insp.get_columns(name, schema=schema)]
                 fks = [{"columns": fk["constrained_columns"], "ref_table": fk["referred_table"],
                         "ref_columns": fk["referred_columns"]} for fk in insp.get_foreign_keys(name, schema=schema)]
                 out.append(TableInfo(schema=schema, name=name, comment=comment, columns=cols, foreign_keys=fks))

@@ -1,0 +1,26 @@
+"""Knowledge navigation (API.md v1 additions): the tree and its nodes, only of visible assets."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Query
+
+from app.kit.deps import SessionDep, require
+from app.kit.errors import COMMON_ERRORS
+from app.knowledge import navigation
+
+router = APIRouter(prefix="/v1/knowledge", tags=["knowledge"], responses=COMMON_ERRORS)
+
+
+@router.get("/tree")
+def tree(db: SessionDep, path: str | None = Query(default=None, max_length=2000, pattern=r"^[^\x00-\x1f]*$"),
+         principal=require("knowledge", "read")) -> dict:
+    """`{node, children: [{id, kind, name, path, summary?}]}`; the root without `path`."""
+    return navigation.tree(db, principal, path)
+
+
+@router.get("/nodes/{node_id}")
+def node(node_id: uuid.UUID, db: SessionDep, principal=require("knowledge", "read")) -> dict:
+    """`{id, kind, name, path, text, children, links}`: glossary terms, joins, derived memories, lineage."""
+    return navigation.node(db, principal, node_id)

@@ -1,0 +1,488 @@
+"""Instructed retrieval: a free-text instruction -> SearchFilters fields + a rewritten query.
+
+"only finance rules from last quarter, not drafts, mine or my team's" becomes kinds=[rule],
+since/until = the previous calendar quarter, exclude_labels=[draft], visibility=[private, group],
+and "finance" goes to the query. Two interpreters:
+
+- `interpret` (always): ordered regular patterns, each consuming the span it read, with
+  `dateparser` for explicit dates ("since March 3", "until 15 April"); whatever is left, minus
+  filler words, becomes query terms. Pure Python, no I/O (bench: p95 well under 5 ms).
+- `interpret_llm` (opt-in, `MEMSCALE_INSTRUCTION_LLM=true`): asks the configured litellm model
+  for JSON validated against a schema generated from `SearchFilters`; it only fills fields the
+  deterministic reading left unset, and its answer goes through the same guard.
+
+The guard: every filter is ANDed with `visible_to` in the repository, so no filter can widen
+what the caller sees; on top, a request for someone else's, everyone's or another org's items,
+or to get round permissions, is dropped and named in `ignored` (never an error).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from app.search.schemas import Interpreted, SearchFilters
+
+log = logging.getLogger("memscale.instruction")
+LIST_FIELDS = ("kinds", "exclude_kinds", "labels", "exclude_labels", "visibility", "groups", "asset_kinds",
+               "status", "source")
+
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+           "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "few": 3, "couple": 2}
+_MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|" \
+       r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+_NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|twelve|few|couple(?: of)?)"
+_UNIT = r"(hours?|days?|weeks?|months?|quarters?|years?)"
+# a date expression dateparser reads: "March", "March 3", "3 March 2026", "2026-06-15", "last Monday"
+_DATE = (rf"((?:\d{{4}}-\d{{2}}-\d{{2}})|(?:\d{{1,2}}(?:st|nd|rd|th)? {_MON}(?: \d{{4}})?)|"
+         rf"(?:{_MON}(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:,? \d{{4}})?)|(?:last (?:{'|'.join(WEEKDAYS)}))|\d{{4}})")
+
+KIND_WORDS = [  # (pattern, kind); longer phrases first
+    (r"schema[- ]hints?", "schema_hint"),
+    (r"(?:tool[- ]call |agent )?(?:trajector(?:y|ies)|runs)(?: of the agent)?|tool[- ]call runs(?: of the agent)?",
+     "trajectory"),
+    (r"chat(?:s| logs?)|conversations?|dialogues?", "conversation"),
+    (r"rules?|policies|policy", "rule"),
+    (r"(?:how[- ]to )?procedures?|runbooks?|playbooks?|how[- ]tos?", "procedure"),
+    (r"(?:user )?preferences?", "preference"),
+    (r"facts?", "fact"),
+    (r"feedback", "feedback"),
+    (r"notes?", "note"),
+]
+LABEL_WORDS = {"pii": "pii", "confidential": "confidential", "draft": "draft", "drafts": "draft"}
+ASSET_WORDS = [
+    (r"(?:table )?schemas?(?: documentation| docs)?|table definitions", "table_schema"),
+    (r"glossary(?: terms?| entries)?", "glossary"),
+    (r"docs|documentation|documents?|wiki(?: pages?)?", "document"),
+]
+NEGATIONS = r"(?:not|no|except|excluding|exclude|without|but not|other than|apart from|minus|non)"
+FILLER = set("""a an the and or of for to in on at by with from about into any all some only just please me my
+show find get give list what which who that this these those is are was were be been it its them they their
+anything everything something stuff things items item ones one entries entry memories memory results result
+related concerning regarding focus also too including include nothing else i we our us can normally see
+added created written wrote took take made kept stored recorded changed new old ones' s even m re ve ll d""".split())
+WIDENING = [
+    r"\b(?:everyone|everybody|anyone)(?:'s| else'?s?)?\b(?! (?:in|across) the org)",
+    r"\ball (?:the )?(?:users|people|employees|members)'?s?\b", r"\bevery (?:user|person|team|group)'?s?\b",
+    r"\bother (?:users|people|orgs?|organi[sz]ations|tenants|companies|teams|groups)\b",
+    r"\ball (?:orgs|organi[sz]ations|tenants|companies)\b", r"\b(?:whole|entire) company'?s?\b",
+    r"\bfrom (?:the )?[\w-]+ (?:org|organi[sz]ation|tenant)\b",
+    r"\b(?:ignore|bypass|skip|override|disable)\w* (?:the )?(?:permissions?|access(?: control)?|acls?|security|rules on access)\b",
+    r"\b(?:hidden|restricted) items?(?: too)?\b", r"\bnot cleared for\b", r"\bcan'?t (?:normally )?see\b",
+    r"\bgroups? i'?m not in\b", r"\bas an? (?:admin|administrator|superuser|root)\b",
+    r"\bincluding private ones\b", r"\b(?:items|memories|notes|things|stuff) of [a-z]+\b",
+]
+TIME_POSSESSIVE = {"today", "yesterday", "tomorrow", "week", "month", "quarter", "year"}
+
+
+@dataclass
+class _State:
+    text: str  # lower-cased instruction; consumed spans are blanked out
+    now: datetime
+    f: dict = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+
+    def take(self, m: re.Match) -> None:
+        s, e = m.span()
+        self.text = self.text[:s] + " " * (e - s) + self.text[e:]
+
+    def each(self, pattern: str, fn) -> None:  # noqa: ANN001
+        """`fn` on every match of `pattern`; the match is consumed unless `fn` returns False."""
+        for m in list(re.finditer(pattern, self.text)):
+            if fn(m) is not False:
+                self.take(m)
+
+    def add(self, name: str, *values: str) -> None:
+        cur = self.f.setdefault(name, [])
+        cur.extend(v for v in values if v not in cur)
+
+
+def _day(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+
+
+def _month_start(y: int, m: int) -> date:
+    return date(y + (m - 1) // 12, (m - 1) % 12 + 1, 1)
+
+
+def _add_months(d: date, n: int) -> date:
+    m = d.month - 1 + n
+    y, m = d.year + m // 12, m % 12 + 1
+    last = (_month_start(y, m + 1) - timedelta(days=1)).day
+    return date(y, m, min(d.day, last))
+
+
+def _num(word: str) -> int:
+    word = word.replace(" of", "")
+    return int(word) if word.isdigit() else NUMBERS.get(word, 1)
+
+
+@lru_cache(maxsize=1)
+def _date_parser():  # noqa: ANN202
+    from dateparser.date import DateDataParser
+
+    return DateDataParser(languages=["en"], settings={"PREFER_DATES_FROM": "past", "PREFER_DAY_OF_MONTH": "first",
+                                                      "RETURN_AS_TIMEZONE_AWARE": False})
+
+
+def warm_up() -> None:
+    """dateparser loads its language data on the first call (~100 ms): do it at start-up."""
+    parse_date("March 3", datetime.now(timezone.utc))
+
+
+def parse_date(expr: str, now: datetime) -> tuple[date, date] | None:
+    """[start, end) of a date expression at its own granularity ("June" -> the whole month)."""
+    expr = expr.strip()
+    if re.fullmatch(r"\d{4}", expr):
+        y = int(expr)
+        return date(y, 1, 1), date(y + 1, 1, 1)
+    p = _date_parser()
+    p._settings.RELATIVE_BASE = now.replace(tzinfo=None)  # noqa: SLF001 - per-call base, parser cached
+    data = p.get_date_data(expr)
+    if data is None or data.date_obj is None:
+        return None
+    d = data.date_obj.date()
+    if data.period == "year":
+        return date(d.year, 1, 1), date(d.year + 1, 1, 1)
+    if data.period == "month":
+        start = date(d.year, d.month, 1)
+        return start, _month_start(d.year, d.month + 1)
+    return d, d + timedelta(days=1)
+
+
+def _window(st: _State, since: date | datetime | None, until: date | datetime | None) -> None:
+    for name, v in (("since", since), ("until", until)):
+        if v is not None:
+            st.f[name] = v if isinstance(v, datetime) else _day(v)
+
+
+def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
+    now, today = st.now, st.now.date()
+    q_start = _month_start(today.year, (today.month - 1) // 3 * 3 + 1)
+
+    sub = st.each
+
+    def between(m: re.Match) -> bool:
+        a, b = parse_date(m.group(2), now), parse_date(m.group(3), now)
+        if not a or not b:
+            return False
+        _window(st, a[0], b[1])
+        return True
+
+    sub(rf"\b(between|from) {_DATE} (?:and|to|until|through|till) {_DATE}\b", between)
+
+    def half(m: re.Match) -> None:
+        y = int(m.group(2)) if m.group(2) else today.year
+        first = m.group(1) == "first"
+        _window(st, date(y, 1 if first else 7, 1), date(y, 7, 1) if first else date(y + 1, 1, 1))
+
+    sub(r"\b(?:in )?(?:the )?(first|second) half(?: of (\d{4}))?\b", half)
+
+    def quarter(m: re.Match) -> None:
+        q, y = int(m.group(1)), int(m.group(2)) if m.group(2) else today.year
+        _window(st, date(y, 3 * q - 2, 1), _month_start(y, 3 * q + 1))
+
+    sub(r"\bq([1-4])(?: of)? (\d{4})\b", quarter)
+    sub(r"\b(?:in |during |from )?q([1-4])()\b(?! (?:board|meeting|results|report|plan|review|okr))", quarter)
+
+    def period(m: re.Match) -> None:
+        which, unit = m.group(1), m.group(2)
+        last = which in ("last", "previous", "past", "prior")
+        if unit == "week":
+            start = today - timedelta(days=today.weekday())
+            _window(st, start - timedelta(days=7) if last else start, start if last else None)
+        elif unit == "month":
+            start = date(today.year, today.month, 1)
+            _window(st, _add_months(start, -1) if last else start, start if last else None)
+        elif unit == "quarter":
+            _window(st, _add_months(q_start, -3) if last else q_start, q_start if last else None)
+        else:
+            start = date(today.year, 1, 1)
+            _window(st, date(today.year - 1, 1, 1) if last else start, start if last else None)
+
+    sub(r"\b(?:from |during |in |over )?(?:the )?(last|previous|prior|this|current) (week|month|quarter|year)(?:'s)?\b",
+        period)
+    sub(r"\b(?:year to date|ytd)\b", lambda m: _window(st, date(today.year, 1, 1), None))
+
+    def past_n(m: re.Match) -> None:
+        n, unit = _num(m.group(1)), m.group(2).rstrip("s")
+        _window(st, _ago(now, n, unit), None)
+
+    sub(rf"\b(?:in |within |over |from |during )?(?:the )?(?:past|last|previous) {_NUM} {_UNIT}\b", past_n)
+
+    def older(m: re.Match) -> None:
+        _window(st, None, _ago(now, _num(m.group(1)), m.group(2).rstrip("s")))
+
+    sub(rf"\bolder than {_NUM} {_UNIT}\b", older)
+    sub(r"\b(?:over )?the past (week|month|year)\b", lambda m: _window(st, _ago(now, 1, m.group(1)), None))
+    sub(r"\b(?:from |on )?yesterday(?:'s)?\b", lambda m: _window(st, today - timedelta(days=1), today))
+    sub(r"\b(?:from |on )?today(?:'s)?\b", lambda m: _window(st, today, None))
+    sub(r"\b(?:this )?past weekend\b", lambda m: _window(st, today - timedelta(days=today.weekday() + 2),
+                                                         today - timedelta(days=today.weekday())))
+    sub(r"\b(?:recent(?:ly)?|lately|latest)\b", lambda m: _window(st, today - timedelta(days=30), None))
+
+    def bound(m: re.Match) -> bool:
+        word, span = m.group(1), parse_date(m.group(2), now)
+        if span is None:
+            return False
+        if word in ("since", "from", "starting"):
+            _window(st, span[0], None)
+        elif word == "after":
+            _window(st, span[1], None)
+        elif word == "before":
+            _window(st, None, span[0])
+        else:  # until, through, till, up to: inclusive of the named day / month
+            _window(st, None, span[1])
+        return True
+
+    sub(rf"\b(since|starting|after|before|until|till|through|up to) {_DATE}\b", bound)
+
+    def during(m: re.Match) -> bool:
+        span = parse_date(m.group(1), now)
+        if span is None:
+            return False
+        _window(st, span[0], span[1])
+        return True
+
+    sub(rf"\b(?:in|during|on|from|for) {_DATE}\b", during)
+    sub(rf"\b({_MON} \d{{4}}|last (?:{'|'.join(WEEKDAYS)}))\b", during)
+
+
+def _ago(now: datetime, n: int, unit: str) -> datetime:
+    if unit == "hour":
+        return now - timedelta(hours=n)
+    today = now.date()
+    if unit == "day":
+        return _day(today - timedelta(days=n))
+    if unit == "week":
+        return _day(today - timedelta(weeks=n))
+    if unit in ("month", "quarter"):
+        return _day(_add_months(today, -n * (3 if unit == "quarter" else 1)))
+    return _day(_add_months(today, -12 * n))
+
+
+def _widening(st: _State) -> None:
+    """Requests for what the caller may not have: dropped and listed in `ignored`."""
+    for pattern in WIDENING:
+        for m in list(re.finditer(pattern, st.text)):
+            st.ignored.append(f"{m.group(0).strip()!r}: only items you may already see are searched")
+            st.take(m)
+    # someone else's: "bob's notes", "what carol wrote"
+    for m in list(re.finditer(r"\b([a-z][a-z-]+)'s\b", st.text)):
+        name = m.group(1)
+        if name in TIME_POSSESSIVE or name in ("team", "group", "org", "company", "one", "it", "that", "what"):
+            continue
+        if re.search(rf"\b{re.escape(name)}'s", st.text) and re.search(rf"\b(?:the )?{re.escape(name)}'s\b(?= (?:group|team))", st.text):
+            continue
+        if re.search(rf"\bthe {re.escape(name)} (?:team|group)'s", st.text):
+            continue
+        st.ignored.append(f"{m.group(0)!r}: another person's items are not searched for you")
+        st.take(m)
+    for m in list(re.finditer(r"\bwhat ([a-z]+) (?:wrote|said|added|created|noted)\b", st.text)):
+        if m.group(1) not in ("i", "we", "you"):
+            st.ignored.append(f"{m.group(0)!r}: another person's items are not searched for you")
+            st.take(m)
+
+
+def _people_and_sharing(st: _State) -> None:
+    sub = st.each
+
+    sub(r"\bmine or my (?:team|group)s?'?s?\b", lambda m: st.add("visibility", "private", "group"))
+    sub(r"\bnot shared with (?:the )?(?:whole )?(?:org|organi[sz]ation|company)\b",
+        lambda m: st.add("visibility", "private", "group"))
+    sub(r"\b(?:shared with (?:the )?(?:whole |entire )?(?:org|organi[sz]ation|company|everyone)|org[- ]wide|"
+        r"company[- ]wide|across the org|organi[sz]ation[- ]wide|public)\b", lambda m: st.add("visibility", "org"))
+    sub(r"\b(?:shared with my (?:groups?|teams?)|team[- ]level|group[- ]shared)\b", lambda m: st.add("visibility", "group"))
+
+    def group(m: re.Match) -> None:
+        name = next(g for g in m.groups() if g)
+        if name in ("my", "our", "your", "a", "the", "whole", "entire", "same", "this", "that"):
+            st.add("visibility", "group")  # "my team's": shared with my groups, no name given
+        else:
+            st.add("groups", name)
+
+    sub(r"\b(?:shared with (?:the )?(?:group )?|from (?:the )?|(?:the )?)([a-z0-9_.&/-]+)(?: group| team)(?:'s)?\b"
+        r"|\b(?:shared with |in )?group ([a-z0-9_.&/-]+)\b", group)
+    sub(r"\b(?:my (?:team|group)s?'?s?|team|group)\b(?! [a-z0-9_.&/-]+'s)"
+        r"(?=(?: [a-z]+)?(?:,| *$| only| items| rules| notes| procedures))", lambda m: st.add("visibility", "group"))
+    sub(r"\bprivate(?: ones| items)?\b", lambda m: st.add("visibility", "private"))
+    sub(r"\b(?:mine|my own|i (?:wrote|created|made|added|took|saved|stored|recorded)|by me|my)\b",
+        lambda m: st.f.__setitem__("owner", "me"))
+
+
+def _labels(st: _State) -> None:
+    def labels_in(s: str) -> list[str]:
+        return [LABEL_WORDS.get(w, w) for w in re.findall(r"[a-z0-9_.:&/-]+", s) if w not in ("and", "or", "the")]
+
+    tag = r"([a-z0-9_.:&/-]+(?:(?: and | or |, ?)[a-z0-9_.:&/-]+)*)"
+    for m in list(re.finditer(rf"\b{NEGATIONS} (?:anything |items |stuff )?(?:labell?ed|tagged) {tag}", st.text)):
+        st.add("exclude_labels", *labels_in(m.group(1)))
+        st.take(m)
+    for m in list(re.finditer(r"\bwithout (?:the |a )?([a-z0-9_.:&/-]+) (?:label|tag)\b", st.text)):
+        st.add("exclude_labels", *labels_in(m.group(1)))
+        st.take(m)
+    for m in list(re.finditer(r"\b([a-z0-9_.:&/-]+)-(?:labell?ed|tagged)\b", st.text)):
+        st.add("labels", LABEL_WORDS.get(m.group(1), m.group(1)))
+        st.take(m)
+    for m in list(re.finditer(rf"\b(?:labell?ed|tagged|with (?:the |a )?label) {tag}", st.text)):
+        st.add("labels", *labels_in(m.group(1)))
+        st.take(m)
+    for m in list(re.finditer(r"\bwith (?:the |a )?([a-z0-9_.:&/-]+) (?:label|tag)\b", st.text)):
+        st.add("labels", *labels_in(m.group(1)))
+        st.take(m)
+    words = "|".join(LABEL_WORDS)  # "pii notes", "no drafts", "non-confidential rules"
+    for m in list(re.finditer(rf"\b(?:{NEGATIONS}[- ](?:the )?)({words})\b(?: stuff| items)?", st.text)):
+        st.add("exclude_labels", LABEL_WORDS[m.group(1)])
+        st.take(m)
+    for m in list(re.finditer(rf"\b({words})\b", st.text)):
+        st.add("labels", LABEL_WORDS[m.group(1)])
+        st.take(m)
+
+
+def _sources_status_assets(st: _State) -> None:
+    sub = st.each
+
+    sub(r"\b(?:distilled|learn(?:t|ed)|extracted|derived)(?: from (?:the )?(?:user |agent |chat )?"
+        r"(?:logs?|conversations?|runs|episodes|traces|chats))?\b", lambda m: st.add("source", "distill"))
+    sub(r"\b(?:written by hand|hand[- ]written|manually(?: added| written| entered)?|added by hand|by hand)\b",
+        lambda m: st.add("source", "api"))
+    sub(r"\b(?:from (?:the )?)?bootstrap(?:ped)?\b", lambda m: st.add("source", "bootstrap"))
+    sub(r"\b(?:including |with |and |plus )?(?:superseded|old|previous|past|outdated|earlier) versions? too\b"
+        r"|\bincluding (?:superseded|old|previous|outdated|earlier) versions?\b",
+        lambda m: st.add("status", "active", "superseded"))
+    sub(r"\b(?:only )?(?:superseded|outdated|old|previous) versions?(?: only)?\b", lambda m: st.add("status", "superseded"))
+    sub(r"\bcurrent (?:ones|versions?|items)(?: only)?\b", lambda m: st.add("status", "active"))
+    for pattern, kind in ASSET_WORDS:
+        sub(rf"\b(?:in |from )?(?:the )?(?:{pattern})\b(?! (?:hints?|table))", lambda m, k=kind: st.add("asset_kinds", k))
+
+
+def _kinds(st: _State) -> None:
+    for pattern, kind in KIND_WORDS:
+        for m in list(re.finditer(rf"\b(?:({NEGATIONS}|but not|or) )?(?:{pattern})\b", st.text)):
+            neg = m.group(1) and m.group(1) not in ("or",)
+            st.add("exclude_kinds" if neg else "kinds", kind)
+            st.take(m)
+
+
+def _terms(st: _State) -> list[str]:
+    words = re.findall(r"[a-z0-9][a-z0-9&_.-]*", st.text)
+    return [w.strip(".-") for w in words if w.strip(".-") and w.strip(".-") not in FILLER
+            and w not in ("except", "excluding", "without", "not", "no", "but", "nothing", "versions", "version")]
+
+
+def interpret(instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:
+    """(filters, query terms, ignored) read from `instruction` by the deterministic rules."""
+    st = _State(" " + re.sub(r"\s+", " ", instruction.lower().replace("’", "'")).strip(" .!?") + " ",
+                now or datetime.now(timezone.utc))
+    _widening(st)
+    _times(st)
+    _sources_status_assets(st)
+    _labels(st)
+    _people_and_sharing(st)
+    _kinds(st)
+    return _build(st.f, st.ignored), _terms(st), st.ignored
+
+
+def _build(f: dict, ignored: list[str]) -> SearchFilters:
+    """A SearchFilters from a dict of fields; a value the model refuses is dropped and listed."""
+    clean: dict[str, Any] = {}
+    for name, value in f.items():
+        try:
+            SearchFilters.model_validate({name: value})
+            clean[name] = value
+        except ValidationError:
+            ignored.append(f"{name}={value!r}: not a valid filter value")
+    if "since" in clean and "until" in clean and clean["since"] >= clean["until"]:
+        ignored.append("an empty time window")
+        clean.pop("since"), clean.pop("until")
+    return SearchFilters.model_validate(clean)
+
+
+def merge(explicit: SearchFilters, read: SearchFilters) -> SearchFilters:
+    """Explicit filters and the instruction's together: both must hold (lists intersect where
+    both set one, time windows take the narrower bound), so nothing the caller set is widened."""
+    out = explicit.model_dump()
+    for name, value in read.model_dump().items():
+        if value is None:
+            continue
+        cur = out.get(name)
+        if cur is None:
+            out[name] = value
+        elif name in ("since",):
+            out[name] = max(cur, value)
+        elif name in ("until",):
+            out[name] = min(cur, value)
+        elif name in ("exclude_kinds", "exclude_labels"):
+            out[name] = sorted(set(cur) | set(value))
+        elif name in ("labels",):
+            out[name] = sorted(set(cur) | set(value))  # labels are all required: more is narrower
+        elif isinstance(cur, list):
+            both = [v for v in cur if v in value]
+            out[name] = both or cur  # a disjoint instruction cannot undo the caller's own filter
+    return SearchFilters.model_validate(out)
+
+
+def set_fields(f: SearchFilters) -> dict:
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in f.model_dump().items() if v is not None}
+
+
+class LLMFilters(BaseModel):
+    """The JSON the LLM interpreter must return: SearchFilters' instruction fields (generated
+    from that model, so the two never drift) plus the topic words for the query."""
+
+    filters: SearchFilters
+    terms: list[str] = []
+
+
+LLM_PROMPT = ("Turn a search instruction into JSON filters. Today is {today}. Fields (omit what the instruction "
+              "does not say): kinds (rule, fact, preference, procedure, schema_hint, conversation, trajectory, "
+              "feedback, note), exclude_kinds, labels, exclude_labels, since and until (ISO dates, until exclusive), "
+              "owner (\"me\"), visibility (private, group, org), groups, asset_kinds (document, table_schema, "
+              "glossary), status (active, superseded), source (api, distill, bootstrap); terms: topic words.\n"
+              "Instruction: {instruction}")
+LLM_EXAMPLE = '{"filters": {"kinds": ["rule"], "since": "2026-07-01T00:00:00Z"}, "terms": ["finance"]}'
+
+
+def interpret_llm(gateway, instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:  # noqa: ANN001
+    """The deterministic reading, with the fields it left unset filled from the configured LLM.
+
+    The answer must validate against `LLMFilters` (pydantic, i.e. the JSON schema generated from
+    SearchFilters); an invalid answer is dropped (listed in `ignored`), never half-used. The
+    prompt carries a short example rather than the whole schema: the schema is ~1,500 tokens,
+    which the bundled 135M model on two CPU cores needed minutes to read."""
+    now = now or datetime.now(timezone.utc)
+    base, terms, ignored = interpret(instruction, now=now)
+    out = gateway.chat_json([{"role": "user", "content": LLM_PROMPT.format(today=now.date().isoformat(),
+                                                                           instruction=instruction)}],
+                            schema=LLMFilters, schema_hint=LLM_EXAMPLE, max_tokens=96, repair=False)
+    if not isinstance(out, LLMFilters):  # the deterministic reading stands
+        log.info("instruction LLM gave no valid answer: %s", out)
+        return base, terms, ignored
+    extra = {k: v for k, v in set_fields(out.filters).items() if k != "session_id" and getattr(base, k) is None}
+    combined = base.model_dump()
+    combined.update({k: getattr(out.filters, k) for k in extra})
+    filters = _build({k: v for k, v in combined.items() if v is not None}, ignored)
+    return filters, terms or [t.lower() for t in out.terms][:8], ignored
+
+
+def apply(instruction: str | None, query: str, explicit: SearchFilters, *, gateway=None,  # noqa: ANN001
+          use_llm: bool = False, now: datetime | None = None) -> tuple[str, SearchFilters, Interpreted | None]:
+    """(query to rank with, filters to apply, what to echo) for a request with `instruction`."""
+    if not instruction or not instruction.strip():
+        return query, explicit, None
+    if use_llm and gateway is not None:
+        read, terms, ignored = interpret_llm(gateway, instruction, now=now)
+    else:
+        read, terms, ignored = interpret(instruction, now=now)
+    extra = [t for t in terms if t not in query.lower().split()]
+    rewritten = f"{query} {' '.join(extra)}" if extra else query
+    return rewritten, merge(explicit, read), Interpreted(filters=set_fields(read), query=rewritten, ignored=ignored)

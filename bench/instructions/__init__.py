@@ -1,0 +1,1 @@
+"""Instructed retrieval: the labelled (instruction -> filters) set and its scorer."""

@@ -1,0 +1,120 @@
+"""Score the instruction interpreter on the labelled set: per-field accuracy, exact match, latency.
+
+    .venv/bin/python -m bench.instructions [--split dev|heldout|all] [--llm] [--model local/smollm2] [--show]
+
+Per-field accuracy: share of pairs whose field equals the label (lists as sets, dates as ISO
+days, unset = unset). Exact match: every field right. `ignored` is scored as "listed something
+or not". `--llm` runs the LLM interpreter (deterministic reading + the model for unset fields)
+with the configured or given model. Latency: the deterministic interpreter alone, per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from statistics import mean, quantiles
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def reading(filters, terms: list[str], ignored: list[str]) -> dict:  # noqa: ANN001
+    from bench.instructions.data import FIELDS, LIST_FIELDS
+
+    out: dict = {}
+    for f in FIELDS:
+        if f == "ignored":
+            out[f] = bool(ignored)
+        elif f == "terms":
+            out[f] = tuple(sorted(set(terms))) or None
+        elif f in LIST_FIELDS:
+            v = getattr(filters, f)
+            out[f] = tuple(sorted({x.lower() for x in v})) if v else None
+        else:
+            v = getattr(filters, f)
+            out[f] = None if v is None else (v.date().isoformat() if hasattr(v, "date") and f != "owner" else str(v))
+    return out
+
+
+def score(pairs, readings: list[dict]) -> dict:  # noqa: ANN001
+    from bench.instructions.data import FIELDS
+
+    per = {f: round(mean(float(r[f] == p.expected[f]) for p, r in zip(pairs, readings)), 4) for f in FIELDS}
+    exact = mean(float(all(r[f] == p.expected[f] for f in FIELDS)) for p, r in zip(pairs, readings))
+    return {"pairs": len(pairs), "exact_match": round(exact, 4), "per_field_mean": round(mean(per.values()), 4),
+            "per_field_min": min(per.values()), "per_field": per}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from app.search.instruction import interpret, interpret_llm, warm_up
+    from bench.common import RESULTS
+    from bench.instructions.data import NOW, load
+
+    ap = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--split", choices=["dev", "heldout", "all"], default="dev")
+    ap.add_argument("--llm", action="store_true")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--limit", type=int, default=None, help="only the first N pairs of the split (slow models)")
+    ap.add_argument("--show", action="store_true", help="print every pair the interpreter got wrong")
+    ap.add_argument("--out", default=None, help="result file name under bench/results (default: none)")
+    a = ap.parse_args(argv)
+    pairs = [p for p in load() if a.split == "all" or p.split == a.split][: a.limit]
+    warm_up()
+    result: dict = {"benchmark": "instructions", "split": a.split, "limit": a.limit, "reference_now": NOW.isoformat()}
+    readings, times = [], []
+    for p in pairs:
+        t0 = time.perf_counter()
+        f, terms, ignored = interpret(p.instruction, now=NOW)
+        times.append((time.perf_counter() - t0) * 1000)
+        readings.append(reading(f, terms, ignored))
+    result["deterministic"] = score(pairs, readings)
+    lat = [(time.perf_counter(), interpret(p.instruction, now=NOW))[0] for p in pairs]  # second pass, warm
+    del lat
+    times2 = []
+    for _ in range(5):
+        for p in pairs:
+            t0 = time.perf_counter()
+            interpret(p.instruction, now=NOW)
+            times2.append((time.perf_counter() - t0) * 1000)
+    q = quantiles(times2, n=100)
+    result["latency_ms"] = {"calls": len(times2), "p50": round(q[49], 3), "p95": round(q[94], 3),
+                            "p99": round(q[98], 3), "max": round(max(times2), 3)}
+    if a.show:
+        _show(pairs, readings)
+    if a.llm:
+        from app.config import Settings
+        from app.jobs.runner import Resources
+
+        settings = Settings()
+        if a.model:
+            settings = settings.model_copy(update={"llm_model": a.model})
+        gw = Resources(settings).gateway
+        llm_readings, llm_times = [], []
+        for p in pairs:
+            t0 = time.perf_counter()
+            f, terms, ignored = interpret_llm(gw, p.instruction, now=NOW)
+            llm_times.append(time.perf_counter() - t0)
+            llm_readings.append(reading(f, terms, ignored))
+        result["with_llm"] = {"model": settings.llm_model, **score(pairs, llm_readings),
+                              "seconds_per_call_mean": round(mean(llm_times), 2)}
+        if a.show:
+            _show(pairs, llm_readings)
+    print(json.dumps({k: v for k, v in result.items()}, indent=1))
+    if a.out:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / a.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+def _show(pairs, readings) -> None:  # noqa: ANN001
+    for p, r in zip(pairs, readings):
+        wrong = {f: (r[f], p.expected[f]) for f in r if r[f] != p.expected[f]}
+        if wrong:
+            print(f"[{p.n}] {p.instruction!r}: " + "; ".join(f"{f}: got {g} want {w}" for f, (g, w) in wrong.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Knowledge navigation and instructed search latency (issue 17).
+
+    .venv/bin/python -m bench.knowledge_tree [--tables 500] [--columns 20] [--calls 200]
+
+A SQLite source of `tables` x `columns` (a foreign key from every table to the previous one) is
+bootstrapped by the real job with enrichment (org-visible). The embedder is a word-hashing one
+unless `--real-embedder`: the tree endpoints never read embeddings, and on a loaded 2-core
+machine MiniLM took ~2 s per table text (1,000 texts), which would only slow the set-up; the
+search comparison then measures what an instruction adds, not the query's embedding. Then, over HTTP in-process (auth,
+casbin, RLS, JSON included), as a plain member: GET /v1/knowledge/tree at the top, the catalog,
+the schema (all tables) and GET /v1/knowledge/nodes/{id} of a table, `calls` times each,
+interleaved. Instructed search: POST /v1/search with and without an `instruction`, interleaved
+in one process, and the interpreter alone. Results: bench/results/knowledge_tree.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from statistics import quantiles
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _stats(ms: list[float]) -> dict:
+    q = quantiles(ms, n=100)
+    return {"calls": len(ms), "p50": round(q[49], 2), "p95": round(q[94], 2), "p99": round(q[98], 2),
+            "max": round(max(ms), 2)}
+
+
+class HashingEmbedder:
+    """Bag of hashed words, L2-normalised, 384 dimensions: deterministic and ~free."""
+
+    dim = 384
+
+    def embed(self, texts: list[str]):  # noqa: ANN201
+        import hashlib
+        import re
+
+        import numpy as np
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in re.findall(r"\w+", t.lower()):
+                out[i, int(hashlib.blake2b(w.encode(), digest_size=4).hexdigest(), 16) % self.dim] += 1.0
+            n = float(np.linalg.norm(out[i]))
+            out[i] = out[i] / n if n else out[i]
+            if not n:
+                out[i, 0] = 1.0
+        return out
+
+
+def _service_times(h, org, table_id: str, calls: int) -> dict:  # noqa: ANN001
+    """The same reads without HTTP, auth and JSON: navigation.tree/node in one RLS-bound session."""
+    import uuid
+
+    from sqlalchemy import text
+
+    from app.auth.principal import Principal
+    from app.kit.db import bind_principal
+    from app.knowledge import navigation
+
+    with h.admin.connect() as c:
+        uid = c.execute(text("SELECT id FROM users WHERE org_id = :o AND name = 'analyst'"), {"o": org.id}).scalar()
+    p = Principal(org_id=org.id, user_id=uid, name="analyst", roles=("member",), groups=(), clearances=())
+    fns = {"tree_top": lambda db: navigation.tree(db, p, None),
+           "tree_schema_all_tables": lambda db: navigation.tree(db, p, "warehouse/main"),
+           "node_table": lambda db: navigation.node(db, p, uuid.UUID(table_id))}
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    with h.app.state.sessions() as db:
+        bind_principal(db, p)
+        for _ in range(calls):
+            for name, fn in fns.items():
+                t = time.perf_counter()
+                fn(db)
+                out[name].append((time.perf_counter() - t) * 1000)
+        db.rollback()
+    return {k: _stats(v) for k, v in out.items()}
+
+
+def make_source(path: Path, tables: int, columns: int) -> None:
+    types = ["INTEGER", "TEXT", "REAL", "TEXT", "INTEGER"]
+    with sqlite3.connect(path) as db:
+        for t in range(tables):
+            cols = [f"c_{t:03d}_00 INTEGER PRIMARY KEY"]
+            if t:
+                cols.append(f"c_{t:03d}_01 INTEGER REFERENCES t_{t - 1:03d}(c_{t - 1:03d}_00)")
+            cols += [f"c_{t:03d}_{c:02d} {types[c % len(types)]}" for c in range(len(cols), columns)]
+            db.execute(f"CREATE TABLE t_{t:03d} ({', '.join(cols)})")
+            for r in range(5):
+                db.execute(f"INSERT INTO t_{t:03d} (c_{t:03d}_00) VALUES ({r + 1})")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from app.config import Settings
+    from app.search.instruction import interpret
+    from bench.common import RESULTS
+    from bench.instructions.data import load
+    from bench.scaling.run import Harness
+
+    ap = argparse.ArgumentParser(prog="python -m bench.knowledge_tree", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tables", type=int, default=500)
+    ap.add_argument("--columns", type=int, default=20)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--real-embedder", action="store_true", help="MiniLM for the bootstrap and search (slow set-up)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    a = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="memscale_tree_"))
+    src = tmp / "warehouse.sqlite"
+    make_source(src, a.tables, a.columns)
+    h = Harness("memscale_bench_tree", model=Settings().llm_model, budget=1000,
+                embedder=None if a.real_embedder else HashingEmbedder())
+    result: dict = {"benchmark": "knowledge_tree", "tables": a.tables, "columns": a.columns,
+                    "embedder": "all-MiniLM-L6-v2" if a.real_embedder else "word hashing (384 d)"}
+    try:
+        org = h.new_org("tree")
+        t0 = time.perf_counter()
+        stats = h.job(org, "bootstrap", {"schema_url": f"sqlite:///{src}", "visibility": "org"})
+        result["bootstrap_s"] = round(time.perf_counter() - t0, 1)
+        result["bootstrap_stats"] = {k: v for k, v in stats.items() if isinstance(v, int)}
+        c = org.analyst
+        table_id = c.knowledge_tree("warehouse/main")["children"][a.tables // 2]["id"]
+        calls = {"tree_top": lambda: c.knowledge_tree(None), "tree_catalog": lambda: c.knowledge_tree("warehouse"),
+                 "tree_schema_all_tables": lambda: c.knowledge_tree("warehouse/main"),
+                 "node_table": lambda: c.knowledge_node(table_id)}
+        for fn in calls.values():  # warm
+            fn()
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(a.calls):
+            for name, fn in calls.items():
+                t = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - t) * 1000)
+        result["navigation_ms"] = {k: _stats(v) for k, v in times.items()}
+        result["navigation_service_ms"] = _service_times(h, org, table_id, a.calls)
+        result["schema_children"] = len(c.knowledge_tree("warehouse/main")["children"])
+        query, instruction = "which column holds the amounts", "only schema hints from this year, org-wide, not drafts"
+        plain, instructed = [], []
+        for _ in range(max(20, a.calls // 4)):
+            for body, out in (({}, plain), ({"instruction": instruction}, instructed)):
+                t = time.perf_counter()
+                c.search(query, k=10, **body)
+                out.append((time.perf_counter() - t) * 1000)
+        result["search_ms"] = {"without_instruction": _stats(plain), "with_instruction": _stats(instructed),
+                               "instruction": instruction}
+        pairs = load()
+        alone = []
+        for _ in range(5):
+            for p in pairs:
+                t = time.perf_counter()
+                interpret(p.instruction)
+                alone.append((time.perf_counter() - t) * 1000)
+        result["interpreter_alone_ms"] = _stats(alone)
+    finally:
+        h.close()
+    print(json.dumps(result, indent=1))
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "knowledge_tree.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main()
