@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import StrictBool, Field
 
 from app.kit.schemas import AccessIn, NumberOnly, StrictModel
 
@@ -14,7 +14,7 @@ class BootstrapParams(AccessIn):
     path: str | None = Field(default=None, max_length=500, description="folder under MEMSCALE_BOOTSTRAP_ROOT")
     glossary: str | None = Field(default=None, max_length=500, description="CSV under MEMSCALE_BOOTSTRAP_ROOT")
     schema_url: str | None = Field(default=None, max_length=1000, description="SQLAlchemy URL (admins only)")
-    enrich: bool = Field(default=True, description="run the enrich step (descriptions, joins, linked terms, "
+    enrich: StrictBool = Field(default=True, description="run the enrich step (descriptions, joins, linked terms, "
                                                    "sections) and build the knowledge tree")
 
 
