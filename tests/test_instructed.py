@@ -147,3 +147,9 @@ def test_llm_interpreter_fills_only_unset_fields_and_is_validated():
     assert f.owner is None and f.visibility is None and f.since is not None  # invalid answer dropped whole
     f, _, ignored = interpret_llm(gw, "broken: only notes", now=NOW)
     assert f.kinds == ["note"] and ignored == []
+
+
+@pytest.mark.parametrize("text", ["in the past 99999999999 days", "q4 9999", "older than 99999 years", "in 9999"])
+def test_dates_out_of_range_are_ignored_not_errors(text):
+    f, _, ignored = interpret(text, now=NOW)
+    assert f.since is None and f.until is None and any("out of range" in i for i in ignored)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from pydantic import Field, StrictBool
+from pydantic import StrictBool, Field
 
 from app.kit.schemas import AccessIn, NumberOnly, StrictModel
 

@@ -98,7 +98,12 @@ class _State:
     def each(self, pattern: str, fn) -> None:  # noqa: ANN001
         """`fn` on every match of `pattern`; the match is consumed unless `fn` returns False."""
         for m in list(re.finditer(pattern, self.text)):
-            if fn(m) is not False:
+            try:
+                used = fn(m) is not False
+            except (ValueError, OverflowError):  # "in the past 99999999999 days", "q4 9999"
+                self.ignored.append(f"{m.group(0).strip()!r}: a date out of range")
+                used = True
+            if used:
                 self.take(m)
 
     def add(self, name: str, *values: str) -> None:
