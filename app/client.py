@@ -16,55 +16,15 @@ import asyncio
 import time
 import uuid
 from datetime import datetime
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import httpx
 from typing_extensions import Unpack
 
-JSON = dict[str, Any]
-Id = str | uuid.UUID
-Visibility = Literal["private", "group", "org"]
-EpisodeKind = Literal["conversation", "trajectory", "feedback", "note"]
-MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint"]
-Outcome = Literal["success", "failure", "unknown"]
-ItemType = Literal["memory", "episode", "chunk"]
-JobKind = Literal["bootstrap", "distill", "consolidate", "train_cartridge"]
-Role = Literal["user", "assistant", "tool"]
-TERMINAL_JOB_STATES = frozenset({"succeeded", "failed"})
-
-
-class Access(TypedDict, total=False):
-    visibility: Visibility
-    groups: list[str]
-    labels: list[str]
-
-
-class EpisodeFields(Access, total=False):
-    messages: list[JSON]
-    session_id: str
-    outcome: Outcome
-    metadata: JSON
-    occurred_at: datetime | str
-
-
-class MemoryFields(Access, total=False):
-    confidence: float
-    sources: list[JSON]
-    valid_from: datetime | str
-
-
-class MemoryChanges(Access, total=False):
-    text: str
-    kind: MemoryKind
-    confidence: float
-
-
-class SearchFilters(TypedDict, total=False):
-    kinds: list[str]
-    labels: list[str]
-    since: datetime | str
-    until: datetime | str
-    session_id: str
+from app.client_types import (  # noqa: F401 - part of the client's public names
+    JSON, TERMINAL_JOB_STATES, Access, EpisodeFields, EpisodeKind, Id, ItemType, JobKind, MemoryChanges, MemoryFields,
+    MemoryKind, Outcome, Role, SearchFilters, Visibility,
+)
 
 
 class MemscaleError(Exception):

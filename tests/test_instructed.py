@@ -135,7 +135,7 @@ def test_llm_interpreter_fills_only_unset_fields_and_is_validated():
     """Prompt plumbing only (a scripted gateway): the answer is validated against the filter
     model, fills what the rules left unset, and cannot bring in an invalid or foreign value."""
     from app.llm.fake import FakeGateway
-    from app.search.instruction import interpret_llm
+    from app.search.instruction_llm import interpret_llm
 
     gw = FakeGateway(rules={"vendor rules": '{"filters": {"kinds": ["fact"], "groups": ["legal"]}, "terms": ["x"]}',
                             "tricky one": '{"filters": {"owner": "bob", "visibility": ["everyone"]}}',

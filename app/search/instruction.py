@@ -18,33 +18,21 @@ or to get round permissions, is dropped and named in `ignored` (never an error).
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
-from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from app.search.dates import (
+    DATE as _DATE, MON as _MON, NUM as _NUM, UNIT as _UNIT, WEEKDAYS, add_months as _add_months, ago as _ago,
+    day_start as _day, month_start as _month_start, number as _num, parse_date, warm_up,
+)
 from app.search.schemas import Interpreted, SearchFilters
 
-log = logging.getLogger("memscale.instruction")
 LIST_FIELDS = ("kinds", "exclude_kinds", "labels", "exclude_labels", "visibility", "groups", "asset_kinds",
                "status", "source")
-
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-          "november", "december")
-WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-           "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "few": 3, "couple": 2}
-_MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|" \
-       r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
-_NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|twelve|few|couple(?: of)?)"
-_UNIT = r"(hours?|days?|weeks?|months?|quarters?|years?)"
-# a date expression dateparser reads: "March", "March 3", "3 March 2026", "2026-06-15", "last Monday"
-_DATE = (rf"((?:\d{{4}}-\d{{2}}-\d{{2}})|(?:\d{{1,2}}(?:st|nd|rd|th)? {_MON}(?: \d{{4}})?)|"
-         rf"(?:{_MON}(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:,? \d{{4}})?)|(?:last (?:{'|'.join(WEEKDAYS)}))|\d{{4}})")
 
 KIND_WORDS = [  # (pattern, kind); longer phrases first
     (r"schema[- ]hints?", "schema_hint"),
@@ -109,59 +97,6 @@ class _State:
     def add(self, name: str, *values: str) -> None:
         cur = self.f.setdefault(name, [])
         cur.extend(v for v in values if v not in cur)
-
-
-def _day(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
-
-
-def _month_start(y: int, m: int) -> date:
-    return date(y + (m - 1) // 12, (m - 1) % 12 + 1, 1)
-
-
-def _add_months(d: date, n: int) -> date:
-    m = d.month - 1 + n
-    y, m = d.year + m // 12, m % 12 + 1
-    last = (_month_start(y, m + 1) - timedelta(days=1)).day
-    return date(y, m, min(d.day, last))
-
-
-def _num(word: str) -> int:
-    word = word.replace(" of", "")
-    return int(word) if word.isdigit() else NUMBERS.get(word, 1)
-
-
-@lru_cache(maxsize=1)
-def _date_parser():  # noqa: ANN202
-    from dateparser.date import DateDataParser
-
-    return DateDataParser(languages=["en"], settings={"PREFER_DATES_FROM": "past", "PREFER_DAY_OF_MONTH": "first",
-                                                      "RETURN_AS_TIMEZONE_AWARE": False})
-
-
-def warm_up() -> None:
-    """dateparser loads its language data on the first call (~100 ms): do it at start-up."""
-    parse_date("March 3", datetime.now(timezone.utc))
-
-
-def parse_date(expr: str, now: datetime) -> tuple[date, date] | None:
-    """[start, end) of a date expression at its own granularity ("June" -> the whole month)."""
-    expr = expr.strip()
-    if re.fullmatch(r"\d{4}", expr):
-        y = int(expr)
-        return date(y, 1, 1), date(y + 1, 1, 1)
-    p = _date_parser()
-    p._settings.RELATIVE_BASE = now.replace(tzinfo=None)  # noqa: SLF001 - per-call base, parser cached
-    data = p.get_date_data(expr)
-    if data is None or data.date_obj is None:
-        return None
-    d = data.date_obj.date()
-    if data.period == "year":
-        return date(d.year, 1, 1), date(d.year + 1, 1, 1)
-    if data.period == "month":
-        start = date(d.year, d.month, 1)
-        return start, _month_start(d.year, d.month + 1)
-    return d, d + timedelta(days=1)
 
 
 def _window(st: _State, since: date | datetime | None, until: date | datetime | None) -> None:
@@ -260,19 +195,6 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
 
     sub(rf"\b(?:in|during|on|from|for) {_DATE}\b", during)
     sub(rf"\b({_MON} \d{{4}}|last (?:{'|'.join(WEEKDAYS)}))\b", during)
-
-
-def _ago(now: datetime, n: int, unit: str) -> datetime:
-    if unit == "hour":
-        return now - timedelta(hours=n)
-    today = now.date()
-    if unit == "day":
-        return _day(today - timedelta(days=n))
-    if unit == "week":
-        return _day(today - timedelta(weeks=n))
-    if unit in ("month", "quarter"):
-        return _day(_add_months(today, -n * (3 if unit == "quarter" else 1)))
-    return _day(_add_months(today, -12 * n))
 
 
 def _widening(st: _State) -> None:
@@ -440,51 +362,14 @@ def set_fields(f: SearchFilters) -> dict:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in f.model_dump().items() if v is not None}
 
 
-class LLMFilters(BaseModel):
-    """The JSON the LLM interpreter must return: SearchFilters' instruction fields (generated
-    from that model, so the two never drift) plus the topic words for the query."""
-
-    filters: SearchFilters
-    terms: list[str] = []
-
-
-LLM_PROMPT = ("Turn a search instruction into JSON filters. Today is {today}. Fields (omit what the instruction "
-              "does not say): kinds (rule, fact, preference, procedure, schema_hint, conversation, trajectory, "
-              "feedback, note), exclude_kinds, labels, exclude_labels, since and until (ISO dates, until exclusive), "
-              "owner (\"me\"), visibility (private, group, org), groups, asset_kinds (document, table_schema, "
-              "glossary), status (active, superseded), source (api, distill, bootstrap); terms: topic words.\n"
-              "Instruction: {instruction}")
-LLM_EXAMPLE = '{"filters": {"kinds": ["rule"], "since": "2026-07-01T00:00:00Z"}, "terms": ["finance"]}'
-
-
-def interpret_llm(gateway, instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:  # noqa: ANN001
-    """The deterministic reading, with the fields it left unset filled from the configured LLM.
-
-    The answer must validate against `LLMFilters` (pydantic, i.e. the JSON schema generated from
-    SearchFilters); an invalid answer is dropped (listed in `ignored`), never half-used. The
-    prompt carries a short example rather than the whole schema: the schema is ~1,500 tokens,
-    which the bundled 135M model on two CPU cores needed minutes to read."""
-    now = now or datetime.now(timezone.utc)
-    base, terms, ignored = interpret(instruction, now=now)
-    out = gateway.chat_json([{"role": "user", "content": LLM_PROMPT.format(today=now.date().isoformat(),
-                                                                           instruction=instruction)}],
-                            schema=LLMFilters, schema_hint=LLM_EXAMPLE, max_tokens=96, repair=False)
-    if not isinstance(out, LLMFilters):  # the deterministic reading stands
-        log.info("instruction LLM gave no valid answer: %s", out)
-        return base, terms, ignored
-    extra = {k: v for k, v in set_fields(out.filters).items() if k != "session_id" and getattr(base, k) is None}
-    combined = base.model_dump()
-    combined.update({k: getattr(out.filters, k) for k in extra})
-    filters = _build({k: v for k, v in combined.items() if v is not None}, ignored)
-    return filters, terms or [t.lower() for t in out.terms][:8], ignored
-
-
 def apply(instruction: str | None, query: str, explicit: SearchFilters, *, gateway=None,  # noqa: ANN001
           use_llm: bool = False, now: datetime | None = None) -> tuple[str, SearchFilters, Interpreted | None]:
     """(query to rank with, filters to apply, what to echo) for a request with `instruction`."""
     if not instruction or not instruction.strip():
         return query, explicit, None
     if use_llm and gateway is not None:
+        from app.search.instruction_llm import interpret_llm
+
         read, terms, ignored = interpret_llm(gateway, instruction, now=now)
     else:
         read, terms, ignored = interpret(instruction, now=now)

@@ -48,7 +48,8 @@ def score(pairs, readings: list[dict]) -> dict:  # noqa: ANN001
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from app.search.instruction import interpret, interpret_llm, warm_up
+    from app.search.instruction import interpret, warm_up
+    from app.search.instruction_llm import interpret_llm
     from bench.common import RESULTS
     from bench.instructions.data import NOW, load
 

@@ -1,0 +1,53 @@
+"""The typed shapes of the Python client (app/client.py): literal types of the REST contract's
+enumerations and the keyword-argument dicts its methods accept (../shared/API.md)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal, TypedDict
+
+JSON = dict[str, Any]
+Id = str | uuid.UUID
+Visibility = Literal["private", "group", "org"]
+EpisodeKind = Literal["conversation", "trajectory", "feedback", "note"]
+MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint"]
+Outcome = Literal["success", "failure", "unknown"]
+ItemType = Literal["memory", "episode", "chunk"]
+JobKind = Literal["bootstrap", "distill", "consolidate", "train_cartridge"]
+Role = Literal["user", "assistant", "tool"]
+TERMINAL_JOB_STATES = frozenset({"succeeded", "failed"})
+
+
+class Access(TypedDict, total=False):
+    visibility: Visibility
+    groups: list[str]
+    labels: list[str]
+
+
+class EpisodeFields(Access, total=False):
+    messages: list[JSON]
+    session_id: str
+    outcome: Outcome
+    metadata: JSON
+    occurred_at: datetime | str
+
+
+class MemoryFields(Access, total=False):
+    confidence: float
+    sources: list[JSON]
+    valid_from: datetime | str
+
+
+class MemoryChanges(Access, total=False):
+    text: str
+    kind: MemoryKind
+    confidence: float
+
+
+class SearchFilters(TypedDict, total=False):
+    kinds: list[str]
+    labels: list[str]
+    since: datetime | str
+    until: datetime | str
+    session_id: str

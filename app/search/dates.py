@@ -1,0 +1,88 @@
+"""Date arithmetic for instructed retrieval (app/search/instruction.py): the word lists and
+patterns of time expressions, calendar steps (months, quarters, "n units ago") and `parse_date`,
+which hands explicit dates ("March 3", "2026-06-15", "last Monday") to dateparser and returns the
+[start, end) they span at their own granularity."""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta, timezone
+from functools import lru_cache
+
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+           "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "few": 3, "couple": 2}
+MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|" \
+       r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|twelve|few|couple(?: of)?)"
+UNIT = r"(hours?|days?|weeks?|months?|quarters?|years?)"
+# a date expression dateparser reads: "March", "March 3", "3 March 2026", "2026-06-15", "last Monday"
+DATE = (rf"((?:\d{{4}}-\d{{2}}-\d{{2}})|(?:\d{{1,2}}(?:st|nd|rd|th)? {MON}(?: \d{{4}})?)|"
+         rf"(?:{MON}(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:,? \d{{4}})?)|(?:last (?:{'|'.join(WEEKDAYS)}))|\d{{4}})")
+
+def day_start(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+
+
+def month_start(y: int, m: int) -> date:
+    return date(y + (m - 1) // 12, (m - 1) % 12 + 1, 1)
+
+
+def add_months(d: date, n: int) -> date:
+    m = d.month - 1 + n
+    y, m = d.year + m // 12, m % 12 + 1
+    last = (month_start(y, m + 1) - timedelta(days=1)).day
+    return date(y, m, min(d.day, last))
+
+
+def number(word: str) -> int:
+    word = word.replace(" of", "")
+    return int(word) if word.isdigit() else NUMBERS.get(word, 1)
+
+
+@lru_cache(maxsize=1)
+def _date_parser():  # noqa: ANN202
+    from dateparser.date import DateDataParser
+
+    return DateDataParser(languages=["en"], settings={"PREFER_DATES_FROM": "past", "PREFER_DAY_OF_MONTH": "first",
+                                                      "RETURN_AS_TIMEZONE_AWARE": False})
+
+
+def warm_up() -> None:
+    """dateparser loads its language data on the first call (~100 ms): do it at start-up."""
+    parse_date("March 3", datetime.now(timezone.utc))
+
+
+def parse_date(expr: str, now: datetime) -> tuple[date, date] | None:
+    """[start, end) of a date expression at its own granularity ("June" -> the whole month)."""
+    expr = expr.strip()
+    if re.fullmatch(r"\d{4}", expr):
+        y = int(expr)
+        return date(y, 1, 1), date(y + 1, 1, 1)
+    p = _date_parser()
+    p._settings.RELATIVE_BASE = now.replace(tzinfo=None)  # noqa: SLF001 - per-call base, parser cached
+    data = p.get_date_data(expr)
+    if data is None or data.date_obj is None:
+        return None
+    d = data.date_obj.date()
+    if data.period == "year":
+        return date(d.year, 1, 1), date(d.year + 1, 1, 1)
+    if data.period == "month":
+        start = date(d.year, d.month, 1)
+        return start, month_start(d.year, d.month + 1)
+    return d, d + timedelta(days=1)
+
+
+def ago(now: datetime, n: int, unit: str) -> datetime:
+    if unit == "hour":
+        return now - timedelta(hours=n)
+    today = now.date()
+    if unit == "day":
+        return day_start(today - timedelta(days=n))
+    if unit == "week":
+        return day_start(today - timedelta(weeks=n))
+    if unit in ("month", "quarter"):
+        return day_start(add_months(today, -n * (3 if unit == "quarter" else 1)))
+    return day_start(add_months(today, -12 * n))
