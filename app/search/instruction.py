@@ -250,29 +250,19 @@ def _labels(st: _State) -> None:
     def labels_in(s: str) -> list[str]:
         return [LABEL_WORDS.get(w, w) for w in re.findall(r"[a-z0-9_.:&/-]+", s) if w not in ("and", "or", "the")]
 
+    def into(name: str, read=lambda m: labels_in(m.group(1))):  # noqa: ANN001, ANN202
+        return lambda m: st.add(name, *read(m))
+
+    one = lambda m: [LABEL_WORDS.get(m.group(1), m.group(1))]  # noqa: E731
     tag = r"([a-z0-9_.:&/-]+(?:(?: and | or |, ?)[a-z0-9_.:&/-]+)*)"
-    for m in list(re.finditer(rf"\b{NEGATIONS} (?:anything |items |stuff )?(?:labell?ed|tagged) {tag}", st.text)):
-        st.add("exclude_labels", *labels_in(m.group(1)))
-        st.take(m)
-    for m in list(re.finditer(r"\bwithout (?:the |a )?([a-z0-9_.:&/-]+) (?:label|tag)\b", st.text)):
-        st.add("exclude_labels", *labels_in(m.group(1)))
-        st.take(m)
-    for m in list(re.finditer(r"\b([a-z0-9_.:&/-]+)-(?:labell?ed|tagged)\b", st.text)):
-        st.add("labels", LABEL_WORDS.get(m.group(1), m.group(1)))
-        st.take(m)
-    for m in list(re.finditer(rf"\b(?:labell?ed|tagged|with (?:the |a )?label) {tag}", st.text)):
-        st.add("labels", *labels_in(m.group(1)))
-        st.take(m)
-    for m in list(re.finditer(r"\bwith (?:the |a )?([a-z0-9_.:&/-]+) (?:label|tag)\b", st.text)):
-        st.add("labels", *labels_in(m.group(1)))
-        st.take(m)
+    st.each(rf"\b{NEGATIONS} (?:anything |items |stuff )?(?:labell?ed|tagged) {tag}", into("exclude_labels"))
+    st.each(r"\bwithout (?:the |a )?([a-z0-9_.:&/-]+) (?:label|tag)\b", into("exclude_labels"))
+    st.each(r"\b([a-z0-9_.:&/-]+)-(?:labell?ed|tagged)\b", into("labels", one))
+    st.each(rf"\b(?:labell?ed|tagged|with (?:the |a )?label) {tag}", into("labels"))
+    st.each(r"\bwith (?:the |a )?([a-z0-9_.:&/-]+) (?:label|tag)\b", into("labels"))
     words = "|".join(LABEL_WORDS)  # "pii notes", "no drafts", "non-confidential rules"
-    for m in list(re.finditer(rf"\b(?:{NEGATIONS}[- ](?:the )?)({words})\b(?: stuff| items)?", st.text)):
-        st.add("exclude_labels", LABEL_WORDS[m.group(1)])
-        st.take(m)
-    for m in list(re.finditer(rf"\b({words})\b", st.text)):
-        st.add("labels", LABEL_WORDS[m.group(1)])
-        st.take(m)
+    st.each(rf"\b(?:{NEGATIONS}[- ](?:the )?)({words})\b(?: stuff| items)?", into("exclude_labels", one))
+    st.each(rf"\b({words})\b", into("labels", one))
 
 
 def _sources_status_assets(st: _State) -> None:
