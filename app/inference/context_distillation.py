@@ -28,7 +28,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from app.inference.cartridge import Cartridge, PrefixKV, prefix_cache, query_positions
+from app.inference.cartridge import Cartridge
+from app.inference.kv import PrefixKV, prefix_cache, query_positions
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
-"""The ``train_cartridge`` job: corpus texts in, a versioned cartridge file out.
+"""The cartridge trainer: corpus texts in, a versioned cartridge file out (self-study, then
+context distillation). ``pipelines/cartridges/job.py`` is the job that calls it.
 
-A pure entry for the service's job runner: it takes the texts and content hashes of the assets
+A pure step for the job: it takes the texts and content hashes of the assets
 the runner has already authorised, and knows nothing of orgs, scopes or lineage — the runner
 records ``trained_on`` and the scope itself from the returned stats. Everything it writes lives
 under ``out_dir`` (``selfstudy/``, ``checkpoints/``, ``cartridge.safetensors``), and a rerun with
@@ -17,8 +18,8 @@ from pathlib import Path
 import torch
 
 from app.inference.cartridge import Cartridge, kv_bytes
-from app.inference.distill import DistillConfig, evaluate_loss, train
-from app.kit.localmodel import LOCAL_MODEL_ID, local_model_dir
+from app.inference.context_distillation import DistillConfig, evaluate_loss, train
+from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
 from pipelines.cartridges.chat import context_ids, corpus_text, encode
 from pipelines.cartridges.selfstudy import SelfStudyConfig, load_examples, run_selfstudy
 
@@ -43,20 +44,6 @@ class CartridgeJobConfig:
     distill: DistillConfig = field(default_factory=DistillConfig)
     init: str = "corpus"  # "corpus": KV of the first p corpus tokens; "unrelated": of filler text
     frozen_tokens: int = 1
-
-
-def load_local_model(data_dir: str | Path = ".memscale", threads: int | None = None):
-    """The bundled SmolLM2-135M-Instruct (fp32, eval mode, frozen) and its tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if threads:
-        torch.set_num_threads(threads)
-    path = local_model_dir(data_dir)
-    model = AutoModelForCausalLM.from_pretrained(str(path))
-    model.eval()
-    for param in model.parameters():
-        param.requires_grad_(False)
-    return model, AutoTokenizer.from_pretrained(str(path))
 
 
 def initial_cartridge(model, tokenizer, corpus_texts: list[str], p: int, *, model_id: str,
@@ -102,7 +89,7 @@ def train_cartridge(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is None or tokenizer is None:
-        model, tokenizer = load_local_model(data_dir)
+        model, tokenizer = load_causal_lm(local_model_dir(data_dir))
     t0 = time.perf_counter()
     body = encode(tokenizer, corpus_text(corpus_texts))
     ss_stats = run_selfstudy(model, tokenizer, body, out / "selfstudy", config.selfstudy,

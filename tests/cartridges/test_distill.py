@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.inference.distill import (
+from app.inference.context_distillation import (
     DistillConfig,
     DistillExample,
     batch_indices,
@@ -14,7 +14,7 @@ from app.inference.distill import (
     train,
 )
 from pipelines.cartridges.chat import context_ids, conversation_ids, corpus_text
-from pipelines.cartridges.job import initial_cartridge
+from pipelines.cartridges.trainer import initial_cartridge
 
 QA = [
     ("Who leads Project Falcon?", "Maria Chen leads Project Falcon."),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.inference.blend import BlendConfig, build_context, n_recompute
+from app.inference.blend import BlendConfig, n_recompute
 
 QUESTION = "Who discovered the comet with the green tail, and where does she work?"
 
 
 def _context_kv(engine, chunks, mode, ratio=0.15, prefix_kv=None):
-    ctx = build_context(engine, engine.system_ids, chunks, mode, BlendConfig(recompute_ratio=ratio), prefix_kv)
+    ctx = engine.build_context(chunks, mode, BlendConfig(recompute_ratio=ratio), prefix_kv)
     keys = torch.stack([layer.keys[0] for layer in ctx.cache.layers])  # (L, H, N, D)
     values = torch.stack([layer.values[0] for layer in ctx.cache.layers])
     return ctx, keys, values
@@ -102,3 +102,48 @@ def test_blend_config_validation():
         BlendConfig(check_layer=0)
     with pytest.raises(ValueError):
         BlendConfig(recompute_ratio=1.5)
+
+
+@pytest.mark.parametrize("cfg", [
+    BlendConfig(recompute_ratio=1.0, selection="chunk_start"),
+    BlendConfig(recompute_ratio=1.0, per_chunk=True),
+    BlendConfig(recompute_ratio=1.0, check_layer=3, sink_tokens=2),
+])
+def test_every_selection_at_ratio_one_equals_full_prefill(engine, chunks, cfg):
+    full = engine.build_context(chunks, "full")
+    got = engine.build_context(chunks, "blend", cfg)
+    assert got.recomputed_tokens == sum(c.n_tokens for c in chunks)
+    for a, b in zip(got.cache.layers, full.cache.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-4, atol=1e-4)
+
+
+def test_selection_budgets(engine, chunks):
+    from app.inference.blend import chunk_starts, select_by_deviation
+
+    n = [c.n_tokens for c in chunks]
+    T = sum(n)
+    # EPIC: the first ceil(ratio * T_i) tokens of every chunk, and nothing else
+    idx = chunk_starts(chunks, 0.2).tolist()
+    bounds = [sum(n[:i]) for i in range(len(n))]
+    assert idx == [b + j for b, t in zip(bounds, n) for j in range(n_recompute(t, 0.2))]
+    assert engine.build_context(chunks, "blend", BlendConfig(recompute_ratio=0.2, selection="chunk_start")).recomputed_tokens == len(idx)
+    dev = torch.rand(T, generator=torch.Generator().manual_seed(0))
+    # per chunk: each chunk gets its own share
+    sel = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.2, per_chunk=True))
+    for b, t in zip(bounds, n):
+        assert int(((sel >= b) & (sel < b + t)).sum()) == n_recompute(t, 0.2)
+    # sink tokens are always in, within the global budget
+    sel = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.2, sink_tokens=2)).tolist()
+    assert all(b in sel and b + 1 in sel for b in bounds) and len(sel) == n_recompute(T, 0.2)
+    # adaptive: the fewest highest-deviation tokens that carry the mass, capped by the budget
+    peaked = torch.full((T,), 1e-6)
+    peaked[[3, 17]] = 1.0
+    sel = select_by_deviation(peaked, chunks, BlendConfig(recompute_ratio=0.5, adaptive_mass=0.9)).tolist()
+    assert sel == [3, 17]
+    capped = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.1, adaptive_mass=0.99))
+    assert capped.numel() == n_recompute(T, 0.1)
+    with pytest.raises(ValueError):
+        BlendConfig(selection="random")
+    with pytest.raises(ValueError):
+        BlendConfig(adaptive_mass=0.0)

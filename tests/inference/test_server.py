@@ -148,7 +148,7 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
 
     ids = context_ids(engine.tokenizer, "The observatory is on Mount Fell. It opens at dusk.")
     mine, alien = str(uuid.uuid4()), str(uuid.uuid4())
-    cart = Cartridge.from_tokens(engine.model, ids, 6, model_id=Path(engine.config.model_path).name)
+    cart = Cartridge.from_tokens(engine.model, ids, 6, model_id=engine.model_id)
     cart.save(tmp_path / mine / "cartridge.safetensors")
     Cartridge.from_tokens(engine.model, ids, 6, model_id="another-model").save(tmp_path / alien / "cartridge.safetensors")
     app = create_app(engine=engine, store=store, cartridge_resolver_factory=directory_resolver_factory(tmp_path),
