@@ -58,6 +58,7 @@ class DistillConfig:
     checkpoint_every: int = 50
     seed: int = 0
     time_budget_s: float | None = None  # stop early (and say so in the stats) past this
+    normalize_teacher: bool = False  # renormalise the teacher's top-k to sum to 1 (a KL over top-k)
 
 
 def freeze(model: torch.nn.Module) -> None:
@@ -66,8 +67,12 @@ def freeze(model: torch.nn.Module) -> None:
         param.requires_grad_(False)
 
 
-def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample]) -> tuple[torch.Tensor, int]:
-    """Mean over answer tokens of ``-sum_k p_teacher(k) * log q_student(k)``; returns (loss, n)."""
+def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample],
+                 normalize_teacher: bool = False) -> tuple[torch.Tensor, int]:
+    """Mean over answer tokens of ``-sum_k p_teacher(k) * log q_student(k)``; returns (loss, n).
+
+    ``normalize_teacher``: p_teacher renormalised over its top-k (else the raw probabilities,
+    which weigh positions where the teacher is unsure less)."""
     device = prefix_kv[0][0].device
     B, T = len(batch), max(ex.conv_ids.numel() for ex in batch)
     ids = torch.zeros((B, T), dtype=torch.long, device=device)  # right-padded
@@ -88,7 +93,8 @@ def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample]) -> tup
     picked = hidden[torch.cat(rows), torch.cat(cols)]  # (N, hidden)
     logprobs = torch.log_softmax(model.get_output_embeddings()(picked).float(), dim=-1)
     student = logprobs.gather(-1, torch.cat(top_ids).to(device).long())  # (N, k)
-    teacher = torch.cat(top_lps).to(device).float().exp()  # (N, k)
+    teacher_lp = torch.cat(top_lps).to(device).float()  # (N, k)
+    teacher = torch.softmax(teacher_lp, -1) if normalize_teacher else teacher_lp.exp()
     loss = -(teacher * student).sum(-1).mean()
     return loss, picked.shape[0]
 
@@ -144,7 +150,7 @@ def train(
             stopped_early = True
             break
         batch = [examples[i] for i in batch_indices(step, len(examples), config.batch_size, config.seed)]
-        loss, n = distill_loss(model, cartridge.as_prefix_kv(), batch)
+        loss, n = distill_loss(model, cartridge.as_prefix_kv(), batch, config.normalize_teacher)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         optim.step()

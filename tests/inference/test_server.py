@@ -141,7 +141,6 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
     """Without --cartridge-resolver the server reads <data dir>/cartridges/<id>/cartridge.safetensors,
     the layout train_cartridge writes, so a handoff's cartridge ids are servable as they are."""
     import uuid
-    from pathlib import Path
 
     from app.inference.cartridge import Cartridge, compose, directory_resolver_factory
     from pipelines.cartridges.chat import context_ids
