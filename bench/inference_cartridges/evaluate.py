@@ -118,7 +118,9 @@ def mc_accuracy(model, tokenizer, prefix, facts: list[Fact], *, cap_bytes: int) 
         sel = [h for h, f in zip(hits, facts) if f.part == part]
         if sel:
             by_part[part] = sum(sel) / len(sel)
-    return {"accuracy": sum(hits) / len(hits), "by_part": by_part, "n": len(hits)}
+    gold_ll = scores.view(len(facts), k)[:, 0]  # mean log-prob per token of the true answer
+    return {"accuracy": sum(hits) / len(hits), "by_part": by_part, "n": len(hits),
+            "gold_ll": float(gold_ll.mean())}
 
 
 def ttft_ms(model, prefix, prompt: list[int], repeats: int) -> float:
