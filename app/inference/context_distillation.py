@@ -59,6 +59,11 @@ class DistillConfig:
     seed: int = 0
     time_budget_s: float | None = None  # stop early (and say so in the stats) past this
     normalize_teacher: bool = False  # renormalise the teacher's top-k to sum to 1 (a KL over top-k)
+    # lr relative to each K/V tensor's initial RMS (per layer, per K and V). The KV scale varies
+    # ~40x across layers (SmolLM2: layer-0 values RMS ~0.04, last-layer values ~1.5, keys ~2);
+    # Adam moves every element by ~lr per step whatever its scale, so one absolute lr wipes the
+    # small tensors out in a few steps while barely moving the large ones.
+    relative_lr: bool = False
 
 
 def freeze(model: torch.nn.Module) -> None:
@@ -111,6 +116,18 @@ def evaluate_loss(model, prefix_kv: PrefixKV, examples: list[DistillExample],
     return total / max(count, 1)
 
 
+def param_groups(cartridge: Cartridge, config: DistillConfig) -> list[dict]:
+    """One Adam group per K/V tensor: lr, or lr x the tensor's RMS (sink excluded) when relative."""
+    groups = []
+    for param in cartridge.parameters():
+        lr = config.lr
+        if config.relative_lr:
+            body = param.detach()[:, cartridge.frozen_tokens:]
+            lr = config.lr * float(body.pow(2).mean().sqrt()) if body.numel() else config.lr
+        groups.append({"params": [param], "lr": lr})
+    return groups
+
+
 def batch_indices(step: int, n_examples: int, batch_size: int, seed: int) -> list[int]:
     """Example indices of ``step``: epochs are seeded permutations, batches cut across them."""
     out: list[int] = []
@@ -135,7 +152,7 @@ def train(
         raise ValueError("no distillation examples")
     freeze(model)
     cartridge.train()
-    optim = torch.optim.Adam(cartridge.parameters(), lr=config.lr)
+    optim = torch.optim.Adam(param_groups(cartridge, config), lr=config.lr)
     step, losses, elapsed = 0, [], 0.0
     ckpt = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir else None
     if ckpt is not None and ckpt.exists():

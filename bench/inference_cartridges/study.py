@@ -46,12 +46,13 @@ RUNS: dict[str, dict] = {
     # the recipe that ended below its initialisation: lr 2e-2 on self-study data
     "baseline": {"data": "selfstudy", "lr": 2e-2},
     "lr 5e-3": {"data": "selfstudy", "lr": 5e-3},
+    "relative lr 2e-2": {"data": "selfstudy", "lr": 2e-2, "relative": True},
+    "relative lr 2e-2 recital": {"data": "recital", "lr": 2e-2, "relative": True},
+    "relative lr 2e-2 mix": {"data": "mix", "lr": 2e-2, "relative": True},
     "lr 1e-3": {"data": "selfstudy", "lr": 1e-3},
     "sink trainable": {"data": "selfstudy", "lr": 2e-2, "frozen": 0},
     "teacher normalised": {"data": "selfstudy", "lr": 2e-2, "normalize": True},
-    "recital lr 2e-2": {"data": "recital", "lr": 2e-2},
     "recital lr 5e-3": {"data": "recital", "lr": 5e-3},
-    "mix lr 5e-3": {"data": "mix", "lr": 5e-3},
 }
 
 
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
         spec = RUNS[name]
         cart = initial_cartridge(model, tok, corpus.texts, P, model_id=LOCAL_MODEL_ID, content_hashes=[],
                                  frozen_tokens=spec.get("frozen", 1))
-        cfg = replace(BASE, lr=spec["lr"], normalize_teacher=spec.get("normalize", False), checkpoint_every=10**6)
+        cfg = replace(BASE, lr=spec["lr"], normalize_teacher=spec.get("normalize", False),
+                      relative_lr=spec.get("relative", False), checkpoint_every=10**6)
         curve = [{"step": 0, **score(model, tok, cart.as_prefix_kv(), facts, cap, False), "seconds": 0.0}]
         t = time.perf_counter()
         ckpt = args.work / "ckpt" / name.replace(" ", "_")
