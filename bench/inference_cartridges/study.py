@@ -13,10 +13,8 @@ Baselines: no context, truncated context (= the untrained cartridge), the whole 
 Training data (``--runs`` names which):
 - ``selfstudy``: the pipeline's self-study (model-written questions and answers about 512-token
   chunks, teacher top-20 log-probs);
-- ``recital``: cue-and-quote conversations built from the corpus itself, no sampling: the user
-  asks for the passage that starts with a few words, the answer is the next 64 corpus tokens,
-  the teacher (the chunk in context) scores them in one forward pass. It is teacher-forced
-  context distillation on the corpus text.
+- ``recital``: cue-and-quote conversations built from the corpus itself, no sampling
+  (``pipelines.cartridges.selfstudy.recital_examples``).
 """
 
 from __future__ import annotations
@@ -30,10 +28,10 @@ from pathlib import Path
 import torch
 
 from app.inference.context_distillation import DistillConfig, DistillExample, train
-from app.inference.kv import PrefixKV, compute_kv, prefix_cache, prefix_length
+from app.inference.kv import PrefixKV, compute_kv
 from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
-from pipelines.cartridges.chat import CHATML, context_ids, conversation_ids, corpus_text, encode
-from pipelines.cartridges.selfstudy import SelfStudyConfig, chunk_tokens, load_examples, run_selfstudy
+from pipelines.cartridges.chat import context_ids, corpus_text, encode
+from pipelines.cartridges.selfstudy import SelfStudyConfig, load_examples, recital_examples, run_selfstudy
 from pipelines.cartridges.trainer import initial_cartridge
 
 from . import evaluate as ev
@@ -54,27 +52,6 @@ RUNS: dict[str, dict] = {
     "teacher normalised": {"data": "selfstudy", "lr": 2e-2, "normalize": True},
     "recital lr 5e-3": {"data": "recital", "lr": 5e-3},
 }
-
-
-@torch.inference_mode()
-def recital_examples(model, tok, corpus_ids: list[int], *, chunk: int = 512, piece: int = 64,
-                     cue_tokens: int = 8, top_k: int = 20) -> list[DistillExample]:
-    """Cue-and-quote conversations over every ``piece`` tokens of the corpus, teacher-scored."""
-    out = []
-    for ch in chunk_tokens(corpus_ids, chunk):
-        prefix = compute_kv(model, torch.tensor(encode(tok, CHATML.context_open) + ch))
-        n_ctx = prefix_length(prefix)
-        for i in range(0, len(ch) - cue_tokens - 8, piece):
-            span = ch[i:i + piece]
-            cue = tok.decode(span[:cue_tokens]).strip()
-            conv, start = conversation_ids(tok, f"Quote the notes that start with: {cue}", span)
-            ids = torch.tensor(conv)
-            pos = torch.arange(n_ctx, n_ctx + len(conv))[None]
-            logits = model(ids[None], cache=prefix_cache(prefix), position_ids=pos, use_cache=True).logits[0]
-            lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)  # predicts conv[start:]
-            top_lp, top_id = lp.topk(top_k, -1)
-            out.append(DistillExample(ids, start, top_id.long(), top_lp))
-    return out
 
 
 def score(model, tok, prefix: PrefixKV | None, facts, cap: int, generate: bool) -> dict:

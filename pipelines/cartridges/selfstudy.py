@@ -116,6 +116,33 @@ def run_shard(model, tokenizer, chunk: list[int], n: int, config: SelfStudyConfi
     return examples, records
 
 
+@torch.inference_mode()
+def recital_examples(model, tokenizer, corpus_ids: list[int], *, chunk: int = 512, piece: int = 64,
+                     cue_tokens: int = 8, top_k: int = 20) -> list[DistillExample]:
+    """Cue-and-quote conversations over every ``piece`` tokens of the corpus, no sampling.
+
+    The user asks for the passage that starts with its first ``cue_tokens`` tokens; the answer is
+    the passage itself; the teacher (its ``chunk`` in context) scores it in one forward pass.
+    Teacher-forced context distillation on the corpus text: cheap (no decoding) and it covers
+    every fact of the corpus, where model-written questions cover what the model noticed.
+    """
+    out = []
+    for ch in chunk_tokens(list(corpus_ids), chunk):
+        prefix = compute_kv(model, torch.tensor(encode(tokenizer, CHATML.context_open) + ch))
+        n_ctx = prefix_length(prefix)
+        for i in range(0, len(ch) - cue_tokens - 8, piece):
+            span = ch[i:i + piece]
+            cue = tokenizer.decode(span[:cue_tokens]).strip()
+            conv, start = conversation_ids(tokenizer, f"Quote the notes that start with: {cue}", span)
+            ids = torch.tensor(conv)
+            pos = torch.arange(n_ctx, n_ctx + len(conv))[None]
+            logits = model(ids[None], cache=prefix_cache(prefix), position_ids=pos, use_cache=True).logits[0]
+            lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)  # predicts conv[start:]
+            top_lp, top_id = lp.topk(top_k, -1)
+            out.append(DistillExample(ids, start, top_id.long(), top_lp))
+    return out
+
+
 def save_shard(path: Path, examples: list[DistillExample], meta: dict[str, str]) -> None:
     conv = [ex.conv_ids.to(torch.int32) for ex in examples]
     lens = torch.tensor([0] + [c.numel() for c in conv])

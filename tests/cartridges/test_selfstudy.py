@@ -102,3 +102,24 @@ def test_train_cartridge_job_writes_a_versioned_file_and_resumes(corpus, model, 
     assert more["losses"][:2] == stats["losses"] and len(more["losses"]) == 3
     with pytest.raises(ValueError, match="one content hash"):
         train_cartridge(corpus, ["only-one"], tmp_path, p=8, steps=1, model=model, tokenizer=tokenizer)
+
+
+def test_recital_examples_quote_the_corpus_with_the_teacher_scores(corpus, model, tokenizer):
+    from pipelines.cartridges.selfstudy import recital_examples
+
+    body = encode(tokenizer, corpus[0] + " " + corpus[1])
+    exs = recital_examples(model, tokenizer, body, chunk=64, piece=16)
+    assert len(exs) >= 3
+    spans = []
+    for ex in exs:
+        answer = ex.conv_ids[ex.answer_start:].tolist()
+        assert answer[-1] in stop_ids(tokenizer)  # the answer turn is closed
+        spans.append(answer[:-1])
+        assert ex.topk_ids.shape == (len(answer), 20)
+    joined = sum(spans, [])
+    assert all(tok in body for tok in joined) and spans[0] == body[:16]  # quotes of the corpus, in order
+    # the teacher, with the passage in context, mostly predicts the quoted token itself
+    hits = sum(int(ex.topk_ids[i, 0]) == int(ex.conv_ids[ex.answer_start + i])
+               for ex in exs for i in range(ex.topk_ids.shape[0] - 1))
+    total = sum(ex.topk_ids.shape[0] - 1 for ex in exs)
+    assert hits / total > 0.5
