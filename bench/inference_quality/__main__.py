@@ -33,6 +33,7 @@ from bench.inference_quality import measure
 from bench.inference_quality.data import build
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # the frontier plot
 RATIOS = (0.05, 0.1, 0.15, 0.3)
 SWEEP_EXAMPLES = 20  # the sweep's examples; confirm runs on the next ones (held out from the choice)
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     phase = "quick" if args.quick else args.phase
     if phase == "report":
-        return report.write(args.out)
+        return report.write(args.out, DOCS)
     n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200}[phase]
     i, k = (int(x) for x in args.shard.split("/"))
     # the sweep takes the first examples; confirm the next n, held out from the choice of default

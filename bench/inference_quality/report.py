@@ -50,8 +50,9 @@ def table(s: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(s: dict, path: Path) -> Path | None:
-    """TTFT speed-up vs KL and vs ΔLL, one line per selection variant (ratios as points)."""
+def plot(s: dict, path: Path, confirm: dict | None = None) -> Path | None:
+    """TTFT speed-up vs KL and vs ΔLL, one line per selection variant (ratios as points); the
+    held-out confirmation's configurations as stars with their 95% intervals."""
     try:
         import matplotlib
 
@@ -75,6 +76,14 @@ def plot(s: dict, path: Path) -> Path | None:
         for p in pts:
             axes[0].annotate(p[3].rsplit(" ", 1)[-1], (p[0], p[1]), fontsize=7, xytext=(3, 3),
                              textcoords="offset points")
+    for label, m in (confirm or {}).items():
+        if label == "full":
+            continue
+        x = m["speedup_median"]
+        axes[0].errorbar([x], [m["kl"]["mean"]], yerr=[[min(m["kl"]["ci95"], m["kl"]["mean"] * 0.99)],
+                         [m["kl"]["ci95"]]], fmt="*", ms=12, capsize=3, label=f"{label} (confirm, n={m['n']})")
+        axes[1].errorbar([x], [m["delta_ll"]["mean"]], yerr=[m["delta_ll"]["ci95"]], fmt="*", ms=12, capsize=3,
+                         label=f"{label} (confirm, n={m['n']})")
     axes[0].set_ylabel("KL(full ‖ mode), mean over answer tokens")
     axes[0].set_yscale("log")
     axes[1].set_ylabel("ΔLL of the gold answer vs full (nats/token)")
@@ -83,7 +92,7 @@ def plot(s: dict, path: Path) -> Path | None:
         ax.set_xlabel("TTFT speed-up vs full prefill (median of per-example ratios)")
         ax.axvline(3, color="grey", lw=0.8, ls=":")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=7)
     fig.suptitle("CacheBlend token selection: speed vs fidelity (SmolLM2-135M, CPU, ~2k-token contexts)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -92,6 +101,7 @@ def plot(s: dict, path: Path) -> Path | None:
 
 
 def write(out: Path, docs: Path | None = None) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
     result = {}
     for phase in ("sweep", "confirm"):
         recs = load_all(out, phase)
@@ -104,9 +114,10 @@ def write(out: Path, docs: Path | None = None) -> dict:
         for corpus, sc in s["by_corpus"].items():
             print(f"\n### {corpus}\n")
             print(table(sc))
-        if phase == "sweep":
-            png = plot(s["all"], (docs or out) / "inference_quality_frontier.png")
-            if png:
-                print(f"\nplot: {png}")
+    if "sweep" in result:
+        png = plot(result["sweep"]["all"], (docs or out) / "inference_quality_frontier.png",
+                   result.get("confirm", {}).get("all"))
+        if png:
+            print(f"\nplot: {png}")
     (out / "inference_quality.json").write_text(json.dumps(result, indent=1))
     return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.inference.blend import n_recompute
+from app.inference.blend import BlendConfig, n_recompute, planned_recompute
 from app.inference.server import CartridgeNotFound, create_app
 from app.inference.store import content_hash
 
@@ -48,7 +48,8 @@ def test_chunks_then_generate_by_hash(client, store, texts, engine):
     assert body["text"].strip()
     n_chunk = sum(engine.chunk_ids(t).numel() for t in texts)
     assert body["prompt_tokens"] == engine.system_ids.numel() + n_chunk + engine.query_ids(QUESTION).numel()
-    assert body["recomputed_tokens"] == n_recompute(n_chunk, 0.15)
+    lengths = [engine.chunk_ids(t).numel() for t in texts]
+    assert body["recomputed_tokens"] == planned_recompute(lengths, BlendConfig()) == sum(n_recompute(t, 0.15) for t in lengths)
     t = body["timings"]
     assert 0 < t["ttft_s"] <= t["total_s"] and t["tokens_per_s"] > 0
 
