@@ -18,9 +18,9 @@ def fake_training(monkeypatch, tmp_path):
         path.write_bytes(b"not a real cartridge")
         return path, {"model_id": "smollm2-135m-instruct", "p": p, "probe_loss_after": 1.0}
 
-    import pipelines.cartridges.job as job
+    import pipelines.cartridges.trainer as trainer
 
-    monkeypatch.setattr(job, "train_cartridge", train)
+    monkeypatch.setattr(trainer, "train_cartridge", train)
     return calls
 
 

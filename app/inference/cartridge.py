@@ -29,12 +29,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
-from transformers import DynamicCache
+
+from app.inference.kv import PrefixKV, compute_kv
 
 FORMAT = "memscale.cartridge"
 FORMAT_VERSION = 1
-
-PrefixKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (1, kv_heads, p, head_dim) x 2
 
 
 class CartridgeFormatError(ValueError):
@@ -106,7 +105,6 @@ class Cartridge(nn.Module):
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    @torch.no_grad()
     def from_tokens(
         cls,
         model: nn.Module,
@@ -122,12 +120,8 @@ class Cartridge(nn.Module):
         ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()[:p]
         if ids.numel() < p:
             raise ValueError(f"need at least p={p} tokens to initialise, got {ids.numel()}")
-        device = next(model.parameters()).device
-        cache = DynamicCache()
-        model(ids[None].to(device), cache=cache, use_cache=True,
-              position_ids=torch.arange(p, device=device)[None])
-        keys = [layer.keys[0] for layer in cache.layers]  # (kv_heads, p, head_dim)
-        values = [layer.values[0] for layer in cache.layers]
+        kv = compute_kv(model, ids)  # per layer (1, kv_heads, p, head_dim) x 2
+        keys, values = [k[0] for k, _ in kv], [v[0] for _, v in kv]
         return cls(keys, values, model_id=model_id, content_hashes=content_hashes, init=init,
                    frozen_tokens=frozen_tokens)
 
@@ -216,32 +210,6 @@ def compose(cartridges: Sequence[Cartridge]) -> PrefixKV:
     ]
 
 
-def prefix_length(prefix_kv: PrefixKV | None) -> int:
-    return 0 if not prefix_kv else prefix_kv[0][0].shape[2]
-
-
-def query_positions(prefix_kv: PrefixKV | None, length: int, batch_size: int = 1,
-                    device: str | torch.device = "cpu") -> torch.Tensor:
-    """Position ids ``(batch, length)`` for tokens that follow the prefix."""
-    start = prefix_length(prefix_kv)
-    return torch.arange(start, start + length, device=device)[None].expand(batch_size, -1)
-
-
-def prefix_cache(prefix_kv: PrefixKV | None, batch_size: int = 1) -> DynamicCache:
-    """A fresh ``DynamicCache`` holding the prefix for ``batch_size`` rows.
-
-    ``forward`` appends to the cache in place, so build one per forward pass. The rows are
-    broadcast views of the prefix, so gradients flow back into cartridge parameters.
-    """
-    if not prefix_kv:
-        return DynamicCache()
-    data = []
-    for k, v in prefix_kv:
-        assert k.dim() == 4 and k.shape[0] == 1 and k.shape == v.shape, k.shape
-        data.append((k.expand(batch_size, -1, -1, -1), v.expand(batch_size, -1, -1, -1)))
-    return DynamicCache(ddp_cache_data=data)
-
-
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -291,9 +259,10 @@ class CartridgeDirectory:
 def directory_resolver_factory(root: str | Path):
     """The server's default resolver: the cartridges `train_cartridge` writes under
     ``<data_dir>/cartridges/<cartridge id>/``, so the ids in a /v1/context handoff are servable as
-    they are. Only cartridges trained for the served checkpoint (its folder name) are accepted."""
+    they are. Only cartridges trained for the served checkpoint (``engine.model_id``, its folder
+    name) are accepted."""
 
     def factory(engine) -> CartridgeDirectory:  # noqa: ANN001
-        return CartridgeDirectory(root, model_id=Path(engine.config.model_path).name, device=engine.device)
+        return CartridgeDirectory(root, model_id=engine.model_id, device=engine.device)
 
     return factory

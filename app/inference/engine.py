@@ -1,18 +1,30 @@
-"""Engine: a HuggingFace causal LM with RoPE, and greedy generation from a given KV state.
+"""Engine: a HuggingFace causal LM with RoPE, the context modes, and generation from a KV state.
 
 Design choices:
-- Loaded by path (any local Llama/Qwen-family checkpoint); CPU fp32 by default, CUDA bf16 when
-  a GPU is present. Nothing is read from the environment here: :func:`config_from_env` is called
-  by the CLI (and the precompute hook) at start-up.
+- Loaded by path (any local Llama/Qwen-family checkpoint) with the project's one loader
+  (``app.kit.localmodel.load_causal_lm``); CPU fp32 by default, CUDA bf16 when a GPU is present.
+  Nothing is read from the environment here: :func:`config_from_env` is called by the CLI (and
+  the precompute hook) at start-up.
+- ``model_id`` is the checkpoint's identity (its folder name), the id a cartridge records;
+  ``kv_id`` adds the dtype and keys the chunk KV store, so KV computed in another dtype is never
+  mixed in.
 - transformers 5.x cache API: ``DynamicCache``, ``model(ids, cache=..., position_ids=...)``,
   ``cache.layers[i].keys``; forward appends to the cache in place.
 - A prompt is ``[prefix_kv] + system + chunks + query``: the system segment and the query suffix
   come from the model's chat template (the chunks and the question form the user turn), each
   chunk is tokenized alone as ``text + "\\n\\n"`` (so its stored KV and ids are a function of its
   text), and every segment is tokenized separately, identically in every mode.
+- Modes (:meth:`Engine.build_context`) differ only in how the chunk KV is obtained; the prefix
+  and the system prompt are always prefilled exactly:
+  * ``full``: plain prefill of all chunk tokens (the reference);
+  * ``prefix``: the first chunk's stored KV re-rotated into place, the rest prefilled on top
+    (vLLM-style prefix caching; the stored chunk did not see the system prompt);
+  * ``reuse``: every chunk's stored KV re-rotated, nothing recomputed (PromptCache-style);
+  * ``blend``: CacheBlend (``blend.py``).
 - ``prefix_kv`` (cartridges) is a list per layer of (K, V), each (1, kv_heads, p, head_dim),
   positioned at 0..p-1; everything else continues at p.
-- Greedy decoding only; the time of the first generated token is recorded for TTFT.
+- Greedy decoding with the project's one decode loop (``app.kit.localmodel.decode``); the time
+  of the first generated token is recorded for TTFT.
 """
 
 from __future__ import annotations
@@ -22,18 +34,34 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import DynamicCache
 
-from app.inference.blend import BlendConfig, Mode, build_context
-from app.inference.kv import ChunkKV, PrefixKV, check_prefix_kv, rope_inv_freq, stack_kv
+from app.inference.blend import BlendConfig, blend
+from app.inference.kv import (
+    ChunkKV,
+    PrefixKV,
+    append_kv,
+    cache_layers,
+    check_prefix_kv,
+    compute_kv,
+    place_chunks,
+    prefix_cache,
+    rope_inv_freq,
+    stack_kv,
+)
+from app.kit.localmodel import DecodeTimes, decode, load_causal_lm, stop_token_ids
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Answer the question using the documents. Be brief."
 _PLACEHOLDER = "\u0000MEMSCALE_USER\u0000"
+
+
+Mode = Literal["full", "prefix", "reuse", "blend"]
+MODES: tuple[str, ...] = ("full", "prefix", "reuse", "blend")
 
 
 class PromptTooLong(ValueError):
@@ -73,39 +101,40 @@ class Generation:
     first_logits: torch.Tensor = field(repr=False)  # (vocab,) fp32, logits of the first token
 
 
+@dataclass
+class Context:
+    cache: DynamicCache  # per layer K, V each (1, kv_heads, N, head_dim); positions 0..N-1
+    n_tokens: int  # N = prefix + system + chunk tokens
+    recomputed_tokens: int  # chunk tokens whose KV was computed through every layer
+
+
 class Engine:
-    def __init__(self, config: EngineConfig, model, tokenizer, device: torch.device, dtype: torch.dtype):
+    def __init__(self, config: EngineConfig, model, tokenizer):
         self.config, self.model, self.tokenizer = config, model, tokenizer
-        self.device, self.dtype = device, dtype
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
         cfg = model.config
         self.n_layers: int = cfg.num_hidden_layers
         self.kv_heads: int = cfg.num_key_value_heads
         self.head_dim: int = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.max_context = min(config.max_context, getattr(cfg, "max_position_embeddings", config.max_context))
         self.inv_freq = rope_inv_freq(model)  # (head_dim/2,) fp32
-        self.model_id = f"{Path(config.model_path).name}-{str(dtype).removeprefix('torch.')}"
+        self.model_id = Path(config.model_path).name  # the checkpoint (what a cartridge records)
+        self.kv_id = f"{self.model_id}-{str(self.dtype).removeprefix('torch.')}"  # chunk KV store key
         self.system_ids, self.query_suffix = self._template(config.system_prompt)
-        eos = {tokenizer.eos_token_id}
-        gen_eos = getattr(model.generation_config, "eos_token_id", None)
-        eos |= set(gen_eos) if isinstance(gen_eos, list) else {gen_eos}
-        self.eos_ids = {e for e in eos if e is not None}
+        self.eos_ids = stop_token_ids(model, tokenizer)
 
     @classmethod
     def load(cls, config: EngineConfig) -> Engine:
-        if config.threads:
-            torch.set_num_threads(config.threads)
-        device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        dtype = getattr(torch, config.dtype) if config.dtype else (
-            torch.bfloat16 if device.type == "cuda" else torch.float32
-        )
         t0 = time.perf_counter()
-        tok = AutoTokenizer.from_pretrained(config.model_path)
-        model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=dtype, attn_implementation="sdpa")
-        model.to(device).eval()
+        model, tok = load_causal_lm(config.model_path, device=config.device, dtype=config.dtype,
+                                    threads=config.threads)
         if any(t != "full_attention" for t in getattr(model.config, "layer_types", None) or []):
             raise ValueError("models with sliding-window or linear-attention layers are not supported")
-        log.info("loaded %s on %s/%s in %.1fs", config.model_path, device, dtype, time.perf_counter() - t0)
-        return cls(config, model, tok, device, dtype)
+        engine = cls(config, model, tok)
+        log.info("loaded %s on %s/%s in %.1fs", config.model_path, engine.device, engine.dtype,
+                 time.perf_counter() - t0)
+        return engine
 
     # ---- tokens -----------------------------------------------------------------------------
     def _template(self, system: str) -> tuple[torch.Tensor, str]:
@@ -134,15 +163,10 @@ class Engine:
 
     # ---- forward passes -----------------------------------------------------------------------
     def new_cache(self, prefix_kv: PrefixKV | None = None) -> DynamicCache:
-        if not prefix_kv:
-            return DynamicCache(config=self.model.config)
-        check_prefix_kv(prefix_kv, self.n_layers, self.kv_heads, self.head_dim)
-        data = [(k.to(self.device, self.dtype).clone(), v.to(self.device, self.dtype).clone()) for k, v in prefix_kv]
-        return DynamicCache(ddp_cache_data=data, config=self.model.config)
-
-    @staticmethod
-    def cache_len(cache: DynamicCache) -> int:
-        return cache.get_seq_length()
+        """A cache holding ``prefix_kv`` (validated, in the engine's device and dtype), or empty."""
+        if prefix_kv:
+            check_prefix_kv(prefix_kv, self.n_layers, self.kv_heads, self.head_dim)
+        return prefix_cache(prefix_kv, device=self.device, dtype=self.dtype)
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: DynamicCache, start: int) -> torch.Tensor:
@@ -155,15 +179,53 @@ class Engine:
     @torch.inference_mode()
     def chunk_kv(self, ids: torch.Tensor) -> torch.Tensor:
         """KV of a chunk computed alone at positions 0..T-1: (layers, 2, kv_heads, T, head_dim), on CPU."""
-        cache = self.new_cache()
-        self.forward(ids, cache, 0)
-        return stack_kv([(layer.keys, layer.values) for layer in cache.layers]).cpu()
+        return stack_kv(compute_kv(self.model, ids)).cpu()
 
     def encode_chunk(self, text: str) -> ChunkKV:
         ids = self.chunk_ids(text)
         if ids.numel() == 0:
             raise ValueError("empty chunk")
         return ChunkKV(token_ids=ids, kv=self.chunk_kv(ids))
+
+    # ---- context modes ------------------------------------------------------------------------
+    @torch.inference_mode()
+    def build_context(
+        self,
+        chunks: Sequence[ChunkKV],
+        mode: Mode = "blend",
+        config: BlendConfig = BlendConfig(),
+        prefix_kv: PrefixKV | None = None,  # per layer (1, H, p, D), positions 0..p-1
+    ) -> Context:
+        """The KV of ``prefix_kv + system + chunks`` at contiguous positions 0..N-1."""
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}")
+        chunks = list(chunks)
+        # 1. prefix (cartridges) + system prompt, always exact
+        cache = self.new_cache(prefix_kv)
+        pos = cache.get_seq_length()
+        if self.system_ids.numel():
+            self.forward(self.system_ids, cache, pos)
+            pos += int(self.system_ids.numel())
+        if not chunks:
+            return Context(cache, n_tokens=pos, recomputed_tokens=0)
+        n_chunk_tokens = sum(c.n_tokens for c in chunks)
+        if mode != "full" and any(c.kv is None for c in chunks):
+            raise ValueError(f"mode {mode!r} needs the stored KV of every chunk")
+        if mode == "full":
+            self.forward(torch.cat([c.token_ids for c in chunks]), cache, pos)
+            return Context(cache, pos + n_chunk_tokens, recomputed_tokens=n_chunk_tokens)
+        if mode == "blend":
+            kv, recomputed = blend(self.model, cache_layers(cache) if pos else [], chunks, config, self.inv_freq)
+            return Context(DynamicCache(ddp_cache_data=kv), pos + n_chunk_tokens, recomputed_tokens=recomputed)
+        n_reused = 1 if mode == "prefix" else len(chunks)
+        placed = place_chunks(chunks[:n_reused], pos, self.inv_freq, self.device).to(self.dtype)  # (L, 2, H, T, D)
+        append_kv(cache, placed)
+        pos += placed.shape[3]
+        rest = chunks[n_reused:]
+        if rest:
+            self.forward(torch.cat([c.token_ids for c in rest]), cache, pos)
+            pos += sum(c.n_tokens for c in rest)
+        return Context(cache, pos, recomputed_tokens=n_chunk_tokens - placed.shape[3])
 
     # ---- generation ---------------------------------------------------------------------------
     def check_length(self, prefix: int, prompt: int, max_tokens: int) -> None:
@@ -196,30 +258,18 @@ class Engine:
         n_prompt = int(self.system_ids.numel()) + sum(c.n_tokens for c in chunks) + int(q_ids.numel())
         self.check_length(p, n_prompt, max_tokens)
 
-        ctx = build_context(self, self.system_ids, list(chunks), mode, blend, prefix_kv)
-        logits = self.forward(q_ids, ctx.cache, ctx.n_tokens)  # (vocab,)
-        first_logits = logits.clone()
-        pos = ctx.n_tokens + int(q_ids.numel())
-        out: list[int] = []
-        first_at = 0.0
-        for step in range(max_tokens):
-            tok = int(torch.argmax(logits))
-            if step == 0:
-                first_at = time.perf_counter()
-            if tok in self.eos_ids:
-                break
-            out.append(tok)
-            if step + 1 == max_tokens:
-                break
-            logits = self.forward(torch.tensor([tok]), ctx.cache, pos)
-            pos += 1
+        ctx = self.build_context(chunks, mode, blend, prefix_kv)
+        times = DecodeTimes()
+        (out,) = decode(self.model, ctx.cache, [q_ids.tolist()], start=ctx.n_tokens, max_new_tokens=max_tokens,
+                        stop_ids=self.eos_ids, times=times)
+        tokens = out.tokens[:-1] if out.stopped else out.tokens  # the stop token is not part of the text
         return Generation(
-            token_ids=out,
-            text=self.tokenizer.decode(out, skip_special_tokens=True),
+            token_ids=tokens,
+            text=self.tokenizer.decode(tokens, skip_special_tokens=True),
             prompt_tokens=n_prompt,
             prefix_tokens=p,
             recomputed_tokens=ctx.recomputed_tokens,
-            first_token_at=first_at,
-            finished_at=time.perf_counter(),
-            first_logits=first_logits,
+            first_token_at=times.first_token_at,
+            finished_at=times.finished_at,
+            first_logits=out.first_logits,
         )

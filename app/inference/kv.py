@@ -1,4 +1,7 @@
-"""KV tensors: layouts, RoPE re-rotation, position masks, DynamicCache conversion.
+"""KV tensors: layouts, prefix KV, RoPE re-rotation, position masks. The bottom layer of the tier.
+
+Layers call downward only: ``kv`` (this module: no model, no engine) <- ``blend`` (pure blending
+over a model and caches) <- ``engine`` (model, modes, generation) <- ``server``.
 
 Design choices:
 - A stored chunk is one tensor ``(layers, 2, kv_heads, T, head_dim)`` (index 0 = keys,
@@ -7,6 +10,10 @@ Design choices:
 - A request's working KV is a list per layer of ``(K, V)``, each ``(1, kv_heads, T, head_dim)``:
   the form ``DynamicCache(ddp_cache_data=...)`` takes and ``cache.layers[i].keys`` holds
   (transformers 5.x). The same form is the ``prefix_kv`` contract for cartridges.
+- A prefix becomes a cache one way only, :func:`prefix_cache`; its length is computed one way
+  only, :func:`prefix_length`. ``DynamicLayer.update`` concatenates (``torch.cat``) into new
+  tensors, so the cache never writes into the caller's prefix tensors and needs no copy; the
+  rows of a batch are broadcast views, so gradients flow back into cartridge parameters.
 - Cached keys are stored *after* RoPE. RoPE rotates each frequency pair by ``pos * theta_i``,
   so moving a key from position ``p`` to ``p + d`` is one more rotation by ``d * theta_i``:
   apply RoPE with position ``d``. Values carry no position. Rotation is done in fp32 and is
@@ -61,16 +68,65 @@ def unstack_kv(kv: torch.Tensor) -> PrefixKV:
     return [(kv[i, 0].unsqueeze(0), kv[i, 1].unsqueeze(0)) for i in range(kv.shape[0])]
 
 
-def kv_from_cache(cache: DynamicCache) -> PrefixKV:
-    return [(layer.keys, layer.values) for layer in cache.layers]
+def prefix_length(prefix_kv: PrefixKV | None) -> int:
+    """p: the number of token positions a prefix occupies (0 for none)."""
+    return 0 if not prefix_kv else int(prefix_kv[0][0].shape[2])
 
 
-def cache_from_kv(layers: PrefixKV | None, n_layers: int) -> DynamicCache:
-    """A DynamicCache holding copies of ``layers`` (forward() appends in place, so never share)."""
-    if not layers:
+def prefix_cache(
+    prefix_kv: PrefixKV | None,
+    batch_size: int = 1,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> DynamicCache:
+    """A fresh ``DynamicCache`` holding ``prefix_kv`` (positions 0..p-1) for ``batch_size`` rows.
+
+    ``forward`` appends to the cache, so build one per sequence of forward passes. The caller's
+    tensors are never written (the cache concatenates into new ones); with ``device``/``dtype``
+    they are converted first (a copy only where the conversion needs one).
+    """
+    if not prefix_kv:
         return DynamicCache()
-    assert len(layers) == n_layers, (len(layers), n_layers)
-    return DynamicCache(ddp_cache_data=[(k.clone(), v.clone()) for k, v in layers])
+    data = []
+    for k, v in prefix_kv:
+        assert k.dim() == 4 and k.shape[0] == 1 and k.shape == v.shape, k.shape  # (1, H, p, D)
+        if device is not None or dtype is not None:
+            k, v = k.to(device=device, dtype=dtype), v.to(device=device, dtype=dtype)
+        data.append((k.expand(batch_size, -1, -1, -1), v.expand(batch_size, -1, -1, -1)))
+    return DynamicCache(ddp_cache_data=data)
+
+
+def query_positions(prefix_kv: PrefixKV | None, length: int, batch_size: int = 1,
+                    device: torch.device | str = "cpu") -> torch.Tensor:
+    """Position ids ``(batch, length)`` for tokens that follow the prefix."""
+    start = prefix_length(prefix_kv)
+    return torch.arange(start, start + length, device=device)[None].expand(batch_size, -1)
+
+
+def compute_kv(model: torch.nn.Module, ids: torch.Tensor) -> PrefixKV:
+    """The KV of ``ids`` (T,) computed alone at positions 0..T-1: per layer (K, V), each
+    (1, kv_heads, T, head_dim), on the model's device. The one way a prefix KV is computed
+    (chunk KVs, cartridge initialisation, self-study contexts)."""
+    assert ids.dim() == 1 and ids.numel() > 0, ids.shape
+    device = next(model.parameters()).device
+    cache = DynamicCache()
+    with torch.inference_mode():
+        model(ids[None].to(device), cache=cache, use_cache=True,
+              position_ids=torch.arange(ids.numel(), device=device)[None], logits_to_keep=1)
+    return cache_layers(cache)
+
+
+def append_kv(cache: DynamicCache, kv: torch.Tensor) -> None:
+    """Append a stacked KV ``(layers, 2, H, T, D)`` (e.g. placed chunks) to a batch-1 cache."""
+    assert kv.dim() == 5 and kv.shape[1] == 2, kv.shape
+    for i in range(kv.shape[0]):
+        cache.layers[i].update(kv[i, 0].unsqueeze(0), kv[i, 1].unsqueeze(0))
+
+
+def cache_layers(cache: DynamicCache) -> PrefixKV:
+    """The per-layer (K, V) a cache holds now (the cache's own tensors, not copies)."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def rope_inv_freq(model: torch.nn.Module) -> torch.Tensor:
@@ -136,11 +192,11 @@ def check_prefix_kv(prefix_kv: PrefixKV, n_layers: int, kv_heads: int, head_dim:
     """Validate the cartridge contract; return the prefix length p."""
     if len(prefix_kv) != n_layers:
         raise ValueError(f"prefix_kv has {len(prefix_kv)} layers, model has {n_layers}")
-    p = prefix_kv[0][0].shape[2]
+    p = prefix_length(prefix_kv)
     for k, v in prefix_kv:
         for t in (k, v):
             if t.dim() != 4 or t.shape[0] != 1 or t.shape[1] != kv_heads or t.shape[3] != head_dim:
                 raise ValueError(f"prefix_kv tensor {tuple(t.shape)} != (1, {kv_heads}, p, {head_dim})")
             if t.shape[2] != p:
                 raise ValueError("prefix_kv layers disagree on the prefix length")
-    return int(p)
+    return p

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, PromptTooLong
-from app.inference.kv import ChunkKV, PrefixKV
+from app.inference.kv import ChunkKV, PrefixKV, prefix_length
 from app.inference.store import ChunkNotFound, ChunkStore, StoreConfig, content_hash
 from app.kit.limits import BodyLimitMiddleware
 from app.kit.signing import Grant, InvalidToken, verify
@@ -67,7 +67,7 @@ def no_cartridges(ids: list[str]) -> PrefixKV:
 @dataclass
 class ServerConfig:
     engine: EngineConfig
-    store_root: Path  # chunk KV files: <store_root>/<model_id>/...
+    store_root: Path  # chunk KV files: <store_root>/<kv_id>/...
     mem_bytes: int = 2 * 2**30
     disk_bytes: int = 20 * 2**30
     blend: BlendConfig = field(default_factory=BlendConfig)
@@ -247,7 +247,7 @@ def create_app(
             n_prompt = int(eng.system_ids.numel() + eng.query_ids(body.prompt).numel()) + sum(
                 int(r.token_ids.numel()) for r in refs
             )
-            p = prefix_kv[0][0].shape[2] if prefix_kv else 0
+            p = prefix_length(prefix_kv)
             try:
                 eng.check_length(p, n_prompt, body.max_tokens)
                 loaded = [
@@ -259,7 +259,7 @@ def create_app(
                     body.prompt,
                     loaded,
                     mode=body.mode,
-                    blend=BlendConfig(check_layer=blend_default.check_layer, recompute_ratio=ratio),
+                    blend=replace(blend_default, recompute_ratio=ratio),
                     prefix_kv=prefix_kv,
                     max_tokens=body.max_tokens,
                 )

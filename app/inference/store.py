@@ -1,11 +1,13 @@
-"""Chunk KV store: each chunk's KV computed alone, keyed by (model id, sha256 of the text).
+"""Chunk KV store: each chunk's KV computed alone, keyed by (KV id, sha256 of the text).
 
 Design choices:
 - Content addressing: the key is ``sha256(text.encode("utf-8")).hexdigest()``, the same content
   hash the service stores on knowledge chunks, so the service hands over hashes, not text.
-- One safetensors file per chunk, ``<root>/<model_id>/<hash[:2]>/<hash>.safetensors``, with
+- One safetensors file per chunk, ``<root>/<kv_id>/<hash[:2]>/<hash>.safetensors``, with
   tensors ``kv`` (layers, 2, kv_heads, T, head_dim) and ``token_ids`` (T,), and metadata
-  (format, version, model id, hash) that is checked on load. Written to a temp file and renamed,
+  (format, version, KV id, hash) that is checked on load. The KV id is the engine's
+  ``kv_id`` (checkpoint + dtype: KV computed in bf16 is not fp32 KV); files written before the
+  field was renamed carry it as ``model_id`` and still load. Written to a temp file and renamed,
   so a reader never sees half a file. Never pickles.
 - Two LRU tiers with byte limits: RAM (an OrderedDict of tensors) over disk (files; recency is
   the file's mtime, touched on every hit). A disk hit is promoted to RAM. Items larger than a
@@ -44,7 +46,7 @@ class ChunkNotFound(KeyError):
 
 
 class ChunkEncoder(Protocol):
-    model_id: str
+    kv_id: str
 
     def encode_chunk(self, text: str) -> ChunkKV: ...
 
@@ -59,7 +61,7 @@ def is_content_hash(value: str) -> bool:
 
 @dataclass(frozen=True)
 class StoreConfig:
-    root: Path  # chunk files live under root/<model_id>/
+    root: Path  # chunk files live under root/<kv_id>/
     mem_bytes: int = 2 * 2**30  # RAM tier limit
     disk_bytes: int = 20 * 2**30  # disk tier limit
 
@@ -67,8 +69,8 @@ class StoreConfig:
 class ChunkStore:
     def __init__(self, encoder: ChunkEncoder, config: StoreConfig):
         self.encoder, self.config = encoder, config
-        self.model_id = encoder.model_id
-        self.dir = Path(config.root) / self.model_id
+        self.kv_id = encoder.kv_id
+        self.dir = Path(config.root) / self.kv_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._mem: OrderedDict[str, ChunkKV] = OrderedDict()  # LRU order: oldest first
@@ -173,7 +175,7 @@ class ChunkStore:
         path = self._path(h)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{h}.{os.getpid()}.{threading.get_ident()}.tmp")
-        meta = {"format": FORMAT, "version": VERSION, "model_id": self.model_id, "content_hash": h}
+        meta = {"format": FORMAT, "version": VERSION, "kv_id": self.kv_id, "content_hash": h}
         save_file({"kv": chunk.kv.contiguous(), "token_ids": chunk.token_ids.contiguous()}, str(tmp), metadata=meta)
         os.replace(tmp, path)
         size = path.stat().st_size
@@ -196,7 +198,7 @@ class ChunkStore:
         except FileNotFoundError:
             self._disk_bytes -= self._disk.pop(h, 0)
             raise ChunkNotFound(h) from None
-        if meta.get("format") != FORMAT or meta.get("model_id") != self.model_id or meta.get("content_hash") != h:
+        if meta.get("format") != FORMAT or meta.get("kv_id", meta.get("model_id")) != self.kv_id or meta.get("content_hash") != h:
             raise ChunkNotFound(f"{h}: stored file does not match (format/model/hash): {meta}")
         os.utime(path)  # disk-tier recency
         size = path.stat().st_size

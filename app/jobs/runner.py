@@ -36,7 +36,7 @@ PIPELINES: dict[str, str] = {
     "bootstrap": "pipelines.bootstrap.job:run",
     "distill": "pipelines.distillation.job:run",
     "consolidate": "pipelines.consolidation.job:run",
-    "train_cartridge": "pipelines.cartridges.service_job:run",
+    "train_cartridge": "pipelines.cartridges.job:run",
     "retention": "pipelines.retention:run",
 }
 DEFAULT_SCHEDULES = {"distill": 3600, "consolidate": 86400, "retention": 86400}  # seconds; org.settings["schedules"] overrides

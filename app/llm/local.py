@@ -2,14 +2,16 @@
 
 Design choices:
 - One model per process and model directory, loaded lazily on the first generation under a lock
-  (the tokenizer alone loads for token counting, without the weights).
+  (the tokenizer alone loads for token counting, without the weights), with the project's one
+  loader and decode loop (``app.kit.localmodel``: the inference tier and cartridge training use
+  the same two).
 - Generations are serialised by a lock: two threads on 2 CPU cores would only slow each other.
   Waiting for the lock counts against the call's timeout.
 - Greedy decoding at temperature 0 (deterministic); sampling only when a caller asks for more.
 - The chat template from the tokenizer is applied; a prompt that does not fit the context window
   (minus the requested completion) is refused, never silently cut.
-- ``timeout_s`` bounds the whole call: ``max_time`` stops decoding at the deadline and the partial
-  text is returned with finish_reason ``"length"``.
+- ``timeout_s`` bounds the whole call: decoding stops at the deadline and the partial text is
+  returned with finish_reason ``"length"``.
 
 Nothing here imports litellm; :mod:`app.llm.provider` adapts this to litellm's CustomLLM.
 """
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.kit.localmodel import local_model_dir
+from app.kit.localmodel import decode, load_causal_lm, load_tokenizer, local_model_dir, stop_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +53,14 @@ class LocalChatModel:
         self._gen_lock = threading.Lock()
         self._tokenizer: Any = None
         self._model: Any = None
+        self._stops: set[int] = set()
 
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
             with self._load_lock:
                 if self._tokenizer is None:
-                    from transformers import AutoTokenizer
-
-                    self._tokenizer = AutoTokenizer.from_pretrained(str(self.path))
+                    self._tokenizer = load_tokenizer(self.path)
         return self._tokenizer
 
     @property
@@ -71,11 +72,9 @@ class LocalChatModel:
         if self._model is None:
             with self._load_lock:
                 if self._model is None:
-                    from transformers import AutoModelForCausalLM
-
                     started = time.perf_counter()
-                    model = AutoModelForCausalLM.from_pretrained(str(self.path))
-                    model.eval()
+                    model, _ = load_causal_lm(self.path)
+                    self._stops = stop_token_ids(model, tokenizer)
                     self._model = model
                     log.info("local model loaded from %s in %.2fs", self.path, time.perf_counter() - started)
         assert tokenizer is not None
@@ -102,14 +101,13 @@ class LocalChatModel:
         stop: list[str] | None = None,
         timeout_s: float | None = None,
     ) -> LocalGeneration:
-        import torch
+        from transformers import DynamicCache
 
         started = time.monotonic()
         model = self.load()
         tok = self.tokenizer
-        prompt = self.render(messages)
-        enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
-        n_prompt = int(enc["input_ids"].shape[1])  # (1, T)
+        ids = tok(self.render(messages), add_special_tokens=False)["input_ids"]
+        n_prompt = len(ids)
         max_tokens = max(1, int(max_tokens))
         if n_prompt + max_tokens > self.context_window:
             raise LocalModelError(
@@ -121,33 +119,25 @@ class LocalChatModel:
         if not self._gen_lock.acquire(timeout=-1 if wait is None else wait):
             raise LocalModelError("timed out waiting for the local model", status_code=408)
         try:
-            kwargs: dict[str, Any] = {
-                "max_new_tokens": max_tokens,
-                "pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-            }
-            if temperature and temperature > 0:
-                kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p))
-            else:
-                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            deadline = None
             if timeout_s is not None:
-                remaining = timeout_s - (time.monotonic() - started)
-                if remaining <= 0:
+                deadline = started + timeout_s
+                if time.monotonic() >= deadline:
                     raise LocalModelError("timed out before generation started", status_code=408)
-                kwargs["max_time"] = remaining
-            with torch.inference_mode():
-                out = model.generate(**enc, **kwargs)  # (1, T + new)
+            sampled = bool(temperature and temperature > 0)
+            (out,) = decode(model, DynamicCache(), [ids], start=0, max_new_tokens=max_tokens,
+                            stop_ids=self._stops, temperature=float(temperature) if sampled else 0.0,
+                            top_p=float(top_p) if sampled else 1.0, deadline=deadline)
         finally:
             self._gen_lock.release()
-        new_ids = out[0, n_prompt:]
-        n_new = int(new_ids.shape[0])
-        text = tok.decode(new_ids, skip_special_tokens=True)
-        ended_on_eos = n_new > 0 and int(new_ids[-1]) == tok.eos_token_id
-        finish = "stop" if ended_on_eos else "length"
+        text = tok.decode(out.tokens, skip_special_tokens=True)
+        finish = "stop" if out.stopped else "length"
         for s in stop or []:
             cut = text.find(s)
             if s and cut >= 0:
                 text, finish = text[:cut], "stop"
-        return LocalGeneration(text=text.strip(), prompt_tokens=n_prompt, completion_tokens=n_new, finish_reason=finish)
+        return LocalGeneration(text=text.strip(), prompt_tokens=n_prompt, completion_tokens=len(out.tokens),
+                               finish_reason=finish)
 
 
 _MODELS: dict[Path, LocalChatModel] = {}

@@ -15,9 +15,10 @@ import time
 
 import torch
 
-from app.inference.cartridge import PrefixKV, kv_bytes, prefix_cache, prefix_length, query_positions
+from app.inference.cartridge import kv_bytes
+from app.inference.kv import PrefixKV, prefix_cache, prefix_length, query_positions
+from app.kit.localmodel import DecodeTimes, decode
 from pipelines.cartridges.chat import conversation_ids, encode, stop_ids
-from pipelines.cartridges.decoding import generate
 
 from .corpus import Fact, PairQuestion
 
@@ -45,6 +46,11 @@ def kv_bytes_per_token(model) -> int:
 
 def rows_fitting(model, tokens_per_row: int, cap_bytes: int, max_rows: int) -> int:
     return max(1, min(max_rows, cap_bytes // (tokens_per_row * kv_bytes_per_token(model))))
+
+
+def generate(model, prefix: PrefixKV | None, prompts: list[list[int]], **kw):  # noqa: ANN003
+    """The project's decode loop after ``prefix`` (built into a fresh cache for the batch)."""
+    return decode(model, prefix_cache(prefix, len(prompts)), prompts, start=prefix_length(prefix), **kw)
 
 
 def answers(model, tokenizer, prefix: PrefixKV | None, questions: list[str], *, cap_bytes: int,
@@ -112,24 +118,26 @@ def mc_accuracy(model, tokenizer, prefix, facts: list[Fact], *, cap_bytes: int) 
         sel = [h for h, f in zip(hits, facts) if f.part == part]
         if sel:
             by_part[part] = sum(sel) / len(sel)
-    return {"accuracy": sum(hits) / len(hits), "by_part": by_part, "n": len(hits)}
+    gold_ll = scores.view(len(facts), k)[:, 0]  # mean log-prob per token of the true answer
+    return {"accuracy": sum(hits) / len(hits), "by_part": by_part, "n": len(hits),
+            "gold_ll": float(gold_ll.mean())}
 
 
 def ttft_ms(model, prefix, prompt: list[int], repeats: int) -> float:
     """Median time to first token at batch 1 (cache from prefix + prefill of ``prompt``)."""
     times = []
     for _ in range(repeats):
-        t: dict = {}
-        generate(model, prefix, [prompt], max_new_tokens=1, timings=t)
-        times.append(t["first_token_s"])
+        t, started = DecodeTimes(), time.perf_counter()
+        generate(model, prefix, [prompt], max_new_tokens=1, times=t)
+        times.append(t.first_token_at - started)
     return round(1000 * statistics.median(times), 1)
 
 
 def decode_tokens_per_s(model, prefix, prompt: list[int], batch: int, steps: int) -> float:
     """Tokens per second over ``steps`` batched decode steps (no early stop)."""
-    t: dict = {}
-    generate(model, prefix, [prompt] * batch, max_new_tokens=steps + 1, timings=t)
-    return round(batch * t["decode_steps"] / t["decode_s"], 2)
+    t = DecodeTimes()
+    generate(model, prefix, [prompt] * batch, max_new_tokens=steps + 1, times=t)
+    return round(batch * t.decode_steps / (t.finished_at - t.first_token_at), 2)
 
 
 def serving_figures(model, tokenizer, prefix, question: str, *, context_in_prompt: list[int] | None,

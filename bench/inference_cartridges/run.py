@@ -12,11 +12,12 @@ from pathlib import Path
 import torch
 
 from app.inference.cartridge import compose
-from app.inference.distill import DistillConfig, evaluate_loss, train
-from app.kit.localmodel import LOCAL_MODEL_ID
+from app.inference.context_distillation import DistillConfig, evaluate_loss, train
+from app.inference.kv import compute_kv
+from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
 from pipelines.cartridges.chat import context_ids, corpus_text, encode
-from pipelines.cartridges.job import initial_cartridge, load_local_model
-from pipelines.cartridges.selfstudy import SelfStudyConfig, context_prefix, load_examples, run_selfstudy
+from pipelines.cartridges.selfstudy import SelfStudyConfig, load_examples, run_selfstudy
+from pipelines.cartridges.trainer import initial_cartridge
 
 from . import evaluate as ev
 from .corpus import build_corpus, pair_questions, sample_questions
@@ -83,7 +84,7 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    model, tok = load_local_model(".memscale")
+    model, tok = load_causal_lm(local_model_dir(".memscale"))
     corpus = build_corpus()
     facts = sample_questions(corpus, plan.questions)
     pairs = pair_questions(corpus, plan.pairs)
@@ -124,8 +125,8 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
 
     # -- accuracy per condition ------------------------------------------------------------
     with torch.inference_mode():
-        header = context_prefix(model, context_ids(tok, ""))
-        full_prefix = context_prefix(model, full_ctx)
+        header = compute_kv(model, torch.tensor(context_ids(tok, "")))
+        full_prefix = compute_kv(model, torch.tensor(full_ctx))
         trained = {n: c.as_prefix_kv() for n, c in carts.items()}
         composed = compose([carts[f"partA_p{plan.compose_p}"], carts[f"partB_p{plan.compose_p}"]])
     conditions = {"no context": (header, 0), "in-context": (full_prefix, len(full_ctx))}

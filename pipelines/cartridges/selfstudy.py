@@ -27,9 +27,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from app.inference.distill import DistillExample
+from app.inference.context_distillation import DistillExample
+from app.inference.kv import compute_kv, prefix_cache, prefix_length
+from app.kit.localmodel import decode
 from pipelines.cartridges.chat import CHATML, conversation_ids, encode, stop_ids
-from pipelines.cartridges.decoding import generate
 
 # Short and concrete: a 135M model follows "write a quiz question about the text above" but
 # drifts on long meta-instructions (see docs/cartridges.md).
@@ -82,17 +83,6 @@ def chunk_tokens(ids: list[int], size: int) -> list[list[int]]:
     return chunks
 
 
-def context_prefix(model, ctx_ids: list[int]):
-    """KV of ``ctx_ids`` at positions 0..n-1 as a prefix list ((1, kv_heads, n, head_dim) x 2)."""
-    from transformers import DynamicCache
-
-    device = next(model.parameters()).device
-    cache = DynamicCache()
-    with torch.inference_mode():
-        model(torch.tensor([ctx_ids], device=device), cache=cache, use_cache=True)
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
 def _strip(ids: list[int], stops: set[int]) -> list[int]:
     return [t for t in ids if t not in stops]
 
@@ -103,19 +93,20 @@ def run_shard(model, tokenizer, chunk: list[int], n: int, config: SelfStudyConfi
     rng = random.Random(rng_seed)
     gen = torch.Generator().manual_seed(rng_seed)
     stops = stop_ids(tokenizer)
-    prefix = context_prefix(model, encode(tokenizer, CHATML.context_open) + chunk)
+    prefix = compute_kv(model, torch.tensor(encode(tokenizer, CHATML.context_open) + chunk))
+    P = prefix_length(prefix)
     kinds = [rng.choice(sorted(SEED_PROMPTS)) for _ in range(n)]
     seeds = [rng.choice(SEED_PROMPTS[k]) for k in kinds]
-    asks = generate(model, prefix, [conversation_ids(tokenizer, s)[0] for s in seeds],
-                    max_new_tokens=config.max_question_tokens, stop_ids=stops,
-                    temperature=config.question_temperature, generator=gen,
-                    pad_id=tokenizer.pad_token_id or 0)
+    asks = decode(model, prefix_cache(prefix, n), [conversation_ids(tokenizer, s)[0] for s in seeds],
+                  start=P, max_new_tokens=config.max_question_tokens, stop_ids=stops,
+                  temperature=config.question_temperature, generator=gen,
+                  pad_id=tokenizer.pad_token_id or 0)
     questions = [_strip(a.tokens, stops) or encode(tokenizer, s) for a, s in zip(asks, seeds)]
     heads = [conversation_ids(tokenizer, q)[0] for q in questions]
-    answers = generate(model, prefix, heads, max_new_tokens=config.max_answer_tokens,
-                       stop_ids=stops, temperature=config.answer_temperature,
-                       record_top_k=config.top_k, generator=gen,
-                       pad_id=tokenizer.pad_token_id or 0)
+    answers = decode(model, prefix_cache(prefix, n), heads, start=P,
+                     max_new_tokens=config.max_answer_tokens, stop_ids=stops,
+                     temperature=config.answer_temperature, record_top_k=config.top_k,
+                     generator=gen, pad_id=tokenizer.pad_token_id or 0)
     examples, records = [], []
     for kind, q, head, ans in zip(kinds, questions, heads, answers):
         conv = torch.tensor(head + ans.tokens, dtype=torch.long)
@@ -123,6 +114,33 @@ def run_shard(model, tokenizer, chunk: list[int], n: int, config: SelfStudyConfi
         records.append({"seed_type": kind, "question": tokenizer.decode(q),
                         "answer": tokenizer.decode(_strip(ans.tokens, stops))})
     return examples, records
+
+
+@torch.inference_mode()
+def recital_examples(model, tokenizer, corpus_ids: list[int], *, chunk: int = 512, piece: int = 64,
+                     cue_tokens: int = 8, top_k: int = 20) -> list[DistillExample]:
+    """Cue-and-quote conversations over every ``piece`` tokens of the corpus, no sampling.
+
+    The user asks for the passage that starts with its first ``cue_tokens`` tokens; the answer is
+    the passage itself; the teacher (its ``chunk`` in context) scores it in one forward pass.
+    Teacher-forced context distillation on the corpus text: cheap (no decoding) and it covers
+    every fact of the corpus, where model-written questions cover what the model noticed.
+    """
+    out = []
+    for ch in chunk_tokens(list(corpus_ids), chunk):
+        prefix = compute_kv(model, torch.tensor(encode(tokenizer, CHATML.context_open) + ch))
+        n_ctx = prefix_length(prefix)
+        for i in range(0, len(ch) - cue_tokens - 8, piece):
+            span = ch[i:i + piece]
+            cue = tokenizer.decode(span[:cue_tokens]).strip()
+            conv, start = conversation_ids(tokenizer, f"Quote the notes that start with: {cue}", span)
+            ids = torch.tensor(conv)
+            pos = torch.arange(n_ctx, n_ctx + len(conv))[None]
+            logits = model(ids[None], cache=prefix_cache(prefix), position_ids=pos, use_cache=True).logits[0]
+            lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)  # predicts conv[start:]
+            top_lp, top_id = lp.topk(top_k, -1)
+            out.append(DistillExample(ids, start, top_id.long(), top_lp))
+    return out
 
 
 def save_shard(path: Path, examples: list[DistillExample], meta: dict[str, str]) -> None:

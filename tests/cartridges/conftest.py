@@ -19,10 +19,10 @@ CORPUS = [
 
 @pytest.fixture(scope="session")
 def smol():
-    from pipelines.cartridges.job import load_local_model
+    from app.kit.localmodel import load_causal_lm, local_model_dir
 
     torch.manual_seed(0)
-    return load_local_model(REPO / ".memscale", threads=1)  # 1 thread: the 2 cores are shared; oversubscribed OpenMP is slower
+    return load_causal_lm(local_model_dir(REPO / ".memscale"), threads=1)  # 1 thread: the 2 cores are shared; oversubscribed OpenMP is slower
 
 
 @pytest.fixture(scope="session")

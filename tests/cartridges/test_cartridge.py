@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import DynamicCache
 
+from app.inference.kv import prefix_cache, query_positions
 from app.inference.cartridge import (
     FORMAT_VERSION,
     Cartridge,
@@ -16,8 +17,6 @@ from app.inference.cartridge import (
     CartridgeFormatError,
     compose,
     kv_bytes,
-    prefix_cache,
-    query_positions,
     read_metadata,
 )
 from pipelines.cartridges.chat import context_ids, conversation_ids, corpus_text

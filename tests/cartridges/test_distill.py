@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.inference.distill import (
+from app.inference.context_distillation import (
     DistillConfig,
     DistillExample,
     batch_indices,
@@ -14,7 +14,7 @@ from app.inference.distill import (
     train,
 )
 from pipelines.cartridges.chat import context_ids, conversation_ids, corpus_text
-from pipelines.cartridges.job import initial_cartridge
+from pipelines.cartridges.trainer import initial_cartridge
 
 QA = [
     ("Who leads Project Falcon?", "Maria Chen leads Project Falcon."),
@@ -104,3 +104,25 @@ def test_batch_order_is_a_function_of_seed_and_step():
     assert sorted(seen[:5]) == list(range(5)) and sorted(seen[5:10]) == list(range(5))
     assert batch_indices(7, 5, 3, seed=1) == batch_indices(7, 5, 3, seed=1)
     assert batch_indices(0, 50, 10, seed=1) != batch_indices(0, 50, 10, seed=2)
+
+
+def test_relative_lr_moves_each_tensor_in_proportion_to_its_scale(model, tokenizer, examples):
+    """One Adam step moves an element by ~lr; with relative_lr, by ~lr x the tensor's RMS, so the
+    small layer-0 values (RMS ~0.04) move as little, relatively, as the large keys."""
+    from app.inference.context_distillation import param_groups
+
+    def relative_change(cfg):
+        cart = initial_cartridge(model, tokenizer, ["x"], 8, model_id="m", content_hashes=[], init="unrelated")
+        before = [p.detach().clone() for p in cart.parameters()]
+        train(model, cart, examples[:2], cfg, progress=False)
+        return [float((p.detach() - b)[:, 1:].norm() / b[:, 1:].norm()) for p, b in zip(cart.parameters(), before)]
+
+    cart = initial_cartridge(model, tokenizer, ["x"], 8, model_id="m", content_hashes=[], init="unrelated")
+    groups = param_groups(cart, DistillConfig(lr=1e-2, relative_lr=True))
+    rms = [float(g["params"][0].detach()[:, 1:].pow(2).mean().sqrt()) for g in groups]
+    assert [g["lr"] for g in groups] == pytest.approx([1e-2 * r for r in rms])
+    absolute = relative_change(DistillConfig(steps=1, batch_size=2, lr=1e-2))
+    relative = relative_change(DistillConfig(steps=1, batch_size=2, lr=1e-2, relative_lr=True))
+    # absolute: the relative change spans the tensors' scale range; relative: it is nearly flat
+    assert max(absolute) / min(absolute) > 10 * max(relative) / min(relative)
+    assert max(relative) < 0.02

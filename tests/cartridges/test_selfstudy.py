@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from app.inference.cartridge import Cartridge, read_metadata
-from app.inference.distill import DistillConfig
+from app.inference.context_distillation import DistillConfig
 from pipelines.cartridges.chat import CHATML, context_ids, conversation_ids, encode, stop_ids
-from pipelines.cartridges.decoding import generate
-from pipelines.cartridges.job import CartridgeJobConfig, train_cartridge
+from app.inference.kv import prefix_cache, prefix_length
+from app.kit.localmodel import decode
+from pipelines.cartridges.trainer import CartridgeJobConfig, train_cartridge
 from pipelines.cartridges.selfstudy import (
     SelfStudyConfig,
     SelfStudyMismatch,
@@ -37,11 +38,12 @@ def test_batched_generation_matches_one_by_one(corpus, model, tokenizer):
     cart = Cartridge.from_tokens(model, prefix_ids, len(prefix_ids), model_id="m")
     prompts = [conversation_ids(tokenizer, q)[0] for q in
                ("Who leads Project Falcon?", "Budget?", "Where does Project Falcon launch, and when?")]
-    batched = generate(model, cart.as_prefix_kv(), prompts, max_new_tokens=6,
-                       stop_ids=stop_ids(tokenizer), record_top_k=3)
+    pre, p = cart.as_prefix_kv(), cart.p
+    batched = decode(model, prefix_cache(pre, len(prompts)), prompts, start=prefix_length(pre), max_new_tokens=6,
+                     stop_ids=stop_ids(tokenizer), record_top_k=3)
     for prompt, got in zip(prompts, batched):
-        alone = generate(model, cart.as_prefix_kv(), [prompt], max_new_tokens=6,
-                         stop_ids=stop_ids(tokenizer), record_top_k=3)[0]
+        alone = decode(model, prefix_cache(pre), [prompt], start=p, max_new_tokens=6,
+                       stop_ids=stop_ids(tokenizer), record_top_k=3)[0]
         assert got.tokens == alone.tokens and len(got.tokens) >= 1
         torch.testing.assert_close(got.topk_logprobs, alone.topk_logprobs, atol=1e-4, rtol=1e-4)
 
@@ -100,3 +102,24 @@ def test_train_cartridge_job_writes_a_versioned_file_and_resumes(corpus, model, 
     assert more["losses"][:2] == stats["losses"] and len(more["losses"]) == 3
     with pytest.raises(ValueError, match="one content hash"):
         train_cartridge(corpus, ["only-one"], tmp_path, p=8, steps=1, model=model, tokenizer=tokenizer)
+
+
+def test_recital_examples_quote_the_corpus_with_the_teacher_scores(corpus, model, tokenizer):
+    from pipelines.cartridges.selfstudy import recital_examples
+
+    body = encode(tokenizer, corpus[0] + " " + corpus[1])
+    exs = recital_examples(model, tokenizer, body, chunk=64, piece=16)
+    assert len(exs) >= 3
+    spans = []
+    for ex in exs:
+        answer = ex.conv_ids[ex.answer_start:].tolist()
+        assert answer[-1] in stop_ids(tokenizer)  # the answer turn is closed
+        spans.append(answer[:-1])
+        assert ex.topk_ids.shape == (len(answer), 20)
+    joined = sum(spans, [])
+    assert all(tok in body for tok in joined) and spans[0] == body[:16]  # quotes of the corpus, in order
+    # the teacher, with the passage in context, mostly predicts the quoted token itself
+    hits = sum(int(ex.topk_ids[i, 0]) == int(ex.conv_ids[ex.answer_start + i])
+               for ex in exs for i in range(ex.topk_ids.shape[0] - 1))
+    total = sum(ex.topk_ids.shape[0] - 1 for ex in exs)
+    assert hits / total > 0.5

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.inference.blend import BlendConfig, build_context, n_recompute
+from app.inference.blend import BlendConfig, n_recompute, planned_recompute
 
 QUESTION = "Who discovered the comet with the green tail, and where does she work?"
 
 
-def _context_kv(engine, chunks, mode, ratio=0.15, prefix_kv=None):
-    ctx = build_context(engine, engine.system_ids, chunks, mode, BlendConfig(recompute_ratio=ratio), prefix_kv)
+def _context_kv(engine, chunks, mode, ratio=0.15, prefix_kv=None, selection="chunk_start"):
+    ctx = engine.build_context(chunks, mode, BlendConfig(recompute_ratio=ratio, selection=selection), prefix_kv)
     keys = torch.stack([layer.keys[0] for layer in ctx.cache.layers])  # (L, H, N, D)
     values = torch.stack([layer.values[0] for layer in ctx.cache.layers])
     return ctx, keys, values
@@ -62,11 +62,12 @@ def test_partial_recompute_sits_between_reuse_and_full(engine, chunks):
     """Recomputing the highest-deviation tokens moves the KV towards full prefill."""
     _, k_full, v_full = _context_kv(engine, chunks, "full")
     errors = {}
-    for mode, ratio in (("reuse", 0.0), ("blend", 0.15), ("blend", 0.5)):
-        ctx, k, v = _context_kv(engine, chunks, mode, ratio)
-        errors[(mode, ratio)] = ((k - k_full).pow(2).sum() + (v - v_full).pow(2).sum()).item()
-    assert errors[("reuse", 0.0)] > 0
-    assert errors[("blend", 0.5)] < errors[("blend", 0.15)] < errors[("reuse", 0.0)]
+    for selection in ("chunk_start", "deviation"):
+        for mode, ratio in (("reuse", 0.0), ("blend", 0.15), ("blend", 0.5)):
+            ctx, k, v = _context_kv(engine, chunks, mode, ratio, selection=selection)
+            errors[(mode, ratio)] = ((k - k_full).pow(2).sum() + (v - v_full).pow(2).sum()).item()
+        assert errors[("reuse", 0.0)] > 0
+        assert errors[("blend", 0.5)] < errors[("blend", 0.15)] < errors[("reuse", 0.0)], selection
 
 
 def test_recomputed_token_counts_per_mode(engine, chunks):
@@ -76,14 +77,21 @@ def test_recomputed_token_counts_per_mode(engine, chunks):
         ctx, *_ = _context_kv(engine, chunks, mode, ratio=0.15)
         assert ctx.n_tokens == engine.system_ids.numel() + sum(n)
         counts[mode] = ctx.recomputed_tokens
-    assert counts == {"full": sum(n), "prefix": sum(n[1:]), "reuse": 0, "blend": n_recompute(sum(n), 0.15)}
+    assert counts == {"full": sum(n), "prefix": sum(n[1:]), "reuse": 0,
+                      "blend": sum(n_recompute(t, 0.15) for t in n)}  # the default: EPIC, per chunk
+    assert counts["blend"] == planned_recompute(n, BlendConfig())
+    dev = _context_kv(engine, chunks, "blend", ratio=0.15, selection="deviation")[0].recomputed_tokens
+    assert dev == n_recompute(sum(n), 0.15) == planned_recompute(n, BlendConfig(selection="deviation"))
     assert n_recompute(100, 0.15) == 15 and n_recompute(7, 0.15) == 2 and n_recompute(10, 0.0) == 0
 
 
 def test_blend_ratio_zero_equals_reuse_after_the_check_layer(engine, chunks):
     _, k_reuse, _ = _context_kv(engine, chunks, "reuse")
-    _, k_zero, _ = _context_kv(engine, chunks, "blend", ratio=0.0)
-    cfg = BlendConfig()
+    _, k_zero, _ = _context_kv(engine, chunks, "blend", ratio=0.0, selection="deviation")
+    cfg = BlendConfig(selection="deviation")
+    # EPIC at ratio 0 recomputes nothing at all: it is reuse
+    _, k_epic0, _ = _context_kv(engine, chunks, "blend", ratio=0.0, selection="chunk_start")
+    torch.testing.assert_close(k_epic0, k_reuse)
     # layers after the check layer keep the re-rotated stored KV; up to it, everything is recomputed
     torch.testing.assert_close(k_zero[cfg.check_layer + 1:], k_reuse[cfg.check_layer + 1:])
     assert not torch.allclose(k_zero[cfg.check_layer], k_reuse[cfg.check_layer], atol=1e-3)
@@ -102,3 +110,48 @@ def test_blend_config_validation():
         BlendConfig(check_layer=0)
     with pytest.raises(ValueError):
         BlendConfig(recompute_ratio=1.5)
+
+
+@pytest.mark.parametrize("cfg", [
+    BlendConfig(recompute_ratio=1.0, selection="chunk_start"),
+    BlendConfig(recompute_ratio=1.0, per_chunk=True),
+    BlendConfig(recompute_ratio=1.0, check_layer=3, sink_tokens=2),
+])
+def test_every_selection_at_ratio_one_equals_full_prefill(engine, chunks, cfg):
+    full = engine.build_context(chunks, "full")
+    got = engine.build_context(chunks, "blend", cfg)
+    assert got.recomputed_tokens == sum(c.n_tokens for c in chunks)
+    for a, b in zip(got.cache.layers, full.cache.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-4, atol=1e-4)
+
+
+def test_selection_budgets(engine, chunks):
+    from app.inference.blend import chunk_starts, select_by_deviation
+
+    n = [c.n_tokens for c in chunks]
+    T = sum(n)
+    # EPIC: the first ceil(ratio * T_i) tokens of every chunk, and nothing else
+    idx = chunk_starts(chunks, 0.2).tolist()
+    bounds = [sum(n[:i]) for i in range(len(n))]
+    assert idx == [b + j for b, t in zip(bounds, n) for j in range(n_recompute(t, 0.2))]
+    assert engine.build_context(chunks, "blend", BlendConfig(recompute_ratio=0.2, selection="chunk_start")).recomputed_tokens == len(idx)
+    dev = torch.rand(T, generator=torch.Generator().manual_seed(0))
+    # per chunk: each chunk gets its own share
+    sel = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.2, per_chunk=True))
+    for b, t in zip(bounds, n):
+        assert int(((sel >= b) & (sel < b + t)).sum()) == n_recompute(t, 0.2)
+    # sink tokens are always in, within the global budget
+    sel = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.2, sink_tokens=2)).tolist()
+    assert all(b in sel and b + 1 in sel for b in bounds) and len(sel) == n_recompute(T, 0.2)
+    # adaptive: the fewest highest-deviation tokens that carry the mass, capped by the budget
+    peaked = torch.full((T,), 1e-6)
+    peaked[[3, 17]] = 1.0
+    sel = select_by_deviation(peaked, chunks, BlendConfig(recompute_ratio=0.5, adaptive_mass=0.9)).tolist()
+    assert sel == [3, 17]
+    capped = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.1, adaptive_mass=0.99))
+    assert capped.numel() == n_recompute(T, 0.1)
+    with pytest.raises(ValueError):
+        BlendConfig(selection="random")
+    with pytest.raises(ValueError):
+        BlendConfig(adaptive_mass=0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.inference.blend import n_recompute
+from app.inference.blend import BlendConfig, n_recompute, planned_recompute
 from app.inference.server import CartridgeNotFound, create_app
 from app.inference.store import content_hash
 
@@ -48,7 +48,8 @@ def test_chunks_then_generate_by_hash(client, store, texts, engine):
     assert body["text"].strip()
     n_chunk = sum(engine.chunk_ids(t).numel() for t in texts)
     assert body["prompt_tokens"] == engine.system_ids.numel() + n_chunk + engine.query_ids(QUESTION).numel()
-    assert body["recomputed_tokens"] == n_recompute(n_chunk, 0.15)
+    lengths = [engine.chunk_ids(t).numel() for t in texts]
+    assert body["recomputed_tokens"] == planned_recompute(lengths, BlendConfig()) == sum(n_recompute(t, 0.15) for t in lengths)
     t = body["timings"]
     assert 0 < t["ttft_s"] <= t["total_s"] and t["tokens_per_s"] > 0
 
@@ -141,14 +142,13 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
     """Without --cartridge-resolver the server reads <data dir>/cartridges/<id>/cartridge.safetensors,
     the layout train_cartridge writes, so a handoff's cartridge ids are servable as they are."""
     import uuid
-    from pathlib import Path
 
     from app.inference.cartridge import Cartridge, compose, directory_resolver_factory
     from pipelines.cartridges.chat import context_ids
 
     ids = context_ids(engine.tokenizer, "The observatory is on Mount Fell. It opens at dusk.")
     mine, alien = str(uuid.uuid4()), str(uuid.uuid4())
-    cart = Cartridge.from_tokens(engine.model, ids, 6, model_id=Path(engine.config.model_path).name)
+    cart = Cartridge.from_tokens(engine.model, ids, 6, model_id=engine.model_id)
     cart.save(tmp_path / mine / "cartridge.safetensors")
     Cartridge.from_tokens(engine.model, ids, 6, model_id="another-model").save(tmp_path / alien / "cartridge.safetensors")
     app = create_app(engine=engine, store=store, cartridge_resolver_factory=directory_resolver_factory(tmp_path),

@@ -22,11 +22,11 @@ def test_round_trip_through_disk(engine, tmp_path, texts):
     assert torch.equal(got.token_ids, direct.token_ids)
     assert torch.equal(got.kv, direct.kv)
     assert fresh.in_memory(h)  # a disk hit is promoted to RAM
-    path = tmp_path / engine.model_id / h[:2] / f"{h}.safetensors"
+    path = tmp_path / engine.kv_id / h[:2] / f"{h}.safetensors"
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
         assert set(f.keys()) == {"kv", "token_ids"}
-    assert meta["model_id"] == engine.model_id and meta["content_hash"] == h and meta["version"] == "1"
+    assert meta["kv_id"] == engine.kv_id and meta["content_hash"] == h and meta["version"] == "1"
 
 
 def test_precompute_is_ordered_and_idempotent(store, texts):

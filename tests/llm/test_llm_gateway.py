@@ -227,9 +227,10 @@ def test_local_model_loads_once_under_concurrent_first_calls(monkeypatch, tmp_pa
     def slow_load(path):
         loads.append(path)
         time.sleep(0.2)  # long enough for every thread to arrive while the first one loads
-        return FakeModel()
+        return FakeModel(), object()
 
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", staticmethod(slow_load))
+    monkeypatch.setattr("app.llm.local.load_causal_lm", slow_load)  # the project's one loader
+    monkeypatch.setattr("app.llm.local.stop_token_ids", lambda model, tok: set())
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", staticmethod(lambda path: object()))
     local = LocalChatModel(tmp_path)
     got = []

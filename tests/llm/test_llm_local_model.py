@@ -67,3 +67,22 @@ def test_extract_end_to_end_with_the_local_model(gateway):
     assert out, stats
     assert all(m.source_ids == ["ep-7f3a"] for m in out)
     assert any("dark mode" in m.text.lower() and m.kind == "preference" for m in out)
+
+
+def test_the_shared_decode_loop_is_greedy_generate(tmp_path):
+    """app.kit.localmodel.decode (engine, local LLM, self-study) == transformers' own greedy
+    generate on the same prompt: one decode loop for every user of a model."""
+    import torch
+    from transformers import DynamicCache
+
+    from app.kit.localmodel import decode, load_causal_lm, local_model_dir, stop_token_ids
+
+    model, tok = load_causal_lm(local_model_dir(DATA_DIR), threads=1)
+    ids = tok.apply_chat_template([{"role": "user", "content": "Name three colours."}], add_generation_prompt=True,
+                                  tokenize=True, return_dict=True)["input_ids"]
+    (ours,) = decode(model, DynamicCache(), [list(ids)], start=0, max_new_tokens=12,
+                     stop_ids=stop_token_ids(model, tok))
+    with torch.inference_mode():
+        ref = model.generate(torch.tensor([list(ids)]), max_new_tokens=12, do_sample=False, temperature=None,
+                             top_p=None, top_k=None, pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+    assert ours.tokens == ref and len(ref) >= 3

@@ -28,7 +28,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from app.inference.cartridge import Cartridge, PrefixKV, prefix_cache, query_positions
+from app.inference.cartridge import Cartridge
+from app.inference.kv import PrefixKV, prefix_cache, query_positions
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,12 @@ class DistillConfig:
     checkpoint_every: int = 50
     seed: int = 0
     time_budget_s: float | None = None  # stop early (and say so in the stats) past this
+    normalize_teacher: bool = False  # renormalise the teacher's top-k to sum to 1 (a KL over top-k)
+    # lr relative to each K/V tensor's initial RMS (per layer, per K and V). The KV scale varies
+    # ~40x across layers (SmolLM2: layer-0 values RMS ~0.04, last-layer values ~1.5, keys ~2);
+    # Adam moves every element by ~lr per step whatever its scale, so one absolute lr wipes the
+    # small tensors out in a few steps while barely moving the large ones.
+    relative_lr: bool = False
 
 
 def freeze(model: torch.nn.Module) -> None:
@@ -65,8 +72,12 @@ def freeze(model: torch.nn.Module) -> None:
         param.requires_grad_(False)
 
 
-def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample]) -> tuple[torch.Tensor, int]:
-    """Mean over answer tokens of ``-sum_k p_teacher(k) * log q_student(k)``; returns (loss, n)."""
+def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample],
+                 normalize_teacher: bool = False) -> tuple[torch.Tensor, int]:
+    """Mean over answer tokens of ``-sum_k p_teacher(k) * log q_student(k)``; returns (loss, n).
+
+    ``normalize_teacher``: p_teacher renormalised over its top-k (else the raw probabilities,
+    which weigh positions where the teacher is unsure less)."""
     device = prefix_kv[0][0].device
     B, T = len(batch), max(ex.conv_ids.numel() for ex in batch)
     ids = torch.zeros((B, T), dtype=torch.long, device=device)  # right-padded
@@ -87,7 +98,8 @@ def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample]) -> tup
     picked = hidden[torch.cat(rows), torch.cat(cols)]  # (N, hidden)
     logprobs = torch.log_softmax(model.get_output_embeddings()(picked).float(), dim=-1)
     student = logprobs.gather(-1, torch.cat(top_ids).to(device).long())  # (N, k)
-    teacher = torch.cat(top_lps).to(device).float().exp()  # (N, k)
+    teacher_lp = torch.cat(top_lps).to(device).float()  # (N, k)
+    teacher = torch.softmax(teacher_lp, -1) if normalize_teacher else teacher_lp.exp()
     loss = -(teacher * student).sum(-1).mean()
     return loss, picked.shape[0]
 
@@ -102,6 +114,18 @@ def evaluate_loss(model, prefix_kv: PrefixKV, examples: list[DistillExample],
         total += float(loss) * n
         count += n
     return total / max(count, 1)
+
+
+def param_groups(cartridge: Cartridge, config: DistillConfig) -> list[dict]:
+    """One Adam group per K/V tensor: lr, or lr x the tensor's RMS (sink excluded) when relative."""
+    groups = []
+    for param in cartridge.parameters():
+        lr = config.lr
+        if config.relative_lr:
+            body = param.detach()[:, cartridge.frozen_tokens:]
+            lr = config.lr * float(body.pow(2).mean().sqrt()) if body.numel() else config.lr
+        groups.append({"params": [param], "lr": lr})
+    return groups
 
 
 def batch_indices(step: int, n_examples: int, batch_size: int, seed: int) -> list[int]:
@@ -128,7 +152,7 @@ def train(
         raise ValueError("no distillation examples")
     freeze(model)
     cartridge.train()
-    optim = torch.optim.Adam(cartridge.parameters(), lr=config.lr)
+    optim = torch.optim.Adam(param_groups(cartridge, config), lr=config.lr)
     step, losses, elapsed = 0, [], 0.0
     ckpt = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir else None
     if ckpt is not None and ckpt.exists():
@@ -143,7 +167,7 @@ def train(
             stopped_early = True
             break
         batch = [examples[i] for i in batch_indices(step, len(examples), config.batch_size, config.seed)]
-        loss, n = distill_loss(model, cartridge.as_prefix_kv(), batch)
+        loss, n = distill_loss(model, cartridge.as_prefix_kv(), batch, config.normalize_teacher)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         optim.step()

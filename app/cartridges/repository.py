@@ -1,0 +1,53 @@
+"""Every statement of the cartridges domain.
+
+Training reads knowledge assets and their chunks: the assets a job trains on are named by the
+org's steward (or all active documents), and their text is the chunks in order, the same text
+whose content hashes the inference tier keys its chunk KV by.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.cartridges.models import CartridgeRecord
+from app.kit.access import visible_to
+from app.knowledge.models import Chunk, KnowledgeAsset
+
+
+def visible_active(db: Session, principal: Principal, limit: int) -> list[CartridgeRecord]:
+    """Newest first: the cartridges a caller may be handed (every trained-on asset visible)."""
+    return list(db.execute(select(CartridgeRecord).where(visible_to(principal, CartridgeRecord),
+                                                         CartridgeRecord.status == "active")
+                           .order_by(CartridgeRecord.created_at.desc()).limit(limit)).scalars())
+
+
+def mark_stale(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Active cartridges of the org trained on any of ``asset_ids`` become stale; their ids."""
+    return list(db.execute(update(CartridgeRecord).where(
+        CartridgeRecord.org_id == org_id, CartridgeRecord.status == "active",
+        CartridgeRecord.asset_ids.overlap(list(asset_ids))).values(status="stale")
+        .returning(CartridgeRecord.id)).scalars())
+
+
+def save(db: Session, record: CartridgeRecord) -> CartridgeRecord:
+    """Insert, or replace the record of a rerun job (the cartridge id is the job id)."""
+    return db.merge(record)
+
+
+def training_assets(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID] | None) -> list[KnowledgeAsset]:
+    """The named assets of the org (any status: the caller checks), else its active documents;
+    ordered by source URI so that a corpus is always concatenated in the same order."""
+    if asset_ids:
+        q = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(asset_ids))
+    else:
+        q = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.status == "active",
+                                         KnowledgeAsset.kind == "document")
+    return list(db.execute(q.order_by(KnowledgeAsset.source_uri)).scalars())
+
+
+def chunk_texts(db: Session, asset_id: uuid.UUID) -> list[str]:
+    return list(db.execute(select(Chunk.text).where(Chunk.asset_id == asset_id).order_by(Chunk.ord)).scalars())

@@ -1,0 +1,139 @@
+"""Benchmark: quality of CacheBlend token selections against full prefill, with statistical power.
+
+    .venv/bin/python -m bench.inference_quality --phase sweep   [--examples 20]
+    .venv/bin/python -m bench.inference_quality --phase confirm [--examples 200] [--shard 0/2]
+    .venv/bin/python -m bench.inference_quality --phase report
+    .venv/bin/python -m bench.inference_quality --quick          (2 examples, 3 configurations)
+
+Examples: ``data.py`` (wiki + LoCoMo, ~2k-token contexts, interleaved). Per example every
+configuration runs back to back on one loaded model (1 torch thread), in an order rotated per
+example, so machine load hits them alike; speed-ups are per-example TTFT ratios against the same
+example's full prefill (median). ``measure.py`` defines the metrics. Records are appended to a
+JSONL file as each example finishes (a killed run keeps what it measured; a rerun resumes).
+
+- ``sweep``: every selection variant over ratios 0.05-0.5 on the first examples -> the frontier;
+- ``confirm``: full and the candidates for the default on the next examples (held out from the
+  choice); ``report`` summarises both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from app.inference.blend import BlendConfig
+from app.inference.engine import Engine, EngineConfig, config_from_env
+from app.inference.store import ChunkStore, StoreConfig
+from bench.inference_quality import measure
+from bench.inference_quality.data import build
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # the frontier plot
+RATIOS = (0.05, 0.1, 0.15, 0.3)
+SWEEP_EXAMPLES = 20  # the sweep's examples; confirm runs on the next ones (held out from the choice)
+
+
+def configs(phase: str) -> dict[str, tuple[str, BlendConfig]]:
+    """label -> (engine mode, blend config); 'full' first (it is the reference of the others)."""
+    c: dict[str, tuple[str, BlendConfig]] = {"full": ("full", BlendConfig())}
+    if phase == "quick":
+        c["default"] = ("blend", BlendConfig())
+        return c
+    if phase == "confirm":  # the candidates for the default (chosen on the sweep's examples)
+        c["dev@L1 0.15"] = ("blend", BlendConfig(recompute_ratio=0.15, selection="deviation", check_layer=1))
+        c["epic 0.15"] = ("blend", BlendConfig(recompute_ratio=0.15, selection="chunk_start"))
+        return c
+    c["reuse"] = ("reuse", BlendConfig())
+    for r in RATIOS:
+        c[f"dev@L1 {r}"] = ("blend", BlendConfig(recompute_ratio=r, selection="deviation", check_layer=1))
+        c[f"epic {r}"] = ("blend", BlendConfig(recompute_ratio=r, selection="chunk_start"))
+    c["dev@L3 0.15"] = ("blend", BlendConfig(recompute_ratio=0.15, selection="deviation", check_layer=3))
+    c["dev/chunk@L1 0.15"] = ("blend", BlendConfig(recompute_ratio=0.15, selection="deviation", per_chunk=True))
+    c["dev+sink4@L1 0.15"] = ("blend", BlendConfig(recompute_ratio=0.15, selection="deviation", sink_tokens=4))
+    c["adaptive@L1 0.7"] = ("blend", BlendConfig(recompute_ratio=0.5, selection="deviation", adaptive_mass=0.7))
+    return c
+
+
+def measure_examples(engine: Engine, examples, cfgs: dict, out: Path, max_new: int) -> None:
+    labels = list(cfgs)
+    with tempfile_dir() as tmp, out.open("a") as f:
+        # chunks stay stored across examples (LoCoMo questions share sessions), LRU-bounded
+        store = ChunkStore(engine, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30))
+        for i, ex in enumerate(examples):
+            t_ex = time.perf_counter()
+            hashes = store.precompute(ex.chunks)
+            q_ids = engine.query_ids(ex.question)
+            ans_ids = engine.encode(ex.gold)
+            runs = {}
+            full = measure.run(engine, store, hashes, q_ids, ans_ids, "full", BlendConfig(), None, ex.gold, max_new)
+            ref = full.pop("logprobs")
+            runs["full"] = full
+            others = labels[1:]
+            k = i % len(others)
+            for label in others[k:] + others[:k]:  # rotate who runs first
+                mode, cfg = cfgs[label]
+                r = measure.run(engine, store, hashes, q_ids, ans_ids, mode, cfg, ref, ex.gold, max_new)
+                r.pop("logprobs")
+                runs[label] = r
+            rec = {"id": ex.id, "corpus": ex.corpus, "question": ex.question, "gold": ex.gold,
+                   "n_chunks": len(ex.chunks), "chunk_tokens": sum(store.get(h).n_tokens for h in hashes),
+                   "answer_tokens": int(ans_ids.numel()), "loadavg": os.getloadavg()[0], "runs": runs}
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            print(f"[{i + 1}/{len(examples)}] {ex.id} {rec['chunk_tokens']} tok, full {full['ttft_s']:.1f}s, "
+                  f"{time.perf_counter() - t_ex:.0f}s for {len(runs)} runs, load {rec['loadavg']:.1f}", flush=True)
+
+
+def tempfile_dir():
+    import tempfile
+
+    return tempfile.TemporaryDirectory(prefix="quality-bench-")
+
+
+def load(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    ap = argparse.ArgumentParser(prog="python -m bench.inference_quality")
+    ap.add_argument("--phase", choices=("sweep", "confirm", "report"), default="confirm")
+    ap.add_argument("--quick", action="store_true", help="2 examples, full/reuse/default (a smoke run)")
+    ap.add_argument("--examples", type=int, default=None, help="sweep: 20, confirm: 200")
+    ap.add_argument("--shard", default="0/1", help="confirm: run shard i of n (i/n) of the examples, e.g. 0/2 and 1/2 "
+                    "in two processes")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-new", type=int, default=16, help="greedy answer length for F1 (the sweep: none)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    from bench.inference_quality import report
+
+    phase = "quick" if args.quick else args.phase
+    if phase == "report":
+        return report.write(args.out, DOCS)
+    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200}[phase]
+    i, k = (int(x) for x in args.shard.split("/"))
+    # the sweep takes the first examples; confirm the next n, held out from the choice of default
+    first = SWEEP_EXAMPLES if phase == "confirm" else 0
+    examples = build(first + n, seed=args.seed)[first:][i::k]
+    out = args.out / (f"inference_quality_{phase}.jsonl" if k == 1 else f"inference_quality_{phase}.{i}of{k}.jsonl")
+    args.out.mkdir(parents=True, exist_ok=True)
+    if phase == "quick" and out.exists():
+        out.unlink()
+    done = len(load(out))
+    engine = Engine.load(EngineConfig(model_path=config_from_env().model_path, threads=args.threads))
+    torch.manual_seed(0)
+    print(f"{phase}: {len(examples) - done} examples to run ({done} already in {out})", flush=True)
+    measure_examples(engine, examples[done:], configs(phase), out, 0 if phase == "sweep" else args.max_new)
+    if phase == "quick":
+        return report.summary(load(out), list(configs("quick")))
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Tables and the frontier plot from the benchmark's JSONL records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.inference_quality import measure
+
+
+def load_all(out: Path, phase: str) -> list[dict]:
+    recs = []
+    for path in sorted(out.glob(f"inference_quality_{phase}*.jsonl")):
+        recs += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return recs
+
+
+def labels_of(records: list[dict]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in records:
+        for k in r["runs"]:
+            seen.setdefault(k, None)
+    return list(seen)
+
+
+def summary(records: list[dict], labels: list[str] | None = None) -> dict:
+    labels = labels or labels_of(records)
+    by_corpus = {c: measure.summarise([r for r in records if r["corpus"] == c], labels)
+                 for c in sorted({r["corpus"] for r in records})}
+    return {"all": measure.summarise(records, labels), "by_corpus": by_corpus, "examples": len(records)}
+
+
+def _fmt(ci: dict, digits: int = 3) -> str:
+    return f"{ci['mean']:+.{digits}f} ± {ci['ci95']:.{digits}f}"
+
+
+def table(s: dict) -> str:
+    has_f1 = any("f1" in m for m in s.values())
+    head = "| configuration | n | TTFT median | × full | recomputed | LL | ΔLL vs full (95% CI) | KL | "
+    head += "F1 | ΔF1 vs full (95% CI) | = full's text |" if has_f1 else ""
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for label, m in s.items():
+        row = (f"| {label} | {m['n']} | {m['ttft_median_s']:.2f} s | {m['speedup_median']:.2f} | "
+               f"{m['recomputed_share']:.2f} | {m['ll']['mean']:.3f} | {_fmt(m['delta_ll'])} | "
+               f"{m['kl']['mean']:.3f} ± {m['kl']['ci95']:.3f} |")
+        if has_f1:
+            row += (f" {m['f1']['mean']:.3f} | {_fmt(m['delta_f1'])} | {m['same_text']:.2f} |"
+                    if "f1" in m else " | | |")
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def plot(s: dict, path: Path, confirm: dict | None = None) -> Path | None:
+    """TTFT speed-up vs KL and vs ΔLL, one line per selection variant (ratios as points); the
+    held-out confirmation's configurations as stars with their 95% intervals."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    groups: dict[str, list[tuple[float, float, float, str]]] = {}
+    for label, m in s.items():
+        if label == "full":
+            continue
+        name = label.rsplit(" ", 1)[0] if label[-1].isdigit() else label
+        groups.setdefault(name, []).append((m["speedup_median"], m["kl"]["mean"], m["delta_ll"]["mean"], label))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for name, pts in sorted(groups.items()):
+        pts.sort()
+        xs = [p[0] for p in pts]
+        style = "o-" if len(pts) > 1 else "s"
+        axes[0].plot(xs, [p[1] for p in pts], style, label=name)
+        axes[1].plot(xs, [p[2] for p in pts], style, label=name)
+        for p in pts:
+            axes[0].annotate(p[3].rsplit(" ", 1)[-1], (p[0], p[1]), fontsize=7, xytext=(3, 3),
+                             textcoords="offset points")
+    for label, m in (confirm or {}).items():
+        if label == "full":
+            continue
+        x = m["speedup_median"]
+        axes[0].errorbar([x], [m["kl"]["mean"]], yerr=[[min(m["kl"]["ci95"], m["kl"]["mean"] * 0.99)],
+                         [m["kl"]["ci95"]]], fmt="*", ms=12, capsize=3, label=f"{label} (confirm, n={m['n']})")
+        axes[1].errorbar([x], [m["delta_ll"]["mean"]], yerr=[m["delta_ll"]["ci95"]], fmt="*", ms=12, capsize=3,
+                         label=f"{label} (confirm, n={m['n']})")
+    axes[0].set_ylabel("KL(full ‖ mode), mean over answer tokens")
+    axes[0].set_yscale("log")
+    axes[1].set_ylabel("ΔLL of the gold answer vs full (nats/token)")
+    axes[1].axhline(0, color="grey", lw=0.8)
+    for ax in axes:
+        ax.set_xlabel("TTFT speed-up vs full prefill (median of per-example ratios)")
+        ax.axvline(3, color="grey", lw=0.8, ls=":")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("CacheBlend token selection: speed vs fidelity (SmolLM2-135M, CPU, ~2k-token contexts)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(out: Path, docs: Path | None = None) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    result = {}
+    for phase in ("sweep", "confirm"):
+        recs = load_all(out, phase)
+        if not recs:
+            continue
+        s = summary(recs)
+        result[phase] = s
+        print(f"\n## {phase}: {len(recs)} examples\n")
+        print(table(s["all"]))
+        for corpus, sc in s["by_corpus"].items():
+            print(f"\n### {corpus}\n")
+            print(table(sc))
+    if "sweep" in result:
+        png = plot(result["sweep"]["all"], (docs or out) / "inference_quality_frontier.png",
+                   result.get("confirm", {}).get("all"))
+        if png:
+            print(f"\nplot: {png}")
+    (out / "inference_quality.json").write_text(json.dumps(result, indent=1))
+    return result
