@@ -16,9 +16,6 @@ SQL_CALLS = {"select", "insert", "update", "delete", "text"}
 # Files that may build SQL besides every `repository*.py`: the engine/session plumbing (it binds the
 # RLS settings) and migrations (alembic, outside app/).
 SQL_ALLOWED = {"app/kit/db.py"}
-# Owned by the inference branch (issue 16 part 4), which moves their SQL into
-# app/cartridges/repository.py: moved by the inference branch; drop these lines once it is merged.
-SQL_ALLOWED_PENDING = {"app/cartridges/service.py", "pipelines/cartridges/service_job.py"}
 
 
 def _sources(*tops: str) -> list[Path]:
@@ -61,7 +58,7 @@ def _imports(tree: ast.Module) -> list[tuple[int, str]]:
 
 
 def _sql_allowed(rel: str) -> bool:
-    return Path(rel).name.startswith("repository") or rel in SQL_ALLOWED or rel in SQL_ALLOWED_PENDING
+    return Path(rel).name.startswith("repository") or rel in SQL_ALLOWED
 
 
 def sql_in(p: Path, rel: str) -> list[str]:
@@ -124,7 +121,7 @@ def violations_in(rel: str, tree: ast.Module, domains: set[str]) -> list[str]:
         layer = _layer(mod)
         if rel.startswith("app/") and (mod == "pipelines" or mod.startswith("pipelines.")):
             bad.append(f"{where} (the app never imports pipelines)")
-        if rel.startswith("pipelines/") and rel not in SQL_ALLOWED_PENDING and layer and layer[0] in domains \
+        if rel.startswith("pipelines/") and layer and layer[0] in domains \
                 and (layer[1] == "models" or layer[1].startswith("repository")):
             bad.append(f"{where} (pipelines call domain services, never models or repositories)")
         if rel.startswith("app/kit/") and rel not in KIT_WIRING and layer and layer[0] in domains:
@@ -180,8 +177,6 @@ def test_the_import_rules_catch_what_they_name():
 # app/kit/registry.py); context builds on search and has no statements of its own.
 NO_MODELS = {"search", "context"}
 NO_REPOSITORY = {"context"}
-# moved by the inference branch: it adds app/cartridges/repository.py (issue 16 part 4).
-PENDING = {("cartridges", "repository.py")}
 
 
 @pytest.mark.parametrize("domain", sorted(_domains()))
@@ -191,7 +186,7 @@ def test_every_domain_has_the_same_files(domain):
     have = {p.name for p in (ROOT / "app" / domain).glob("*.py")}
     want = {"service.py"} | ({"repository.py"} if domain not in NO_REPOSITORY else set()) | \
         ({"models.py"} if domain not in NO_MODELS else set())
-    assert sorted(f for f in want - have if (domain, f) not in PENDING) == []
+    assert sorted(want - have) == []
 
 
 def test_no_module_over_400_lines():

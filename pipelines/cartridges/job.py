@@ -7,11 +7,15 @@ the cartridges service's (``app.cartridges.service``); the training is ``trainer
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from app.cartridges import service as cartridges
-from app.jobs.models import Job
 from app.jobs.params import TrainCartridgeParams
 from app.jobs.runner import JobContext
-from pipelines.owner import job_owner
+from app.orgs.service import job_owner
+
+if TYPE_CHECKING:
+    from app.jobs.models import Job
 
 
 def run(ctx: JobContext, job: Job) -> dict:
