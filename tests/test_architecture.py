@@ -193,3 +193,40 @@ def test_no_module_over_400_lines():
     """God modules start small: a module of app/ or pipelines/ that passes 400 lines gets split."""
     long = {_rel(p): n for p in _sources("app", "pipelines") if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
+
+
+def _routes_without_response_model(source: str) -> list[str]:
+    """`@router.<verb>(...)` decorators that name no response_model (204s and HTML/redirects,
+    which have no JSON body, name a status_code=204 or a response_class instead)."""
+    bad = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for d in fn.decorator_list:
+            if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and isinstance(d.func.value, ast.Name)
+                    and d.func.value.id == "router" and d.func.attr in ("get", "post", "put", "patch", "delete")):
+                continue
+            kw = {k.arg: k.value for k in d.keywords}
+            no_body = isinstance(kw.get("status_code"), ast.Constant) and kw["status_code"].value == 204
+            if "response_model" not in kw and "response_class" not in kw and not no_body and not _redirects(fn):
+                bad.append(fn.name)
+    return bad
+
+
+def _redirects(fn: ast.FunctionDef) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "RedirectResponse"
+               for n in ast.walk(fn))
+
+
+def test_every_endpoint_has_a_response_model():
+    """Clients and schemathesis read the OpenAPI schema: an endpoint returning a bare dict
+    publishes no response shape (issue 16)."""
+    bad = {_rel(p): names for p in (ROOT / "app").rglob("endpoints.py")
+           if (names := _routes_without_response_model(p.read_text()))}
+    assert bad == {}
+
+
+def test_the_response_model_check_catches_a_bare_dict():
+    planted = '@router.get("/x")\ndef x() -> dict:\n    return {"a": 1}\n'
+    assert _routes_without_response_model(planted) == ["x"]
+    assert _routes_without_response_model(planted.replace('"/x"', '"/x", response_model=X')) == []

@@ -9,18 +9,19 @@ from fastapi import APIRouter, Query
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.knowledge import navigation
+from app.knowledge.schemas import NodeOut, TreeOut
 
 router = APIRouter(prefix="/v1/knowledge", tags=["knowledge"], responses=COMMON_ERRORS)
 
 
-@router.get("/tree")
+@router.get("/tree", response_model=TreeOut, response_model_exclude_unset=True)
 def tree(db: SessionDep, path: str | None = Query(default=None, max_length=2000, pattern=r"^[^\x00-\x1f]*$"),
-         principal=require("knowledge", "read")) -> dict:
+         principal=require("knowledge", "read")):
     """`{node, children: [{id, kind, name, path, summary?}]}`; the root without `path`."""
     return navigation.tree(db, principal, path)
 
 
-@router.get("/nodes/{node_id}")
-def node(node_id: uuid.UUID, db: SessionDep, principal=require("knowledge", "read")) -> dict:
+@router.get("/nodes/{node_id}", response_model=NodeOut, response_model_exclude_unset=True)
+def node(node_id: uuid.UUID, db: SessionDep, principal=require("knowledge", "read")):
     """`{id, kind, name, path, text, children, links}`: glossary terms, joins, derived memories, lineage."""
     return navigation.node(db, principal, node_id)
