@@ -32,7 +32,7 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
         conds.append(m.quality.is_distinct_from("quarantined"))
     if f.kinds:
         if type_ == "chunk":
-            conds.append(m.asset_id.in_(select(KnowledgeAsset.id).where(KnowledgeAsset.kind.in_(f.kinds))))
+            conds.append(m.asset_id.in_(_assets_of_kind(f.kinds)))
         else:
             conds.append(m.kind.in_(f.kinds))
     if f.labels:
@@ -49,13 +49,18 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
     return conds + _instructed(principal, type_, f, m)
 
 
+def _assets_of_kind(kinds: list[str]):  # noqa: ANN202
+    """Ids of knowledge assets of these kinds: a chunk's kind is its asset's (document, table_schema, glossary)."""
+    return select(KnowledgeAsset.id).where(KnowledgeAsset.kind.in_(kinds))
+
+
 def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list:  # noqa: ANN001
     """The filters an instruction can set (issue 17). Each is ANDed with `visible_to` above, so
     none can widen what the caller sees: at most they leave fewer rows."""
     conds = []
     if f.exclude_kinds:
         if type_ == "chunk":
-            conds.append(m.asset_id.not_in(select(KnowledgeAsset.id).where(KnowledgeAsset.kind.in_(f.exclude_kinds))))
+            conds.append(m.asset_id.not_in(_assets_of_kind(f.exclude_kinds)))
         else:
             conds.append(m.kind.not_in(f.exclude_kinds))
     if f.exclude_labels:
@@ -67,7 +72,7 @@ def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list: 
     if f.groups:
         conds.append(m.groups.overlap(literal(list(f.groups), ARRAY(TEXT))))
     if f.asset_kinds:  # knowledge only: memories and episodes are not assets
-        conds.append(m.asset_id.in_(select(KnowledgeAsset.id).where(KnowledgeAsset.kind.in_(f.asset_kinds)))
+        conds.append(m.asset_id.in_(_assets_of_kind(f.asset_kinds))
                      if type_ == "chunk" else literal(False))
     if f.status and type_ != "memory" and "active" not in f.status:
         conds.append(literal(False))  # only memories have versions
