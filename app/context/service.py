@@ -19,10 +19,7 @@ INSTRUCTION_KINDS = ("rule", "procedure")
 
 def instructed(instruction: str | None, query: str, *, settings=None, resources=None):  # noqa: ANN001, ANN201
     """(query, filters, Interpreted | None) for a context request's `instruction` (issue 17)."""
-    from app.search.instruction import apply
-
-    use_llm = bool(instruction and settings is not None and settings.instruction_llm and resources is not None)
-    return apply(instruction, query, SearchFilters(), gateway=resources.gateway if use_llm else None, use_llm=use_llm)
+    return search.read_instruction(instruction, query, SearchFilters(), settings=settings, resources=resources)
 
 
 def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *, k: int, ef_search: int,  # noqa: ANN001

@@ -180,15 +180,21 @@ def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_se
     return results, rid
 
 
-def with_instruction(body, *, settings=None, resources=None):  # noqa: ANN001, ANN201
-    """(body with the rewritten query and the instruction's filters merged in, Interpreted);
-    the body unchanged and None without an instruction. The LLM reads it only when
-    `settings.instruction_llm` is on (the gateway is not touched otherwise: it loads a model)."""
+def read_instruction(instruction: str | None, query: str, filters: SearchFilters, *, settings=None,  # noqa: ANN001, ANN201
+                     resources=None):  # noqa: ANN001
+    """(query, filters, Interpreted | None) for a request's `instruction`; the LLM reads it only
+    when `settings.instruction_llm` is on (the gateway is not touched otherwise: it loads a model)."""
     from app.search.instruction import apply
 
+    use_llm = bool(instruction and settings is not None and settings.instruction_llm and resources is not None)
+    return apply(instruction, query, filters, gateway=resources.gateway if use_llm else None, use_llm=use_llm)
+
+
+def with_instruction(body, *, settings=None, resources=None):  # noqa: ANN001, ANN201
+    """(body with the rewritten query and the instruction's filters merged in, Interpreted);
+    the body unchanged and None without an instruction."""
     if not body.instruction:
         return body, None
-    use_llm = bool(settings is not None and settings.instruction_llm and resources is not None)
-    query, filters, interpreted = apply(body.instruction, body.query, body.filters,
-                                        gateway=resources.gateway if use_llm else None, use_llm=use_llm)
+    query, filters, interpreted = read_instruction(body.instruction, body.query, body.filters,
+                                                   settings=settings, resources=resources)
     return body.model_copy(update={"query": query, "filters": filters, "instruction": None}), interpreted
