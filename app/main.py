@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     app.add_middleware(LsnHeaderMiddleware)
     setup_tracing(app, settings.otel_exporter)
 
+    from app.branches.endpoints import router as branches
     from app.episodes.endpoints import router as episodes
     from app.jobs.endpoints import router as jobs
     from app.knowledge.endpoints import router as knowledge
@@ -77,7 +78,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui, knowledge):
+    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui, knowledge, branches):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

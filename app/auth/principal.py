@@ -6,7 +6,10 @@ import hashlib
 import hmac
 import secrets
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from app.kit.view import MAIN, View
 
 KEY_PREFIX = "msk_"
 
@@ -19,9 +22,19 @@ class Principal:
     roles: tuple[str, ...]
     groups: tuple[str, ...]
     clearances: tuple[str, ...]
+    # Which state of the org's memory this principal reads and writes (main now, unless a request
+    # names a branch with Memscale-Branch or asks `as_of`): app/kit/view.py.
+    view: View = MAIN
 
     def has_role(self, *roles: str) -> bool:
         return any(r in self.roles for r in roles)
+
+    def at(self, as_of: datetime | None) -> "Principal":
+        """The same principal reading the state as recorded at `as_of` (None: unchanged)."""
+        return self if as_of is None else replace(self, view=self.view.at(as_of))
+
+    def in_view(self, view: View) -> "Principal":
+        return replace(self, view=view)
 
 
 def new_key() -> tuple[uuid.UUID, str, bytes, bytes]:

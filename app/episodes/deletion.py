@@ -15,22 +15,30 @@ caller: the job stats hold counts, the audit event ids only.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timezone
 
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.episodes import repository as episodes_repo
-from app.kit.db import every_scope
+from app.kit.db import every_scope, view_of
+from app.kit.repository_view import add_mask
 from app.memories import service as memories
 from app.orgs import idempotency
 
 
 def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, actor_id: uuid.UUID | None,
                    job_id: uuid.UUID | None) -> dict:
+    """In main the episode is erased everywhere (every branch's memories derived from it too). In
+    a branch (app/kit/view.py) only the branch changes: its own rows go, main's are masked."""
+    branch = view_of(db).branch_id
     with every_scope(db):
         roots = memories.roots_derived_from(db, org_id, "episode", [episode_id])
-        episodes_repo.hard_delete(db, episode_id)
-        replies = idempotency.forget_replies(db, org_id, [episode_id])
+        episodes_repo.hard_delete(db, episode_id, branch=branch)
+        if branch is not None:
+            add_mask(db, org_id=org_id, branch_id=branch, item_type="episodes", key=episode_id,
+                     at=datetime.now(timezone.utc))
+        replies = idempotency.forget_replies(db, org_id, [episode_id]) if branch is None else 0
         db.flush()
         removed, quarantined = memories.remove_or_quarantine(db, org_id, roots, removed_source=episode_id)
     stats = {"episodes_removed": 1, "memories_removed": len(removed), "memories_quarantined": len(quarantined),

@@ -7,7 +7,7 @@ from sqlalchemy import CheckConstraint, DateTime, Index, Text, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
+from app.kit.base import AccessMixin, Base, access_check, branch_col, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
 
 
 class Episode(AccessMixin, Base):
@@ -17,6 +17,8 @@ class Episode(AccessMixin, Base):
     __table_args__ = (
         access_check(),
         tenant_fk("owner_id", "users"),
+        tenant_fk("branch_id", "branches"),
+        Index("ix_episodes_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
         CheckConstraint("kind IN ('conversation','trajectory','feedback','note')", name="kind"),
         CheckConstraint("outcome IS NULL OR outcome IN ('success','failure','unknown')", name="outcome"),
         Index("ix_episodes_org_owner", "org_id", "owner_id"),
@@ -37,5 +39,6 @@ class Episode(AccessMixin, Base):
     created_at: Mapped[datetime] = created_at_col()
     # Set by distillation's judge: useful | skipped | quarantined (suspicious / injection-like).
     quality: Mapped[str | None] = mapped_column(Text)
+    branch_id: Mapped[uuid.UUID | None] = branch_col()
     embedding = embedding_col()
     tsv = tsv_col("to_tsvector('english', content)")

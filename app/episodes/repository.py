@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.access import visible_to
+from app.kit.db import view_of
+from app.kit.repository_view import in_view
 
 
 def get_visible(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode | None:
@@ -22,8 +24,10 @@ def add_all(db: Session, episodes: list[Episode]) -> None:
     db.flush()
 
 
-def hard_delete(db: Session, episode_id: uuid.UUID) -> None:
-    db.execute(delete(Episode).where(Episode.id == episode_id))
+def hard_delete(db: Session, episode_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> None:
+    """Remove the row (`branch`: only if that branch wrote it)."""
+    stmt = delete(Episode).where(Episode.id == episode_id)
+    db.execute(stmt if branch is None else stmt.where(Episode.branch_id == branch))
 
 
 def sessions_not_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID, ids: set[uuid.UUID]) -> list[uuid.UUID]:
@@ -47,9 +51,9 @@ def ids_before(db: Session, org_id: uuid.UUID, cutoff: datetime, limit: int) -> 
                            .limit(limit)).scalars())
 
 
-def _after(org_id: uuid.UUID, position: dict, before: datetime) -> list:
+def _after(db: Session, org_id: uuid.UUID, position: dict, before: datetime) -> list:
     """Episodes stored after a pipeline's watermark `position` ({at, id}) and before `before`."""
-    conds = [Episode.org_id == org_id, Episode.created_at < before]
+    conds = [Episode.org_id == org_id, Episode.created_at < before, in_view(view_of(db), Episode)]
     if position.get("at"):
         at, id_ = datetime.fromisoformat(position["at"]), uuid.UUID(position["id"])
         conds.append(tuple_(Episode.created_at, Episode.id) > tuple_(at, id_))
@@ -57,12 +61,12 @@ def _after(org_id: uuid.UUID, position: dict, before: datetime) -> list:
 
 
 def batch_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime, limit: int) -> list[Episode]:
-    return list(db.execute(select(Episode).where(*_after(org_id, position, before))
+    return list(db.execute(select(Episode).where(*_after(db, org_id, position, before))
                            .order_by(Episode.created_at, Episode.id).limit(limit)).scalars())
 
 
 def count_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime) -> int:
-    return db.execute(select(func.count()).select_from(Episode).where(*_after(org_id, position, before))).scalar_one()
+    return db.execute(select(func.count()).select_from(Episode).where(*_after(db, org_id, position, before))).scalar_one()
 
 
 def set_quality(db: Session, episode_id: uuid.UUID, quality: str) -> None:

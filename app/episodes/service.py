@@ -14,7 +14,9 @@ from app.episodes.models import Episode
 from app.episodes.schemas import EpisodeIn, EpisodeOut
 from app.kit.embedding import Embedder
 from app.kit.access import assert_may_modify, assert_may_share
+from app.kit.db import view_of
 from app.kit.errors import NotFound
+from app.lineage.service import add_edge
 
 
 def to_out(e: Episode) -> EpisodeOut:
@@ -48,7 +50,8 @@ def create_many(db: Session, embedder: Embedder, principal: Principal, items: li
         Episode(id=uuid.uuid4(), org_id=principal.org_id, owner_id=owner_id or principal.user_id, kind=i.kind,
                 content=i.content, messages=[m.model_dump(mode="json") for m in i.messages] if i.messages else None,
                 session_id=i.session_id, outcome=i.outcome, metadata_=i.metadata, occurred_at=i.occurred_at or now,
-                created_at=now, visibility=i.visibility, groups=i.groups, labels=i.labels, embedding=v)
+                created_at=now, visibility=i.visibility, groups=i.groups, labels=i.labels, embedding=v,
+                branch_id=view_of(db).branch_id)
         for i, v in zip(items, vectors)
     ]
     repo.add_all(db, rows)
@@ -74,6 +77,22 @@ def _session_uuid(session_id: str | None) -> uuid.UUID | None:
         return uuid.UUID(session_id) if session_id else None
     except ValueError:
         return None
+
+
+def promote(db: Session, principal: Principal, e: Episode, *, branch: str) -> Episode:
+    """A branch's episode copied into main (the transaction is bound to main): same content and
+    scope, a new id, `promoted_from` lineage to the branch's row."""
+    row = Episode(id=uuid.uuid4(), org_id=e.org_id, owner_id=e.owner_id, kind=e.kind, content=e.content,
+                  messages=e.messages, session_id=e.session_id, outcome=e.outcome,
+                  metadata_={**e.metadata_, "promoted_from": {"branch": branch, "id": str(e.id)}},
+                  occurred_at=e.occurred_at, created_at=datetime.now(timezone.utc), visibility=e.visibility,
+                  groups=list(e.groups), labels=list(e.labels), embedding=e.embedding, branch_id=view_of(db).branch_id)
+    repo.add_all(db, [row])
+    add_edge(db, org_id=e.org_id, from_type="episode", from_id=row.id, to_type="episode", to_id=e.id,
+             relation="promoted_from")
+    record(db, org_id=e.org_id, actor_id=principal.user_id, action="episode.promote", target_type="episode",
+           target_id=row.id, details={"branch": branch, "from": str(e.id)})
+    return row
 
 
 def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:

@@ -16,7 +16,8 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON_ERRORS)
 def create_job(body: JobIn, request: Request, db: SessionDep, principal=require("job", "write")):
     params = service.validate_params(principal, body.kind, body.params,
                                      sources=request.app.state.settings.bootstrap_sources)
-    job = service.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind=body.kind, params=params)
+    job = service.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind=body.kind, params=params,
+                         branch_id=principal.view.branch_id)
     return JobCreated(id=job.id)
 
 

@@ -7,7 +7,7 @@ from sqlalchemy import CheckConstraint, DateTime, Float, ForeignKey, Index, Inte
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, created_at_col, uuid_pk
+from app.kit.base import Base, TenantMixin, branch_col, created_at_col, tenant_fk, uuid_pk
 
 
 class Job(TenantMixin, Base):
@@ -17,6 +17,7 @@ class Job(TenantMixin, Base):
         Index("ix_jobs_org_status", "org_id", "status"),
         Index("ix_jobs_queue", "status", "created_at"),
         Index("ix_jobs_slot", "org_id", "kind", "schedule_slot", unique=True),
+        tenant_fk("branch_id", "branches"),
     )
     id: Mapped[uuid.UUID] = uuid_pk()
     kind: Mapped[str] = mapped_column(Text, nullable=False)
@@ -38,6 +39,8 @@ class Job(TenantMixin, Base):
     cursor: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default="{}")
     # For periodic jobs: one job per (org, kind, slot) even with many schedulers.
     schedule_slot: Mapped[str | None] = mapped_column(Text)
+    # The branch the job reads and writes in (NULL: main); dropping the branch drops its jobs.
+    branch_id: Mapped[uuid.UUID | None] = branch_col()
 
 
 class PipelineCursor(Base):

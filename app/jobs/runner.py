@@ -27,7 +27,9 @@ from app.config import Settings
 from app.jobs import repository as repo
 from app.jobs import service as jobs_service
 from app.jobs.models import Job
+from app.branches import service as branches
 from app.kit.db import bind_principal, transaction
+from app.kit.view import EVERY_BRANCH, MAIN, View
 
 log = logging.getLogger("memscale.jobs")
 
@@ -55,12 +57,14 @@ class JobContext:
     worker: str = ""
     on_progress: Callable[[float, dict], None] | None = None
     lease_s: int = 60
+    view: View = MAIN  # the branch the job runs in (run_job sets it from the job)
 
     @contextmanager
     def tx(self) -> Iterator[Session]:
-        """A transaction that sees every scope of this org (pipelines work across users)."""
+        """A transaction that sees every scope of this org (pipelines work across users), in the
+        job's branch (main unless the job was created in one)."""
         with transaction(self.sessions) as db:
-            bind_principal(db, None, org_id=self.org_id, all_scopes=True)
+            bind_principal(db, None, org_id=self.org_id, all_scopes=True, view=self.view)
             yield db
 
     def checkpoint(self, db: Session, *, progress: float, stats: dict, cursor: dict | None = None) -> None:
@@ -113,6 +117,8 @@ def run_job(ctx: JobContext) -> Job:
     with ctx.tx() as db:
         job = repo.get(db, ctx.job_id)
         kind = job.kind
+        # Retention deletes: it reaches every branch, as erasure does (app/kit/view.py).
+        ctx.view = EVERY_BRANCH if kind == "retention" else branches.view_by_id(db, ctx.org_id, job.branch_id)
         if job.attempts > MAX_ATTEMPTS:
             jobs_service.finish(db, job, stats=job.stats, error=f"gave up after {job.attempts - 1} attempts")
             return job

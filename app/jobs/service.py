@@ -12,16 +12,25 @@ from app.auth.principal import Principal
 from app.jobs import repository as repo
 from app.jobs.models import Job
 from app.jobs.params import PARAMS
+from app.kit.db import view_of
 from app.kit.errors import AppError, Forbidden, NotFound
 
 
+BRANCHABLE = ("distill", "consolidate")  # pipelines that can run in a branch (app/kit/view.py)
+
+
 def create(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, kind: str, params: dict,
-           status: str = "queued") -> Job:
-    job = Job(id=uuid.uuid4(), org_id=org_id, kind=kind, params=params, status=status, created_by=actor_id)
+           status: str = "queued", branch_id: uuid.UUID | None = None) -> Job:
+    """`branch_id`: the job reads and writes in that branch (None: main)."""
+    if branch_id is not None and kind not in BRANCHABLE:
+        raise AppError(f"{kind} jobs run in main only (in a branch: {', '.join(BRANCHABLE)})",
+                       code="not_in_a_branch", status_code=422)
+    job = Job(id=uuid.uuid4(), org_id=org_id, kind=kind, params=params, status=status, created_by=actor_id,
+              branch_id=branch_id)
     db.add(job)
     db.flush()
     record(db, org_id=org_id, actor_id=actor_id, action="job.create", target_type="job", target_id=job.id,
-           details={"kind": kind})
+           details={"kind": kind, **({"branch_id": str(branch_id)} if branch_id else {})})
     return job
 
 
@@ -74,8 +83,10 @@ def validate_params(principal: Principal, kind: str, params: dict, *, sources: d
 
 
 def lock_cursor(db: Session, org_id: uuid.UUID, pipeline: str):  # noqa: ANN201
-    """The org's watermark of a pipeline, locked to the commit (`.position` is read and written)."""
-    return repo.lock_cursor(db, org_id, pipeline)
+    """The org's watermark of a pipeline, locked to the commit (`.position` is read and written);
+    a branch keeps its own (it starts from the beginning of what it sees)."""
+    branch = view_of(db).branch_id
+    return repo.lock_cursor(db, org_id, pipeline if branch is None else f"{pipeline}@{branch}")
 
 
 def get_for_update(db: Session, job_id: uuid.UUID) -> Job:

@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.auth.principal import Principal
+from app.kit.repository_view import in_view
 
 
 def _text_array(values) -> ColumnElement:  # noqa: ANN001
@@ -27,12 +28,14 @@ def visible_to(principal: Principal, model) -> ColumnElement[bool]:  # noqa: ANN
     return and_(
         model.org_id == principal.org_id,
         or_(model.owner_id == principal.user_id, and_(shared, cleared)),
+        in_view(principal.view, model),  # main, a branch, or either as of an instant
     )
 
 
 def in_org(principal: Principal, model) -> ColumnElement[bool]:  # noqa: ANN001
-    """Org-only filter for tables without an item scope (jobs, lineage edges, audit)."""
-    return model.org_id == principal.org_id
+    """Org-only filter for tables without an item scope (jobs, lineage edges, audit); for the
+    branched ones (lineage edges, jobs), only the rows of the principal's view."""
+    return and_(model.org_id == principal.org_id, in_view(principal.view, model))
 
 
 def can_see(principal: Principal, *, org_id, owner_id, visibility: str, groups, labels) -> bool:

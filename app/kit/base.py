@@ -74,6 +74,12 @@ def access_check() -> CheckConstraint:
     return CheckConstraint("visibility IN ('private','group','org')", name="visibility")
 
 
+def branch_col() -> Mapped[uuid.UUID | None]:
+    """The branch a row was written in (NULL: main); see app/kit/view.py. Pair it with
+    `tenant_fk("branch_id", "branches")` so that dropping a branch drops its rows."""
+    return mapped_column(UUID(as_uuid=True), nullable=True)
+
+
 def embedding_col() -> Mapped[list[float] | None]:
     return mapped_column(Vector(EMBEDDING_DIM), nullable=True)
 

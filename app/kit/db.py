@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 if TYPE_CHECKING:
     from app.auth.principal import Principal
+    from app.kit.view import View
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
@@ -46,14 +47,22 @@ def make_sessionmaker(engine: Engine, *, audit_key: bytes | None = None) -> sess
     return sessionmaker(engine, expire_on_commit=False, autoflush=False, info={"audit_key": audit_key})
 
 
-def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, all_scopes: bool = False) -> None:
-    """Set the RLS context for the current transaction (transaction-local)."""
+def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, all_scopes: bool = False,
+                   view: "View | None" = None) -> None:
+    """Set the RLS context for the current transaction (transaction-local): who asks, and which
+    state of the org's memory it reads and writes (`view`, else the principal's, else main; kept
+    in `db.info["view"]` for the org-level reads of pipelines, app/kit/view.py)."""
+    from app.kit.view import MAIN
+
     org = str(principal.org_id if principal else org_id)
+    view = view or (principal.view if principal else None) or MAIN
+    db.info["view"] = view
     db.execute(
         text(
             "SELECT set_config('memscale.org_id', :org, true), set_config('memscale.user_id', :user, true),"
             " set_config('memscale.groups', :groups, true), set_config('memscale.clearances', :cl, true),"
-            " set_config('memscale.scope', :scope, true)"
+            " set_config('memscale.scope', :scope, true), set_config('memscale.branch', :branch, true),"
+            " set_config('memscale.branches', :branches, true)"
         ),
         {
             "org": org,
@@ -61,8 +70,17 @@ def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, a
             "groups": json.dumps(list(principal.groups) if principal else []),
             "cl": json.dumps(list(principal.clearances) if principal else []),
             "scope": "all" if all_scopes else "user",
+            "branch": "*" if view.every_branch else str(view.branch_id or ""),
+            "branches": json.dumps([str(b) for b in view.branch_ids()]),
         },
     )
+
+
+def view_of(db: Session) -> "View":
+    """The view bound to this session's transactions (main when none was bound)."""
+    from app.kit.view import MAIN
+
+    return db.info.get("view") or MAIN
 
 
 @contextmanager
@@ -104,14 +122,17 @@ def released(db: Session, principal: "Principal") -> Iterator[None]:
 def every_scope(db: Session) -> Iterator[None]:
     """Let the RLS backstop see every scope of the bound org inside the block, then restore the
     scope that was bound before (a caller already widened stays widened). For system work that
-    must reach rows the caller cannot see: a deletion cascade, an existence check. The code in the
-    block decides what it reads; it must never hand content it reached this way to the caller."""
-    prev = db.execute(text("SELECT coalesce(current_setting('memscale.scope', true), 'user')")).scalar_one()
-    db.execute(text("SELECT set_config('memscale.scope', 'all', true)"))
+    must reach rows the caller cannot see: a deletion cascade, an existence check. Every branch's
+    rows too (a deletion reaches every branch, app/kit/view.py). The code in the block decides
+    what it reads; it must never hand content it reached this way to the caller."""
+    prev, branch = db.execute(text("SELECT coalesce(current_setting('memscale.scope', true), 'user'),"
+                                   " coalesce(current_setting('memscale.branch', true), '')")).one()
+    db.execute(text("SELECT set_config('memscale.scope', 'all', true), set_config('memscale.branch', '*', true)"))
     try:
         yield
     finally:
-        db.execute(text("SELECT set_config('memscale.scope', :s, true)"), {"s": prev or "user"})
+        db.execute(text("SELECT set_config('memscale.scope', :s, true), set_config('memscale.branch', :b, true)"),
+                   {"s": prev or "user", "b": branch})
 
 
 # Existence checks over ids only (lineage placeholders): the same widening, named for its use.

@@ -9,9 +9,13 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.db import transaction
+from app.branches import service as branches
+from app.kit.db import bind_principal, transaction
 from app.kit.errors import Forbidden, RateLimited, Unauthorized
 from app.orgs.service import resolve_key
+
+
+BRANCH_HEADER = "memscale-branch"
 
 
 def get_db(request: Request) -> Iterator[Session]:
@@ -43,6 +47,9 @@ def get_principal(request: Request, db: SessionDep) -> Principal:
         if failures is not None:
             failures.check(client)
         raise Unauthorized("invalid or revoked key", code="invalid_key")
+    if branch := request.headers.get(BRANCH_HEADER):  # work in a branch of the org's memory (issue 18)
+        principal = principal.in_view(branches.view_named(db, principal.org_id, branch.strip()))
+        bind_principal(db, principal)
     request.state.principal = principal
     limiter = getattr(request.app.state, "rate_limiter", None)
     if limiter is not None:

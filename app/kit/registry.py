@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.audit import models as _audit  # noqa: F401
+from app.branches import models as _branches  # noqa: F401
 from app.cartridges import models as _cartridges  # noqa: F401
 from app.cartridges.models import CartridgeRecord
 from app.episodes import models as _episodes  # noqa: F401
@@ -25,6 +26,7 @@ from app.memories.models import Memory
 from app.orgs import models as _orgs  # noqa: F401
 from app.sessions import models as _sessions  # noqa: F401
 from app.kit import ratelimit_models as _ratelimit  # noqa: F401
+from app.kit import view_models as _view  # noqa: F401
 
 metadata = Base.metadata
 

@@ -7,7 +7,7 @@ from sqlalchemy import Index, Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, created_at_col, uuid_pk
+from app.kit.base import Base, TenantMixin, branch_col, created_at_col, tenant_fk, uuid_pk
 
 
 class LineageEdge(TenantMixin, Base):
@@ -17,6 +17,7 @@ class LineageEdge(TenantMixin, Base):
     __table_args__ = (
         Index("ix_lineage_from", "org_id", "from_type", "from_id"),
         Index("ix_lineage_to", "org_id", "to_type", "to_id"),
+        tenant_fk("branch_id", "branches"),
     )
     id: Mapped[uuid.UUID] = uuid_pk()
     from_type: Mapped[str] = mapped_column(Text, nullable=False)
@@ -26,6 +27,7 @@ class LineageEdge(TenantMixin, Base):
     relation: Mapped[str] = mapped_column(Text, nullable=False)
     job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     at: Mapped[datetime] = created_at_col()
+    branch_id: Mapped[uuid.UUID | None] = branch_col()
 
 
 class RetrievalEvent(TenantMixin, Base):

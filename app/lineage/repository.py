@@ -19,17 +19,22 @@ WITH RECURSIVE walk(t, i, depth) AS (
   UNION
   SELECT e.{far}_type, e.{far}_id, w.depth + 1 FROM walk w
   JOIN lineage_edges e ON e.org_id = :org AND e.{near}_type = w.t AND e.{near}_id = w.i
+    AND (CAST(:as_of AS timestamptz) IS NULL OR e.at <= CAST(:as_of AS timestamptz))
   WHERE w.depth < :depth)
 SELECT DISTINCT e.id, e.from_type, e.from_id, e.to_type, e.to_id, e.relation, e.job_id, e.at
 FROM walk w JOIN lineage_edges e ON e.org_id = :org AND e.{near}_type = w.t AND e.{near}_id = w.i
+  AND (CAST(:as_of AS timestamptz) IS NULL OR e.at <= CAST(:as_of AS timestamptz))
 WHERE w.depth < :depth"""
 WALK = {"up": _WALK.format(near="from", far="to"), "down": _WALK.format(near="to", far="from")}
 
 
-def edges(db: Session, org_id: uuid.UUID, type_: str, id_: uuid.UUID, direction: str, depth: int) -> list:
+def edges(db: Session, org_id: uuid.UUID, type_: str, id_: uuid.UUID, direction: str, depth: int,
+          as_of=None) -> list:  # noqa: ANN001
+    """Edges reachable from (type, id); `as_of`: only those recorded by then. Row-level security
+    keeps other branches' edges out (app/kit/view.py)."""
     out = []
     for d in (("up", "down") if direction == "both" else (direction,)):
-        out += db.execute(text(WALK[d]), {"t": type_, "i": id_, "org": org_id, "depth": depth}).all()
+        out += db.execute(text(WALK[d]), {"t": type_, "i": id_, "org": org_id, "depth": depth, "as_of": as_of}).all()
     return list({e.id: e for e in out}.values())
 
 

@@ -11,6 +11,7 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.kit.db import view_of
 from app.kit.errors import NotFound
 from app.kit.registry import ITEM_TYPES, text_of
 from app.lineage import repository as repo
@@ -20,13 +21,16 @@ from app.lineage.models import LineageEdge, RetrievalEvent
 def add_edge(db: Session, *, org_id: uuid.UUID, from_type: str, from_id: uuid.UUID, to_type: str,
              to_id: uuid.UUID, relation: str, job_id: uuid.UUID | None = None) -> None:
     db.add(LineageEdge(org_id=org_id, from_type=from_type, from_id=from_id, to_type=to_type, to_id=to_id,
-                       relation=relation, job_id=job_id))
+                       relation=relation, job_id=job_id, branch_id=view_of(db).branch_id))
 
 
 def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str, params: dict,
                      items: list[dict]) -> uuid.UUID:
     """What was handed out to whom: every read path that returns content records one (search,
     context, get, lineage, session context), so "who saw this item" is one query."""
+    view = principal.view
+    if not view.is_plain:  # which state shaped the answer: a branch, an instant
+        params = {**params, "branch": view.branch, "as_of": view.as_of.isoformat() if view.as_of else None}
     ev = RetrievalEvent(id=uuid.uuid4(), org_id=principal.org_id, actor_id=principal.user_id, kind=kind,
                         query=query, params=params, items=items)
     db.add(ev)
@@ -67,7 +71,7 @@ def _graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direct
     start_visible = repo.load_visible(db, principal, model, [id_])
     if not start_visible and not (auditor and repo.existing_ids(db, principal.org_id, model, [id_])):
         raise NotFound(f"{type_} not found")
-    es = repo.edges(db, principal.org_id, type_, id_, direction, depth)
+    es = repo.edges(db, principal.org_id, type_, id_, direction, depth, as_of=principal.view.as_of)
     wanted: dict[str, set] = {t: set() for t in ITEM_TYPES}
     wanted[type_].add(id_)
     for e in es:

@@ -7,7 +7,7 @@ from sqlalchemy import CheckConstraint, DateTime, Float, Index, Integer, Text, f
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, tenant_fk, embedding_col, tsv_col, uuid_pk
+from app.kit.base import AccessMixin, Base, access_check, branch_col, tenant_fk, embedding_col, tsv_col, uuid_pk
 
 MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint")
 MEMORY_STATUSES = ("active", "superseded", "quarantined", "deleted")
@@ -23,12 +23,17 @@ class Memory(AccessMixin, Base):
     __table_args__ = (
         access_check(),
         tenant_fk("owner_id", "users"),
+        tenant_fk("branch_id", "branches"),
         CheckConstraint("kind IN ('fact','rule','preference','procedure','schema_hint')", name="kind"),
         CheckConstraint("status IN ('active','superseded','quarantined','deleted')", name="status"),
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence"),
         Index("ix_memories_org_owner", "org_id", "owner_id"),
         Index("ix_memories_org_status", "org_id", "status"),
-        Index("ix_memories_root", "org_id", "root_id", "version", unique=True),
+        # One version n per root in main and in each branch (a branch's version n+1 of a main
+        # memory and main's own later n+1 are different rows).
+        Index("ix_memories_root", "org_id", "root_id", "version", "branch_id", unique=True,
+              postgresql_nulls_not_distinct=True),
+        Index("ix_memories_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
         Index("ix_memories_embedding_hnsw", "embedding", postgresql_using="hnsw",
               postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
         Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
@@ -46,5 +51,6 @@ class Memory(AccessMixin, Base):
     recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     superseded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_validated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    branch_id: Mapped[uuid.UUID | None] = branch_col()
     embedding = embedding_col()
     tsv = tsv_col("to_tsvector('english', text)")

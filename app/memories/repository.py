@@ -10,10 +10,19 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.access import visible_to
 from app.kit.registry import SOURCE_TYPES, model_of
+from app.kit.db import view_of
+from app.kit.repository_view import in_view, memory_state
 from app.lineage.models import LineageEdge
 from app.memories.models import Memory
 
 LIVE = ("active", "quarantined")  # the current version of a memory root is in one of these
+
+
+def _state(db: Session, statuses) -> list:  # noqa: ANN001
+    """Versions of `statuses` in the transaction's view (pipelines' org-level reads: main, or the
+    branch a job runs in, app/kit/view.py)."""
+    view = view_of(db)
+    return [in_view(view, Memory), memory_state(view, Memory, statuses)]
 
 
 def get_visible(db: Session, principal: Principal, memory_id: uuid.UUID, *, for_update: bool = False) -> Memory | None:
@@ -23,15 +32,25 @@ def get_visible(db: Session, principal: Principal, memory_id: uuid.UUID, *, for_
     return db.execute(stmt).scalar_one_or_none()
 
 
+def current_of_root(db: Session, principal: Principal, root_id: uuid.UUID,
+                    statuses: tuple[str, ...] = ("active",)) -> Memory | None:
+    """The principal's view of a root: its version of `statuses` (the newest), locked."""
+    return db.execute(select(Memory).where(Memory.root_id == root_id, visible_to(principal, Memory),
+                                           memory_state(principal.view, Memory, statuses))
+                      .order_by(Memory.version.desc()).limit(1).with_for_update()).scalar_one_or_none()
+
+
 def visible_sources(db: Session, principal: Principal, type_: str, ids: list[uuid.UUID]) -> list:
     model = model_of(type_)
     return list(db.execute(select(model).where(model.id.in_(ids), visible_to(principal, model))).scalars())
 
 
-def delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list[uuid.UUID]:
-    ids = list(db.execute(delete(Memory).where(Memory.org_id == org_id, Memory.root_id == root_id)
-                          .returning(Memory.id)).scalars())
-    return ids
+def delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> list[uuid.UUID]:
+    """Every version of a root (`branch`: only that branch's versions)."""
+    stmt = delete(Memory).where(Memory.org_id == org_id, Memory.root_id == root_id)
+    if branch is not None:
+        stmt = stmt.where(Memory.branch_id == branch)
+    return list(db.execute(stmt.returning(Memory.id)).scalars())
 
 
 DERIVING = ("distilled_from", "summarised_from")  # relations whose target is a memory's content source
@@ -94,19 +113,19 @@ def add(db: Session, m: Memory) -> None:
 
 def by_key(db: Session, org_id: uuid.UUID, key: str) -> Memory | None:
     """The current version of the memory a pipeline keeps under `provenance.key`, locked."""
-    return db.execute(select(Memory).where(Memory.org_id == org_id, Memory.status.in_(LIVE),
+    return db.execute(select(Memory).where(Memory.org_id == org_id, *_state(db, LIVE),
                                            Memory.provenance["key"].astext == key).with_for_update()).scalar_one_or_none()
 
 
 def active_if_still(db: Session, memory_id: uuid.UUID) -> Memory | None:
     """The memory, locked, if it is still active (another run may have superseded it)."""
-    return db.execute(select(Memory).where(Memory.id == memory_id, Memory.status == "active")
+    return db.execute(select(Memory).where(Memory.id == memory_id, *_state(db, ("active",)))
                       .with_for_update()).scalar_one_or_none()
 
 
 def live_memories(db: Session, org_id: uuid.UUID, *, kind: str | None = None) -> list[Memory]:
     """Every active or quarantined memory of the org (all scopes: jobs bind `all_scopes`), oldest first."""
-    stmt = select(Memory).where(Memory.org_id == org_id, Memory.status.in_(LIVE))
+    stmt = select(Memory).where(Memory.org_id == org_id, *_state(db, LIVE))
     if kind is not None:
         stmt = stmt.where(Memory.kind == kind)
     return list(db.execute(stmt.order_by(Memory.recorded_at)).scalars())
@@ -120,7 +139,7 @@ def nearest_active(db: Session, org_id: uuid.UUID, *, owner_id: uuid.UUID, visib
                       Memory.labels == sorted(labels))
     dist = Memory.embedding.cosine_distance(vec)
     same_text = Memory.text.ilike(text.strip())
-    row = db.execute(select(Memory, dist.label("d")).where(Memory.org_id == org_id, Memory.status == "active", same_scope)
+    row = db.execute(select(Memory, dist.label("d")).where(Memory.org_id == org_id, *_state(db, ("active",)), same_scope)
                      .order_by(same_text.desc(), dist + 0).limit(1).with_for_update()).first()
     return (row[0], float(row[1])) if row else None
 

@@ -18,6 +18,8 @@ from app.auth.principal import Principal
 from app.kit import scope as scopes
 from app.kit.embedding import Embedder
 from app.kit.access import assert_may_modify, assert_may_share
+from app.kit.db import view_of
+from app.kit.repository_view import add_mask
 from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
@@ -45,14 +47,15 @@ def _check_scope(requested: scopes.Scope, bound: scopes.Scope | None) -> None:
             "narrow it, or declassify explicitly")
 
 
-def _row(*, root_id: uuid.UUID | None, version: int, org_id: uuid.UUID, owner_id: uuid.UUID, text: str, kind: str,
-         confidence: float, provenance: dict, visibility: str, groups, labels, embedding,  # noqa: ANN001
+def _row(db: Session, *, root_id: uuid.UUID | None, version: int, org_id: uuid.UUID, owner_id: uuid.UUID, text: str,
+         kind: str, confidence: float, provenance: dict, visibility: str, groups, labels, embedding,  # noqa: ANN001
          valid_from: datetime, recorded_at: datetime, last_validated_at: datetime) -> Memory:
+    """A new version row, written in the transaction's branch (main: NULL)."""
     mid = uuid.uuid4()
     return Memory(id=mid, root_id=root_id or mid, version=version, org_id=org_id, owner_id=owner_id, text=text,
                   kind=kind, status="active", confidence=confidence, provenance=provenance, valid_from=valid_from,
                   recorded_at=recorded_at, last_validated_at=last_validated_at, visibility=visibility,
-                  groups=list(groups), labels=list(labels), embedding=embedding)
+                  groups=list(groups), labels=list(labels), embedding=embedding, branch_id=view_of(db).branch_id)
 
 
 def _link(db: Session, m: Memory, sources, relation: str, job_id: uuid.UUID | None) -> None:  # noqa: ANN001
@@ -65,7 +68,7 @@ def create_derived(db: Session, *, org_id: uuid.UUID, owner_id: uuid.UUID, text:
                    provenance: dict, scope: scopes.Scope, embedding, valid_from: datetime, now: datetime,  # noqa: ANN001
                    sources=(), relation: str = "distilled_from", job_id: uuid.UUID | None = None) -> Memory:  # noqa: ANN001
     """Version 1 of a memory, with a `relation` edge to each (type, id) source."""
-    m = _row(root_id=None, version=1, org_id=org_id, owner_id=owner_id, text=text, kind=kind, confidence=confidence,
+    m = _row(db, root_id=None, version=1, org_id=org_id, owner_id=owner_id, text=text, kind=kind, confidence=confidence,
              provenance=provenance, visibility=scope.visibility, groups=scope.groups, labels=scope.labels,
              embedding=embedding, valid_from=valid_from, recorded_at=now, last_validated_at=now)
     repo.add(db, m)
@@ -73,9 +76,14 @@ def create_derived(db: Session, *, org_id: uuid.UUID, owner_id: uuid.UUID, text:
     return m
 
 
-def supersede(old: Memory, now: datetime, *, close_validity: bool) -> None:
+def supersede(db: Session, old: Memory, now: datetime, *, close_validity: bool) -> None:
     """Retire a version: known to the system until `now`; with `close_validity`, also no longer
-    true in the world from `now` (its text was replaced or contradicted, not merely restated)."""
+    true in the world from `now` (its text was replaced or contradicted, not merely restated).
+    In a branch, a version of a layer below (main, a parent branch) is not touched: the branch
+    masks its root from `now` on (app/kit/view.py), and its own new version, if any, shows."""
+    if _below(db, old):
+        add_mask(db, org_id=old.org_id, branch_id=view_of(db).branch_id, item_type="memories", key=old.root_id, at=now)
+        return
     old.status, old.superseded_at = "superseded", now
     if close_validity:
         old.valid_to = now
@@ -91,9 +99,9 @@ def new_version(db: Session, old: Memory, *, now: datetime, provenance: dict, va
     """Version n+1 of `old` (fields not given are kept), which it supersedes; lineage `relation`
     from the new version to the old, and `source_relation` to each of `sources`."""
     values = {f: getattr(old, f) for f in _VERSIONED} | fields
-    new = _row(root_id=old.root_id, version=old.version + 1, org_id=old.org_id, provenance=provenance,
+    new = _row(db, root_id=old.root_id, version=old.version + 1, org_id=old.org_id, provenance=provenance,
                valid_from=valid_from, recorded_at=now, last_validated_at=last_validated_at, **values)
-    supersede(old, now, close_validity=close_validity)
+    supersede(db, old, now, close_validity=close_validity)
     db.flush()  # the old row leaves 'active' before the new one enters
     repo.add(db, new)
     _link(db, new, sources, source_relation, job_id)
@@ -181,13 +189,55 @@ def patch(db: Session, embedder: Embedder, principal: Principal, memory_id: uuid
 
 
 def delete(db: Session, principal: Principal, memory_id: uuid.UUID) -> None:
-    m = repo.get_visible(db, principal, memory_id, for_update=True)
+    _remove(db, principal, repo.get_visible(db, principal, memory_id, for_update=True))
+
+
+def _remove(db: Session, principal: Principal, m: Memory | None) -> None:
     if m is None:
         raise NotFound("memory not found")
     _may_modify(principal, m)
-    ids = repo.delete_root(db, m.org_id, m.root_id)
+    ids = _delete_root(db, m.org_id, m.root_id)
     record(db, org_id=m.org_id, actor_id=principal.user_id, action="memory.delete", target_type="memory",
-           target_id=memory_id, details={"versions_removed": [str(i) for i in ids]})
+           target_id=m.id, details={"versions_removed": [str(i) for i in ids]})
+
+
+def _delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list[uuid.UUID]:
+    """Every version of a memory in this transaction's branch (main: main's, and under
+    `every_scope` every branch's: erasure reaches them all). In a branch, the versions of the
+    layers below are masked, not touched (row-level security would refuse it anyway)."""
+    branch = view_of(db).branch_id
+    ids = repo.delete_root(db, org_id, root_id, branch=branch)
+    if branch is not None:
+        add_mask(db, org_id=org_id, branch_id=branch, item_type="memories", key=root_id,
+                 at=datetime.now(timezone.utc))
+    return ids
+
+
+def promote_version(db: Session, principal: Principal, row: Memory, *, branch: str, now: datetime) -> Memory:
+    """A branch's memory version applied to main (the transaction is bound to main): version n+1
+    of main's current version of its root, else a new memory; `promoted_from` lineage to it."""
+    old = repo.current_of_root(db, principal, row.root_id)
+    provenance = {**row.provenance, "promoted_from": {"branch": branch, "id": str(row.id)}}
+    fields = dict(owner_id=row.owner_id, text=row.text, kind=row.kind, confidence=row.confidence,
+                  embedding=row.embedding, provenance=provenance, valid_from=row.valid_from)
+    if old is not None:
+        _may_modify(principal, old)
+        new = new_version(db, old, now=now, last_validated_at=now, close_validity=True, visibility=row.visibility,
+                          groups=list(row.groups), labels=list(row.labels), **fields)
+        add_edge(db, org_id=row.org_id, from_type="memory", from_id=new.id, to_type="memory", to_id=row.id,
+                 relation="promoted_from")
+    else:
+        new = create_derived(db, org_id=row.org_id, scope=scopes.of(row), now=now, sources=[("memory", row.id)],
+                             relation="promoted_from", **fields)
+    record(db, org_id=row.org_id, actor_id=principal.user_id, action="memory.promote", target_type="memory",
+           target_id=new.id, details={"branch": branch, "from": str(row.id), "previous": str(old.id) if old else None})
+    return new
+
+
+def delete_root_of(db: Session, principal: Principal, root_id: uuid.UUID) -> None:
+    """DELETE of the memory whose root is `root_id`, as the principal sees it (404 if it cannot)."""
+    _remove(db, principal, repo.current_of_root(db, principal, root_id,
+                                                statuses=("active", "quarantined", "superseded")))
 
 
 def upsert_derived(db: Session, embedder: Embedder, *, org_id: uuid.UUID, owner_id: uuid.UUID, key: str, text: str,
@@ -199,7 +249,7 @@ def upsert_derived(db: Session, embedder: Embedder, *, org_id: uuid.UUID, owner_
     now = datetime.now(timezone.utc)
     old = repo.by_key(db, org_id, key)
     if old is not None and old.text == text and old.status == "active":
-        old.last_validated_at = now
+        _validated(db, old, now)
         return "unchanged", old
     provenance = {**provenance, "key": key, "job_id": str(job_id) if job_id else None}
     fields = dict(owner_id=owner_id, text=text, kind=kind, confidence=confidence, provenance=provenance, now=now,
@@ -253,8 +303,20 @@ def nearest_in_scope(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID, scope:
 def confirm(db: Session, m: Memory, *, sources, relation: str = "distilled_from",  # noqa: ANN001
             job_id: uuid.UUID | None = None) -> None:
     """New sources say what `m` already says: validated now, with lineage to them (no new version)."""
-    m.last_validated_at = datetime.now(timezone.utc)
+    _validated(db, m, datetime.now(timezone.utc))
     _link(db, m, sources, relation, job_id)
+
+
+def _below(db: Session, m: Memory) -> bool:
+    """Whether `m` is a row of a layer below the transaction's branch (main's row, read in a
+    branch): the branch may not change it (row-level security refuses), only mask it."""
+    branch = view_of(db).branch_id
+    return branch is not None and m.branch_id != branch
+
+
+def _validated(db: Session, m: Memory, now: datetime) -> None:
+    if not _below(db, m):  # a branch's confirmation of a base row lives in its lineage edges
+        m.last_validated_at = now
 
 
 def resolve(db: Session, *, org_id: uuid.UUID, winner_id: uuid.UUID, loser_id: uuid.UUID, relation: str,
@@ -265,7 +327,7 @@ def resolve(db: Session, *, org_id: uuid.UUID, winner_id: uuid.UUID, loser_id: u
     loser = repo.active_if_still(db, loser_id)
     if loser is None:
         return False
-    supersede(loser, now, close_validity=relation == "supersedes")
+    supersede(db, loser, now, close_validity=relation == "supersedes")
     add_edge(db, org_id=org_id, from_type="memory", from_id=winner_id, to_type="memory", to_id=loser_id,
              relation=relation, job_id=job_id)
     record(db, org_id=org_id, actor_id=None, action=f"memory.{'merge' if relation == 'merged_from' else 'supersede'}",
@@ -286,20 +348,25 @@ def without_live_sources(db: Session, org_id: uuid.UUID, memories: list[Memory],
 
 def prune(db: Session, m: Memory, *, reason: str, job_id: uuid.UUID | None) -> None:
     """Remove a memory (every version, content included) that has nothing left to stand on."""
-    repo.delete_root(db, m.org_id, m.root_id)
+    _delete_root(db, m.org_id, m.root_id)
     record(db, org_id=m.org_id, actor_id=None, action="memory.prune", target_type="memory", target_id=m.id,
            details={"reason": reason, "job_id": str(job_id)})
 
 
 def expire(db: Session, m: Memory, now: datetime, *, reason: str, job_id: uuid.UUID | None) -> None:
-    supersede(m, now, close_validity=True)
+    supersede(db, m, now, close_validity=True)
     record(db, org_id=m.org_id, actor_id=None, action="memory.expire", target_type="memory", target_id=m.id,
            details={"reason": reason, "job_id": str(job_id)})
 
 
 def quarantine(db: Session, m: Memory, *, reason: str, job_id: uuid.UUID | None) -> None:
-    """Hide a memory from every read path (e.g. a schema hint whose table changed) until restored."""
-    m.status = "quarantined"
+    """Hide a memory from every read path (e.g. a schema hint whose table changed) until restored.
+    In a branch, a base row is masked instead (hidden in the branch for good)."""
+    if _below(db, m):
+        add_mask(db, org_id=m.org_id, branch_id=view_of(db).branch_id, item_type="memories", key=m.root_id,
+                 at=datetime.now(timezone.utc))
+    else:
+        m.status = "quarantined"
     record(db, org_id=m.org_id, actor_id=None, action="memory.quarantine", target_type="memory", target_id=m.id,
            details={"reason": reason, "job_id": str(job_id)})
 
@@ -319,9 +386,10 @@ def remove_or_quarantine(db: Session, org_id: uuid.UUID, roots: list[uuid.UUID],
     alive = repo.live_source_counts(db, org_id, roots)
     removed: list[uuid.UUID] = []
     quarantined: list[uuid.UUID] = []
+    in_branch = view_of(db).branch_id is not None  # a branch removes (masks) what it cannot quarantine below it
     for root in roots:
-        if alive.get(root, 0) == 0:
-            removed += repo.delete_root(db, org_id, root)
+        if in_branch or alive.get(root, 0) == 0:
+            removed += _delete_root(db, org_id, root)
         else:
             quarantined += repo.quarantine_root(db, org_id, root, removed_source=removed_source)
     return removed, quarantined

@@ -20,6 +20,7 @@ from app.episodes import service as episodes
 from app.episodes.deletion import forget_episode
 from app.jobs import service as jobs
 from app.kit.db import bind_principal, transaction
+from app.kit.view import EVERY_BRANCH
 from app.kit.errors import NotFound
 from app.kit.tier import TierClient
 from app.knowledge import service as knowledge
@@ -33,7 +34,8 @@ from app.sessions import service as sessions
 def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id: uuid.UUID,
                 job_id: uuid.UUID | None) -> tuple[dict, list[str]]:
     """Delete everything the user owns; returns (stats, content hashes of the removed chunks)."""
-    bind_principal(db, None, org_id=org_id, all_scopes=True)  # an admin action over every scope
+    # An admin action over every scope and every branch: erasure reaches them all.
+    bind_principal(db, None, org_id=org_id, all_scopes=True, view=EVERY_BRANCH)
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "sessions_removed": 0,
              "assets_removed": 0, "retrievals_removed": 0, "keys_revoked": 0, "idempotency_replies_removed": 0}
     for eid in episodes.ids_owned_by(db, org_id, user_id):

@@ -15,6 +15,7 @@ router = APIRouter(prefix="/v1", tags=["search"], responses=COMMON_ERRORS)
 @router.post("/search", response_model=SearchOut)
 def search(body: SearchIn, request: Request, db: SessionDep, principal=require("search", "read")):
     st = request.app.state
+    principal = principal.at(body.as_of)
     with released(db, principal):  # no pooled connection held while the query is read and embedded
         body, interpreted = service.with_instruction(body, settings=st.settings, resources=st.resources)
         qvec = service.query_vector(st.embedder, body)

@@ -17,6 +17,7 @@ from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.access import visible_to
 from app.kit.registry import ITEM_TYPES
+from app.kit.repository_view import memory_state
 from app.knowledge.models import KnowledgeAsset
 from app.search.schemas import SearchFilters
 
@@ -26,8 +27,8 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
     spec = ITEM_TYPES[type_]
     m = model if model is not None else spec.model
     conds = [visible_to(principal, m)]
-    if type_ == "memory":
-        conds.append(m.status.in_(f.status or ["active"]))
+    if type_ == "memory":  # the versions current then, in an as-of or branch view
+        conds.append(memory_state(principal.view, m, f.status or ["active"]))
     if type_ == "episode":  # what distillation's judge flagged (injection-like) is never served as context
         conds.append(m.quality.is_distinct_from("quarantined"))
     if f.kinds:

@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
 from app.kit.schemas import IsoDateTime, NumberOnly, StrictModel, Tag
 
@@ -45,6 +45,8 @@ class SearchIn(StrictModel):
     mode: Literal["hybrid", "vector", "text"] = "hybrid"
     filters: SearchFilters = Field(default_factory=SearchFilters)
     instruction: str | None = Field(default=None, max_length=1000)
+    # The memory state as recorded at that instant (issue 18), under today's access rules.
+    as_of: AwareDatetime | None = None
 
 
 class SearchResult(BaseModel):

@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.kit.schemas import NumberOnly, StrictModel
 
@@ -63,6 +63,7 @@ class ContextIn(StrictModel):
     session_id: uuid.UUID | None = None
     budget_tokens: Annotated[int, Field(ge=64, le=128_000), NumberOnly] = 2000
     instruction: str | None = Field(default=None, max_length=1000)  # constraints in words (issue 17)
+    as_of: AwareDatetime | None = None  # the memory state as recorded then (issue 18); not with session_id
 
 
 class ContextItem(BaseModel):

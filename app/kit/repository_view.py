@@ -1,0 +1,89 @@
+"""The SQL of views (app/kit/view.py): which rows of a table a view holds, and which memory
+versions had which status in it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import and_, false, inspect, literal, or_, select, true
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.kit.view import Layer, View
+from app.kit.view_models import BranchMask
+
+VIEWED = ("memories", "episodes", "lineage_edges")  # the memory state; jobs carry a branch but are not state
+
+
+def _table(model) -> str:  # noqa: ANN001  (a mapped class or an alias of one)
+    return inspect(model).mapper.local_table.name
+
+
+def _key(model):  # noqa: ANN001, ANN202
+    """What a mask names: a memory's root (all its versions), any other item's id."""
+    return model.root_id if hasattr(model, "root_id") else model.id
+
+
+def _time(model) -> str | None:  # noqa: ANN001
+    for col in ("recorded_at", "created_at", "at"):
+        if hasattr(model, col):
+            return col
+    return None
+
+
+def _not_masked(model, layer: Layer) -> ColumnElement[bool]:  # noqa: ANN001
+    conds = [BranchMask.org_id == model.org_id, BranchMask.branch_id == layer.branch_id,
+             BranchMask.item_type == _table(model), BranchMask.key == _key(model)]
+    if layer.cutoff is not None:
+        conds.append(BranchMask.at <= layer.cutoff)
+    return ~select(literal(1)).where(*conds).correlate(model).exists()
+
+
+def _existed(model, cutoff: datetime | None) -> ColumnElement[bool]:  # noqa: ANN001
+    col = _time(model)
+    if cutoff is None or col is None:
+        return true()
+    return getattr(model, col) <= cutoff
+
+
+def in_view(view: View, model) -> ColumnElement[bool]:  # noqa: ANN001
+    """Rows of `model` that exist in `view` (every version of a memory that existed then: which
+    version was *current* is `memory_state`'s question). Tables without branches: all rows."""
+    if _table(model) not in VIEWED or view.every_branch:
+        return true()
+    if view.is_plain:
+        return model.branch_id.is_(None)
+    parts = []
+    for i, layer in enumerate(view.layers):
+        own = model.branch_id.is_(None) if layer.branch_id is None else model.branch_id == layer.branch_id
+        parts.append(and_(own, _existed(model, layer.cutoff), *[_not_masked(model, near) for near in view.layers[:i]]))
+    return or_(*parts)
+
+
+def memory_state(view: View, model, statuses) -> ColumnElement[bool]:  # noqa: ANN001
+    """Memory versions that had one of `statuses` in `view`. Now, a version's status column says
+    it; at a cutoff c, a version superseded after c was still active then (a version recorded
+    after c is already out by `in_view`). Quarantine and deletion are today's (see the module)."""
+    statuses = tuple(statuses)
+    if view.every_branch or all(l.cutoff is None for l in view.layers):
+        return model.status.in_(statuses)
+    parts = []
+    for layer in view.layers:
+        own = model.branch_id.is_(None) if layer.branch_id is None else model.branch_id == layer.branch_id
+        if layer.cutoff is None:
+            parts.append(and_(own, model.status.in_(statuses)))
+            continue
+        c = layer.cutoff
+        still = [s for s in statuses if s != "superseded"]
+        was_active = and_(model.status == "superseded", model.superseded_at > c) if "active" in statuses else false()
+        was_superseded = and_(model.status == "superseded", model.superseded_at <= c) \
+            if "superseded" in statuses else false()
+        parts.append(and_(own, or_(model.status.in_(still) if still else false(), was_active, was_superseded)))
+    return or_(*parts)
+
+
+def add_mask(db, *, org_id, branch_id, item_type: str, key, at: datetime) -> None:  # noqa: ANN001
+    """Hide item `key` of table `item_type` of every layer below `branch_id` from `at` on."""
+    from sqlalchemy.dialects.postgresql import insert
+
+    db.execute(insert(BranchMask).values(org_id=org_id, branch_id=branch_id, item_type=item_type, key=key, at=at)
+               .on_conflict_do_nothing())

@@ -1,0 +1,232 @@
+"""Branches and as-of reads of an org's memory (issue 18), through the API, on the real database."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from tests.helpers import count, ep
+
+TOKEN = "zebracrossing"  # every memory of these tests holds it, so a text search lists them all
+
+
+def _mem(client, who, words: str, *, branch: str | None = None, **kw) -> dict:  # noqa: ANN001
+    r = client.post("/v1/memories", json={"text": f"{TOKEN} {words}", "kind": "fact", **kw},
+                    headers=_h(who, branch))
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _h(who, branch: str | None = None) -> dict:  # noqa: ANN001
+    return {**who.h, **({"Memscale-Branch": branch} if branch else {})}
+
+
+def _texts(client, who, *, branch: str | None = None, as_of: str | None = None) -> set[str]:  # noqa: ANN001
+    body = {"query": TOKEN, "types": ["memory"], "mode": "text", "k": 100, **({"as_of": as_of} if as_of else {})}
+    r = client.post("/v1/search", json=body, headers=_h(who, branch))
+    assert r.status_code == 200, r.text
+    return {x["text"].removeprefix(f"{TOKEN} ") for x in r.json()["results"]}
+
+
+def _now() -> str:
+    time.sleep(0.01)  # instants on either side of a write differ
+    t = datetime.now(timezone.utc).isoformat()
+    time.sleep(0.01)
+    return t
+
+
+def _branch(client, who, name: str, **kw) -> dict:  # noqa: ANN001
+    r = client.post("/v1/branches", json={"name": name, **kw}, headers=who.h)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_as_of_reads_the_state_recorded_then(client, world):
+    org = world.org()
+    alice = world.user(org)
+    m1 = _mem(client, alice, "deploys on tuesday")
+    before_patch = _now()
+    r = client.patch(f"/v1/memories/{m1['id']}", json={"text": f"{TOKEN} deploys on thursday"}, headers=alice.h)
+    assert r.status_code == 200
+    v2 = r.json()
+    _mem(client, alice, "cache is warm")
+    assert _texts(client, alice) == {"deploys on thursday", "cache is warm"}
+    assert _texts(client, alice, as_of=before_patch) == {"deploys on tuesday"}
+    # GET by id: the version did not exist yet at that instant; the old one did.
+    assert client.get(f"/v1/memories/{v2['id']}", params={"as_of": before_patch}, headers=alice.h).status_code == 404
+    assert client.get(f"/v1/memories/{m1['id']}", params={"as_of": before_patch}, headers=alice.h).status_code == 200
+    # Context as of then serves the old text; with a session it is refused (a session has no past).
+    ctx = client.post("/v1/context", json={"query": f"{TOKEN} deploys", "as_of": before_patch}, headers=alice.h).json()
+    assert "tuesday" in ctx["text"] and "thursday" not in ctx["text"]
+    sid = client.post("/v1/sessions", json={}, headers=alice.h).json()["id"]
+    assert client.post("/v1/context", json={"query": "x", "as_of": before_patch, "session_id": sid},
+                       headers=alice.h).status_code == 422
+    # Lineage as of before the patch has no `supersedes` edge yet.
+    g = client.get(f"/v1/lineage/memory/{m1['id']}", params={"as_of": before_patch}, headers=alice.h).json()
+    assert not g["edges"]
+    assert client.get(f"/v1/lineage/memory/{m1['id']}", headers=alice.h).json()["edges"]
+
+
+def test_deletion_wins_over_history(client, world):
+    org = world.org()
+    alice = world.user(org)
+    m = _mem(client, alice, "secret plan")
+    then = _now()
+    assert client.delete(f"/v1/memories/{m['id']}", headers=alice.h).status_code == 204
+    assert _texts(client, alice, as_of=then) == set()
+
+
+def test_branch_isolation_both_ways(client, world, admin_engine):
+    org = world.org()
+    steward = world.user(org, roles=("steward",))
+    m_keep = _mem(client, steward, "keep me", visibility="org")
+    m_edit = _mem(client, steward, "old wording", visibility="org")
+    m_gone = _mem(client, steward, "delete me in the branch", visibility="org")
+    b = _branch(client, steward, "trial")
+    assert b["name"] == "trial" and b["from"] == "main"
+    # Writes in the branch: a new memory, a new version of a main memory, a deletion.
+    _mem(client, steward, "branch only", branch="trial", visibility="org")
+    r = client.patch(f"/v1/memories/{m_edit['id']}", json={"text": f"{TOKEN} new wording"},
+                     headers=_h(steward, "trial"))
+    assert r.status_code == 200, r.text
+    assert client.delete(f"/v1/memories/{m_gone['id']}", headers=_h(steward, "trial")).status_code == 204
+    # Main's write after the fork.
+    _mem(client, steward, "main after fork", visibility="org")
+    assert _texts(client, steward, branch="trial") == {"keep me", "new wording", "branch only"}
+    assert _texts(client, steward) == {"keep me", "old wording", "delete me in the branch", "main after fork"}
+    # Main's rows were not touched by the branch: versions and statuses as before.
+    assert client.get(f"/v1/memories/{m_edit['id']}", headers=steward.h).json()["status"] == "active"
+    assert client.get(f"/v1/memories/{m_gone['id']}", headers=steward.h).status_code == 200
+    # Row-level security refuses a branch transaction's change to a main row, whatever the code does.
+    with admin_engine.connect() as c:
+        c.execute(text("SET ROLE memscale_app"))
+        c.execute(text("SELECT set_config('memscale.org_id', :o, false), set_config('memscale.scope', 'all', false),"
+                       " set_config('memscale.branch', :b, false), set_config('memscale.branches', :bs, false)"),
+                  {"o": str(steward.org_id), "b": b["id"], "bs": f'["{b["id"]}"]'})
+        assert c.execute(text("DELETE FROM memories WHERE id = :i"), {"i": m_keep["id"]}).rowcount == 0
+        with pytest.raises(DBAPIError, match="row-level security"):
+            c.execute(text("UPDATE memories SET text = 'x' WHERE id = :i"), {"i": m_keep["id"]})
+        c.rollback()
+    # Diff names the three changes; promote applies the new wording to main as a new version.
+    changes = client.get("/v1/branches/trial/diff", headers=steward.h).json()["changes"]
+    assert sorted(c["change"] for c in changes) == ["created", "deleted", "new_version"]
+    new_version = next(c for c in changes if c["change"] == "new_version")
+    r = client.post("/v1/branches/trial/promote", json={"ids": [new_version["id"]]}, headers=steward.h)
+    assert r.status_code == 200, r.text
+    main_id = r.json()["promoted"][0]["main_id"]
+    assert _texts(client, steward) == {"keep me", "new wording", "delete me in the branch", "main after fork"}
+    promoted = client.get(f"/v1/memories/{main_id}", headers=steward.h).json()
+    assert promoted["root_id"] == m_edit["root_id"] and promoted["version"] == 2
+    assert promoted["provenance"]["promoted_from"] == {"branch": "trial", "id": new_version["id"]}
+    with admin_engine.connect() as c:  # lineage to the branch item (shown to auditors as a placeholder)
+        assert c.execute(text("SELECT relation FROM lineage_edges WHERE from_id = :m AND to_id = :b"),
+                         {"m": main_id, "b": new_version["id"]}).scalar() == "promoted_from"
+    assert client.post("/v1/branches/trial/promote", json={"ids": [str(uuid.uuid4())]},
+                       headers=steward.h).status_code == 404
+    # Drop: the branch's rows go, main stays.
+    with admin_engine.connect() as c:
+        in_branch = c.execute(text("SELECT count(*) FROM memories WHERE branch_id = :b"), {"b": b["id"]}).scalar()
+    assert in_branch == 2
+    main_rows = count(admin_engine, "memories", steward.org_id) - in_branch
+    assert client.delete("/v1/branches/trial", headers=steward.h).status_code == 204
+    assert count(admin_engine, "memories", steward.org_id) == main_rows
+    assert client.post("/v1/search", json={"query": TOKEN}, headers=_h(steward, "trial")).status_code == 404
+
+
+def test_branch_api_rules(client, world):
+    org = world.org()
+    steward = world.user(org, roles=("steward",))
+    member = world.user(org)
+    assert client.post("/v1/branches", json={"name": "x"}, headers=member.h).status_code == 403
+    _branch(client, steward, "a")
+    assert client.post("/v1/branches", json={"name": "a"}, headers=steward.h).status_code == 409
+    assert client.post("/v1/branches", json={"name": "main"}, headers=steward.h).status_code == 409
+    assert client.post("/v1/branches", json={"name": "b", "from": "nope"}, headers=steward.h).status_code == 404
+    assert client.post("/v1/branches", json={"name": "Bad Name"}, headers=steward.h).status_code == 422
+    assert client.post("/v1/branches", json={"name": "c", "at": "2999-01-01T00:00:00Z"},
+                       headers=steward.h).status_code == 422
+    assert client.post("/v1/search", json={"query": "x"}, headers=_h(member, "nope")).status_code == 404
+    assert [b["name"] for b in client.get("/v1/branches", headers=member.h).json()["branches"]] == ["a"]
+    # A branch of a branch, and the parent cannot be dropped under it.
+    _branch(client, steward, "a2", **{"from": "a"})
+    assert client.delete("/v1/branches/a", headers=steward.h).status_code == 409
+    # Bootstrap runs in main only (knowledge assets are not branched yet).
+    r = client.post("/v1/jobs", json={"kind": "retention"}, headers=_h(steward, "a"))
+    assert r.status_code == 422 and r.json()["error"]["code"] == "not_in_a_branch"
+
+
+def test_branch_of_a_branch_and_fork_in_the_past(client, world):
+    org = world.org()
+    steward = world.user(org, roles=("steward",))
+    _mem(client, steward, "first")
+    t1 = _now()
+    _mem(client, steward, "second")
+    _branch(client, steward, "past", at=t1)
+    assert _texts(client, steward, branch="past") == {"first"}
+    _mem(client, steward, "in past", branch="past")
+    _branch(client, steward, "child", **{"from": "past"})
+    _mem(client, steward, "in past later", branch="past")
+    _mem(client, steward, "in child", branch="child")
+    assert _texts(client, steward, branch="child") == {"first", "in past", "in child"}
+    assert _texts(client, steward, branch="past") == {"first", "in past", "in past later"}
+    assert _texts(client, steward) == {"first", "second"}
+
+
+def test_branches_leak_nothing_across_users_and_orgs(client, world):
+    org, other_org = world.org(), world.org()
+    steward = world.user(org, roles=("steward",))
+    alice = world.user(org)
+    outsider = world.user(other_org, roles=("steward",))
+    _mem(client, alice, "alice private")
+    _branch(client, steward, "s")
+    _mem(client, alice, "alice private in branch", branch="s")
+    assert _texts(client, steward, branch="s") == set()
+    assert _texts(client, alice, branch="s") == {"alice private", "alice private in branch"}
+    # The steward's diff lists none of alice's private changes; the other org cannot name the branch.
+    assert client.get("/v1/branches/s/diff", headers=steward.h).json()["changes"] == []
+    assert client.get("/v1/branches/s/diff", headers=outsider.h).status_code == 404
+    assert client.post("/v1/search", json={"query": TOKEN}, headers=_h(outsider, "s")).status_code == 404
+
+
+def test_erasure_reaches_every_branch(client, world, admin_engine):
+    org = world.org()
+    admin = world.user(org, roles=("admin",))
+    bob = world.user(org)
+    _branch(client, admin, "lab")
+    r = client.post("/v1/episodes", json=ep(f"{TOKEN} bob's branch trace"), headers=_h(bob, "lab"))
+    assert r.status_code == 201
+    _mem(client, bob, "bob in branch", branch="lab")
+    with admin_engine.connect() as c:
+        before = c.execute(text("SELECT count(*) FROM episodes WHERE owner_id = :u AND branch_id IS NOT NULL"),
+                           {"u": bob.user_id}).scalar()
+    assert before == 1
+    assert client.delete(f"/v1/users/{bob.user_id}/data", headers=admin.h).status_code == 202
+    with admin_engine.connect() as c:
+        for t in ("episodes", "memories"):
+            assert c.execute(text(f"SELECT count(*) FROM {t} WHERE owner_id = :u"), {"u": bob.user_id}).scalar() == 0
+
+
+def test_a_job_runs_in_its_branch(client, world, settings, app, embedder):
+    from app.jobs.runner import JobContext, Resources, run_job
+
+    org = world.org()
+    steward = world.user(org, roles=("steward",))
+    _mem(client, steward, "the build cache lives in the eu bucket", visibility="org")
+    _mem(client, steward, "the build cache lives in the eu bucket", visibility="org")
+    _branch(client, steward, "consolidate-trial")
+    r = client.post("/v1/jobs", json={"kind": "consolidate"}, headers=_h(steward, "consolidate-trial"))
+    assert r.status_code == 202
+    ctx = JobContext(settings=settings, sessions=app.state.sessions, org_id=steward.org_id, job_id=r.json()["id"],
+                     resources=Resources(settings, _embedder=embedder))
+    job = run_job(ctx)
+    assert job.status == "succeeded", job.error
+    assert job.stats["merged"] == 1
+    # The duplicate is gone in the branch only.
+    search = {"query": TOKEN, "types": ["memory"], "mode": "text", "k": 10}
+    assert len(client.post("/v1/search", json=search, headers=_h(steward, "consolidate-trial")).json()["results"]) == 1
+    assert len(client.post("/v1/search", json=search, headers=steward.h).json()["results"]) == 2
