@@ -25,10 +25,11 @@ def _fail(msg: str) -> None:  # noqa: D103
 
 class _LazyGroup(click.Group):
     """`memscale inference ...` loads the torch tier only when asked (the API never imports it);
-    `memscale bench ...` loads the benchmarks only when asked."""
+    `memscale bench ...` loads the benchmarks only when asked; `memscale branch ...` lives with
+    its domain (app/branches/cli.py)."""
 
     def list_commands(self, ctx):  # noqa: ANN001
-        return sorted(set(super().list_commands(ctx)) | {"inference", "bench"})
+        return sorted(set(super().list_commands(ctx)) | {"inference", "bench", "branch"})
 
     def get_command(self, ctx, name):  # noqa: ANN001
         if name == "inference":
@@ -39,6 +40,10 @@ class _LazyGroup(click.Group):
             from app.bench_cli import bench
 
             return bench
+        if name == "branch":
+            from app.branches.cli import branch
+
+            return branch
         return super().get_command(ctx, name)
 
 
@@ -143,7 +148,8 @@ def jobs() -> None:
 @click.argument("kind", type=click.Choice(["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]))
 @click.option("--org", "org_name", required=True)
 @click.option("--param", "params", multiple=True, help="key=value (JSON values allowed), repeatable")
-def jobs_run(kind: str, org_name: str, params) -> None:  # noqa: ANN001
+@click.option("--branch", default=None, help="run in this branch of the org's memory (distill, consolidate)")
+def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:  # noqa: ANN001
     """Run one job now with a progress bar; prints the job's final JSON."""
     import json
 
@@ -171,7 +177,11 @@ def jobs_run(kind: str, org_name: str, params) -> None:  # noqa: ANN001
     sessions = _app_sessions(settings)
     with sessions() as db:
         bind_principal(db, None, org_id=org_id, all_scopes=True)
-        job = jobs_service.create(db, org_id=org_id, actor_id=None, kind=kind, params=clean, status="running")
+        from app.branches.service import view_named
+
+        view = _run(lambda: view_named(db, org_id, branch))
+        job = _run(lambda: jobs_service.create(db, org_id=org_id, actor_id=None, kind=kind, params=clean,
+                                               status="running", branch_id=view.branch_id))
         job_id = job.id
         db.commit()
     bar = tqdm(total=100, desc=kind, unit="%", file=sys.stderr)

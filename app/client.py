@@ -13,6 +13,7 @@ shared `httpx.Client`), so one transport may serve several keys.
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 import uuid
 from datetime import datetime
@@ -21,6 +22,7 @@ from typing import Any, Literal
 import httpx
 from typing_extensions import Unpack
 
+from app.client_branches import AsyncBranchCalls, BranchCalls
 from app.client_types import (  # noqa: F401 - part of the client's public names
     JSON, TERMINAL_JOB_STATES, Access, EpisodeFields, EpisodeKind, Id, ItemType, JobKind, MemoryChanges, MemoryFields,
     MemoryKind, Outcome, Role, SearchFilters, Visibility,
@@ -69,10 +71,14 @@ class _Base:
         self.api_key = api_key
         self.timeout = timeout
         self._owned = True
+        self.branch: str | None = None  # Memscale-Branch on every request (see in_branch)
+        self._closes = True  # False for an in_branch view: the original owns the pool
 
     def _req(self, method: str, path: str, *, json: Any = None, params: JSON | None = None,
              headers: dict[str, str] | None = None) -> JSON:
         h = dict(headers or {})
+        if self.branch:
+            h.setdefault("Memscale-Branch", self.branch)
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
         kw: JSON = {"method": method, "url": self.base_url + path, "headers": h}
@@ -83,6 +89,13 @@ class _Base:
         if params:
             kw["params"] = {k: str(_jsonable(v)) for k, v in params.items() if v is not None}
         return kw
+
+    def in_branch(self, name: str | None):  # noqa: ANN201
+        """The same client working in branch `name` of the org's memory (None: main); it shares
+        the connection pool, so close the original, not this one."""
+        view = copy.copy(self)
+        view.branch, view._closes = name, False
+        return view
 
     # Bodies shared by both clients (one place that knows API.md's field names).
     @staticmethod
@@ -95,11 +108,12 @@ class _Base:
 
     @staticmethod
     def _search(query: str, k: int, mode: str, types: list[ItemType] | None, filters: SearchFilters | None,
-                instruction: str | None = None) -> JSON:
-        return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters, "instruction": instruction}
+                instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
+        return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters, "instruction": instruction,
+                "as_of": as_of}
 
 
-class MemscaleClient(_Base):
+class MemscaleClient(BranchCalls, _Base):
     """Synchronous client. `transport` is an `httpx.BaseTransport`, or a ready client object with
     httpx's `request(method, url, ...)` (an `httpx.Client`, or FastAPI's TestClient, which is an
     `httpx2.Client` in Starlette ≥ 1.0); a ready client is used as is and not closed by `close()`."""
@@ -113,7 +127,7 @@ class MemscaleClient(_Base):
             self._http, self._owned = httpx.Client(transport=transport), True
 
     def close(self) -> None:
-        if self._owned:
+        if self._owned and self._closes:
             self._http.close()
 
     def __enter__(self) -> MemscaleClient:
@@ -155,8 +169,8 @@ class MemscaleClient(_Base):
     def create_memory(self, text: str, *, kind: MemoryKind = "fact", **fields: Unpack[MemoryFields]) -> JSON:
         return self.request("POST", "/v1/memories", json={"text": text, "kind": kind, **fields})
 
-    def get_memory(self, memory_id: Id) -> JSON:
-        return self.request("GET", f"/v1/memories/{memory_id}")
+    def get_memory(self, memory_id: Id, *, as_of: datetime | str | None = None) -> JSON:
+        return self.request("GET", f"/v1/memories/{memory_id}", params={"as_of": as_of})
 
     def update_memory(self, memory_id: Id, **changes: Unpack[MemoryChanges]) -> JSON:
         """PATCH: returns the new version (the old one is kept, `superseded`)."""
@@ -168,13 +182,14 @@ class MemscaleClient(_Base):
     # search and context
     def search(self, query: str, *, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
                types: list[ItemType] | None = None, filters: SearchFilters | None = None,
-               instruction: str | None = None) -> JSON:
-        """`{results: [...], retrieval_id, interpreted?}`; `instruction` narrows in words."""
-        return self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters, instruction))
+               instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
+        """`{results: [...], retrieval_id, interpreted?}`; `instruction` narrows in words; `as_of`
+        reads the memory as recorded then."""
+        return self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters, instruction, as_of))
 
     def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None,
-                instruction: str | None = None) -> JSON:
-        return self.request("POST", "/v1/context", json={"query": query, "session_id": session_id,
+                instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
+        return self.request("POST", "/v1/context", json={"query": query, "session_id": session_id, "as_of": as_of,
                                                          "budget_tokens": budget_tokens, "instruction": instruction})
 
     def knowledge_tree(self, path: str | None = None) -> JSON:
@@ -229,9 +244,9 @@ class MemscaleClient(_Base):
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
     # lineage and audit
-    def get_lineage(self, type: ItemType | str, item_id: Id, *,
-                    direction: Literal["up", "down", "both"] = "both") -> JSON:
-        return self.request("GET", f"/v1/lineage/{type}/{item_id}", params={"direction": direction})
+    def get_lineage(self, type: ItemType | str, item_id: Id, *, direction: Literal["up", "down", "both"] = "both",
+                    as_of: datetime | str | None = None) -> JSON:
+        return self.request("GET", f"/v1/lineage/{type}/{item_id}", params={"direction": direction, "as_of": as_of})
 
     def get_retrieval(self, retrieval_id: Id) -> JSON:
         return self.request("GET", f"/v1/retrievals/{retrieval_id}")
@@ -245,7 +260,7 @@ class MemscaleClient(_Base):
             "since": since, "until": until, "cursor": cursor})
 
 
-class AsyncMemscaleClient(_Base):
+class AsyncMemscaleClient(AsyncBranchCalls, _Base):
     """Asynchronous client: the same methods as `MemscaleClient`, as coroutines. `transport` is an
     `httpx.AsyncBaseTransport` (e.g. `httpx.ASGITransport(app)`) or a ready `httpx.AsyncClient`
     (or anything with its async `request(method, url, ...)`), used as is and never closed here."""
@@ -259,7 +274,7 @@ class AsyncMemscaleClient(_Base):
             self._http, self._owned = httpx.AsyncClient(transport=transport), True
 
     async def aclose(self) -> None:
-        if self._owned:
+        if self._owned and self._closes:
             await self._http.aclose()
 
     async def __aenter__(self) -> AsyncMemscaleClient:
@@ -295,8 +310,8 @@ class AsyncMemscaleClient(_Base):
     async def create_memory(self, text: str, *, kind: MemoryKind = "fact", **fields: Unpack[MemoryFields]) -> JSON:
         return await self.request("POST", "/v1/memories", json={"text": text, "kind": kind, **fields})
 
-    async def get_memory(self, memory_id: Id) -> JSON:
-        return await self.request("GET", f"/v1/memories/{memory_id}")
+    async def get_memory(self, memory_id: Id, *, as_of: datetime | str | None = None) -> JSON:
+        return await self.request("GET", f"/v1/memories/{memory_id}", params={"as_of": as_of})
 
     async def update_memory(self, memory_id: Id, **changes: Unpack[MemoryChanges]) -> JSON:
         return await self.request("PATCH", f"/v1/memories/{memory_id}", json=dict(changes))
@@ -306,12 +321,13 @@ class AsyncMemscaleClient(_Base):
 
     async def search(self, query: str, *, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
                      types: list[ItemType] | None = None, filters: SearchFilters | None = None,
-                     instruction: str | None = None) -> JSON:
-        return await self.request("POST", "/v1/search", json=self._search(query, k, mode, types, filters, instruction))
+                     instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
+        return await self.request("POST", "/v1/search",
+                                  json=self._search(query, k, mode, types, filters, instruction, as_of))
 
     async def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None,
-                      instruction: str | None = None) -> JSON:
-        return await self.request("POST", "/v1/context", json={"query": query, "session_id": session_id,
+                      instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
+        return await self.request("POST", "/v1/context", json={"query": query, "session_id": session_id, "as_of": as_of,
                                                                "budget_tokens": budget_tokens, "instruction": instruction})
 
     async def knowledge_tree(self, path: str | None = None) -> JSON:
@@ -359,9 +375,10 @@ class AsyncMemscaleClient(_Base):
                 raise TimeoutError(f"job {job_id} still {job['status']} after {timeout}s")
             await asyncio.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
-    async def get_lineage(self, type: ItemType | str, item_id: Id, *,
-                          direction: Literal["up", "down", "both"] = "both") -> JSON:
-        return await self.request("GET", f"/v1/lineage/{type}/{item_id}", params={"direction": direction})
+    async def get_lineage(self, type: ItemType | str, item_id: Id, *, direction: Literal["up", "down", "both"] = "both",
+                          as_of: datetime | str | None = None) -> JSON:
+        return await self.request("GET", f"/v1/lineage/{type}/{item_id}",
+                                  params={"direction": direction, "as_of": as_of})
 
     async def get_retrieval(self, retrieval_id: Id) -> JSON:
         return await self.request("GET", f"/v1/retrievals/{retrieval_id}")

@@ -11,7 +11,7 @@ JSON = dict[str, Any]
 Id = str | uuid.UUID
 Visibility = Literal["private", "group", "org"]
 EpisodeKind = Literal["conversation", "trajectory", "feedback", "note"]
-MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint"]
+MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
 Outcome = Literal["success", "failure", "unknown"]
 ItemType = Literal["memory", "episode", "chunk"]
 JobKind = Literal["bootstrap", "distill", "consolidate", "train_cartridge"]
@@ -37,6 +37,7 @@ class MemoryFields(Access, total=False):
     confidence: float
     sources: list[JSON]
     valid_from: datetime | str
+    agent_id: str  # kinds instruction and skill: the agent whose profile it is part of
 
 
 class MemoryChanges(Access, total=False):

@@ -36,7 +36,7 @@ DEFAULT_API_URL = "http://127.0.0.1:8000"
 # httpx client, so a factory may share one `httpx.AsyncClient` by passing it as `transport`.
 ClientFactory = Callable[[str | None], AsyncMemscaleClient]
 JSONObj = dict[str, Any]
-MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint"]
+MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
 ItemType = Literal["memory", "episode", "chunk"]
 
 INSTRUCTIONS = (
@@ -73,10 +73,11 @@ def bearer_key(ctx: Context | None) -> str | None:
 def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MCPServer:
     server = MCPServer(name, instructions=INSTRUCTIONS, version="1.0.0")
 
-    async def call(ctx: Context, fn: Callable[[AsyncMemscaleClient], Any]) -> JSONObj:
+    async def call(ctx: Context, fn: Callable[[AsyncMemscaleClient], Any], branch: str | None = None) -> JSONObj:
+        """`branch`: the call works in that branch of the org's memory (Memscale-Branch)."""
         try:
             async with client_factory(bearer_key(ctx)) as api:
-                out = await fn(api)
+                out = await fn(api.in_branch(branch) if branch else api)
         except MemscaleError as exc:
             raise ToolError(str(exc)) from None  # "404 not_found: ..." for the model to read
         except httpx.HTTPError as exc:
@@ -94,17 +95,21 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
     # --- search, context and writes -------------------------------------------------------------
     @server.tool()
     async def search(ctx: Context, query: str, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
-                     types: list[ItemType] | None = None,
-                     kinds: list[str] | None = None, session_id: str | None = None) -> JSONObj:
-        """Hybrid search over what the caller may see: {results: [{type, id, text, score, ...}], retrieval_id}."""
+                     types: list[ItemType] | None = None, kinds: list[str] | None = None,
+                     session_id: str | None = None, as_of: str | None = None, branch: str | None = None) -> JSONObj:
+        """Hybrid search over what the caller may see: {results: [{type, id, text, score, ...}], retrieval_id}.
+        `as_of` (ISO time): the memory as recorded then; `branch`: in that branch of the org's memory."""
         filters = {k_: v for k_, v in {"kinds": kinds, "session_id": session_id}.items() if v is not None}
-        return await call(ctx, lambda api: api.search(query, k=k, mode=mode, types=types, filters=filters or None))
+        return await call(ctx, lambda api: api.search(query, k=k, mode=mode, types=types, filters=filters or None,
+                                                      as_of=as_of), branch)
 
     @server.tool()
-    async def context(ctx: Context, query: str, session_id: str | None = None,
-                      budget_tokens: int | None = None) -> JSONObj:
-        """Assemble the hot context for a query within budget_tokens: {text, sections, tokens, retrieval_id}."""
-        return await call(ctx, lambda api: api.context(query, session_id=session_id, budget_tokens=budget_tokens))
+    async def context(ctx: Context, query: str, session_id: str | None = None, budget_tokens: int | None = None,
+                      as_of: str | None = None, branch: str | None = None) -> JSONObj:
+        """Assemble the hot context for a query within budget_tokens: {text, sections, tokens, retrieval_id}.
+        `as_of` (ISO time): what was known then; `branch`: in that branch of the org's memory."""
+        return await call(ctx, lambda api: api.context(query, session_id=session_id, budget_tokens=budget_tokens,
+                                                       as_of=as_of), branch)
 
     @server.tool()
     async def add_episode(ctx: Context, content: str,
@@ -112,21 +117,33 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
                           session_id: str | None = None,
                           outcome: Literal["success", "failure", "unknown"] | None = None,
                           visibility: Literal["private", "group", "org"] = "private", groups: list[str] | None = None,
-                          labels: list[str] | None = None, metadata: JSONObj | None = None) -> JSONObj:
+                          labels: list[str] | None = None, metadata: JSONObj | None = None,
+                          branch: str | None = None) -> JSONObj:
         """Record an episode (episodic memory). Private to the caller unless visibility says otherwise."""
         fields = {"session_id": session_id, "outcome": outcome, "visibility": visibility, "groups": groups,
                   "labels": labels, "metadata": metadata}
         return await call(ctx, lambda api: api.create_episode(
-            content, kind=kind, **{k: v for k, v in fields.items() if v is not None}))
+            content, kind=kind, **{k: v for k, v in fields.items() if v is not None}), branch)
 
     @server.tool()
     async def add_memory(ctx: Context, text: str, kind: MemoryKind = "fact",
                          confidence: float | None = None, visibility: Literal["private", "group", "org"] = "private",
-                         groups: list[str] | None = None, labels: list[str] | None = None) -> JSONObj:
+                         groups: list[str] | None = None, labels: list[str] | None = None,
+                         branch: str | None = None) -> JSONObj:
         """Store a semantic memory (fact, rule, preference, procedure or schema hint)."""
         fields = {"confidence": confidence, "visibility": visibility, "groups": groups, "labels": labels}
         return await call(ctx, lambda api: api.create_memory(
-            text, kind=kind, **{k: v for k, v in fields.items() if v is not None}))
+            text, kind=kind, **{k: v for k, v in fields.items() if v is not None}), branch)
+
+    @server.tool()
+    async def branches(ctx: Context) -> JSONObj:
+        """The org's branches of memory: {result: [{name, from, fork_at, ...}]}."""
+        return await call(ctx, lambda api: api.list_branches())
+
+    @server.tool()
+    async def branch_diff(ctx: Context, name: str) -> JSONObj:
+        """What a branch changed (what the caller may see of it): {result: [{change, type, id, text?, at}]}."""
+        return await call(ctx, lambda api: api.branch_diff(name))
 
     # --- sessions (MemGPT main context) ---------------------------------------------------------
     @server.tool()

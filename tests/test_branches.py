@@ -230,3 +230,43 @@ def test_a_job_runs_in_its_branch(client, world, settings, app, embedder):
     search = {"query": TOKEN, "types": ["memory"], "mode": "text", "k": 10}
     assert len(client.post("/v1/search", json=search, headers=_h(steward, "consolidate-trial")).json()["results"]) == 1
     assert len(client.post("/v1/search", json=search, headers=steward.h).json()["results"]) == 2
+
+
+def test_agent_profile_is_memory(client, world):
+    org, other_org = world.org(), world.org()
+    steward = world.user(org, roles=("steward",))
+    member = world.user(org)
+    outsider = world.user(other_org)
+
+    def profile(text_: str, kind: str, **kw) -> dict:  # noqa: ANN003
+        r = client.post("/v1/memories", json={"text": text_, "kind": kind, "agent_id": "support-bot",
+                                              "visibility": "org", **kw}, headers=steward.h)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    instr = profile("You are the support bot. Answer in two sentences and cite the runbook.", "instruction")
+    profile("Refunds: check the order id in billing before promising anything.", "skill")
+    profile("Password resets: send the self-service link, never reset by hand.", "skill")
+    # Kinds and agent_id go together.
+    assert client.post("/v1/memories", json={"text": "x", "kind": "instruction"}, headers=steward.h).status_code == 422
+    assert client.post("/v1/memories", json={"text": "x", "kind": "fact", "agent_id": "a"},
+                       headers=steward.h).status_code == 422
+    body = {"query": "a customer wants a refund for order 1234", "agent_id": "support-bot", "budget_tokens": 400}
+    ctx = client.post("/v1/context", json=body, headers=member.h).json()
+    names = [s["name"] for s in ctx["sections"]]
+    assert names[:2] == ["instructions", "skills"], names
+    assert ctx["text"].startswith("## Instructions\n- You are the support bot.")
+    assert ctx["text"].index("Refunds") < ctx["text"].index("Password resets")  # the relevant skill first
+    assert ctx["tokens"] <= 400
+    # Versioned: the new instruction replaces the old; in a branch a trial prompt leaves main alone.
+    client.post("/v1/branches", json={"name": "prompt-trial"}, headers=steward.h)
+    r = client.patch(f"/v1/memories/{instr['id']}", json={"text": "You are the support bot. Be brief."},
+                     headers={**steward.h, "Memscale-Branch": "prompt-trial"})
+    assert r.status_code == 200, r.text
+    in_branch = client.post("/v1/context", json=body, headers={**member.h, "Memscale-Branch": "prompt-trial"}).json()
+    assert "Be brief." in in_branch["text"] and "two sentences" not in in_branch["text"]
+    assert "two sentences" in client.post("/v1/context", json=body, headers=member.h).json()["text"]
+    assert client.patch(f"/v1/memories/{instr['id']}", json={"kind": "fact"}, headers=steward.h).status_code == 422
+    # Another org cannot use (or learn of) this agent's profile.
+    r = client.post("/v1/context", json=body, headers=outsider.h)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "agent_not_found"

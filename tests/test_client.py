@@ -201,3 +201,33 @@ def test_audit(client, world):
     with pytest.raises(MemscaleError) as e:
         member.list_audit()
     assert e.value.status == 403
+
+
+def test_branches_and_as_of(client, app, world):
+    org = world.org()
+    steward = world.user(org, roles=("steward",))
+    with MemscaleClient("", steward.key, transport=client) as c:
+        m = c.create_memory("the staging cluster is called tern", visibility="org")
+        then = c.create_branch("exp")["fork_at"]
+        exp = c.in_branch("exp")
+        v2 = exp.update_memory(m["id"], text="the staging cluster is called puffin")
+        assert [b["name"] for b in c.list_branches()] == ["exp"]
+        assert [x["text"] for x in exp.search("staging cluster", types=["memory"])["results"]] == [v2["text"]]
+        assert [x["text"] for x in c.search("staging cluster", types=["memory"])["results"]] == [m["text"]]
+        assert c.get_memory(m["id"], as_of=then)["text"] == m["text"]
+        assert [x["change"] for x in c.branch_diff("exp")] == ["new_version"]
+        assert c.promote("exp", [v2["id"]])[0]["change"] == "new_version"
+        assert [x["text"] for x in c.search("staging cluster", types=["memory"])["results"]] == [v2["text"]]
+        c.drop_branch("exp")
+        with pytest.raises(MemscaleError) as e:
+            exp.search("staging cluster")
+        assert e.value.status == 404
+
+    async def go():
+        async with AsyncMemscaleClient("http://memscale", steward.key, transport=httpx.ASGITransport(app)) as a:
+            await a.create_branch("exp2")
+            created = await a.in_branch("exp2").create_memory("only in exp2", visibility="org")
+            assert [x["id"] for x in await a.branch_diff("exp2")] == [created["id"]]
+            await a.drop_branch("exp2")
+
+    asyncio.run(go())

@@ -23,7 +23,8 @@ from mcp.client.streamable_http import streamable_http_client
 from app.mcp_server import SESSION_TOOLS, build_server, rest_client_factory
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = {"search", "context", "add_episode", "add_memory", "session_create", "session_context", *SESSION_TOOLS}
+TOOLS = {"search", "context", "add_episode", "add_memory", "session_create", "session_context", "branches",
+         "branch_diff", *SESSION_TOOLS}
 
 
 def _serve(asgi_app, **kw):  # noqa: ANN001, ANN003, ANN202

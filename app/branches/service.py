@@ -20,7 +20,7 @@ from app.episodes.models import Episode
 from app.kit.db import bind_principal
 from app.kit.errors import AppError, Conflict, NotFound
 from app.kit.view import MAIN, Layer, View
-from app.memories import service as memories
+from app.memories import promotion
 from app.memories.models import Memory
 
 MAIN_NAME = "main"
@@ -143,11 +143,11 @@ def promote(db: Session, principal: Principal, name: str, ids: list[uuid.UUID]) 
             if row.status != "active":
                 raise Conflict(f"memory {row.id} is {row.status} in the branch; promote its current version",
                                code="not_current_version")
-            main_id = memories.promote_version(db, principal, row, branch=name, now=now).id
+            main_id = promotion.promote_version(db, principal, row, branch=name, now=now).id
         elif c.type == "episode" and c.change == "created":
             main_id = episodes.promote(db, principal, row, branch=name).id
         elif c.type == "memory":
-            memories.delete_root_of(db, principal, c.id)
+            promotion.delete_root_of(db, principal, c.id)
             main_id = None
         else:
             episodes.delete(db, principal, c.id)

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-SECTION_ORDER = ("instructions", "working_context", "summary", "memories", "examples", "knowledge", "recent_messages")
-TITLES = {"instructions": "Instructions", "working_context": "Working context", "summary": "Conversation summary",
+SECTION_ORDER = ("instructions", "skills", "working_context", "summary", "memories", "examples", "knowledge",
+                 "recent_messages")
+TITLES = {"instructions": "Instructions", "skills": "Skills", "working_context": "Working context",
+          "summary": "Conversation summary",
           "memories": "Relevant memories", "examples": "Examples from past episodes", "knowledge": "Knowledge",
           "recent_messages": "Recent messages"}
 HALF_LIFE_DAYS = 90.0

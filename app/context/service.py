@@ -80,7 +80,8 @@ def build(db: Session, principal: Principal, resources, *, query: str, budget: i
           ef_search: int, k: int | None = None, qvec=None, pinned: list[Piece] | None = None,
           read=None, filters: SearchFilters | None = None) -> dict:  # noqa: ANN001
     """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released);
-    `pinned`: the session's own pieces (app.sessions.service.session_pieces) when `session` is given;
+    `pinned`: the session's own pieces (app.sessions.service.session_pieces) when `session` is given, and
+    an agent's profile (app.context.agent);
     `read`: where retrieval reads (a read replica, app.kit.replicas); the session's own state and
     the retrieval event stay in `db`."""
     count = resources.gateway.count_tokens
@@ -91,7 +92,8 @@ def build(db: Session, principal: Principal, resources, *, query: str, budget: i
                          session_id=str(session.id) if session is not None else None, qvec=qvec,
                          filters=filters),
         visible_active(rdb, principal)))
-    pieces += retrieved
+    given = {(p.type, p.id) for p in pieces}  # an agent's profile item is not served twice
+    pieces += [p for p in retrieved if (p.type, p.id) not in given]
     chosen = fit(pieces, budget, count)
     text = render(chosen)
     handed = [p for p in chosen if p.type in ("memory", "episode", "chunk")]

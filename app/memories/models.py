@@ -9,7 +9,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kit.base import AccessMixin, Base, access_check, branch_col, tenant_fk, embedding_col, tsv_col, uuid_pk
 
-MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint")
+MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill")
+AGENT_KINDS = ("instruction", "skill")  # an agent's profile (issue 18): its system prompt and skills
 MEMORY_STATUSES = ("active", "superseded", "quarantined", "deleted")
 
 
@@ -24,7 +25,10 @@ class Memory(AccessMixin, Base):
         access_check(),
         tenant_fk("owner_id", "users"),
         tenant_fk("branch_id", "branches"),
-        CheckConstraint("kind IN ('fact','rule','preference','procedure','schema_hint')", name="kind"),
+        CheckConstraint("kind IN ('fact','rule','preference','procedure','schema_hint','instruction','skill')",
+                        name="kind"),
+        CheckConstraint("(kind IN ('instruction','skill')) = (agent_id IS NOT NULL)", name="agent_profile"),
+        Index("ix_memories_agent", "org_id", "agent_id", postgresql_where="agent_id IS NOT NULL"),
         CheckConstraint("status IN ('active','superseded','quarantined','deleted')", name="status"),
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence"),
         Index("ix_memories_org_owner", "org_id", "owner_id"),
@@ -52,5 +56,7 @@ class Memory(AccessMixin, Base):
     superseded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_validated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     branch_id: Mapped[uuid.UUID | None] = branch_col()
+    # The agent whose profile this item is part of (kinds instruction and skill only).
+    agent_id: Mapped[str | None] = mapped_column(Text)
     embedding = embedding_col()
     tsv = tsv_col("to_tsvector('english', text)")

@@ -40,6 +40,12 @@ def current_of_root(db: Session, principal: Principal, root_id: uuid.UUID,
                       .order_by(Memory.version.desc()).limit(1).with_for_update()).scalar_one_or_none()
 
 
+def agent_profile(db: Session, principal: Principal, agent_id: str) -> list[Memory]:
+    return list(db.execute(select(Memory).where(
+        Memory.agent_id == agent_id, visible_to(principal, Memory), memory_state(principal.view, Memory, ("active",)))
+        .order_by(Memory.kind, Memory.recorded_at)).scalars())
+
+
 def visible_sources(db: Session, principal: Principal, type_: str, ids: list[uuid.UUID]) -> list:
     model = model_of(type_)
     return list(db.execute(select(model).where(model.id.in_(ids), visible_to(principal, model))).scalars())

@@ -4,11 +4,12 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints, model_validator
 
 from app.kit.schemas import AccessIn, AccessOut, IsoDateTime, NumberOnly, StrictModel, Tag, Visibility
 
-MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint"]
+MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
+AgentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
 
 
 class SourceRef(StrictModel):
@@ -22,6 +23,14 @@ class MemoryIn(AccessIn):
     confidence: Annotated[float, Field(ge=0.0, le=1.0), NumberOnly] = 0.8
     sources: list[SourceRef] = Field(default_factory=list, max_length=100)
     valid_from: IsoDateTime | None = None
+    # An agent's profile: kind "instruction" (its system prompt) or "skill", for this agent.
+    agent_id: AgentId | None = None
+
+    @model_validator(mode="after")
+    def _agent_profile(self) -> "MemoryIn":
+        if (self.kind in ("instruction", "skill")) != (self.agent_id is not None):
+            raise ValueError("kinds 'instruction' and 'skill' belong to an agent: give agent_id with them (only)")
+        return self
 
 
 class MemoryPatch(StrictModel):
@@ -48,6 +57,7 @@ class MemoryOut(AccessOut):
     recorded_at: datetime
     superseded_at: datetime | None
     last_validated_at: datetime
+    agent_id: str | None = None
 
 
 class DeclassifyIn(AccessIn):

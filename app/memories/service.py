@@ -23,7 +23,7 @@ from app.kit.repository_view import add_mask
 from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
-from app.memories.models import Memory
+from app.memories.models import AGENT_KINDS, Memory
 from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPatch
 
 
@@ -36,7 +36,7 @@ def to_out(m: Memory) -> MemoryOut:
                      confidence=m.confidence, provenance=m.provenance, owner_id=m.owner_id,
                      valid_from=m.valid_from, valid_to=m.valid_to, recorded_at=m.recorded_at,
                      superseded_at=m.superseded_at, last_validated_at=m.last_validated_at,
-                     visibility=m.visibility, groups=m.groups, labels=m.labels)
+                     visibility=m.visibility, groups=m.groups, labels=m.labels, agent_id=m.agent_id)
 
 
 def _check_scope(requested: scopes.Scope, bound: scopes.Scope | None) -> None:
@@ -49,13 +49,14 @@ def _check_scope(requested: scopes.Scope, bound: scopes.Scope | None) -> None:
 
 def _row(db: Session, *, root_id: uuid.UUID | None, version: int, org_id: uuid.UUID, owner_id: uuid.UUID, text: str,
          kind: str, confidence: float, provenance: dict, visibility: str, groups, labels, embedding,  # noqa: ANN001
-         valid_from: datetime, recorded_at: datetime, last_validated_at: datetime) -> Memory:
+         valid_from: datetime, recorded_at: datetime, last_validated_at: datetime, agent_id: str | None = None) -> Memory:
     """A new version row, written in the transaction's branch (main: NULL)."""
     mid = uuid.uuid4()
     return Memory(id=mid, root_id=root_id or mid, version=version, org_id=org_id, owner_id=owner_id, text=text,
                   kind=kind, status="active", confidence=confidence, provenance=provenance, valid_from=valid_from,
                   recorded_at=recorded_at, last_validated_at=last_validated_at, visibility=visibility,
-                  groups=list(groups), labels=list(labels), embedding=embedding, branch_id=view_of(db).branch_id)
+                  groups=list(groups), labels=list(labels), embedding=embedding, branch_id=view_of(db).branch_id,
+                  agent_id=agent_id)
 
 
 def _link(db: Session, m: Memory, sources, relation: str, job_id: uuid.UUID | None) -> None:  # noqa: ANN001
@@ -66,11 +67,12 @@ def _link(db: Session, m: Memory, sources, relation: str, job_id: uuid.UUID | No
 
 def create_derived(db: Session, *, org_id: uuid.UUID, owner_id: uuid.UUID, text: str, kind: str, confidence: float,
                    provenance: dict, scope: scopes.Scope, embedding, valid_from: datetime, now: datetime,  # noqa: ANN001
-                   sources=(), relation: str = "distilled_from", job_id: uuid.UUID | None = None) -> Memory:  # noqa: ANN001
+                   sources=(), relation: str = "distilled_from", job_id: uuid.UUID | None = None,  # noqa: ANN001
+                   agent_id: str | None = None) -> Memory:
     """Version 1 of a memory, with a `relation` edge to each (type, id) source."""
     m = _row(db, root_id=None, version=1, org_id=org_id, owner_id=owner_id, text=text, kind=kind, confidence=confidence,
              provenance=provenance, visibility=scope.visibility, groups=scope.groups, labels=scope.labels,
-             embedding=embedding, valid_from=valid_from, recorded_at=now, last_validated_at=now)
+             embedding=embedding, valid_from=valid_from, recorded_at=now, last_validated_at=now, agent_id=agent_id)
     repo.add(db, m)
     _link(db, m, sources, relation, job_id)
     return m
@@ -89,7 +91,7 @@ def supersede(db: Session, old: Memory, now: datetime, *, close_validity: bool) 
         old.valid_to = now
 
 
-_VERSIONED = ("owner_id", "text", "kind", "confidence", "visibility", "groups", "labels", "embedding")
+_VERSIONED = ("owner_id", "text", "kind", "confidence", "visibility", "groups", "labels", "embedding", "agent_id")
 
 
 def new_version(db: Session, old: Memory, *, now: datetime, provenance: dict, valid_from: datetime,
@@ -126,7 +128,7 @@ def create(db: Session, embedder: Embedder, principal: Principal, body: MemoryIn
                        confidence=body.confidence,
                        provenance={"origin": "api", "sources": [{"type": r.type, "id": str(r.id)} for r, _ in sources]},
                        scope=requested, embedding=embedder.embed([body.text])[0], valid_from=body.valid_from or now,
-                       now=now, sources=[(r.type, r.id) for r, _ in sources])
+                       now=now, sources=[(r.type, r.id) for r, _ in sources], agent_id=body.agent_id)
     record(db, org_id=principal.org_id, actor_id=principal.user_id, action="memory.create", target_type="memory",
            target_id=m.id, details={"kind": body.kind, "sources": len(sources), "visibility": body.visibility})
     db.flush()
@@ -163,6 +165,9 @@ def patch(db: Session, embedder: Embedder, principal: Principal, memory_id: uuid
     if old.status != "active":
         raise Conflict(f"memory is {old.status}; patch its current version", code="not_current_version")
     changes = body.model_dump(exclude_unset=True)
+    if (changes.get("kind", old.kind) in AGENT_KINDS) != (old.kind in AGENT_KINDS):
+        raise AppError("an agent's instruction or skill stays one (and another memory cannot become one)",
+                       code="validation_error", status_code=422)
     visibility = changes.get("visibility", old.visibility)
     groups = sorted(set(changes.get("groups", old.groups if visibility == "group" else [])))
     labels = sorted(set(changes.get("labels", old.labels)))
@@ -213,31 +218,9 @@ def _delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list[uui
     return ids
 
 
-def promote_version(db: Session, principal: Principal, row: Memory, *, branch: str, now: datetime) -> Memory:
-    """A branch's memory version applied to main (the transaction is bound to main): version n+1
-    of main's current version of its root, else a new memory; `promoted_from` lineage to it."""
-    old = repo.current_of_root(db, principal, row.root_id)
-    provenance = {**row.provenance, "promoted_from": {"branch": branch, "id": str(row.id)}}
-    fields = dict(owner_id=row.owner_id, text=row.text, kind=row.kind, confidence=row.confidence,
-                  embedding=row.embedding, provenance=provenance, valid_from=row.valid_from)
-    if old is not None:
-        _may_modify(principal, old)
-        new = new_version(db, old, now=now, last_validated_at=now, close_validity=True, visibility=row.visibility,
-                          groups=list(row.groups), labels=list(row.labels), **fields)
-        add_edge(db, org_id=row.org_id, from_type="memory", from_id=new.id, to_type="memory", to_id=row.id,
-                 relation="promoted_from")
-    else:
-        new = create_derived(db, org_id=row.org_id, scope=scopes.of(row), now=now, sources=[("memory", row.id)],
-                             relation="promoted_from", **fields)
-    record(db, org_id=row.org_id, actor_id=principal.user_id, action="memory.promote", target_type="memory",
-           target_id=new.id, details={"branch": branch, "from": str(row.id), "previous": str(old.id) if old else None})
-    return new
-
-
-def delete_root_of(db: Session, principal: Principal, root_id: uuid.UUID) -> None:
-    """DELETE of the memory whose root is `root_id`, as the principal sees it (404 if it cannot)."""
-    _remove(db, principal, repo.current_of_root(db, principal, root_id,
-                                                statuses=("active", "quarantined", "superseded")))
+def agent_profile(db: Session, principal: Principal, agent_id: str) -> list[Memory]:
+    """An agent's current instructions and skills in the principal's view (branch, as of)."""
+    return repo.agent_profile(db, principal, agent_id)
 
 
 def upsert_derived(db: Session, embedder: Embedder, *, org_id: uuid.UUID, owner_id: uuid.UUID, key: str, text: str,

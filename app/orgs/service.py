@@ -87,6 +87,13 @@ def resolve_key(db: Session, key: str) -> Principal | None:
     return p
 
 
+def user_name(db: Session, org_id, user_id) -> str:  # noqa: ANN001
+    u = repo.user_in_org(db, org_id, user_id)
+    if u is None:
+        raise NotFound("user not found")
+    return u.name
+
+
 def job_owner(db: Session, org_id, created_by):  # noqa: ANN001, ANN201
     """Who owns what a pipeline writes when no user asked for it (scheduled or CLI runs): the
     creator of the job, else the org's first admin, else its first steward, else its first user."""

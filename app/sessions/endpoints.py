@@ -6,6 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 
 from app.context import handoff
+from app.context.agent import agent_pieces
 from app.context.service import build, instructed
 from app.lineage.service import record_read
 from app.kit.db import released
@@ -36,9 +37,11 @@ def context(body: ContextIn, request: Request, db: SessionDep, principal=require
     with released(db, principal):  # no pooled connection held while the query is read and embedded
         query, filters, interpreted = instructed(body.instruction, body.query, settings=st.settings, resources=st.resources)
         qvec = st.resources.embedder.embed([query])[0]
+    pinned = agent_pieces(db, principal, body.agent_id, qvec) if body.agent_id else []
+    pinned += service.session_pieces(db, session) if session is not None else []
     out = build(db, principal, st.resources, query=query, budget=body.budget_tokens, session=session,
                 ef_search=st.settings.hnsw_ef_search, qvec=qvec, filters=filters, read=reads(request, db, principal),
-                pinned=service.session_pieces(db, session) if session is not None else None)
+                pinned=pinned or None)
     extra = {"interpreted": interpreted.model_dump(mode="json")} if interpreted is not None else {}
     return {**out, "handoff": handoff.sign(st.settings, principal, out["handoff"]), **extra}
 

@@ -64,6 +64,8 @@ class ContextIn(StrictModel):
     budget_tokens: Annotated[int, Field(ge=64, le=128_000), NumberOnly] = 2000
     instruction: str | None = Field(default=None, max_length=1000)  # constraints in words (issue 17)
     as_of: AwareDatetime | None = None  # the memory state as recorded then (issue 18); not with session_id
+    # Assemble this agent's profile first: its instructions (pinned) and its skills (issue 18).
+    agent_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 
 class ContextItem(BaseModel):

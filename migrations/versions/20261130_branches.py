@@ -1,4 +1,4 @@
-"""branches: copy-on-write branches and as-of reads of an org's memory (issue 18)
+"""branches: copy-on-write branches and as-of reads of an org's memory; agent profiles (issue 18)
 
 `branches` (one row per branch: parent, fork instant) and `branch_masks` (what a branch hides of
 the layers below it); `branch_id` (NULL: main) on memories, episodes, lineage_edges and jobs, a
@@ -92,9 +92,25 @@ def upgrade() -> None:
     for t in VIEWED:
         for name, body in POLICIES.items():
             op.execute(f"CREATE POLICY {name} ON {t} AS RESTRICTIVE {body}")
+    # Agent profiles: instructions and skills are memories of an agent (versioned, branchable).
+    op.add_column("memories", sa.Column("agent_id", sa.Text(), nullable=True))
+    op.drop_constraint(op.f("ck_memories_kind"), "memories", type_="check")
+    op.create_check_constraint(op.f("ck_memories_kind"), "memories",
+                               "kind IN ('fact','rule','preference','procedure','schema_hint','instruction','skill')")
+    op.create_check_constraint(op.f("ck_memories_agent_profile"), "memories",
+                               "(kind IN ('instruction','skill')) = (agent_id IS NOT NULL)")
+    op.create_index("ix_memories_agent", "memories", ["org_id", "agent_id"],
+                    postgresql_where=sa.text("agent_id IS NOT NULL"))
 
 
 def downgrade() -> None:
+    op.execute("DELETE FROM memories WHERE agent_id IS NOT NULL")
+    op.drop_index("ix_memories_agent", table_name="memories")
+    op.drop_constraint(op.f("ck_memories_agent_profile"), "memories", type_="check")
+    op.drop_constraint(op.f("ck_memories_kind"), "memories", type_="check")
+    op.create_check_constraint(op.f("ck_memories_kind"), "memories",
+                               "kind IN ('fact','rule','preference','procedure','schema_hint')")
+    op.drop_column("memories", "agent_id")
     for t in VIEWED:
         for name in POLICIES:
             op.execute(f"DROP POLICY IF EXISTS {name} ON {t}")
