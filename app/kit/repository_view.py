@@ -12,6 +12,9 @@ from app.kit.view import Layer, View
 from app.kit.view_models import BranchMask
 
 VIEWED = ("memories", "episodes", "lineage_edges")  # the memory state; jobs carry a branch but are not state
+# Not branched (bootstrap runs in main), but part of what an as-of or branch read sees: the rows
+# that existed at main's cutoff (the fork, or the as-of instant).
+TIMED = ("chunks", "knowledge_assets")
 
 
 def _table(model) -> str:  # noqa: ANN001  (a mapped class or an alias of one)
@@ -48,7 +51,10 @@ def _existed(model, cutoff: datetime | None) -> ColumnElement[bool]:  # noqa: AN
 def in_view(view: View, model) -> ColumnElement[bool]:  # noqa: ANN001
     """Rows of `model` that exist in `view` (every version of a memory that existed then: which
     version was *current* is `memory_state`'s question). Tables without branches: all rows."""
-    if _table(model) not in VIEWED or view.every_branch:
+    table = _table(model)
+    if table in TIMED and not view.every_branch:
+        return _existed(model, view.layers[-1].cutoff)
+    if table not in VIEWED or view.every_branch:
         return true()
     if view.is_plain:
         return model.branch_id.is_(None)
