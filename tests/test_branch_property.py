@@ -62,6 +62,7 @@ class BranchMachine(RuleBasedStateMachine):
                 self.roots[("branch", root)] = id_
 
     def _pick(self, where, i):  # noqa: ANN001, ANN202
+        """(root, (text, owner, visibility)) of an item in `where`, or None (no branch, no items)."""
         items = self.state[where] or {}
         if not items:
             return None
@@ -70,8 +71,6 @@ class BranchMachine(RuleBasedStateMachine):
 
     @rule(where=WHERE, i=st.integers(0, 50))
     def patch(self, where, i):
-        if where == "branch" and self.state["branch"] is None:
-            return
         picked = self._pick(where, i)
         if picked is None:
             return
@@ -87,8 +86,6 @@ class BranchMachine(RuleBasedStateMachine):
 
     @rule(where=WHERE, i=st.integers(0, 50))
     def delete(self, where, i):
-        if where == "branch" and self.state["branch"] is None:
-            return
         picked = self._pick(where, i)
         if picked is None:
             return
