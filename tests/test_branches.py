@@ -270,3 +270,35 @@ def test_agent_profile_is_memory(client, world):
     # Another org cannot use (or learn of) this agent's profile.
     r = client.post("/v1/context", json=body, headers=outsider.h)
     assert r.status_code == 404 and r.json()["error"]["code"] == "agent_not_found"
+
+
+def test_distillation_in_a_branch_writes_only_there(client, world, settings, app, embedder, admin_engine):
+    import json
+
+    from app.jobs.runner import JobContext, Resources, run_job
+    from app.llm.fake import FakeGateway
+
+    org = world.org()
+    steward = world.user(org, roles=("steward",))
+    before = client.post("/v1/episodes", json=ep("I always use the staging cluster for load tests.",
+                                                 kind="conversation", visibility="org"), headers=steward.h)
+    assert before.status_code == 201
+    _branch(client, steward, "distil-trial")
+    r = client.post("/v1/episodes", json=ep("We never deploy on Fridays.", kind="conversation", visibility="org"),
+                    headers=_h(steward, "distil-trial"))
+    assert r.status_code == 201
+    job = client.post("/v1/jobs", json={"kind": "distill", "params": {"min_age_s": 0}},
+                      headers=_h(steward, "distil-trial")).json()
+    fake = FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok", "memories": []}))
+    done = run_job(JobContext(settings=settings, sessions=app.state.sessions, org_id=steward.org_id,
+                              job_id=job["id"], resources=Resources(settings, _embedder=embedder, _gateway=fake)))
+    assert done.status == "succeeded", done.error
+    with admin_engine.connect() as c:
+        rows = c.execute(text("SELECT branch_id IS NULL AS main, count(*) FROM memories WHERE org_id = :o GROUP BY 1"),
+                         {"o": steward.org_id}).all()
+        quality = c.execute(text("SELECT quality FROM episodes WHERE id = :i"), {"i": before.json()["id"]}).scalar()
+    assert dict(rows) == {False: done.stats["memories_created"]} and done.stats["memories_created"] >= 2
+    assert quality is None  # the base episode's judgement stays the branch's business
+    # Main's own distillation has not run: its watermark is untouched by the branch's.
+    assert client.post("/v1/search", json={"query": "deploy Fridays staging", "types": ["memory"]},
+                       headers=steward.h).json()["results"] == []

@@ -114,3 +114,60 @@ def test_a_reference_across_orgs_is_refused(admin_engine, world, table):
         with pytest.raises(IntegrityError):
             c.execute(text(stmt), {"o": ua.org_id, "u": ub.user_id})
         c.rollback()
+
+
+# Tables whose statements need not name an org: the reference table and coordinator bookkeeping.
+TENANT_TABLES = ("episodes", "memories", "chunks", "knowledge_assets", "knowledge_nodes", "lineage_edges",
+                 "retrieval_events", "audit_log", "jobs", "users", "api_keys", "idempotency_keys", "sessions",
+                 "session_messages", "tool_calls", "cartridges", "branches", "branch_masks", "pipeline_cursors")
+
+
+def test_every_statement_names_the_org(client, world, app, run_job):
+    """RLS alone fans a query out to every shard on Citus (citusdata/citus#7415): every statement
+    the service sends to a tenant table names org_id itself. Captured from a session of writes,
+    reads, a branch, jobs and erasure; a statement without org_id is listed."""
+    import json
+    import re
+
+    from sqlalchemy import event
+
+    from app.llm.fake import FakeGateway
+    from tests.helpers import ep
+
+    eng = app.state.sessions.kw["bind"]
+    seen: list[str] = []
+
+    def capture(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
+        seen.append(statement)
+
+    event.listen(eng, "before_cursor_execute", capture)
+    try:
+        org = world.org()
+        steward, alice = world.user(org, roles=("steward",)), world.user(org)
+        e = client.post("/v1/episodes", json=ep("I always use the staging cluster for load tests.", kind="conversation"),
+                        headers=alice.h).json()
+        m = client.post("/v1/memories", json={"text": "deploys on tuesday", "kind": "fact", "visibility": "org"},
+                        headers=steward.h).json()
+        client.patch(f"/v1/memories/{m['id']}", json={"text": "deploys on thursday"}, headers=steward.h)
+        client.post("/v1/search", json={"query": "deploy"}, headers=alice.h)
+        client.post("/v1/context", json={"query": "deploy", "as_of": m["recorded_at"]}, headers=alice.h)
+        client.get(f"/v1/lineage/memory/{m['id']}", headers=steward.h)
+        sid = client.post("/v1/sessions", json={}, headers=alice.h).json()["id"]
+        client.post(f"/v1/sessions/{sid}/messages", json={"role": "user", "content": "hi"}, headers=alice.h)
+        client.get(f"/v1/sessions/{sid}/context", headers=alice.h)
+        client.post("/v1/branches", json={"name": "b"}, headers=steward.h)
+        client.post("/v1/memories", json={"text": "x", "kind": "fact"}, headers={**steward.h, "Memscale-Branch": "b"})
+        client.get("/v1/branches/b/diff", headers=steward.h)
+        fake = FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok",
+                                               "memories": []}))
+        assert run_job(alice.org_id, "distill", {"min_age_s": 0}, gateway=fake).status == "succeeded"
+        assert run_job(alice.org_id, "consolidate", {}).status == "succeeded"
+        client.delete(f"/v1/memories/{m['id']}", headers=steward.h)
+        client.delete(f"/v1/episodes/{e['id']}", headers=alice.h)
+        client.delete("/v1/branches/b", headers=steward.h)
+        assert client.delete(f"/v1/users/{alice.user_id}/data", headers=alice.h).status_code == 202
+    finally:
+        event.remove(eng, "before_cursor_execute", capture)
+    touches = re.compile(rf"\b(from|update|into|join)\s+({'|'.join(TENANT_TABLES)})\b")
+    bad = sorted({" ".join(s.split())[:200] for s in seen if touches.search(s.lower()) and "org_id" not in s.lower()})
+    assert len(seen) > 100 and bad == [], bad

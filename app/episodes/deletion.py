@@ -34,7 +34,7 @@ def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, act
     branch = view_of(db).branch_id
     with every_scope(db):
         roots = memories.roots_derived_from(db, org_id, "episode", [episode_id])
-        episodes_repo.hard_delete(db, episode_id, branch=branch)
+        episodes_repo.hard_delete(db, org_id, episode_id, branch=branch)
         if branch is not None:
             add_mask(db, org_id=org_id, branch_id=branch, item_type="episodes", key=episode_id,
                      at=datetime.now(timezone.utc))

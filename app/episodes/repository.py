@@ -24,9 +24,9 @@ def add_all(db: Session, episodes: list[Episode]) -> None:
     db.flush()
 
 
-def hard_delete(db: Session, episode_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> None:
+def hard_delete(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> None:
     """Remove the row (`branch`: only if that branch wrote it)."""
-    stmt = delete(Episode).where(Episode.id == episode_id)
+    stmt = delete(Episode).where(Episode.org_id == org_id, Episode.id == episode_id)
     db.execute(stmt if branch is None else stmt.where(Episode.branch_id == branch))
 
 
@@ -69,5 +69,7 @@ def count_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime
     return db.execute(select(func.count()).select_from(Episode).where(*_after(db, org_id, position, before))).scalar_one()
 
 
-def set_quality(db: Session, episode_id: uuid.UUID, quality: str) -> None:
-    db.execute(update(Episode).where(Episode.id == episode_id).values(quality=quality))
+def set_quality(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, quality: str, *,
+                branch: uuid.UUID | None) -> None:
+    own = Episode.branch_id.is_(None) if branch is None else Episode.branch_id == branch
+    db.execute(update(Episode).where(Episode.org_id == org_id, Episode.id == episode_id, own).values(quality=quality))

@@ -147,6 +147,7 @@ def count_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime
     return repo.count_after(db, org_id, position, before)
 
 
-def set_quality(db: Session, episode_id: uuid.UUID, quality: str) -> None:
-    """Distillation's judgement: useful | skipped | quarantined (never served as context)."""
-    repo.set_quality(db, episode_id, quality)
+def set_quality(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, quality: str) -> None:
+    """Distillation's judgement: useful | skipped | quarantined (never served as context). In a
+    branch only the branch's own episodes take it (a base episode is not the branch's to mark)."""
+    repo.set_quality(db, org_id, episode_id, quality, branch=view_of(db).branch_id)

@@ -18,8 +18,8 @@ from app.jobs.models import Job, PipelineCursor
 from app.kit.access import in_org
 
 
-def get(db: Session, job_id: uuid.UUID, *, for_update: bool = False) -> Job:
-    stmt = select(Job).where(Job.id == job_id)
+def get(db: Session, org_id: uuid.UUID, job_id: uuid.UUID, *, for_update: bool = False) -> Job:
+    stmt = select(Job).where(Job.org_id == org_id, Job.id == job_id)
     return db.execute(stmt.with_for_update() if for_update else stmt).scalar_one()
 
 

@@ -69,7 +69,7 @@ class JobContext:
 
     def checkpoint(self, db: Session, *, progress: float, stats: dict, cursor: dict | None = None) -> None:
         """Record progress in the caller's transaction (with the batch it describes); renew the lease."""
-        job = db.get(Job, self.job_id)
+        job = db.get(Job, (self.org_id, self.job_id))
         job.progress = max(0.0, min(1.0, progress))
         job.stats = dict(stats)
         if cursor is not None:
@@ -115,7 +115,7 @@ def _pipeline(kind: str) -> Callable[[JobContext, Job], dict]:
 def run_job(ctx: JobContext) -> Job:
     """Run (or resume) one claimed job to the end; failures are recorded, never raised."""
     with ctx.tx() as db:
-        job = repo.get(db, ctx.job_id)
+        job = repo.get(db, ctx.org_id, ctx.job_id)
         kind = job.kind
         # Retention deletes: it reaches every branch, as erasure does (app/kit/view.py).
         ctx.view = EVERY_BRANCH if kind == "retention" else branches.view_by_id(db, ctx.org_id, job.branch_id)
@@ -129,7 +129,7 @@ def run_job(ctx: JobContext) -> Job:
         log.exception("job %s failed", ctx.job_id)
         stats, error = None, f"{type(exc).__name__}: {exc}"[:2000]
     with ctx.tx() as db:
-        job = repo.get(db, ctx.job_id, for_update=True)
+        job = repo.get(db, ctx.org_id, ctx.job_id, for_update=True)
         jobs_service.finish(db, job, stats=stats if stats is not None else job.stats, error=error)
         job.locked_by = None
         job.locked_until = None

@@ -89,6 +89,6 @@ def lock_cursor(db: Session, org_id: uuid.UUID, pipeline: str):  # noqa: ANN201
     return repo.lock_cursor(db, org_id, pipeline if branch is None else f"{pipeline}@{branch}")
 
 
-def get_for_update(db: Session, job_id: uuid.UUID) -> Job:
-    """A job by id, locked (the caller bound the job's org)."""
-    return repo.get(db, job_id, for_update=True)
+def get_for_update(db: Session, org_id: uuid.UUID, job_id: uuid.UUID) -> Job:
+    """A job of the org by id, locked."""
+    return repo.get(db, org_id, job_id, for_update=True)

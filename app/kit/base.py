@@ -39,17 +39,14 @@ class TenantMixin:
     unique constraint and foreign key (docs/scale-out.md; tests/test_citus_ready.py checks the
     catalog). References to other tenant tables are `tenant_fk`s for the same reason.
 
-    The ORM keeps identifying a row by `id` alone where the table has one (`db.get(Model, id)`
-    and the identity map are unchanged); the database key is (org_id, id)."""
+    The ORM identifies a row by the table's key too, (org_id, id): every UPDATE and DELETE it
+    flushes names the org (`db.get(Model, (org_id, id))`), so on Citus each is routed to one
+    shard instead of fanning out (tests/test_citus_ready.py captures the statements)."""
 
     @declared_attr
     def org_id(cls) -> Mapped[uuid.UUID]:
         return mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False, index=True,
                              primary_key=True, sort_order=-1)
-
-    @declared_attr.directive
-    def __mapper_args__(cls) -> dict:
-        return {"primary_key": [cls.__table__.c.id]} if "id" in cls.__table__.c else {}
 
 
 def tenant_fk(column: str, table: str, ondelete: str = "CASCADE") -> ForeignKeyConstraint:

@@ -28,14 +28,13 @@ def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str) ->
         KnowledgeAsset.source_uri.startswith(uri_prefix, autoescape=True))).scalars())
 
 
-def set_status(db: Session, asset_ids: list[uuid.UUID], status: str) -> None:
+def set_status(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str) -> None:
     if asset_ids:
         from app.cartridges.service import mark_stale
 
-        org_ids = set(db.execute(select(KnowledgeAsset.org_id).where(KnowledgeAsset.id.in_(asset_ids))).scalars())
-        db.execute(update(KnowledgeAsset).where(KnowledgeAsset.id.in_(asset_ids)).values(status=status))
-        for org_id in org_ids:
-            mark_stale(db, org_id, asset_ids, reason=f"assets {status}")
+        db.execute(update(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(asset_ids))
+                   .values(status=status))
+        mark_stale(db, org_id, asset_ids, reason=f"assets {status}")
 
 
 def owned_assets(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[tuple[uuid.UUID, str]]:

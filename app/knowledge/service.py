@@ -68,9 +68,9 @@ def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str = "
     return repo.active_assets(db, org_id, kind, uri_prefix)
 
 
-def set_status(db: Session, asset_ids: list[uuid.UUID], status: str) -> None:
+def set_status(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str) -> None:
     """E.g. `dropped` for tables gone from a bootstrapped schema; cartridges trained on them go stale."""
-    repo.set_status(db, asset_ids, status)
+    repo.set_status(db, org_id, asset_ids, status)
 
 
 def live_table_columns(db: Session, org_id: uuid.UUID) -> dict[str, set[str]]:

@@ -94,7 +94,8 @@ def live_source_counts(db: Session, org_id: uuid.UUID, ids: list[uuid.UUID], *, 
     for t, type_ids in by_type.items():
         if t in SOURCE_TYPES:
             model = model_of(t)
-            existing |= {(t, i) for i in db.execute(select(model.id).where(model.id.in_(type_ids))).scalars()}
+            existing |= {(t, i) for i in db.execute(select(model.id).where(model.org_id == org_id,
+                                                                          model.id.in_(type_ids))).scalars()}
     counts = {i: 0 for i in ids}
     for k, t, i in {(k, t, i) for k, t, i in edges}:
         counts[k] += (t, i) in existing
@@ -123,9 +124,9 @@ def by_key(db: Session, org_id: uuid.UUID, key: str) -> Memory | None:
                                            Memory.provenance["key"].astext == key).with_for_update()).scalar_one_or_none()
 
 
-def active_if_still(db: Session, memory_id: uuid.UUID) -> Memory | None:
+def active_if_still(db: Session, org_id: uuid.UUID, memory_id: uuid.UUID) -> Memory | None:
     """The memory, locked, if it is still active (another run may have superseded it)."""
-    return db.execute(select(Memory).where(Memory.id == memory_id, *_state(db, ("active",)))
+    return db.execute(select(Memory).where(Memory.org_id == org_id, Memory.id == memory_id, *_state(db, ("active",)))
                       .with_for_update()).scalar_one_or_none()
 
 

@@ -307,7 +307,7 @@ def resolve(db: Session, *, org_id: uuid.UUID, winner_id: uuid.UUID, loser_id: u
     """Consolidation: `loser` is superseded by `winner` (`merged_from`: it said the same;
     `supersedes`: it contradicted it, so it also stops being valid). False when the loser is no
     longer active (a concurrent run got there first)."""
-    loser = repo.active_if_still(db, loser_id)
+    loser = repo.active_if_still(db, org_id, loser_id)
     if loser is None:
         return False
     supersede(db, loser, now, close_validity=relation == "supersedes")

@@ -79,7 +79,7 @@ def drop_chunk_kv(sessions_: sessionmaker[Session], org_id: uuid.UUID, job_id: u
             tier.close()
     with transaction(sessions_) as db:
         bind_principal(db, None, org_id=org_id, all_scopes=True)
-        jobs.finish(db, jobs.get_for_update(db, job_id), stats={**stats, "chunk_kv_deleted": dropped})
+        jobs.finish(db, jobs.get_for_update(db, org_id, job_id), stats={**stats, "chunk_kv_deleted": dropped})
 
 
 def tier_client(settings) -> TierClient | None:  # noqa: ANN001

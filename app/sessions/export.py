@@ -13,7 +13,7 @@ from app.sessions import repository as repo
 
 def trajectories(db: Session, org_id: uuid.UUID) -> Iterator[dict]:
     for s in repo.sessions_of_org(db, org_id):
-        calls = repo.tool_calls(db, s.id)
+        calls = repo.tool_calls(db, s.org_id, s.id)
         if not calls:
             continue
         yield {"session_id": str(s.id), "user_id": str(s.owner_id), "budget_tokens": s.budget_tokens,

@@ -18,18 +18,19 @@ def get_visible(db: Session, principal: Principal, session_id: uuid.UUID, *,
     return db.execute(stmt.with_for_update() if for_update else stmt).scalar_one_or_none()
 
 
-def messages(db: Session, session_id: uuid.UUID) -> list[SessionMessage]:
-    return list(db.execute(select(SessionMessage).where(SessionMessage.session_id == session_id)
+def messages(db: Session, org_id: uuid.UUID, session_id: uuid.UUID) -> list[SessionMessage]:
+    return list(db.execute(select(SessionMessage).where(SessionMessage.org_id == org_id,
+                                                        SessionMessage.session_id == session_id)
                            .order_by(SessionMessage.seq)).scalars())
 
 
-def delete_messages(db: Session, ids: list[uuid.UUID]) -> None:
-    db.execute(delete(SessionMessage).where(SessionMessage.id.in_(ids)))
+def delete_messages(db: Session, org_id: uuid.UUID, ids: list[uuid.UUID]) -> None:
+    db.execute(delete(SessionMessage).where(SessionMessage.org_id == org_id, SessionMessage.id.in_(ids)))
 
 
-def next_tool_seq(db: Session, session_id: uuid.UUID) -> int:
+def next_tool_seq(db: Session, org_id: uuid.UUID, session_id: uuid.UUID) -> int:
     return (db.execute(select(func.coalesce(func.max(ToolCall.seq), 0))
-                       .where(ToolCall.session_id == session_id)).scalar() or 0) + 1
+                       .where(ToolCall.org_id == org_id, ToolCall.session_id == session_id)).scalar() or 0) + 1
 
 
 def sessions_of_org(db: Session, org_id: uuid.UUID):  # noqa: ANN201
@@ -38,8 +39,9 @@ def sessions_of_org(db: Session, org_id: uuid.UUID):  # noqa: ANN201
                       .order_by(AgentSession.created_at)).scalars()
 
 
-def tool_calls(db: Session, session_id: uuid.UUID) -> list[ToolCall]:
-    return list(db.execute(select(ToolCall).where(ToolCall.session_id == session_id).order_by(ToolCall.seq)).scalars())
+def tool_calls(db: Session, org_id: uuid.UUID, session_id: uuid.UUID) -> list[ToolCall]:
+    return list(db.execute(select(ToolCall).where(ToolCall.org_id == org_id, ToolCall.session_id == session_id)
+                           .order_by(ToolCall.seq)).scalars())
 
 
 def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:

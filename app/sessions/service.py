@@ -36,7 +36,7 @@ def get(db: Session, principal: Principal, session_id: uuid.UUID, *, for_update:
 
 
 def messages(db: Session, s: AgentSession) -> list[SessionMessage]:
-    return repo.messages(db, s.id)
+    return repo.messages(db, s.org_id, s.id)
 
 
 def session_pieces(db: Session, s: AgentSession) -> list[Piece]:
@@ -122,7 +122,7 @@ def evict(db: Session, principal: Principal, resources, s: AgentSession, *, reas
                        occurred_at=m.created_at, metadata={"session_seq": m.seq, "evicted": reason},
                        visibility=s.visibility, groups=list(s.groups), labels=list(s.labels)) for m in out]
     episodes = create_many(db, resources.embedder, principal, items, owner_id=s.owner_id, audit=False)
-    repo.delete_messages(db, [m.id for m in out])
+    repo.delete_messages(db, s.org_id, [m.id for m in out])
     s.evictions += 1
     record(db, org_id=s.org_id, actor_id=principal.user_id, action="session.evict", target_type="session",
            target_id=s.id, details={"messages": len(out), "reason": reason, "episodes": [str(e.id) for e in episodes]})
@@ -140,7 +140,7 @@ def report_outcome(db: Session, principal: Principal, s: AgentSession, outcome: 
 
 
 def next_tool_seq(db: Session, s: AgentSession) -> int:
-    return repo.next_tool_seq(db, s.id)
+    return repo.next_tool_seq(db, s.org_id, s.id)
 
 
 def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:

@@ -104,7 +104,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
             present = {f"{prefix}{t.qualified}" for t in tables}
             gone = [a.id for a in knowledge.active_assets(db, ctx.org_id, "table_schema", prefix)
                     if a.source_uri not in present]
-            knowledge.set_status(db, gone, "dropped")
+            knowledge.set_status(db, ctx.org_id, gone, "dropped")
             stats["tables_dropped"] = len(gone)
             ctx.checkpoint(db, progress=1.0, stats=stats)
     _precompute_kv(ctx, new_chunk_texts)

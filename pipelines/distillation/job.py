@@ -72,7 +72,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
                 continue
             for e, v in zip(batch, verdicts):
                 quality = "quarantined" if v.suspicious else ("useful" if v.useful else "skipped")
-                episodes.set_quality(db, e.id, quality)
+                episodes.set_quality(db, ctx.org_id, e.id, quality)
                 stats["kept" if v.useful else ("quarantined" if v.suspicious else "skipped")] += 1
             for key, items in extracted.items():
                 for x in items:
