@@ -60,12 +60,16 @@ def test_as_of_reads_the_state_recorded_then(client, world):
     # GET by id: the version did not exist yet at that instant; the old one did.
     assert client.get(f"/v1/memories/{v2['id']}", params={"as_of": before_patch}, headers=alice.h).status_code == 404
     assert client.get(f"/v1/memories/{m1['id']}", params={"as_of": before_patch}, headers=alice.h).status_code == 200
-    # Context as of then serves the old text; with a session it is refused (a session has no past).
+    # Context as of then serves the old text (with a session too: its own state is today's).
     ctx = client.post("/v1/context", json={"query": f"{TOKEN} deploys", "as_of": before_patch}, headers=alice.h).json()
     assert "tuesday" in ctx["text"] and "thursday" not in ctx["text"]
-    sid = client.post("/v1/sessions", json={}, headers=alice.h).json()["id"]
-    assert client.post("/v1/context", json={"query": "x", "as_of": before_patch, "session_id": sid},
-                       headers=alice.h).status_code == 422
+    sid = client.post("/v1/sessions", json={"working_context": {"task": "plan the release"}}, headers=alice.h).json()["id"]
+    ctx = client.post("/v1/context", json={"query": f"{TOKEN} deploys", "as_of": before_patch, "session_id": sid},
+                      headers=alice.h).json()
+    assert "tuesday" in ctx["text"] and "thursday" not in ctx["text"] and "plan the release" in ctx["text"]
+    assert client.post("/v1/search", json={"query": "x", "as_of": 0}, headers=alice.h).status_code == 422
+    assert client.get(f"/v1/memories/{m1['id']}", params={"as_of": "2026-01-01T00:00:00"},
+                      headers=alice.h).status_code == 422  # an instant needs its offset
     # Lineage as of before the patch has no `supersedes` edge yet.
     g = client.get(f"/v1/lineage/memory/{m1['id']}", params={"as_of": before_patch}, headers=alice.h).json()
     assert not g["edges"]

@@ -100,7 +100,7 @@ def test_forgetting_a_user_erases_their_stored_replies(client, world, admin_engi
     from app.orgs.models import User
 
     with Session(admin_engine) as db:
-        key = service.create_key(db, db.get(User, alice.user_id))
+        key = service.create_key(db, db.get(User, (alice.org_id, alice.user_id)))
         db.commit()
     again = client.post("/v1/episodes", json=body, headers={"Authorization": f"Bearer {key}", "Idempotency-Key": "leave"})
     assert again.status_code == 201

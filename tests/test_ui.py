@@ -6,7 +6,9 @@ import os
 import re
 import shutil
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -28,6 +30,7 @@ def test_lineage_page_renders_the_graph(base_url, client, world, tmp_path):
     org = world.org()
     alice = world.user(org)
     e1 = client.post("/v1/episodes", json=ep("I always archive invoices after 7 years", visibility="org"), headers=alice.h).json()["id"]
+    before_memory = datetime.now(timezone.utc).isoformat()
     e2 = client.post("/v1/episodes", json=ep("Archive invoices in the cold bucket"), headers=alice.h).json()["id"]
     m = client.post("/v1/memories", json={"text": "Invoices are archived to the cold bucket after 7 years", "kind": "rule",
                                           "sources": [{"type": "episode", "id": e1}, {"type": "episode", "id": e2}]},
@@ -41,6 +44,11 @@ def test_lineage_page_renders_the_graph(base_url, client, world, tmp_path):
     assert ids == {m, e1, e2}
     assert re.search(rf'data-id="{m}" data-visibility="private"', dom) and re.search(rf'data-id="{e1}" data-visibility="org"', dom)
     assert dom.count(">distilled_from<") == 2
+    # As of before the memory was derived, the episode had no lineage yet (the page's as-of view).
+    url_then = f"{base_url}/ui/#key={alice.key}&type=episode&id={e1}&as_of={quote(before_memory)}"
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p0'}", "--dump-dom", url_then],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert 'data-nodes="1"' in dom and 'data-edges="0"' in dom, dom[-2000:]
     # The screenshot goes to a temporary folder (tests leave the tree as they found it); set
     # MEMSCALE_UI_SCREENSHOT=docs/ui-lineage.png to refresh the one in the docs.
     shot = Path(os.environ.get("MEMSCALE_UI_SCREENSHOT") or tmp_path / "ui-lineage.png")

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:&/\-]+$")]
 Visibility = Literal["private", "group", "org"]
@@ -24,6 +24,8 @@ def _iso_datetime_only(value):  # noqa: ANN001, ANN202
 
 # A date-time that accepts only what `format: date-time` promises (bodies and query strings).
 IsoDateTime = Annotated[datetime, BeforeValidator(_iso_datetime_only)]
+# An instant (as_of): ISO 8601 with its offset, as RFC 3339's date-time requires.
+IsoInstant = Annotated[AwareDatetime, BeforeValidator(_iso_datetime_only)]
 
 
 def _json_number_only(value):  # noqa: ANN001, ANN202
@@ -63,7 +65,7 @@ class StrictModel(BaseModel):
 
 # The rule `_groups_match_visibility` enforces, stated in the JSON schema so that clients (and
 # schemathesis) know it: `groups` is non-empty exactly when `visibility` is "group".
-_GROUPS_MATCH_VISIBILITY = {
+GROUPS_MATCH_VISIBILITY = {
     "if": {"properties": {"visibility": {"const": "group"}}, "required": ["visibility"]},
     "then": {"properties": {"groups": {"minItems": 1}}, "required": ["groups"]},
     "else": {"properties": {"groups": {"maxItems": 0}}},
@@ -71,7 +73,7 @@ _GROUPS_MATCH_VISIBILITY = {
 
 
 class AccessIn(StrictModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_GROUPS_MATCH_VISIBILITY)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=GROUPS_MATCH_VISIBILITY)
 
     visibility: Visibility = "private"
     groups: list[Tag] = Field(default_factory=list, max_length=32)

@@ -4,9 +4,9 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from app.kit.schemas import AccessIn, AccessOut, IsoDateTime, NumberOnly, StrictModel, Tag, Visibility
+from app.kit.schemas import GROUPS_MATCH_VISIBILITY, AccessIn, AccessOut, IsoDateTime, NumberOnly, StrictModel, Tag, Visibility
 
 MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
 AgentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
@@ -17,7 +17,19 @@ class SourceRef(StrictModel):
     id: uuid.UUID
 
 
+# `agent_id` goes with kinds instruction and skill, and only with them: stated in the JSON schema
+# too (as AccessIn states its groups rule), so that clients and schemathesis know it.
+_AGENT_ID_WITH_AGENT_KINDS = {
+    "if": {"properties": {"kind": {"enum": ["instruction", "skill"]}}, "required": ["kind"]},
+    "then": {"properties": {"agent_id": {"type": "string"}}, "required": ["agent_id"]},
+    "else": {"properties": {"agent_id": {"type": "null"}}},
+}
+
+
 class MemoryIn(AccessIn):
+    model_config = ConfigDict(extra="forbid",
+                              json_schema_extra={"allOf": [GROUPS_MATCH_VISIBILITY, _AGENT_ID_WITH_AGENT_KINDS]})
+
     text: str = Field(min_length=1, max_length=20_000)
     kind: MemoryKind
     confidence: Annotated[float, Field(ge=0.0, le=1.0), NumberOnly] = 0.8

@@ -4,9 +4,9 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 
-from app.kit.schemas import IsoDateTime, NumberOnly, StrictModel, Tag
+from app.kit.schemas import IsoInstant, IsoDateTime, NumberOnly, StrictModel, Tag
 
 ItemType = Literal["memory", "episode", "chunk"]
 
@@ -46,7 +46,7 @@ class SearchIn(StrictModel):
     filters: SearchFilters = Field(default_factory=SearchFilters)
     instruction: str | None = Field(default=None, max_length=1000)
     # The memory state as recorded at that instant (issue 18), under today's access rules.
-    as_of: AwareDatetime | None = None
+    as_of: IsoInstant | None = None
 
 
 class SearchResult(BaseModel):

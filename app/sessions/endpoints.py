@@ -11,7 +11,7 @@ from app.context.service import build, instructed
 from app.lineage.service import record_read
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
-from app.kit.errors import COMMON_ERRORS, AppError
+from app.kit.errors import COMMON_ERRORS
 from app.kit.replicas import reads
 from app.sessions import service, tools
 from app.sessions.schemas import (
@@ -29,10 +29,7 @@ def _out(s) -> SessionOut:  # noqa: ANN001
 @router.post("/context", response_model=ContextOut, response_model_exclude_unset=True)
 def context(body: ContextIn, request: Request, db: SessionDep, principal=require("context", "read")):
     st = request.app.state
-    if body.as_of is not None and body.session_id is not None:
-        raise AppError("as_of reads stored memory; a session's live state has no past to read: drop one",
-                       code="validation_error", status_code=422)
-    principal = principal.at(body.as_of)
+    principal = principal.at(body.as_of)  # retrieved memory as of then; a session's own state is today's
     session = service.get(db, principal, body.session_id) if body.session_id else None
     with released(db, principal):  # no pooled connection held while the query is read and embedded
         query, filters, interpreted = instructed(body.instruction, body.query, settings=st.settings, resources=st.resources)

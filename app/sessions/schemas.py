@@ -4,9 +4,9 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.kit.schemas import NumberOnly, StrictModel
+from app.kit.schemas import IsoInstant, NumberOnly, StrictModel
 
 Label = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\- ]+$")]
 BlockText = Annotated[str, StringConstraints(max_length=4000)]
@@ -63,7 +63,9 @@ class ContextIn(StrictModel):
     session_id: uuid.UUID | None = None
     budget_tokens: Annotated[int, Field(ge=64, le=128_000), NumberOnly] = 2000
     instruction: str | None = Field(default=None, max_length=1000)  # constraints in words (issue 17)
-    as_of: AwareDatetime | None = None  # the memory state as recorded then (issue 18); not with session_id
+    # The stored memory as recorded then (issue 18); a session's own state (working context,
+    # summary, recent messages) is always today's.
+    as_of: IsoInstant | None = None
     # Assemble this agent's profile first: its instructions (pinned) and its skills (issue 18).
     agent_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
