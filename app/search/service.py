@@ -12,6 +12,11 @@ Fusion (hybrid mode), per item type:
    it (a 3-turn window, max-pooled, when those are in the pool), then `session` x the best score
    in its session (sessions ranked first, turns taken from the best sessions).
    LoCoMo dev recall@10: + neighbours 0.73, + sessions 0.75.
+4. A second round for conversation turns, no LLM: the rarest words (not in the query) of the
+   `expand_from` best turns so far make a second text query; its hits join the pool and the
+   positive part of its z-normalised BM25 adds with weight `expand_weight` (steps 2-3 redone).
+   A turn that answers often shares no word with the question but shares a name or a rare word
+   with the turns that match it. Leave-one-conversation-out on LoCoMo dev: docs/decisions.md.
 The final score is squashed into (0, 1) with a logistic so that context assembly can keep
 multiplying it by confidence and recency. Every statistic (z-scores, BM25 df and N) is taken
 over rows the caller may be served, so another user's rows never shape the ranking.
@@ -32,6 +37,7 @@ from app.kit.registry import text_of
 from app.kit.replicas import on
 from app.lineage.service import record_retrieval
 from app.search import repository as repo
+from app.search.repository_expansion import expansion_ids
 from app.search.schemas import Interpreted, SearchFilters, SearchIn, SearchResult
 
 RRF_K = 60
@@ -48,6 +54,9 @@ class Tuning:
     w_vector: float = 1.0  # weight of the z-normalised cosine against the z-normalised BM25
     neighbour: float = 0.5  # share of the best adjacent turn's fused score a turn gains
     session: float = 0.5  # share of its session's best score a turn gains
+    expand_from: int = 5  # second round (conversation turns): seeded by this many best first-round turns
+    expand_terms: int = 10  # ... using their rarest words not in the query (0: no second round)
+    expand_weight: float = 0.3  # weight of the second round's z-normalised BM25
 
 
 DEFAULT_TUNING = Tuning()
@@ -100,25 +109,64 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
         return out
     bm25 = {id_: float(r) for id_, r in txt}
     rows = repo.pool_rows(db, principal, t, qvec, list({id_ for id_, _ in vec} | set(bm25)), filters)
+    turns = t == "episode" and bool(tun.neighbour or tun.session)
+    pairs = repo.neighbour_ids(db, principal, [r.id for r in rows]) if turns and tun.neighbour else []
+    fused = _with_context(_zsum(rows, tun.w_vector, bm25), rows, pairs, tun) if turns else _zsum(rows, tun.w_vector, bm25)
+    if t == "episode" and tun.expand_terms and tun.expand_weight and fused:
+        fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, pairs, info, nt)
+    return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}
+
+
+def _zsum(rows: list, w_vector: float, bm25: dict, lift: dict | None = None, w_lift: float = 0.0) -> dict:
+    """w_vector x z(cosine) + z(BM25) over the pooled rows (+ w_lift x the positive part of z(lift):
+    the second round only lifts, so a clear first-round winner without its words keeps its place).
+    A row without an embedding counts as far as the farthest in the pool, a row a text query did
+    not return as 0."""
     known = [1.0 - float(r.d) for r in rows if r.d is not None]
-    floor = min(known, default=0.0)  # a row without an embedding: as far as the farthest in the pool
-    cos = {r.id: 1.0 - float(r.d) if r.d is not None else floor for r in rows}
-    zc, zb = _z(cos), _z({id_: bm25.get(id_, 0.0) for id_ in cos})
-    fused = {id_: tun.w_vector * zc[id_] + zb[id_] for id_ in cos}
-    if t == "episode" and tun.neighbour:
+    floor = min(known, default=0.0)
+    zc = _z({r.id: 1.0 - float(r.d) if r.d is not None else floor for r in rows})
+    zb = _z({i: bm25.get(i, 0.0) for i in zc})
+    out = {i: w_vector * zc[i] + zb[i] for i in zc}
+    if lift:
+        for i, zl in _z({i: lift.get(i, 0.0) for i in zc}).items():
+            out[i] += w_lift * max(0.0, zl)
+    return out
+
+
+def _with_context(fused: dict, rows: list, pairs: list, tun: Tuning) -> dict:
+    """The neighbour and session signals of conversation turns (see the module docstring)."""
+    if tun.neighbour:
         support: dict = {}
-        for nid, hid in repo.neighbour_ids(db, principal, list(fused)):
-            if nid in fused:
+        for nid, hid in pairs:
+            if nid in fused and hid in fused:
                 support[hid] = max(support.get(hid, 0.0), fused[nid])
         fused = {i: s + tun.neighbour * max(0.0, support.get(i, 0.0)) for i, s in fused.items()}
-    if t == "episode" and tun.session:
+    if tun.session:
         best: dict = {}
         for r in rows:
             if r.session_id is not None:
                 best[r.session_id] = max(best.get(r.session_id, -math.inf), fused[r.id])
         fused = {r.id: fused[r.id] + (tun.session * best[r.session_id] if r.session_id is not None else 0.0)
                  for r in rows}
-    return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}
+    return fused
+
+
+def _second_round(db: Session, principal: Principal, query: str, qvec, filters: SearchFilters, tun: Tuning,  # noqa: ANN001
+                  fused: dict, rows: list, bm25: dict, pairs: list, info: dict, n: int) -> dict:
+    """A second text query made of the rarest words of the first round's `expand_from` best turns
+    (repository_expansion): its hits join the pool and its z-normalised BM25 is added with weight
+    `expand_weight` (its positive part), then the context signals are taken again over the larger pool."""
+    seeds = sorted(fused, key=lambda i: (-fused[i], str(i)))[:tun.expand_from]
+    second = {i: float(r) for i, r in expansion_ids(db, principal, "episode", seeds, query, filters, tun.expand_terms, n)}
+    info["second_round"] = len(second)
+    if not second:
+        return fused
+    new = [i for i in second if i not in fused]
+    rows = rows + repo.pool_rows(db, principal, "episode", qvec, new, filters)
+    if tun.neighbour and new:
+        pairs = pairs + repo.neighbour_ids(db, principal, new)
+    out = _zsum(rows, tun.w_vector, bm25, second, tun.expand_weight)
+    return _with_context(out, rows, pairs, tun) if (tun.neighbour or tun.session) else out
 
 
 def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str], k: int, mode: str,
