@@ -10,13 +10,12 @@ the document frequencies are counted over the caller's servable rows only.
 
 from __future__ import annotations
 
-from sqlalchemy import func, literal, select
-from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
-from app.search.repository import MAX_QUERY_LEXEMES, _filters, _tsquery_lexeme
+from app.search.repository import MAX_QUERY_LEXEMES, _filters, bm25_ids
 from app.search.schemas import SearchFilters
 
 MAX_HIT_LEXEMES = 4 * MAX_QUERY_LEXEMES  # bounds the OR-query of the df count (a turn has ~15)
@@ -36,17 +35,4 @@ def expansion_ids(db: Session, principal: Principal, type_: str, hit_ids: list, 
                          .order_by(hit_lex.c.lex).limit(MAX_HIT_LEXEMES)).scalars().all()
     if not lexemes:
         return []
-    any_term = literal(" | ".join(_tsquery_lexeme(w) for w in lexemes)).cast(TSQUERY)
-    cand = (select(m.id.label("id"), func.tsvector_to_array(m.tsv).label("lexs"))
-            .where(*conds, m.tsv.op("@@")(any_term)).cte("cand").prefix_with("MATERIALIZED"))
-    terms = select(func.unnest(literal(list(lexemes), ARRAY(TEXT))).label("lex")).cte("terms")
-    df = (select(terms.c.lex, func.count(cand.c.id).label("df")).select_from(terms)
-          .join(cand, terms.c.lex == func.any(cand.c.lexs)).group_by(terms.c.lex)
-          .having(func.count(cand.c.id) >= 2).cte("df"))
-    total = select(func.count()).select_from(m).where(*conds).scalar_subquery()
-    w = func.ln(1 + (total - df.c.df + 0.5) / (df.c.df + 0.5))
-    idf = select(df.c.lex, w.label("w")).order_by(w.desc(), df.c.lex).limit(n_terms).cte("idf")
-    score = func.sum(idf.c.w)
-    return db.execute(select(cand.c.id, score.label("r")).select_from(cand)
-                      .join(idf, idf.c.lex == func.any(cand.c.lexs))
-                      .group_by(cand.c.id).order_by(score.desc(), cand.c.id).limit(n)).all()
+    return bm25_ids(db, m, conds, lexemes, n, min_df=2, n_terms=n_terms)
