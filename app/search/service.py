@@ -57,6 +57,7 @@ class Tuning:
     expand_from: int = 5  # second round (conversation turns): seeded by this many best first-round turns
     expand_terms: int = 10  # ... using their rarest words not in the query (0: no second round)
     expand_weight: float = 0.3  # weight of the second round's z-normalised BM25
+    expand_depth: int = 30  # rows the second round may add to the pool (100 scores the same on LoCoMo)
 
 
 DEFAULT_TUNING = Tuning()
@@ -113,7 +114,7 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     pairs = repo.neighbour_ids(db, principal, [r.id for r in rows]) if turns and tun.neighbour else []
     fused = _with_context(_zsum(rows, tun.w_vector, bm25), rows, pairs, tun) if turns else _zsum(rows, tun.w_vector, bm25)
     if t == "episode" and tun.expand_terms and tun.expand_weight and fused:
-        fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, pairs, info, nt)
+        fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, pairs, info)
     return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}
 
 
@@ -152,12 +153,13 @@ def _with_context(fused: dict, rows: list, pairs: list, tun: Tuning) -> dict:
 
 
 def _second_round(db: Session, principal: Principal, query: str, qvec, filters: SearchFilters, tun: Tuning,  # noqa: ANN001
-                  fused: dict, rows: list, bm25: dict, pairs: list, info: dict, n: int) -> dict:
+                  fused: dict, rows: list, bm25: dict, pairs: list, info: dict) -> dict:
     """A second text query made of the rarest words of the first round's `expand_from` best turns
     (repository_expansion): its hits join the pool and its z-normalised BM25 is added with weight
     `expand_weight` (its positive part), then the context signals are taken again over the larger pool."""
     seeds = sorted(fused, key=lambda i: (-fused[i], str(i)))[:tun.expand_from]
-    second = {i: float(r) for i, r in expansion_ids(db, principal, "episode", seeds, query, filters, tun.expand_terms, n)}
+    second = {i: float(r) for i, r in expansion_ids(db, principal, "episode", seeds, query, filters, tun.expand_terms,
+                                                      tun.expand_depth)}
     info["second_round"] = len(second)
     if not second:
         return fused

@@ -88,7 +88,7 @@ def _context(d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session
 
 
 def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, session: float = 0.5,
-          expand_from: int = 5, expand_terms: int = 0, expand_weight: float = 0.0) -> np.ndarray:
+          expand_from: int = 5, expand_terms: int = 0, expand_weight: float = 0.0, expand_depth: int = 30) -> np.ndarray:
     cos = d["E"] @ q["e"]
     bm = _bm25(d, set(q["l"][:32]))
     pool = np.array(sorted(set(np.argsort(-cos)[:POOL]) | {j for j in np.argsort(-bm)[:POOL] if bm[j] > 0}))
@@ -106,7 +106,7 @@ def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, sessi
              if x not in set(q["l"]) and d["df"].get(x, 0) >= 2}
     terms = sorted(words, key=lambda x: (-idf[x], x))[:expand_terms]
     bm2 = _bm25(d, set(terms))
-    pool = np.array(sorted(set(pool) | {j for j in np.argsort(-bm2)[:POOL] if bm2[j] > 0}))
+    pool = np.array(sorted(set(pool) | {j for j in np.argsort(-bm2)[:expand_depth] if bm2[j] > 0}))
     f = w_vector * z(cos, pool) + z(bm, pool) + expand_weight * np.maximum(z(bm2, pool), 0.0)
     return _context(d, f, pool, neighbour, session)
 
@@ -114,6 +114,47 @@ def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, sessi
 def recall10(d: dict, q: dict, s: np.ndarray) -> float:
     top = {d["dia"][j] for j in np.argsort(-s, kind="stable")[:10] if np.isfinite(s[j])}
     return sum(e in top for e in q["ev"]) / len(q["ev"])
+
+
+def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dict:
+    """The service's own `fit` and `render` (SmolLM2 token counts) over this ranking: the top
+    budget // 30 turns at their logistic score and their neighbours at half of it, as
+    app.context.service.retrieved_pieces builds them; evidence counted among the chosen pieces."""
+    from bench.locomo import load
+    from app.config import Settings
+    from app.context.assemble import Piece, fit
+    from app.llm.gateway import Gateway
+
+    settings = Settings()
+    count = Gateway(settings.llm_model, data_dir=settings.data_dir).count_tokens
+    turns = {c.sample_id: c.turns for c in load()}
+    out = {}
+    for name, kw in (("second round off", {}), ("second round on", DEFAULT2)):
+        got = {b: [] for b in budgets}
+        for d in data:
+            ts = turns[d["sid"]]
+
+            def piece(j: int, sc: float, ts=ts, sid=d["sid"]) -> Piece:  # noqa: ANN001
+                at = ts[j].at.isoformat() + "+00:00" if ts[j].at else None
+                return Piece("examples", "episode", str(j), ts[j].text, sc, extra={
+                    "kind": "conversation", "session_id": f"{sid}-s{ts[j].session}", "occurred_at": at})
+
+            for q in d["qa"]:
+                s = score(d, q, **DEFAULT, **kw)
+                for b in budgets:
+                    k = max(10, min(100, b // 30))
+                    top = [j for j in np.argsort(-s, kind="stable")[:k] if np.isfinite(s[j])]
+                    sc = {j: 1 / (1 + math.exp(-s[j])) for j in top}
+                    nb: dict = {}
+                    for j in top:
+                        for o in (-1, 1):
+                            if 0 <= j + o < len(s) and d["sess"][j + o] == d["sess"][j] and j + o not in sc:
+                                nb[j + o] = max(nb.get(j + o, 0.0), sc[j] * 0.5)
+                    chosen = {int(p.id) for p in fit([piece(j, v) for j, v in {**sc, **nb}.items()], b, count)}
+                    got[b].append(sum(d["dia"].index(e) in chosen for e in q["ev"] if e in d["dia"]) / len(q["ev"]))
+        out[name] = {b: round(float(np.mean(v)), 4) for b, v in got.items()}
+        print(f"{name}: in context {out[name]}", flush=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -124,8 +165,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--data", default=None)
     ap.add_argument("--second-round", action="store_true", help="fit the second round's settings (GRID2) "
                     "instead of the fusion weights (GRID, with the second round off)")
+    ap.add_argument("--context", action="store_true", help="evidence in context at 1,000 and 1,800 tokens "
+                    "through app.context.assemble.fit, second round off and on (no fitting)")
     args = ap.parse_args(argv)
     data = features(load(args.data) if args.data else load())
+    if args.context:
+        return in_context(data)
     space, fixed = (GRID2, DEFAULT) if args.second_round else (GRID, {"expand_terms": 0})
     grid = [dict(zip(space, p)) for p in itertools.product(*space.values())]
     per = {(i, d["sid"]): [recall10(d, q, score(d, q, **fixed, **g)) for q in d["qa"]]
