@@ -206,12 +206,18 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
 
 def bm25_ids(db: Session, m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0,  # noqa: ANN001
              n_terms: int | None = None) -> list[tuple]:
-    """Top-n (id, summed IDF of the lexemes a row holds) among the rows of `m` under `conds` (one
-    statement: the candidates, one GIN scan, unnested to (id, lexeme) pairs, give each lexeme's
-    df by an equality join that Postgres hashes; `lexeme = ANY(row's lexemes)` compared every
-    term with every row's array and made the second round's ~75-word df count cost ~18 ms). `min_df`/`n_terms`: keep only
-    the `n_terms` rarest lexemes held by at least `min_df` rows (the second round's choice of words,
-    app.search.repository_expansion); by default every lexeme counts."""
+    return db.execute(bm25_select(m, conds, lexemes, n, min_df=min_df, n_terms=n_terms)).all()
+
+
+def bm25_select(m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0,  # noqa: ANN001
+                n_terms: int | None = None):  # noqa: ANN201
+    """Top-n (id, summed IDF of the lexemes a row holds) among the rows of `m` under `conds`, in
+    one statement: the candidates (one GIN scan), unnested to (id, lexeme) pairs, give each
+    lexeme's df by an equality join that Postgres hashes (`lexeme = ANY(row's lexemes)` compared
+    every term with every row's array: the second round's df count over ~75 words took ~18 ms,
+    now ~9). `min_df`/`n_terms`: keep only the `n_terms` rarest lexemes held by at least `min_df`
+    rows (the second round's choice of words, app.search.repository_expansion); by default every
+    lexeme counts."""
     any_term = literal(" | ".join(_tsquery_lexeme(w) for w in lexemes)).cast(TSQUERY)
     cand = (select(m.id.label("id"), func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
             .where(*conds, m.tsv.op("@@")(any_term)).cte("cand").prefix_with("MATERIALIZED"))
@@ -228,6 +234,5 @@ def bm25_ids(db: Session, m, conds: list, lexemes: list[str], n: int, *, min_df:
         idf = idf.order_by(w.desc(), df.c.lex).limit(n_terms)
     idf = idf.cte("idf")
     score = func.sum(idf.c.w)
-    return db.execute(select(cand.c.id, score.label("r")).select_from(cand)
-                      .join(idf, idf.c.lex == cand.c.lex)
-                      .group_by(cand.c.id).order_by(score.desc(), cand.c.id).limit(n)).all()
+    return (select(cand.c.id, score.label("r")).select_from(cand).join(idf, idf.c.lex == cand.c.lex)
+            .group_by(cand.c.id).order_by(score.desc(), cand.c.id).limit(n))

@@ -12,11 +12,13 @@ Fusion (hybrid mode), per item type:
    it (a 3-turn window, max-pooled, when those are in the pool), then `session` x the best score
    in its session (sessions ranked first, turns taken from the best sessions).
    LoCoMo dev recall@10: + neighbours 0.73, + sessions 0.75.
-4. A second round for conversation turns, no LLM: the rarest words (not in the query) of the
-   `expand_from` best turns so far make a second text query; its hits join the pool and the
-   positive part of its z-normalised BM25 adds with weight `expand_weight` (steps 2-3 redone).
-   A turn that answers often shares no word with the question but shares a name or a rare word
-   with the turns that match it. Leave-one-conversation-out on LoCoMo dev: docs/decisions.md.
+4. A second round for conversation turns, no LLM, asked for by context assembly only
+   (`rank(..., second_round=True)`: it costs more than search's latency target allows): the
+   rarest words (not in the query) of the `expand_from` best turns so far make a second text
+   query; its hits join the pool and the positive part of its z-normalised BM25 adds with
+   weight `expand_weight` (steps 2-3 redone). A turn that answers often shares no word with the
+   question but shares a name or a rare word with the turns that match it.
+   Leave-one-conversation-out on LoCoMo dev: docs/decisions.md.
 The final score is squashed into (0, 1) with a logistic so that context assembly can keep
 multiplying it by confidence and recency. Every statistic (z-scores, BM25 df and N) is taken
 over rows the caller may be served, so another user's rows never shape the ranking.
@@ -37,7 +39,7 @@ from app.kit.registry import text_of
 from app.kit.replicas import on
 from app.lineage.service import record_retrieval
 from app.search import repository as repo
-from app.search.repository_expansion import expansion_ids
+from app.search.repository_expansion import expansion_rows
 from app.search.schemas import Interpreted, SearchFilters, SearchIn, SearchResult
 
 RRF_K = 60
@@ -95,7 +97,7 @@ def _z(values: dict) -> dict:
 
 
 def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: SearchFilters,  # noqa: ANN001
-          ef_search: int, tun: Tuning, info: dict, k: int) -> dict:
+          ef_search: int, tun: Tuning, info: dict, k: int, second_round: bool = False) -> dict:
     """Score fusion over one type's pool (see the module docstring): {id: score in (0, 1)}."""
     legacy = tun.pool is None and tun.fusion == "rrf"
     nv, nt = (max(2 * k, 20), max(2 * k, 50)) if legacy else (tun.pool or 100, tun.pool or 100)
@@ -113,7 +115,7 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     turns = t == "episode" and bool(tun.neighbour or tun.session)
     pairs = repo.neighbour_ids(db, principal, [r.id for r in rows]) if turns and tun.neighbour else []
     fused = _with_context(_zsum(rows, tun.w_vector, bm25), rows, pairs, tun) if turns else _zsum(rows, tun.w_vector, bm25)
-    if t == "episode" and tun.expand_terms and tun.expand_weight and fused:
+    if second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
         fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, pairs, info)
     return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}
 
@@ -156,30 +158,33 @@ def _second_round(db: Session, principal: Principal, query: str, qvec, filters: 
                   fused: dict, rows: list, bm25: dict, pairs: list, info: dict) -> dict:
     """A second text query made of the rarest words of the first round's `expand_from` best turns
     (repository_expansion): its hits join the pool and its z-normalised BM25 is added with weight
-    `expand_weight` (its positive part), then the context signals are taken again over the larger pool."""
+    `expand_weight` (its positive part), then the context signals are taken again over the larger
+    pool. The turns it adds take no support from their own neighbours (no second neighbour
+    lookup: LoCoMo recall is the same to the question, and it saves a statement), but lift the
+    first-round turns they sit next to through the first round's pairs."""
     seeds = sorted(fused, key=lambda i: (-fused[i], str(i)))[:tun.expand_from]
-    second = {i: float(r) for i, r in expansion_ids(db, principal, "episode", seeds, query, filters, tun.expand_terms,
-                                                      tun.expand_depth)}
-    info["second_round"] = len(second)
-    if not second:
+    found = expansion_rows(db, principal, "episode", seeds, query, qvec, filters, tun.expand_terms, tun.expand_depth)
+    info["second_round"] = len(found)
+    if not found:
         return fused
-    new = [i for i in second if i not in fused]
-    rows = rows + repo.pool_rows(db, principal, "episode", qvec, new, filters)
-    if tun.neighbour and new:
-        pairs = pairs + repo.neighbour_ids(db, principal, new)
+    second = {r.id: float(r.r) for r in found}
+    rows = rows + [r for r in found if r.id not in fused]
     out = _zsum(rows, tun.w_vector, bm25, second, tun.expand_weight)
     return _with_context(out, rows, pairs, tun) if (tun.neighbour or tun.session) else out
 
 
 def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str], k: int, mode: str,
-         filters: SearchFilters, ef_search: int, tuning: Tuning | None = None) -> tuple[list[SearchResult], dict]:
-    """Ranked visible results across `types` (no retrieval event; callers record one)."""
+         filters: SearchFilters, ef_search: int, tuning: Tuning | None = None,
+         second_round: bool = False) -> tuple[list[SearchResult], dict]:
+    """Ranked visible results across `types` (no retrieval event; callers record one).
+    `second_round` (step 4 of the module docstring): context assembly asks for it (its latency
+    target is 100 ms); `/v1/search` does not (30 ms: the round costs ~+20 ms server-side here)."""
     tun = tuning or _tuning
     scored: dict[tuple[str, uuid.UUID], float] = {}
     info = {"exact_fallbacks": 0}
     for t in types:
         if mode == "hybrid":
-            for id_, s in _fuse(db, principal, t, query, qvec, filters, ef_search, tun, info, k).items():
+            for id_, s in _fuse(db, principal, t, query, qvec, filters, ef_search, tun, info, k, second_round).items():
                 scored[(t, id_)] = s
         elif mode == "vector":
             rows, exact = repo.vector_ids(db, principal, t, qvec, filters, k, ef_search)

@@ -36,7 +36,7 @@ ABLATIONS = {
     "score fusion + sessions": ({"neighbour": 0.0, **NO2}, False),
     "score fusion + neighbours + sessions (no second round)": (NO2, True),
 }
-DEFAULT_VARIANT = "score fusion + neighbours + sessions + second round (default)"
+DEFAULT_VARIANT = "score fusion + neighbours + sessions, second round in context (default)"
 
 
 def method_plan(budgets: list[int]) -> tuple[list[str], list[str]]:

@@ -73,7 +73,8 @@ def _bm25(d: dict, terms: set) -> np.ndarray:
     return np.array([sum(w[x] for x in s if x in w) for s in d["L"]])
 
 
-def _context(d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session: float) -> np.ndarray:
+def _context(d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session: float,
+             unsupported: np.ndarray | None = None) -> np.ndarray:
     n = len(d["L"])
     s = np.full(n, -np.inf)
     s[pool] = f[pool]
@@ -82,7 +83,10 @@ def _context(d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session
     prev[1:][sess[1:] != sess[:-1]] = -np.inf
     nxt = np.r_[s[1:], -np.inf]
     nxt[:-1][sess[1:] != sess[:-1]] = -np.inf
-    s = s + neighbour * np.maximum(np.maximum(prev, nxt), 0.0)
+    support = np.maximum(np.maximum(prev, nxt), 0.0)
+    if unsupported is not None:  # the second round's rows: no neighbour lookup of their own
+        support[unsupported] = 0.0
+    s = s + neighbour * support
     best = {x: s[sess == x].max() for x in np.unique(sess)}
     return s + session * np.array([best[x] if np.isfinite(best[x]) else 0.0 for x in sess])
 
@@ -106,9 +110,10 @@ def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, sessi
              if x not in set(q["l"]) and d["df"].get(x, 0) >= 2}
     terms = sorted(words, key=lambda x: (-idf[x], x))[:expand_terms]
     bm2 = _bm25(d, set(terms))
-    pool = np.array(sorted(set(pool) | {j for j in np.argsort(-bm2)[:expand_depth] if bm2[j] > 0}))
+    added = np.array(sorted({j for j in np.argsort(-bm2)[:expand_depth] if bm2[j] > 0} - set(pool)), dtype=int)
+    pool = np.array(sorted(set(pool) | set(added)))
     f = w_vector * z(cos, pool) + z(bm, pool) + expand_weight * np.maximum(z(bm2, pool), 0.0)
-    return _context(d, f, pool, neighbour, session)
+    return _context(d, f, pool, neighbour, session, added)
 
 
 def recall10(d: dict, q: dict, s: np.ndarray) -> float:
