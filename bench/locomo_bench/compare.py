@@ -1,7 +1,7 @@
 """Two `memscale bench locomo` results side by side: recall@10 per category and evidence in
 context, as a markdown table and a plot (e.g. the code before and after a change).
 
-    .venv/bin/python -m bench.locomo_bench.compare BEFORE.json AFTER.json --out PLOT.png
+    .venv/bin/python -m bench.locomo_bench.compare BEFORE.json AFTER.json --out PLOT.png [--methods hybrid,context@1000]
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)
     ap.add_argument("--out", type=Path, default=None, help="plot path (none: table only)")
+    ap.add_argument("--methods", default="hybrid,context@1000", help="plot panels, comma-separated")
     args = ap.parse_args(argv)
     before, after = (json.loads(p.read_text()) for p in (args.before, args.after))
     print("\n".join(rows(before, after)))
     if args.out:
-        plot(before, after, args.out)
+        plot(before, after, args.out, tuple(args.methods.split(",")))
 
 
 if __name__ == "__main__":
