@@ -15,7 +15,7 @@ words = st.lists(st.sampled_from(["deploy", "kafka", "lag", "the", "billing", "Ã
 memory_piece = st.builds(lambda s, t, sc, pin: Piece(s, "memory", str(uuid.uuid4()), t, sc, pinned=pin and s in
                                               ("working_context", "summary")),
                   st.sampled_from(SECTIONS), words, st.floats(0, 1), st.booleans())
-# episodes render dated, conversation turns under one "Session <id>, <date>:" line per session and day
+# episodes render dated, conversation turns under one "<date>:" line per session and day
 episode_piece = st.builds(
     lambda t, sc, kind, session, day: Piece("examples", "episode", str(uuid.uuid4()), t, sc, extra={
         "kind": kind, "session_id": session, "occurred_at": f"2023-05-{day:02d}T10:00:00+00:00" if day else None}),
@@ -168,7 +168,7 @@ def test_context_adds_neighbouring_turns_in_order_without_leaking(client, world,
     assert "Mallory" not in ctx["text"]
     text_ = ctx["text"]
     assert text_.index("What did you do") < text_.index("pottery class") < text_.index("sounds lovely")
-    assert "Session s1, 8 May 2023:\n- Melanie: What did you do" in text_ and text_.count("Session s1") == 1  # one header per session and day
+    assert "8 May 2023:\n- Melanie: What did you do" in text_ and text_.count("8 May 2023:") == 1  # one header per session and day
     ctx, got = context(alice)  # the owner is served her own private turn
     assert ids[2] in got and ids[3] not in got
 
@@ -198,5 +198,27 @@ def test_episodes_render_dated_and_grouped_by_session():
               turn("A: hi", "s1", "07T10:00", score=0.5), turn("A: how are you", "s1", "08T10:00", score=0.4)]
     assert render(pieces).splitlines() == [
         "## Examples from past episodes",
-        "Session s1, 7 May 2023:", "- A: hi", "Session s1, 8 May 2023:", "- A: how are you", "- B: fine",
+        "7 May 2023:", "- A: hi", "8 May 2023:", "- A: how are you", "- B: fine",
         "- (9 May 2023) ran the deploy"]
+
+
+def test_fit_pays_for_conversation_headers_and_leaves_no_room_unused(app):
+    """Turns from many sessions: each (session, day) opens a header line. The greedy fill counts
+    those lines, so it does not overshoot and then trim; what it chose leaves no room for any
+    turn it left out, the best-scored turns are in, and the rendered text is within budget."""
+    count = app.state.resources.gateway.count_tokens
+
+    def turn(i: int) -> Piece:
+        return Piece("examples", "episode", str(uuid.uuid4()), f"Speaker{i % 2}: turn {i} about the {'pottery ' * (1 + i % 5)}class",
+                     1.0 - i / 100, extra={"kind": "conversation", "session_id": f"conv-{i % 9}-{uuid.uuid4()}",
+                                           "occurred_at": f"2023-05-{1 + i % 9:02d}T10:00:{i % 60:02d}+00:00"})
+
+    pieces = [turn(i) for i in range(60)]
+    for budget in (120, 300, 500):
+        chosen = fit(pieces, budget, count)
+        assert count(render(chosen)) <= budget
+        left = [p for p in pieces if p not in chosen]
+        assert left and all(count(render(chosen + [p])) > budget for p in left)  # nothing more fits
+        best = sorted(pieces, key=lambda p: -p.score)[:3]
+        assert all(p in chosen for p in best)
+        assert "Session conv-" not in render(chosen) and render(chosen).count("May 2023:") >= 2

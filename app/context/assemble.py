@@ -1,6 +1,6 @@
 """Budgeted context assembly (MemGPT's main context): choose and order what goes in the prompt.
 
-Ranking: retrieval score (RRF of vector + text) x confidence x recency; successful trajectories
+Ranking: retrieval score (hybrid search's fused score) x confidence x recency; successful trajectories
 before others. Filling: working context and summary first, then recent messages (up to a share
 of the budget), then retrieved items by score. The rendered text is counted with the configured
 model's tokenizer and trimmed until it fits: `tokens <= budget` always holds.
@@ -63,39 +63,67 @@ def render(pieces: list[Piece]) -> str:
 
 def _lines(items: list[Piece]) -> list[str]:
     """Episodes are dated (questions are often about when): the turns of one conversation session
-    on one day under a single header line, any other episode with the date in front."""
+    on one day under a single header line (`group_header`), any other episode with the date in front."""
     lines, group = [], None
     for p in items:
-        at = p.extra.get("occurred_at")
-        day = f"{datetime.fromisoformat(at):%-d %B %Y}" if at else None
-        if p.type != "episode":
+        g = conversation_group(p)
+        if g is not None:
+            if g != group:
+                group = g
+                lines.append(group_header(g))
             lines.append(f"- {p.text}")
-        elif p.extra.get("kind") == "conversation" and p.extra.get("session_id"):
-            if group != (p.extra["session_id"], day):
-                group = (p.extra["session_id"], day)
-                lines.append(f"Session {group[0]}" + (f", {day}:" if day else ":"))
-            lines.append(f"- {p.text}")
+        elif p.type == "episode" and p.extra.get("occurred_at"):
+            group = None
+            lines.append(f"- ({_day(p)}) {p.text}")
         else:
             group = None
-            lines.append(f"- ({day}) {p.text}" if day else f"- {p.text}")
+            lines.append(f"- {p.text}")
     return lines
 
 
+def _day(p: Piece) -> str | None:
+    at = p.extra.get("occurred_at")
+    return f"{datetime.fromisoformat(at):%-d %B %Y}" if at else None
+
+
+def conversation_group(p: Piece) -> tuple[str, str | None] | None:
+    """(session id, day) of a conversation turn, rendered under one header; None for any other piece."""
+    if p.type == "episode" and p.extra.get("kind") == "conversation" and p.extra.get("session_id"):
+        return p.extra["session_id"], _day(p)
+    return None
+
+
+def group_header(group: tuple[str, str | None]) -> str:
+    """The date alone ("8 May 2023:"): the session id is in the structured sections, and in the
+    prompt it cost 10 tokens a group as `conv-26-s3` and 39 as a UUID, a turn's worth (~37
+    tokens on LoCoMo) for every session the context draws from. Undated turns keep the id."""
+    session, day = group
+    return f"{day}:" if day else f"Session {session}:"
+
+
 def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent_share: float = 0.35) -> list[Piece]:
-    """Greedy fill by priority using per-piece token counts (each text is tokenised once), then
-    an exact count of the rendered text, trimming the lowest-scored pieces until it fits."""
+    """Greedy fill by priority using per-piece token counts (each text is tokenised once; a
+    section's or a conversation group's header is paid by the piece that opens it), then an exact
+    count of the rendered text, trimming the lowest-scored pieces until it fits."""
     cost = {id(p): count(f"- {p.text}") + 1 for p in pieces}
     header = {name: count(f"## {TITLES[name]}") + 2 for name in SECTION_ORDER}
+    group_cost: dict = {}  # a conversation group's header line, paid by the first turn of the group
     chosen: list[Piece] = []
-    used, open_sections = 0, set()
+    used, open_sections, open_groups = 0, set(), set()
 
     def add(p: Piece, limit: int) -> bool:
         nonlocal used
-        extra = cost[id(p)] + (0 if p.section in open_sections else header[p.section])
+        g = conversation_group(p)
+        if g is not None and g not in group_cost:
+            group_cost[g] = count(group_header(g)) + 1
+        extra = cost[id(p)] + (0 if p.section in open_sections else header[p.section]) + \
+            (group_cost[g] if g is not None and g not in open_groups else 0)
         if used + extra > limit:
             return False
         chosen.append(p)
         open_sections.add(p.section)
+        if g is not None:
+            open_groups.add(g)
         used += extra
         return True
 

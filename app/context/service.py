@@ -29,7 +29,7 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
     out: list[Piece] = []
     for type_ in ("memory", "episode", "chunk"):
         results, _ = rank(db, principal, query=query, qvec=qvec, types=[type_], k=k, mode="hybrid",
-                          filters=filters or SearchFilters(), ef_search=ef_search)
+                          filters=filters or SearchFilters(), ef_search=ef_search, second_round=True)
         for r in results:
             if type_ == "memory":
                 section = "instructions" if r.kind in INSTRUCTION_KINDS else "memories"

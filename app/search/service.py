@@ -12,6 +12,13 @@ Fusion (hybrid mode), per item type:
    it (a 3-turn window, max-pooled, when those are in the pool), then `session` x the best score
    in its session (sessions ranked first, turns taken from the best sessions).
    LoCoMo dev recall@10: + neighbours 0.73, + sessions 0.75.
+4. A second round for conversation turns, no LLM, asked for by context assembly only
+   (`rank(..., second_round=True)`: it costs more than search's latency target allows): the
+   rarest words (not in the query) of the `expand_from` best turns so far make a second text
+   query; its hits join the pool and the positive part of its z-normalised BM25 adds with
+   weight `expand_weight` (steps 2-3 redone). A turn that answers often shares no word with the
+   question but shares a name or a rare word with the turns that match it.
+   Leave-one-conversation-out on LoCoMo dev: docs/decisions.md.
 The final score is squashed into (0, 1) with a logistic so that context assembly can keep
 multiplying it by confidence and recency. Every statistic (z-scores, BM25 df and N) is taken
 over rows the caller may be served, so another user's rows never shape the ranking.
@@ -32,6 +39,7 @@ from app.kit.registry import text_of
 from app.kit.replicas import on
 from app.lineage.service import record_retrieval
 from app.search import repository as repo
+from app.search.repository_expansion import expansion_rows
 from app.search.schemas import Interpreted, SearchFilters, SearchIn, SearchResult
 
 RRF_K = 60
@@ -48,6 +56,10 @@ class Tuning:
     w_vector: float = 1.0  # weight of the z-normalised cosine against the z-normalised BM25
     neighbour: float = 0.5  # share of the best adjacent turn's fused score a turn gains
     session: float = 0.5  # share of its session's best score a turn gains
+    expand_from: int = 5  # second round (conversation turns): seeded by this many best first-round turns
+    expand_terms: int = 10  # ... using their rarest words not in the query (0: no second round)
+    expand_weight: float = 0.3  # weight of the second round's z-normalised BM25
+    expand_depth: int = 30  # rows the second round may add to the pool (100 scores the same on LoCoMo)
 
 
 DEFAULT_TUNING = Tuning()
@@ -85,7 +97,7 @@ def _z(values: dict) -> dict:
 
 
 def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: SearchFilters,  # noqa: ANN001
-          ef_search: int, tun: Tuning, info: dict, k: int) -> dict:
+          ef_search: int, tun: Tuning, info: dict, k: int, second_round: bool = False) -> dict:
     """Score fusion over one type's pool (see the module docstring): {id: score in (0, 1)}."""
     legacy = tun.pool is None and tun.fusion == "rrf"
     nv, nt = (max(2 * k, 20), max(2 * k, 50)) if legacy else (tun.pool or 100, tun.pool or 100)
@@ -100,36 +112,79 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
         return out
     bm25 = {id_: float(r) for id_, r in txt}
     rows = repo.pool_rows(db, principal, t, qvec, list({id_ for id_, _ in vec} | set(bm25)), filters)
+    turns = t == "episode" and bool(tun.neighbour or tun.session)
+    pairs = repo.neighbour_ids(db, principal, [r.id for r in rows]) if turns and tun.neighbour else []
+    fused = _with_context(_zsum(rows, tun.w_vector, bm25), rows, pairs, tun) if turns else _zsum(rows, tun.w_vector, bm25)
+    if second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
+        fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, pairs, info)
+    return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}
+
+
+def _zsum(rows: list, w_vector: float, bm25: dict, lift: dict | None = None, w_lift: float = 0.0) -> dict:
+    """w_vector x z(cosine) + z(BM25) over the pooled rows (+ w_lift x the positive part of z(lift):
+    the second round only lifts, so a clear first-round winner without its words keeps its place).
+    A row without an embedding counts as far as the farthest in the pool, a row a text query did
+    not return as 0."""
     known = [1.0 - float(r.d) for r in rows if r.d is not None]
-    floor = min(known, default=0.0)  # a row without an embedding: as far as the farthest in the pool
-    cos = {r.id: 1.0 - float(r.d) if r.d is not None else floor for r in rows}
-    zc, zb = _z(cos), _z({id_: bm25.get(id_, 0.0) for id_ in cos})
-    fused = {id_: tun.w_vector * zc[id_] + zb[id_] for id_ in cos}
-    if t == "episode" and tun.neighbour:
+    floor = min(known, default=0.0)
+    zc = _z({r.id: 1.0 - float(r.d) if r.d is not None else floor for r in rows})
+    zb = _z({i: bm25.get(i, 0.0) for i in zc})
+    out = {i: w_vector * zc[i] + zb[i] for i in zc}
+    if lift:
+        for i, zl in _z({i: lift.get(i, 0.0) for i in zc}).items():
+            out[i] += w_lift * max(0.0, zl)
+    return out
+
+
+def _with_context(fused: dict, rows: list, pairs: list, tun: Tuning) -> dict:
+    """The neighbour and session signals of conversation turns (see the module docstring)."""
+    if tun.neighbour:
         support: dict = {}
-        for nid, hid in repo.neighbour_ids(db, principal, list(fused)):
-            if nid in fused:
+        for nid, hid in pairs:
+            if nid in fused and hid in fused:
                 support[hid] = max(support.get(hid, 0.0), fused[nid])
         fused = {i: s + tun.neighbour * max(0.0, support.get(i, 0.0)) for i, s in fused.items()}
-    if t == "episode" and tun.session:
+    if tun.session:
         best: dict = {}
         for r in rows:
             if r.session_id is not None:
                 best[r.session_id] = max(best.get(r.session_id, -math.inf), fused[r.id])
         fused = {r.id: fused[r.id] + (tun.session * best[r.session_id] if r.session_id is not None else 0.0)
                  for r in rows}
-    return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}
+    return fused
+
+
+def _second_round(db: Session, principal: Principal, query: str, qvec, filters: SearchFilters, tun: Tuning,  # noqa: ANN001
+                  fused: dict, rows: list, bm25: dict, pairs: list, info: dict) -> dict:
+    """A second text query made of the rarest words of the first round's `expand_from` best turns
+    (repository_expansion): its hits join the pool and its z-normalised BM25 is added with weight
+    `expand_weight` (its positive part), then the context signals are taken again over the larger
+    pool. The turns it adds take no support from their own neighbours (no second neighbour
+    lookup: LoCoMo recall is the same to the question, and it saves a statement), but lift the
+    first-round turns they sit next to through the first round's pairs."""
+    seeds = sorted(fused, key=lambda i: (-fused[i], str(i)))[:tun.expand_from]
+    found = expansion_rows(db, principal, "episode", seeds, query, qvec, filters, tun.expand_terms, tun.expand_depth)
+    info["second_round"] = len(found)
+    if not found:
+        return fused
+    second = {r.id: float(r.r) for r in found}
+    rows = rows + [r for r in found if r.id not in fused]
+    out = _zsum(rows, tun.w_vector, bm25, second, tun.expand_weight)
+    return _with_context(out, rows, pairs, tun) if (tun.neighbour or tun.session) else out
 
 
 def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str], k: int, mode: str,
-         filters: SearchFilters, ef_search: int, tuning: Tuning | None = None) -> tuple[list[SearchResult], dict]:
-    """Ranked visible results across `types` (no retrieval event; callers record one)."""
+         filters: SearchFilters, ef_search: int, tuning: Tuning | None = None,
+         second_round: bool = False) -> tuple[list[SearchResult], dict]:
+    """Ranked visible results across `types` (no retrieval event; callers record one).
+    `second_round` (step 4 of the module docstring): context assembly asks for it (its latency
+    target is 100 ms); `/v1/search` does not (30 ms: the round costs ~+20 ms server-side here)."""
     tun = tuning or _tuning
     scored: dict[tuple[str, uuid.UUID], float] = {}
     info = {"exact_fallbacks": 0}
     for t in types:
         if mode == "hybrid":
-            for id_, s in _fuse(db, principal, t, query, qvec, filters, ef_search, tun, info, k).items():
+            for id_, s in _fuse(db, principal, t, query, qvec, filters, ef_search, tun, info, k, second_round).items():
                 scored[(t, id_)] = s
         elif mode == "vector":
             rows, exact = repo.vector_ids(db, principal, t, qvec, filters, k, ef_search)

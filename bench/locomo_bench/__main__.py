@@ -27,14 +27,16 @@ RECALL_AT = (5, 10, 25)
 # The ranking levers of app.search.service.Tuning, each off in turn (the default has all on):
 # (settings, whether /v1/context is run too). Hybrid search alone shows a lever's effect on the
 # ranking; the ranking "before" also runs /v1/context, for the before/after comparison.
+NO2 = {"expand_terms": 0}  # the second round off
 ABLATIONS = {
     "before: rrf at k-dependent depth": ({"fusion": "rrf", "pool": None}, True),
     "rrf, pool 100": ({"fusion": "rrf"}, False),
-    "score fusion": ({"neighbour": 0.0, "session": 0.0}, False),
-    "score fusion + neighbours": ({"session": 0.0}, False),
-    "score fusion + sessions": ({"neighbour": 0.0}, False),
+    "score fusion": ({"neighbour": 0.0, "session": 0.0, **NO2}, False),
+    "score fusion + neighbours": ({"session": 0.0, **NO2}, False),
+    "score fusion + sessions": ({"neighbour": 0.0, **NO2}, False),
+    "score fusion + neighbours + sessions (no second round)": (NO2, True),
 }
-DEFAULT_VARIANT = "score fusion + neighbours + sessions (default)"
+DEFAULT_VARIANT = "score fusion + neighbours + sessions, second round in context (default)"
 
 
 def method_plan(budgets: list[int]) -> tuple[list[str], list[str]]:

@@ -1,14 +1,15 @@
 """Offline fit of the hybrid ranking weights on LoCoMo dev, with leave-one-conversation-out.
 
-    .venv/bin/python -m bench.locomo_bench.fit [--data PATH]
+    .venv/bin/python -m bench.locomo_bench.fit [--data PATH] [--second-round]
 
 The service's fusion (app.search.service) re-done in numpy over every turn of each
 conversation's user, so that a grid of weights costs seconds instead of a service run per
 point: cosine (all-MiniLM, the configured local embedder), BM25 with binary term frequency over
 Postgres's own `to_tsvector('english', ...)` lexemes (the embedded server computes them), a pool
 of the vector top-100 and text top-100, z-scores over the pool, then the neighbour and session
-signals. For each held-out conversation the grid point best on the other four is scored on it;
-"fit on all" is the point best on all five. Recall@10 by LoCoMo's evidence rule.
+signals, and with `--second-round` the second retrieval round (rare words of the best turns).
+For each held-out conversation the grid point best on the other four is scored on it; "fit on
+all" is the point best on all five. Recall@10 by LoCoMo's evidence rule.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 POOL = 100
 GRID = {"w_vector": (0.5, 1.0, 1.5), "neighbour": (0.0, 0.3, 0.5, 0.8), "session": (0.0, 0.3, 0.5, 0.8)}
+# --second-round: the fusion weights at their defaults, the second round's settings on a grid
+# (expand_terms 0 is the round off)
+GRID2 = {"expand_from": (3, 5, 8), "expand_terms": (0, 10, 15), "expand_weight": (0.15, 0.3, 0.5)}
+DEFAULT = {"w_vector": 1.0, "neighbour": 0.5, "session": 0.5}
+DEFAULT2 = {"expand_from": 5, "expand_terms": 10, "expand_weight": 0.3}
 
 
 def features(convs) -> list[dict]:  # noqa: ANN001
@@ -61,17 +67,15 @@ def features(convs) -> list[dict]:  # noqa: ANN001
     return data
 
 
-def score(d: dict, q: dict, w_vector: float, neighbour: float, session: float) -> np.ndarray:
-    cos = d["E"] @ q["e"]
+def _bm25(d: dict, terms: set) -> np.ndarray:
     n = len(d["L"])
-    w = {x: math.log(1 + (n - d["df"].get(x, 0) + .5) / (d["df"].get(x, 0) + .5)) for x in set(q["l"][:32])}
-    bm = np.array([sum(w[x] for x in s if x in w) for s in d["L"]])
-    pool = np.array(sorted(set(np.argsort(-cos)[:POOL]) | {j for j in np.argsort(-bm)[:POOL] if bm[j] > 0}))
+    w = {x: math.log(1 + (n - d["df"].get(x, 0) + .5) / (d["df"].get(x, 0) + .5)) for x in terms}
+    return np.array([sum(w[x] for x in s if x in w) for s in d["L"]])
 
-    def z(x: np.ndarray) -> np.ndarray:
-        return (x - x[pool].mean()) / (x[pool].std() + 1e-9)
 
-    f = w_vector * z(cos) + z(bm)
+def _context(d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session: float,
+             unsupported: np.ndarray | None = None) -> np.ndarray:
+    n = len(d["L"])
     s = np.full(n, -np.inf)
     s[pool] = f[pool]
     sess = d["sess"]
@@ -79,15 +83,83 @@ def score(d: dict, q: dict, w_vector: float, neighbour: float, session: float) -
     prev[1:][sess[1:] != sess[:-1]] = -np.inf
     nxt = np.r_[s[1:], -np.inf]
     nxt[:-1][sess[1:] != sess[:-1]] = -np.inf
-    s = s + neighbour * np.maximum(np.maximum(prev, nxt), 0.0)
+    support = np.maximum(np.maximum(prev, nxt), 0.0)
+    if unsupported is not None:  # the second round's rows: no neighbour lookup of their own
+        support[unsupported] = 0.0
+    s = s + neighbour * support
     best = {x: s[sess == x].max() for x in np.unique(sess)}
-    s = s + session * np.array([best[x] if np.isfinite(best[x]) else 0.0 for x in sess])
-    return s
+    return s + session * np.array([best[x] if np.isfinite(best[x]) else 0.0 for x in sess])
+
+
+def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, session: float = 0.5,
+          expand_from: int = 5, expand_terms: int = 0, expand_weight: float = 0.0, expand_depth: int = 30) -> np.ndarray:
+    cos = d["E"] @ q["e"]
+    bm = _bm25(d, set(q["l"][:32]))
+    pool = np.array(sorted(set(np.argsort(-cos)[:POOL]) | {j for j in np.argsort(-bm)[:POOL] if bm[j] > 0}))
+
+    def z(x: np.ndarray, pool: np.ndarray) -> np.ndarray:
+        return (x - x[pool].mean()) / (x[pool].std() + 1e-9)
+
+    s = _context(d, w_vector * z(cos, pool) + z(bm, pool), pool, neighbour, session)
+    if not (expand_terms and expand_weight):
+        return s
+    # the second round (app.search.repository_expansion): the rarest words of the best turns
+    n = len(d["L"])
+    idf = {x: math.log(1 + (n - c + .5) / (c + .5)) for x, c in d["df"].items()}
+    words = {x for j in np.argsort(-s, kind="stable")[:expand_from] for x in d["L"][j]
+             if x not in set(q["l"]) and d["df"].get(x, 0) >= 2}
+    terms = sorted(words, key=lambda x: (-idf[x], x))[:expand_terms]
+    bm2 = _bm25(d, set(terms))
+    added = np.array(sorted({j for j in np.argsort(-bm2)[:expand_depth] if bm2[j] > 0} - set(pool)), dtype=int)
+    pool = np.array(sorted(set(pool) | set(added)))
+    f = w_vector * z(cos, pool) + z(bm, pool) + expand_weight * np.maximum(z(bm2, pool), 0.0)
+    return _context(d, f, pool, neighbour, session, added)
 
 
 def recall10(d: dict, q: dict, s: np.ndarray) -> float:
     top = {d["dia"][j] for j in np.argsort(-s, kind="stable")[:10] if np.isfinite(s[j])}
     return sum(e in top for e in q["ev"]) / len(q["ev"])
+
+
+def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dict:
+    """The service's own `fit` and `render` (SmolLM2 token counts) over this ranking: the top
+    budget // 30 turns at their logistic score and their neighbours at half of it, as
+    app.context.service.retrieved_pieces builds them; evidence counted among the chosen pieces."""
+    from bench.locomo import load
+    from app.config import Settings
+    from app.context.assemble import Piece, fit
+    from app.llm.gateway import Gateway
+
+    settings = Settings()
+    count = Gateway(settings.llm_model, data_dir=settings.data_dir).count_tokens
+    turns = {c.sample_id: c.turns for c in load()}
+    out = {}
+    for name, kw in (("second round off", {}), ("second round on", DEFAULT2)):
+        got = {b: [] for b in budgets}
+        for d in data:
+            ts = turns[d["sid"]]
+
+            def piece(j: int, sc: float, ts=ts, sid=d["sid"]) -> Piece:  # noqa: ANN001
+                at = ts[j].at.isoformat() + "+00:00" if ts[j].at else None
+                return Piece("examples", "episode", str(j), ts[j].text, sc, extra={
+                    "kind": "conversation", "session_id": f"{sid}-s{ts[j].session}", "occurred_at": at})
+
+            for q in d["qa"]:
+                s = score(d, q, **DEFAULT, **kw)
+                for b in budgets:
+                    k = max(10, min(100, b // 30))
+                    top = [j for j in np.argsort(-s, kind="stable")[:k] if np.isfinite(s[j])]
+                    sc = {j: 1 / (1 + math.exp(-s[j])) for j in top}
+                    nb: dict = {}
+                    for j in top:
+                        for o in (-1, 1):
+                            if 0 <= j + o < len(s) and d["sess"][j + o] == d["sess"][j] and j + o not in sc:
+                                nb[j + o] = max(nb.get(j + o, 0.0), sc[j] * 0.5)
+                    chosen = {int(p.id) for p in fit([piece(j, v) for j, v in {**sc, **nb}.items()], b, count)}
+                    got[b].append(sum(d["dia"].index(e) in chosen for e in q["ev"] if e in d["dia"]) / len(q["ev"]))
+        out[name] = {b: round(float(np.mean(v)), 4) for b, v in got.items()}
+        print(f"{name}: in context {out[name]}", flush=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -96,10 +168,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.fit", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None)
+    ap.add_argument("--second-round", action="store_true", help="fit the second round's settings (GRID2) "
+                    "instead of the fusion weights (GRID, with the second round off)")
+    ap.add_argument("--context", action="store_true", help="evidence in context at 1,000 and 1,800 tokens "
+                    "through app.context.assemble.fit, second round off and on (no fitting)")
     args = ap.parse_args(argv)
     data = features(load(args.data) if args.data else load())
-    grid = [dict(zip(GRID, p)) for p in itertools.product(*GRID.values())]
-    per = {(i, d["sid"]): [recall10(d, q, score(d, q, **g)) for q in d["qa"]] for i, g in enumerate(grid) for d in data}
+    if args.context:
+        return in_context(data)
+    space, fixed = (GRID2, DEFAULT) if args.second_round else (GRID, {"expand_terms": 0})
+    grid = [dict(zip(space, p)) for p in itertools.product(*space.values())]
+    per = {(i, d["sid"]): [recall10(d, q, score(d, q, **fixed, **g)) for q in d["qa"]]
+           for i, g in enumerate(grid) for d in data}
     sids = [d["sid"] for d in data]
 
     def mean_on(i: int, keep) -> float:  # noqa: ANN001
@@ -111,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
         i = max(range(len(grid)), key=lambda i: mean_on(i, lambda s: s != sid))
         chosen[sid] = grid[i]
         held += per[(i, sid)]
-    default = grid.index({"w_vector": 1.0, "neighbour": 0.5, "session": 0.5})
+    default = grid.index(DEFAULT2 if args.second_round else DEFAULT)
     out = {"fit_on_all": grid[best_all], "fit_on_all_recall@10": round(mean_on(best_all, lambda s: True), 4),
            "loo_recall@10": round(float(np.mean(held)), 4), "loo_chosen": chosen,
            "default_recall@10": round(mean_on(default, lambda s: True), 4),

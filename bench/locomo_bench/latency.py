@@ -1,5 +1,6 @@
 """/v1/search and /v1/context latency over HTTP at LoCoMo scale (2,760 turns, 5 private users),
-ranking before (RRF at k-dependent depth) and now, interleaved twice so both see the same load.
+ranking before (RRF at k-dependent depth), without the second round, and now, interleaved twice
+so all see the same load.
 
     .venv/bin/python -m bench.locomo_bench.latency
 """
@@ -41,10 +42,12 @@ def main() -> None:  # noqa: C901 - a linear script
                 assert r.status_code == 200, r.text
             out[name] = (round(pct(lat, 50), 1), round(pct(lat, 95), 1))
         print(label, out, flush=True)
+    variants = (("before (rrf, k-dependent depth)", {"fusion": "rrf", "pool": None}),
+                ("no second round", {"expand_terms": 0}), ("after (default)", {}))
     for rep in range(2):
-        with tuned(fusion="rrf", pool=None):
-            run("before (rrf, k-dependent depth)")
-        run("after (default)")
+        for label, changes in variants:
+            with tuned(**changes):
+                run(label)
     svc.close()
 
 

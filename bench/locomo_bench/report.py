@@ -59,25 +59,30 @@ def finish(result: dict, out_dir: Path, name: str) -> None:
 
 def plot_before_after(r: dict, path: Path) -> None:
     """Recall@10 per category, ranking before vs. now, for hybrid search and /v1/context."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from bench.locomo_bench.__main__ import DEFAULT_VARIANT
 
     variants = r["ablation"]["variants"]
     before = next((v for v in variants if v.startswith("before")), None)
     if before is None:
         return
-    cats = sorted({int(c) for m in variants[DEFAULT_VARIANT].values() for c in m["per_category"]})
     methods = [m for m in variants[before] if m in variants[DEFAULT_VARIANT]]
+    plot_pairs(path, methods, [("before (RRF)", "tab:gray", variants[before]), ("now", "tab:blue", variants[DEFAULT_VARIANT])])
+
+
+def plot_pairs(path: Path, methods: list[str], series: list[tuple[str, str, dict]]) -> None:
+    """Bars of recall@10 per category, one panel per method; `series`: (name, colour, {method: figures})."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cats = sorted({int(c) for m in series[-1][2].values() for c in m.get("per_category", {})})
     fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4.2), squeeze=False)
     for ax, m in zip(axes[0], methods):
-        for j, (v, colour) in enumerate(((before, "tab:gray"), (DEFAULT_VARIANT, "tab:blue"))):
-            vals = [variants[v][m]["per_category"].get(str(c), {}).get("recall@10") or 0 for c in cats]
+        for j, (name, colour, figures) in enumerate(series):
+            vals = [figures[m]["per_category"].get(str(c), {}).get("recall@10") or 0 for c in cats]
             xs = [i + j * 0.4 for i in range(len(cats))]
-            ax.bar(xs, vals, 0.4, color=colour, label="before (RRF)" if j == 0 else "now")
+            ax.bar(xs, vals, 0.4, color=colour, label=name)
             for x, y in zip(xs, vals):
                 ax.text(x, y + 0.01, f"{y:.2f}", ha="center", fontsize=7)
         ax.set_xticks([i + 0.2 for i in range(len(cats))])
