@@ -34,7 +34,7 @@ def _load_factory(spec: str):
 @click.option("--model", "model_path", default=None, help="Checkpoint folder (default: $MEMSCALE_INFERENCE_MODEL).")
 @click.option("--data-dir", default=None, help="Data folder (default: $MEMSCALE_DATA_DIR or ./.memscale).")
 @click.option("--threads", default=None, type=int, help="torch intra-op threads.")
-@click.option("--recompute-ratio", default=0.15, show_default=True, type=click.FloatRange(0.0, 1.0))
+@click.option("--recompute-ratio", default=0.25, show_default=True, type=click.FloatRange(0.0, 1.0))
 @click.option("--selection", default="chunk_start", show_default=True, type=click.Choice(["chunk_start", "deviation"]),
               help="CacheBlend token selection: the first tokens of each chunk (EPIC) or KV deviation at --check-layer.")
 @click.option("--check-layer", default=1, show_default=True, type=click.IntRange(1))

@@ -78,10 +78,10 @@ def test_recomputed_token_counts_per_mode(engine, chunks):
         assert ctx.n_tokens == engine.system_ids.numel() + sum(n)
         counts[mode] = ctx.recomputed_tokens
     assert counts == {"full": sum(n), "prefix": sum(n[1:]), "reuse": 0,
-                      "blend": sum(n_recompute(t, 0.15) for t in n)}  # the default: EPIC, per chunk
-    assert counts["blend"] == planned_recompute(n, BlendConfig())
+                      "blend": sum(n_recompute(t, 0.15) for t in n)}  # EPIC (the default), per chunk
+    assert counts["blend"] == planned_recompute(n, BlendConfig(recompute_ratio=0.15))
     dev = _context_kv(engine, chunks, "blend", ratio=0.15, selection="deviation")[0].recomputed_tokens
-    assert dev == n_recompute(sum(n), 0.15) == planned_recompute(n, BlendConfig(selection="deviation"))
+    assert dev == n_recompute(sum(n), 0.15) == planned_recompute(n, BlendConfig(recompute_ratio=0.15, selection="deviation"))
     assert n_recompute(100, 0.15) == 15 and n_recompute(7, 0.15) == 2 and n_recompute(10, 0.0) == 0
 
 
