@@ -97,27 +97,25 @@ def _in_branch(db: Session, principal: Principal, b: Branch) -> Principal:
 
 def _changes(db: Session, principal: Principal, b: Branch, ids=None) -> list[tuple[Change, object]]:  # noqa: ANN001
     """What the branch changed that the principal may see: (change, the branch row or None)."""
-    bp = _in_branch(db, principal, b)
-    try:
-        out: list[tuple[Change, object]] = []
-        for m in repo.written(db, bp, b.id, Memory, ids):
-            out.append((Change(change="created" if m.version == 1 else "new_version", type="memory", id=m.id,
-                               root_id=m.root_id, version=m.version, status=m.status, kind=m.kind, text=m.text,
-                               at=m.recorded_at), m))
-        for e in repo.written(db, bp, b.id, Episode, ids):
-            out.append((Change(change="created", type="episode", id=e.id, kind=e.kind, text=e.content,
-                               at=e.created_at), e))
-        rewritten = {m.root_id for c, m in out if c.type == "memory"}
-        base = principal.in_view(bp.view.below())  # the state the branch forked from
-        for mask in repo.masks(db, b.org_id, b.id, ids):
-            if mask.key in rewritten:
-                continue  # a new version in the branch: listed above
-            type_ = "memory" if mask.item_type == "memories" else "episode"
-            if repo.below(db, base, repo.MODELS[type_], [mask.key]):  # deleted something the caller may see
-                out.append((Change(change="deleted", type=type_, id=mask.key, at=mask.at), None))
-        return sorted(out, key=lambda x: x[0].at)
-    finally:
-        bind_principal(db, principal)
+    bp = _in_branch(db, principal, b)  # nothing in here writes; on an error the request rolls back
+    out: list[tuple[Change, object]] = []
+    for m in repo.written(db, bp, b.id, Memory, ids):
+        out.append((Change(change="created" if m.version == 1 else "new_version", type="memory", id=m.id,
+                           root_id=m.root_id, version=m.version, status=m.status, kind=m.kind, text=m.text,
+                           at=m.recorded_at), m))
+    for e in repo.written(db, bp, b.id, Episode, ids):
+        out.append((Change(change="created", type="episode", id=e.id, kind=e.kind, text=e.content,
+                           at=e.created_at), e))
+    rewritten = {m.root_id for c, m in out if c.type == "memory"}
+    base = principal.in_view(bp.view.below())  # the state the branch forked from
+    for mask in repo.masks(db, b.org_id, b.id, ids):
+        if mask.key in rewritten:
+            continue  # a new version in the branch: listed above
+        type_ = "memory" if mask.item_type == "memories" else "episode"
+        if repo.below(db, base, repo.MODELS[type_], [mask.key]):  # deleted something the caller may see
+            out.append((Change(change="deleted", type=type_, id=mask.key, at=mask.at), None))
+    bind_principal(db, principal)  # back to the caller's own view
+    return sorted(out, key=lambda x: x[0].at)
 
 
 def diff(db: Session, principal: Principal, name: str) -> list[Change]:

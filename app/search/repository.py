@@ -119,13 +119,13 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
             db.execute(text(f"SET LOCAL hnsw.iterative_scan = {'strict' if mode == 'strict' else 'relaxed'}_order"))
             db.execute(text(f"SET LOCAL hnsw.max_scan_tuples = {int(tuples)}"))
             db.execute(text("SET LOCAL enable_sort = off"))
-        try:
-            rows = db.execute(base.order_by(dist).limit(n)).all()
-        finally:
-            if iterative:
-                db.execute(text("SET LOCAL hnsw.iterative_scan = off"))
-                db.execute(text("SET LOCAL enable_sort = on"))
+        rows = db.execute(base.order_by(dist).limit(n)).all()
+        # Not in a `finally`: after a failed statement the transaction is aborted (its SET LOCALs
+        # die with it), and a cleanup statement there would replace the connection error that the
+        # replica reader falls back on with PendingRollbackError (a 500 while a replica stopped).
         if iterative:
+            db.execute(text("SET LOCAL hnsw.iterative_scan = off"))
+            db.execute(text("SET LOCAL enable_sort = on"))
             rows.sort(key=lambda r: r.d)
         if len(rows) >= n:
             return rows, False
