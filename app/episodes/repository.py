@@ -12,7 +12,7 @@ from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.access import visible_to
 from app.kit.db import view_of
-from app.kit.repository_view import in_view
+from app.kit.repository_view import in_layer, in_view
 
 
 def get_visible(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode | None:
@@ -71,5 +71,5 @@ def count_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime
 
 def set_quality(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, quality: str, *,
                 branch: uuid.UUID | None) -> None:
-    own = Episode.branch_id.is_(None) if branch is None else Episode.branch_id == branch
-    db.execute(update(Episode).where(Episode.org_id == org_id, Episode.id == episode_id, own).values(quality=quality))
+    db.execute(update(Episode).where(Episode.org_id == org_id, Episode.id == episode_id, in_layer(Episode, branch))
+               .values(quality=quality))

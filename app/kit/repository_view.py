@@ -21,6 +21,11 @@ def _table(model) -> str:  # noqa: ANN001  (a mapped class or an alias of one)
     return inspect(model).mapper.local_table.name
 
 
+def in_layer(model, branch_id):  # noqa: ANN001, ANN201
+    """Rows written in one branch (None: main's)."""
+    return model.branch_id.is_(None) if branch_id is None else model.branch_id == branch_id
+
+
 def _key(model):  # noqa: ANN001, ANN202
     """What a mask names: a memory's root (all its versions), any other item's id."""
     return model.root_id if hasattr(model, "root_id") else model.id
@@ -60,7 +65,7 @@ def in_view(view: View, model) -> ColumnElement[bool]:  # noqa: ANN001
         return model.branch_id.is_(None)
     parts = []
     for i, layer in enumerate(view.layers):
-        own = model.branch_id.is_(None) if layer.branch_id is None else model.branch_id == layer.branch_id
+        own = in_layer(model, layer.branch_id)
         parts.append(and_(own, _existed(model, layer.cutoff), *[_not_masked(model, near) for near in view.layers[:i]]))
     return or_(*parts)
 
@@ -74,7 +79,7 @@ def memory_state(view: View, model, statuses) -> ColumnElement[bool]:  # noqa: A
         return model.status.in_(statuses)
     parts = []
     for layer in view.layers:
-        own = model.branch_id.is_(None) if layer.branch_id is None else model.branch_id == layer.branch_id
+        own = in_layer(model, layer.branch_id)
         if layer.cutoff is None:
             parts.append(and_(own, model.status.in_(statuses)))
             continue

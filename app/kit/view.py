@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 
-
 @dataclass(frozen=True)
 class Layer:
     branch_id: uuid.UUID | None  # None: main
