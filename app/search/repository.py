@@ -32,10 +32,7 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
     if type_ == "episode":  # what distillation's judge flagged (injection-like) is never served as context
         conds.append(m.quality.is_distinct_from("quarantined"))
     if f.kinds:
-        if type_ == "chunk":
-            conds.append(m.asset_id.in_(_assets_of_kind(f.kinds)))
-        else:
-            conds.append(m.kind.in_(f.kinds))
+        conds.append(_of_kinds(principal, type_, m, f.kinds))
     if f.labels:
         conds.append(m.labels.contains(f.labels))
     if f.since:
@@ -50,9 +47,13 @@ def _filters(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
     return conds + _instructed(principal, type_, f, m)
 
 
-def _assets_of_kind(kinds: list[str]):  # noqa: ANN202
-    """Ids of knowledge assets of these kinds: a chunk's kind is its asset's (document, table_schema, glossary)."""
-    return select(KnowledgeAsset.id).where(KnowledgeAsset.kind.in_(kinds))
+def _of_kinds(principal: Principal, type_: str, m, kinds: list[str]):  # noqa: ANN001, ANN202
+    """Rows of these kinds. A chunk's kind is its asset's (document, table_schema, glossary): the
+    asset subquery names the org like every statement (on Citus it stays on the org's shard)."""
+    if type_ != "chunk":
+        return m.kind.in_(kinds)
+    return m.asset_id.in_(select(KnowledgeAsset.id).where(KnowledgeAsset.org_id == principal.org_id,
+                                                          KnowledgeAsset.kind.in_(kinds)))
 
 
 def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list:  # noqa: ANN001
@@ -60,10 +61,7 @@ def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list: 
     none can widen what the caller sees: at most they leave fewer rows."""
     conds = []
     if f.exclude_kinds:
-        if type_ == "chunk":
-            conds.append(m.asset_id.not_in(_assets_of_kind(f.exclude_kinds)))
-        else:
-            conds.append(m.kind.not_in(f.exclude_kinds))
+        conds.append(~_of_kinds(principal, type_, m, f.exclude_kinds))
     if f.exclude_labels:
         conds.append(~m.labels.overlap(literal(list(f.exclude_labels), ARRAY(TEXT))))
     if f.owner == "me":
@@ -73,8 +71,7 @@ def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list: 
     if f.groups:
         conds.append(m.groups.overlap(literal(list(f.groups), ARRAY(TEXT))))
     if f.asset_kinds:  # knowledge only: memories and episodes are not assets
-        conds.append(m.asset_id.in_(_assets_of_kind(f.asset_kinds))
-                     if type_ == "chunk" else literal(False))
+        conds.append(_of_kinds(principal, type_, m, f.asset_kinds) if type_ == "chunk" else literal(False))
     if f.status and type_ != "memory" and "active" not in f.status:
         conds.append(literal(False))  # only memories have versions
     if f.source:
