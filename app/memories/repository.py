@@ -32,18 +32,21 @@ def get_visible(db: Session, principal: Principal, memory_id: uuid.UUID, *, for_
     return db.execute(stmt).scalar_one_or_none()
 
 
+def _seen(principal: Principal, statuses) -> list:  # noqa: ANN001
+    """Versions the principal may see that had one of `statuses` in its view (main, a branch, as of)."""
+    return [visible_to(principal, Memory), memory_state(principal.view, Memory, statuses)]
+
+
 def current_of_root(db: Session, principal: Principal, root_id: uuid.UUID,
                     statuses: tuple[str, ...] = ("active",)) -> Memory | None:
     """The principal's view of a root: its version of `statuses` (the newest), locked."""
-    return db.execute(select(Memory).where(Memory.root_id == root_id, visible_to(principal, Memory),
-                                           memory_state(principal.view, Memory, statuses))
+    return db.execute(select(Memory).where(Memory.root_id == root_id, *_seen(principal, statuses))
                       .order_by(Memory.version.desc()).limit(1).with_for_update()).scalar_one_or_none()
 
 
 def agent_profile(db: Session, principal: Principal, agent_id: str) -> list[Memory]:
-    return list(db.execute(select(Memory).where(
-        Memory.agent_id == agent_id, visible_to(principal, Memory), memory_state(principal.view, Memory, ("active",)))
-        .order_by(Memory.kind, Memory.recorded_at)).scalars())
+    return list(db.execute(select(Memory).where(Memory.agent_id == agent_id, *_seen(principal, ("active",)))
+                           .order_by(Memory.kind, Memory.recorded_at)).scalars())
 
 
 def visible_sources(db: Session, principal: Principal, type_: str, ids: list[uuid.UUID]) -> list:

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.kit.schemas import IsoInstant, NumberOnly, StrictModel
+from app.memories.schemas import AgentId
 
 Label = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\- ]+$")]
 BlockText = Annotated[str, StringConstraints(max_length=4000)]
@@ -67,7 +68,7 @@ class ContextIn(StrictModel):
     # summary, recent messages) is always today's.
     as_of: IsoInstant | None = None
     # Assemble this agent's profile first: its instructions (pinned) and its skills (issue 18).
-    agent_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+    agent_id: AgentId | None = None
 
 
 class ContextItem(BaseModel):
