@@ -58,10 +58,12 @@ def masks(db: Session, org_id: uuid.UUID, branch_id: uuid.UUID, keys=None) -> li
     return list(db.execute(stmt.order_by(BranchMask.at)).scalars())
 
 
-def below(db: Session, principal: Principal, model, keys) -> list:  # noqa: ANN001
-    """Rows the principal may see in its view (the base a branch masked) among these keys."""
+def visible_keys(db: Session, principal: Principal, model, keys) -> set:  # noqa: ANN001
+    """Which of these keys (memory roots, episode ids) name rows the principal may see in its view
+    (the base a branch masked), in one statement."""
     key = model.root_id if model is Memory else model.id
-    return list(db.execute(select(model).where(key.in_(list(keys)), visible_to(principal, model))).scalars())
+    return set(db.execute(select(key).where(model.org_id == principal.org_id, key.in_(list(keys)),
+                                            visible_to(principal, model))).scalars())
 
 
 MODELS = {"memory": Memory, "episode": Episode}

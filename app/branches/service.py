@@ -106,14 +106,14 @@ def _changes(db: Session, principal: Principal, b: Branch, ids=None) -> list[tup
     for e in repo.written(db, bp, b.id, Episode, ids):
         out.append((Change(change="created", type="episode", id=e.id, kind=e.kind, text=e.content,
                            at=e.created_at), e))
-    rewritten = {m.root_id for c, m in out if c.type == "memory"}
+    rewritten = {m.root_id for c, m in out if c.type == "memory"}  # a new version: listed above
+    masks = [m for m in repo.masks(db, b.org_id, b.id, ids) if m.key not in rewritten]
     base = principal.in_view(bp.view.below())  # the state the branch forked from
-    for mask in repo.masks(db, b.org_id, b.id, ids):
-        if mask.key in rewritten:
-            continue  # a new version in the branch: listed above
-        type_ = "memory" if mask.item_type == "memories" else "episode"
-        if repo.below(db, base, repo.MODELS[type_], [mask.key]):  # deleted something the caller may see
-            out.append((Change(change="deleted", type=type_, id=mask.key, at=mask.at), None))
+    for type_, table in (("memory", "memories"), ("episode", "episodes")):
+        keys = [m.key for m in masks if m.item_type == table]
+        seen = repo.visible_keys(db, base, repo.MODELS[type_], keys) if keys else set()
+        out += [(Change(change="deleted", type=type_, id=m.key, at=m.at), None)  # deleted what the caller may see
+                for m in masks if m.item_type == table and m.key in seen]
     bind_principal(db, principal)  # back to the caller's own view
     return sorted(out, key=lambda x: x[0].at)
 
