@@ -77,6 +77,15 @@ def write_report(result: dict, out_dir: Path, name: str, markdown: str, plot) ->
     print("written", out_dir / f"{name}.json", out_dir / f"{name}.md", out_dir / f"{name}.png")
 
 
+def write_json_md(out: str | Path, result: dict, markdown: str) -> None:
+    """`out` (JSON) and the same path with `.md`: a bench's figures and their table."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    out.with_suffix(".md").write_text(markdown + "\n")
+    print("written", out)
+
+
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

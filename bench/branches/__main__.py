@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import random
 import time
 from datetime import datetime, timezone
@@ -28,7 +27,7 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import RESULTS, fresh_database, pct, serve_in_thread
+from bench.common import RESULTS, fresh_database, pct, serve_in_thread, summary_ms, write_json_md
 from bench.filtered_knn.__main__ import FRACTIONS, derive, embed_base
 from bench.filtered_knn.__main__ import load as load_rows
 
@@ -151,10 +150,7 @@ def run(args) -> dict:  # noqa: ANN001
     main_after_job = main_dump(admin, built["org"])
     admin.dispose()
 
-    def ms(v):  # noqa: ANN001, ANN202
-        return {"p50_ms": round(pct([x * 1000 for x in v], 50), 2), "p95_ms": round(pct([x * 1000 for x in v], 95), 2)}
-
-    http_ms = {s: ms(v) for s, v in lat.items()}
+    http_ms = {s: summary_ms(v) for s, v in lat.items()}
     return {
         "n": args.n, "queries": len(qtexts), "branch_ops": args.branch_ops, "visible_fractions": list(FRACTIONS),
         "create_ms": {"p50": round(pct([x * 1000 for x in create_s], 50), 2),
@@ -200,11 +196,7 @@ def main() -> None:
     res = run(args)
     md = markdown(res)
     print(md)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=2, default=str)
-    with open(args.out.removesuffix(".json") + ".md", "w") as f:
-        f.write(md + "\n")
-    print("written", args.out)
+    write_json_md(args.out, res, md)
 
 
 if __name__ == "__main__":

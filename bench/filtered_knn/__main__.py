@@ -28,7 +28,7 @@ import numpy as np
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import RESULTS, fresh_database, pct
+from bench.common import RESULTS, fresh_database, pct, write_json_md
 
 FRACTIONS = {"100%": "all", "20%": "p20", "5%": "p5", "0.5%": "p05"}
 # (label, vector_ids mode, ef_search): today's pass at 400; iterative scans from the default 40 and from 100
@@ -211,10 +211,7 @@ def main() -> None:
     res = run(args)
     md = markdown(res)
     print(md)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2, default=str))
-    Path(args.out).with_suffix(".md").write_text(md + "\n")
-    print("written", args.out)
+    write_json_md(args.out, res, md)
 
 
 if __name__ == "__main__":
