@@ -66,3 +66,26 @@ def test_export_trajectories(settings, client, world):
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert len(lines) == 1 and lines[0]["session_id"] == sid and lines[0]["reward"] == 0.5
     assert lines[0]["steps"][0]["tool"] == "memory_add" and "Bob likes PDFs" not in json.dumps(lines[0]["steps"][0]["result"])
+
+
+def test_branch_cli_round_trip(settings, client, world):
+    """`memscale branch create|list|diff|promote|drop` act as a user of the org, under its rules."""
+    import json
+
+    org = world.org()
+    steward = world.user(org, "stew", roles=("steward",))
+    member = world.user(org, "mem")
+    r = _cli(settings, "branch", "create", "trial", "--org", org)  # acts as the org's first steward
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["name"] == "trial"
+    m = client.post("/v1/memories", json={"text": "cli branch memory", "kind": "fact", "visibility": "org"},
+                    headers={**steward.h, "Memscale-Branch": "trial"}).json()
+    assert [b["name"] for b in json.loads(_cli(settings, "branch", "list", "--org", org).stdout)] == ["trial"]
+    diff = json.loads(_cli(settings, "branch", "diff", "trial", "--org", org).stdout)
+    assert [(c["change"], c["id"]) for c in diff] == [("created", m["id"])]
+    assert _cli(settings, "branch", "drop", "trial", "--org", org, "--user", member.name).returncode == 2  # 403
+    r = _cli(settings, "branch", "promote", "trial", m["id"], "--org", org, "--user", steward.name)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["change"] == "created"
+    assert _cli(settings, "branch", "drop", "trial", "--org", org).returncode == 0
+    assert _cli(settings, "branch", "drop", "trial", "--org", org).returncode == 2  # gone

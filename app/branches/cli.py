@@ -5,18 +5,21 @@ as the API. Each command prints one JSON line."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from contextlib import contextmanager
 
 import click
 
+from app.cli import _fail, _run
+
 
 @contextmanager
-def _as_user(org_name: str, user: str | None):  # noqa: ANN202
-    """A transaction of the service role bound to the acting user (committed on success)."""
+def _as_user(org_name: str, user: str | None, act: str):  # noqa: ANN202
+    """A transaction of the service role bound to the acting user (committed on success), once
+    the casbin policy allows that user to `act` on branches (as the API's `require`)."""
+    from app.auth.enforcer import Authorizer
     from app.auth.principal import Principal
-    from app.cli import _admin_session, _app_sessions, _run
+    from app.cli import _admin_session, _app_sessions
     from app.config import Settings
     from app.kit.db import bind_principal, transaction
     from app.orgs import service as orgs
@@ -28,6 +31,8 @@ def _as_user(org_name: str, user: str | None):  # noqa: ANN202
                  orgs.user_by_name(adb, org, orgs.user_name(adb, org.id, orgs.job_owner(adb, org.id, None))))
         p = Principal(org_id=org.id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups),
                       clearances=tuple(u.clearances))
+    if not Authorizer().allowed(p, "branch", act):
+        _fail(f"{u.name}'s roles may not {act} branches")
     with transaction(_app_sessions(settings)) as db:
         bind_principal(db, p)
         yield db, p
@@ -37,10 +42,11 @@ def _echo(obj) -> None:  # noqa: ANN001
     click.echo(json.dumps(obj, default=str))
 
 
-def _do(fn):  # noqa: ANN001, ANN202
-    from app.cli import _run
-
-    return _run(fn)
+def _acting(command):  # noqa: ANN001, ANN202
+    """The options every branch command takes: the org, and who acts in it."""
+    command = click.option("--user", default=None, help="act as this user (default: the org's first admin "
+                                                        "or steward)")(command)
+    return click.option("--org", "org_name", required=True)(command)
 
 
 @click.group("branch")
@@ -50,60 +56,55 @@ def branch() -> None:
 
 @branch.command("create")
 @click.argument("name")
-@click.option("--org", "org_name", required=True)
+@_acting
 @click.option("--from", "from_", default="main", show_default=True)
 @click.option("--at", default=None, help="fork the base as it stood then (ISO timestamp)")
-@click.option("--user", default=None)
 def create(name: str, org_name: str, from_: str, at: str | None, user: str | None) -> None:
     from app.branches import service
     from app.branches.schemas import BranchIn
 
     body = BranchIn.model_validate({"name": name, "from": from_, "at": at})
-    with _as_user(org_name, user) as (db, p):
-        _echo(_do(lambda: service.create(db, p, body)).model_dump(mode="json", by_alias=True))
+    with _as_user(org_name, user, "write") as (db, p):
+        _echo(_run(lambda: service.create(db, p, body)).model_dump(mode="json", by_alias=True))
 
 
 @branch.command("list")
-@click.option("--org", "org_name", required=True)
-@click.option("--user", default=None)
+@_acting
 def list_(org_name: str, user: str | None) -> None:
     from app.branches import service
 
-    with _as_user(org_name, user) as (db, p):
+    with _as_user(org_name, user, "read") as (db, p):
         _echo([b.model_dump(mode="json", by_alias=True) for b in service.list_all(db, p)])
 
 
 @branch.command("diff")
 @click.argument("name")
-@click.option("--org", "org_name", required=True)
-@click.option("--user", default=None)
+@_acting
 def diff(name: str, org_name: str, user: str | None) -> None:
     from app.branches import service
 
-    with _as_user(org_name, user) as (db, p):
-        _echo([c.model_dump(mode="json") for c in _do(lambda: service.diff(db, p, name))])
+    with _as_user(org_name, user, "read") as (db, p):
+        _echo([c.model_dump(mode="json") for c in _run(lambda: service.diff(db, p, name))])
 
 
 @branch.command("promote")
 @click.argument("name")
 @click.argument("ids", nargs=-1, required=True)
-@click.option("--org", "org_name", required=True)
-@click.option("--user", default=None)
+@_acting
 def promote(name: str, ids, org_name: str, user: str | None) -> None:  # noqa: ANN001
     from app.branches import service
 
-    with _as_user(org_name, user) as (db, p):
-        done = _do(lambda: service.promote(db, p, name, [uuid.UUID(i) for i in ids]))
+    with _as_user(org_name, user, "write") as (db, p):
+        done = _run(lambda: service.promote(db, p, name, [uuid.UUID(i) for i in ids]))
         _echo([x.model_dump(mode="json") for x in done])
 
 
 @branch.command("drop")
 @click.argument("name")
-@click.option("--org", "org_name", required=True)
-@click.option("--user", default=None)
+@_acting
 def drop(name: str, org_name: str, user: str | None) -> None:
     from app.branches import service
 
-    with _as_user(org_name, user) as (db, p):
-        _do(lambda: service.drop(db, p, name))
-    click.echo(f"dropped {name}", err=sys.stderr.isatty())
+    with _as_user(org_name, user, "write") as (db, p):
+        _run(lambda: service.drop(db, p, name))
+    click.echo(f"dropped {name}")
