@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from app.episodes import service as episodes
 from app.episodes.deletion import forget_episode
 from app.jobs.runner import JobContext
+from app.kit.view import EVERY_BRANCH
 from app.orgs import service as orgs
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 
 
 def run(ctx: JobContext, job: "Job") -> dict:
+    ctx.view = EVERY_BRANCH  # a deletion reaches every branch, as erasure does (app/kit/view.py)
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "days": None}
     with ctx.tx() as db:
         days = orgs.retention_days(db, ctx.org_id, "episode")

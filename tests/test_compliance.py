@@ -149,6 +149,16 @@ def test_retention_job(client, world, run_job, settings):
     assert job.status == "succeeded" and job.stats["episodes_removed"] == 1
     assert client.get(f"/v1/episodes/{old}", headers=alice.h).status_code == 404
     assert client.get(f"/v1/episodes/{new}", headers=alice.h).status_code == 200
+    # Retention reaches every branch: an old episode written in a branch goes too.
+    steward = world.user(org, roles=("steward",))
+    assert client.post("/v1/branches", json={"name": "keep-old"}, headers=steward.h).status_code == 201
+    in_branch = {**alice.h, "Memscale-Branch": "keep-old"}
+    old_b = client.post("/v1/episodes", json=ep("old branch note", occurred_at="2020-01-01T00:00:00Z"),
+                        headers=in_branch).json()["id"]
+    assert client.get(f"/v1/episodes/{old_b}", headers=in_branch).status_code == 200
+    job = run_job(alice.org_id, "retention")
+    assert job.status == "succeeded" and job.stats["episodes_removed"] == 1
+    assert client.get(f"/v1/episodes/{old_b}", headers=in_branch).status_code == 404
 
 
 def test_a_forged_well_formed_event_fails_the_seal(settings, client, world, admin_engine, tmp_path):

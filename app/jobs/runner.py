@@ -29,7 +29,7 @@ from app.jobs import service as jobs_service
 from app.jobs.models import Job
 from app.branches import service as branches
 from app.kit.db import bind_principal, transaction
-from app.kit.view import EVERY_BRANCH, MAIN, View
+from app.kit.view import MAIN, View
 
 log = logging.getLogger("memscale.jobs")
 
@@ -117,8 +117,7 @@ def run_job(ctx: JobContext) -> Job:
     with ctx.tx() as db:
         job = repo.get(db, ctx.org_id, ctx.job_id)
         kind = job.kind
-        # Retention deletes: it reaches every branch, as erasure does (app/kit/view.py).
-        ctx.view = EVERY_BRANCH if kind == "retention" else branches.view_by_id(db, ctx.org_id, job.branch_id)
+        ctx.view = branches.view_by_id(db, ctx.org_id, job.branch_id)
         if job.attempts > MAX_ATTEMPTS:
             jobs_service.finish(db, job, stats=job.stats, error=f"gave up after {job.attempts - 1} attempts")
             return job
