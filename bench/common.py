@@ -33,6 +33,27 @@ def fresh_database(name: str):
     return s
 
 
+def main_dump(eng, org_id) -> dict:  # noqa: ANN001
+    """md5 of every main row of the org, per branched table (app/kit/repository_view.py VIEWED: the
+    memory state and the knowledge), row text in primary-key order: work in a branch must leave
+    it unchanged byte for byte."""
+    import hashlib
+
+    from app.kit.repository_view import VIEWED
+
+    out = {}
+    with eng.connect() as c:
+        for t in VIEWED:
+            rows = c.execute(text(f"SELECT t::text FROM {t} t WHERE org_id = :o AND branch_id IS NULL ORDER BY id"),
+                             {"o": org_id}).scalars()
+            h, n = hashlib.md5(), 0
+            for r in rows:
+                h.update(r.encode())
+                n += 1
+            out[t] = {"rows": n, "md5": h.hexdigest()}
+    return out
+
+
 def free_port() -> int:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -135,12 +135,16 @@ def run_job(settings, app, embedder, client):
     from app.jobs.runner import JobContext, Resources, run_job as _run
     from app.kit.db import bind_principal
 
-    def _go(org_id, kind: str, params: dict | None = None, *, created_by=None, gateway=None):  # noqa: ANN001
+    def _go(org_id, kind: str, params: dict | None = None, *, created_by=None, gateway=None,  # noqa: ANN001
+            branch: str | None = None):
+        from app.branches import service as branches
+
         sessions = app.state.sessions
         with sessions() as db:
             bind_principal(db, None, org_id=org_id, all_scopes=True)
+            branch_id = branches.view_named(db, org_id, branch).branch_id
             job = jobs_service.create(db, org_id=org_id, actor_id=created_by, kind=kind, params=params or {},
-                                      status="running")
+                                      status="running", branch_id=branch_id)
             db.commit()
             job_id = job.id
         res = Resources(settings, _embedder=embedder, _gateway=gateway)

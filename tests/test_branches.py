@@ -159,7 +159,7 @@ def test_branch_api_rules(client, world):
     # A branch of a branch, and the parent cannot be dropped under it.
     _branch(client, steward, "a2", **{"from": "a"})
     assert client.delete("/v1/branches/a", headers=steward.h).status_code == 409
-    # Bootstrap runs in main only (knowledge assets are not branched yet).
+    # Retention and cartridge training run in main only (retention reaches every branch itself).
     r = client.post("/v1/jobs", json={"kind": "retention"}, headers=_h(steward, "a"))
     assert r.status_code == 422 and r.json()["error"]["code"] == "not_in_a_branch"
 

@@ -12,6 +12,7 @@ from app.branches.models import Branch
 from app.episodes.models import Episode
 from app.kit.access import visible_to
 from app.kit.view_models import BranchMask
+from app.knowledge.models import KnowledgeAsset
 from app.memories.models import Memory
 
 
@@ -66,4 +67,4 @@ def visible_keys(db: Session, principal: Principal, model, keys) -> set:  # noqa
                                             visible_to(principal, model))).scalars())
 
 
-MODELS = {"memory": Memory, "episode": Episode}
+MODELS = {"memory": Memory, "episode": Episode, "asset": KnowledgeAsset}

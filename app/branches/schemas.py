@@ -32,10 +32,12 @@ class BranchList(BaseModel):
 
 class Change(BaseModel):
     """One thing a branch changed: an item it wrote (`created`, `new_version`) or one of its base
-    that it deleted or replaced (`deleted`; `id` is the memory root or the episode)."""
+    that it deleted or replaced (`deleted`; `id` is the memory root, the episode or the asset). A
+    source re-bootstrapped in the branch is its new asset (`created`, `text`: the source URI) and
+    the base's asset `deleted`."""
 
     change: Literal["created", "new_version", "deleted"]
-    type: Literal["memory", "episode"]
+    type: Literal["memory", "episode", "asset"]
     id: uuid.UUID
     root_id: uuid.UUID | None = None
     version: int | None = None

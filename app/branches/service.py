@@ -20,6 +20,7 @@ from app.episodes.models import Episode
 from app.kit.db import bind_principal
 from app.kit.errors import AppError, Conflict, NotFound
 from app.kit.view import MAIN, Layer, View
+from app.knowledge.models import KnowledgeAsset
 from app.memories import promotion
 from app.memories.models import Memory
 
@@ -106,10 +107,13 @@ def _changes(db: Session, principal: Principal, b: Branch, ids=None) -> list[tup
     for e in repo.written(db, bp, b.id, Episode, ids):
         out.append((Change(change="created", type="episode", id=e.id, kind=e.kind, text=e.content,
                            at=e.created_at), e))
+    for a in repo.written(db, bp, b.id, KnowledgeAsset, ids):  # a bootstrap run in the branch
+        out.append((Change(change="created", type="asset", id=a.id, kind=a.kind, text=a.source_uri, status=a.status,
+                           at=a.created_at), a))
     rewritten = {m.root_id for c, m in out if c.type == "memory"}  # a new version: listed above
     masks = [m for m in repo.masks(db, b.org_id, b.id, ids) if m.key not in rewritten]
     base = principal.in_view(bp.view.below())  # the state the branch forked from
-    for type_, table in (("memory", "memories"), ("episode", "episodes")):
+    for type_, table in (("memory", "memories"), ("episode", "episodes"), ("asset", "knowledge_assets")):
         keys = [m.key for m in masks if m.item_type == table]
         seen = repo.visible_keys(db, base, repo.MODELS[type_], keys) if keys else set()
         out += [(Change(change="deleted", type=type_, id=m.key, at=m.at), None)  # deleted what the caller may see
@@ -135,6 +139,9 @@ def promote(db: Session, principal: Principal, name: str, ids: list[uuid.UUID]) 
     found = {c.id for c, _ in changes}
     if missing := [i for i in wanted if i not in found]:
         raise NotFound(f"no change {missing[0]} in branch {name!r}", code="change_not_found")
+    if assets := [c.id for c, _ in changes if c.type == "asset"]:
+        raise AppError(f"asset {assets[0]}: knowledge comes from its sources; run the bootstrap in main to take it "
+                       "over (promote applies memories and episodes)", code="not_promotable", status_code=422)
     now, out = datetime.now(timezone.utc), []
     for c, row in changes:
         if c.type == "memory" and c.change != "deleted":

@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.cartridges.models import CartridgeRecord
 from app.kit.access import visible_to
+from app.kit.db import view_of
+from app.kit.repository_view import in_view
 from app.knowledge.models import Chunk, KnowledgeAsset
 
 
@@ -40,12 +42,13 @@ def save(db: Session, record: CartridgeRecord) -> CartridgeRecord:
 
 def training_assets(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID] | None) -> list[KnowledgeAsset]:
     """The named assets of the org (any status: the caller checks), else its active documents;
-    ordered by source URI so that a corpus is always concatenated in the same order."""
+    ordered by source URI so that a corpus is always concatenated in the same order. Main's only
+    (training runs in main: the job's view)."""
+    q = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, in_view(view_of(db), KnowledgeAsset))
     if asset_ids:
-        q = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(asset_ids))
+        q = q.where(KnowledgeAsset.id.in_(asset_ids))
     else:
-        q = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.status == "active",
-                                         KnowledgeAsset.kind == "document")
+        q = q.where(KnowledgeAsset.status == "active", KnowledgeAsset.kind == "document")
     return list(db.execute(q.order_by(KnowledgeAsset.source_uri)).scalars())
 
 

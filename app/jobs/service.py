@@ -16,7 +16,7 @@ from app.kit.db import view_of
 from app.kit.errors import AppError, Forbidden, NotFound
 
 
-BRANCHABLE = ("distill", "consolidate")  # pipelines that can run in a branch (app/kit/view.py)
+BRANCHABLE = ("distill", "consolidate", "bootstrap")  # pipelines that can run in a branch (app/kit/view.py)
 
 
 def create(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, kind: str, params: dict,

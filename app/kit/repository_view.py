@@ -11,10 +11,12 @@ from sqlalchemy.sql.elements import ColumnElement
 from app.kit.view import Layer, View
 from app.kit.view_models import BranchMask
 
-VIEWED = ("memories", "episodes", "lineage_edges")  # the memory state; jobs carry a branch but are not state
-# Not branched (bootstrap runs in main), but part of what an as-of or branch read sees: the rows
-# that existed at main's cutoff (the fork, or the as-of instant).
-TIMED = ("chunks", "knowledge_assets")
+# The memory state and the org's knowledge; jobs carry a branch but are not state.
+VIEWED = ("memories", "episodes", "lineage_edges", "knowledge_assets", "chunks", "knowledge_nodes")
+# What hides a row of a lower layer: a mask of (item_type, the row's key column). A memory is
+# masked by its root (all its versions); an asset's chunks and nodes go with their asset.
+MASKED_AS = {"memories": ("memories", "root_id"), "chunks": ("knowledge_assets", "asset_id"),
+             "knowledge_nodes": ("knowledge_assets", "asset_id")}
 
 
 def _table(model) -> str:  # noqa: ANN001  (a mapped class or an alias of one)
@@ -26,9 +28,11 @@ def in_layer(model, branch_id):  # noqa: ANN001, ANN201
     return model.branch_id.is_(None) if branch_id is None else model.branch_id == branch_id
 
 
-def _key(model):  # noqa: ANN001, ANN202
-    """What a mask names: a memory's root (all its versions), any other item's id."""
-    return model.root_id if hasattr(model, "root_id") else model.id
+def _masked_as(model) -> tuple[str, object]:  # noqa: ANN001
+    """(item_type, key column) of the mask that hides a row of `model` (any other item: its id)."""
+    table = _table(model)
+    item_type, col = MASKED_AS.get(table, (table, "id"))
+    return item_type, getattr(model, col)
 
 
 def _time(model) -> str | None:  # noqa: ANN001
@@ -39,8 +43,9 @@ def _time(model) -> str | None:  # noqa: ANN001
 
 
 def _not_masked(model, layer: Layer) -> ColumnElement[bool]:  # noqa: ANN001
+    item_type, key = _masked_as(model)
     conds = [BranchMask.org_id == model.org_id, BranchMask.branch_id == layer.branch_id,
-             BranchMask.item_type == _table(model), BranchMask.key == _key(model)]
+             BranchMask.item_type == item_type, BranchMask.key == key]
     if layer.cutoff is not None:
         conds.append(BranchMask.at <= layer.cutoff)
     return ~select(literal(1)).where(*conds).correlate(model).exists()
@@ -56,10 +61,7 @@ def _existed(model, cutoff: datetime | None) -> ColumnElement[bool]:  # noqa: AN
 def in_view(view: View, model) -> ColumnElement[bool]:  # noqa: ANN001
     """Rows of `model` that exist in `view` (every version of a memory that existed then: which
     version was *current* is `memory_state`'s question). Tables without branches: all rows."""
-    table = _table(model)
-    if table in TIMED and not view.every_branch:
-        return _existed(model, view.layers[-1].cutoff)
-    if table not in VIEWED or view.every_branch:
+    if _table(model) not in VIEWED or view.every_branch:
         return true()
     if view.is_plain:
         return model.branch_id.is_(None)

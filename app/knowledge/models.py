@@ -3,18 +3,23 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Index, Integer, Text, UniqueConstraint, func
+from sqlalchemy import DateTime, ForeignKey, Index, Integer, Text, func
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
+from app.kit.base import (AccessMixin, Base, access_check, branch_col, created_at_col, embedding_col, tenant_fk, tsv_col,
+                          uuid_pk)
 
 
 class KnowledgeAsset(AccessMixin, Base):
-    """A bootstrapped document, wiki page, table schema or glossary."""
+    """A bootstrapped document, wiki page, table schema or glossary: one per source in main and in
+    each branch (a branch that re-bootstraps a changed source writes its own and masks main's)."""
 
     __tablename__ = "knowledge_assets"
-    __table_args__ = (access_check(), tenant_fk("owner_id", "users"), UniqueConstraint("org_id", "source_uri"))
+    __table_args__ = (access_check(), tenant_fk("owner_id", "users"), tenant_fk("branch_id", "branches"),
+                      Index("ix_knowledge_assets_source", "org_id", "source_uri", "branch_id", unique=True,
+                            postgresql_nulls_not_distinct=True),
+                      Index("ix_knowledge_assets_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"))
     id: Mapped[uuid.UUID] = uuid_pk()
     kind: Mapped[str] = mapped_column(Text, nullable=False)  # document | table_schema | glossary
     source_uri: Mapped[str] = mapped_column(Text, nullable=False)
@@ -24,6 +29,7 @@ class KnowledgeAsset(AccessMixin, Base):
     status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")
     created_at: Mapped[datetime] = created_at_col()
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    branch_id: Mapped[uuid.UUID | None] = branch_col()
 
 
 class Chunk(AccessMixin, Base):
@@ -34,6 +40,8 @@ class Chunk(AccessMixin, Base):
         access_check(),
         tenant_fk("owner_id", "users"),
         tenant_fk("asset_id", "knowledge_assets"),
+        tenant_fk("branch_id", "branches"),
+        Index("ix_chunks_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
         Index("ix_chunks_org_owner", "org_id", "owner_id"),
         Index("ix_chunks_hash", "org_id", "content_hash"),
         Index("ix_chunks_embedding_hnsw", "embedding", postgresql_using="hnsw",
@@ -49,6 +57,7 @@ class Chunk(AccessMixin, Base):
     created_at: Mapped[datetime] = created_at_col()
     embedding = embedding_col()
     tsv = tsv_col("to_tsvector('english', text)")
+    branch_id: Mapped[uuid.UUID | None] = branch_col()  # the asset's
 
 
 class KnowledgeNode(Base):
@@ -62,6 +71,8 @@ class KnowledgeNode(Base):
     __table_args__ = (
         access_check(),
         tenant_fk("asset_id", "knowledge_assets"),
+        tenant_fk("branch_id", "branches"),
+        Index("ix_knowledge_nodes_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
         Index("ix_knowledge_nodes_parent", "org_id", "parent_path", "path"),
         Index("ix_knowledge_nodes_path", "org_id", "path"),
         Index("ix_knowledge_nodes_asset", "org_id", "asset_id"),
@@ -84,3 +95,5 @@ class KnowledgeNode(Base):
     # qualified column names: a column's own, the columns a glossary term maps to (links by overlap)
     refs: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
     meta: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default="{}")
+    created_at: Mapped[datetime] = created_at_col()
+    branch_id: Mapped[uuid.UUID | None] = branch_col()  # the asset's

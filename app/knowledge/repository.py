@@ -6,35 +6,42 @@ from sqlalchemy import Text, delete, literal, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.orm import Session
 
+from app.kit.db import view_of
+from app.kit.repository_view import in_view
 from app.knowledge.models import Chunk, KnowledgeAsset
 
 
+def _in_view(db: Session, model) -> object:  # noqa: ANN001
+    """Pipelines' org-level reads: the rows of the transaction's view (main, or the job's branch)."""
+    return in_view(view_of(db), model)
+
+
 def asset_by_uri(db: Session, org_id: uuid.UUID, uri: str, *, for_update: bool = True) -> KnowledgeAsset | None:
-    stmt = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.source_uri == uri)
-    return db.execute(stmt.with_for_update() if for_update else stmt).scalar_one_or_none()
+    """The source's asset in the transaction's view: the nearest layer's (a branch's own before
+    main's; at most one per layer)."""
+    stmt = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.source_uri == uri,
+                                        _in_view(db, KnowledgeAsset))
+    rows = list(db.execute(stmt.with_for_update() if for_update else stmt).scalars())
+    order = [layer.branch_id for layer in view_of(db).layers]
+    return min(rows, key=lambda a: order.index(a.branch_id) if a.branch_id in order else len(order), default=None)
 
 
-def chunk_hashes(db: Session, asset_id: uuid.UUID) -> list[str]:
-    return list(db.execute(select(Chunk.content_hash).where(Chunk.asset_id == asset_id).order_by(Chunk.ord)).scalars())
-
-
-def delete_chunks(db: Session, asset_id: uuid.UUID) -> list[uuid.UUID]:
-    return list(db.execute(delete(Chunk).where(Chunk.asset_id == asset_id).returning(Chunk.id)).scalars())
+def delete_chunks(db: Session, org_id: uuid.UUID, asset_id: uuid.UUID) -> list[uuid.UUID]:
+    return list(db.execute(delete(Chunk).where(Chunk.org_id == org_id, Chunk.asset_id == asset_id)
+                           .returning(Chunk.id)).scalars())
 
 
 def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str) -> list[KnowledgeAsset]:
     return list(db.execute(select(KnowledgeAsset).where(
         KnowledgeAsset.org_id == org_id, KnowledgeAsset.kind == kind, KnowledgeAsset.status == "active",
-        KnowledgeAsset.source_uri.startswith(uri_prefix, autoescape=True))).scalars())
+        KnowledgeAsset.source_uri.startswith(uri_prefix, autoescape=True), _in_view(db, KnowledgeAsset))).scalars())
 
 
 def set_status(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str) -> None:
+    """Rows of the transaction's own branch (main: main's); a branch masks what lies below it."""
     if asset_ids:
-        from app.cartridges.service import mark_stale
-
         db.execute(update(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(asset_ids))
                    .values(status=status))
-        mark_stale(db, org_id, asset_ids, reason=f"assets {status}")
 
 
 def owned_assets(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[tuple[uuid.UUID, str]]:
@@ -60,7 +67,8 @@ def replace_nodes(db: Session, org_id: uuid.UUID, asset_id: uuid.UUID, nodes: li
     """An asset's nodes, rebuilt whole when the asset is (re-)enriched."""
     from app.knowledge.models import KnowledgeNode
 
-    db.execute(delete(KnowledgeNode).where(KnowledgeNode.org_id == org_id, KnowledgeNode.asset_id == asset_id))
+    db.execute(delete(KnowledgeNode).where(KnowledgeNode.org_id == org_id, KnowledgeNode.asset_id == asset_id,
+                                           KnowledgeNode.branch_id.is_not_distinct_from(view_of(db).branch_id)))
     db.add_all(nodes)
     db.flush()
 
@@ -74,8 +82,8 @@ def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: st
     conds = [KnowledgeNode.org_id == org_id, KnowledgeNode.kind == "term", KnowledgeNode.visibility == visibility,
              KnowledgeNode.groups.contains(g), KnowledgeNode.groups.contained_by(g),
              KnowledgeNode.labels.contains(lab), KnowledgeNode.labels.contained_by(lab),
-             KnowledgeNode.asset_id.in_(select(KnowledgeAsset.id).where(
-                 KnowledgeAsset.org_id == org_id, KnowledgeAsset.status == "active"))]
+             _in_view(db, KnowledgeNode), KnowledgeNode.asset_id.in_(select(KnowledgeAsset.id).where(
+                 KnowledgeAsset.org_id == org_id, KnowledgeAsset.status == "active", _in_view(db, KnowledgeAsset)))]
     if visibility == "private":
         conds.append(KnowledgeNode.owner_id == owner_id)
     return list(db.execute(select(KnowledgeNode).where(*conds).order_by(KnowledgeNode.path)).scalars())

@@ -1,5 +1,9 @@
 """Knowledge assets and their chunks. Re-ingesting unchanged content changes nothing; changed
-content replaces the chunks (old chunk ids stay in lineage; the audit log records the swap)."""
+content replaces the chunks (old chunk ids stay in lineage; the audit log records the swap).
+
+In a branch (app/kit/view.py) bootstrap writes copy-on-write: a source whose asset lies below the
+branch (main's, a parent branch's) and has changed gets a new asset of the branch's own, and the
+one below is masked with its chunks and nodes; main's rows are never touched."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.cartridges.service import mark_stale
+from app.kit.db import view_of
+from app.kit.repository_view import add_mask
 from app.kit.scope import Scope
 from app.knowledge import repository as repo
 from app.knowledge.models import Chunk, KnowledgeAsset, KnowledgeNode
@@ -34,17 +40,20 @@ def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUI
     existing = repo.asset_by_uri(db, org_id, item.uri)
     if existing is not None and existing.content_hash == item.content_hash and existing.status == "active":
         return "unchanged", existing
-    now = datetime.now(timezone.utc)
-    if existing is None:
+    now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+    if existing is None or is_below(db, existing):
+        if existing is not None:  # the branch's own copy replaces the one below, for the branch only
+            add_mask(db, org_id=org_id, branch_id=branch, item_type="knowledge_assets", key=existing.id, at=now)
         asset = KnowledgeAsset(id=uuid.uuid4(), org_id=org_id, owner_id=owner_id, kind=item.kind, source_uri=item.uri,
                                title=item.title, content_hash=item.content_hash, metadata_=item.metadata,
-                               visibility=scope.visibility, groups=list(scope.groups), labels=list(scope.labels))
+                               visibility=scope.visibility, groups=list(scope.groups), labels=list(scope.labels),
+                               branch_id=branch)
         db.add(asset)
         db.flush()
-        outcome, old_chunks = "created", []
+        outcome, old_chunks = ("created" if existing is None else "updated"), []
     else:
         asset = existing
-        old_chunks = repo.delete_chunks(db, asset.id)
+        old_chunks = repo.delete_chunks(db, org_id, asset.id)
         asset.content_hash, asset.title, asset.metadata_ = item.content_hash, item.title, item.metadata
         asset.status, asset.updated_at = "active", now
         outcome = "updated"
@@ -52,7 +61,8 @@ def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUI
     vecs = embedder.embed(item.chunks)
     rows = [Chunk(id=uuid.uuid4(), org_id=org_id, owner_id=asset.owner_id, asset_id=asset.id, ord=i, text=t,
                   content_hash=sha256(t), token_count=count_tokens(t), embedding=v, visibility=asset.visibility,
-                  groups=asset.groups, labels=asset.labels) for i, (t, v) in enumerate(zip(item.chunks, vecs))]
+                  groups=asset.groups, labels=asset.labels, branch_id=branch)
+            for i, (t, v) in enumerate(zip(item.chunks, vecs))]
     db.add_all(rows)
     db.flush()
     for c in rows:
@@ -68,9 +78,24 @@ def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str = "
     return repo.active_assets(db, org_id, kind, uri_prefix)
 
 
-def set_status(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str) -> None:
-    """E.g. `dropped` for tables gone from a bootstrapped schema; cartridges trained on them go stale."""
-    repo.set_status(db, org_id, asset_ids, status)
+def is_below(db: Session, asset: KnowledgeAsset) -> bool:
+    """Whether `asset` lies below the transaction's branch (main's, read in a branch): the branch
+    may not change it (row-level security refuses), only mask it."""
+    branch = view_of(db).branch_id
+    return branch is not None and asset.branch_id != branch
+
+
+def set_status(db: Session, org_id: uuid.UUID, assets: list[KnowledgeAsset], status: str) -> None:
+    """E.g. `dropped` for tables gone from a bootstrapped schema; cartridges trained on them go
+    stale. In a branch, an asset below it is masked instead (gone for the branch only)."""
+    now = datetime.now(timezone.utc)
+    for a in assets:
+        if is_below(db, a):
+            add_mask(db, org_id=org_id, branch_id=view_of(db).branch_id, item_type="knowledge_assets", key=a.id, at=now)
+    own = [a.id for a in assets if not is_below(db, a)]
+    if own:
+        repo.set_status(db, org_id, own, status)
+        mark_stale(db, org_id, own, reason=f"assets {status}")
 
 
 def live_table_columns(db: Session, org_id: uuid.UUID) -> dict[str, set[str]]:
@@ -96,7 +121,8 @@ def replace_nodes(db: Session, asset: KnowledgeAsset, nodes: list[dict]) -> None
     the asset's owner and scope, so `visible_to` applies to it as to the asset."""
     repo.replace_nodes(db, asset.org_id, asset.id, [
         KnowledgeNode(org_id=asset.org_id, asset_id=asset.id, owner_id=asset.owner_id, visibility=asset.visibility,
-                      groups=list(asset.groups), labels=list(asset.labels), **n) for n in nodes])
+                      groups=list(asset.groups), labels=list(asset.labels), branch_id=asset.branch_id, **n)
+        for n in nodes])
 
 
 def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: str, groups, labels) -> list:  # noqa: ANN001

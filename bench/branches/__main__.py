@@ -18,7 +18,6 @@ exactly main's results, and a dump of main's rows (md5 per table) must not chang
 from __future__ import annotations
 
 import argparse
-import hashlib
 import random
 import time
 from datetime import datetime, timezone
@@ -27,28 +26,9 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import RESULTS, fresh_database, pct, serve_in_thread, summary_ms, write_json_md
+from bench.common import RESULTS, fresh_database, main_dump, pct, serve_in_thread, summary_ms, write_json_md
 from bench.filtered_knn.__main__ import FRACTIONS, derive, embed_base
 from bench.filtered_knn.__main__ import load as load_rows
-
-MAIN_TABLES = ("memories", "episodes", "lineage_edges")
-
-
-def main_dump(eng, org_id) -> dict:  # noqa: ANN001
-    """md5 of every main row of the org, per table (row text in primary-key order)."""
-    out = {}
-    with eng.connect() as c:
-        for t in MAIN_TABLES:
-            rows = c.execute(text(f"SELECT t::text FROM {t} t WHERE org_id = :o AND branch_id IS NULL ORDER BY id"),
-                             {"o": org_id}).scalars()
-            h = hashlib.md5()
-            n = 0
-            for r in rows:
-                h.update(r.encode())
-                n += 1
-            out[t] = {"rows": n, "md5": h.hexdigest()}
-    return out
-
 
 def run(args) -> dict:  # noqa: ANN001
     from app.jobs.runner import JobContext, Resources, run_job

@@ -86,7 +86,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
                                               item=AssetIn("document", item.uri, item.title, item.content_hash, chunks,
                                                            {"enrich_version": enrich.ENRICH_VERSION}))
                 stats[outcome] += 1
-                if en.enabled and _needs_nodes(outcome, asset):
+                if en.enabled and _needs_nodes(db, outcome, asset):
                     _save_nodes(db, asset, enrich.document_nodes(item.uri, item.title, item.text))
                     stats["enriched_documents"] += 1
                 if outcome != "unchanged":
@@ -102,7 +102,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
         with ctx.tx() as db:
             prefix = f"schema:{src.redact_url(schema_url)}#"
             present = {f"{prefix}{t.qualified}" for t in tables}
-            gone = [a.id for a in knowledge.active_assets(db, ctx.org_id, "table_schema", prefix)
+            gone = [a for a in knowledge.active_assets(db, ctx.org_id, "table_schema", prefix)
                     if a.source_uri not in present]
             knowledge.set_status(db, ctx.org_id, gone, "dropped")
             stats["tables_dropped"] = len(gone)
@@ -159,8 +159,11 @@ def _catalog(url: str) -> str:
     return Path(u.database).stem if u.database and u.get_backend_name() == "sqlite" else (u.database or u.host or "db")
 
 
-def _needs_nodes(outcome: str, asset) -> bool:  # noqa: ANN001
-    return outcome != "unchanged" or (asset.metadata_ or {}).get("enrich_version") != enrich.ENRICH_VERSION
+def _needs_nodes(db, outcome: str, asset) -> bool:  # noqa: ANN001
+    """A new or changed asset; or an unchanged one enriched by an older version of the step (in a
+    branch, only the branch's own: an unchanged asset of main is main's to re-enrich)."""
+    stale = (asset.metadata_ or {}).get("enrich_version") != enrich.ENRICH_VERSION
+    return outcome != "unchanged" or (stale and not knowledge.is_below(db, asset))
 
 
 def _save_nodes(db, asset, nodes: list[enrich.Node]) -> None:  # noqa: ANN001
@@ -185,7 +188,7 @@ def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stat
                                   count_tokens=count, job_id=ctx.job_id)
     stats[outcome] += 1
     glossaries = sorted({x.asset_id for x in used if x.asset_id is not None}, key=str)
-    if e is not None and _needs_nodes(outcome, asset):
+    if e is not None and _needs_nodes(db, outcome, asset):
         _save_nodes(db, asset, e.nodes)
         stats["enriched_tables"] += 1
         stats["linked_terms"] += len(e.terms)
@@ -211,7 +214,7 @@ def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope:
     stats[outcome] += 1
     for t in en.terms:
         t.asset_id = asset.id
-    if en.enabled and _needs_nodes(outcome, asset):
+    if en.enabled and _needs_nodes(db, outcome, asset):
         refs = [enrich.TermRef(e.term, e.text(), e.mapping, enrich.term_refs(e.mapping)) for e in entries]
         _save_nodes(db, asset, enrich.glossary_nodes(Path(rel).name, refs))
     for e in entries:
