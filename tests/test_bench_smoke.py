@@ -104,3 +104,19 @@ def test_locomo_quick(settings, embedder, tmp_path):
     assert set(reader) == {"context@1000", "vector", "text", "full"}
     for e in reader.values():
         assert e["n"] == 1 and _unit(e["f1"]) and e["judge_accuracy"] is None
+
+
+@pytest.mark.slow
+def test_scaling_inside_a_branch_matches_main(settings, embedder, tmp_path):
+    """The real pipelines run twice in one populated org, in main and in a branch forked before
+    main's run: the same keys in every context, and main's rows unchanged by the branch's run."""
+    from bench.scaling.in_branch import main
+
+    r = main(["--quick", "--agent-scope", "none", "--curves", "labelled,bootstrap", "--shards", "0,1",
+              "--background-shards", "1", "--out", str(tmp_path)], embedder=embedder)
+    assert set(r["curves"]) == {"labelled", "bootstrap", "bootstrap_enriched"}
+    assert r["main_unchanged"] and all(c["main_rows"]["knowledge_assets"]["rows"] > 0 for c in r["curves"].values())
+    for c in r["curves"].values():
+        for p in c["points"]:
+            assert p["questions_same_keys"] == p["questions_same_tokens"] == p["questions"] > 0, p
+    assert r["all_equal"] and (tmp_path / "scaling_in_branch.md").exists()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import shutil
 import tempfile
 import time
@@ -71,25 +70,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001, C901
     from app.config import Settings
     from bench.scaling import report
-    from bench.scaling import sources as src
     from bench.scaling.run import (Harness, agent_traces, attainable, probe_browse, probe_docs, probe_memory, run_agent,
                                    summarise_point)
-    from bench.scaling.spaces import make_space, write_glossary
+    from bench.scaling.curves import draw, run_curve
 
     a = parse(argv)
     model = a.model or Settings().llm_model
     started = time.perf_counter()
-    rng = random.Random(a.seed)
     tmp = Path(tempfile.mkdtemp(prefix="memscale_scaling_"))
-    used: set[str] = set()
-    spaces = [make_space(rng, i, tmp, used) for i in range(a.spaces)]
-    by_name = {sp.name: sp for sp in spaces}
-    tests = src.test_questions(rng, spaces, a.questions_per_space)
-    top = max(a.points)
-    labelled = [src.labelled_shard(rng, spaces, a.labelled_per_shard) for _ in range(top)]
-    logs = [src.log_shard(rng, spaces, a.logs_per_shard) for _ in range(top)]
-    poison = src.poison_shard(rng, spaces, a.poison)
-    glossaries = {sp.name: write_glossary(sp, tmp, parts=max(1, top)) for sp in spaces}
+    data = draw(a, tmp)
+    spaces, tests, top, poison, by_name = data.spaces, data.tests, data.top, data.poison, data.by_name
     order = sorted(range(len(tests)), key=lambda i: i % a.questions_per_space)  # round robin over spaces
     agent_set = {id(tests[i]) for i in order[: a.agent_questions]}
 
@@ -136,21 +126,15 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         if "labelled" in a.curves:
             t0 = time.perf_counter()
             org = h.new_org("labelled")
-            for k in range(1, top + 1):
-                h.ingest(org, labelled[k - 1], user="steward", source="labelled")
-                if k in a.points:
-                    curves["labelled"].append(measure(org, "labelled", k, f"labelled {k} shards"))
+            run_curve(h, org, "labelled", data, a.points,
+                      lambda k: curves["labelled"].append(measure(org, "labelled", k, f"labelled {k} shards")))
             timings["labelled"] = time.perf_counter() - t0
 
         if "unlabelled" in a.curves:
             t0 = time.perf_counter()
             org = h.new_org("unlabelled")
-            for k in range(1, top + 1):
-                h.ingest(org, logs[k - 1], user="logs", source="logs")
-                if k in a.points:
-                    h.distill(org)
-                    curves["unlabelled_judge"].append(measure(org, "unlabelled_judge", k,
-                                                              f"unlabelled+judge {k} shards", poison_ids={}))
+            run_curve(h, org, "unlabelled_judge", data, a.points, lambda k: curves["unlabelled_judge"].append(
+                measure(org, "unlabelled_judge", k, f"unlabelled+judge {k} shards", poison_ids={})))
             timings["unlabelled_judge"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             h.ingest(org, poison, user="logs", source="poison")
@@ -167,22 +151,18 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             # enrich step, and with enrichment + navigation (context plus a fixed browsing policy)
             t0 = time.perf_counter()
             org = h.new_org("bootstrap")
-            for k in range(1, top + 1):
-                for sp in spaces:
-                    h.bootstrap(org, sp, glossaries[sp.name][k - 1], enrich=False)
-                if k in a.points:
-                    curves["bootstrap"].append(measure(org, "bootstrap", k, f"bootstrap {k} shards"))
+            run_curve(h, org, "bootstrap", data, a.points,
+                      lambda k: curves["bootstrap"].append(measure(org, "bootstrap", k, f"bootstrap {k} shards")))
             timings["bootstrap"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             org = h.new_org("bootstrap_enriched")
-            for k in range(1, top + 1):
-                for sp in spaces:
-                    h.bootstrap(org, sp, glossaries[sp.name][k - 1], enrich=True)
-                if k in a.points:
-                    curves["bootstrap_enriched"].append(measure(org, "bootstrap_enriched", k,
-                                                                f"bootstrap+enrich {k} shards"))
-                    curves["bootstrap_navigation"].append(measure(org, "bootstrap_navigation", k,
-                                                                  f"bootstrap+enrich+browse {k}", navigation=True))
+
+            def enriched(k: int) -> None:
+                curves["bootstrap_enriched"].append(measure(org, "bootstrap_enriched", k, f"bootstrap+enrich {k} shards"))
+                curves["bootstrap_navigation"].append(measure(org, "bootstrap_navigation", k,
+                                                              f"bootstrap+enrich+browse {k}", navigation=True))
+
+            run_curve(h, org, "bootstrap_enriched", data, a.points, enriched)
             timings["bootstrap_enriched_and_navigation"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -22,10 +22,15 @@ class Org:
     id: object
     clients: dict  # user name -> MemscaleClient
     episode_ids: dict[str, list[str]] = field(default_factory=dict)  # source -> ids
+    branch_id: object = None  # the branch its requests and jobs work in (None: main)
 
     @property
     def analyst(self):  # noqa: ANN201
         return self.clients["analyst"]
+
+    def in_branch(self, name: str, branch_id) -> "Org":  # noqa: ANN001
+        """The same org and users working in branch `name` (requests carry Memscale-Branch, jobs run in it)."""
+        return Org(self.name, self.id, {u: c.in_branch(name) for u, c in self.clients.items()}, branch_id=branch_id)
 
 
 class Harness:
@@ -78,7 +83,8 @@ class Harness:
         t0 = time.perf_counter()
         with self.app.state.sessions() as db:
             bind_principal(db, None, org_id=org.id, all_scopes=True)
-            j = jobs_service.create(db, org_id=org.id, actor_id=None, kind=kind, params=params, status="running")
+            j = jobs_service.create(db, org_id=org.id, actor_id=None, kind=kind, params=params, status="running",
+                                    branch_id=org.branch_id)
             db.commit()
         done = run_job(JobContext(settings=self.settings, sessions=self.app.state.sessions, org_id=org.id,
                                   job_id=j.id, resources=self.resources))
