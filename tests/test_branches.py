@@ -306,3 +306,21 @@ def test_distillation_in_a_branch_writes_only_there(client, world, settings, app
     # Main's own distillation has not run: its watermark is untouched by the branch's.
     assert client.post("/v1/search", json={"query": "deploy Fridays staging", "types": ["memory"]},
                        headers=steward.h).json()["results"] == []
+
+
+def test_idempotency_key_is_per_branch(client, world, admin_engine):
+    """The same key and body in main and in a branch are two writes (a replay of main's reply would
+    tell the client its branch write happened when it did not); within a branch it replays."""
+    org = world.org()
+    steward = world.user(org, roles=("steward",))
+    _branch(client, steward, "idem")
+    body, key = ep(f"{TOKEN} retried write"), {"Idempotency-Key": "k-1"}
+    main_id = client.post("/v1/episodes", json=body, headers={**steward.h, **key}).json()["id"]
+    first = client.post("/v1/episodes", json=body, headers={**_h(steward, "idem"), **key})
+    again = client.post("/v1/episodes", json=body, headers={**_h(steward, "idem"), **key})
+    assert first.status_code == again.status_code == 201
+    assert first.json()["id"] == again.json()["id"] != main_id
+    with admin_engine.connect() as c:
+        rows = c.execute(text("SELECT branch_id IS NULL, count(*) FROM episodes WHERE org_id = :o GROUP BY 1"),
+                         {"o": steward.org_id}).all()
+    assert dict(rows) == {True: 1, False: 1}

@@ -62,7 +62,10 @@ def remember(db: Session, principal: Principal, key: str | None, endpoint: str, 
 
 def idempotent(db: Session, principal: Principal, key: str | None, endpoint: str, body: BaseModel,
                make: Callable[[], BaseModel], *, status_code: int = 201, ttl_s: int = DEFAULT_TTL_S):
-    """The whole sequence for one endpoint: replay a stored reply, or make the result and store it."""
+    """The whole sequence for one endpoint: replay a stored reply, or make the result and store it.
+    A key is per branch (app/kit/view.py): the same request in main and in a branch are two writes."""
+    if principal.view.branch_id is not None:
+        endpoint = f"{endpoint}@{principal.view.branch_id}"
     digest = body_hash(body.model_dump(mode="json"))
     prior = replay(db, principal, key, endpoint, digest, ttl_s)
     if prior is not None:
