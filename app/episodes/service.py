@@ -103,14 +103,10 @@ def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
 
 
 def read(db: Session, principal: Principal, episode_id: uuid.UUID, read=None) -> Episode:  # noqa: ANN001
-    """GET: the episode (read where `read` says: a replica, app.kit.replicas), and a retrieval record
-    that the caller read its content (written in `db`)."""
-    from app.kit.replicas import on
-    from app.lineage.service import record_read
+    """GET: the episode, read where `read` says, and recorded as read (app.lineage.service.read_one)."""
+    from app.lineage.service import read_one
 
-    ep = (read or on(db))(lambda rdb: get(rdb, principal, episode_id))
-    record_read(db, principal, "get", "episode", ep.id)
-    return ep
+    return read_one(db, principal, "episode", lambda rdb: get(rdb, principal, episode_id), read)
 
 
 def delete(db: Session, principal: Principal, episode_id: uuid.UUID) -> uuid.UUID:

@@ -43,6 +43,16 @@ def record_read(db: Session, principal: Principal, kind: str, type_: str, id_) -
     return record_retrieval(db, principal, kind=kind, query="", params={}, items=[{"type": type_, "id": str(id_)}])
 
 
+def read_one(db: Session, principal: Principal, type_: str, fetch, read=None):  # noqa: ANN001, ANN201
+    """GET of one item: `fetch(rdb)` run where `read` says (a replica, app.kit.replicas), and a
+    retrieval record that the caller read its content (written in `db`, the primary)."""
+    from app.kit.replicas import on
+
+    item = (read or on(db))(fetch)
+    record_read(db, principal, "get", type_, item.id)
+    return item
+
+
 def _describe(type_: str, row) -> dict:  # noqa: ANN001
     return {"type": type_, "id": str(row.id), "text": text_of(type_, row)[:500], "visibility": row.visibility,
             "groups": list(row.groups), "labels": list(row.labels), "owner_id": str(row.owner_id),

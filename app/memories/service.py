@@ -143,14 +143,10 @@ def get(db: Session, principal: Principal, memory_id: uuid.UUID) -> Memory:
 
 
 def read(db: Session, principal: Principal, memory_id: uuid.UUID, read=None) -> Memory:  # noqa: ANN001
-    """GET: the memory (read where `read` says: a replica, app.kit.replicas), and a retrieval record
-    that the caller read its content (written in `db`)."""
-    from app.kit.replicas import on
-    from app.lineage.service import record_read
+    """GET: the memory, read where `read` says, and recorded as read (app.lineage.service.read_one)."""
+    from app.lineage.service import read_one
 
-    m = (read or on(db))(lambda rdb: get(rdb, principal, memory_id))
-    record_read(db, principal, "get", "memory", m.id)
-    return m
+    return read_one(db, principal, "memory", lambda rdb: get(rdb, principal, memory_id), read)
 
 
 def _may_modify(principal: Principal, m: Memory) -> None:
