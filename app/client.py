@@ -192,9 +192,10 @@ class MemscaleClient(BranchCalls, _Base):
         return self.request("POST", "/v1/context", json={"query": query, "session_id": session_id, "as_of": as_of,
                                                          "budget_tokens": budget_tokens, "instruction": instruction})
 
-    def knowledge_tree(self, path: str | None = None) -> JSON:
-        """`{node, children: [{id, kind, name, path, summary?}]}`; the top level without `path`."""
-        return self.request("GET", "/v1/knowledge/tree", params={"path": path})
+    def knowledge_tree(self, path: str | None = None, *, limit: int | None = None, after: str | None = None) -> JSON:
+        """`{node, children: [{id, kind, name, path, summary?}], truncated, next}`; the top level
+        without `path`; `limit` children at a time, the next page with `after=<next>`."""
+        return self.request("GET", "/v1/knowledge/tree", params={"path": path, "limit": limit, "after": after})
 
     def knowledge_node(self, node_id: Id) -> JSON:
         """`{id, kind, name, path, text, children, links}`."""
@@ -330,8 +331,9 @@ class AsyncMemscaleClient(AsyncBranchCalls, _Base):
         return await self.request("POST", "/v1/context", json={"query": query, "session_id": session_id, "as_of": as_of,
                                                                "budget_tokens": budget_tokens, "instruction": instruction})
 
-    async def knowledge_tree(self, path: str | None = None) -> JSON:
-        return await self.request("GET", "/v1/knowledge/tree", params={"path": path})
+    async def knowledge_tree(self, path: str | None = None, *, limit: int | None = None,
+                             after: str | None = None) -> JSON:
+        return await self.request("GET", "/v1/knowledge/tree", params={"path": path, "limit": limit, "after": after})
 
     async def knowledge_node(self, node_id: Id) -> JSON:
         return await self.request("GET", f"/v1/knowledge/nodes/{node_id}")

@@ -54,6 +54,26 @@ def main_dump(eng, org_id) -> dict:  # noqa: ANN001
     return out
 
 
+def existing_database(name: str):
+    """Settings pointing at database `name` if it exists (migrated to head), else None: for a
+    bench that reuses what an earlier run of itself built."""
+    from app.config import Settings
+    from app.kit.migrate import upgrade
+    from app.kit.pg import admin_url
+
+    base = Settings()
+    server_url = admin_url(base)
+    eng = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        found = c.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
+    eng.dispose()
+    if not found:
+        return None
+    s = base.model_copy(update={"database_url": make_url(server_url).set(database=name).render_as_string(False)})
+    upgrade(s, "head")
+    return s
+
+
 def free_port() -> int:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -132,21 +132,31 @@ def test_bad_instruction_is_a_422_and_changes_nothing(client, world):
 
 
 def test_llm_interpreter_fills_only_unset_fields_and_is_validated():
-    """Prompt plumbing only (a scripted gateway): the answer is validated against the filter
-    model, fills what the rules left unset, and cannot bring in an invalid or foreign value."""
+    """Prompt plumbing only (a scripted gateway): the model is asked only when the rules left
+    words over, about only the fields they left unset; its answer is validated against those
+    fields of the filter model, and an invalid, foreign or already-set field drops it whole."""
     from app.llm.fake import FakeGateway
     from app.search.instruction_llm import interpret_llm
 
-    gw = FakeGateway(rules={"vendor rules": '{"filters": {"kinds": ["fact"], "groups": ["legal"]}, "terms": ["x"]}',
-                            "tricky one": '{"filters": {"owner": "bob", "visibility": ["everyone"]}}',
-                            "broken": "not json at all"})
+    gw = FakeGateway(rules={"vendor rules": '{"groups": ["legal"], "since": "2026-07-01"}',
+                            "tricky one": '{"owner": "bob", "visibility": ["everyone"]}',
+                            "broken": "not json at all", "kinds of": '{"kinds": ["fact"], "groups": ["x"]}'})
     f, terms, ignored = interpret_llm(gw, "vendor rules for the cloud", now=NOW)
-    assert f.kinds == ["rule"] and f.groups == ["legal"] and terms == ["vendor", "cloud"] and ignored == []
-    assert "Instruction: vendor rules for the cloud" in gw.calls[0].last_user
+    assert f.kinds == ["rule"] and f.groups == ["legal"] and f.since == datetime(2026, 7, 1, tzinfo=timezone.utc)
+    assert terms == ["vendor", "cloud"] and ignored == []
+    asked = gw.calls[0].last_user
+    assert "Instruction: vendor rules for the cloud" in asked and "Words left: vendor, cloud." in asked
+    fields = {f.split(":")[0] for f in asked.splitlines()[0].removeprefix("Filters: ").split("; ")}
+    assert "groups" in fields and "exclude_kinds" in fields and "kinds" not in fields  # only unset fields
     f, _, _ = interpret_llm(gw, "a tricky one from last month", now=NOW)
     assert f.owner is None and f.visibility is None and f.since is not None  # invalid answer dropped whole
     f, _, ignored = interpret_llm(gw, "broken: only notes", now=NOW)
     assert f.kinds == ["note"] and ignored == []
+    f, _, _ = interpret_llm(gw, "rules: kinds of things", now=NOW)
+    assert f.kinds == ["rule"] and f.groups is None  # it named a field the rules had set: dropped whole
+    calls = len(gw.calls)
+    f, terms, _ = interpret_llm(gw, "only notes from last month", now=NOW)  # every word read: no call
+    assert len(gw.calls) == calls and terms == [] and f.kinds == ["note"]
 
 
 @pytest.mark.parametrize("text", ["in the past 99999999999 days", "q4 9999", "older than 99999 years", "in 9999"])

@@ -31,8 +31,9 @@ def _source(tmp_path, name: str = "shop"):
     return {"schema_url": f"sqlite:///{db}", "glossary": str(gl), "path": str(docs)}, db
 
 
-def _tree(client, actor, path=None):  # noqa: ANN001
-    return client.get("/v1/knowledge/tree", params={"path": path} if path else {}, headers=actor.h)
+def _tree(client, actor, path=None, **page):  # noqa: ANN001
+    params = {"path": path} if path else {}
+    return client.get("/v1/knowledge/tree", params={**params, **page}, headers=actor.h)
 
 
 def test_pure_enrichment_steps():
@@ -161,3 +162,56 @@ def test_bad_paths_are_a_clear_4xx(client, world):
     assert _tree(client, member, "a\x00b").status_code == 422
     assert _tree(client, member, "x" * 2001).status_code == 422
     assert _tree(client, member, "no/such/path").status_code == 404
+    assert _tree(client, member, None, limit=0).status_code == 422
+    assert _tree(client, member, None, limit=1001).status_code == 422
+    assert _tree(client, member, None, limit="many").status_code == 422
+    assert _tree(client, member, None, after="a\x00b").status_code == 422
+
+
+def test_tree_pages_hold_only_visible_children(run_job, world, client, tmp_path):
+    """Paging (limit, after=next) lists exactly the full listing's visible children: another
+    user's private tables under the same schema path neither appear, nor count towards
+    `truncated`, nor leak through `next`; an `after` naming a hidden path reveals nothing."""
+    org = world.org()
+    owner = world.user(org, roles=["steward"])  # the first steward owns operator jobs' private output
+    member = world.user(org)
+    (tmp_path / "a").mkdir()
+    shared, _ = _source(tmp_path / "a", "shop")
+    private = tmp_path / "b"
+    private.mkdir()
+    con = sqlite3.connect(private / "shop.db")  # the same catalog and schema path: shop/main
+    con.executescript("CREATE TABLE bonus (id INTEGER PRIMARY KEY); CREATE TABLE payroll (id INTEGER PRIMARY KEY);"
+                      "CREATE TABLE zeta (id INTEGER PRIMARY KEY);")
+    con.close()
+    assert run_job(owner.org_id, "bootstrap", {"schema_url": shared["schema_url"], "visibility": "org"}).status == "succeeded"
+    assert run_job(owner.org_id, "bootstrap", {"schema_url": f"sqlite:///{private / 'shop.db'}",
+                                               "visibility": "private"}).status == "succeeded"
+
+    def pages(actor, limit, after=None):  # noqa: ANN001, ANN202
+        out = []
+        while True:
+            r = _tree(client, actor, "shop/main", limit=limit, after=after)
+            assert r.status_code == 200
+            body = r.json()
+            assert len(body["children"]) <= limit and body["node"]["path"] == "shop/main"
+            out.append([c["name"] for c in body["children"]])
+            assert body["truncated"] == (body["next"] is not None)
+            if body["next"] is None:
+                return out, body
+            assert body["next"] == body["children"][-1]["path"]
+            after = body["next"]
+
+    full = _tree(client, owner, "shop/main").json()
+    assert [c["name"] for c in full["children"]] == ["bonus", "customers", "orders", "payroll", "zeta"]
+    assert full["truncated"] is False and full["next"] is None
+    assert pages(owner, 2)[0] == [["bonus", "customers"], ["orders", "payroll"], ["zeta"]]
+    member_full = _tree(client, member, "shop/main").json()
+    assert [c["name"] for c in member_full["children"]] == ["customers", "orders"]
+    member_pages, last = pages(member, 1)
+    assert member_pages == [["customers"], ["orders"]]  # nothing after orders counts: payroll, zeta are hidden
+    assert last["children"][0]["id"] == member_full["children"][1]["id"]
+    hidden = _tree(client, member, "shop/main", after="shop/main/bonus").json()
+    assert [c["name"] for c in hidden["children"]] == ["customers", "orders"] and hidden["next"] is None
+    assert _tree(client, member, "shop/main", after="shop/main/orders").json()["children"] == []
+    stranger = world.user(world.org(), roles=["admin"])
+    assert _tree(client, stranger, "shop/main", limit=1).status_code == 404

@@ -16,9 +16,12 @@ router = APIRouter(prefix="/v1/knowledge", tags=["knowledge"], responses=COMMON_
 
 @router.get("/tree", response_model=TreeOut, response_model_exclude_unset=True)
 def tree(db: SessionDep, path: str | None = Query(default=None, max_length=2000, pattern=r"^[^\x00-\x1f]*$"),
+         limit: int = Query(default=navigation.MAX_CHILDREN, ge=1, le=navigation.MAX_CHILDREN),
+         after: str | None = Query(default=None, max_length=2000, pattern=r"^[^\x00-\x1f]*$"),
          principal=require("knowledge", "read")):
-    """`{node, children: [{id, kind, name, path, summary?}]}`; the root without `path`."""
-    return navigation.tree(db, principal, path)
+    """`{node, children: [{id, kind, name, path, summary?}], truncated, next}`; the root without
+    `path`. Children by path, `limit` at a time (default and most 1,000); `after=<next>` pages on."""
+    return navigation.tree(db, principal, path, limit=limit, after=after)
 
 
 @router.get("/nodes/{node_id}", response_model=NodeOut, response_model_exclude_unset=True)

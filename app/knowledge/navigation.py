@@ -29,17 +29,23 @@ def _child(r) -> dict:  # noqa: ANN001
     return out
 
 
-def tree(db: Session, principal: Principal, path: str | None) -> dict:
+def tree(db: Session, principal: Principal, path: str | None, *, limit: int = MAX_CHILDREN,
+         after: str | None = None) -> dict:
+    """A node and one page of its children (by path, after `after`), in one statement. `next`
+    is the cursor for the following page (the last path listed) when there are more."""
     path = (path or "").strip("/")
+    rows = repo.listing(db, principal, path, limit + 1, after=after, short=SHORT)
     if path:
-        n = repo.node(db, principal, path=path)
-        if n is None:
+        if not rows or rows[0].path != path:
             raise NotFound("no such knowledge node")
-        head = {"id": str(n.id), "kind": n.kind, "name": n.name, "path": n.path}
+        head = {"id": rows[0].id, "kind": rows[0].kind, "name": rows[0].name, "path": path}
+        rows = rows[1:]
     else:
         head = {"id": None, "kind": "root", "name": "", "path": ""}
-    kids = [_child(r) for r in repo.children(db, principal, path, MAX_CHILDREN)]
-    return {"node": head, "children": kids, "truncated": len(kids) >= MAX_CHILDREN}
+    more = len(rows) > limit
+    kids = [{"id": r.id, "kind": r.kind, "name": r.name, "path": r.path, "summary": r.summary} if r.summary
+            else {"id": r.id, "kind": r.kind, "name": r.name, "path": r.path} for r in rows[:limit]]
+    return {"node": head, "children": kids, "truncated": more, "next": kids[-1]["path"] if more else None}
 
 
 def node(db: Session, principal: Principal, node_id: uuid.UUID) -> dict:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Text, delete, literal, select, update
+from sqlalchemy import Text, and_, cast, delete, func, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.orm import Session
 
@@ -101,11 +101,28 @@ def _visible_nodes(principal):  # noqa: ANN001, ANN202
 def children(db: Session, principal, parent_path: str, limit: int) -> list:  # noqa: ANN001
     """Visible children of a path, one per path (an ancestor shared by several assets is one row
     per asset: the first visible one stands for it). Index (org_id, parent_path, path)."""
+    return listing(db, principal, parent_path, limit, head=False)
+
+
+def listing(db: Session, principal, path: str, limit: int, *, after: str | None = None,  # noqa: ANN001
+            head: bool = True, short: int | None = None) -> list:
+    """One statement for a tree page: the node at `path` itself (when `head` and `path`) and up
+    to `limit` of its visible children with paths after `after`, ordered by path (the head
+    sorts first: a child's path extends it). Rows (id text, kind, name, path, summary): only the
+    summary of `meta` (a table's holds its columns and joins), cut to `short` characters in SQL.
+    Both the head and the children go through `visible_to`; a head without children is still
+    found by the index (org_id, path), the children by (org_id, parent_path, path)."""
     n, conds = _visible_nodes(principal)
-    summary = n.meta["summary"].astext.label("summary")  # not the whole meta: a table's holds its columns and joins
-    return list(db.execute(select(n.id, n.kind, n.name, n.path, n.ord, summary).ext(distinct_on(n.path))
-                           .where(n.parent_path == parent_path, *conds)
-                           .order_by(n.path, n.id).limit(limit)).all())
+    summary = n.meta["summary"].astext
+    if short is not None:
+        summary = func.left(summary, short)
+    kids = n.parent_path == path
+    if after is not None:
+        kids = and_(kids, n.path > after)
+    where = or_(n.path == path, kids) if head and path else kids
+    return list(db.execute(select(cast(n.id, Text).label("id"), n.kind, n.name, n.path, summary.label("summary"))
+                           .ext(distinct_on(n.path)).where(where, *conds)
+                           .order_by(n.path, n.id).limit(limit + (1 if head and path else 0))).all())
 
 
 def node(db: Session, principal, *, node_id: uuid.UUID | None = None, path: str | None = None):  # noqa: ANN001, ANN201

@@ -18,7 +18,8 @@ class NodeRef(BaseModel):
 class TreeOut(BaseModel):
     node: NodeRef
     children: list[NodeRef]
-    truncated: bool
+    truncated: bool  # more children than listed: ask again with `after=next`
+    next: str | None = None  # cursor: the last path listed, when there are more
 
 
 class Link(BaseModel):

@@ -4,8 +4,10 @@
 
 Per-field accuracy: share of pairs whose field equals the label (lists as sets, dates as ISO
 days, unset = unset). Exact match: every field right. `ignored` is scored as "listed something
-or not". `--llm` runs the LLM interpreter (deterministic reading + the model for unset fields)
-with the configured or given model. Latency: the deterministic interpreter alone, per call.
+or not". `--llm` runs the LLM interpreter (deterministic reading + the model for unset fields, asked
+only when the rules left words over) with the configured or given model: the same scores, how
+many pairs called the model, and the added latency per pair (all pairs; a pair without a call
+adds ~0). Latency: the deterministic interpreter alone, per call. Load averages are recorded.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def main(argv: list[str] | None = None) -> dict:
     a = ap.parse_args(argv)
     pairs = [p for p in load() if a.split == "all" or p.split == a.split][: a.limit]
     warm_up()
-    result: dict = {"benchmark": "instructions", "split": a.split, "limit": a.limit, "reference_now": NOW.isoformat()}
+    result: dict = {"benchmark": "instructions", "split": a.split, "limit": a.limit, "reference_now": NOW.isoformat(),
+                    "load_before": [round(x, 2) for x in os.getloadavg()]}
     readings, times = [], []
     for p in pairs:
         t0 = time.perf_counter()
@@ -93,14 +96,29 @@ def main(argv: list[str] | None = None) -> dict:
         if a.model:
             settings = settings.model_copy(update={"llm_model": a.model})
         gw = Resources(settings).gateway
-        llm_readings, llm_times = [], []
+        t0 = time.perf_counter()
+        gw.chat([{"role": "user", "content": "Hi"}], max_tokens=1)  # loads the model: not an instruction's cost
+        result_load_s = round(time.perf_counter() - t0, 1)
+        llm_readings, added, per_call = [], [], []
         for p in pairs:
+            before = gw.stats.calls
             t0 = time.perf_counter()
             f, terms, ignored = interpret_llm(gw, p.instruction, now=NOW)
-            llm_times.append(time.perf_counter() - t0)
+            ms = (time.perf_counter() - t0) * 1000
+            added.append(ms)
+            if gw.stats.calls > before:
+                per_call.append(ms)
             llm_readings.append(reading(f, terms, ignored))
+        stats = gw.stats.as_dict()
+        q = quantiles(added, n=100) if len(added) > 1 else [added[0]] * 99
         result["with_llm"] = {"model": settings.llm_model, **score(pairs, llm_readings),
-                              "seconds_per_call_mean": round(mean(llm_times), 2)}
+                              "model_load_s": result_load_s, "llm_calls": len(per_call),
+                              "added_ms_all_pairs": {"mean": round(mean(added), 1), "p50": round(q[49], 1),
+                                                     "p95": round(q[94], 1), "max": round(max(added), 1)},
+                              "ms_per_llm_call_mean": round(mean(per_call), 1) if per_call else None,
+                              "prompt_tokens_mean": round(stats["prompt_tokens"] / max(1, stats["calls"] - 1), 1),
+                              "completion_tokens_mean": round(stats["completion_tokens"] / max(1, stats["calls"] - 1), 1),
+                              "load_after": [round(x, 2) for x in os.getloadavg()]}
         if a.show:
             _show(pairs, llm_readings)
     print(json.dumps({k: v for k, v in result.items()}, indent=1))

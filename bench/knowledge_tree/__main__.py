@@ -1,6 +1,6 @@
 """Knowledge navigation and instructed search latency (issue 17).
 
-    .venv/bin/python -m bench.knowledge_tree [--tables 500] [--columns 20] [--calls 200]
+    .venv/bin/python -m bench.knowledge_tree [--tables 500] [--columns 20] [--calls 200] [--reuse]
 
 A SQLite source of `tables` x `columns` (a foreign key from every table to the previous one) is
 bootstrapped by the real job with enrichment (org-visible). The embedder is a word-hashing one
@@ -10,7 +10,15 @@ search comparison then measures what an instruction adds, not the query's embedd
 casbin, RLS, JSON included), as a plain member: GET /v1/knowledge/tree at the top, the catalog,
 the schema (all tables) and GET /v1/knowledge/nodes/{id} of a table, `calls` times each,
 interleaved. Instructed search: POST /v1/search with and without an `instruction`, interleaved
-in one process, and the interpreter alone. Results: bench/results/knowledge_tree.json.
+in one process, and the interpreter alone. Results: bench/results/knowledge_tree.json, with the
+load average (1/5/15 min) before and after the timed calls: the machine is shared.
+
+Set-up is the bootstrap (~150 s on a quiet 2-core machine, ~16 min at load 7-9). `--reuse`
+keeps it: the database `memscale_bench_tree` survives a run, and a later run with `--reuse`
+measures the org `tree-<tables>x<columns>` an earlier run bootstrapped (found by name, with a
+succeeded bootstrap job; new keys for its users) instead of dropping and rebuilding it. Only
+valid while the bootstrap/enrich code is unchanged (what the nodes hold is what is read); the
+reads themselves are the current code's. Without `--reuse` every run builds afresh.
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ def _service_times(h, org, table_id: str, calls: int) -> dict:  # noqa: ANN001
     p = Principal(org_id=org.id, user_id=uid, name="analyst", roles=("member",), groups=(), clearances=())
     fns = {"tree_top": lambda db: navigation.tree(db, p, None),
            "tree_schema_all_tables": lambda db: navigation.tree(db, p, "warehouse/main"),
+           "tree_schema_page_100": lambda db: navigation.tree(db, p, "warehouse/main", limit=100),
            "node_table": lambda db: navigation.node(db, p, uuid.UUID(table_id))}
     out: dict[str, list[float]] = {k: [] for k in fns}
     with h.app.state.sessions() as db:
@@ -83,6 +92,27 @@ def _service_times(h, org, table_id: str, calls: int) -> dict:  # noqa: ANN001
                 out[name].append((time.perf_counter() - t) * 1000)
         db.rollback()
     return {k: _stats(v) for k, v in out.items()}
+
+
+def _reused_org(h, name: str):  # noqa: ANN001, ANN202
+    """The org an earlier run bootstrapped (by name, with a succeeded bootstrap), with new keys."""
+    from sqlalchemy import text
+    from sqlalchemy.orm import Session
+
+    from app.client import MemscaleClient
+    from app.orgs import service as orgs
+    from app.orgs.models import User
+    from bench.scaling.run import Org
+
+    with Session(h.admin, expire_on_commit=False) as db:
+        org_id = db.execute(text("SELECT o.id FROM orgs o JOIN jobs j ON j.org_id = o.id AND j.kind = 'bootstrap' "
+                                 "AND j.status = 'succeeded' WHERE o.name = :n LIMIT 1"), {"n": name}).scalar()
+        if org_id is None:
+            return None
+        users = db.query(User).filter(User.org_id == org_id).all()
+        keys = {u.name: orgs.create_key(db, u) for u in users}
+        db.commit()
+    return Org(name, org_id, {u: MemscaleClient(base_url="", api_key=k, transport=h.http) for u, k in keys.items()})
 
 
 def make_source(path: Path, tables: int, columns: int) -> None:
@@ -101,7 +131,7 @@ def make_source(path: Path, tables: int, columns: int) -> None:
 def main(argv: list[str] | None = None) -> dict:
     from app.config import Settings
     from app.search.instruction import interpret
-    from bench.common import RESULTS
+    from bench.common import RESULTS, existing_database
     from bench.instructions.data import load
     from bench.scaling.run import Harness
 
@@ -111,26 +141,33 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--columns", type=int, default=20)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--real-embedder", action="store_true", help="MiniLM for the bootstrap and search (slow set-up)")
+    ap.add_argument("--reuse", action="store_true", help="measure the org an earlier run bootstrapped, if any")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
-    tmp = Path(tempfile.mkdtemp(prefix="memscale_tree_"))
-    src = tmp / "warehouse.sqlite"
-    make_source(src, a.tables, a.columns)
-    h = Harness("memscale_bench_tree", model=Settings().llm_model, budget=1000,
-                embedder=None if a.real_embedder else HashingEmbedder())
+    db_name, org_name = "memscale_bench_tree", f"tree-{a.tables}x{a.columns}"
+    h = Harness(db_name, model=Settings().llm_model, budget=1000,
+                embedder=None if a.real_embedder else HashingEmbedder(),
+                settings=existing_database(db_name) if a.reuse else None)
     result: dict = {"benchmark": "knowledge_tree", "tables": a.tables, "columns": a.columns,
                     "embedder": "all-MiniLM-L6-v2" if a.real_embedder else "word hashing (384 d)"}
     try:
-        org = h.new_org("tree")
-        t0 = time.perf_counter()
-        stats = h.job(org, "bootstrap", {"schema_url": f"sqlite:///{src}", "visibility": "org"})
-        result["bootstrap_s"] = round(time.perf_counter() - t0, 1)
-        result["bootstrap_stats"] = {k: v for k, v in stats.items() if isinstance(v, int)}
+        org = _reused_org(h, org_name) if a.reuse else None
+        result["reused_bootstrap"] = org is not None
+        if org is None:
+            src = Path(tempfile.mkdtemp(prefix="memscale_tree_")) / "warehouse.sqlite"
+            make_source(src, a.tables, a.columns)
+            org = h.new_org(org_name)
+            t0 = time.perf_counter()
+            stats = h.job(org, "bootstrap", {"schema_url": f"sqlite:///{src}", "visibility": "org"})
+            result["bootstrap_s"] = round(time.perf_counter() - t0, 1)
+            result["bootstrap_stats"] = {k: v for k, v in stats.items() if isinstance(v, int)}
         c = org.analyst
         table_id = c.knowledge_tree("warehouse/main")["children"][a.tables // 2]["id"]
         calls = {"tree_top": lambda: c.knowledge_tree(None), "tree_catalog": lambda: c.knowledge_tree("warehouse"),
                  "tree_schema_all_tables": lambda: c.knowledge_tree("warehouse/main"),
+                 "tree_schema_page_100": lambda: c.knowledge_tree("warehouse/main", limit=100),
                  "node_table": lambda: c.knowledge_node(table_id)}
+        result["load_before"] = [round(x, 2) for x in os.getloadavg()]
         for fn in calls.values():  # warm
             fn()
         times: dict[str, list[float]] = {k: [] for k in calls}
@@ -141,7 +178,10 @@ def main(argv: list[str] | None = None) -> dict:
                 times[name].append((time.perf_counter() - t) * 1000)
         result["navigation_ms"] = {k: _stats(v) for k, v in times.items()}
         result["navigation_service_ms"] = _service_times(h, org, table_id, a.calls)
-        result["schema_children"] = len(c.knowledge_tree("warehouse/main")["children"])
+        result["load_after_navigation"] = [round(x, 2) for x in os.getloadavg()]
+        schema = c.knowledge_tree("warehouse/main")
+        result["schema_children"] = len(schema["children"])
+        result["schema_response_bytes"] = len(json.dumps(schema, separators=(",", ":")))
         query, instruction = "which column holds the amounts", "only schema hints from this year, org-wide, not drafts"
         plain, instructed = [], []
         for _ in range(max(20, a.calls // 4)):
@@ -159,6 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
                 interpret(p.instruction)
                 alone.append((time.perf_counter() - t) * 1000)
         result["interpreter_alone_ms"] = _stats(alone)
+        result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         h.close()
     print(json.dumps(result, indent=1))

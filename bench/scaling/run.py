@@ -34,7 +34,7 @@ class Org:
 
 
 class Harness:
-    def __init__(self, db_name: str, *, model: str, budget: int, embedder=None):  # noqa: ANN001
+    def __init__(self, db_name: str, *, model: str, budget: int, embedder=None, settings=None):  # noqa: ANN001
         from fastapi.testclient import TestClient
         from sqlalchemy import create_engine
 
@@ -42,7 +42,7 @@ class Harness:
         from app.main import create_app
         from bench.common import fresh_database
 
-        self.settings = fresh_database(db_name).model_copy(update={"log_level": "WARNING", "llm_model": model})
+        self.settings = (settings or fresh_database(db_name)).model_copy(update={"log_level": "WARNING", "llm_model": model})
         self.admin = create_engine(self.settings.database_url)
         self.resources = Resources(self.settings, _embedder=embedder)
         self.app = create_app(self.settings, embedder=self.resources.embedder, gateway=self.resources.gateway)
