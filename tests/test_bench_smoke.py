@@ -120,3 +120,55 @@ def test_scaling_inside_a_branch_matches_main(settings, embedder, tmp_path):
         for p in c["points"]:
             assert p["questions_same_keys"] == p["questions_same_tokens"] == p["questions"] > 0, p
     assert r["all_equal"] and (tmp_path / "scaling_in_branch.md").exists()
+
+
+def test_scale_org_sizes_are_skewed_as_stated():
+    from bench.scale.data import org_sizes, users_per_org
+
+    s = org_sizes(1_000_000, 1000)
+    assert len(s) == 1000 and s.sum() == 1_000_000
+    assert s[0] == 200_000 and list(s[1:11]) == [20_000] * 10 and s[11:].min() >= 20 and s[11:].max() < 20_000
+    u = users_per_org(s)
+    assert u[0] == 2000 and set(u[1:11]) == {200} and u[11:].min() >= 3
+
+
+def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
+    """The whole bench at tiny scale on the partitioned layout (the global layout is the schema
+    the other tests use): tables rebuilt as hash partitions with an HNSW index in each, every
+    staged item loaded, per-class figures measured, RLS still in force on the new tables."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ProgrammingError
+
+    from app.kit.pg import app_url
+    from bench.scale.__main__ import main
+
+    out = tmp_path / "scale.json"
+    r = main(["--items", "3000", "--orgs", "15", "--base", "300", "--queries", "4", "--ingest", "20", "--layout", "hash",
+              "--partitions", "3", "--db", "memscale_bench_scale_smoke", "--cache", str(tmp_path), "--out", str(out)],
+             embedder=embedder)
+    assert json.loads(out.read_text())["classes"].keys() == {"largest", "2 %", "small (median)"}
+    assert "| largest | 600 |" in out.with_suffix(".md").read_text()
+    assert [st["rows_after"] for st in r["stages"]] == [300, 3000]
+    assert sum(s["rows"] for s in r["sizes"].values()) == 3000 + 2 * 20  # staged items + the HTTP ingests
+    for t in ("episodes", "memories"):
+        assert r["sizes"][t]["index_mb"][f"ix_{t}_embedding_hnsw"] > 0  # built in every partition
+    for c in r["classes"].values():
+        for t in ("memory", "episode"):
+            assert 0 < c["visible"][t]["visible"] < c["visible"][t]["org_rows"]  # the ACL filters
+        assert c["hybrid_all_types_server"]["n"] == c["hybrid_all_types_http"]["n"] == 4
+        assert all(v >= 0.9 for v in c["recall"].values())
+    db = "memscale_bench_scale_smoke"
+    eng = create_engine(make_url(settings.database_url).set(database=db))
+    with eng.connect() as c:
+        parts = c.execute(text("SELECT count(*) FROM pg_inherits WHERE inhparent = 'episodes'::regclass")).scalar()
+        hnsw = c.execute(text("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%USING hnsw%' "
+                              "AND tablename LIKE 'episodes_p%'")).scalar()
+        assert parts == hnsw == 3
+    eng.dispose()
+    eng = create_engine(make_url(app_url(settings)).set(database=db))
+    with eng.connect() as c:  # the service's role, no principal bound: RLS shows no row of the new tables
+        assert c.execute(text("SELECT count(*) FROM episodes")).scalar() == 0
+    with eng.connect() as c, pytest.raises(ProgrammingError, match="permission denied"):
+        c.execute(text("SELECT count(*) FROM memories_p00"))  # a partition is reached only through its table's RLS
+    eng.dispose()
