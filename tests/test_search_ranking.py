@@ -202,3 +202,28 @@ def test_second_round_never_uses_rows_the_caller_may_not_be_served(client, world
     assert "Bob:" not in ctx["text"] and "Mallory" not in ctx["text"] and "ignore previous" not in ctx["text"]
     # bob's own ranking: his seeds expand within what he may be served only
     assert {i for i, _ in _ranked(app, bob, "Biscuit the cat", second_round=True)} == set(bob_ids)
+
+
+def test_exact_pool_below_the_visible_count_ranks_as_the_index_walk(client, world):
+    """Hybrid counts the caller's visible rows once (BM25's N) and below `exact_below` takes the
+    exact vector pool instead of the HNSW walk: the same ranking, and the count covers only what
+    the caller may be served (another user's rows neither count nor appear)."""
+    from app.search import service as svc
+
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    topics = ["pottery", "hiking", "interview", "guitar", "adoption", "camping", "painting", "charity run"]
+    mine = [_turn(f"Caroline: the {t} went {adj}", f"s{i % 3}", i % 60)
+            for i, (t, adj) in enumerate((t, a) for t in topics for a in ("well", "badly", "late"))]
+    theirs = [_turn(f"Caroline: the camping trip and the guitar {i}", "b1", i) for i in range(30)]
+    assert client.post("/v1/episodes/batch", json={"items": mine}, headers=alice.h).status_code == 201
+    assert client.post("/v1/episodes/batch", json={"items": theirs}, headers=bob.h).status_code == 201
+    q = "did the camping with the guitar go well?"
+    with svc.tuned(exact_below=0):  # the index walk, N counted inside the BM25 statement
+        walk = _search(client, alice, q, k=20)
+    exact = _search(client, alice, q, k=20)
+    assert [i for i, _ in exact] == [i for i, _ in walk] and len(exact) == 20
+    assert all(abs(a - b) < 1e-6 for (_, a), (_, b) in zip(exact, walk))
+    bob_ids = {x["id"] for x in client.post("/v1/search", json={"query": q, "types": ["episode"], "k": 50},
+                                            headers=bob.h).json()["results"]}
+    assert not bob_ids & {i for i, _ in exact}

@@ -132,7 +132,15 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
 MAX_QUERY_LEXEMES = 32
 
 
-def text_ids(db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int) -> list[tuple]:
+def visible_count(db: Session, principal: Principal, type_: str, f: SearchFilters) -> int:
+    """How many rows of a type the caller may be served under these filters (BM25's N; hybrid's
+    choice between the exact and the HNSW vector search)."""
+    m = ITEM_TYPES[type_].model
+    return db.execute(select(func.count()).select_from(m).where(*_filters(principal, type_, f))).scalar_one()
+
+
+def text_ids(db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int, *,
+             total: int | None = None) -> list[tuple]:
     """Rows matching ANY of the query's lexemes, ranked by the summed IDF of those they match.
 
     A natural-language question ANDed term by term (websearch_to_tsquery) rarely matches one
@@ -141,7 +149,7 @@ def text_ids(db: Session, principal: Principal, type_: str, query: str, f: Searc
     "Sweden") outweigh names and common verbs. N and the document frequencies are counted over
     the caller's visible rows only, so other tenants' vocabulary never shapes the ranking. One
     statement: the candidates (one GIN scan) give each lexeme's df, since a visible row holding a
-    query lexeme is a candidate.
+    query lexeme is a candidate. `total`: N when the caller counted it already (`visible_count`).
     """
     m = ITEM_TYPES[type_].model
     conds = _filters(principal, type_, f)
@@ -149,7 +157,7 @@ def text_ids(db: Session, principal: Principal, type_: str, query: str, f: Searc
                          ).scalars().all()[:MAX_QUERY_LEXEMES]
     if not lexemes:
         return []
-    return bm25_ids(db, m, conds, lexemes, n)
+    return bm25_ids(db, m, conds, lexemes, n, total=total)
 
 
 def _tsquery_lexeme(word: str) -> str:
@@ -203,19 +211,19 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
 
 
 def bm25_ids(db: Session, m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0,  # noqa: ANN001
-             n_terms: int | None = None) -> list[tuple]:
-    return db.execute(bm25_select(m, conds, lexemes, n, min_df=min_df, n_terms=n_terms)).all()
+             n_terms: int | None = None, total: int | None = None) -> list[tuple]:
+    return db.execute(bm25_select(m, conds, lexemes, n, min_df=min_df, n_terms=n_terms, total=total)).all()
 
 
 def bm25_select(m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0,  # noqa: ANN001
-                n_terms: int | None = None):  # noqa: ANN201
+                n_terms: int | None = None, total: int | None = None):  # noqa: ANN201
     """Top-n (id, summed IDF of the lexemes a row holds) among the rows of `m` under `conds`, in
     one statement: the candidates (one GIN scan), unnested to (id, lexeme) pairs, give each
     lexeme's df by an equality join that Postgres hashes (`lexeme = ANY(row's lexemes)` compared
     every term with every row's array: the second round's df count over ~75 words took ~18 ms,
     now ~9). `min_df`/`n_terms`: keep only the `n_terms` rarest lexemes held by at least `min_df`
     rows (the second round's choice of words, app.search.repository_expansion); by default every
-    lexeme counts."""
+    lexeme counts. `total`: N, the visible rows under `conds`, if already counted (else a subquery)."""
     any_term = literal(" | ".join(_tsquery_lexeme(w) for w in lexemes)).cast(TSQUERY)
     cand = (select(m.id.label("id"), func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
             .where(*conds, m.tsv.op("@@")(any_term)).cte("cand").prefix_with("MATERIALIZED"))
@@ -225,7 +233,7 @@ def bm25_select(m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0, 
     if min_df:
         df = df.having(func.count(cand.c.id) >= min_df)
     df = df.cte("df")
-    total = select(func.count()).select_from(m).where(*conds).scalar_subquery()
+    total = select(func.count()).select_from(m).where(*conds).scalar_subquery() if total is None else literal(total)
     w = func.ln(1 + (total - df.c.df + 0.5) / (df.c.df + 0.5))
     idf = select(df.c.lex, w.label("w"))
     if n_terms is not None:

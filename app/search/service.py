@@ -60,6 +60,10 @@ class Tuning:
     expand_terms: int = 10  # ... using their rarest words not in the query (0: no second round)
     expand_weight: float = 0.3  # weight of the second round's z-normalised BM25
     expand_depth: int = 30  # rows the second round may add to the pool (100 scores the same on LoCoMo)
+    # Hybrid: the caller's visible rows of a type are counted once (BM25's N); up to this many,
+    # the vector pool is the exact search (cheaper and exact there: bench/service, 5.5k visible
+    # of 100k, pool 100: exact 9 ms p50 vs the iterative HNSW walk 30 ms); 0: HNSW first always.
+    exact_below: int = 10_000
 
 
 DEFAULT_TUNING = Tuning()
@@ -101,9 +105,13 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     """Score fusion over one type's pool (see the module docstring): {id: score in (0, 1)}."""
     legacy = tun.pool is None and tun.fusion == "rrf"
     nv, nt = (max(2 * k, 20), max(2 * k, 50)) if legacy else (tun.pool or 100, tun.pool or 100)
-    vec, exact = repo.vector_ids(db, principal, t, qvec, filters, nv, ef_search)
-    info["exact_fallbacks"] += int(exact)
-    txt = repo.text_ids(db, principal, t, query, filters, nt)
+    total = repo.visible_count(db, principal, t, filters) if tun.exact_below else None
+    if total == 0:  # nothing of this type the caller may be served: no search to run
+        return {}
+    mode = "exact" if total is not None and total <= tun.exact_below else "auto"
+    vec, exact = repo.vector_ids(db, principal, t, qvec, filters, nv, ef_search, mode=mode)
+    info["exact_fallbacks"] += int(exact and mode == "auto")
+    txt = repo.text_ids(db, principal, t, query, filters, nt, total=total)
     if tun.fusion == "rrf":
         out: dict = {}
         for rows in (vec, txt):
@@ -113,7 +121,8 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     bm25 = {id_: float(r) for id_, r in txt}
     rows = repo.pool_rows(db, principal, t, qvec, list({id_ for id_, _ in vec} | set(bm25)), filters)
     turns = t == "episode" and bool(tun.neighbour or tun.session)
-    pairs = repo.neighbour_ids(db, principal, [r.id for r in rows]) if turns and tun.neighbour else []
+    in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
+    pairs = repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
     fused = _with_context(_zsum(rows, tun.w_vector, bm25), rows, pairs, tun) if turns else _zsum(rows, tun.w_vector, bm25)
     if second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
         fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, pairs, info)

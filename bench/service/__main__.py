@@ -113,6 +113,31 @@ def main() -> None:
                 db.rollback()
         server[label] = summary_ms(lat)
 
+    # 3b. Hybrid's exact pool below the visible count vs. the HNSW walk always (exact_below=0),
+    # interleaved query by query in this one run; the top 10 must be the same.
+    from app.search.service import DEFAULT_TUNING, tuned
+
+    side_by_side: dict[str, dict] = {}
+    for label, types in (("hybrid", ["episode"]), ("hybrid_all_types", ["memory", "episode", "chunk"])):
+        arms: dict[str, list] = {"walk": [], "exact_below": []}
+        same = 0
+        for i, (q, v) in enumerate(zip(queries, qvecs)):
+            tops = {}
+            for arm in (("walk", "exact_below") if i % 2 else ("exact_below", "walk")):
+                with tuned(exact_below=0 if arm == "walk" else DEFAULT_TUNING.exact_below), app.state.sessions() as db:
+                    bind_principal(db, p)
+                    t0 = time.perf_counter()
+                    got, _ = rank(db, p, query=q, qvec=v, types=types, k=10, mode="hybrid", filters=SearchFilters(),
+                                  ef_search=settings.hnsw_ef_search)
+                    arms[arm].append(time.perf_counter() - t0)
+                    tops[arm] = [r.id for r in got]
+                    db.rollback()
+            same += tops["walk"] == tops["exact_below"]
+        side_by_side[label] = {arm: summary_ms(v) for arm, v in arms.items()}
+        side_by_side[label]["same_top10"] = f"{same}/{len(queries)}"
+        side_by_side[label]["p95_ratio"] = round(side_by_side[label]["exact_below"]["p95_ms"]
+                                                 / side_by_side[label]["walk"]["p95_ms"], 3)
+
     # 4. Over HTTP (auth, query embedding, retrieval event, JSON included).
     lat = []
     h = {"Authorization": f"Bearer {keys[0]}"}
@@ -142,6 +167,7 @@ def main() -> None:
         "ingest_items_per_s": round(ingest_rate, 1),
         "ingest_vs_model": round(ingest_rate / model_rate, 3),
         "search_server_side": server, "search_over_http_hybrid_all_types": over_http,
+        "hybrid_exact_below_vs_walk": side_by_side,
         "recall_at_10_vector_5pct_visible": round(float(np.mean(recalls)), 4),
         "exact_fallback_share_vector": round(fallbacks / len(queries), 3),
         "hnsw_ef_search": settings.hnsw_ef_search, "queries": len(queries),
@@ -152,6 +178,10 @@ def main() -> None:
     print(f"  {'search':28s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s}")
     for k, v in server.items():
         print(f"  server-side {k:16s} {v['p50_ms']:8.2f} {v['p95_ms']:8.2f} {v['p99_ms']:8.2f}")
+    for k, v in side_by_side.items():
+        print(f"  {k}: exact pool below {DEFAULT_TUNING.exact_below} visible p50/p95 {v['exact_below']['p50_ms']:.2f}/"
+              f"{v['exact_below']['p95_ms']:.2f} vs HNSW walk {v['walk']['p50_ms']:.2f}/{v['walk']['p95_ms']:.2f} "
+              f"(p95 ratio {v['p95_ratio']}, same top 10 {v['same_top10']})")
     print(f"  {'over HTTP hybrid (all types)':28s} {over_http['p50_ms']:8.2f} {over_http['p95_ms']:8.2f} {over_http['p99_ms']:8.2f}")
     print(f"  recall@10 vector under ACL filter: {result['recall_at_10_vector_5pct_visible']:.4f} "
           f"(exact fallback on {result['exact_fallback_share_vector']:.0%} of queries)")
