@@ -1,9 +1,12 @@
 """Two layouts side by side, interleaved query by query, on databases that `python -m bench.scale`
 built and left in place (the same seeded data in each): server-side hybrid search (all types)
 and the service's vector search (k = 100, the hybrid pool) for the measured reader of each org
-class, so that both layouts see the same machine load.
+class, so that both layouts see the same machine load. With `--exact-below A,B` it compares one
+database under two settings of hybrid's exact-pool bound instead (app.search.service.Tuning;
+0 = the HNSW walk always).
 
     nice -n 15 .venv/bin/python -m bench.scale.compare [--dbs memscale_bench_scale,memscale_bench_scale_hash]
+    nice -n 15 .venv/bin/python -m bench.scale.compare --dbs memscale_bench_scale --exact-below 0,10000
 """
 
 from __future__ import annotations
@@ -46,13 +49,18 @@ def run(args) -> dict:  # noqa: ANN001
     from app.search.service import rank
     from bench.scale.measure import queries
 
+    from app.search.service import tuned
+
     base = Settings()
-    dbs = args.dbs.split(",")
+    bounds = [int(x) for x in args.exact_below.split(",")] if args.exact_below else [None]
+    arms = [(db, b) for db in args.dbs.split(",") for b in bounds]
+    dbs = [db if b is None else f"{db}@exact_below={b}" for db, b in arms]
     envs = {}
-    for name in dbs:
+    for label, (name, bound) in zip(dbs, arms):
         s = base.model_copy(update={"database_url": make_url(admin_url(base)).set(database=name).render_as_string(False)})
         admin = create_engine(admin_url(s))
-        envs[name] = {"settings": s, "admin": admin, "sessions": make_sessionmaker(make_engine(app_url(s), pool_size=2))}
+        envs[label] = {"settings": s, "admin": admin, "bound": bound,
+                       "sessions": make_sessionmaker(make_engine(app_url(s), pool_size=2))}
     classes = {**CLASSES, "small (median)": _small_org(envs[dbs[0]]["admin"])}
     qtexts = queries(args.queries)
     qvecs = LocalEmbedder().embed(qtexts)
@@ -69,7 +77,7 @@ def run(args) -> dict:  # noqa: ANN001
             order = dbs if i % 2 == 0 else dbs[::-1]  # neither layout always runs first
             for name in order:
                 env = envs[name]
-                with env["sessions"]() as db:
+                with env["sessions"]() as db, tuned(**({} if env["bound"] is None else {"exact_below": env["bound"]})):
                     bind_principal(db, env["p"])
                     t0 = time.perf_counter()
                     rank(db, env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
@@ -107,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dbs", default="memscale_bench_scale,memscale_bench_scale_hash")
     ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--exact-below", default=None, help="compare one database under these exact-pool bounds")
     ap.add_argument("--out", default=str(RESULTS / "scale_compare.json"))
     args = ap.parse_args(argv)
     res = run(args)
