@@ -83,6 +83,14 @@ def view_of(db: Session) -> "View":
     return db.info.get("view") or MAIN
 
 
+def is_below(db: Session, row) -> bool:  # noqa: ANN001
+    """Whether `row` (a memory, an asset: anything with `branch_id`) lies below the transaction's
+    branch (main's, read in a branch): the branch may not change it (row-level security
+    refuses), only mask it."""
+    branch = view_of(db).branch_id
+    return branch is not None and row.branch_id != branch
+
+
 @contextmanager
 def transaction(factory: sessionmaker[Session], *, lsn: list | None = None) -> Iterator[Session]:
     """Commit on success, roll back on any error. `lsn`: if the transaction wrote, the primary's WAL

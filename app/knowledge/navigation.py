@@ -43,8 +43,7 @@ def tree(db: Session, principal: Principal, path: str | None, *, limit: int = MA
     else:
         head = {"id": None, "kind": "root", "name": "", "path": ""}
     more = len(rows) > limit
-    kids = [{"id": r.id, "kind": r.kind, "name": r.name, "path": r.path, "summary": r.summary} if r.summary
-            else {"id": r.id, "kind": r.kind, "name": r.name, "path": r.path} for r in rows[:limit]]
+    kids = [_child(r) for r in rows[:limit]]
     return {"node": head, "children": kids, "truncated": more, "next": kids[-1]["path"] if more else None}
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.cartridges.service import mark_stale
-from app.kit.db import view_of
+from app.kit.db import is_below, view_of
 from app.kit.repository_view import add_mask
 from app.kit.scope import Scope
 from app.knowledge import repository as repo
@@ -78,21 +78,16 @@ def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str = "
     return repo.active_assets(db, org_id, kind, uri_prefix)
 
 
-def is_below(db: Session, asset: KnowledgeAsset) -> bool:
-    """Whether `asset` lies below the transaction's branch (main's, read in a branch): the branch
-    may not change it (row-level security refuses), only mask it."""
-    branch = view_of(db).branch_id
-    return branch is not None and asset.branch_id != branch
-
-
 def set_status(db: Session, org_id: uuid.UUID, assets: list[KnowledgeAsset], status: str) -> None:
     """E.g. `dropped` for tables gone from a bootstrapped schema; cartridges trained on them go
     stale. In a branch, an asset below it is masked instead (gone for the branch only)."""
-    now = datetime.now(timezone.utc)
+    now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+    own = []
     for a in assets:
         if is_below(db, a):
-            add_mask(db, org_id=org_id, branch_id=view_of(db).branch_id, item_type="knowledge_assets", key=a.id, at=now)
-    own = [a.id for a in assets if not is_below(db, a)]
+            add_mask(db, org_id=org_id, branch_id=branch, item_type="knowledge_assets", key=a.id, at=now)
+        else:
+            own.append(a.id)
     if own:
         repo.set_status(db, org_id, own, status)
         mark_stale(db, org_id, own, reason=f"assets {status}")

@@ -18,7 +18,7 @@ from app.auth.principal import Principal
 from app.kit import scope as scopes
 from app.kit.embedding import Embedder
 from app.kit.access import assert_may_modify, assert_may_share
-from app.kit.db import view_of
+from app.kit.db import is_below, view_of
 from app.kit.repository_view import add_mask
 from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
@@ -83,7 +83,7 @@ def supersede(db: Session, old: Memory, now: datetime, *, close_validity: bool) 
     true in the world from `now` (its text was replaced or contradicted, not merely restated).
     In a branch, a version of a layer below (main, a parent branch) is not touched: the branch
     masks its root from `now` on (app/kit/view.py), and its own new version, if any, shows."""
-    if _below(db, old):
+    if is_below(db, old):
         add_mask(db, org_id=old.org_id, branch_id=view_of(db).branch_id, item_type="memories", key=old.root_id, at=now)
         return
     old.status, old.superseded_at = "superseded", now
@@ -286,15 +286,8 @@ def confirm(db: Session, m: Memory, *, sources, relation: str = "distilled_from"
     _link(db, m, sources, relation, job_id)
 
 
-def _below(db: Session, m: Memory) -> bool:
-    """Whether `m` is a row of a layer below the transaction's branch (main's row, read in a
-    branch): the branch may not change it (row-level security refuses), only mask it."""
-    branch = view_of(db).branch_id
-    return branch is not None and m.branch_id != branch
-
-
 def _validated(db: Session, m: Memory, now: datetime) -> None:
-    if not _below(db, m):  # a branch's confirmation of a base row lives in its lineage edges
+    if not is_below(db, m):  # a branch's confirmation of a base row lives in its lineage edges
         m.last_validated_at = now
 
 
@@ -341,7 +334,7 @@ def expire(db: Session, m: Memory, now: datetime, *, reason: str, job_id: uuid.U
 def quarantine(db: Session, m: Memory, *, reason: str, job_id: uuid.UUID | None) -> None:
     """Hide a memory from every read path (e.g. a schema hint whose table changed) until restored.
     In a branch, a base row is masked instead (hidden in the branch for good)."""
-    if _below(db, m):
+    if is_below(db, m):
         add_mask(db, org_id=m.org_id, branch_id=view_of(db).branch_id, item_type="memories", key=m.root_id,
                  at=datetime.now(timezone.utc))
     else:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from app.jobs.params import BootstrapParams
 from app.jobs.runner import JobContext
+from app.kit.db import is_below
 from app.kit.scope import Scope
 from app.kit.text import sha256
 from app.kit.tier import TierClient
@@ -163,7 +164,7 @@ def _needs_nodes(db, outcome: str, asset) -> bool:  # noqa: ANN001
     """A new or changed asset; or an unchanged one enriched by an older version of the step (in a
     branch, only the branch's own: an unchanged asset of main is main's to re-enrich)."""
     stale = (asset.metadata_ or {}).get("enrich_version") != enrich.ENRICH_VERSION
-    return outcome != "unchanged" or (stale and not knowledge.is_below(db, asset))
+    return outcome != "unchanged" or (stale and not is_below(db, asset))
 
 
 def _save_nodes(db, asset, nodes: list[enrich.Node]) -> None:  # noqa: ANN001
