@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,17 +20,21 @@ from tests.conftest import episode
 
 
 @pytest.fixture(scope="module")
-def standby(settings, tmp_path_factory):
+def standby(settings):
     """One streaming standby of the test server for this module (after the test database exists,
-    so the copy holds it and later writes stream in)."""
+    so the copy holds it and later writes stream in). Its data dir is a folder of its own under
+    /tmp, not pytest's: every pytest session that starts (another checkout's suite) takes the
+    search bit off /tmp/pytest-of-<user> again, after which the server's user can no longer reach
+    a data dir below it (pg_ctl stop/start fail with 'Permission denied')."""
     import os
+    import tempfile
 
     from app.kit.pg import embedded
 
     if os.environ.get("MEMSCALE_TEST_DATABASE_URL"):
         pytest.skip("needs the embedded server (pg_basebackup over its socket)")
     primary = embedded(settings)
-    base = tmp_path_factory.mktemp("rep")
+    base = Path(tempfile.mkdtemp(prefix="msrep", dir="/tmp"))
     rep = primary.standby(base / "pg")
     try:
         rep.start()
@@ -152,6 +157,38 @@ def test_reads_on_replica_writes_carry_lsn_and_nothing_leaks(rapp, rclient, worl
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_lsn"
 
 
+def test_standby_lost_right_after_a_read_keeps_the_answer(rapp, rclient, standby, world):
+    """The standby connection dies after the read finished, before the session is closed (its
+    ROLLBACK then fails): the answer read there stands, nothing is raised (a 503 before), the
+    connection is dropped and the standby marked down until the probe brings it back."""
+    from app.auth.principal import Principal
+
+    org = world.org()
+    a = world.user(org)
+    p = Principal(org_id=a.org_id, user_id=a.user_id, name=a.name, roles=(), groups=(), clearances=())
+    reps = rapp.state.replicas
+    _wait(lambda: reps.replicas[0].healthy, 30, "the standby to be healthy")
+    su = _su(standby)
+    calls: list[str] = []
+
+    def read_then_lose_connection(rdb) -> str:  # noqa: ANN001
+        in_recovery, pid = rdb.execute(text("SELECT pg_is_in_recovery(), pg_backend_pid()")).one()
+        calls.append("standby" if in_recovery else "primary")
+        if in_recovery:
+            with su.connect() as c:
+                assert c.execute(text("SELECT pg_terminate_backend(:p, 5000)"), {"p": pid}).scalar()
+        return "the answer"
+
+    try:
+        with rapp.state.sessions() as primary_db:
+            assert reps.run(p, primary_db, read_then_lose_connection, None) == "the answer"
+        assert calls == ["standby"]  # read once, on the standby; not re-run on the primary
+        assert not reps.replicas[0].healthy and "connection lost" in reps.replicas[0].reason
+        _wait(lambda: reps.replicas[0].healthy, 30, "the probe to bring the standby back")
+    finally:
+        su.dispose()
+
+
 def test_paused_replay_lsn_read_goes_to_primary_then_lag_skips_replica(rapp, rclient, standby, world):
     """Replay paused on the standby: a read with a fresh token waits briefly, then the primary
     serves it (never a miss); once the standby is more than the bound behind, it is skipped."""
@@ -256,7 +293,8 @@ def test_replica_stopped_and_restarted_under_load(settings, embedder, standby, w
         _wait(lambda: reps.replicas[0].healthy, 30, "the standby to be healthy")
         for t in threads:
             t.start()
-        _wait(lambda: reps.stats["replica_reads"] >= 20, 120, "reads on the standby under load")
+        # Writes too before the outage (searches alone can reach 20 first when they are fast).
+        _wait(lambda: reps.stats["replica_reads"] >= 20 and done["writes"] >= 5, 120, "reads on the standby under load")
         standby.stop("immediate")
         at_stop = dict(done)
         _wait(lambda: done["writes"] >= at_stop["writes"] + 5 and done["reads"] >= at_stop["reads"] + 10, 120,

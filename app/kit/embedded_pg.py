@@ -182,8 +182,9 @@ class EmbeddedPostgres:
         (self.pg_dir / "postmaster.pid").unlink(missing_ok=True)  # stale after a crash of the machine
         r = self.pg_ctl("-w", "-t", "120", "-l", str(self.pg_dir / "log"), "start", timeout=180)
         if r.returncode != 0 and not self.running():
-            tail = (self.pg_dir / "log").read_text()[-2000:] if (self.pg_dir / "log").exists() else r.stderr
-            raise RuntimeError(f"PostgreSQL did not start: {tail}")
+            tail = (self.pg_dir / "log").read_text()[-2000:] if (self.pg_dir / "log").exists() else ""
+            raise RuntimeError(f"PostgreSQL did not start (pg_ctl exit {r.returncode}: {(r.stderr or r.stdout).strip()}): "
+                               f"{tail}")
 
     def stop(self, mode: str = "fast") -> bool:
         if not (self.pg_dir / "postmaster.pid").exists():

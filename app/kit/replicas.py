@@ -17,7 +17,9 @@ Design choices:
   further behind than `replica_max_lag_bytes`, or unreachable, is skipped. A database error while
   a read runs on a standby (it went down mid-query, a recovery conflict cancelled the query)
   marks it down with exponential backoff and re-runs the read on the primary, in the request's
-  own transaction: the client sees a normal answer. The probe brings it back after the backoff.
+  own transaction: the client sees a normal answer. A standby lost just after a read completed
+  (the session's closing ROLLBACK fails) marks it down too and keeps the answer. The probe brings
+  it back after the backoff.
 - **Without replicas nothing changes**: the reader runs the function on the request's session.
 """
 
@@ -193,9 +195,20 @@ class ReplicaSet:
                 self._count("fallbacks")
                 self.mark_down(r, f"read failed: {str(e.orig or e).splitlines()[0]}")
             finally:
-                rdb.close()  # no rollback: it would expire the rows fn returns (nothing was written)
+                self._close(r, rdb)
         self._count("primary_reads")
         return fn(primary_db)
+
+    def _close(self, r: Replica, rdb: Session) -> None:
+        """Ends the standby session without expiring the rows fn returned (no commit). Closing
+        rolls the connection's read-only transaction back; a standby that went down right after
+        the read finished fails that ROLLBACK. The read itself is complete, so its answer stands:
+        the connection is dropped from the pool and the standby marked down, nothing is raised."""
+        try:
+            rdb.close()
+        except DBAPIError as e:
+            rdb.invalidate()
+            self.mark_down(r, f"connection lost after a read: {str(e.orig or e).splitlines()[0]}")
 
     def _wait_for(self, rdb: Session, r: Replica, lsn: str) -> bool:
         self._count("lsn_waits")
