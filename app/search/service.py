@@ -63,12 +63,10 @@ class Tuning:
     # Hybrid: the caller's visible rows of a type are counted once (BM25's N); up to this many,
     # the vector pool is the exact search (cheaper and exact there: bench/service, 5.5k visible
     # of 100k, pool 100: exact 9 ms p50 vs the iterative HNSW walk 30 ms); 0: HNSW first always.
-    # Off (0) by default for now: with it on, tests/test_replicas.py's standby-outage test stalls
-    # (requests time out while the standby is down; cause not found yet, docs/decisions.md).
-    exact_below: int = 0
+    exact_below: int = 10_000
 
 
-EXACT_BELOW = 10_000  # the bound measured in bench/service, bench.scale.compare and LoCoMo
+EXACT_BELOW = Tuning.exact_below  # the bound measured in bench/service, bench.scale.compare and LoCoMo
 
 
 DEFAULT_TUNING = Tuning()
