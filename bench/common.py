@@ -137,7 +137,9 @@ def write_result(name: str, data: dict) -> Path:
 class ApiProcess:
     """`python -m app serve` on a free loopback port as its own process (own GIL; killable)."""
 
-    def __init__(self, settings, *, env: dict | None = None, log_path: Path | None = None):  # noqa: ANN001
+    def __init__(self, settings, *, env: dict | None = None, log_path: Path | None = None,  # noqa: ANN001
+                 cwd: Path | None = None):
+        """`cwd`: the checkout whose code serves (bench.service.overhead runs an earlier commit's)."""
         import os
         import subprocess
         import sys
@@ -149,7 +151,7 @@ class ApiProcess:
         out = open(log_path, "wb") if log_path else subprocess.PIPE  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
                                      env=full_env, stdout=subprocess.DEVNULL if log_path is None else out,
-                                     stderr=subprocess.STDOUT if log_path else out)
+                                     stderr=subprocess.STDOUT if log_path else out, cwd=cwd)
         self._log = out if log_path else None
 
     def _tail(self) -> str:

@@ -14,3 +14,35 @@ def test_create_get_episode(client, world):
     eid = r.json()["id"]
     g = client.get(f"/v1/episodes/{eid}", headers=alice.h)
     assert g.status_code == 200 and g.json()["content"] == episode()["content"]
+
+
+def test_request_id_and_one_access_line_per_request(client, world):
+    """Every response carries x-request-id (the caller's, else a new one) and the access log gets
+    one line with method, path, status, timing and the caller's user id: never the key or a body."""
+    import logging
+
+    org = world.org()
+    alice = world.user(org, "alice")
+    lines: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record)
+
+    log = logging.getLogger("memscale.access")
+    h = Keep()
+    log.addHandler(h)
+    try:
+        mine = client.get("/healthz", headers={"x-request-id": "trace-me-42"})
+        new = client.post("/v1/episodes", json=episode("request id canary"), headers=alice.h)
+        denied = client.get(f"/v1/episodes/{new.json()['id']}", headers={"Authorization": "Bearer nope"})
+    finally:
+        log.removeHandler(h)
+    assert mine.headers["x-request-id"] == "trace-me-42"
+    assert len(new.headers["x-request-id"]) == 32 and new.headers["x-request-id"] != denied.headers["x-request-id"]
+    got = [(r.method, r.path, r.status, r.user_id, r.request_id) for r in lines]
+    assert got == [("GET", "/healthz", 200, None, "trace-me-42"),
+                   ("POST", "/v1/episodes", 201, str(alice.user_id), new.headers["x-request-id"]),
+                   ("GET", f"/v1/episodes/{new.json()['id']}", 401, None, denied.headers["x-request-id"])]
+    assert all(isinstance(r.ms, float) and r.ms >= 0 for r in lines)
+    assert not any("canary" in r.getMessage() or "nope" in str(r.__dict__) for r in lines)

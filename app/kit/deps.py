@@ -61,9 +61,10 @@ PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 def require(obj: str, act: str):
-    """Dependency factory: the casbin enforcer must allow (role, org, obj, act)."""
+    """Dependency factory: the casbin enforcer must allow (role, org, obj, act). The check is
+    in-memory, so it runs on the event loop (async): a sync dependency costs a thread-pool hop."""
 
-    def _check(request: Request, principal: PrincipalDep) -> Principal:
+    async def _check(request: Request, principal: PrincipalDep) -> Principal:
         if not request.app.state.authorizer.allowed(principal, obj, act):
             raise Forbidden(f"your roles may not {act} {obj}")
         return principal

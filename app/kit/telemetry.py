@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 
 
 class JsonFormatter(logging.Formatter):
@@ -51,25 +51,48 @@ def setup_tracing(app: FastAPI, exporter: str) -> None:
     trace.set_tracer_provider(provider)
 
 
-def install_request_middleware(app: FastAPI) -> None:
-    from opentelemetry import trace
+class RequestMiddleware:
+    """A span, an `x-request-id` header and one access-log line per HTTP request, as plain ASGI
+    middleware: Starlette's `@app.middleware("http")` (BaseHTTPMiddleware) runs the rest of the app
+    in a task behind memory streams, which cost every request a measurable share of its time
+    (bench/service/overhead.py). The principal comes from the request state the auth dependency
+    filled (`scope["state"]`), after the response has been sent."""
 
-    tracer = trace.get_tracer("memscale.api")
-    log = logging.getLogger("memscale.access")
+    def __init__(self, app):  # noqa: ANN001
+        from opentelemetry import trace
 
-    @app.middleware("http")
-    async def _observe(request: Request, call_next):
-        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        self.app = app
+        self.tracer = trace.get_tracer("memscale.api")
+        self.log = logging.getLogger("memscale.access")
+
+    async def __call__(self, scope, receive, send):  # noqa: ANN001
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        rid = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None) \
+            or uuid.uuid4().hex
         t0 = time.perf_counter()
-        route = request.url.path
-        with tracer.start_as_current_span(f"{request.method} {route}") as span:
-            response = await call_next(request)
-            span.set_attribute("http.status_code", response.status_code)
-        ms = round((time.perf_counter() - t0) * 1000, 2)
-        response.headers["x-request-id"] = rid
-        p = getattr(request.state, "principal", None)
-        # Never log bodies, keys or memory content: method, path, status, timing and ids only.
-        log.info("request", extra={"request_id": rid, "method": request.method, "path": route,
-                                   "status": response.status_code, "ms": ms,
-                                   "user_id": str(p.user_id) if p else None})
-        return response
+        status = 500  # unless a response starts
+
+        async def _send(msg):  # noqa: ANN001
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+                headers = [(k, v) for k, v in msg.get("headers", []) if k.lower() != b"x-request-id"]
+                msg = {**msg, "headers": [*headers, (b"x-request-id", rid.encode("latin-1"))]}
+            await send(msg)
+
+        path = scope["path"]
+        with self.tracer.start_as_current_span(f"{scope['method']} {path}") as span:
+            try:
+                await self.app(scope, receive, _send)
+            finally:
+                span.set_attribute("http.status_code", status)
+                p = (scope.get("state") or {}).get("principal")
+                # Never log bodies, keys or memory content: method, path, status, timing and ids only.
+                self.log.info("request", extra={"request_id": rid, "method": scope["method"], "path": path,
+                                                "status": status, "ms": round((time.perf_counter() - t0) * 1000, 2),
+                                                "user_id": str(p.user_id) if p else None})
+
+
+def install_request_middleware(app: FastAPI) -> None:
+    app.add_middleware(RequestMiddleware)

@@ -1,0 +1,120 @@
+"""What a request costs beyond its own work: the same cheap requests over HTTP against this
+checkout's API and, side by side, against an earlier commit's (`--against REV`), each as its own
+`python -m app serve` process on the same fresh database, interleaved block by block so that the
+shared machine's load falls on both alike.
+
+    .venv/bin/python -m bench.service.overhead [--against c1fe854] [--rounds 20] [--block 25]
+
+Requests: `GET /healthz` (no key, no database), an authenticated `GET /v1/episodes/{unknown}`
+(key lookup, RLS binding, the permission check, one indexed miss: a 404), an authenticated GET of
+an episode (the same plus its read recorded: a write and a commit), and `POST /v1/search` with a
+query word matching nothing (query embedding and an empty ranking). Figures (p50 / p95 ms per
+arm, and the ratio new / old) go to stdout and bench/results/overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from bench.common import ApiProcess, fresh_database, pct, write_result
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _arm_dir(rev: str | None, tmp: Path) -> Path:
+    """This checkout, or a detached worktree of `rev` (removed at the end)."""
+    if rev is None:
+        return ROOT
+    path = tmp / "old"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), rev], check=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--against", default=None, help="an earlier commit to measure side by side")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--block", type=int, default=25, help="requests per arm and kind in a row")
+    a = ap.parse_args(argv)
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from app.orgs import service as orgs
+
+    s = fresh_database("memscale_bench_overhead")
+    s = s.model_copy(update={"data_dir": Path(s.data_dir).resolve()})
+    eng = create_engine(s.database_url)
+    with Session(eng, expire_on_commit=False) as db:
+        org = orgs.create_org(db, "overhead")
+        key = orgs.create_key(db, orgs.create_user(db, org, "u"))
+        db.commit()
+    eng.dispose()
+    tmp = Path(tempfile.mkdtemp(prefix="msoverhead"))
+    arms = {"new": ROOT}
+    if a.against:
+        arms = {"old": _arm_dir(a.against, tmp), "new": ROOT}
+    procs: dict[str, ApiProcess] = {}
+    try:
+        for name, cwd in arms.items():
+            procs[name] = ApiProcess(s, cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
+        for p in procs.values():
+            p.wait_ready()
+        h = {"Authorization": f"Bearer {key}"}
+        clients = {n: httpx.Client(base_url=p.base, headers=h, timeout=30) for n, p in procs.items()}
+        some = clients["new"].post("/v1/episodes", json={"kind": "note", "content": "overhead probe: a kiln note"})
+        some.raise_for_status()
+        eid = some.json()["id"]
+        kinds = {
+            "healthz": lambda c: c.get("/healthz"),
+            "get_404": lambda c: c.get(f"/v1/episodes/{uuid.uuid4()}"),
+            "get_200": lambda c: c.get(f"/v1/episodes/{eid}"),
+            "search_empty": lambda c: c.post("/v1/search", json={"query": "zyxwvutsrq", "k": 5}),
+        }
+        want = {"healthz": 200, "get_404": 404, "get_200": 200, "search_empty": 200}
+        times: dict = {k: {n: [] for n in procs} for k in kinds}
+        for c in clients.values():  # warm both: first requests load code and fill caches
+            for k, f in kinds.items():
+                for _ in range(5):
+                    f(c)
+        for r in range(a.rounds):
+            order = list(procs) if r % 2 == 0 else list(reversed(procs))
+            for k, f in kinds.items():
+                for n in order:
+                    for _ in range(a.block):
+                        t = time.perf_counter()
+                        resp = f(clients[n])
+                        times[k][n].append((time.perf_counter() - t) * 1000)
+                        if resp.status_code != want[k]:
+                            raise RuntimeError(f"{n} {k}: {resp.status_code} {resp.text[:200]}")
+        out: dict = {"against": a.against, "rounds": a.rounds, "block": a.block, "requests": {}}
+        for k in kinds:
+            row = {n: {"p50_ms": round(pct(v, 50), 2), "p95_ms": round(pct(v, 95), 2), "n": len(v)}
+                   for n, v in times[k].items()}
+            if "old" in row:
+                row["p50_ratio"] = round(row["new"]["p50_ms"] / row["old"]["p50_ms"], 3)
+                row["p95_ratio"] = round(row["new"]["p95_ms"] / row["old"]["p95_ms"], 3)
+            out["requests"][k] = row
+            print(k, row)
+        for c in clients.values():
+            c.close()
+        write_result("overhead", out)
+        return out
+    finally:
+        for p in procs.values():
+            p.stop()
+        if a.against:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
