@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         for c in convs:
             svc.ingest(c)
         ingest_s = time.perf_counter() - t0
+        svc.settle()
         distill_stats = svc.distill() if args.distill else None
         gw = svc.resources.gateway
         window = args.window or model_window(svc.settings, gw) - 256  # room for instructions and the answer

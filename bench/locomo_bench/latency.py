@@ -24,6 +24,7 @@ def main() -> None:  # noqa: C901 - a linear script
     t0 = time.perf_counter()
     for c in convs: svc.ingest(c)
     print("ingest s", round(time.perf_counter() - t0, 1), "turns", sum(len(c.turns) for c in convs))
+    svc.settle()
     base = serve_in_thread(svc.app)
     qs = [(c.sample_id, q.question) for c in convs for q in c.qa]
     random.seed(1); sample = random.sample(qs, 120)
