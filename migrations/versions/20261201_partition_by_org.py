@@ -140,6 +140,9 @@ def rebuild(conn, table: str, partitions: int | None) -> None:  # noqa: ANN001
     for ref, name, _, _ in incoming:
         ex(f"ALTER TABLE {ref} DROP CONSTRAINT {name}")
     ex(f"ALTER TABLE {t} RENAME TO {old}")
+    for (part,) in _q(conn, "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                            "WHERE i.inhparent = CAST(:t AS regclass) ORDER BY 1", t=f"{table}_rebuilt_from"):
+        ex(f"ALTER TABLE {_ident(conn, part)} RENAME TO {_ident(conn, part + '_rebuilt_from')}")  # frees <table>_pNN
     ex(f"CREATE TABLE {t} (LIKE {old} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE "
        f"INCLUDING COMPRESSION INCLUDING COMMENTS)" + (f" PARTITION BY HASH ({PARTITION_KEY})" if partitions else ""))
     for i in range(partitions or 0):
