@@ -11,7 +11,8 @@ other to head, timing the migration step that moves the rows (0015's upgrade or 
 `--dbs A,B` measures two databases prepared earlier instead. Per query and database (the order
 alternating): the four server-side searches bench.service times (hybrid one type, vector, text,
 hybrid over all three types; the service's `rank`, query embedding excluded) and hybrid over all
-types over HTTP (uvicorn on loopback, one server per database), for bench.service's reader u0.
+types over HTTP (uvicorn on loopback, one server per database), for bench.service's reader u0;
+then rounds of 500 episodes inserted as the service role (RLS, every index), rolled back.
 """
 
 from __future__ import annotations
@@ -125,6 +126,25 @@ def run(args) -> dict:  # noqa: ANN001
             if i:  # the first query warms both up
                 for label, dt in times.items():
                     lat[name].setdefault(label, []).append(dt)
+    # Writes: batches of episodes inserted as the service role under RLS (tuple routing and the
+    # parent's WITH CHECK on the partitioned side), every index maintained, then rolled back so
+    # the databases stay as built; vectors are the queries' (no model in the loop).
+    ins = text("INSERT INTO episodes (org_id, owner_id, kind, content, visibility, embedding) "
+               "SELECT :o, :u, 'note', 'written by the layout bench ' || g, 'private', CAST(:v AS vector) "
+               "FROM generate_series(1, :n) g")
+    for i in range(args.write_rounds + 1):
+        for name in (dbs if i % 2 == 0 else dbs[::-1]):
+            env = envs[name]
+            with env["app"].state.sessions() as db:
+                bind_principal(db, env["p"])
+                t0 = time.perf_counter()
+                for j in range(args.write_batch // 50):
+                    db.execute(ins, {"o": env["p"].org_id, "u": env["p"].user_id, "n": 50,
+                                     "v": str(list(map(float, qvecs[(i + j) % len(qvecs)])))})
+                dt = time.perf_counter() - t0
+                db.rollback()
+            if i:
+                lat[name].setdefault(f"insert_{args.write_batch}_episodes", []).append(dt)
     res["load_average"]["end"] = _load()
     res["dbs"] = {name: {"layout": envs[name]["layout"], "org_rows": envs[name]["rows"],
                          **{k: summary_ms(v) for k, v in lat[name].items()}} for name in dbs}
@@ -160,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--user", default="u0")
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--write-rounds", type=int, default=20, help="rounds of inserts per database (rolled back)")
+    ap.add_argument("--write-batch", type=int, default=500, help="episodes per round, in statements of 50")
     ap.add_argument("--out", default=str(RESULTS / "service_layouts.json"))
     args = ap.parse_args(argv)
     res = run(args)
