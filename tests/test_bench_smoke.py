@@ -174,6 +174,25 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
         c.execute(text("SELECT count(*) FROM memories_p00"))  # a partition is reached only through its table's RLS
     eng.dispose()
 
+    # The same database copied into both layouts and measured interleaved (bench.scale.service_layouts).
+    from bench.scale.service_layouts import main as layouts
+
+    lay = layouts(["--from", db, "--org", "scale-0000", "--queries", "3", "--write-rounds", "1", "--write-batch", "50",
+                   "--explain", "2", "--out", str(tmp_path / "layouts.json")])
+    g, h = lay["dbs"].values()
+    assert g["layout"] == {"episodes": 0, "memories": 0, "revision": "0014"}
+    assert h["layout"] == {"episodes": 3, "memories": 3, "revision": "0015"} and g["org_rows"] == h["org_rows"] > 0
+    assert lay["prepare"][f"migrate_{db}_global"]["to"] == "0014" and lay["explain_statements"] > 0
+    assert set(lay["ratio_second_over_first"]) >= {"hybrid_all_types", "http_hybrid_all_types", "insert_50_episodes",
+                                                   "explain_planning"}
+    assert all(d[k]["n"] == 3 for d in (g, h) for k in ("hybrid", "http_hybrid_all_types"))
+    assert all(d["explain_planning"]["n"] == 2 for d in (g, h))
+    server = create_engine(make_url(settings.database_url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with server.connect() as c:
+        for copy in lay["dbs"]:
+            c.execute(text(f"DROP DATABASE IF EXISTS {copy} WITH (FORCE)"))
+    server.dispose()
+
 
 def test_scale_bench_tiny_global_layout(settings, embedder, tmp_path):
     """`--layout global`, kept for comparison: the bench database migrated down past 0015 (one

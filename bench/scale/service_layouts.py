@@ -12,7 +12,8 @@ other to head, timing the migration step that moves the rows (0015's upgrade or 
 alternating): the four server-side searches bench.service times (hybrid one type, vector, text,
 hybrid over all three types; the service's `rank`, query embedding excluded) and hybrid over all
 types over HTTP (uvicorn on loopback, one server per database), for bench.service's reader u0;
-then rounds of 500 episodes inserted as the service role (RLS, every index), rolled back.
+then rounds of 500 episodes inserted as the service role (RLS, every index), rolled back; then
+the statements of `--explain` hybrid searches under EXPLAIN ANALYZE (planning vs execution ms).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def _settings(name: str):  # noqa: ANN202
 
 
 def copies(source: str) -> tuple[list[str], dict]:
-    """Two copies of `source`: `<source>_global` at 0014 and `<source>_hash` at head, timed."""
+    """Two copies of `source`: `<source>_global` at 0014 and `<source>_hash` at head, timed. The
+    source's sessions are ended first (a template database must have none)."""
     from app.kit.migrate import downgrade, upgrade
     from app.kit.pg import admin_url
     from bench.scale.layout import GLOBAL_REVISION
@@ -53,6 +55,9 @@ def copies(source: str) -> tuple[list[str], dict]:
     out: dict = {}
     names = [f"{source}_global", f"{source}_hash"]
     with server.connect() as c:
+        # A template must have no other session: end the idle ones a bench left in this process.
+        c.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :d "
+                       "AND pid <> pg_backend_pid()"), {"d": source})
         for name in names:
             c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             t0 = time.perf_counter()
@@ -72,6 +77,36 @@ def copies(source: str) -> tuple[list[str], dict]:
             c.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE episodes"))
         eng.dispose()
     return names, out
+
+
+def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, float, int]:  # noqa: ANN001
+    """Planning and execution ms summed over the item-table statements of one hybrid search."""
+    import re
+
+    from sqlalchemy import event
+
+    seen: list = []
+
+    def capture(conn, cursor, statement, params, context, executemany):  # noqa: ANN001, ARG001
+        if re.search(r"\b(episodes|memories)\b", statement) and not statement.startswith("EXPLAIN"):
+            seen.append((statement, params))
+
+    plan = execute = 0.0
+    with env["app"].state.sessions() as db:
+        bind_principal(db, env["p"])
+        conn = db.connection()
+        event.listen(conn, "before_cursor_execute", capture)
+        try:
+            rank(db, env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid", filters=f0,
+                 ef_search=env["settings"].hnsw_ef_search)
+        finally:
+            event.remove(conn, "before_cursor_execute", capture)
+        for statement, params in seen:
+            out = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN (ANALYZE, SUMMARY, TIMING OFF) " + statement, params))
+            plan += float(re.search(r"Planning Time: ([\d.]+)", out).group(1))
+            execute += float(re.search(r"Execution Time: ([\d.]+)", out).group(1))
+        db.rollback()
+    return plan, execute, len(seen)
 
 
 def run(args) -> dict:  # noqa: ANN001
@@ -145,6 +180,17 @@ def run(args) -> dict:  # noqa: ANN001
                 db.rollback()
             if i:
                 lat[name].setdefault(f"insert_{args.write_batch}_episodes", []).append(dt)
+    # Where a difference comes from: every statement one hybrid all-types search sends to episodes
+    # or memories, run again under EXPLAIN ANALYZE with its own parameters; planning and execution
+    # time summed per search (partition pruning is planning work).
+    for i, (q, v) in enumerate(zip(qtexts[:args.explain + 1], qvecs)):
+        for name in (dbs if i % 2 == 0 else dbs[::-1]):
+            env = envs[name]
+            plan, execute, n = _explained(env, q, v, f0, rank, bind_principal)
+            if i:
+                lat[name].setdefault("explain_planning", []).append(plan / 1000)
+                lat[name].setdefault("explain_execution", []).append(execute / 1000)
+                res.setdefault("explain_statements", n)
     res["load_average"]["end"] = _load()
     res["dbs"] = {name: {"layout": envs[name]["layout"], "org_rows": envs[name]["rows"],
                          **{k: summary_ms(v) for k, v in lat[name].items()}} for name in dbs}
@@ -181,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--write-rounds", type=int, default=20, help="rounds of inserts per database (rolled back)")
+    ap.add_argument("--explain", type=int, default=20, help="searches explained per database (planning vs execution)")
     ap.add_argument("--write-batch", type=int, default=500, help="episodes per round, in statements of 50")
     ap.add_argument("--out", default=str(RESULTS / "service_layouts.json"))
     args = ap.parse_args(argv)
