@@ -7,7 +7,8 @@ graph, so the filtered HNSW walk finds k visible rows sooner, and an org's rows 
 blocks. Why 16: the layout measured; more partitions shrink small orgs' graphs further but cost
 planning for every statement that cannot prune, and more indexes to maintain; the largest org
 sits in one partition whatever N is (hash partitioning never splits an org). Changing N later is
-this same rebuild with another number (or a partition split by MODULUS 32 per remainder).
+this same rebuild with another number (or, one partition at a time: detach it, attach two of
+MODULUS 32 in its place and move its rows).
 
 How: each table is rebuilt in this one transaction, and the downgrade rebuilds it plain again the
 same way. Everything the table carries is read from the catalog just before, so the copy cannot
