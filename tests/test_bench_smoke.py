@@ -133,9 +133,9 @@ def test_scale_org_sizes_are_skewed_as_stated():
 
 
 def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
-    """The whole bench at tiny scale on the partitioned layout (the global layout is the schema
-    the other tests use): tables rebuilt as hash partitions with an HNSW index in each, every
-    staged item loaded, per-class figures measured, RLS still in force on the new tables."""
+    """The whole bench at tiny scale on the partitioned layout (the schema since migration 0015),
+    rebuilt with 3 partitions instead of 16 by the migration's own rebuild: an HNSW index in each,
+    every staged item loaded, per-class figures measured, RLS still in force on the new tables."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ProgrammingError
@@ -150,6 +150,7 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
     assert json.loads(out.read_text())["classes"].keys() == {"largest", "2 %", "small (median)"}
     assert "| largest | 600 |" in out.with_suffix(".md").read_text()
     assert [st["rows_after"] for st in r["stages"]] == [300, 3000]
+    assert r["tables"] == {"episodes": 3, "memories": 3, "revision": "0015"}
     assert sum(s["rows"] for s in r["sizes"].values()) == 3000 + 2 * 20  # staged items + the HTTP ingests
     for t in ("episodes", "memories"):
         assert r["sizes"][t]["index_mb"][f"ix_{t}_embedding_hnsw"] > 0  # built in every partition
@@ -172,3 +173,48 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
     with eng.connect() as c, pytest.raises(ProgrammingError, match="permission denied"):
         c.execute(text("SELECT count(*) FROM memories_p00"))  # a partition is reached only through its table's RLS
     eng.dispose()
+
+    # The same database copied into both layouts and measured interleaved (bench.scale.service_layouts).
+    from bench.scale.service_layouts import main as layouts
+
+    lay = layouts(["--from", db, "--org", "scale-0000", "--queries", "3", "--write-rounds", "1", "--write-batch", "50",
+                   "--explain", "2", "--out", str(tmp_path / "layouts.json")])
+    g, h = lay["dbs"].values()
+    assert g["layout"] == {"episodes": 0, "memories": 0, "revision": "0014"}
+    assert h["layout"] == {"episodes": 3, "memories": 3, "revision": "0015"} and g["org_rows"] == h["org_rows"] > 0
+    assert lay["prepare"][f"migrate_{db}_global"]["to"] == "0014" and lay["explain_statements"] > 0
+    assert set(lay["ratio_second_over_first"]) >= {"hybrid_all_types", "http_hybrid_all_types", "insert_50_episodes",
+                                                   "explain_planning"}
+    assert all(d[k]["n"] == 3 for d in (g, h) for k in ("hybrid", "http_hybrid_all_types"))
+    assert all(d["explain_planning"]["n"] == 2 for d in (g, h))
+    server = create_engine(make_url(settings.database_url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with server.connect() as c:
+        for copy in lay["dbs"]:
+            c.execute(text(f"DROP DATABASE IF EXISTS {copy} WITH (FORCE)"))
+    server.dispose()
+
+
+def test_scale_bench_tiny_global_layout(settings, embedder, tmp_path):
+    """`--layout global`, kept for comparison: the bench database migrated down past 0015 (one
+    table per type, one global HNSW index), loaded and measured the same way."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from bench.scale.__main__ import main
+
+    out = tmp_path / "scale_global.json"
+    r = main(["--items", "2000", "--orgs", "12", "--base", "300", "--queries", "4", "--ingest", "10", "--layout", "global",
+              "--db", "memscale_bench_scale_smoke_global", "--cache", str(tmp_path), "--out", str(out)], embedder=embedder)
+    assert r["tables"] == {"episodes": 0, "memories": 0, "revision": "0014"}
+    assert "layout global (one table per type)" in out.with_suffix(".md").read_text()
+    assert sum(s["rows"] for s in r["sizes"].values()) == 2000 + 2 * 10
+    for c in r["classes"].values():
+        assert c["hybrid_all_types_server"]["n"] == c["hybrid_all_types_http"]["n"] == 4
+        assert all(v >= 0.9 for v in c["recall"].values())
+    eng = create_engine(make_url(settings.database_url).set(database="memscale_bench_scale_smoke_global"))
+    with eng.connect() as c:
+        kinds = dict(c.execute(text("SELECT relname, relkind FROM pg_class WHERE relname IN ('episodes', 'memories')")).all())
+        hnsw = c.execute(text("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%USING hnsw%' "
+                              "AND tablename IN ('episodes', 'memories')")).scalar()
+    eng.dispose()
+    assert kinds == {"episodes": "r", "memories": "r"} and hnsw == 2

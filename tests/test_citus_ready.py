@@ -66,6 +66,9 @@ def test_every_tenant_key_includes_org_id(admin_engine):
                                                "'org_id' AND table_schema = 'public'"))]
     assert found == []
     assert {"episodes", "memories", "chunks", "users", "audit_log", "retrieval_events"} <= set(tenant)
+    # The hash partitions of episodes and memories (migration 0015) are checked like any table:
+    # their keys are the parent's, org_id first; on Citus the shards take their place.
+    assert {"episodes_p00", "memories_p15"} <= set(tenant)
 
 
 def test_the_check_catches_what_citus_would_refuse(admin_engine):

@@ -27,6 +27,9 @@ class Episode(AccessMixin, Base):
         Index("ix_episodes_embedding_hnsw", "embedding", postgresql_using="hnsw",
               postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
         Index("ix_episodes_tsv", "tsv", postgresql_using="gin"),
+        # Hash-partitioned by org (migration 0015, 16 partitions <table>_pNN; docs/decisions.md):
+        # one HNSW and one GIN index per partition. The partitions are the migration's business.
+        {"postgresql_partition_by": "HASH (org_id)"},
     )
     id: Mapped[uuid.UUID] = uuid_pk()
     kind: Mapped[str] = mapped_column(Text, nullable=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from alembic import command
@@ -13,9 +14,29 @@ from app.kit.pg import admin_url
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def partitioned_tables() -> frozenset[str]:
+    """The models' tables declared `postgresql_partition_by` (episodes, memories: migration 0015)."""
+    from app.kit.registry import metadata
+
+    return frozenset(t.name for t in metadata.tables.values() if t.dialect_options["postgresql"]["partition_by"])
+
+
+def is_partition(name: str) -> bool:
+    """`<table>_pNN` of a partitioned model table: migration 0015 names its partitions so
+    (tests/test_partitioning.py checks the rule against pg_inherits)."""
+    m = re.fullmatch(r"(\w+)_p\d{2,}", name)
+    return bool(m) and m.group(1) in partitioned_tables()
+
+
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001, ARG001
-    """alembic's own table is not ours to diff."""
-    return not (type_ == "table" and name == "alembic_version")
+    """alembic's own table is not ours to diff, and neither are the partitions of a partitioned
+    table or their indexes: the models declare the parent, whose columns, keys and indexes
+    PostgreSQL repeats in every partition."""
+    if type_ == "table":
+        return name != "alembic_version" and not is_partition(name)
+    if type_ in ("index", "unique_constraint", "foreign_key_constraint") and getattr(obj, "table", None) is not None:
+        return not is_partition(obj.table.name)
+    return True
 
 
 def alembic_config(settings: Settings) -> Config:

@@ -41,6 +41,9 @@ class Memory(AccessMixin, Base):
         Index("ix_memories_embedding_hnsw", "embedding", postgresql_using="hnsw",
               postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
         Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
+        # Hash-partitioned by org (migration 0015, 16 partitions <table>_pNN; docs/decisions.md):
+        # one HNSW and one GIN index per partition. The partitions are the migration's business.
+        {"postgresql_partition_by": "HASH (org_id)"},
     )
     id: Mapped[uuid.UUID] = uuid_pk()
     root_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)

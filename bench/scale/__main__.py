@@ -2,14 +2,16 @@
 mixed visibility; hybrid search latency, recall under the ACL, ingest rate, build time and sizes
 per org size class (issue 14 part 3).
 
-    nice -n 15 .venv/bin/python -m bench.scale [--items 1000000 --orgs 1000] [--layout global|hash]
+    nice -n 15 .venv/bin/python -m bench.scale [--items 1000000 --orgs 1000] [--layout hash|global] [--partitions 16]
 
 How the data is made is in bench/scale/data.py. The load runs in two stages so that ingest is
 compared at two table sizes in one run: items n < items/10 are inserted with the secondary
 indexes dropped, the indexes rebuilt (timed) and `--ingest` episodes written over HTTP; then the
 rest likewise, the ingest repeated, and search measured for the largest org, a 2 % org and the
-median small org. `--layout hash` hash-partitions episodes and memories by org_id first
-(`--partitions`, one HNSW index per partition; bench/scale/layout.py).
+median small org. `--layout hash` (the default) measures the schema as migrated: episodes and
+memories hash-partitioned by org_id since migration 0015 (16 partitions, one HNSW index per
+partition; `--partitions N` rebuilds them with N); `--layout global` migrates the bench database
+down to 0014 first, one table per type with a global HNSW index (bench/scale/layout.py).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
     t_start = time.perf_counter()
     settings = fresh_database(args.db).model_copy(update={"log_level": "WARNING"})
     res: dict = {"args": vars(args), "layout": args.layout, "load_average": {"start": _load()}}
-    if args.layout == "hash":
-        layout.partition_by_org(settings, args.partitions)
+    layout.apply(settings, args.layout, args.partitions)
+    res["tables"] = layout.describe(settings)  # partitions per table and the revision measured
     sizes = data.org_sizes(args.items, args.orgs)
     small = 11 + int(np.argsort(sizes[11:])[len(sizes[11:]) // 2])
     classes = {"largest": 0, "2 %": 1, "small (median)": small}
@@ -104,7 +106,9 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
 
 def markdown(res: dict) -> str:
     a = res["args"]
-    lines = [f"# bench/scale: {a['items']:,} items over {a['orgs']:,} orgs, layout {res['layout']}", "",
+    parts = res.get("tables", {}).get("episodes")
+    shape = f"{parts} partitions per table" if parts else "one table per type"
+    lines = [f"# bench/scale: {a['items']:,} items over {a['orgs']:,} orgs, layout {res['layout']} ({shape})", "",
              f"Orgs: {res['orgs']['sizes']}; {res['orgs']['users']:,} users. Base: {min(a['base'], a['items']):,} "
              f"real MiniLM embeddings, the rest derived (bench/scale/data.py). Build {res.get('build_s', '?')} s "
              f"(tenants {res['orgs']['tenants_s']} s, base embedding {res['base_embed_s']} s, staging {res['staging_s']} s).", "",
@@ -139,17 +143,21 @@ def main(argv: list[str] | None = None, embedder=None) -> dict:  # noqa: ANN001
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=1_000_000)
     ap.add_argument("--orgs", type=int, default=1000)
-    ap.add_argument("--layout", choices=("global", "hash"), default="global")
-    ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--layout", choices=("hash", "global"), default="hash",
+                    help="hash: the schema since migration 0015; global: migrated down to 0014 (one table per type)")
+    ap.add_argument("--partitions", type=int, default=16, help="hash layout: partitions per table (16 = migration 0015)")
     ap.add_argument("--base", type=int, default=12_000, help="items with a real embedding (the rest derived)")
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--ingest", type=int, default=1000, help="episodes written over HTTP after each stage")
     ap.add_argument("--stage1", type=int, default=1, help="1: measure ingest at items/10 first (0: one stage)")
-    ap.add_argument("--db", default="memscale_bench_scale")
+    ap.add_argument("--db", default=None, help="default: memscale_bench_scale_hash (hash), memscale_bench_scale (global)")
     ap.add_argument("--keep", action="store_true", help="keep the staging tables")
     ap.add_argument("--cache", default="", help="folder of the base embeddings' cache (default: data dir/bench-cache)")
-    ap.add_argument("--out", default=str(RESULTS / "scale.json"))
+    ap.add_argument("--out", default=None, help="default: bench/results/scale_hash.json (hash), scale.json (global)")
     args = ap.parse_args(argv)
+    hashed = args.layout == "hash"  # the names earlier runs used for each layout
+    args.db = args.db or ("memscale_bench_scale_hash" if hashed else "memscale_bench_scale")
+    args.out = args.out or str(RESULTS / ("scale_hash.json" if hashed else "scale.json"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     res = run(args, embedder)
     write_json_md(args.out, res, markdown(res))

@@ -42,12 +42,12 @@ def run(args) -> dict:  # noqa: ANN001
     from app.config import Settings
     from app.kit.db import bind_principal, make_engine, make_sessionmaker
     from app.kit.embedding import LocalEmbedder
-    from app.kit.migrate import upgrade
     from app.kit.pg import admin_url, app_url
     from app.orgs import service as orgs
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
     from app.search.service import rank
+    from bench.scale.layout import upgrade_keeping_layout
     from bench.scale.measure import queries
 
     from app.search.service import tuned
@@ -59,7 +59,7 @@ def run(args) -> dict:  # noqa: ANN001
     envs = {}
     for label, (name, bound) in zip(dbs, arms):
         s = base.model_copy(update={"database_url": make_url(admin_url(base)).set(database=name).render_as_string(False)})
-        upgrade(s, "head")  # a database built before a later migration (reads name its columns)
+        upgrade_keeping_layout(s)  # built before a later migration (reads name its columns); global stays global
         admin = create_engine(admin_url(s))
         envs[label] = {"settings": s, "admin": admin, "bound": bound,
                        "sessions": make_sessionmaker(make_engine(app_url(s), pool_size=2))}

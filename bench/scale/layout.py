@@ -1,47 +1,82 @@
-"""`--layout hash`: episodes and memories hash-partitioned by org_id, one HNSW index per
-partition. Bench-only DDL on the bench database, applied right after the migrations, while the
-tables are empty: each table is rebuilt as `PARTITION BY HASH (org_id)` with the same columns,
-checks, defaults, generated tsv, keys, foreign keys, indexes (created on the parent, so every
-partition gets its own), RLS policies and grants, all read back from the catalog so that the
-copy cannot drift from the migrations. The primary key (org_id, id) already holds the partition
-key, which PostgreSQL requires of every unique index on a partitioned table."""
+"""The two layouts the scale bench compares, both from the migrations, applied to the bench
+database right after it is migrated and while it is empty:
+
+- `hash` (the schema since migration 0015): episodes and memories hash-partitioned by org_id,
+  16 partitions, one HNSW and one GIN index per partition. `--partitions N` other than 16
+  rebuilds the tables with N partitions by 0015's own `rebuild` (the same catalog-driven copy the
+  migration and its downgrade use), to compare partition counts; the revision stays 0015.
+- `global` (the schema before 0015): the bench database is migrated down to 0014, one table per
+  type with one global HNSW index, exactly what 0015's downgrade restores.
+
+A later migration past 0015 would make `global` lag behind the code (reads may name its new
+columns); then this needs that migration's downgrade too, or the option goes.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from sqlalchemy import create_engine, text
 
-from bench.scale.data import TABLES
+GLOBAL_REVISION = "0014"  # the last revision before the partitioning migration
+MIGRATION = Path(__file__).resolve().parents[2] / "migrations" / "versions" / "20261201_partition_by_org.py"
 
 
-def partition_by_org(settings, partitions: int) -> None:  # noqa: ANN001
+def partitioning():  # noqa: ANN201
+    """Migration 0015's module (its TABLES, PARTITIONS and `rebuild`), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("memscale_migration_0015", MIGRATION)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa: ANN001
+    """Turn a freshly migrated (head) bench database into `layout`."""
+    from app.kit.migrate import downgrade
+    from app.kit.pg import admin_url
+
+    if layout == "global":
+        downgrade(settings, GLOBAL_REVISION)
+        return
+    mig = partitioning()
+    if partitions in (None, mig.PARTITIONS):
+        return
+    eng = create_engine(admin_url(settings))
+    with eng.begin() as c:
+        for t in mig.TABLES:
+            mig.rebuild(c, t, partitions)
+    eng.dispose()
+
+
+def describe(settings) -> dict:  # noqa: ANN001
+    """What the database holds: per table, partitioned or not and how many partitions."""
     from app.kit.pg import admin_url
 
     eng = create_engine(admin_url(settings))
-    with eng.begin() as c:
-        for t in TABLES:
-            q = lambda sql: c.execute(text(sql), {"t": t}).all()  # noqa: E731
-            indexes = q("SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = :t "
-                        "AND indexname NOT LIKE 'pk\\_%'")
-            keys = q("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) "
-                     "AND contype IN ('p', 'f') ORDER BY contype DESC")
-            policies = q("SELECT policyname, permissive, roles, cmd, qual, with_check FROM pg_policies WHERE tablename = :t")
-            grants = q("SELECT grantee, string_agg(privilege_type, ', ') FROM information_schema.role_table_grants "
-                       "WHERE table_name = :t AND grantee <> current_user GROUP BY grantee")
-            c.execute(text(f"ALTER TABLE {t} RENAME TO {t}_flat"))
-            c.execute(text(f"CREATE TABLE {t} (LIKE {t}_flat INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED "
-                           f"INCLUDING STORAGE) PARTITION BY HASH (org_id)"))
-            for i in range(partitions):
-                c.execute(text(f"CREATE TABLE {t}_p{i:02d} PARTITION OF {t} FOR VALUES WITH (MODULUS {partitions}, "
-                               f"REMAINDER {i})"))
-            c.execute(text(f"DROP TABLE {t}_flat"))
-            for name, d in keys:
-                c.execute(text(f"ALTER TABLE {t} ADD CONSTRAINT {name} {d}"))
-            for (d,) in indexes:
-                c.execute(text(d))
-            c.execute(text(f"ALTER TABLE {t} ENABLE ROW LEVEL SECURITY"))
-            for name, permissive, roles, cmd, qual, check in policies:
-                c.execute(text(f"CREATE POLICY {name} ON {t} AS {permissive} FOR {cmd} TO {', '.join(roles)}"
-                               + (f" USING ({qual})" if qual else "") + (f" WITH CHECK ({check})" if check else "")))
-            for grantee, privs in grants:
-                c.execute(text(f"GRANT {privs} ON {t} TO {grantee}"))
+    with eng.connect() as c:
+        out = {t: c.execute(text("SELECT count(*) FROM pg_inherits WHERE inhparent = CAST(:t AS regclass)"), {"t": t}).scalar()
+               for t in partitioning().TABLES}
+        out["revision"] = c.execute(text("SELECT version_num FROM alembic_version")).scalar()
     eng.dispose()
+    return out
+
+
+def upgrade_keeping_layout(settings) -> str:  # noqa: ANN001
+    """Migrate a bench database built by an earlier run to the current code without changing its
+    layout: one below 0015 (built global) goes to 0014, one at or past 0015 to head (re-partitioning
+    a 1M-row global database would take many minutes and change what is compared)."""
+    from alembic.script import ScriptDirectory
+
+    from app.kit.migrate import alembic_config, upgrade
+    from app.kit.pg import admin_url
+
+    script = ScriptDirectory.from_config(alembic_config(settings))
+    below = {r.revision for r in script.iterate_revisions(GLOBAL_REVISION, "base")}
+    eng = create_engine(admin_url(settings))
+    with eng.connect() as c:
+        current = c.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    eng.dispose()
+    target = GLOBAL_REVISION if current in below else "head"
+    upgrade(settings, target)
+    return target
