@@ -6,10 +6,11 @@ A SQLite source of `tables` x `columns` (a foreign key from every table to the p
 bootstrapped by the real job with enrichment (org-visible). The embedder is a word-hashing one
 unless `--real-embedder`: the tree endpoints never read embeddings, and on a loaded 2-core
 machine MiniLM took ~2 s per table text (1,000 texts), which would only slow the set-up; the
-search comparison then measures what an instruction adds, not the query's embedding. Then, over HTTP in-process (auth,
-casbin, RLS, JSON included), as a plain member: GET /v1/knowledge/tree at the top, the catalog,
+search comparison then measures what an instruction adds, not the query's embedding. Then, over HTTP
+(auth, casbin, RLS, JSON included), as a plain member: GET /v1/knowledge/tree at the top, the catalog,
 the schema (all tables) and GET /v1/knowledge/nodes/{id} of a table, `calls` times each,
-interleaved. Instructed search: POST /v1/search with and without an `instruction`, interleaved
+interleaved, both in-process through the TestClient (`navigation_ms`) and over a loopback socket
+to uvicorn (`navigation_http_ms`: what a client sees). Instructed search: POST /v1/search with and without an `instruction`, interleaved
 in one process, and the interpreter alone. Results: bench/results/knowledge_tree.json, with the
 load average (1/5/15 min) before and after the timed calls: the machine is shared.
 
@@ -115,6 +116,23 @@ def _reused_org(h, name: str):  # noqa: ANN001, ANN202
     return Org(name, org_id, {u: MemscaleClient(base_url="", api_key=k, transport=h.http) for u, k in keys.items()})
 
 
+def _serve_started(app) -> str:  # noqa: ANN001
+    """The app on a free loopback port (uvicorn in a thread) without running its lifespan again:
+    the harness's TestClient already started it, and a second start would replace its state."""
+    import threading
+
+    import uvicorn
+
+    from bench.common import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    return f"http://127.0.0.1:{port}"
+
+
 def make_source(path: Path, tables: int, columns: int) -> None:
     types = ["INTEGER", "TEXT", "REAL", "TEXT", "INTEGER"]
     with sqlite3.connect(path) as db:
@@ -129,6 +147,7 @@ def make_source(path: Path, tables: int, columns: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from app.client import MemscaleClient
     from app.config import Settings
     from app.search.instruction import interpret
     from bench.common import RESULTS, existing_database
@@ -163,20 +182,30 @@ def main(argv: list[str] | None = None) -> dict:
             result["bootstrap_stats"] = {k: v for k, v in stats.items() if isinstance(v, int)}
         c = org.analyst
         table_id = c.knowledge_tree("warehouse/main")["children"][a.tables // 2]["id"]
-        calls = {"tree_top": lambda: c.knowledge_tree(None), "tree_catalog": lambda: c.knowledge_tree("warehouse"),
-                 "tree_schema_all_tables": lambda: c.knowledge_tree("warehouse/main"),
-                 "tree_schema_page_100": lambda: c.knowledge_tree("warehouse/main", limit=100),
-                 "node_table": lambda: c.knowledge_node(table_id)}
+        # The same calls in-process (TestClient) and over a real loopback socket (uvicorn in a
+        # thread, the app's state as the TestClient's lifespan set it up), interleaved.
+        wire = MemscaleClient(base_url=_serve_started(h.app), api_key=c.api_key)
+
+        def calls_of(cl):  # noqa: ANN001, ANN202
+            return {"tree_top": lambda: cl.knowledge_tree(None), "tree_catalog": lambda: cl.knowledge_tree("warehouse"),
+                    "tree_schema_all_tables": lambda: cl.knowledge_tree("warehouse/main"),
+                    "tree_schema_page_100": lambda: cl.knowledge_tree("warehouse/main", limit=100),
+                    "node_table": lambda: cl.knowledge_node(table_id)}
+        arms = {"navigation_ms": calls_of(c), "navigation_http_ms": calls_of(wire)}
         result["load_before"] = [round(x, 2) for x in os.getloadavg()]
-        for fn in calls.values():  # warm
-            fn()
-        times: dict[str, list[float]] = {k: [] for k in calls}
-        for _ in range(a.calls):
-            for name, fn in calls.items():
-                t = time.perf_counter()
+        for calls in arms.values():  # warm
+            for fn in calls.values():
                 fn()
-                times[name].append((time.perf_counter() - t) * 1000)
-        result["navigation_ms"] = {k: _stats(v) for k, v in times.items()}
+        times: dict = {arm: {k: [] for k in calls} for arm, calls in arms.items()}
+        for _ in range(a.calls):
+            for name in arms["navigation_ms"]:
+                for arm, calls in arms.items():
+                    t = time.perf_counter()
+                    calls[name]()
+                    times[arm][name].append((time.perf_counter() - t) * 1000)
+        for arm in arms:
+            result[arm] = {k: _stats(v) for k, v in times[arm].items()}
+        wire.close()
         result["navigation_service_ms"] = _service_times(h, org, table_id, a.calls)
         result["load_after_navigation"] = [round(x, 2) for x in os.getloadavg()]
         schema = c.knowledge_tree("warehouse/main")
