@@ -127,6 +127,13 @@ def write_json_md(out: str | Path, result: dict, markdown: str) -> None:
     print("written", out)
 
 
+def report(out: str | Path, result: dict, markdown: str) -> dict:
+    """A bench's end: its table to stdout, figures and table to `out` (write_json_md); the result."""
+    print(markdown)
+    write_json_md(out, result, markdown)
+    return result
+
+
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

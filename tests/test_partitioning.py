@@ -11,11 +11,10 @@ import uuid
 
 import pytest
 from sqlalchemy import create_engine, event, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from app.kit.pg import app_url
-from tests.helpers import ep
+from tests.helpers import ep, scratch_database
 
 TABLES = ("episodes", "memories")
 PARTITIONS = 16
@@ -230,18 +229,8 @@ SELECT (SELECT relkind FROM pg_class WHERE oid = 'episodes'::regclass),
 
 @pytest.fixture
 def scratch(settings):
-    url = make_url(settings.database_url)
-    server = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with server.connect() as c:
-        c.execute(text("DROP DATABASE IF EXISTS memscale_parttest WITH (FORCE)"))
-        c.execute(text("CREATE DATABASE memscale_parttest"))
-    s = settings.model_copy(update={"database_url": url.set(database="memscale_parttest").render_as_string(False)})
-    eng = create_engine(s.database_url)
-    yield s, eng
-    eng.dispose()
-    with server.connect() as c:
-        c.execute(text("DROP DATABASE IF EXISTS memscale_parttest WITH (FORCE)"))
-    server.dispose()
+    with scratch_database(settings, "memscale_parttest") as (s, eng):
+        yield s, eng
 
 
 def _fill(c) -> None:  # noqa: ANN001

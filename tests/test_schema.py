@@ -6,12 +6,12 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from app.kit.pg import app_url
 from app.kit.registry import metadata
 from app.kit.migrate import include_object as _include_object
+from tests.helpers import scratch_database
 
 
 def test_models_and_migrations_agree(admin_engine):
@@ -22,33 +22,22 @@ def test_models_and_migrations_agree(admin_engine):
 
 
 def test_downgrade_then_upgrade(settings, admin_engine):
-    from app.kit.migrate import downgrade, upgrade
+    from alembic.script import ScriptDirectory
 
-    url = make_url(settings.database_url)
-    server = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with server.connect() as c:
-        c.execute(text("DROP DATABASE IF EXISTS memscale_migtest WITH (FORCE)"))
-        c.execute(text("CREATE DATABASE memscale_migtest"))
-    s = settings.model_copy(update={"database_url": url.set(database="memscale_migtest").render_as_string(False)})
-    upgrade(s, "head")
-    downgrade(s, "base")
-    eng = create_engine(s.database_url)
-    with eng.connect() as c:
-        left = c.execute(text("SELECT count(*) FROM pg_tables WHERE schemaname='public' AND tablename <> 'alembic_version'")).scalar()
-    assert left == 0
-    upgrade(s, "head")
-    with eng.connect() as c:
-        from alembic.script import ScriptDirectory
+    from app.kit.migrate import alembic_config, downgrade, upgrade
 
-        from app.kit.migrate import alembic_config
-
-        head = ScriptDirectory.from_config(alembic_config(s)).get_current_head()
-        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == head
-        assert c.execute(text("SELECT count(*) FROM episodes")).scalar() == 0
-    eng.dispose()
-    with server.connect() as c:
-        c.execute(text("DROP DATABASE memscale_migtest WITH (FORCE)"))
-    server.dispose()
+    with scratch_database(settings, "memscale_migtest") as (s, eng):
+        upgrade(s, "head")
+        downgrade(s, "base")
+        with eng.connect() as c:
+            left = c.execute(text("SELECT count(*) FROM pg_tables WHERE schemaname='public' "
+                                  "AND tablename <> 'alembic_version'")).scalar()
+        assert left == 0
+        upgrade(s, "head")
+        with eng.connect() as c:
+            head = ScriptDirectory.from_config(alembic_config(s)).get_current_head()
+            assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == head
+            assert c.execute(text("SELECT count(*) FROM episodes")).scalar() == 0
 
 
 def test_service_role_is_neither_superuser_nor_bypassrls(settings):

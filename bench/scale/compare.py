@@ -17,7 +17,7 @@ import time
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from bench.common import RESULTS, summary_ms, write_json_md
+from bench.common import RESULTS, report, summary_ms
 
 CLASSES = {"largest": "scale-0000", "2 %": "scale-0001"}
 
@@ -121,10 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=str(RESULTS / "scale_compare.json"))
     args = ap.parse_args(argv)
     res = run(args)
-    md = markdown(res)
-    print(md)
-    write_json_md(args.out, res, md)
-    return res
+    return report(args.out, res, markdown(res))
 
 
 if __name__ == "__main__":

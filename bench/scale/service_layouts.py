@@ -26,7 +26,7 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from bench.common import RESULTS, serve_in_thread, summary_ms, write_json_md
+from bench.common import RESULTS, report, serve_in_thread, summary_ms
 
 SEARCHES = (("hybrid", "hybrid", ["episode"]), ("vector", "vector", ["episode"]), ("text", "text", ["episode"]),
             ("hybrid_all_types", "hybrid", ["memory", "episode", "chunk"]))
@@ -232,10 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=str(RESULTS / "service_layouts.json"))
     args = ap.parse_args(argv)
     res = run(args)
-    md = markdown(res)
-    print(md)
-    write_json_md(args.out, res, md)
-    return res
+    return report(args.out, res, markdown(res))
 
 
 if __name__ == "__main__":
