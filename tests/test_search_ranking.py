@@ -221,8 +221,7 @@ def test_exact_pool_below_the_visible_count_ranks_as_the_index_walk(client, worl
     q = "did the camping with the guitar go well?"
     with svc.tuned(exact_below=0):  # the index walk, N counted inside the BM25 statement
         walk = _search(client, alice, q, k=20)
-    with svc.tuned(exact_below=svc.EXACT_BELOW):
-        exact = _search(client, alice, q, k=20)
+    exact = _search(client, alice, q, k=20)  # the default: the exact pool below 10,000 visible rows
     assert [i for i, _ in exact] == [i for i, _ in walk] and len(exact) == 20
     assert all(abs(a - b) < 1e-6 for (_, a), (_, b) in zip(exact, walk))
     bob_ids = {x["id"] for x in client.post("/v1/search", json={"query": q, "types": ["episode"], "k": 50},

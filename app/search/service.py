@@ -66,9 +66,6 @@ class Tuning:
     exact_below: int = 10_000
 
 
-EXACT_BELOW = Tuning.exact_below  # the bound measured in bench/service, bench.scale.compare and LoCoMo
-
-
 DEFAULT_TUNING = Tuning()
 _tuning = DEFAULT_TUNING
 

@@ -115,7 +115,7 @@ def main() -> None:
 
     # 3b. Hybrid's exact pool below the visible count vs. the HNSW walk always (exact_below=0),
     # interleaved query by query in this one run; the top 10 must be the same.
-    from app.search.service import EXACT_BELOW, tuned
+    from app.search.service import DEFAULT_TUNING, tuned
 
     side_by_side: dict[str, dict] = {}
     for label, types in (("hybrid", ["episode"]), ("hybrid_all_types", ["memory", "episode", "chunk"])):
@@ -124,7 +124,7 @@ def main() -> None:
         for i, (q, v) in enumerate(zip(queries, qvecs)):
             tops = {}
             for arm in (("walk", "exact_below") if i % 2 else ("exact_below", "walk")):
-                with tuned(exact_below=0 if arm == "walk" else EXACT_BELOW), app.state.sessions() as db:
+                with tuned(exact_below=0 if arm == "walk" else DEFAULT_TUNING.exact_below), app.state.sessions() as db:
                     bind_principal(db, p)
                     t0 = time.perf_counter()
                     got, _ = rank(db, p, query=q, qvec=v, types=types, k=10, mode="hybrid", filters=SearchFilters(),
@@ -179,7 +179,7 @@ def main() -> None:
     for k, v in server.items():
         print(f"  server-side {k:16s} {v['p50_ms']:8.2f} {v['p95_ms']:8.2f} {v['p99_ms']:8.2f}")
     for k, v in side_by_side.items():
-        print(f"  {k}: exact pool below {EXACT_BELOW} visible p50/p95 {v['exact_below']['p50_ms']:.2f}/"
+        print(f"  {k}: exact pool below {DEFAULT_TUNING.exact_below} visible p50/p95 {v['exact_below']['p50_ms']:.2f}/"
               f"{v['exact_below']['p95_ms']:.2f} vs HNSW walk {v['walk']['p50_ms']:.2f}/{v['walk']['p95_ms']:.2f} "
               f"(p95 ratio {v['p95_ratio']}, same top 10 {v['same_top10']})")
     print(f"  {'over HTTP hybrid (all types)':28s} {over_http['p50_ms']:8.2f} {over_http['p95_ms']:8.2f} {over_http['p99_ms']:8.2f}")
