@@ -82,12 +82,13 @@ def free_port() -> int:
     return port
 
 
-def serve_in_thread(app) -> str:  # noqa: ANN001
-    """Run the app with uvicorn on a free loopback port; return its base URL."""
+def serve_in_thread(app, *, lifespan: str = "auto") -> str:  # noqa: ANN001
+    """Run the app with uvicorn on a free loopback port; return its base URL. `lifespan="off"`
+    for an app a TestClient already started (a second start would replace its state)."""
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)

@@ -116,23 +116,6 @@ def _reused_org(h, name: str):  # noqa: ANN001, ANN202
     return Org(name, org_id, {u: MemscaleClient(base_url="", api_key=k, transport=h.http) for u, k in keys.items()})
 
 
-def _serve_started(app) -> str:  # noqa: ANN001
-    """The app on a free loopback port (uvicorn in a thread) without running its lifespan again:
-    the harness's TestClient already started it, and a second start would replace its state."""
-    import threading
-
-    import uvicorn
-
-    from bench.common import free_port
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.05)
-    return f"http://127.0.0.1:{port}"
-
-
 def make_source(path: Path, tables: int, columns: int) -> None:
     types = ["INTEGER", "TEXT", "REAL", "TEXT", "INTEGER"]
     with sqlite3.connect(path) as db:
@@ -150,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     from app.client import MemscaleClient
     from app.config import Settings
     from app.search.instruction import interpret
-    from bench.common import RESULTS, existing_database
+    from bench.common import RESULTS, existing_database, serve_in_thread
     from bench.instructions.data import load
     from bench.scaling.run import Harness
 
@@ -184,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
         table_id = c.knowledge_tree("warehouse/main")["children"][a.tables // 2]["id"]
         # The same calls in-process (TestClient) and over a real loopback socket (uvicorn in a
         # thread, the app's state as the TestClient's lifespan set it up), interleaved.
-        wire = MemscaleClient(base_url=_serve_started(h.app), api_key=c.api_key)
+        wire = MemscaleClient(base_url=serve_in_thread(h.app, lifespan="off"), api_key=c.api_key)
 
         def calls_of(cl):  # noqa: ANN001, ANN202
             return {"tree_top": lambda: cl.knowledge_tree(None), "tree_catalog": lambda: cl.knowledge_tree("warehouse"),

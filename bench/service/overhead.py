@@ -29,10 +29,8 @@ from bench.common import ApiProcess, fresh_database, pct, write_result
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _arm_dir(rev: str | None, tmp: Path) -> Path:
-    """This checkout, or a detached worktree of `rev` (removed at the end)."""
-    if rev is None:
-        return ROOT
+def _worktree(rev: str, tmp: Path) -> Path:
+    """A detached worktree of `rev` under `tmp` (removed at the end)."""
     path = tmp / "old"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), rev], check=True)
     return path
@@ -59,11 +57,9 @@ def main(argv: list[str] | None = None) -> dict:
         db.commit()
     eng.dispose()
     tmp = Path(tempfile.mkdtemp(prefix="msoverhead"))
-    arms = {"new": ROOT}
-    if a.against:
-        arms = {"old": _arm_dir(a.against, tmp), "new": ROOT}
     procs: dict[str, ApiProcess] = {}
     try:
+        arms = {"old": _worktree(a.against, tmp), "new": ROOT} if a.against else {"new": ROOT}
         for name, cwd in arms.items():
             procs[name] = ApiProcess(s, cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
         for p in procs.values():
