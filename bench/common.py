@@ -15,20 +15,39 @@ from sqlalchemy.engine import make_url
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def fresh_database(name: str):
-    """Settings pointing at a new database `name` (embedded server unless MEMSCALE_DATABASE_URL)."""
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as /proc/loadavg gives them: the machine is shared."""
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def database_settings(name: str):
+    """Settings pointing at database `name` on the server (embedded unless MEMSCALE_DATABASE_URL),
+    as its owner; nothing is created or migrated."""
     from app.config import Settings
-    from app.kit.migrate import upgrade
     from app.kit.pg import admin_url
 
     base = Settings()
-    server_url = admin_url(base)
-    eng = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    return base.model_copy(update={"database_url": make_url(admin_url(base)).set(database=name).render_as_string(False)})
+
+
+def _server():  # noqa: ANN202
+    """An autocommit engine on the server's own database (CREATE / DROP DATABASE)."""
+    from app.config import Settings
+    from app.kit.pg import admin_url
+
+    return create_engine(admin_url(Settings()), isolation_level="AUTOCOMMIT")
+
+
+def fresh_database(name: str):
+    """Settings pointing at a new database `name` (embedded server unless MEMSCALE_DATABASE_URL)."""
+    from app.kit.migrate import upgrade
+
+    s = database_settings(name)
+    eng = _server()
     with eng.connect() as c:
         c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         c.execute(text(f"CREATE DATABASE {name}"))
     eng.dispose()
-    s = base.model_copy(update={"database_url": make_url(server_url).set(database=name).render_as_string(False)})
     upgrade(s, "head")
     return s
 
@@ -57,19 +76,15 @@ def main_dump(eng, org_id) -> dict:  # noqa: ANN001
 def existing_database(name: str):
     """Settings pointing at database `name` if it exists (migrated to head), else None: for a
     bench that reuses what an earlier run of itself built."""
-    from app.config import Settings
     from app.kit.migrate import upgrade
-    from app.kit.pg import admin_url
 
-    base = Settings()
-    server_url = admin_url(base)
-    eng = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    s = database_settings(name)
+    eng = _server()
     with eng.connect() as c:
         found = c.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
     eng.dispose()
     if not found:
         return None
-    s = base.model_copy(update={"database_url": make_url(server_url).set(database=name).render_as_string(False)})
     upgrade(s, "head")
     return s
 

@@ -25,11 +25,7 @@ import httpx
 import numpy as np
 from sqlalchemy import create_engine
 
-from bench.common import RESULTS, fresh_database, serve_in_thread, write_json_md
-
-
-def _load(uptime: str = "/proc/loadavg") -> str:
-    return " ".join(open(uptime).read().split()[:3])
+from bench.common import RESULTS, fresh_database, load_average, serve_in_thread, write_json_md
 
 
 def run(args, embedder=None) -> dict:  # noqa: ANN001
@@ -41,7 +37,7 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
 
     t_start = time.perf_counter()
     settings = fresh_database(args.db).model_copy(update={"log_level": "WARNING"})
-    res: dict = {"args": vars(args), "layout": args.layout, "load_average": {"start": _load()}}
+    res: dict = {"args": vars(args), "layout": args.layout, "load_average": {"start": load_average()}}
     layout.apply(settings, args.layout, args.partitions)
     res["tables"] = layout.describe(settings)  # partitions per table and the revision measured
     sizes = data.org_sizes(args.items, args.orgs)
@@ -75,9 +71,9 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
             continue
         st = data.load_stage(raw, lo, hi, base)
         st["rows_after"] = hi
-        st["load_average"] = _load()
+        st["load_average"] = load_average()
         st["ingest"] = measure.ingest(http, embedder, writer, args.ingest)
-        print(f"ingest at {hi} items: {st['ingest']}  (load {_load()})", flush=True)
+        print(f"ingest at {hi} items: {st['ingest']}  (load {load_average()})", flush=True)
         res["stages"].append(st)
         write_json_md(args.out, res, markdown(res))
     res["build_s"] = round(time.perf_counter() - t_start, 1)
@@ -89,9 +85,9 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
     res["classes"] = {}
     for label, i in classes.items():
         p, key = measure.reader(admin, settings, f"scale-{i:04d}")
-        r = {"org_items": int(sizes[i]), "visible": measure.visible_rows(app, admin, p), "load_average_before": _load()}
+        r = {"org_items": int(sizes[i]), "visible": measure.visible_rows(app, admin, p), "load_average_before": load_average()}
         r.update(measure.search_class(app, http, settings, p, key, qtexts, qvecs))
-        r["load_average_after"] = _load()
+        r["load_average_after"] = load_average()
         res["classes"][label] = r
         print(label, r, flush=True)
         write_json_md(args.out, res, markdown(res))

@@ -15,9 +15,8 @@ import argparse
 import time
 
 from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
 
-from bench.common import RESULTS, report, summary_ms
+from bench.common import RESULTS, database_settings, report, summary_ms
 
 CLASSES = {"largest": "scale-0000", "2 %": "scale-0001"}
 
@@ -39,7 +38,6 @@ def run(args) -> dict:  # noqa: ANN001
     from sqlalchemy.orm import Session
 
     from app.auth.principal import Principal
-    from app.config import Settings
     from app.kit.db import bind_principal, make_engine, make_sessionmaker
     from app.kit.embedding import LocalEmbedder
     from app.kit.pg import admin_url, app_url
@@ -52,13 +50,12 @@ def run(args) -> dict:  # noqa: ANN001
 
     from app.search.service import tuned
 
-    base = Settings()
     bounds = [int(x) for x in args.exact_below.split(",")] if args.exact_below else [None]
     arms = [(db, b) for db in args.dbs.split(",") for b in bounds]
     dbs = [db if b is None else f"{db}@exact_below={b}" for db, b in arms]
     envs = {}
     for label, (name, bound) in zip(dbs, arms):
-        s = base.model_copy(update={"database_url": make_url(admin_url(base)).set(database=name).render_as_string(False)})
+        s = database_settings(name)
         upgrade_keeping_layout(s)  # built before a later migration (reads name its columns); global stays global
         admin = create_engine(admin_url(s))
         envs[label] = {"settings": s, "admin": admin, "bound": bound,

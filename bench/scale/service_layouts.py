@@ -26,22 +26,10 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from bench.common import RESULTS, report, serve_in_thread, summary_ms
+from bench.common import RESULTS, database_settings, load_average, report, serve_in_thread, summary_ms
 
 SEARCHES = (("hybrid", "hybrid", ["episode"]), ("vector", "vector", ["episode"]), ("text", "text", ["episode"]),
             ("hybrid_all_types", "hybrid", ["memory", "episode", "chunk"]))
-
-
-def _load() -> str:
-    return " ".join(open("/proc/loadavg").read().split()[:3])
-
-
-def _settings(name: str):  # noqa: ANN202
-    from app.config import Settings
-    from app.kit.pg import admin_url
-
-    base = Settings()
-    return base.model_copy(update={"database_url": make_url(admin_url(base)).set(database=name).render_as_string(False)})
 
 
 def copies(source: str) -> tuple[list[str], dict]:
@@ -51,7 +39,7 @@ def copies(source: str) -> tuple[list[str], dict]:
     from app.kit.pg import admin_url
     from bench.scale.layout import GLOBAL_REVISION
 
-    server = create_engine(make_url(admin_url(_settings(source))).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    server = create_engine(make_url(admin_url(database_settings(source))).set(database="postgres"), isolation_level="AUTOCOMMIT")
     out: dict = {}
     names = [f"{source}_global", f"{source}_hash"]
     with server.connect() as c:
@@ -65,7 +53,7 @@ def copies(source: str) -> tuple[list[str], dict]:
             out[f"copy_{name}_s"] = round(time.perf_counter() - t0, 1)
     server.dispose()
     for name, target in zip(names, (GLOBAL_REVISION, "head")):
-        s = _settings(name)
+        s = database_settings(name)
         eng = create_engine(s.database_url)
         with eng.connect() as c:
             start = c.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -119,7 +107,7 @@ def run(args) -> dict:  # noqa: ANN001
     from bench.scale.measure import reader
     from bench.service.data import query
 
-    res: dict = {"load_average": {"start": _load()}}
+    res: dict = {"load_average": {"start": load_average()}}
     if args.source:
         dbs, res["prepare"] = copies(args.source)
     else:
@@ -127,7 +115,7 @@ def run(args) -> dict:  # noqa: ANN001
     embedder = LocalEmbedder()
     envs: dict = {}
     for name in dbs:
-        s = _settings(name).model_copy(update={"log_level": "WARNING"})
+        s = database_settings(name).model_copy(update={"log_level": "WARNING"})
         admin = create_engine(s.database_url)
         p, key = reader(admin, s, args.org, args.user)
         with admin.connect() as c:
@@ -142,7 +130,7 @@ def run(args) -> dict:  # noqa: ANN001
     qvecs = embedder.embed(qtexts)
     f0 = SearchFilters()
     lat: dict = {name: {} for name in dbs}
-    res["load_average"]["before_queries"] = _load()
+    res["load_average"]["before_queries"] = load_average()
     for i, (q, v) in enumerate(zip(qtexts, qvecs)):
         for name in (dbs if i % 2 == 0 else dbs[::-1]):  # neither layout always runs first
             env = envs[name]
@@ -191,7 +179,7 @@ def run(args) -> dict:  # noqa: ANN001
                 lat[name].setdefault("explain_planning", []).append(plan / 1000)
                 lat[name].setdefault("explain_execution", []).append(execute / 1000)
                 res.setdefault("explain_statements", n)
-    res["load_average"]["end"] = _load()
+    res["load_average"]["end"] = load_average()
     res["dbs"] = {name: {"layout": envs[name]["layout"], "org_rows": envs[name]["rows"],
                          **{k: summary_ms(v) for k, v in lat[name].items()}} for name in dbs}
     a, b = dbs
