@@ -20,6 +20,14 @@ Design choices:
   * ``chunk_start`` (EPIC, Hu et al., 2024; the default): the first ⌈ratio × T_i⌉ tokens of each chunk, known
     before any layer runs, so no full-width check layers are paid for: the attention-sink tokens
     at chunk starts carry most of the error of independently computed chunks.
+  * ``query``: the tokens the query attends to. The query's tokens run over the reused KV
+    (nothing written into it) through layers ``0..query_layers-1``; their attention
+    probabilities over the chunk tokens, summed over heads, query tokens and those layers, rank
+    the chunk tokens; the top ⌈ratio × T⌉ (globally; ``sink_tokens`` per chunk always) are
+    recomputed. EPIC recomputes where the KV is most wrong on average; this recomputes where a
+    wrong KV would hurt this question (the values the answer needs sit mid-chunk, which EPIC
+    never reaches: docs/inference.md). Needs the query, so only ``Engine.generate``-style calls
+    that know it (``blend(..., query_ids=)``) can use it.
 - ``recompute_ratio=1.0`` recomputes every token in every layer and equals full prefill up to
   fp32 rounding (tested); ``0.0`` keeps the stored KV after the check layer (= reuse).
 """
@@ -42,7 +50,7 @@ from app.inference.kv import (
     unstack_kv,
 )
 
-Selection = Literal["deviation", "chunk_start"]
+Selection = Literal["deviation", "chunk_start", "query"]
 
 
 @dataclass(frozen=True)
@@ -58,19 +66,22 @@ class BlendConfig:
     selection: Selection = "chunk_start"
     per_chunk: bool = False  # deviation: ⌈ratio × T_i⌉ per chunk instead of one global top-k
     adaptive_mass: float | None = None  # deviation: fewest tokens holding this share of it (≤ budget)
-    sink_tokens: int = 0  # deviation: the first tokens of every chunk are always recomputed
+    sink_tokens: int = 0  # deviation, query: the first tokens of every chunk are always recomputed
+    query_layers: int = 8  # query: attention summed over the query's first layers (0..query_layers-1)
 
     def __post_init__(self) -> None:
         if self.check_layer < 1:
             raise ValueError("check_layer must be >= 1 (layer-0 K/V never deviate: they see no context)")
         if not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError("recompute_ratio must lie in [0, 1]")
-        if self.selection not in ("deviation", "chunk_start"):
+        if self.selection not in ("deviation", "chunk_start", "query"):
             raise ValueError(f"unknown selection {self.selection!r}")
         if self.adaptive_mass is not None and not 0.0 < self.adaptive_mass <= 1.0:
             raise ValueError("adaptive_mass must lie in (0, 1]")
         if self.sink_tokens < 0:
             raise ValueError("sink_tokens must be >= 0")
+        if self.query_layers < 1:
+            raise ValueError("query_layers must be >= 1")
 
 
 class _ScatterKV:
@@ -125,10 +136,11 @@ def chunk_starts(chunks: list[ChunkKV], ratio: float) -> torch.Tensor:
     return torch.cat(idx)
 
 
-def select_by_deviation(deviation: torch.Tensor, chunks: list[ChunkKV], config: BlendConfig) -> torch.Tensor:
-    """Indices (sorted, into the chunk tokens) to keep computing after the check layer.
+def select_top(deviation: torch.Tensor, chunks: list[ChunkKV], config: BlendConfig) -> torch.Tensor:
+    """Indices (sorted, into the chunk tokens) to compute through the remaining layers.
 
-    ``deviation``: (T,) squared K+V deviation of every chunk token at the check layer.
+    ``deviation``: (T,) a score per chunk token, higher = recompute first: the squared K+V
+    deviation at the check layer (``deviation``) or the query's attention (``query``).
     """
     T = deviation.numel()
     score = deviation.clone()
@@ -152,6 +164,51 @@ def select_by_deviation(deviation: torch.Tensor, chunks: list[ChunkKV], config: 
     return torch.topk(score, budget).indices.sort().values
 
 
+class _PeekKV:
+    """Cache adapter that lets query tokens attend over the full KV without writing into it:
+    returns (full keys ++ the query's own), keeping the query's rotated keys for the caller."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        self.keys, self.values = keys, values
+        self.query_keys: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        self.query_keys = key_states
+        return torch.cat((self.keys, key_states), dim=2), torch.cat((self.values, value_states), dim=2)
+
+
+def query_attention(model: torch.nn.Module, full: PrefixKV, query_ids: torch.Tensor, span: tuple[int, int],
+                    n_layers: int) -> torch.Tensor:
+    """(span length,) attention mass the query's tokens put on the keys at ``span`` = [a, b) of
+    ``full`` (per layer (K, V), (1, H_kv, N, D), positions 0..N-1), summed over heads, query
+    tokens and layers ``0..n_layers-1``; the query sits at positions N.. and sees all of ``full``."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    layers = model.model.layers[:n_layers]
+    N = full[0][0].shape[2]
+    n = int(query_ids.numel())
+    pos = torch.arange(N, N + n, device=query_ids.device)
+    hidden = model.model.embed_tokens(query_ids)[None]  # (1, n, hidden)
+    dtype = hidden.dtype
+    mask = causal_position_mask(pos, N + n, dtype)  # (1, 1, n, N+n)
+    rope = model.model.rotary_emb(hidden, pos[None])
+    a, b = span
+    mass = torch.zeros(b - a, dtype=torch.float32, device=query_ids.device)
+    for i, layer in enumerate(layers):
+        attn = layer.self_attn
+        head_dim = attn.head_dim
+        q = attn.q_proj(layer.input_layernorm(hidden)).view(1, n, -1, head_dim).transpose(1, 2)  # (1, Hq, n, D)
+        q, _ = apply_rotary_pos_emb(q, q, *rope)
+        adapter = _PeekKV(full[i][0], full[i][1])
+        hidden = layer(hidden, attention_mask=mask, position_ids=pos[None], position_embeddings=rope,
+                       cache=adapter, use_cache=True)
+        keys = torch.cat((full[i][0], adapter.query_keys), dim=2)  # (1, H_kv, N+n, D)
+        keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)  # (1, Hq, N+n, D)
+        probs = torch.softmax((q.float() @ keys.float().transpose(-1, -2)) * attn.scaling + mask.float(), dim=-1)
+        mass += probs[0, :, :, a:b].sum(dim=(0, 1))
+    return mass
+
+
 @torch.inference_mode()
 def blend(
     model: torch.nn.Module,
@@ -159,6 +216,7 @@ def blend(
     chunks: list[ChunkKV],
     config: BlendConfig,
     inv_freq: torch.Tensor,  # (head_dim/2,) the model's RoPE inverse frequencies
+    query_ids: torch.Tensor | None = None,  # (Q,) the query that follows, for ``selection="query"``
 ) -> tuple[PrefixKV, int]:
     """CacheBlend over the chunk tokens, after a fixed, exact ``past``.
 
@@ -182,6 +240,13 @@ def blend(
     ids = torch.cat([c.token_ids for c in chunks]).to(device)  # (T,)
     if deviation_check:
         sel = torch.arange(T, device=device)  # chunk-token indices still being computed
+    elif config.selection == "query":
+        if query_ids is None:
+            raise ValueError("selection='query' needs the query's token ids")
+        mass = query_attention(model, full, query_ids.to(device), (P, P + T), min(config.query_layers, n_layers))
+        sel = select_top(mass, chunks, config).to(device)
+        if sel.numel() == 0:
+            return full, 0
     else:
         sel = chunk_starts(chunks, config.recompute_ratio).to(device)
         if sel.numel() == 0:
@@ -202,7 +267,7 @@ def blend(
             use_cache=True,
         )  # (1, n, hidden)
         if measure:
-            top = select_by_deviation(adapter.deviation, chunks, config)  # (keep,) into sel
+            top = select_top(adapter.deviation, chunks, config)  # (keep,) into sel
             if top.numel() == sel.numel():
                 continue  # everything stays computed (ratio 1.0)
             sel = sel[top]

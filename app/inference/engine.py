@@ -195,6 +195,7 @@ class Engine:
         mode: Mode = "blend",
         config: BlendConfig = BlendConfig(),
         prefix_kv: PrefixKV | None = None,  # per layer (1, H, p, D), positions 0..p-1
+        query_ids: torch.Tensor | None = None,  # (Q,) the query that will follow (BlendConfig selection "query")
     ) -> Context:
         """The KV of ``prefix_kv + system + chunks`` at contiguous positions 0..N-1."""
         if mode not in MODES:
@@ -215,7 +216,8 @@ class Engine:
             self.forward(torch.cat([c.token_ids for c in chunks]), cache, pos)
             return Context(cache, pos + n_chunk_tokens, recomputed_tokens=n_chunk_tokens)
         if mode == "blend":
-            kv, recomputed = blend(self.model, cache_layers(cache) if pos else [], chunks, config, self.inv_freq)
+            kv, recomputed = blend(self.model, cache_layers(cache) if pos else [], chunks, config, self.inv_freq,
+                                  query_ids=query_ids)
             return Context(DynamicCache(ddp_cache_data=kv), pos + n_chunk_tokens, recomputed_tokens=recomputed)
         n_reused = 1 if mode == "prefix" else len(chunks)
         placed = place_chunks(chunks[:n_reused], pos, self.inv_freq, self.device).to(self.dtype)  # (L, 2, H, T, D)
@@ -258,7 +260,7 @@ class Engine:
         n_prompt = int(self.system_ids.numel()) + sum(c.n_tokens for c in chunks) + int(q_ids.numel())
         self.check_length(p, n_prompt, max_tokens)
 
-        ctx = self.build_context(chunks, mode, blend, prefix_kv)
+        ctx = self.build_context(chunks, mode, blend, prefix_kv, query_ids=q_ids)
         times = DecodeTimes()
         (out,) = decode(self.model, ctx.cache, [q_ids.tolist()], start=ctx.n_tokens, max_new_tokens=max_tokens,
                         stop_ids=self.eos_ids, times=times)

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.inference_quality --phase sweep   [--examples 20]
     .venv/bin/python -m bench.inference_quality --phase confirm [--examples 200] [--shard 0/2]
+    .venv/bin/python -m bench.inference_quality --phase query   [--examples 200] [--shard 0/2]
     .venv/bin/python -m bench.inference_quality --phase report
     .venv/bin/python -m bench.inference_quality --quick          (2 examples, 3 configurations)
 
@@ -14,6 +15,8 @@ JSONL file as each example finishes (a killed run keeps what it measured; a reru
 - ``sweep``: every selection variant over ratios 0.05-0.5 on the first examples -> the frontier;
 - ``confirm``: full and the candidates for the default on the next examples (held out from the
   choice); ``report`` summarises both.
+- ``query`` (round 3): the same held-out examples, the query-attention selection against EPIC 0.25
+  (round 2's default), its layer count fixed by ``bench.inference_quality.pilot --round 3``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ def configs(phase: str) -> dict[str, tuple[str, BlendConfig]]:
     c: dict[str, tuple[str, BlendConfig]] = {"full": ("full", BlendConfig())}
     if phase == "quick":
         c["default"] = ("blend", BlendConfig())
+        return c
+    if phase == "query":  # round 3: what the query reads, against round 2's default, paired
+        c["epic 0.25"] = ("blend", BlendConfig(recompute_ratio=0.25, selection="chunk_start"))
+        for r in (0.25, 0.15):
+            c[f"query@8 {r}"] = ("blend", BlendConfig(recompute_ratio=r, selection="query", query_layers=8,
+                                                       sink_tokens=1))
         return c
     if phase == "confirm":  # the candidates for the default (chosen on the sweep's examples)
         # issue 19, second round: at 0.15 both selections lost ~0.3 nats/gold token on 21 held-out
@@ -106,7 +115,7 @@ def load(path: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(prog="python -m bench.inference_quality")
-    ap.add_argument("--phase", choices=("sweep", "confirm", "report"), default="confirm")
+    ap.add_argument("--phase", choices=("sweep", "confirm", "query", "report"), default="confirm")
     ap.add_argument("--quick", action="store_true", help="2 examples, full/reuse/default (a smoke run)")
     ap.add_argument("--examples", type=int, default=None, help="sweep: 20, confirm: 200")
     ap.add_argument("--shard", default="0/1", help="confirm: run shard i of n (i/n) of the examples, e.g. 0/2 and 1/2 "
@@ -121,10 +130,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     phase = "quick" if args.quick else args.phase
     if phase == "report":
         return report.write(args.out, DOCS)
-    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200}[phase]
+    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200, "query": 200}[phase]
     i, k = (int(x) for x in args.shard.split("/"))
     # the sweep takes the first examples; confirm the next n, held out from the choice of default
-    first = SWEEP_EXAMPLES if phase == "confirm" else 0
+    first = SWEEP_EXAMPLES if phase in ("confirm", "query") else 0
     examples = build(first + n, seed=args.seed)[first:][i::k]
     out = args.out / (f"inference_quality_{phase}.jsonl" if k == 1 else f"inference_quality_{phase}.{i}of{k}.jsonl")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ def run(engine, store, hashes: list[str], q_ids: torch.Tensor, ans_ids: torch.Te
     than the context build it measures."""
     t0 = time.perf_counter()
     chunks = [store.get(h) for h in hashes]
-    ctx = engine.build_context(chunks, mode, config)
+    ctx = engine.build_context(chunks, mode, config, query_ids=q_ids)
     first = engine.forward(q_ids, ctx.cache, ctx.n_tokens)  # (vocab,)
     int(torch.argmax(first))
     ttft = time.perf_counter() - t0

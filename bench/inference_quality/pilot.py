@@ -1,10 +1,12 @@
 """Pilot: a few sweep examples, the candidates for the default, no greedy decoding (issue 19, round 2).
 
-    .venv/bin/python -m bench.inference_quality.pilot [--examples 4]
+    .venv/bin/python -m bench.inference_quality.pilot [--examples 4] [--round 2|3]
 
 Prints, per example and overall, each configuration's TTFT speed-up over full prefill (median of
 per-example ratios), ΔLL of the gold answer vs full and the KL to full over the answer tokens.
 It chose the ratio that ``--phase confirm`` then measures on the held-out examples; it writes no file.
+Round 2 compared ratios of EPIC; round 3 the query-attention selection (its layer count, its ratio)
+against EPIC 0.25, the default it would replace.
 """
 
 from __future__ import annotations
@@ -20,10 +22,18 @@ from app.inference.store import ChunkStore, StoreConfig
 from bench.inference_quality import measure
 from bench.inference_quality.data import build
 
-CONFIGS = {
-    "reuse": ("reuse", BlendConfig()),
-    **{f"epic {r}": ("blend", BlendConfig(recompute_ratio=r)) for r in (0.15, 0.25, 0.3, 0.5)},
-    "dev@L1 0.3": ("blend", BlendConfig(recompute_ratio=0.3, selection="deviation")),
+ROUNDS = {
+    2: {
+        "reuse": ("reuse", BlendConfig()),
+        **{f"epic {r}": ("blend", BlendConfig(recompute_ratio=r)) for r in (0.15, 0.25, 0.3, 0.5)},
+        "dev@L1 0.3": ("blend", BlendConfig(recompute_ratio=0.3, selection="deviation")),
+    },
+    3: {
+        "epic 0.25": ("blend", BlendConfig(recompute_ratio=0.25)),
+        **{f"query@{n} 0.25": ("blend", BlendConfig(recompute_ratio=0.25, selection="query", query_layers=n,
+                                                     sink_tokens=1)) for n in (4, 8, 15)},
+        "query@8 0.15": ("blend", BlendConfig(recompute_ratio=0.15, selection="query", query_layers=8, sink_tokens=1)),
+    },
 }
 
 
@@ -31,7 +41,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.inference_quality.pilot")
     ap.add_argument("--examples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--round", type=int, choices=sorted(ROUNDS), default=3)
     args = ap.parse_args(argv)
+    CONFIGS = ROUNDS[args.round]
     engine = Engine.load(EngineConfig(model_path=config_from_env().model_path, threads=args.threads))
     rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="quality-pilot-") as tmp:

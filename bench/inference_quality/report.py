@@ -103,7 +103,7 @@ def plot(s: dict, path: Path, confirm: dict | None = None) -> Path | None:
 def write(out: Path, docs: Path | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     result = {}
-    for phase in ("sweep", "confirm"):
+    for phase in ("sweep", "confirm", "query"):
         recs = load_all(out, phase)
         if not recs:
             continue
@@ -115,8 +115,9 @@ def write(out: Path, docs: Path | None = None) -> dict:
             print(f"\n### {corpus}\n")
             print(table(sc))
     if "sweep" in result:
-        png = plot(result["sweep"]["all"], (docs or out) / "inference_quality_frontier.png",
-                   result.get("confirm", {}).get("all"))
+        held_out = {**result.get("confirm", {}).get("all", {}),
+                    **{k: v for k, v in result.get("query", {}).get("all", {}).items() if k not in ("full", "epic 0.25")}}
+        png = plot(result["sweep"]["all"], (docs or out) / "inference_quality_frontier.png", held_out)
         if png:
             print(f"\nplot: {png}")
     (out / "inference_quality.json").write_text(json.dumps(result, indent=1))

@@ -11,7 +11,8 @@ QUESTION = "Who discovered the comet with the green tail, and where does she wor
 
 
 def _context_kv(engine, chunks, mode, ratio=0.15, prefix_kv=None, selection="chunk_start"):
-    ctx = engine.build_context(chunks, mode, BlendConfig(recompute_ratio=ratio, selection=selection), prefix_kv)
+    ctx = engine.build_context(chunks, mode, BlendConfig(recompute_ratio=ratio, selection=selection), prefix_kv,
+                               query_ids=engine.query_ids(QUESTION))
     keys = torch.stack([layer.keys[0] for layer in ctx.cache.layers])  # (L, H, N, D)
     values = torch.stack([layer.values[0] for layer in ctx.cache.layers])
     return ctx, keys, values
@@ -62,7 +63,7 @@ def test_partial_recompute_sits_between_reuse_and_full(engine, chunks):
     """Recomputing the highest-deviation tokens moves the KV towards full prefill."""
     _, k_full, v_full = _context_kv(engine, chunks, "full")
     errors = {}
-    for selection in ("chunk_start", "deviation"):
+    for selection in ("chunk_start", "deviation", "query"):
         for mode, ratio in (("reuse", 0.0), ("blend", 0.15), ("blend", 0.5)):
             ctx, k, v = _context_kv(engine, chunks, mode, ratio, selection=selection)
             errors[(mode, ratio)] = ((k - k_full).pow(2).sum() + (v - v_full).pow(2).sum()).item()
@@ -116,10 +117,11 @@ def test_blend_config_validation():
     BlendConfig(recompute_ratio=1.0, selection="chunk_start"),
     BlendConfig(recompute_ratio=1.0, per_chunk=True),
     BlendConfig(recompute_ratio=1.0, check_layer=3, sink_tokens=2),
+    BlendConfig(recompute_ratio=1.0, selection="query"),
 ])
 def test_every_selection_at_ratio_one_equals_full_prefill(engine, chunks, cfg):
     full = engine.build_context(chunks, "full")
-    got = engine.build_context(chunks, "blend", cfg)
+    got = engine.build_context(chunks, "blend", cfg, query_ids=engine.query_ids(QUESTION))
     assert got.recomputed_tokens == sum(c.n_tokens for c in chunks)
     for a, b in zip(got.cache.layers, full.cache.layers):
         torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-4)
@@ -127,7 +129,7 @@ def test_every_selection_at_ratio_one_equals_full_prefill(engine, chunks, cfg):
 
 
 def test_selection_budgets(engine, chunks):
-    from app.inference.blend import chunk_starts, select_by_deviation
+    from app.inference.blend import chunk_starts, select_top
 
     n = [c.n_tokens for c in chunks]
     T = sum(n)
@@ -138,20 +140,74 @@ def test_selection_budgets(engine, chunks):
     assert engine.build_context(chunks, "blend", BlendConfig(recompute_ratio=0.2, selection="chunk_start")).recomputed_tokens == len(idx)
     dev = torch.rand(T, generator=torch.Generator().manual_seed(0))
     # per chunk: each chunk gets its own share
-    sel = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.2, per_chunk=True))
+    sel = select_top(dev, chunks, BlendConfig(recompute_ratio=0.2, per_chunk=True))
     for b, t in zip(bounds, n):
         assert int(((sel >= b) & (sel < b + t)).sum()) == n_recompute(t, 0.2)
     # sink tokens are always in, within the global budget
-    sel = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.2, sink_tokens=2)).tolist()
+    sel = select_top(dev, chunks, BlendConfig(recompute_ratio=0.2, sink_tokens=2)).tolist()
     assert all(b in sel and b + 1 in sel for b in bounds) and len(sel) == n_recompute(T, 0.2)
     # adaptive: the fewest highest-deviation tokens that carry the mass, capped by the budget
     peaked = torch.full((T,), 1e-6)
     peaked[[3, 17]] = 1.0
-    sel = select_by_deviation(peaked, chunks, BlendConfig(recompute_ratio=0.5, adaptive_mass=0.9)).tolist()
+    sel = select_top(peaked, chunks, BlendConfig(recompute_ratio=0.5, adaptive_mass=0.9)).tolist()
     assert sel == [3, 17]
-    capped = select_by_deviation(dev, chunks, BlendConfig(recompute_ratio=0.1, adaptive_mass=0.99))
+    capped = select_top(dev, chunks, BlendConfig(recompute_ratio=0.1, adaptive_mass=0.99))
     assert capped.numel() == n_recompute(T, 0.1)
     with pytest.raises(ValueError):
         BlendConfig(selection="random")
     with pytest.raises(ValueError):
         BlendConfig(adaptive_mass=0.0)
+
+
+def test_query_attention_equals_the_models_own_attention(engine, chunks):
+    """The query's attention mass over a span, computed over a stored KV without writing into it,
+    equals what the model's eager attention gives for the same prompt run in one pass."""
+    from app.inference.blend import query_attention
+
+    ctx = engine.build_context(chunks, "full")
+    full = [(layer.keys, layer.values) for layer in ctx.cache.layers]
+    before = full[0][0].clone()
+    q_ids = engine.query_ids(QUESTION)
+    N, n_layers = ctx.n_tokens, 4
+    span = (int(engine.system_ids.numel()), N)
+    got = query_attention(engine.model, full, q_ids, span, n_layers)
+    assert torch.equal(full[0][0], before) and full[0][0].shape[2] == N  # nothing written into the KV
+    ids = torch.cat([engine.system_ids, *[c.token_ids for c in chunks], q_ids])
+    previous = engine.model.config._attn_implementation
+    engine.model.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            out = engine.model(ids[None], output_attentions=True)
+    finally:
+        engine.model.set_attn_implementation(previous)
+    ref = sum(a[0, :, N:, span[0]:span[1]].float().sum(dim=(0, 1)) for a in out.attentions[:n_layers])
+    torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-3)
+
+
+def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunks):
+    from app.inference.blend import query_attention
+
+    n = [c.n_tokens for c in chunks]
+    cfg = BlendConfig(recompute_ratio=0.2, selection="query", sink_tokens=1)
+    q_ids = engine.query_ids(QUESTION)
+    ctx = engine.build_context(chunks, "blend", cfg, query_ids=q_ids)
+    assert ctx.recomputed_tokens == n_recompute(sum(n), 0.2) == planned_recompute(n, cfg)
+    with pytest.raises(ValueError, match="query"):
+        engine.build_context(chunks, "blend", cfg)  # the query is needed
+    with pytest.raises(ValueError):
+        BlendConfig(selection="query", query_layers=0)
+    # the selected tokens carry more of the query's attention (over reused KV) than any other
+    # set of the same size could: they are its top, with every chunk's first token forced in
+    reuse = engine.build_context(chunks, "reuse")
+    P = int(engine.system_ids.numel())
+    mass = query_attention(engine.model, [(la.keys, la.values) for la in reuse.cache.layers], q_ids,
+                           (P, reuse.n_tokens), cfg.query_layers)
+    from app.inference.blend import select_top
+
+    sel = select_top(mass, chunks, cfg)
+    bounds = [sum(n[:i]) for i in range(len(n))]
+    assert all(b in sel.tolist() for b in bounds)
+    rest = torch.ones(sum(n), dtype=torch.bool)
+    rest[sel] = False
+    free = sel[~torch.isin(sel, torch.tensor(bounds))]
+    assert float(mass[free].min()) >= float(mass[rest].max())
