@@ -85,6 +85,7 @@ class ChunkStore:
         h = content_hash(text)
         with self._lock:
             if self.has(h):
+                self._touch(h)  # asked for now: the most recent in both tiers, as a get would make it
                 return h
             chunk = self.encoder.encode_chunk(text)
             self._write_disk(h, chunk)
@@ -182,6 +183,21 @@ class ChunkStore:
         self._disk_bytes += size - self._disk.pop(h, 0)
         self._disk[h] = size
         self._evict_disk()
+
+    def _touch(self, h: str) -> None:
+        """Make a stored chunk the most recently used without reading it. Without this, putting
+        chunks that were already there left them as old as they were: the same precompute's new
+        chunks could evict them, and the `get` that follows a precompute failed (ChunkNotFound)."""
+        if h in self._mem:
+            self._mem.move_to_end(h)
+        path = self._path(h)
+        try:
+            os.utime(path)
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return
+        self._disk_bytes += size - self._disk.pop(h, 0)
+        self._disk[h] = size
 
     def _evict_disk(self) -> None:
         while self._disk_bytes > self.config.disk_bytes and len(self._disk) > 1:

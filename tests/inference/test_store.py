@@ -33,9 +33,9 @@ def test_precompute_is_ordered_and_idempotent(store, texts):
     hashes = store.precompute([texts[1], texts[0], texts[1]])
     assert hashes == [content_hash(texts[1]), content_hash(texts[0]), content_hash(texts[1])]
     assert store.stats()["disk_items"] == 2 and store.stats()["mem_items"] == 2
-    mtime = next(store.dir.glob(f"*/{hashes[0]}.safetensors")).stat().st_mtime_ns
-    assert store.put(texts[1]) == hashes[0]  # already there: not recomputed, not rewritten
-    assert next(store.dir.glob(f"*/{hashes[0]}.safetensors")).stat().st_mtime_ns == mtime
+    inode = next(store.dir.glob(f"*/{hashes[0]}.safetensors")).stat().st_ino
+    assert store.put(texts[1]) == hashes[0]  # already there: not recomputed, not rewritten (the same file)
+    assert next(store.dir.glob(f"*/{hashes[0]}.safetensors")).stat().st_ino == inode
 
 
 def test_unknown_and_malformed_hashes(store, texts):
@@ -68,6 +68,19 @@ def test_disk_tier_evicts_least_recent_files(engine, tmp_path, texts):
     assert store.has(a) and store.has(c) and not store.has(b)
     with pytest.raises(ChunkNotFound):
         store.get(b)
+
+
+def test_putting_a_stored_chunk_again_makes_it_recent_in_both_tiers(engine, tmp_path, texts):
+    """A precompute of chunks some of which are stored already, then a get of all of them (what
+    a generate after /v1/chunks does): the new chunks must not evict the old ones just asked for."""
+    sizes = [engine.encode_chunk(t).nbytes for t in texts]
+    room = int(sizes[0] + sizes[1] + 4096)
+    store = ChunkStore(engine, StoreConfig(root=tmp_path, mem_bytes=room, disk_bytes=room))
+    a, b = store.put(texts[0]), store.put(texts[1])
+    hashes = store.precompute([texts[0], texts[2]])  # a again (stored, oldest), then a new one
+    assert hashes == [a, content_hash(texts[2])]
+    assert [store.get(h).n_tokens for h in hashes] == [engine.encode_chunk(t).n_tokens for t in (texts[0], texts[2])]
+    assert store.in_memory(a) and not store.has(b)  # b, not a, was the least recent
 
 
 def test_delete_removes_both_tiers(store, texts):
