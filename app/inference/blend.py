@@ -23,7 +23,8 @@ Design choices:
   * ``query``: the tokens the query attends to. The query's tokens run over the reused KV
     (nothing written into it) through layers ``0..query_layers-1``; their attention
     probabilities over the chunk tokens, summed over heads, query tokens and those layers, rank
-    the chunk tokens; the top ⌈ratio × T⌉ (globally; ``sink_tokens`` per chunk always) are
+    the chunk tokens; the top ⌈ratio × T⌉ (globally; ``sink_tokens`` or the first
+    ⌈start_ratio × T_i⌉ tokens of every chunk always, EPIC's share of the budget) are
     recomputed. EPIC recomputes where the KV is most wrong on average; this recomputes where a
     wrong KV would hurt this question (the values the answer needs sit mid-chunk, which EPIC
     never reaches: docs/inference.md). Needs the query, so only ``Engine.generate``-style calls
@@ -68,6 +69,7 @@ class BlendConfig:
     adaptive_mass: float | None = None  # deviation: fewest tokens holding this share of it (≤ budget)
     sink_tokens: int = 0  # deviation, query: the first tokens of every chunk are always recomputed
     query_layers: int = 8  # query: attention summed over the query's first layers (0..query_layers-1)
+    start_ratio: float = 0.0  # query: the first ⌈start_ratio × T_i⌉ tokens of every chunk always (EPIC's part)
 
     def __post_init__(self) -> None:
         if self.check_layer < 1:
@@ -82,6 +84,8 @@ class BlendConfig:
             raise ValueError("sink_tokens must be >= 0")
         if self.query_layers < 1:
             raise ValueError("query_layers must be >= 1")
+        if not 0.0 <= self.start_ratio <= self.recompute_ratio:
+            raise ValueError("start_ratio must lie in [0, recompute_ratio]")
 
 
 class _ScatterKV:
@@ -118,7 +122,7 @@ def planned_recompute(chunk_lengths: list[int], config: BlendConfig) -> int:
     if config.selection == "chunk_start" or config.per_chunk:
         return sum(n_recompute(t, config.recompute_ratio) for t in chunk_lengths)
     total = sum(chunk_lengths)
-    forced = sum(min(t, config.sink_tokens) for t in chunk_lengths)
+    forced = sum(min(t, max(config.sink_tokens, n_recompute(t, config.start_ratio))) for t in chunk_lengths)
     return max(n_recompute(total, config.recompute_ratio), forced)
 
 
@@ -145,9 +149,9 @@ def select_top(deviation: torch.Tensor, chunks: list[ChunkKV], config: BlendConf
     T = deviation.numel()
     score = deviation.clone()
     forced = torch.zeros(T, dtype=torch.bool, device=deviation.device)
-    if config.sink_tokens:
+    if config.sink_tokens or config.start_ratio:
         for a, b in _chunk_bounds(chunks):
-            forced[a:min(b, a + config.sink_tokens)] = True
+            forced[a:min(b, a + max(config.sink_tokens, n_recompute(b - a, config.start_ratio)))] = True
         score[forced] = float("inf")
     if config.per_chunk:
         picks = []

@@ -30,6 +30,35 @@ def summary(records: list[dict], labels: list[str] | None = None) -> dict:
     return {"all": measure.summarise(records, labels), "by_corpus": by_corpus, "examples": len(records)}
 
 
+def paired(records: list[dict], base: str, other: str) -> dict:
+    """`other` minus `base` on the examples that ran both: gold LL, KL, F1 (mean, 95% CI) and the
+    median TTFT ratio base / other (> 1: `other` is faster)."""
+    rs = [r for r in records if base in r["runs"] and other in r["runs"]]
+    if len(rs) < 2:
+        return {"n": len(rs)}
+    a, b = [r["runs"][base] for r in rs], [r["runs"][other] for r in rs]
+    out = {"n": len(rs), "delta_ll": measure.mean_ci([y["ll"] - x["ll"] for x, y in zip(a, b)]),
+           "delta_kl": measure.mean_ci([y["kl"] - x["kl"] for x, y in zip(a, b)]),
+           "speedup_median": measure.median([x["ttft_s"] / y["ttft_s"] for x, y in zip(a, b)])}
+    if all("f1" in x for x in a + b):
+        out["delta_f1"] = measure.mean_ci([y["f1"] - x["f1"] for x, y in zip(a, b)])
+    return out
+
+
+def paired_lines(records: list[dict], base: str) -> list[str]:
+    lines = []
+    for label in labels_of(records):
+        if label in ("full", base):
+            continue
+        d = paired(records, base, label)
+        if d["n"] < 2:
+            continue
+        f1 = f", F1 {_fmt(d['delta_f1'])}" if "delta_f1" in d else ""
+        lines.append(f"- {label} minus {base} (n = {d['n']}): ΔLL {_fmt(d['delta_ll'])}, KL {_fmt(d['delta_kl'])}"
+                     f"{f1}, {base} TTFT / its TTFT {d['speedup_median']:.2f} (median)")
+    return lines
+
+
 def _fmt(ci: dict, digits: int = 3) -> str:
     return f"{ci['mean']:+.{digits}f} ± {ci['ci95']:.{digits}f}"
 
@@ -114,6 +143,10 @@ def write(out: Path, docs: Path | None = None) -> dict:
         for corpus, sc in s["by_corpus"].items():
             print(f"\n### {corpus}\n")
             print(table(sc))
+        if phase == "query":  # round 3 is a paired comparison with round 2's default
+            s["paired_vs_epic_0.25"] = {k: paired(recs, "epic 0.25", k) for k in labels_of(recs)
+                                        if k not in ("full", "epic 0.25")}
+            print("\n" + "\n".join(paired_lines(recs, "epic 0.25")))
     if "sweep" in result:
         held_out = {**result.get("confirm", {}).get("all", {}),
                     **{k: v for k, v in result.get("query", {}).get("all", {}).items() if k not in ("full", "epic 0.25")}}

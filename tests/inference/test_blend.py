@@ -185,7 +185,7 @@ def test_query_attention_equals_the_models_own_attention(engine, chunks):
 
 
 def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunks):
-    from app.inference.blend import query_attention
+    from app.inference.blend import query_attention, select_top
 
     n = [c.n_tokens for c in chunks]
     cfg = BlendConfig(recompute_ratio=0.2, selection="query", sink_tokens=1)
@@ -196,14 +196,19 @@ def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunk
         engine.build_context(chunks, "blend", cfg)  # the query is needed
     with pytest.raises(ValueError):
         BlendConfig(selection="query", query_layers=0)
+    with pytest.raises(ValueError):
+        BlendConfig(selection="query", recompute_ratio=0.1, start_ratio=0.2)
+    # EPIC's share first: the first ceil(start_ratio * T_i) tokens of every chunk, the rest by attention
+    mixed = BlendConfig(recompute_ratio=0.2, selection="query", start_ratio=0.1)
+    picked = select_top(torch.rand(sum(n), generator=torch.Generator().manual_seed(1)), chunks, mixed).tolist()
+    starts = [b + j for b, t in zip([sum(n[:i]) for i in range(len(n))], n) for j in range(n_recompute(t, 0.1))]
+    assert set(starts) <= set(picked) and len(picked) == n_recompute(sum(n), 0.2) == planned_recompute(n, mixed)
     # the selected tokens carry more of the query's attention (over reused KV) than any other
     # set of the same size could: they are its top, with every chunk's first token forced in
     reuse = engine.build_context(chunks, "reuse")
     P = int(engine.system_ids.numel())
     mass = query_attention(engine.model, [(la.keys, la.values) for la in reuse.cache.layers], q_ids,
                            (P, reuse.n_tokens), cfg.query_layers)
-    from app.inference.blend import select_top
-
     sel = select_top(mass, chunks, cfg)
     bounds = [sum(n[:i]) for i in range(len(n))]
     assert all(b in sel.tolist() for b in bounds)
