@@ -35,12 +35,14 @@ def _load_factory(spec: str):
 @click.option("--data-dir", default=None, help="Data folder (default: $MEMSCALE_DATA_DIR or ./.memscale).")
 @click.option("--threads", default=None, type=int, help="torch intra-op threads.")
 @click.option("--recompute-ratio", default=0.25, show_default=True, type=click.FloatRange(0.0, 1.0))
-@click.option("--selection", default="chunk_start", show_default=True,
-              type=click.Choice(["chunk_start", "deviation", "query"]),
-              help="CacheBlend token selection: the first tokens of each chunk (EPIC), KV deviation at --check-layer, "
-              "or the tokens the request's prompt attends to over its first --query-layers layers.")
+@click.option("--selection", default="query", show_default=True,
+              type=click.Choice(["query", "chunk_start", "deviation"]),
+              help="CacheBlend token selection: --start-share of the budget on the first tokens of each chunk, the "
+              "rest on the tokens the request's prompt attends to over its first --query-layers layers; only the "
+              "chunk starts (EPIC); or KV deviation at --check-layer.")
 @click.option("--check-layer", default=1, show_default=True, type=click.IntRange(1))
 @click.option("--query-layers", default=8, show_default=True, type=click.IntRange(1))
+@click.option("--start-share", default=0.5, show_default=True, type=click.FloatRange(0.0, 1.0))
 @click.option("--mem-gb", default=2.0, show_default=True, type=float, help="RAM tier limit of the chunk KV store.")
 @click.option("--disk-gb", default=20.0, show_default=True, type=float, help="Disk tier limit of the chunk KV store.")
 @click.option(
@@ -49,8 +51,8 @@ def _load_factory(spec: str):
     help="'module:factory' where factory(engine) returns resolve_cartridges(ids) -> prefix_kv "
     "(default: the cartridges trained by the service, under <data dir>/cartridges).",
 )
-def serve(host, port, model_path, data_dir, threads, recompute_ratio, selection, check_layer, query_layers, mem_gb,
-          disk_gb, cartridge_resolver):
+def serve(host, port, model_path, data_dir, threads, recompute_ratio, selection, check_layer, query_layers, start_share,
+          mem_gb, disk_gb, cartridge_resolver):
     """Serve /healthz, /v1/chunks and /v1/generate."""
     import uvicorn
 
@@ -76,7 +78,7 @@ def serve(host, port, model_path, data_dir, threads, recompute_ratio, selection,
         mem_bytes=int(mem_gb * 2**30),
         disk_bytes=int(disk_gb * 2**30),
         blend=BlendConfig(check_layer=check_layer, recompute_ratio=recompute_ratio, selection=selection,
-                          query_layers=query_layers, sink_tokens=1 if selection == "query" else 0),
+                          query_layers=query_layers, start_share=start_share),
     )
     if cartridge_resolver:
         factory = _load_factory(cartridge_resolver)

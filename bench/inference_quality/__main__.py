@@ -53,9 +53,9 @@ def configs(phase: str) -> dict[str, tuple[str, BlendConfig]]:
         # the gold answer's likelihood on wiki but raised the KL, EPIC's chunk starts the reverse.
         c["epic 0.25"] = ("blend", BlendConfig(recompute_ratio=0.25, selection="chunk_start"))
         c["query@8 0.25"] = ("blend", BlendConfig(recompute_ratio=0.25, selection="query", query_layers=8,
-                                                   sink_tokens=1))
+                                                   sink_tokens=1, start_share=0.0))
         c["epic+query 0.25"] = ("blend", BlendConfig(recompute_ratio=0.25, selection="query", query_layers=8,
-                                                      start_ratio=0.125))
+                                                      start_share=0.5))  # = BlendConfig() since round 3
         return c
     if phase == "confirm":  # the candidates for the default (chosen on the sweep's examples)
         # issue 19, second round: at 0.15 both selections lost ~0.3 nats/gold token on 21 held-out

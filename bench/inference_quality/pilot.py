@@ -31,8 +31,9 @@ ROUNDS = {
     3: {
         "epic 0.25": ("blend", BlendConfig(recompute_ratio=0.25)),
         **{f"query@{n} 0.25": ("blend", BlendConfig(recompute_ratio=0.25, selection="query", query_layers=n,
-                                                     sink_tokens=1)) for n in (4, 8, 15)},
-        "query@8 0.15": ("blend", BlendConfig(recompute_ratio=0.15, selection="query", query_layers=8, sink_tokens=1)),
+                                                     sink_tokens=1, start_share=0.0)) for n in (4, 8, 15)},
+        "query@8 0.15": ("blend", BlendConfig(recompute_ratio=0.15, selection="query", query_layers=8, sink_tokens=1,
+                                              start_share=0.0)),
     },
 }
 

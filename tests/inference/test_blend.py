@@ -79,8 +79,11 @@ def test_recomputed_token_counts_per_mode(engine, chunks):
         assert ctx.n_tokens == engine.system_ids.numel() + sum(n)
         counts[mode] = ctx.recomputed_tokens
     assert counts == {"full": sum(n), "prefix": sum(n[1:]), "reuse": 0,
-                      "blend": sum(n_recompute(t, 0.15) for t in n)}  # EPIC (the default), per chunk
-    assert counts["blend"] == planned_recompute(n, BlendConfig(recompute_ratio=0.15))
+                      "blend": sum(n_recompute(t, 0.15) for t in n)}  # EPIC (_context_kv's selection), per chunk
+    assert counts["blend"] == planned_recompute(n, BlendConfig(recompute_ratio=0.15, selection="chunk_start"))
+    # the default (half on chunk starts, half by the query's attention): the global budget
+    default = engine.build_context(chunks, "blend", BlendConfig(recompute_ratio=0.15), query_ids=engine.query_ids(QUESTION))
+    assert default.recomputed_tokens == n_recompute(sum(n), 0.15) == planned_recompute(n, BlendConfig(recompute_ratio=0.15))
     dev = _context_kv(engine, chunks, "blend", ratio=0.15, selection="deviation")[0].recomputed_tokens
     assert dev == n_recompute(sum(n), 0.15) == planned_recompute(n, BlendConfig(recompute_ratio=0.15, selection="deviation"))
     assert n_recompute(100, 0.15) == 15 and n_recompute(7, 0.15) == 2 and n_recompute(10, 0.0) == 0
@@ -115,9 +118,10 @@ def test_blend_config_validation():
 
 @pytest.mark.parametrize("cfg", [
     BlendConfig(recompute_ratio=1.0, selection="chunk_start"),
-    BlendConfig(recompute_ratio=1.0, per_chunk=True),
-    BlendConfig(recompute_ratio=1.0, check_layer=3, sink_tokens=2),
-    BlendConfig(recompute_ratio=1.0, selection="query"),
+    BlendConfig(recompute_ratio=1.0, selection="deviation", per_chunk=True),
+    BlendConfig(recompute_ratio=1.0, selection="deviation", check_layer=3, sink_tokens=2),
+    BlendConfig(recompute_ratio=1.0, selection="query", start_share=0.0),
+    BlendConfig(recompute_ratio=1.0),  # the default: half chunk starts, half by the query
 ])
 def test_every_selection_at_ratio_one_equals_full_prefill(engine, chunks, cfg):
     full = engine.build_context(chunks, "full")
@@ -140,18 +144,18 @@ def test_selection_budgets(engine, chunks):
     assert engine.build_context(chunks, "blend", BlendConfig(recompute_ratio=0.2, selection="chunk_start")).recomputed_tokens == len(idx)
     dev = torch.rand(T, generator=torch.Generator().manual_seed(0))
     # per chunk: each chunk gets its own share
-    sel = select_top(dev, chunks, BlendConfig(recompute_ratio=0.2, per_chunk=True))
+    sel = select_top(dev, chunks, BlendConfig(recompute_ratio=0.2, selection="deviation", per_chunk=True))
     for b, t in zip(bounds, n):
         assert int(((sel >= b) & (sel < b + t)).sum()) == n_recompute(t, 0.2)
     # sink tokens are always in, within the global budget
-    sel = select_top(dev, chunks, BlendConfig(recompute_ratio=0.2, sink_tokens=2)).tolist()
+    sel = select_top(dev, chunks, BlendConfig(recompute_ratio=0.2, selection="deviation", sink_tokens=2)).tolist()
     assert all(b in sel and b + 1 in sel for b in bounds) and len(sel) == n_recompute(T, 0.2)
     # adaptive: the fewest highest-deviation tokens that carry the mass, capped by the budget
     peaked = torch.full((T,), 1e-6)
     peaked[[3, 17]] = 1.0
-    sel = select_top(peaked, chunks, BlendConfig(recompute_ratio=0.5, adaptive_mass=0.9)).tolist()
+    sel = select_top(peaked, chunks, BlendConfig(recompute_ratio=0.5, selection="deviation", adaptive_mass=0.9)).tolist()
     assert sel == [3, 17]
-    capped = select_top(dev, chunks, BlendConfig(recompute_ratio=0.1, adaptive_mass=0.99))
+    capped = select_top(dev, chunks, BlendConfig(recompute_ratio=0.1, selection="deviation", adaptive_mass=0.99))
     assert capped.numel() == n_recompute(T, 0.1)
     with pytest.raises(ValueError):
         BlendConfig(selection="random")
@@ -188,7 +192,7 @@ def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunk
     from app.inference.blend import query_attention, select_top
 
     n = [c.n_tokens for c in chunks]
-    cfg = BlendConfig(recompute_ratio=0.2, selection="query", sink_tokens=1)
+    cfg = BlendConfig(recompute_ratio=0.2, selection="query", sink_tokens=1, start_share=0.0)
     q_ids = engine.query_ids(QUESTION)
     ctx = engine.build_context(chunks, "blend", cfg, query_ids=q_ids)
     assert ctx.recomputed_tokens == n_recompute(sum(n), 0.2) == planned_recompute(n, cfg)
@@ -197,9 +201,9 @@ def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunk
     with pytest.raises(ValueError):
         BlendConfig(selection="query", query_layers=0)
     with pytest.raises(ValueError):
-        BlendConfig(selection="query", recompute_ratio=0.1, start_ratio=0.2)
-    # EPIC's share first: the first ceil(start_ratio * T_i) tokens of every chunk, the rest by attention
-    mixed = BlendConfig(recompute_ratio=0.2, selection="query", start_ratio=0.1)
+        BlendConfig(selection="query", start_share=1.5)
+    # EPIC's share first: the first ceil(start_share * ratio * T_i) tokens of every chunk, the rest by attention
+    mixed = BlendConfig(recompute_ratio=0.2, selection="query", start_share=0.5)
     picked = select_top(torch.rand(sum(n), generator=torch.Generator().manual_seed(1)), chunks, mixed).tolist()
     starts = [b + j for b, t in zip([sum(n[:i]) for i in range(len(n))], n) for j in range(n_recompute(t, 0.1))]
     assert set(starts) <= set(picked) and len(picked) == n_recompute(sum(n), 0.2) == planned_recompute(n, mixed)
