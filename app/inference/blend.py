@@ -17,15 +17,16 @@ Design choices:
     by chunk (⌈ratio × T_i⌉ each) instead of globally; ``adaptive_mass`` keeps only the fewest
     tokens that carry that share of the total deviation (the budget is then a cap);
     ``sink_tokens`` always includes the first tokens of every chunk.
-  * ``chunk_start`` (EPIC, Hu et al., 2024; the default): the first ⌈ratio × T_i⌉ tokens of each chunk, known
+  * ``chunk_start`` (EPIC, Hu et al., 2024): the first ⌈ratio × T_i⌉ tokens of each chunk, known
     before any layer runs, so no full-width check layers are paid for: the attention-sink tokens
     at chunk starts carry most of the error of independently computed chunks.
-  * ``query``: the tokens the query attends to. The query's tokens run over the reused KV
-    (nothing written into it) through layers ``0..query_layers-1``; their attention
+  * ``query`` (the default): the tokens the query attends to. The query's tokens run over the
+    reused KV (nothing written into it) through layers ``0..query_layers-1``; their attention
     probabilities over the chunk tokens, summed over heads, query tokens and those layers, rank
     the chunk tokens; the top ⌈ratio × T⌉ are recomputed, the first ⌈start_share × ratio × T_i⌉
-    tokens of every chunk always (EPIC's share of the budget; the default, half). EPIC recomputes where the KV is most wrong on average; this recomputes where a
-    wrong KV would hurt this question (the values the answer needs sit mid-chunk, which EPIC
+    tokens of every chunk always (EPIC's share of the budget; by default half). EPIC recomputes
+    where the KV is most wrong on average; this also recomputes where a wrong KV would hurt this
+    question (the values the answer needs sit mid-chunk, which EPIC
     never reaches: docs/inference.md). Needs the query, so only ``Engine.generate``-style calls
     that know it (``blend(..., query_ids=)``) can use it.
 - ``recompute_ratio=1.0`` recomputes every token in every layer and equals full prefill up to
@@ -145,15 +146,15 @@ def chunk_starts(chunks: list[ChunkKV], ratio: float) -> torch.Tensor:
     return torch.cat(idx)
 
 
-def select_top(deviation: torch.Tensor, chunks: list[ChunkKV], config: BlendConfig) -> torch.Tensor:
+def select_top(scores: torch.Tensor, chunks: list[ChunkKV], config: BlendConfig) -> torch.Tensor:
     """Indices (sorted, into the chunk tokens) to compute through the remaining layers.
 
-    ``deviation``: (T,) a score per chunk token, higher = recompute first: the squared K+V
-    deviation at the check layer (``deviation``) or the query's attention (``query``).
+    ``scores``: (T,) per chunk token, higher = recompute first: the squared K+V deviation at the
+    check layer (``deviation``) or the query's attention (``query``).
     """
-    T = deviation.numel()
-    score = deviation.clone()
-    forced = torch.zeros(T, dtype=torch.bool, device=deviation.device)
+    T = scores.numel()
+    score = scores.clone()
+    forced = torch.zeros(T, dtype=torch.bool, device=scores.device)
     starts = _start_ratio(config)
     if config.sink_tokens or starts:
         for a, b in _chunk_bounds(chunks):
@@ -167,7 +168,7 @@ def select_top(deviation: torch.Tensor, chunks: list[ChunkKV], config: BlendConf
         return torch.cat(picks).sort().values
     budget = max(n_recompute(T, config.recompute_ratio), int(forced.sum()))
     if config.adaptive_mass is not None and budget:
-        ranked = deviation.sort(descending=True).values
+        ranked = scores.sort(descending=True).values
         share = ranked.cumsum(0) / ranked.sum().clamp_min(1e-30)
         needed = int((share < config.adaptive_mass).sum()) + 1  # fewest tokens reaching the mass
         budget = max(min(budget, needed), int(forced.sum()))
@@ -176,15 +177,15 @@ def select_top(deviation: torch.Tensor, chunks: list[ChunkKV], config: BlendConf
 
 class _PeekKV:
     """Cache adapter that lets query tokens attend over the full KV without writing into it:
-    returns (full keys ++ the query's own), keeping the query's rotated keys for the caller."""
+    returns (full keys ++ the query's own), keeping those keys for the caller."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         self.keys, self.values = keys, values
-        self.query_keys: torch.Tensor | None = None
+        self.seen_keys: torch.Tensor | None = None  # (1, H_kv, N+n, D) after the layer ran
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        self.query_keys = key_states
-        return torch.cat((self.keys, key_states), dim=2), torch.cat((self.values, value_states), dim=2)
+        self.seen_keys = torch.cat((self.keys, key_states), dim=2)
+        return self.seen_keys, torch.cat((self.values, value_states), dim=2)
 
 
 def query_attention(model: torch.nn.Module, full: PrefixKV, query_ids: torch.Tensor, span: tuple[int, int],
@@ -212,8 +213,7 @@ def query_attention(model: torch.nn.Module, full: PrefixKV, query_ids: torch.Ten
         adapter = _PeekKV(full[i][0], full[i][1])
         hidden = layer(hidden, attention_mask=mask, position_ids=pos[None], position_embeddings=rope,
                        cache=adapter, use_cache=True)
-        keys = torch.cat((full[i][0], adapter.query_keys), dim=2)  # (1, H_kv, N+n, D)
-        keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)  # (1, Hq, N+n, D)
+        keys = adapter.seen_keys.repeat_interleave(q.shape[1] // adapter.seen_keys.shape[1], dim=1)  # (1, Hq, N+n, D)
         probs = torch.softmax((q.float() @ keys.float().transpose(-1, -2)) * attn.scaling + mask.float(), dim=-1)
         mass += probs[0, :, :, a:b].sum(dim=(0, 1))
     return mass
@@ -250,15 +250,14 @@ def blend(
     ids = torch.cat([c.token_ids for c in chunks]).to(device)  # (T,)
     if deviation_check:
         sel = torch.arange(T, device=device)  # chunk-token indices still being computed
-    elif config.selection == "query":
-        if query_ids is None:
-            raise ValueError("selection='query' needs the query's token ids")
-        mass = query_attention(model, full, query_ids.to(device), (P, P + T), min(config.query_layers, n_layers))
-        sel = select_top(mass, chunks, config).to(device)
-        if sel.numel() == 0:
-            return full, 0
     else:
-        sel = chunk_starts(chunks, config.recompute_ratio).to(device)
+        if config.selection == "query":
+            if query_ids is None:
+                raise ValueError("selection='query' needs the query's token ids")
+            mass = query_attention(model, full, query_ids.to(device), (P, P + T), min(config.query_layers, n_layers))
+            sel = select_top(mass, chunks, config).to(device)
+        else:
+            sel = chunk_starts(chunks, config.recompute_ratio).to(device)
         if sel.numel() == 0:
             return full, 0  # ratio 0: the re-rotated cached KV (= reuse)
     hidden = model.model.embed_tokens(ids[sel])[None]  # (1, n, hidden)

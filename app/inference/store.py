@@ -179,9 +179,7 @@ class ChunkStore:
         meta = {"format": FORMAT, "version": VERSION, "kv_id": self.kv_id, "content_hash": h}
         save_file({"kv": chunk.kv.contiguous(), "token_ids": chunk.token_ids.contiguous()}, str(tmp), metadata=meta)
         os.replace(tmp, path)
-        size = path.stat().st_size
-        self._disk_bytes += size - self._disk.pop(h, 0)
-        self._disk[h] = size
+        self._index_disk(h, path)
         self._evict_disk()
 
     def _touch(self, h: str) -> None:
@@ -193,9 +191,13 @@ class ChunkStore:
         path = self._path(h)
         try:
             os.utime(path)
-            size = path.stat().st_size
+            self._index_disk(h, path)
         except FileNotFoundError:
-            return
+            pass
+
+    def _index_disk(self, h: str, path: Path) -> None:
+        """Account the file at `path` as chunk `h`, the most recent of the disk tier."""
+        size = path.stat().st_size
         self._disk_bytes += size - self._disk.pop(h, 0)
         self._disk[h] = size
 
@@ -217,9 +219,7 @@ class ChunkStore:
         if meta.get("format") != FORMAT or meta.get("kv_id", meta.get("model_id")) != self.kv_id or meta.get("content_hash") != h:
             raise ChunkNotFound(f"{h}: stored file does not match (format/model/hash): {meta}")
         os.utime(path)  # disk-tier recency
-        size = path.stat().st_size
-        self._disk_bytes += size - self._disk.pop(h, 0)
-        self._disk[h] = size
+        self._index_disk(h, path)
         return ChunkKV(token_ids=ids, kv=kv)
 
 

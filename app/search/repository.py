@@ -17,8 +17,8 @@ from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.access import visible_to
 from app.kit.registry import ITEM_TYPES
-from app.kit.sql import among
 from app.kit.repository_view import memory_state
+from app.kit.sql import among
 from app.knowledge.models import KnowledgeAsset
 from app.search.schemas import SearchFilters
 
