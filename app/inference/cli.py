@@ -34,15 +34,17 @@ def _load_factory(spec: str):
 @click.option("--model", "model_path", default=None, help="Checkpoint folder (default: $MEMSCALE_INFERENCE_MODEL).")
 @click.option("--data-dir", default=None, help="Data folder (default: $MEMSCALE_DATA_DIR or ./.memscale).")
 @click.option("--threads", default=None, type=int, help="torch intra-op threads.")
-@click.option("--recompute-ratio", default=0.25, show_default=True, type=click.FloatRange(0.0, 1.0))
-@click.option("--selection", default="query", show_default=True,
-              type=click.Choice(["query", "chunk_start", "deviation"]),
+# The CacheBlend options default to None: whatever is not given comes from BlendConfig(), the one
+# place the defaults live (and are argued for), so the server and the engine cannot disagree.
+@click.option("--recompute-ratio", default=None, type=click.FloatRange(0.0, 1.0),
+              help="Share of chunk tokens recomputed [default: BlendConfig's].")
+@click.option("--selection", default=None, type=click.Choice(["query", "chunk_start", "deviation"]),
               help="CacheBlend token selection: --start-share of the budget on the first tokens of each chunk, the "
               "rest on the tokens the request's prompt attends to over its first --query-layers layers; only the "
-              "chunk starts (EPIC); or KV deviation at --check-layer.")
-@click.option("--check-layer", default=1, show_default=True, type=click.IntRange(1))
-@click.option("--query-layers", default=8, show_default=True, type=click.IntRange(1))
-@click.option("--start-share", default=0.5, show_default=True, type=click.FloatRange(0.0, 1.0))
+              "chunk starts (EPIC); or KV deviation at --check-layer [default: BlendConfig's].")
+@click.option("--check-layer", default=None, type=click.IntRange(1))
+@click.option("--query-layers", default=None, type=click.IntRange(1))
+@click.option("--start-share", default=None, type=click.FloatRange(0.0, 1.0))
 @click.option("--mem-gb", default=2.0, show_default=True, type=float, help="RAM tier limit of the chunk KV store.")
 @click.option("--disk-gb", default=20.0, show_default=True, type=float, help="Disk tier limit of the chunk KV store.")
 @click.option(
@@ -77,8 +79,9 @@ def serve(host, port, model_path, data_dir, threads, recompute_ratio, selection,
         store_root=Path(env.get("MEMSCALE_DATA_DIR", "./.memscale")) / "kv",
         mem_bytes=int(mem_gb * 2**30),
         disk_bytes=int(disk_gb * 2**30),
-        blend=BlendConfig(check_layer=check_layer, recompute_ratio=recompute_ratio, selection=selection,
-                          query_layers=query_layers, start_share=start_share),
+        blend=BlendConfig(**{k: v for k, v in {"check_layer": check_layer, "recompute_ratio": recompute_ratio,
+                                                "selection": selection, "query_layers": query_layers,
+                                                "start_share": start_share}.items() if v is not None}),
     )
     if cartridge_resolver:
         factory = _load_factory(cartridge_resolver)

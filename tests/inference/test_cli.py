@@ -27,6 +27,24 @@ def test_group_and_defaults():
     assert result.exit_code == 0 and "--port" in result.output and "--cartridge-resolver" in result.output
 
 
+def test_blend_options_default_to_blendconfig(monkeypatch, tmp_path):
+    """Options not given come from BlendConfig() (one place for the defaults); given ones override."""
+    import uvicorn
+
+    import app.inference.server as server
+    from app.inference.blend import BlendConfig
+
+    seen = []
+    monkeypatch.setattr(server, "create_app", lambda config, **kw: seen.append(config.blend) or object())
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    base = ["serve", "--data-dir", str(tmp_path)]
+    for args in ([], ["--recompute-ratio", "0.4", "--selection", "chunk_start"]):
+        result = CliRunner().invoke(inference, base + args)
+        assert result.exit_code == 0, result.output
+    assert seen[0] == BlendConfig()
+    assert seen[1] == BlendConfig(recompute_ratio=0.4, selection="chunk_start")
+
+
 def test_serve_answers_and_exits_cleanly_on_sigterm(engine, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
