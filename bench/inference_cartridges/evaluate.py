@@ -118,9 +118,13 @@ def mc_accuracy(model, tokenizer, prefix, facts: list[Fact], *, cap_bytes: int) 
         sel = [h for h, f in zip(hits, facts) if f.part == part]
         if sel:
             by_part[part] = sum(sel) / len(sel)
-    gold_ll = scores.view(len(facts), k)[:, 0]  # mean log-prob per token of the true answer
+    per = scores.view(len(facts), k)
+    gold_ll = per[:, 0]  # mean log-prob per token of the true answer
+    # how far the true answer stands above the distractors (nats/token): MC's score with power,
+    # and blind to a shift that moves every short answer alike (gold LL is not)
+    margin = gold_ll - per[:, 1:].mean(-1)
     return {"accuracy": sum(hits) / len(hits), "by_part": by_part, "n": len(hits),
-            "gold_ll": float(gold_ll.mean())}
+            "gold_ll": float(gold_ll.mean()), "margin": float(margin.mean())}
 
 
 def ttft_ms(model, prefix, prompt: list[int], repeats: int) -> float:

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     from app.client import MemscaleClient
     from app.config import Settings
     from app.search.instruction import interpret
-    from bench.common import RESULTS, existing_database, serve_in_thread
+    from bench.common import RESULTS, ApiProcess, existing_database, serve_in_thread
     from bench.instructions.data import load
     from bench.scaling.run import Harness
 
@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
                 settings=existing_database(db_name) if a.reuse else None)
     result: dict = {"benchmark": "knowledge_tree", "tables": a.tables, "columns": a.columns,
                     "embedder": "all-MiniLM-L6-v2" if a.real_embedder else "word hashing (384 d)"}
+    api = None
     try:
         org = _reused_org(h, org_name) if a.reuse else None
         result["reused_bootstrap"] = org is not None
@@ -165,16 +166,22 @@ def main(argv: list[str] | None = None) -> dict:
             result["bootstrap_stats"] = {k: v for k, v in stats.items() if isinstance(v, int)}
         c = org.analyst
         table_id = c.knowledge_tree("warehouse/main")["children"][a.tables // 2]["id"]
-        # The same calls in-process (TestClient) and over a real loopback socket (uvicorn in a
-        # thread, the app's state as the TestClient's lifespan set it up), interleaved.
+        # The same calls in-process (TestClient), over a real loopback socket to uvicorn in a thread
+        # of this process (the app's state as the TestClient's lifespan set it up; client and server
+        # share one GIL), and to the API as its own process (`python -m app serve`, what a client
+        # on another machine sees, less the network), interleaved.
         wire = MemscaleClient(base_url=serve_in_thread(h.app, lifespan="off"), api_key=c.api_key)
+        api = ApiProcess(h.settings)
+        api.wait_ready()
+        apart = MemscaleClient(base_url=api.base, api_key=c.api_key)
 
         def calls_of(cl):  # noqa: ANN001, ANN202
             return {"tree_top": lambda: cl.knowledge_tree(None), "tree_catalog": lambda: cl.knowledge_tree("warehouse"),
                     "tree_schema_all_tables": lambda: cl.knowledge_tree("warehouse/main"),
                     "tree_schema_page_100": lambda: cl.knowledge_tree("warehouse/main", limit=100),
                     "node_table": lambda: cl.knowledge_node(table_id)}
-        arms = {"navigation_ms": calls_of(c), "navigation_http_ms": calls_of(wire)}
+        arms = {"navigation_ms": calls_of(c), "navigation_http_ms": calls_of(wire),
+                "navigation_process_http_ms": calls_of(apart)}
         result["load_before"] = [round(x, 2) for x in os.getloadavg()]
         for calls in arms.values():  # warm
             for fn in calls.values():
@@ -189,6 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         for arm in arms:
             result[arm] = {k: _stats(v) for k, v in times[arm].items()}
         wire.close()
+        apart.close()
         result["navigation_service_ms"] = _service_times(h, org, table_id, a.calls)
         result["load_after_navigation"] = [round(x, 2) for x in os.getloadavg()]
         schema = c.knowledge_tree("warehouse/main")
@@ -213,6 +221,8 @@ def main(argv: list[str] | None = None) -> dict:
         result["interpreter_alone_ms"] = _stats(alone)
         result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
+        if api is not None:
+            api.stop()
         h.close()
     print(json.dumps(result, indent=1))
     a.out.mkdir(parents=True, exist_ok=True)

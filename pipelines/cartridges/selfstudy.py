@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from tqdm import tqdm
 from app.inference.context_distillation import DistillExample
 from app.inference.kv import compute_kv, prefix_cache, prefix_length
 from app.kit.localmodel import decode
-from pipelines.cartridges.chat import CHATML, conversation_ids, encode, stop_ids
+from pipelines.cartridges.chat import CHATML, conversation_ids, corpus_text, encode, stop_ids
 
 # Short and concrete: a 135M model follows "write a quiz question about the text above" but
 # drifts on long meta-instructions (see docs/cartridges.md).
@@ -62,7 +63,7 @@ class SelfStudyMismatch(RuntimeError):
 @dataclass(frozen=True)
 class SelfStudyConfig:
     samples: int = 256
-    chunk_tokens: int = 512
+    chunk_tokens: int = 4096  # a corpus that fits is one chunk: the teacher sees all of it (docs/cartridges.md, round 3)
     batch_size: int = 16  # samples per shard; all share one chunk
     max_question_tokens: int = 32
     max_answer_tokens: int = 128
@@ -140,6 +141,59 @@ def recital_examples(model, tokenizer, corpus_ids: list[int], *, chunk: int = 51
             lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)  # predicts conv[start:]
             top_lp, top_id = lp.topk(top_k, -1)
             out.append(DistillExample(ids, start, top_id.long(), top_lp))
+    return out
+
+
+def _sentences(text: str) -> list[str]:
+    return [x.strip() for x in re.split(r"(?<=[.!?])\s+", text.strip()) if x.strip()]
+
+
+@torch.inference_mode()
+def cloze_examples(model, tokenizer, texts: list[str], *, chunk: int = 4096, cuts: tuple[float, ...] = (0.5, 0.75),
+                   min_words: int = 4, top_k: int = 20) -> list[DistillExample]:
+    """Fill-the-gap conversations over every sentence of every document, no sampling.
+
+    The user quotes the start of a sentence, named by its document's first sentence (its title:
+    "It is led by ..." needs to know what "it" is), and the answer is the rest of the sentence;
+    one conversation per cut (the share of words given). The teacher (the documents' group in
+    context: documents are packed in order into groups of at most ``chunk`` tokens, so a corpus
+    that fits is one group) scores the answer in one forward pass. Where recital asks to quote
+    64 tokens from an 8-token cue, this asks for what a question asks for: the end of one
+    statement (a name, a number, a month) given its subject. Built from the corpus text alone.
+    """
+    groups: list[list[str]] = [[]]
+    used = 0
+    for text in texts:
+        n = len(encode(tokenizer, text)) + 2
+        if groups[-1] and used + n > chunk:
+            groups.append([])
+            used = 0
+        groups[-1].append(text)
+        used += n
+    out = []
+    for docs in groups:
+        prefix = compute_kv(model, torch.tensor(encode(tokenizer, CHATML.context_open + corpus_text(docs))))
+        n_ctx = prefix_length(prefix)
+        for doc in docs:
+            sentences = _sentences(doc)
+            if len(sentences) < 2:
+                continue
+            title = sentences[0].rstrip(".")
+            for sentence in sentences[1:]:
+                words = sentence.split()
+                if len(words) < min_words:
+                    continue
+                for cut in cuts:
+                    k = min(len(words) - 1, max(1, round(cut * len(words))))
+                    conv, start = conversation_ids(
+                        tokenizer, f"Complete the sentence from the notes on {title}: {' '.join(words[:k])} ...",
+                        " ".join(words[k:]))
+                    ids = torch.tensor(conv)
+                    pos = torch.arange(n_ctx, n_ctx + len(conv))[None]
+                    logits = model(ids[None], cache=prefix_cache(prefix), position_ids=pos, use_cache=True).logits[0]
+                    lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)
+                    top_lp, top_id = lp.topk(top_k, -1)
+                    out.append(DistillExample(ids, start, top_id.long(), top_lp))
     return out
 
 

@@ -21,7 +21,8 @@ from app.inference.cartridge import Cartridge, kv_bytes
 from app.inference.context_distillation import DistillConfig, evaluate_loss, train
 from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
 from pipelines.cartridges.chat import context_ids, corpus_text, encode
-from pipelines.cartridges.selfstudy import SelfStudyConfig, load_examples, run_selfstudy
+from pipelines.cartridges.selfstudy import (SelfStudyConfig, cloze_examples, load_examples, load_shard, run_selfstudy,
+                                            save_shard)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ class CartridgeJobConfig:
     distill: DistillConfig = field(default_factory=DistillConfig)
     init: str = "corpus"  # "corpus": KV of the first p corpus tokens; "unrelated": of filler text
     frozen_tokens: int = 1
+    # fill-the-gap conversations over every sentence join the self-study data (selfstudy.
+    # cloze_examples): a signal tied to the corpus's facts, where a small model's own questions
+    # are mostly vague (docs/cartridges.md, third round)
+    cloze: bool = True
 
 
 def initial_cartridge(model, tokenizer, corpus_texts: list[str], p: int, *, model_id: str,
@@ -95,6 +100,14 @@ def train_cartridge(
     ss_stats = run_selfstudy(model, tokenizer, body, out / "selfstudy", config.selfstudy,
                              model_id=model_id, progress=progress)
     examples = load_examples(out / "selfstudy")
+    n_cloze = 0
+    if config.cloze:
+        cloze_path = out / "cloze.safetensors"  # deterministic (teacher-forced), kept for a rerun
+        if not cloze_path.exists():
+            save_shard(cloze_path, cloze_examples(model, tokenizer, corpus_texts), {"kind": "cloze"})
+        cloze = load_shard(cloze_path)
+        n_cloze = len(cloze)
+        examples = examples + cloze
     t1 = time.perf_counter()
     cart = initial_cartridge(model, tokenizer, corpus_texts, p, model_id=model_id,
                              content_hashes=list(content_hashes), init=config.init,
@@ -114,6 +127,7 @@ def train_cartridge(
         "kv_bytes_corpus_in_context_fp32": kv_bytes(cart.num_layers, cart.kv_heads,
                                                     cart.head_dim, len(body)),
         "selfstudy": {k: ss_stats[k] for k in ("samples", "chunks", "resumed_samples")},
+        "cloze_examples": n_cloze,
         "selfstudy_seconds": round(t1 - t0, 2),
         "selfstudy_config": asdict(config.selfstudy),
         **{k: v for k, v in train_stats.items() if k != "config"},

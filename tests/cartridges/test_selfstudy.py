@@ -95,6 +95,7 @@ def test_train_cartridge_job_writes_a_versioned_file_and_resumes(corpus, model, 
     assert cart.stats["steps"] == 2 and cart.stats["selfstudy"]["samples"] == 4
     assert stats["kv_bytes_fp32"] == cart.nbytes() < stats["kv_bytes_corpus_in_context_fp32"]
     assert len(stats["losses"]) == 2 and stats["probe_loss_before"] > 0
+    assert stats["cloze_examples"] == 8 and (tmp_path / "cloze.safetensors").exists()  # 2 sentences x 2 cuts per document
     # rerun with more steps: self-study is reused, distillation resumes from its checkpoint
     _, more = train_cartridge(corpus, ["sha256:a", "sha256:b"], tmp_path, p=8, steps=3, config=cfg,
                               model=model, tokenizer=tokenizer, progress=False)
@@ -123,3 +124,20 @@ def test_recital_examples_quote_the_corpus_with_the_teacher_scores(corpus, model
                for ex in exs for i in range(ex.topk_ids.shape[0] - 1))
     total = sum(ex.topk_ids.shape[0] - 1 for ex in exs)
     assert hits / total > 0.5
+
+
+def test_cloze_examples_ask_for_the_end_of_every_sentence(corpus, model, tokenizer):
+    from pipelines.cartridges.selfstudy import cloze_examples
+
+    exs = cloze_examples(model, tokenizer, corpus, chunk=30, cuts=(0.5,))  # one document per group
+    # a document's first sentence is its title; every later sentence of >= 4 words is one gap
+    assert len(exs) == 2 + 2
+    first = tokenizer.decode(exs[0].conv_ids)
+    assert "the notes on Project Falcon is led by Maria Chen: Its budget is 4.2 million euros and it ..." in first
+    answer = exs[0].conv_ids[exs[0].answer_start:].tolist()  # 15 words, cut at 8
+    assert tokenizer.decode(answer[:-1]).strip() == "launches on 14 March 2026 in Lisbon."
+    assert answer[-1] in stop_ids(tokenizer) and exs[0].topk_ids.shape == (len(answer), 20)
+    # the teacher has the document in context: it mostly predicts the sentence's own next token
+    hits = sum(int(ex.topk_ids[i, 0]) == int(ex.conv_ids[ex.answer_start + i])
+               for ex in exs for i in range(ex.topk_ids.shape[0] - 1))
+    assert hits / sum(ex.topk_ids.shape[0] - 1 for ex in exs) > 0.5
