@@ -142,6 +142,29 @@ def test_branch_isolation_both_ways(client, world, admin_engine):
     assert client.post("/v1/search", json={"query": TOKEN}, headers=_h(steward, "trial")).status_code == 404
 
 
+def test_branch_patches_a_main_memory_that_main_superseded_after_the_fork(client, world):
+    """Found by the property test (tests/test_branch_property.py): in the branch the main version
+    is still the current one, although main has since written a newer version and marked its row
+    superseded; the branch's patch and declassify must not answer 409 not_current_version."""
+    org = world.org()
+    steward = world.user(org, roles=("steward",))
+    m = _mem(client, steward, "v1", visibility="private")
+    _branch(client, steward, "later")
+    r = client.patch(f"/v1/memories/{m['id']}", json={"text": f"{TOKEN} main v2"}, headers=steward.h)
+    assert r.status_code == 200, r.text
+    r = client.post(f"/v1/memories/{m['id']}/declassify", json={"visibility": "org", "reason": "review"},
+                    headers=_h(steward, "later"))
+    assert r.status_code == 200, r.text
+    r = client.patch(f"/v1/memories/{r.json()['id']}", json={"text": f"{TOKEN} branch v3"},
+                     headers=_h(steward, "later"))
+    assert r.status_code == 200, r.text
+    assert _texts(client, steward, branch="later") == {"branch v3"}
+    assert _texts(client, steward) == {"main v2"}
+    # in main the old version is superseded: patching it there is still refused
+    r = client.patch(f"/v1/memories/{m['id']}", json={"text": f"{TOKEN} again"}, headers=steward.h)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "not_current_version"
+
+
 def test_branch_api_rules(client, world):
     org = world.org()
     steward = world.user(org, roles=("steward",))

@@ -94,6 +94,21 @@ def memory_state(view: View, model, statuses) -> ColumnElement[bool]:  # noqa: A
     return or_(*parts)
 
 
+def status_in(view: View, row) -> str:  # noqa: ANN001
+    """The status a memory version `row` (already found in `view`) has there: `memory_state`'s
+    rule for one row in Python. A version of a layer with a cutoff (main read in a branch forked at
+    c) that was superseded after c is still the current one there: the branch may patch it even
+    though main has moved on. Quarantine is today's (see the module)."""
+    if row.status != "superseded" or view.every_branch:
+        return row.status
+    for layer in view.layers:
+        if row.branch_id == layer.branch_id:
+            c = layer.cutoff
+            return "active" if c is not None and row.superseded_at is not None and row.superseded_at > c \
+                else row.status
+    return row.status
+
+
 def add_mask(db, *, org_id, branch_id, item_type: str, key, at: datetime) -> None:  # noqa: ANN001
     """Hide item `key` of table `item_type` of every layer below `branch_id` from `at` on."""
     from sqlalchemy.dialects.postgresql import insert

@@ -19,7 +19,7 @@ from app.kit import scope as scopes
 from app.kit.embedding import Embedder
 from app.kit.access import assert_may_modify, assert_may_share
 from app.kit.db import is_below, view_of
-from app.kit.repository_view import add_mask
+from app.kit.repository_view import add_mask, status_in
 from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
@@ -158,8 +158,8 @@ def patch(db: Session, embedder: Embedder, principal: Principal, memory_id: uuid
     if old is None:
         raise NotFound("memory not found")
     _may_modify(principal, old)
-    if old.status != "active":
-        raise Conflict(f"memory is {old.status}; patch its current version", code="not_current_version")
+    if (status := status_in(view_of(db), old)) != "active":
+        raise Conflict(f"memory is {status}; patch its current version", code="not_current_version")
     changes = body.model_dump(exclude_unset=True)
     if (changes.get("kind", old.kind) in AGENT_KINDS) != (old.kind in AGENT_KINDS):
         raise AppError("an agent's instruction or skill stays one (and another memory cannot become one)",
@@ -250,8 +250,8 @@ def declassify(db: Session, principal: Principal, memory_id: uuid.UUID, body: De
     old = repo.get_visible(db, principal, memory_id, for_update=True)
     if old is None:
         raise NotFound("memory not found")
-    if old.status != "active":
-        raise Conflict(f"memory is {old.status}; declassify its current version", code="not_current_version")
+    if (status := status_in(view_of(db), old)) != "active":
+        raise Conflict(f"memory is {status}; declassify its current version", code="not_current_version")
     assert_may_share(principal, body.visibility, body.groups)
     new = new_version(db, old, now=datetime.now(timezone.utc), relation="declassified_from", close_validity=False,
                       provenance={**old.provenance, "previous_version": str(old.id),
