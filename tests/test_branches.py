@@ -59,7 +59,11 @@ def test_as_of_reads_the_state_recorded_then(client, world):
     assert _texts(client, alice, as_of=before_patch) == {"deploys on tuesday"}
     # GET by id: the version did not exist yet at that instant; the old one did.
     assert client.get(f"/v1/memories/{v2['id']}", params={"as_of": before_patch}, headers=alice.h).status_code == 404
-    assert client.get(f"/v1/memories/{m1['id']}", params={"as_of": before_patch}, headers=alice.h).status_code == 200
+    then = client.get(f"/v1/memories/{m1['id']}", params={"as_of": before_patch}, headers=alice.h)
+    assert then.status_code == 200  # and shown as it was then: the current version, still valid
+    assert (then.json()["status"], then.json()["superseded_at"], then.json()["valid_to"]) == ("active", None, None)
+    now = client.get(f"/v1/memories/{m1['id']}", headers=alice.h).json()
+    assert now["status"] == "superseded" and now["superseded_at"] is not None
     # Context as of then serves the old text (with a session too: its own state is today's).
     ctx = client.post("/v1/context", json={"query": f"{TOKEN} deploys", "as_of": before_patch}, headers=alice.h).json()
     assert "tuesday" in ctx["text"] and "thursday" not in ctx["text"]
@@ -152,6 +156,8 @@ def test_branch_patches_a_main_memory_that_main_superseded_after_the_fork(client
     _branch(client, steward, "later")
     r = client.patch(f"/v1/memories/{m['id']}", json={"text": f"{TOKEN} main v2"}, headers=steward.h)
     assert r.status_code == 200, r.text
+    seen = client.get(f"/v1/memories/{m['id']}", headers=_h(steward, "later")).json()
+    assert (seen["status"], seen["superseded_at"]) == ("active", None)  # the branch's current version
     r = client.post(f"/v1/memories/{m['id']}/declassify", json={"visibility": "org", "reason": "review"},
                     headers=_h(steward, "later"))
     assert r.status_code == 200, r.text

@@ -20,6 +20,7 @@ from app.kit.embedding import Embedder
 from app.kit.access import assert_may_modify, assert_may_share
 from app.kit.db import is_below, view_of
 from app.kit.repository_view import add_mask, status_in
+from app.kit.view import View
 from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
@@ -31,11 +32,17 @@ class ScopeTooWide(AppError):
     status_code, code = 422, "scope_wider_than_sources"
 
 
-def to_out(m: Memory) -> MemoryOut:
-    return MemoryOut(id=m.id, root_id=m.root_id, version=m.version, status=m.status, text=m.text, kind=m.kind,
+def to_out(m: Memory, view: View | None = None) -> MemoryOut:
+    """The version as `view` sees it (None: as stored). In a branch, or as of an instant, a version
+    superseded later is still the current one: active, not superseded, and still valid if the
+    supersession was what closed its validity (`supersede` sets both instants to the same now)."""
+    status, superseded_at, valid_to = m.status, m.superseded_at, m.valid_to
+    if view is not None and (status := status_in(view, m)) != m.status:
+        superseded_at, valid_to = None, None if valid_to == m.superseded_at else valid_to
+    return MemoryOut(id=m.id, root_id=m.root_id, version=m.version, status=status, text=m.text, kind=m.kind,
                      confidence=m.confidence, provenance=m.provenance, owner_id=m.owner_id,
-                     valid_from=m.valid_from, valid_to=m.valid_to, recorded_at=m.recorded_at,
-                     superseded_at=m.superseded_at, last_validated_at=m.last_validated_at,
+                     valid_from=m.valid_from, valid_to=valid_to, recorded_at=m.recorded_at,
+                     superseded_at=superseded_at, last_validated_at=m.last_validated_at,
                      visibility=m.visibility, groups=m.groups, labels=m.labels, agent_id=m.agent_id)
 
 
