@@ -38,7 +38,9 @@ def to_out(m: Memory, view: View | None = None) -> MemoryOut:
     supersession was what closed its validity (`supersede` sets both instants to the same now)."""
     status, superseded_at, valid_to = m.status, m.superseded_at, m.valid_to
     if view is not None and (status := status_in(view, m)) != m.status:
-        superseded_at, valid_to = None, None if valid_to == m.superseded_at else valid_to
+        superseded_at = None
+        if valid_to == m.superseded_at:  # closed by the supersession the view does not see
+            valid_to = None
     return MemoryOut(id=m.id, root_id=m.root_id, version=m.version, status=status, text=m.text, kind=m.kind,
                      confidence=m.confidence, provenance=m.provenance, owner_id=m.owner_id,
                      valid_from=m.valid_from, valid_to=valid_to, recorded_at=m.recorded_at,

@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
             stats = train(model, cart, data[spec["data"]], replace(cfg, steps=upto, checkpoint_every=upto),
                           checkpoint_dir=ckpt, progress=False)
             losses = stats["losses"]
-            curve.append({"step": upto, **score(model, tok, cart.as_prefix_kv(), facts, cap, upto == args.steps or args.gen_every, dev),
+            gen = upto == args.steps or args.gen_every
+            curve.append({"step": upto, **score(model, tok, cart.as_prefix_kv(), facts, cap, gen, dev),
                           "loss_last": losses[-1], "seconds": round(time.perf_counter() - t, 1)})
             print(name, curve[-1], flush=True)
         result["runs"][name] = {"spec": spec, "curve": curve, "losses": losses}

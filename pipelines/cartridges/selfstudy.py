@@ -31,7 +31,7 @@ from tqdm import tqdm
 from app.inference.context_distillation import DistillExample
 from app.inference.kv import compute_kv, prefix_cache, prefix_length
 from app.kit.localmodel import decode
-from pipelines.cartridges.chat import CHATML, conversation_ids, corpus_text, encode, stop_ids
+from pipelines.cartridges.chat import CHATML, context_ids, conversation_ids, corpus_text, encode, stop_ids
 
 # Short and concrete: a 135M model follows "write a quiz question about the text above" but
 # drifts on long meta-instructions (see docs/cartridges.md).
@@ -63,7 +63,8 @@ class SelfStudyMismatch(RuntimeError):
 @dataclass(frozen=True)
 class SelfStudyConfig:
     samples: int = 256
-    chunk_tokens: int = 4096  # a corpus that fits is one chunk: the teacher sees all of it (docs/cartridges.md, round 3)
+    # a corpus that fits is one chunk: the teacher sees all of it (docs/cartridges.md, round 3)
+    chunk_tokens: int = 4096
     batch_size: int = 16  # samples per shard; all share one chunk
     max_question_tokens: int = 32
     max_answer_tokens: int = 128
@@ -117,6 +118,18 @@ def run_shard(model, tokenizer, chunk: list[int], n: int, config: SelfStudyConfi
     return examples, records
 
 
+def _teacher_scored(model, prefix, n_ctx: int, conv: list[int], start: int,  # noqa: ANN001
+                    top_k: int) -> DistillExample:
+    """One teacher-forced conversation after the teacher's context `prefix` (`n_ctx` positions):
+    the teacher's top-k log-probs at every answer token (`conv[start:]`), in one forward pass."""
+    ids = torch.tensor(conv)
+    pos = torch.arange(n_ctx, n_ctx + len(conv))[None]
+    logits = model(ids[None], cache=prefix_cache(prefix), position_ids=pos, use_cache=True).logits[0]
+    lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)  # predicts conv[start:]
+    top_lp, top_id = lp.topk(top_k, -1)
+    return DistillExample(ids, start, top_id.long(), top_lp)
+
+
 @torch.inference_mode()
 def recital_examples(model, tokenizer, corpus_ids: list[int], *, chunk: int = 512, piece: int = 64,
                      cue_tokens: int = 8, top_k: int = 20) -> list[DistillExample]:
@@ -135,12 +148,7 @@ def recital_examples(model, tokenizer, corpus_ids: list[int], *, chunk: int = 51
             span = ch[i:i + piece]
             cue = tokenizer.decode(span[:cue_tokens]).strip()
             conv, start = conversation_ids(tokenizer, f"Quote the notes that start with: {cue}", span)
-            ids = torch.tensor(conv)
-            pos = torch.arange(n_ctx, n_ctx + len(conv))[None]
-            logits = model(ids[None], cache=prefix_cache(prefix), position_ids=pos, use_cache=True).logits[0]
-            lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)  # predicts conv[start:]
-            top_lp, top_id = lp.topk(top_k, -1)
-            out.append(DistillExample(ids, start, top_id.long(), top_lp))
+            out.append(_teacher_scored(model, prefix, n_ctx, conv, start, top_k))
     return out
 
 
@@ -172,7 +180,7 @@ def cloze_examples(model, tokenizer, texts: list[str], *, chunk: int = 4096, cut
         used += n
     out = []
     for docs in groups:
-        prefix = compute_kv(model, torch.tensor(encode(tokenizer, CHATML.context_open + corpus_text(docs))))
+        prefix = compute_kv(model, torch.tensor(context_ids(tokenizer, corpus_text(docs))))
         n_ctx = prefix_length(prefix)
         for doc in docs:
             sentences = _sentences(doc)
@@ -188,12 +196,7 @@ def cloze_examples(model, tokenizer, texts: list[str], *, chunk: int = 4096, cut
                     conv, start = conversation_ids(
                         tokenizer, f"Complete the sentence from the notes on {title}: {' '.join(words[:k])} ...",
                         " ".join(words[k:]))
-                    ids = torch.tensor(conv)
-                    pos = torch.arange(n_ctx, n_ctx + len(conv))[None]
-                    logits = model(ids[None], cache=prefix_cache(prefix), position_ids=pos, use_cache=True).logits[0]
-                    lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)
-                    top_lp, top_id = lp.topk(top_k, -1)
-                    out.append(DistillExample(ids, start, top_id.long(), top_lp))
+                    out.append(_teacher_scored(model, prefix, n_ctx, conv, start, top_k))
     return out
 
 

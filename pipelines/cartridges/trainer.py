@@ -104,7 +104,9 @@ def train_cartridge(
     if config.cloze:
         cloze_path = out / "cloze.safetensors"  # deterministic (teacher-forced), kept for a rerun
         if not cloze_path.exists():
-            save_shard(cloze_path, cloze_examples(model, tokenizer, corpus_texts), {"kind": "cloze"})
+            # the same teacher context size as self-study's (one knob: the corpus that fits is one group)
+            save_shard(cloze_path, cloze_examples(model, tokenizer, corpus_texts, chunk=config.selfstudy.chunk_tokens),
+                       {"kind": "cloze"})
         cloze = load_shard(cloze_path)
         n_cloze = len(cloze)
         examples = examples + cloze
