@@ -1,11 +1,13 @@
 """retention job: delete episodes older than the org's policy (org.settings.retention.episode days),
-each with the full deletion cascade (derived memories re-derived or removed)."""
+each with the full deletion cascade (derived memories re-derived or removed); and what an erasure
+left on disk if its process stopped before removing it (erased cartridges' folders)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
+from app.cartridges.service import sweep_erased
 from app.episodes import service as episodes
 from app.episodes.deletion import forget_episode
 from app.jobs.runner import JobContext
@@ -20,6 +22,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
     ctx.view = EVERY_BRANCH  # a deletion reaches every branch, as erasure does (app/kit/view.py)
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "days": None}
     with ctx.tx() as db:
+        stats["cartridge_folders_removed"] = sweep_erased(db, ctx.org_id, ctx.settings.data_dir)
         days = orgs.retention_days(db, ctx.org_id, "episode")
     if not days:
         return stats

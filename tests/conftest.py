@@ -129,6 +129,21 @@ def episode(content: str = "the deploy failed because the cache was cold", **kw)
 
 
 @pytest.fixture
+def swap_state():
+    """``swap_state(app.state, name, value)`` for one test, restored after it. (pytest's monkeypatch
+    cannot restore an attribute of a Starlette ``State``: its undo deletes it.)"""
+    done = []
+
+    def swap(state, name: str, value) -> None:  # noqa: ANN001
+        done.append((state, name, getattr(state, name)))
+        setattr(state, name, value)
+
+    yield swap
+    for state, name, old in reversed(done):
+        setattr(state, name, old)
+
+
+@pytest.fixture
 def run_job(settings, app, embedder, client):
     """Create and run a job in the foreground, as `memscale jobs run` does; returns the Job row."""
     from app.jobs import service as jobs_service
@@ -136,7 +151,7 @@ def run_job(settings, app, embedder, client):
     from app.kit.db import bind_principal
 
     def _go(org_id, kind: str, params: dict | None = None, *, created_by=None, gateway=None,  # noqa: ANN001
-            branch: str | None = None):
+            branch: str | None = None, with_settings=None):
         from app.branches import service as branches
 
         sessions = app.state.sessions
@@ -147,7 +162,8 @@ def run_job(settings, app, embedder, client):
                                       status="running", branch_id=branch_id)
             db.commit()
             job_id = job.id
-        res = Resources(settings, _embedder=embedder, _gateway=gateway)
-        return _run(JobContext(settings=settings, sessions=sessions, org_id=org_id, job_id=job_id, resources=res))
+        s = with_settings or settings  # e.g. another data dir
+        res = Resources(s, _embedder=embedder, _gateway=gateway)
+        return _run(JobContext(settings=s, sessions=sessions, org_id=org_id, job_id=job_id, resources=res))
 
     return _go

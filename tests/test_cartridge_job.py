@@ -68,3 +68,68 @@ def test_cartridge_over_two_owners_private_assets_fails_cleanly(client, world, r
                   {"b": bob.user_id, "o": alice.org_id})
     job = run_job(alice.org_id, "train_cartridge", {})
     assert job.status == "failed" and "different owners" in job.error and fake_training == []
+
+
+@pytest.fixture
+def here(settings, tmp_path):
+    """The service's settings with its data dir (where cartridges are written) under tmp."""
+    return settings.model_copy(update={"data_dir": tmp_path / "data",
+                                       "inference_key": settings.inference_secret().decode()})
+
+
+def _train_into_folder(monkeypatch, during=None):  # noqa: ANN001
+    import pipelines.cartridges.trainer as trainer
+
+    def train(texts, hashes, out_dir, p, steps, **kw):  # noqa: ANN001, ANN003
+        (out_dir / "selfstudy").mkdir(parents=True, exist_ok=True)
+        (out_dir / "selfstudy" / "shard-0.jsonl").write_text(texts[0])  # the corpus, readable, as self-study keeps it
+        if during is not None:
+            during()
+        path = out_dir / "cartridge.safetensors"
+        path.write_bytes(b"kv")
+        return path, {"model_id": "smollm2-135m-instruct", "p": p}
+
+    monkeypatch.setattr(trainer, "train_cartridge", train)
+
+
+def test_assets_erased_while_a_cartridge_trains_leave_nothing(client, world, run_job, tmp_path, here, monkeypatch,
+                                                              swap_state):
+    org = world.org()
+    alice = world.user(org, roles=["steward"])  # the only steward: an operator run's assets are hers
+    folder = _docs(tmp_path, "mine", "Alice's salary review is on Friday.")
+    assert run_job(alice.org_id, "bootstrap", {"path": str(folder), "visibility": "private"},
+                   with_settings=here).status == "succeeded"
+    admin = world.user(org, roles=["admin"])
+    swap_state(client.app.state, "settings", here)
+    erase = lambda: client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)  # noqa: E731
+    _train_into_folder(monkeypatch, during=lambda: erase().raise_for_status())
+    job = run_job(alice.org_id, "train_cartridge", {}, with_settings=here)
+    assert job.status == "failed" and "erased while it trained" in job.error
+    assert not (here.data_dir / "cartridges" / str(job.id)).exists()
+    from sqlalchemy import text as sql
+
+    with world.engine.begin() as c:
+        assert c.execute(sql("SELECT count(*) FROM cartridges WHERE org_id = :o"), {"o": alice.org_id}).scalar() == 0
+
+
+def test_erased_cartridge_folders_left_by_a_stopped_process_are_swept(client, world, run_job, tmp_path, here,
+                                                                      monkeypatch, swap_state):
+    from app.orgs import forget
+
+    org = world.org()
+    alice = world.user(org, roles=["steward"])
+    folder = _docs(tmp_path, "mine", "Alice's medical leave starts in May.")
+    assert run_job(alice.org_id, "bootstrap", {"path": str(folder), "visibility": "private"},
+                   with_settings=here).status == "succeeded"
+    _train_into_folder(monkeypatch)
+    job = run_job(alice.org_id, "train_cartridge", {}, with_settings=here)
+    assert job.status == "succeeded", job.error
+    out = here.data_dir / "cartridges" / str(job.id)
+    # The erasure commits; its process stops before the step after the commit removes the files.
+    swap_state(client.app.state, "settings", here)
+    monkeypatch.setattr(forget, "drop_derived_state", lambda *a, **kw: None)
+    assert client.delete(f"/v1/users/{alice.user_id}/data", headers=alice.h).status_code == 202
+    assert out.exists()
+    swept = run_job(alice.org_id, "retention", with_settings=here)
+    assert swept.status == "succeeded" and swept.stats["cartridge_folders_removed"] == 1
+    assert not out.exists()

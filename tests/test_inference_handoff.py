@@ -90,3 +90,68 @@ def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tm
     gen = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2,
                                           "mode": "blend"}, headers=tier.operator)
     assert gen.status_code == 404
+
+
+def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, world, run_job, tier, settings, tmp_path,
+                                                                     monkeypatch, swap_state):
+    """A cartridge is the user's text in another form (trained KV; self-study conversations in plain
+    text on disk): erasure removes its folder, the tier's loaded copy, and every cartridge trained
+    on the user's assets, a stale one included. Before, erasure only marked them stale."""
+    import pipelines.cartridges.trainer as trainer
+    from app.inference.cartridge import Cartridge, CartridgeDirectory
+    from app.kit.tier import TierClient
+    from app.orgs import endpoints as org_endpoints
+
+    eng = tier.app.state.engine
+    here = settings.model_copy(update={"data_dir": tmp_path / "data",  # the same keys, files under tmp
+                                       "inference_key": settings.inference_secret().decode()})
+
+    def train(texts, hashes, out_dir, p, steps, **kw):  # noqa: ANN001, ANN003 - a real (untrained) cartridge
+        ids = eng.tokenizer("\n\n".join(texts))["input_ids"]
+        cart = Cartridge.from_tokens(eng.model, ids, 4, model_id=eng.model_id, content_hashes=hashes)
+        (out_dir / "selfstudy").mkdir(parents=True, exist_ok=True)
+        (out_dir / "selfstudy" / "shard-0.jsonl").write_text('{"text": "%s"}\n' % texts[0])
+        return cart.save(out_dir / "cartridge.safetensors"), {"model_id": eng.model_id, "p": 4}
+
+    monkeypatch.setattr(trainer, "train_cartridge", train)
+    swap_state(client.app.state, "settings", here)
+    swap_state(tier.app.state, "resolve_cartridges",
+               CartridgeDirectory(here.data_dir / "cartridges", model_id=eng.model_id))
+    monkeypatch.setattr(org_endpoints, "tier_client", lambda s: TierClient(tier, s.inference_secret()))
+    org = world.org()
+    alice = world.user(org, roles=["steward"])  # the org's only steward: an operator run's assets are hers
+    d = tmp_path / "cdocs"
+    d.mkdir()
+    (d / "plan.md").write_text("Alice's private plan: the Osprey launch moves to June.")
+    boot = {"path": str(d), "visibility": "private"}
+    assert run_job(alice.org_id, "bootstrap", boot, with_settings=here).status == "succeeded"
+    old = run_job(alice.org_id, "train_cartridge", {"p": 4}, with_settings=here)
+    (d / "plan.md").write_text("Alice's private plan: the Osprey launch moves to July.")  # the first goes stale
+    assert run_job(alice.org_id, "bootstrap", boot, with_settings=here).status == "succeeded"
+    new = run_job(alice.org_id, "train_cartridge", {"p": 4}, with_settings=here)
+    assert old.status == new.status == "succeeded", (old.error, new.error)
+    folders = [here.data_dir / "cartridges" / str(j.id) for j in (old, new)]
+    assert all((f / "selfstudy" / "shard-0.jsonl").is_file() for f in folders)
+    ctx = client.post("/v1/context", json={"query": "Osprey launch", "budget_tokens": 300}, headers=alice.h).json()
+    assert [c["id"] for c in ctx["handoff"]["cartridges"]] == [str(new.id)]
+    use = {"prompt": "When is the launch?", "cartridges": [str(new.id)], "max_tokens": 2, "mode": "prefix"}
+    bearer = {"Authorization": f"Bearer {ctx['handoff']['token']}"}
+    assert tier.post("/v1/generate", json=use, headers=bearer).status_code == 200  # loaded: now in the tier's cache
+    admin = world.user(org, roles=["admin"])
+    r = client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)
+    assert r.status_code == 202
+    stats = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()["stats"]
+    assert (stats["cartridges_erased"], stats["cartridge_folders_removed"]) == (2, 2)
+    assert stats["tier_cartridges_dropped"] == 1  # the one it had loaded
+    assert not any(f.exists() for f in folders)
+    # The token issued before the erasure names the cartridge: the tier no longer has it.
+    gone = tier.post("/v1/generate", json=use, headers=bearer)
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "cartridge_not_found"
+    from sqlalchemy import text as sql
+
+    with world.engine.begin() as c:
+        rows = c.execute(sql("SELECT status FROM cartridges WHERE id = ANY(:ids)"),
+                         {"ids": [old.id, new.id]}).scalars().all()
+        events = c.execute(sql("SELECT count(*) FROM audit_log WHERE action = 'cartridge.erase' AND org_id = :o"),
+                           {"o": alice.org_id}).scalar()
+    assert sorted(rows) == ["erased", "erased"] and events == 2

@@ -17,7 +17,7 @@ class CartridgeRecord(AccessMixin, Base):
     __tablename__ = "cartridges"
     __table_args__ = (access_check(), tenant_fk("owner_id", "users"))
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)  # = the training job's id
-    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")  # active | stale
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")  # active | stale | erased
     path: Mapped[str] = mapped_column(Text, nullable=False)
     model_id: Mapped[str] = mapped_column(Text, nullable=False)
     p: Mapped[int] = mapped_column(Integer, nullable=False)

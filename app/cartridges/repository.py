@@ -35,6 +35,28 @@ def mark_stale(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> li
         .returning(CartridgeRecord.id)).scalars())
 
 
+def mark_erased(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Every cartridge of the org trained on any of ``asset_ids`` (active or stale: a stale one's
+    files still hold the text) becomes ``erased``; their ids."""
+    return list(db.execute(update(CartridgeRecord).where(
+        CartridgeRecord.org_id == org_id, CartridgeRecord.status != "erased",
+        CartridgeRecord.asset_ids.overlap(list(asset_ids))).values(status="erased")
+        .returning(CartridgeRecord.id)).scalars())
+
+
+def erased_ids(db: Session, org_id: uuid.UUID) -> list[uuid.UUID]:
+    return list(db.execute(select(CartridgeRecord.id).where(CartridgeRecord.org_id == org_id,
+                                                            CartridgeRecord.status == "erased")).scalars())
+
+
+def current_state(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str]]:
+    """{asset id: (content hash, status)} of those still there, share-locked until the caller
+    commits, so an erasure cannot delete them between this check and the caller's write."""
+    rows = db.execute(select(KnowledgeAsset.id, KnowledgeAsset.content_hash, KnowledgeAsset.status).where(
+        KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(list(asset_ids))).with_for_update(read=True))
+    return {i: (h, st) for i, h, st in rows}
+
+
 def save(db: Session, record: CartridgeRecord) -> CartridgeRecord:
     """Insert, or replace the record of a rerun job (the cartridge id is the job id)."""
     return db.merge(record)

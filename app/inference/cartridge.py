@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -254,6 +255,21 @@ class CartridgeDirectory:
     def __call__(self, ids: Sequence[str]) -> PrefixKV:
         with torch.no_grad():
             return compose([self.load(i) for i in ids])
+
+    def forget(self, cartridge_id: str) -> bool:
+        """An erased cartridge: out of the cache and off the disk (both layouts); whether it was
+        held. Ids that are not plain names were never held."""
+        if not _ID.fullmatch(cartridge_id):
+            return False
+        held = self._cache.pop(cartridge_id, None) is not None
+        flat, folder = self.root / f"{cartridge_id}.safetensors", self.root / cartridge_id
+        if flat.is_file():
+            flat.unlink()
+            held = True
+        if folder.is_dir():
+            shutil.rmtree(folder)
+            held = True
+        return held
 
 
 def directory_resolver_factory(root: str | Path):

@@ -234,6 +234,14 @@ def create_app(
         with request.app.state.lock:
             return {"deleted": request.app.state.store.delete(content_hash)}
 
+    @app.delete("/v1/cartridges/{cartridge_id}", responses=errors)
+    def delete_cartridge(cartridge_id: str, request: Request, _: Grant = Depends(operator)) -> dict:
+        """Right to be forgotten: an erased cartridge leaves memory and disk (idempotent). A
+        resolver that cannot forget holds nothing of its own to drop."""
+        forget = getattr(request.app.state.resolve_cartridges, "forget", None)
+        with request.app.state.lock:
+            return {"deleted": bool(forget(cartridge_id)) if forget is not None else False}
+
     @app.post("/v1/generate", response_model=GenerateOut, responses=errors)
     def generate(body: GenerateIn, request: Request, g: Grant = Depends(grant)) -> GenerateOut:
         t0 = time.perf_counter()

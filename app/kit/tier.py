@@ -1,5 +1,6 @@
 """The memory service's own (operator) calls to the inference tier, authenticated with the shared
-key (app/kit/signing.py): warming chunk KV after bootstrap, dropping it after deletion. Best
+key (app/kit/signing.py): warming chunk KV after bootstrap, dropping it and erased cartridges
+after deletion. Best
 effort: the tier is a cache of computable state, so a tier that is down never fails the caller."""
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class TierClient:
         for h in sorted(set(hashes)):
             try:
                 n += bool(self.http.delete(f"/v1/chunks/{h}", headers=self._auth).json().get("deleted"))
+            except (httpx.HTTPError, ValueError):
+                continue
+        return n
+
+    def drop_cartridges(self, ids: list) -> int:  # noqa: ANN001
+        """Evict erased cartridges from the tier's memory and its cartridge folder; returns how
+        many it held."""
+        n = 0
+        for cid in sorted({str(i) for i in ids}):
+            try:
+                n += bool(self.http.delete(f"/v1/cartridges/{cid}", headers=self._auth).json().get("deleted"))
             except (httpx.HTTPError, ValueError):
                 continue
         return n

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
-from app.cartridges.service import mark_stale
+from app.cartridges.service import erase as erase_cartridges, mark_stale
 from app.kit.db import is_below, view_of
 from app.kit.repository_view import add_mask
 from app.kit.scope import Scope
@@ -101,14 +101,14 @@ def live_table_columns(db: Session, org_id: uuid.UUID) -> dict[str, set[str]]:
 
 def forget_owner(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> dict:
     """Right to be forgotten: the user's assets (with their chunks) are removed and cartridges
-    trained on them go stale. Returns counts and `chunk_hashes`, whose KV the inference tier should
-    drop once this transaction has committed."""
+    trained on them are erased. Returns counts, `chunk_hashes`, whose KV the inference tier should
+    drop, and `cartridge_ids`, whose files go, once this transaction has committed."""
     owned = repo.owned_assets(db, org_id, owner_id)
     ids = [i for i, _ in owned]
-    stale = mark_stale(db, org_id, ids, reason="source assets deleted")
+    erased = erase_cartridges(db, org_id, ids, reason="source assets erased")
     hashes = repo.chunk_hashes_of_assets(db, org_id, ids) if owned else []
-    return {"cartridges_stale": len(stale), "assets_removed": repo.delete_owned_by(db, org_id, owner_id),
-            "asset_hashes": len(owned), "chunk_hashes": hashes}
+    return {"cartridges_erased": len(erased), "assets_removed": repo.delete_owned_by(db, org_id, owner_id),
+            "asset_hashes": len(owned), "chunk_hashes": hashes, "cartridge_ids": erased}
 
 
 def replace_nodes(db: Session, asset: KnowledgeAsset, nodes: list[dict]) -> None:

@@ -1,21 +1,29 @@
 """Right to be forgotten: DELETE /v1/users/{id}/data removes everything a user owns and what was
 derived from it (episode cascade), revokes their keys, and records it in the audit log.
 
-Two steps, so that no network call happens inside the transaction: `forget_user` deletes in the
-request's transaction and returns the content hashes of the removed chunks; after the commit,
-`drop_chunk_kv` asks the inference tier to drop their KV (best effort: it is a cache of
-computable state) and finishes the job with the count.
+Two steps, so that no network call and no file removal happens inside the transaction:
+`forget_user` deletes in the request's transaction and returns what lives outside the database
+(the content hashes of the removed chunks, the ids of the cartridges trained on the removed
+assets); after the commit, `drop_derived_state` removes those cartridges' folders, asks the
+inference tier to drop the chunks' KV and the cartridges it may hold in memory (best effort: a
+tier that is down never fails the erasure; its KV is a cache of computable state, and a cartridge
+it can no longer read from disk it can no longer load), and finishes the job with the counts.
+A process stopped between the two leaves erased cartridges' folders: every retention and
+train_cartridge job removes those (`cartridges.sweep_erased`).
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.audit.service import record
 from app.auth.principal import Principal
+from app.cartridges import service as cartridges
 from app.episodes import service as episodes
 from app.episodes.deletion import forget_episode
 from app.jobs import service as jobs
@@ -32,8 +40,8 @@ from app.sessions import service as sessions
 
 
 def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id: uuid.UUID,
-                job_id: uuid.UUID | None) -> tuple[dict, list[str]]:
-    """Delete everything the user owns; returns (stats, content hashes of the removed chunks)."""
+                job_id: uuid.UUID | None) -> tuple[dict, "Leftovers"]:
+    """Delete everything the user owns; returns (stats, what to remove after the commit)."""
     # An admin action over every scope and every branch: erasure reaches them all.
     bind_principal(db, None, org_id=org_id, all_scopes=True, view=EVERY_BRANCH)
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "sessions_removed": 0,
@@ -45,41 +53,54 @@ def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id:
     stats["memories_removed"] += memories.delete_owned_by(db, org_id, user_id)
     stats["sessions_removed"] = sessions.delete_owned_by(db, org_id, user_id)
     assets = knowledge.forget_owner(db, org_id, user_id)
-    stats["cartridges_stale"], stats["assets_removed"] = assets["cartridges_stale"], assets["assets_removed"]
+    stats["cartridges_erased"], stats["assets_removed"] = assets["cartridges_erased"], assets["assets_removed"]
     stats["retrievals_removed"] = lineage.forget_retrievals_by(db, org_id, user_id)
     stats["idempotency_replies_removed"] += idempotency.forget_user_replies(db, org_id, user_id)
     stats["keys_revoked"] = repo.revoke_keys(db, org_id, user_id, datetime.now(timezone.utc))
     record(db, org_id=org_id, actor_id=actor_id, action="user.forget", target_type="user", target_id=user_id,
            details={**stats, "job_id": str(job_id) if job_id else None, "asset_hashes": assets["asset_hashes"]})
-    return stats, assets["chunk_hashes"]
+    return stats, Leftovers(assets["chunk_hashes"], assets["cartridge_ids"])
 
 
-def start(db: Session, principal: Principal, user_id: uuid.UUID) -> tuple[uuid.UUID, dict, list[str]]:
+@dataclass(frozen=True)
+class Leftovers:
+    """What an erasure must reach outside the database once it has committed."""
+
+    chunk_hashes: list[str]
+    cartridge_ids: list[uuid.UUID]
+
+
+def start(db: Session, principal: Principal, user_id: uuid.UUID) -> tuple[uuid.UUID, dict, Leftovers]:
     """Admins for anyone in their org, any user for themselves (else 404). Deletes in the caller's
-    transaction; returns (job id, stats so far, chunk hashes for `drop_chunk_kv` after the commit)."""
+    transaction; returns (job id, stats so far, what `drop_derived_state` removes after the commit)."""
     target = repo.user_in_org(db, principal.org_id, user_id)
     if target is None or (user_id != principal.user_id and not principal.has_role("admin")):
         raise NotFound("user not found")
     job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="forget_user",
                       params={"user_id": str(user_id)}, status="running")
-    stats, hashes = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id,
-                                job_id=job.id)
+    stats, leftovers = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id,
+                                   job_id=job.id)
     bind_principal(db, principal)  # back to the caller's own scope for the rest of the request
     job.stats = stats
-    return job.id, stats, hashes
+    return job.id, stats, leftovers
 
 
-def drop_chunk_kv(sessions_: sessionmaker[Session], org_id: uuid.UUID, job_id: uuid.UUID, stats: dict,
-                  hashes: list[str], tier: TierClient | None) -> None:
-    """After the commit: drop the removed chunks' KV in the inference tier, then finish the job."""
+def drop_derived_state(sessions_: sessionmaker[Session], org_id: uuid.UUID, job_id: uuid.UUID, stats: dict,
+                       leftovers: Leftovers, data_dir: Path, tier: TierClient | None) -> None:
+    """After the commit: remove the erased cartridges' folders, drop the removed chunks' KV and the
+    erased cartridges in the inference tier, then finish the job."""
     try:
-        dropped = tier.drop_chunks(hashes) if tier is not None and hashes else 0
+        folders = cartridges.remove_files(data_dir, leftovers.cartridge_ids)
+        dropped = tier.drop_chunks(leftovers.chunk_hashes) if tier is not None and leftovers.chunk_hashes else 0
+        tier_carts = tier.drop_cartridges(leftovers.cartridge_ids) if tier is not None and leftovers.cartridge_ids else 0
     finally:
         if tier is not None:
             tier.close()
     with transaction(sessions_) as db:
         bind_principal(db, None, org_id=org_id, all_scopes=True)
-        jobs.finish(db, jobs.get_for_update(db, org_id, job_id), stats={**stats, "chunk_kv_deleted": dropped})
+        jobs.finish(db, jobs.get_for_update(db, org_id, job_id),
+                    stats={**stats, "chunk_kv_deleted": dropped, "cartridge_folders_removed": folders,
+                           "tier_cartridges_dropped": tier_carts})
 
 
 def tier_client(settings) -> TierClient | None:  # noqa: ANN001

@@ -23,14 +23,19 @@ def run(ctx: JobContext, job: Job) -> dict:
 
     p = TrainCartridgeParams.model_validate(job.params)
     with ctx.tx() as db:
+        cartridges.sweep_erased(db, ctx.org_id, ctx.settings.data_dir)
         inputs = cartridges.training_inputs(db, ctx.org_id, p.asset_ids)
         owner = inputs.scope.owner_id or job_owner(db, ctx.org_id, job.created_by)
-    out_dir = ctx.settings.data_dir.resolve() / "cartridges" / str(ctx.job_id)
+    out_dir = cartridges.folder(ctx.settings.data_dir, ctx.job_id)
     path, stats = train_cartridge(inputs.texts, inputs.content_hashes, out_dir, p.p, p.steps,
                                   data_dir=ctx.settings.data_dir, progress=False)
-    with ctx.tx() as db:
-        rec = cartridges.record_trained(db, org_id=ctx.org_id, cartridge_id=ctx.job_id, actor_id=job.created_by,
-                                        owner_id=owner, inputs=inputs, path=str(path),
-                                        model_id=stats.get("model_id", ""), p=p.p, stats=stats)
-        ctx.checkpoint(db, progress=1.0, stats=rec.stats)
+    try:
+        with ctx.tx() as db:
+            rec = cartridges.record_trained(db, org_id=ctx.org_id, cartridge_id=ctx.job_id, actor_id=job.created_by,
+                                            owner_id=owner, inputs=inputs, path=str(path),
+                                            model_id=stats.get("model_id", ""), p=p.p, stats=stats)
+            ctx.checkpoint(db, progress=1.0, stats=rec.stats)
+    except cartridges.ErasedDuringTraining:
+        cartridges.remove_files(ctx.settings.data_dir, [ctx.job_id])
+        raise
     return rec.stats

@@ -165,6 +165,18 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
         _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": ["../" + mine]}), 404,
                       "cartridge_not_found")
         _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": [alien]}), 409, "cartridge_incompatible")
+        # Erasure (the service's call after a user's data is deleted): operator only; the loaded
+        # copy and the files go; a path is never a cartridge id.
+        _assert_error(c.delete(f"/v1/cartridges/{mine}", headers=_token(cartridges=[mine])), 403, "forbidden")
+        outside = tmp_path.parent / f"{tmp_path.name}-keep.safetensors"
+        outside.write_bytes(b"x")
+        assert c.delete(f"/v1/cartridges/..%2F{outside.stem}").status_code == 404  # no such route
+        assert c.app.state.resolve_cartridges.forget(f"../{outside.stem}") is False and outside.exists()
+        assert c.delete(f"/v1/cartridges/{mine}").json() == {"deleted": True}
+        assert not (tmp_path / mine).exists()
+        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": [mine]}), 404, "cartridge_not_found")
+        assert c.delete(f"/v1/cartridges/{mine}").json() == {"deleted": False}  # idempotent
+        outside.unlink()
 
 
 # ---- authentication (issue 15: the tier trusted anyone who could reach it) -----------------------
