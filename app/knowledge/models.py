@@ -74,7 +74,7 @@ class KnowledgeNode(Base):
         tenant_fk("branch_id", "branches"),
         Index("ix_knowledge_nodes_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
         Index("ix_knowledge_nodes_parent", "org_id", "parent_path", "path"),
-        Index("ix_knowledge_nodes_path", "org_id", "path"),
+        Index("ix_knowledge_nodes_path", "org_id", "path", "id"),  # a path's first node by id: 0016
         Index("ix_knowledge_nodes_asset", "org_id", "asset_id"),
         Index("ix_knowledge_nodes_refs", "refs", postgresql_using="gin"),
     )

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Text, and_, cast, delete, func, literal, or_, select, update
+from sqlalchemy import Text, and_, cast, delete, func, literal, select, union_all, update
 from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.orm import Session
 
@@ -108,21 +108,28 @@ def listing(db: Session, principal, path: str, limit: int, *, after: str | None 
             head: bool = True, short: int | None = None) -> list:
     """One statement for a tree page: the node at `path` itself (when `head` and `path`) and up
     to `limit` of its visible children with paths after `after`, ordered by path (the head
-    sorts first: a child's path extends it). Rows (id text, kind, name, path, summary): only the
-    summary of `meta` (a table's holds its columns and joins), cut to `short` characters in SQL.
-    Both the head and the children go through `visible_to`; a head without children is still
-    found by the index (org_id, path), the children by (org_id, parent_path, path)."""
+    first). Rows (id text, kind, name, path, summary): only the summary of `meta` (a table's
+    holds its columns and joins), cut to `short` characters in SQL. Both go through
+    `visible_to`. The head is its own branch, ``ORDER BY id LIMIT 1`` on the index (org_id, path,
+    id): a schema shared by 500 table assets is 500 rows, and walking them in id order stops at
+    the first visible one instead of sorting them all with the children (5.4 → 4.0 ms for a
+    schema of 500 tables, decisions.md). The children come from (org_id, parent_path, path)."""
     n, conds = _visible_nodes(principal)
     summary = n.meta["summary"].astext
     if short is not None:
         summary = func.left(summary, short)
+    cols = (cast(n.id, Text).label("id"), n.kind, n.name, n.path, summary.label("summary"))
     kids = n.parent_path == path
     if after is not None:
         kids = and_(kids, n.path > after)
-    where = or_(n.path == path, kids) if head and path else kids
-    return list(db.execute(select(cast(n.id, Text).label("id"), n.kind, n.name, n.path, summary.label("summary"))
-                           .ext(distinct_on(n.path)).where(where, *conds)
-                           .order_by(n.path, n.id).limit(limit + (1 if head and path else 0))).all())
+    page = select(*cols).ext(distinct_on(n.path)).where(kids, *conds).order_by(n.path, n.id).limit(limit)
+    if not (head and path):
+        return list(db.execute(page).all())
+    top = select(*cols).where(n.path == path, *conds).order_by(n.id).limit(1)
+    rows = db.execute(union_all(top, page)).all()
+    # The head first (its path is no child's); the children keep the order SQL gave them (the
+    # database's collation, which the `after` cursor compares in): a stable sort on one flag.
+    return sorted(rows, key=lambda r: r.path != path)
 
 
 def node(db: Session, principal, *, node_id: uuid.UUID | None = None, path: str | None = None):  # noqa: ANN001, ANN201

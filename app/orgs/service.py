@@ -74,15 +74,11 @@ def resolve_key(db: Session, key: str) -> Principal | None:
     if parsed is None:
         return None
     key_id, secret = parsed
-    row = repo.key_lookup(db, key_id)
+    row = repo.key_principal(db, key_id)  # the key with its user: one statement
     if row is None or not hmac.compare_digest(hash_secret(bytes(row.salt), secret), bytes(row.secret_hash)):
         return None
-    bind_principal(db, None, org_id=row.org_id)
-    user = repo.user_in_org(db, row.org_id, row.user_id)
-    if user is None:
-        return None
-    p = Principal(org_id=user.org_id, user_id=user.id, name=user.name, roles=tuple(user.roles),
-                  groups=tuple(user.groups), clearances=tuple(user.clearances))
+    p = Principal(org_id=row.org_id, user_id=row.user_id, name=row.name, roles=tuple(row.roles),
+                  groups=tuple(row.groups), clearances=tuple(row.clearances))
     bind_principal(db, p)
     return p
 

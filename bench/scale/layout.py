@@ -9,7 +9,9 @@ database right after it is migrated and while it is empty:
   type with one global HNSW index, exactly what 0015's downgrade restores.
 
 A later migration past 0015 would make `global` lag behind the code (reads may name its new
-columns); then this needs that migration's downgrade too, or the option goes.
+columns); then this needs that migration's downgrade too, or the option goes. 0016 is an index
+only (reads the same without it); 0017's authentication function is created again after the
+downgrade (`KEY_PRINCIPAL`): the code authenticates through it.
 """
 
 from __future__ import annotations
@@ -20,15 +22,21 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 GLOBAL_REVISION = "0014"  # the last revision before the partitioning migration
-MIGRATION = Path(__file__).resolve().parents[2] / "migrations" / "versions" / "20261201_partition_by_org.py"
+VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+MIGRATION = VERSIONS / "20261201_partition_by_org.py"
+KEY_PRINCIPAL = VERSIONS / "20261201_key_principal.py"
+
+
+def _migration(path: Path, name: str):  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def partitioning():  # noqa: ANN201
     """Migration 0015's module (its TABLES, PARTITIONS and `rebuild`), loaded from its file."""
-    spec = importlib.util.spec_from_file_location("memscale_migration_0015", MIGRATION)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _migration(MIGRATION, "memscale_migration_0015")
 
 
 def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa: ANN001
@@ -38,6 +46,7 @@ def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa
 
     if layout == "global":
         downgrade(settings, GLOBAL_REVISION)
+        keep_key_principal(settings)
         return
     mig = partitioning()
     if partitions in (None, mig.PARTITIONS):
@@ -46,6 +55,16 @@ def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa
     with eng.begin() as c:
         for t in mig.TABLES:
             mig.rebuild(c, t, partitions)
+    eng.dispose()
+
+
+def keep_key_principal(settings) -> None:  # noqa: ANN001
+    """0017's authentication function on a database kept below it (its tables are older)."""
+    from app.kit.pg import admin_url
+
+    eng = create_engine(admin_url(settings))
+    with eng.begin() as c:
+        _migration(KEY_PRINCIPAL, "memscale_migration_0017").create(lambda sql: c.exec_driver_sql(sql))
     eng.dispose()
 
 
@@ -79,4 +98,6 @@ def upgrade_keeping_layout(settings) -> str:  # noqa: ANN001
     eng.dispose()
     target = GLOBAL_REVISION if current in below else "head"
     upgrade(settings, target)
+    if target == GLOBAL_REVISION:
+        keep_key_principal(settings)
     return target

@@ -37,7 +37,7 @@ def copies(source: str) -> tuple[list[str], dict]:
     source's sessions are ended first (a template database must have none)."""
     from app.kit.migrate import downgrade, upgrade
     from app.kit.pg import admin_url
-    from bench.scale.layout import GLOBAL_REVISION
+    from bench.scale.layout import GLOBAL_REVISION, keep_key_principal
 
     server = create_engine(make_url(admin_url(database_settings(source))).set(database="postgres"), isolation_level="AUTOCOMMIT")
     out: dict = {}
@@ -60,6 +60,8 @@ def copies(source: str) -> tuple[list[str], dict]:
         t0 = time.perf_counter()
         # Both copies pass the same revisions except 0015, which moves the rows one way or the other.
         (upgrade if target == "head" or start < GLOBAL_REVISION else downgrade)(s, target)
+        if target == GLOBAL_REVISION:
+            keep_key_principal(s)
         out[f"migrate_{name}"] = {"from": start, "to": target, "s": round(time.perf_counter() - t0, 1)}
         with eng.connect() as c:
             c.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE episodes"))

@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+from sqlalchemy.engine import make_url
 
 from bench.common import ApiProcess, fresh_database, pct, write_result
 
@@ -36,6 +37,35 @@ def _worktree(rev: str, tmp: Path) -> Path:
     return path
 
 
+def _empty_database(s, name: str):  # noqa: ANN001, ANN202
+    from sqlalchemy import text
+
+    from bench.common import _server
+
+    eng = _server()
+    with eng.connect() as c:
+        c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        c.execute(text(f"CREATE DATABASE {name}"))
+    eng.dispose()
+    return s.model_copy(update={"database_url": make_url(s.database_url).set(database=name).render_as_string(False)})
+
+
+def _key(s) -> str:  # noqa: ANN001
+    """An org with one user in the arm's (migrated) database; that user's key."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from app.orgs import service as orgs
+
+    eng = create_engine(s.database_url)
+    with Session(eng, expire_on_commit=False) as db:
+        org = orgs.create_org(db, "overhead")
+        key = orgs.create_key(db, orgs.create_user(db, org, "u"))
+        db.commit()
+    eng.dispose()
+    return key
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--against", default=None, help="an earlier commit to measure side by side")
@@ -43,36 +73,31 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--block", type=int, default=25, help="requests per arm and kind in a row")
     a = ap.parse_args(argv)
 
-    from sqlalchemy import create_engine
-    from sqlalchemy.orm import Session
-
-    from app.orgs import service as orgs
-
     s = fresh_database("memscale_bench_overhead")
     s = s.model_copy(update={"data_dir": Path(s.data_dir).resolve()})
-    eng = create_engine(s.database_url)
-    with Session(eng, expire_on_commit=False) as db:
-        org = orgs.create_org(db, "overhead")
-        key = orgs.create_key(db, orgs.create_user(db, org, "u"))
-        db.commit()
-    eng.dispose()
     tmp = Path(tempfile.mkdtemp(prefix="msoverhead"))
     procs: dict[str, ApiProcess] = {}
     try:
         arms = {"old": _worktree(a.against, tmp), "new": ROOT} if a.against else {"new": ROOT}
+        # Each arm its own database, migrated by its own code (an earlier commit cannot start on a
+        # database at a later revision): the old one starts empty and its process migrates it.
+        dbs = {"new": s, "old": _empty_database(s, "memscale_bench_overhead_old")} if a.against else {"new": s}
         for name, cwd in arms.items():
-            procs[name] = ApiProcess(s, cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
+            procs[name] = ApiProcess(dbs[name], cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
         for p in procs.values():
             p.wait_ready()
-        h = {"Authorization": f"Bearer {key}"}
-        clients = {n: httpx.Client(base_url=p.base, headers=h, timeout=30) for n, p in procs.items()}
-        some = clients["new"].post("/v1/episodes", json={"kind": "note", "content": "overhead probe: a kiln note"})
-        some.raise_for_status()
-        eid = some.json()["id"]
+        clients = {n: httpx.Client(base_url=p.base, headers={"Authorization": f"Bearer {_key(dbs[n])}"}, timeout=30)
+                   for n, p in procs.items()}
+        eids = {}
+        for n, c in clients.items():
+            c.arm = n
+            some = c.post("/v1/episodes", json={"kind": "note", "content": "overhead probe: a kiln note"})
+            some.raise_for_status()
+            eids[n] = some.json()["id"]
         kinds = {
             "healthz": lambda c: c.get("/healthz"),
             "get_404": lambda c: c.get(f"/v1/episodes/{uuid.uuid4()}"),
-            "get_200": lambda c: c.get(f"/v1/episodes/{eid}"),
+            "get_200": lambda c: c.get(f"/v1/episodes/{eids[c.arm]}"),
             "search_empty": lambda c: c.post("/v1/search", json={"query": "zyxwvutsrq", "k": 5}),
         }
         want = {"healthz": 200, "get_404": 404, "get_200": 200, "search_empty": 200}
