@@ -10,7 +10,7 @@ visible set is small. Statements are never prepared (see app.kit.db.make_engine)
 from __future__ import annotations
 
 from sqlalchemy import func, literal, select, text, true, tuple_, union_all
-from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY
+from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
 from sqlalchemy.orm import Session, aliased
 
 from app.auth.principal import Principal
@@ -142,23 +142,33 @@ def visible_count(db: Session, principal: Principal, type_: str, f: SearchFilter
 
 def text_ids(db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int, *,
              total: int | None = None) -> list[tuple]:
-    """Rows matching ANY of the query's lexemes, ranked by the summed IDF of those they match.
+    """Rows matching ANY of the query's lexemes, ranked by the summed IDF of those they match
+    (`text_scored` without N)."""
+    return text_scored(db, principal, type_, query, f, n, total=total)[0]
+
+
+def text_scored(db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int, *,
+                total: int | None = None) -> tuple[list[tuple], int | None]:
+    """(top-n (id, score), N): rows matching ANY of the query's lexemes, ranked by the summed IDF
+    of those they match, and N, the caller's visible rows under `f` (None when the query has no
+    lexeme: then nothing ran).
 
     A natural-language question ANDed term by term (websearch_to_tsquery) rarely matches one
     row, so text search came back empty and hybrid search was vector-only in practice (LoCoMo
     bench: text recall@10 0.12). This is BM25 with binary term frequency: rare words ("pottery",
     "Sweden") outweigh names and common verbs. N and the document frequencies are counted over
     the caller's visible rows only, so other tenants' vocabulary never shapes the ranking. One
-    statement: the candidates (one GIN scan) give each lexeme's df, since a visible row holding a
-    query lexeme is a candidate. `total`: N when the caller counted it already (`visible_count`).
+    statement, one pass over the visible rows for N and every lexeme's rows (`bm25_select`);
+    `total`: N when the caller counted it already.
     """
     m = ITEM_TYPES[type_].model
     conds = _filters(principal, type_, f)
     lexemes = db.execute(select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", query))))
                          ).scalars().all()[:MAX_QUERY_LEXEMES]
     if not lexemes:
-        return []
-    return bm25_ids(db, m, conds, lexemes, n, total=total)
+        return [], total
+    rows = db.execute(bm25_select(m, conds, lexemes, n, total=total, with_n=True)).all()
+    return [(r.id, r.r) for r in rows if r.id is not None], (rows[0].n if rows else total)
 
 
 def _tsquery_lexeme(word: str) -> str:
@@ -223,29 +233,41 @@ def bm25_ids(db: Session, m, conds: list, lexemes: list[str], n: int, *, min_df:
 
 
 def bm25_select(m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0,  # noqa: ANN001
-                n_terms: int | None = None, total: int | None = None):  # noqa: ANN201
+                n_terms: int | None = None, total: int | None = None, with_n: bool = False):  # noqa: ANN201
     """Top-n (id, summed IDF of the lexemes a row holds) among the rows of `m` under `conds`, in
-    one statement: the candidates (one GIN scan), unnested to (id, lexeme) pairs, give each
-    lexeme's df by an equality join that Postgres hashes (`lexeme = ANY(row's lexemes)` compared
-    every term with every row's array: the second round's df count over ~75 words took ~18 ms,
-    now ~9). `min_df`/`n_terms`: keep only the `n_terms` rarest lexemes held by at least `min_df`
-    rows (the second round's choice of words, app.search.repository_expansion); by default every
-    lexeme counts. `total`: N, the visible rows under `conds`, if already counted (else a subquery)."""
-    any_term = literal(" | ".join(_tsquery_lexeme(w) for w in lexemes)).cast(TSQUERY)
-    cand = (select(m.id.label("id"), func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
-            .where(*conds, m.tsv.op("@@")(any_term)).cte("cand").prefix_with("MATERIALIZED"))
-    terms = select(func.unnest(literal(list(lexemes), ARRAY(TEXT))).label("lex")).cte("terms")
-    df = (select(terms.c.lex, func.count(cand.c.id).label("df")).select_from(terms)
-          .join(cand, terms.c.lex == cand.c.lex, isouter=not min_df).group_by(terms.c.lex))
+    one statement and one pass over the visible rows: they are read once (id and tsvector), and
+    give N (their count) and each lexeme's rows (its df: the count of its rows). The previous
+    statement read them twice at an org with many visible rows (the count, then the rows holding
+    any lexeme with all their lexemes unnested: ~1M pairs for a reader with 32,000 matching rows);
+    bench.scale's largest org: docs/decisions.md. `min_df`/`n_terms`: keep only the `n_terms`
+    rarest lexemes held by at least `min_df` rows (the second round's choice of words,
+    app.search.repository_expansion); by default every lexeme counts. `total`: N if already
+    counted. `with_n`: (n, id, r) rows, always at least one (id None when nothing matched), so the
+    caller learns N from the same statement."""
+    vis = select(m.id.label("id"), m.tsv.label("tsv")).where(*conds).cte("vis").prefix_with("MATERIALIZED")
+    terms = select(func.unnest(literal(list(lexemes), ARRAY(TEXT))).label("lex"),
+                   func.unnest(literal([_tsquery_lexeme(w) for w in lexemes], ARRAY(TEXT))).label("q")).cte("terms")
+    pairs = (select(terms.c.lex, vis.c.id).select_from(terms)
+             .join(vis, vis.c.tsv.op("@@")(terms.c.q.cast(TSQUERY))).cte("pairs").prefix_with("MATERIALIZED"))
+    df = (select(terms.c.lex, func.count(pairs.c.id).label("df")).select_from(terms)
+          .join(pairs, terms.c.lex == pairs.c.lex, isouter=not min_df).group_by(terms.c.lex))
     if min_df:
-        df = df.having(func.count(cand.c.id) >= min_df)
+        df = df.having(func.count(pairs.c.id) >= min_df)
     df = df.cte("df")
-    total = select(func.count()).select_from(m).where(*conds).scalar_subquery() if total is None else literal(total)
-    w = func.ln(1 + (total - df.c.df + 0.5) / (df.c.df + 0.5))
-    idf = select(df.c.lex, w.label("w"))
+    big_n = select(func.count().label("n")).select_from(vis) if total is None else select(literal(total).label("n"))
+    big_n = big_n.cte("big_n")
+    w = func.ln(1 + (big_n.c.n - df.c.df + 0.5) / (df.c.df + 0.5))
+    idf = select(df.c.lex, w.label("w")).select_from(df).join(big_n, true())
     if n_terms is not None:
         idf = idf.order_by(w.desc(), df.c.lex).limit(n_terms)
     idf = idf.cte("idf")
-    score = func.sum(idf.c.w)
-    return (select(cand.c.id, score.label("r")).select_from(cand).join(idf, idf.c.lex == cand.c.lex)
-            .group_by(cand.c.id).order_by(score.desc(), cand.c.id).limit(n))
+    # Summed in lexeme order: rows holding the same lexemes get bit-equal scores, so ties fall to
+    # the id (in join order the float sums differed in the last bit and ordered ties at random).
+    score = func.sum(aggregate_order_by(idf.c.w, idf.c.lex))
+    top = (select(pairs.c.id, score.label("r")).select_from(pairs).join(idf, idf.c.lex == pairs.c.lex)
+           .group_by(pairs.c.id).order_by(score.desc(), pairs.c.id).limit(n))
+    if not with_n:
+        return top
+    top = top.subquery("top")
+    return (select(big_n.c.n, top.c.id, top.c.r).select_from(big_n).outerjoin(top, true())
+            .order_by(top.c.r.desc(), top.c.id))

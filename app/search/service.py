@@ -105,13 +105,16 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     """Score fusion over one type's pool (see the module docstring): {id: score in (0, 1)}."""
     legacy = tun.pool is None and tun.fusion == "rrf"
     nv, nt = (max(2 * k, 20), max(2 * k, 50)) if legacy else (tun.pool or 100, tun.pool or 100)
-    total = repo.visible_count(db, principal, t, filters) if tun.exact_below else None
+    # Text first: its one pass over the visible rows also counts them (BM25's N), which chooses
+    # the vector search (exact up to `exact_below` visible rows, else the HNSW walk).
+    txt, total = repo.text_scored(db, principal, t, query, filters, nt)
+    if total is None and tun.exact_below:  # a query without a lexeme: nothing counted yet
+        total = repo.visible_count(db, principal, t, filters)
     if total == 0:  # nothing of this type the caller may be served: no search to run
         return {}
-    mode = "exact" if total is not None and total <= tun.exact_below else "auto"
+    mode = "exact" if tun.exact_below and total is not None and total <= tun.exact_below else "auto"
     vec, exact = repo.vector_ids(db, principal, t, qvec, filters, nv, ef_search, mode=mode)
     info["exact_fallbacks"] += int(exact and mode == "auto")
-    txt = repo.text_ids(db, principal, t, query, filters, nt, total=total)
     if tun.fusion == "rrf":
         out: dict = {}
         for rows in (vec, txt):
