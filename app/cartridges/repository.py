@@ -27,20 +27,13 @@ def visible_active(db: Session, principal: Principal, limit: int) -> list[Cartri
                            .order_by(CartridgeRecord.created_at.desc()).limit(limit)).scalars())
 
 
-def mark_stale(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> list[uuid.UUID]:
-    """Active cartridges of the org trained on any of ``asset_ids`` become stale; their ids."""
+def mark(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str,
+         among: tuple[str, ...]) -> list[uuid.UUID]:
+    """Cartridges of the org in one of the `among` statuses trained on any of ``asset_ids`` get
+    `status`; their ids."""
     return list(db.execute(update(CartridgeRecord).where(
-        CartridgeRecord.org_id == org_id, CartridgeRecord.status == "active",
-        CartridgeRecord.asset_ids.overlap(list(asset_ids))).values(status="stale")
-        .returning(CartridgeRecord.id)).scalars())
-
-
-def mark_erased(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> list[uuid.UUID]:
-    """Every cartridge of the org trained on any of ``asset_ids`` (active or stale: a stale one's
-    files still hold the text) becomes ``erased``; their ids."""
-    return list(db.execute(update(CartridgeRecord).where(
-        CartridgeRecord.org_id == org_id, CartridgeRecord.status != "erased",
-        CartridgeRecord.asset_ids.overlap(list(asset_ids))).values(status="erased")
+        CartridgeRecord.org_id == org_id, CartridgeRecord.status.in_(among),
+        CartridgeRecord.asset_ids.overlap(list(asset_ids))).values(status=status)
         .returning(CartridgeRecord.id)).scalars())
 
 
