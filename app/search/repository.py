@@ -163,12 +163,23 @@ def text_scored(db: Session, principal: Principal, type_: str, query: str, f: Se
     """
     m = ITEM_TYPES[type_].model
     conds = _filters(principal, type_, f)
-    lexemes = db.execute(select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", query))))
-                         ).scalars().all()[:MAX_QUERY_LEXEMES]
+    lexemes = query_lexemes(db, query)
     if not lexemes:
         return [], total
     rows = db.execute(bm25_select(m, conds, lexemes, n, total=total, with_n=True)).all()
     return [(r.id, r.r) for r in rows if r.id is not None], (rows[0].n if rows else total)
+
+
+def query_lexemes(db: Session, query: str) -> list[str]:
+    """The query's lexemes (english configuration), at most MAX_QUERY_LEXEMES; asked of the
+    database once per session and query (a search over three item types asked three times)."""
+    memo = db.info.setdefault("query_lexemes", {})
+    if query not in memo:
+        if len(memo) > 64:
+            memo.clear()
+        memo[query] = db.execute(select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", query))))
+                                 ).scalars().all()[:MAX_QUERY_LEXEMES]
+    return memo[query]
 
 
 def _tsquery_lexeme(word: str) -> str:
