@@ -225,6 +225,25 @@ def load(db: Session, principal: Principal, type_: str, ids: list) -> dict:
     return {r.id: r for r in rows}
 
 
+def exact_pool(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int,
+               also_ids: list) -> tuple[list[tuple], list[tuple]]:
+    """The exact vector top-n (id, distance) among visible rows and the fusion pool's rows (id,
+    distance, session_id: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
+    where hybrid takes the exact search (few visible rows) it was two, with the same filters."""
+    m = ITEM_TYPES[type_].model
+    conds = _filters(principal, type_, f)
+    dist = m.embedding.cosine_distance(qvec)
+    sess = m.session_id if type_ == "episode" else literal(None)
+    cols = (m.id, dist.label("d"), sess.label("session_id"))
+    top = select(*cols, literal(True).label("top")).where(*conds, m.embedding.is_not(None)).order_by(dist + 0).limit(n)
+    stmt = top if not also_ids else union_all(top, select(*cols, literal(False).label("top"))
+                                              .where(among(m.id, also_ids), *conds))
+    got = db.execute(stmt).all()
+    vec = sorted(((r.id, r.d) for r in got if r.top), key=lambda x: x[1])
+    pool = list({r.id: r for r in got}.values())
+    return vec, pool
+
+
 def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f: SearchFilters) -> list[tuple]:
     """(id, cosine distance, session_id) of the fusion pool's rows, by primary key.
 

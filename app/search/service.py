@@ -113,16 +113,21 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     if total == 0:  # nothing of this type the caller may be served: no search to run
         return {}
     mode = "exact" if tun.exact_below and total is not None and total <= tun.exact_below else "auto"
-    vec, exact = repo.vector_ids(db, principal, t, qvec, filters, nv, ef_search, mode=mode)
-    info["exact_fallbacks"] += int(exact and mode == "auto")
+    bm25 = {id_: float(r) for id_, r in txt}
+    if mode == "exact" and tun.fusion != "rrf":  # the exact top-n and the pool's rows: one statement
+        vec, rows = repo.exact_pool(db, principal, t, qvec, filters, nv, list(bm25))
+    else:
+        vec, exact = repo.vector_ids(db, principal, t, qvec, filters, nv, ef_search, mode=mode)
+        info["exact_fallbacks"] += int(exact and mode == "auto")
+        rows = None
     if tun.fusion == "rrf":
         out: dict = {}
         for rows in (vec, txt):
             for i, (id_, _) in enumerate(rows):
                 out[id_] = out.get(id_, 0.0) + 1.0 / (RRF_K + i + 1)
         return out
-    bm25 = {id_: float(r) for id_, r in txt}
-    rows = repo.pool_rows(db, principal, t, qvec, list({id_ for id_, _ in vec} | set(bm25)), filters)
+    if rows is None:
+        rows = repo.pool_rows(db, principal, t, qvec, list({id_ for id_, _ in vec} | set(bm25)), filters)
     turns = t == "episode" and bool(tun.neighbour or tun.session)
     in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
     pairs = repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
