@@ -261,11 +261,6 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
                       .where(among(m.id, ids), *_filters(principal, type_, f))).all()
 
 
-def bm25_ids(db: Session, m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0,  # noqa: ANN001
-             n_terms: int | None = None, total: int | None = None) -> list[tuple]:
-    return db.execute(bm25_select(m, conds, lexemes, n, min_df=min_df, n_terms=n_terms, total=total)).all()
-
-
 def bm25_select(m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0,  # noqa: ANN001
                 n_terms: int | None = None, total: int | None = None, with_n: bool = False):  # noqa: ANN201
     """Top-n (id, summed IDF of the lexemes a row holds) among the rows of `m` under `conds`, in
