@@ -227,3 +227,45 @@ def test_exact_pool_below_the_visible_count_ranks_as_the_index_walk(client, worl
     bob_ids = {x["id"] for x in client.post("/v1/search", json={"query": q, "types": ["episode"], "k": 50},
                                             headers=bob.h).json()["results"]}
     assert not bob_ids & {i for i, _ in exact}
+
+
+def test_vector_search_takes_the_exact_search_for_a_caller_who_sees_few_rows(client, world, app):
+    """`mode: vector` chooses like hybrid: at most `exact_below` visible rows → the exact filtered
+    search (the HNSW walk can return visible rows that are not the nearest). The count it decides
+    on is remembered per caller: another caller's count never stands for yours."""
+    from app.auth.principal import Principal
+    from app.kit.db import bind_principal
+    from app.search import service as svc
+    from app.search.schemas import SearchFilters
+
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    mine = [{"kind": "note", "content": f"alice's note {i} about kilns and glazes"} for i in range(12)]
+    theirs = [{"kind": "note", "content": f"bob's note {i} about kilns and glazes"} for i in range(40)]
+    assert client.post("/v1/episodes/batch", json={"items": mine}, headers=alice.h).status_code == 201
+    assert client.post("/v1/episodes/batch", json={"items": theirs}, headers=bob.h).status_code == 201
+    seen = []
+    real = svc.repo.vector_ids
+
+    def spy(*a, **kw):  # noqa: ANN002, ANN003
+        seen.append(kw.get("mode"))
+        return real(*a, **kw)
+
+    svc.repo.vector_ids = spy
+    try:
+        for who, n in ((alice, 12), (bob, 40)):
+            res = client.post("/v1/search", json={"query": "kiln glazes", "mode": "vector", "types": ["episode"], "k": 5},
+                              headers=who.h).json()["results"]
+            me = Principal(who.org_id, who.user_id, who.name, (), (), ())
+            with app.state.sessions() as db:
+                bind_principal(db, me)
+                exact = [i for i, _ in real(db, me, "episode", app.state.embedder.embed(["kiln glazes"])[0],
+                                            SearchFilters(), 5, 100, mode="exact")[0]]
+                assert svc.visible_total(db, me, "episode", SearchFilters()) == n  # each caller's own count
+            assert [r["id"] for r in res] == [str(i) for i in exact]
+        assert seen == ["exact", "exact"]
+        with svc.tuned(exact_below=10):  # bob sees 40 > 10: the walk (with its exact fallback)
+            client.post("/v1/search", json={"query": "kiln", "mode": "vector", "types": ["episode"], "k": 5}, headers=bob.h)
+        assert seen[-1] == "auto"
+    finally:
+        svc.repo.vector_ids = real
