@@ -101,11 +101,15 @@ def group_header(group: tuple[str, str | None]) -> str:
     return f"{day}:" if day else f"Session {session}:"
 
 
-def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent_share: float = 0.35) -> list[Piece]:
-    """Greedy fill by priority using per-piece token counts (each text is tokenised once; a
-    section's or a conversation group's header is paid by the piece that opens it), then an exact
-    count of the rendered text, trimming the lowest-scored pieces until it fits."""
-    cost = {id(p): count(f"- {p.text}") + 1 for p in pieces}
+def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent_share: float = 0.35,
+        count_many: Callable[[list[str]], list[int]] | None = None) -> list[Piece]:
+    """Greedy fill by priority using per-piece token counts (each text is tokenised once, all in
+    one batch with `count_many`; a section's or a conversation group's header is paid by the
+    piece that opens it), then an exact count of the rendered text, trimming the lowest-scored
+    pieces until it fits."""
+    lines = [f"- {p.text}" for p in pieces]
+    counts = count_many(lines) if count_many is not None else [count(t) for t in lines]
+    cost = {id(p): n + 1 for p, n in zip(pieces, counts)}
     header = {name: count(f"## {TITLES[name]}") + 2 for name in SECTION_ORDER}
     group_cost: dict = {}  # a conversation group's header line, paid by the first turn of the group
     chosen: list[Piece] = []

@@ -94,7 +94,7 @@ def build(db: Session, principal: Principal, resources, *, query: str, budget: i
         visible_active(rdb, principal)))
     given = {(p.type, p.id) for p in pieces}  # an agent's profile item is not served twice
     pieces += [p for p in retrieved if (p.type, p.id) not in given]
-    chosen = fit(pieces, budget, count)
+    chosen = fit(pieces, budget, count, count_many=resources.gateway.count_tokens_many)
     text = render(chosen)
     handed = [p for p in chosen if p.type in ("memory", "episode", "chunk")]
     rid = record_retrieval(db, principal, kind="context", query=query,

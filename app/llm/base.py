@@ -147,6 +147,10 @@ class BaseGateway(ABC):
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the configured model's tokenizer."""
 
+    def count_tokens_many(self, texts: list[str]) -> list[int]:
+        """`count_tokens` of each text; a gateway whose tokenizer batches overrides it."""
+        return [self.count_tokens(t) for t in texts]
+
     def parse_and_validate(self, raw: str, schema: Any = None) -> Any:
         """Parse model output and validate it; raise ValueError with a short reason."""
         value = parse_json(raw)

@@ -205,3 +205,12 @@ class Gateway(BaseGateway):
 
             return get_local_model(self.data_dir).count_tokens(text)
         return int(self._lib().token_counter(model=self.model, text=text))
+
+    def count_tokens_many(self, texts: list[str]) -> list[int]:
+        """Many texts at once: the local tokenizer encodes them in one batched call (context
+        assembly counts ~80 pieces per request; one by one that was ~8 ms of a /v1/context)."""
+        if self.is_local and texts:
+            from app.llm.local import get_local_model
+
+            return get_local_model(self.data_dir).count_tokens_many(texts)
+        return super().count_tokens_many(texts)

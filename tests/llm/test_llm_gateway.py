@@ -249,3 +249,13 @@ def test_async_variants_run_off_the_event_loop():
     result = asyncio.run(g.achat_json([("user", "x")], Person))
     assert result == Person(name="Ada", age=36)
     assert asyncio.run(g.achat([("user", "y")])) == "plain"
+
+
+def test_count_tokens_many_matches_one_by_one_for_local_and_remote_models(settings, flaky):
+    """Context assembly counts its pieces in one batch; the counts are the one-by-one counts
+    (the local SmolLM2 tokenizer batched, a remote model through litellm one by one)."""
+    texts = ["- Caroline: I went to a pottery class yesterday!", "", "- " + "kiln " * 300, "## Memories"]
+    for g in (Gateway(model="local/smollm2", data_dir=settings.data_dir),
+              Gateway(model="openai/gpt-4o-mini", data_dir="/nonexistent")):
+        assert g.count_tokens_many(texts) == [g.count_tokens(t) for t in texts]
+    assert Gateway(model="local/smollm2", data_dir=settings.data_dir).count_tokens_many(texts)[2] > 300
