@@ -27,9 +27,11 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
     qvec = qvec if qvec is not None else embedder.embed([query])[0]
     now = now_utc()
     out: list[Piece] = []
+    known: dict = {}  # the neighbour pairs ranking already fetched for its pool of turns
     for type_ in ("memory", "episode", "chunk"):
         results, _ = rank(db, principal, query=query, qvec=qvec, types=[type_], k=k, mode="hybrid",
-                          filters=filters or SearchFilters(), ef_search=ef_search, second_round=True)
+                          filters=filters or SearchFilters(), ef_search=ef_search, second_round=True,
+                          neighbours_out=known)
         for r in results:
             if type_ == "memory":
                 section = "instructions" if r.kind in INSTRUCTION_KINDS else "memories"
@@ -45,7 +47,7 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
                                  extra={"content_hash": r.content_hash}))
     if filters is not None and filters != SearchFilters():
         return out  # an instruction's filters hold for every piece; neighbours are not filtered
-    return out + _neighbours(db, principal, [p for p in out if p.type == "episode"])
+    return out + _neighbours(db, principal, [p for p in out if p.type == "episode"], known)
 
 
 NEIGHBOUR_WEIGHT = 0.5  # a turn next to a retrieved turn, relative to that turn's score
@@ -61,13 +63,20 @@ def _episode_piece(r, score: float, **extra) -> Piece:  # noqa: ANN001
                         "occurred_at": at.isoformat() if at else None, **extra})
 
 
-def _neighbours(db: Session, principal: Principal, hits: list[Piece]) -> list[Piece]:
+def _neighbours(db: Session, principal: Principal, hits: list[Piece], known: dict | None = None) -> list[Piece]:
     """The turns just before and after each retrieved conversation turn: a question's answer is
     usually the next turn, and a reply means little without what it answers. They compete for
-    the budget like any piece, at NEIGHBOUR_WEIGHT of their turn's score."""
+    the budget like any piece, at NEIGHBOUR_WEIGHT of their turn's score. `known`: the pairs the
+    ranking fetched for the turns of its pool (`pairs`, for the ids in `looked_up`); only the
+    other turns (those the second round added) are looked up here."""
     turns = {p.id: p for p in hits if p.extra.get("kind") == "conversation" and p.extra.get("session_id")}
+    known = known or {}
+    looked_up = {str(i) for i in known.get("looked_up", ())}
+    pairs = [(n, h) for n, h in known.get("pairs", ()) if str(h) in turns]
+    rest = [t for t in turns if t not in looked_up]
+    pairs += search.neighbour_ids(db, principal, rest) if rest else []
     best: dict[uuid.UUID, tuple[float, str]] = {}
-    for nid, hid in search.neighbour_ids(db, principal, list(turns)):
+    for nid, hid in pairs:
         score = turns[str(hid)].score * NEIGHBOUR_WEIGHT
         if str(nid) not in turns and score > best.get(nid, (0.0, ""))[0]:
             best[nid] = (score, str(hid))

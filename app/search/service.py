@@ -133,6 +133,8 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     turns = t == "episode" and bool(tun.neighbour or tun.session)
     in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
     pairs = repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
+    if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)
+        info.setdefault("neighbours", {}).update({"pairs": pairs, "looked_up": set(in_sessions)})
     fused = _with_context(_zsum(rows, tun.w_vector, bm25), rows, pairs, tun) if turns else _zsum(rows, tun.w_vector, bm25)
     if second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
         fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, pairs, info)
@@ -194,7 +196,7 @@ def _second_round(db: Session, principal: Principal, query: str, qvec, filters: 
 
 def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str], k: int, mode: str,
          filters: SearchFilters, ef_search: int, tuning: Tuning | None = None,
-         second_round: bool = False) -> tuple[list[SearchResult], dict]:
+         second_round: bool = False, neighbours_out: dict | None = None) -> tuple[list[SearchResult], dict]:
     """Ranked visible results across `types` (no retrieval event; callers record one).
     `second_round` (step 4 of the module docstring): context assembly asks for it (its latency
     target is 100 ms); `/v1/search` does not (30 ms: the round costs ~+20 ms server-side here)."""
@@ -216,6 +218,9 @@ def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str
             scored.update({(t, id_): 1.0 - float(d) for id_, d in rows})
         else:
             scored.update({(t, id_): float(r) for id_, r in repo.text_ids(db, principal, t, query, filters, k)})
+    found = info.pop("neighbours", {})  # rows, not for the retrieval record: handed out on request
+    if neighbours_out is not None:
+        neighbours_out.update(found)
     top = sorted(scored.items(), key=lambda kv: (-kv[1], str(kv[0][1])))[:k]
     by_type: dict[str, list] = {}
     for (t, id_), _ in top:
