@@ -38,8 +38,9 @@ def _server():  # noqa: ANN202
     return create_engine(admin_url(Settings()), isolation_level="AUTOCOMMIT")
 
 
-def fresh_database(name: str):
-    """Settings pointing at a new database `name` (embedded server unless MEMSCALE_DATABASE_URL)."""
+def fresh_database(name: str, *, migrate: bool = True):
+    """Settings pointing at a new database `name` (embedded server unless MEMSCALE_DATABASE_URL),
+    migrated to head unless `migrate` is False (a process of another commit migrates it itself)."""
     from app.kit.migrate import upgrade
 
     s = database_settings(name)
@@ -48,7 +49,8 @@ def fresh_database(name: str):
         c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         c.execute(text(f"CREATE DATABASE {name}"))
     eng.dispose()
-    upgrade(s, "head")
+    if migrate:
+        upgrade(s, "head")
     return s
 
 

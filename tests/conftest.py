@@ -129,6 +129,14 @@ def episode(content: str = "the deploy failed because the cache was cold", **kw)
 
 
 @pytest.fixture
+def here(settings, tmp_path):
+    """The service's settings with its data dir (where jobs write cartridges) under tmp; the same
+    keys, so handoff tokens and operator calls still verify."""
+    return settings.model_copy(update={"data_dir": tmp_path / "data",
+                                       "inference_key": settings.inference_secret().decode()})
+
+
+@pytest.fixture
 def swap_state():
     """``swap_state(app.state, name, value)`` for one test, restored after it. (pytest's monkeypatch
     cannot restore an attribute of a Starlette ``State``: its undo deletes it.)"""

@@ -70,13 +70,6 @@ def test_cartridge_over_two_owners_private_assets_fails_cleanly(client, world, r
     assert job.status == "failed" and "different owners" in job.error and fake_training == []
 
 
-@pytest.fixture
-def here(settings, tmp_path):
-    """The service's settings with its data dir (where cartridges are written) under tmp."""
-    return settings.model_copy(update={"data_dir": tmp_path / "data",
-                                       "inference_key": settings.inference_secret().decode()})
-
-
 def _train_into_folder(monkeypatch, during=None):  # noqa: ANN001
     import pipelines.cartridges.trainer as trainer
 

@@ -92,7 +92,7 @@ def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tm
     assert gen.status_code == 404
 
 
-def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, world, run_job, tier, settings, tmp_path,
+def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, world, run_job, tier, here, tmp_path,
                                                                      monkeypatch, swap_state):
     """A cartridge is the user's text in another form (trained KV; self-study conversations in plain
     text on disk): erasure removes its folder, the tier's loaded copy, and every cartridge trained
@@ -103,8 +103,6 @@ def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, wor
     from app.orgs import endpoints as org_endpoints
 
     eng = tier.app.state.engine
-    here = settings.model_copy(update={"data_dir": tmp_path / "data",  # the same keys, files under tmp
-                                       "inference_key": settings.inference_secret().decode()})
 
     def train(texts, hashes, out_dir, p, steps, **kw):  # noqa: ANN001, ANN003 - a real (untrained) cartridge
         ids = eng.tokenizer("\n\n".join(texts))["input_ids"]

@@ -30,7 +30,7 @@ def visible_active(db: Session, principal: Principal, limit: int = 8) -> list[Ca
 
 def mark_stale(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], reason: str) -> list[uuid.UUID]:
     """Cartridges trained on any of `asset_ids` are stale: never handed out again until retrained."""
-    return _mark(db, org_id, asset_ids, "stale", ("active",), reason)
+    return _mark(db, org_id, asset_ids, "stale", ("active",), "cartridge.stale", reason)
 
 
 def erase(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], reason: str) -> list[uuid.UUID]:
@@ -38,17 +38,16 @@ def erase(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], reason: st
     stale: a stale one's files still hold the text): never handed out, and their files (the KV, the
     self-study conversations in plain text, checkpoints) are removed by :func:`remove_files` once
     this transaction has committed. Returns their ids."""
-    return _mark(db, org_id, asset_ids, "erased", ("active", "stale"), reason)
+    return _mark(db, org_id, asset_ids, "erased", ("active", "stale"), "cartridge.erase", reason)
 
 
 def _mark(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str, among: tuple[str, ...],
-          reason: str) -> list[uuid.UUID]:
+          action: str, reason: str) -> list[uuid.UUID]:
     """Cartridges of `among` statuses trained on any of `asset_ids` get `status`, each with an
-    audit event ``cartridge.<stale|erase>``; their ids."""
+    audit event `action`; their ids."""
     if not asset_ids:
         return []
     ids = repository.mark(db, org_id, asset_ids, status, among)
-    action = "cartridge.erase" if status == "erased" else f"cartridge.{status}"
     for cid in ids:
         record(db, org_id=org_id, actor_id=None, action=action, target_type="cartridge", target_id=cid,
                details={"reason": reason})

@@ -50,21 +50,19 @@ class TierClient:
 
     def drop_chunks(self, hashes: list[str]) -> int:
         """Delete the chunk KV of removed content; returns how many the tier held."""
-        n = 0
-        for h in sorted(set(hashes)):
-            try:
-                n += bool(self.http.delete(f"/v1/chunks/{h}", headers=self._auth).json().get("deleted"))
-            except (httpx.HTTPError, ValueError):
-                continue
-        return n
+        return self._delete_each("/v1/chunks", hashes)
 
     def drop_cartridges(self, ids: list) -> int:  # noqa: ANN001
         """Evict erased cartridges from the tier's memory and its cartridge folder; returns how
         many it held."""
+        return self._delete_each("/v1/cartridges", ids)
+
+    def _delete_each(self, prefix: str, keys: list) -> int:  # noqa: ANN001
+        """`DELETE <prefix>/<key>` for each distinct key; how many the tier said it held."""
         n = 0
-        for cid in sorted({str(i) for i in ids}):
+        for key in sorted({str(k) for k in keys}):
             try:
-                n += bool(self.http.delete(f"/v1/cartridges/{cid}", headers=self._auth).json().get("deleted"))
+                n += bool(self.http.delete(f"{prefix}/{key}", headers=self._auth).json().get("deleted"))
             except (httpx.HTTPError, ValueError):
                 continue
         return n

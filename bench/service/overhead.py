@@ -23,7 +23,6 @@ import uuid
 from pathlib import Path
 
 import httpx
-from sqlalchemy.engine import make_url
 
 from bench.common import ApiProcess, fresh_database, pct, write_result
 
@@ -37,17 +36,9 @@ def _worktree(rev: str, tmp: Path) -> Path:
     return path
 
 
-def _empty_database(s, name: str):  # noqa: ANN001, ANN202
-    from sqlalchemy import text
-
-    from bench.common import _server
-
-    eng = _server()
-    with eng.connect() as c:
-        c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        c.execute(text(f"CREATE DATABASE {name}"))
-    eng.dispose()
-    return s.model_copy(update={"database_url": make_url(s.database_url).set(database=name).render_as_string(False)})
+def _old_database(s):  # noqa: ANN001, ANN202
+    """The earlier commit's database: created empty (its own process migrates it), same data dir."""
+    return fresh_database("memscale_bench_overhead_old", migrate=False).model_copy(update={"data_dir": s.data_dir})
 
 
 def _key(s) -> str:  # noqa: ANN001
@@ -81,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
         arms = {"old": _worktree(a.against, tmp), "new": ROOT} if a.against else {"new": ROOT}
         # Each arm its own database, migrated by its own code (an earlier commit cannot start on a
         # database at a later revision): the old one starts empty and its process migrates it.
-        dbs = {"new": s, "old": _empty_database(s, "memscale_bench_overhead_old")} if a.against else {"new": s}
+        dbs = {"new": s, "old": _old_database(s)} if a.against else {"new": s}
         for name, cwd in arms.items():
             procs[name] = ApiProcess(dbs[name], cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
         for p in procs.values():
