@@ -19,6 +19,7 @@ Design choices:
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import logging
 import os
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 FORMAT, VERSION = "memscale-chunk-kv", "1"
 _HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+_SAME_CHECKPOINT = re.compile(r"(float16|bfloat16|float32|float64)(-a[0-9a-f]{12})?")  # kv_id after "<model_id>-"
 
 
 class ChunkNotFound(KeyError):
@@ -46,9 +48,12 @@ class ChunkNotFound(KeyError):
 
 
 class ChunkEncoder(Protocol):
-    kv_id: str
+    model_id: str  # the checkpoint: its tokenizer fixes a chunk's token ids
+    kv_id: str  # the checkpoint + how its KV is computed (dtype, anchor)
 
     def encode_chunk(self, text: str) -> ChunkKV: ...
+
+    def chunk_kv(self, ids: torch.Tensor) -> torch.Tensor: ...
 
 
 def content_hash(text: str) -> str:
@@ -102,16 +107,44 @@ class ChunkStore:
             if h in self._mem:
                 self._mem.move_to_end(h)
                 return self._mem[h]
-            chunk = self._read_disk(h)
+            try:
+                chunk = self._read_disk(h)
+            except ChunkNotFound:
+                chunk = self._adopt(h)
             self._remember(h, chunk)
             return chunk
+
+    def _adopt(self, h: str) -> ChunkKV:
+        """The chunk's KV recomputed from the token ids that another KV configuration of the same
+        checkpoint stored (chunks computed alone before anchoring, another dtype): after an upgrade
+        the tier still serves every chunk a handoff names, without the text (a handoff sends only
+        hashes). The old file stays for the configuration that wrote it; erasure removes both."""
+        prefix = glob.escape(f"{self.encoder.model_id}-")
+        for path in sorted(Path(self.config.root).glob(f"{prefix}*/{h[:2]}/{h}.safetensors")):
+            folder = path.parent.parent
+            if folder == self.dir or not _SAME_CHECKPOINT.fullmatch(folder.name[len(self.encoder.model_id) + 1:]):
+                continue  # this configuration's own folder, or another checkpoint whose name extends this one's
+            try:
+                with safe_open(str(path), framework="pt") as f:
+                    meta = f.metadata() or {}
+                    ids = f.get_tensor("token_ids")
+            except Exception:  # noqa: BLE001 - unreadable or half-written: look further
+                continue
+            if meta.get("format") != FORMAT or meta.get("content_hash") != h or ids.dim() != 1 or not ids.numel():
+                continue
+            chunk = ChunkKV(token_ids=ids, kv=self.encoder.chunk_kv(ids))
+            self._write_disk(h, chunk)
+            return chunk
+        raise ChunkNotFound(h)
 
     def has(self, h: str) -> bool:
         with self._lock:
             return h in self._mem or (is_content_hash(h) and self._path(h).exists())
 
     def delete(self, h: str) -> bool:
-        """Remove from both tiers; True if anything was there."""
+        """Remove from both tiers, and the chunk's file under every other ``kv_id`` folder of the
+        root (KV an earlier dtype, system prompt or anchoring computed: erasure must reach it
+        although this engine would never read it); True if anything was there."""
         if not is_content_hash(h):
             return False
         with self._lock:
@@ -123,11 +156,12 @@ class ChunkStore:
             size = self._disk.pop(h, None)
             if size is not None:
                 self._disk_bytes -= size
-            try:
-                self._path(h).unlink()
-                found = True
-            except FileNotFoundError:
-                pass
+            for path in [self._path(h), *Path(self.config.root).glob(f"*/{h[:2]}/{h}.safetensors")]:
+                try:
+                    path.unlink()
+                    found = True
+                except FileNotFoundError:
+                    pass
             return found
 
     def stats(self) -> dict[str, int]:

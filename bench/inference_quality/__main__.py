@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.inference_quality --phase sweep   [--examples 20]
     .venv/bin/python -m bench.inference_quality --phase confirm [--examples 200] [--shard 0/2]
     .venv/bin/python -m bench.inference_quality --phase query   [--examples 200] [--shard 0/2]
+    .venv/bin/python -m bench.inference_quality --phase anchor  [--examples 200] [--shard 0/2]
     .venv/bin/python -m bench.inference_quality --phase report
     .venv/bin/python -m bench.inference_quality --quick          (2 examples, 3 configurations)
 
@@ -17,11 +18,17 @@ JSONL file as each example finishes (a killed run keeps what it measured; a reru
   choice); ``report`` summarises both.
 - ``query`` (round 3): the same held-out examples, the query-attention selection against EPIC 0.25
   (round 2's default), its layer count fixed by ``bench.inference_quality.pilot --round 3``.
+- ``anchor`` (round 4): the same held-out examples with anchored chunk KV (computed behind the
+  system segment, ``EngineConfig.anchor_chunks``); rounds 1-3 stored chunks computed alone, and
+  their phases still do (a configuration's third element), so a rerun measures what they did.
+  Paired with round 3's records of the same examples by ``--phase report`` (same code path for
+  the configurations both ran; gold LL, KL and F1 are deterministic on one torch thread).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -41,12 +48,28 @@ RATIOS = (0.05, 0.1, 0.15, 0.3)
 SWEEP_EXAMPLES = 20  # the sweep's examples; confirm runs on the next ones (held out from the choice)
 
 
-def configs(phase: str) -> dict[str, tuple[str, BlendConfig]]:
-    """label -> (engine mode, blend config); 'full' first (it is the reference of the others)."""
-    c: dict[str, tuple[str, BlendConfig]] = {"full": ("full", BlendConfig())}
-    if phase == "quick":
-        c["default"] = ("blend", BlendConfig())
+Config = tuple[str, BlendConfig, bool]  # engine mode, blend config, chunks anchored (False: computed alone)
+
+
+def configs(phase: str) -> dict[str, Config]:
+    """label -> (engine mode, blend config, anchored); 'full' first (the reference of the others)."""
+    if phase in ("quick", "anchor"):
+        c: dict[str, Config] = {"full": ("full", BlendConfig(), True)}
+        if phase == "quick":
+            c["default"] = ("blend", BlendConfig(), True)
+            return c
+        # round 4: the default's selection on anchored chunks; the same budget all on what the
+        # query reads (anchoring removes the chunk-start sinks EPIC's half was spent on); reuse
+        c["anchored epic+query 0.25"] = ("blend", BlendConfig(), True)
+        c["anchored query 0.25"] = ("blend", BlendConfig(start_share=0.0), True)
+        c["anchored reuse"] = ("reuse", BlendConfig(), True)
         return c
+    return {label: (mode, cfg, False) for label, (mode, cfg) in _alone(phase).items()}
+
+
+def _alone(phase: str) -> dict[str, tuple[str, BlendConfig]]:
+    """Rounds 1-3 (chunk KV computed alone)."""
+    c: dict[str, tuple[str, BlendConfig]] = {"full": ("full", BlendConfig())}
     if phase == "query":  # round 3: what the query reads, against round 2's default, paired
         # After 38 examples (19 per shard) query@8 0.15 (4.9x, KL 0.28 vs EPIC's 0.19) left and
         # half EPIC, half query at 0.25 joined (records say which ran): the query's picks fixed
@@ -77,29 +100,38 @@ def configs(phase: str) -> dict[str, tuple[str, BlendConfig]]:
     return c
 
 
-def measure_examples(engine: Engine, examples, cfgs: dict, out: Path, max_new: int) -> None:
+def measure_examples(engine: Engine, examples, cfgs: dict[str, Config], out: Path, max_new: int) -> None:
+    """``engine`` is loaded anchored; configurations on chunks computed alone get a second engine
+    over the same model (and their own store: the two ``kv_id`` differ)."""
     labels = list(cfgs)
+    engines = {True: engine}
+    if not all(anchored for _, _, anchored in cfgs.values()):
+        engines[False] = Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
     with tempfile_dir() as tmp, out.open("a") as f:
         # chunks stay stored across examples (LoCoMo questions share sessions), LRU-bounded
-        store = ChunkStore(engine, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30))
+        stores = {a: ChunkStore(e, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30))
+                  for a, e in engines.items()}
+        needed = {anchored for mode, _, anchored in cfgs.values() if mode != "full"} or {True}
         for i, ex in enumerate(examples):
             t_ex = time.perf_counter()
-            hashes = store.precompute(ex.chunks)
+            hashes = {a: stores[a].precompute(ex.chunks) for a in needed}
             q_ids = engine.query_ids(ex.question)
             ans_ids = engine.encode(ex.gold)
             runs = {}
-            full = measure.run(engine, store, hashes, q_ids, ans_ids, "full", BlendConfig(), None, ex.gold, max_new)
+            a0 = min(needed)  # full prefill reads the chunks' token ids from either store
+            full = measure.run(engine, stores[a0], hashes[a0], q_ids, ans_ids, "full", BlendConfig(), None, ex.gold,
+                               max_new)
             ref = full.pop("logprobs")
             runs["full"] = full
             others = labels[1:]
             k = i % len(others)
             for label in others[k:] + others[:k]:  # rotate who runs first
-                mode, cfg = cfgs[label]
-                r = measure.run(engine, store, hashes, q_ids, ans_ids, mode, cfg, ref, ex.gold, max_new)
+                mode, cfg, a = cfgs[label]
+                r = measure.run(engines[a], stores[a], hashes[a], q_ids, ans_ids, mode, cfg, ref, ex.gold, max_new)
                 r.pop("logprobs")
                 runs[label] = r
             rec = {"id": ex.id, "corpus": ex.corpus, "question": ex.question, "gold": ex.gold,
-                   "n_chunks": len(ex.chunks), "chunk_tokens": sum(store.get(h).n_tokens for h in hashes),
+                   "n_chunks": len(ex.chunks), "chunk_tokens": sum(stores[a0].get(h).n_tokens for h in hashes[a0]),
                    "answer_tokens": int(ans_ids.numel()), "loadavg": os.getloadavg()[0], "runs": runs}
             f.write(json.dumps(rec) + "\n")
             f.flush()
@@ -119,7 +151,7 @@ def load(path: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(prog="python -m bench.inference_quality")
-    ap.add_argument("--phase", choices=("sweep", "confirm", "query", "report"), default="confirm")
+    ap.add_argument("--phase", choices=("sweep", "confirm", "query", "anchor", "report"), default="confirm")
     ap.add_argument("--quick", action="store_true", help="2 examples, full/reuse/default (a smoke run)")
     ap.add_argument("--examples", type=int, default=None, help="sweep: 20, confirm: 200")
     ap.add_argument("--shard", default="0/1", help="confirm: run shard i of n (i/n) of the examples, e.g. 0/2 and 1/2 "
@@ -134,10 +166,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     phase = "quick" if args.quick else args.phase
     if phase == "report":
         return report.write(args.out, DOCS)
-    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200, "query": 200}[phase]
+    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200, "query": 200, "anchor": 200}[phase]
     i, k = (int(x) for x in args.shard.split("/"))
     # the sweep takes the first examples; confirm the next n, held out from the choice of default
-    first = SWEEP_EXAMPLES if phase in ("confirm", "query") else 0
+    first = SWEEP_EXAMPLES if phase in ("confirm", "query", "anchor") else 0
     examples = build(first + n, seed=args.seed)[first:][i::k]
     out = args.out / (f"inference_quality_{phase}.jsonl" if k == 1 else f"inference_quality_{phase}.{i}of{k}.jsonl")
     args.out.mkdir(parents=True, exist_ok=True)

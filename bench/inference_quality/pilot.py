@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--round", type=int, choices=sorted(ROUNDS), default=3)
     args = ap.parse_args(argv)
     CONFIGS = ROUNDS[args.round]
-    engine = Engine.load(EngineConfig(model_path=config_from_env().model_path, threads=args.threads))
+    # rounds 2 and 3 measured chunk KV computed alone (anchored chunks came in round 4)
+    engine = Engine.load(EngineConfig(model_path=config_from_env().model_path, threads=args.threads,
+                                      anchor_chunks=False))
     rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="quality-pilot-") as tmp:
         store = ChunkStore(engine, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30))

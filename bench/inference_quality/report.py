@@ -129,13 +129,38 @@ def plot(s: dict, path: Path, confirm: dict | None = None) -> Path | None:
     return path
 
 
+ALONE = "epic+query 0.25 alone (round 3)"
+
+
+def with_round3(recs: list[dict], round3: list[dict]) -> tuple[list[dict], dict]:
+    """Round 4's records with round 3's default (chunks computed alone) joined per example as
+    ``ALONE``, for paired comparison across the two runs. Valid because full prefill and every
+    metric but TTFT are deterministic on one thread: checked here, full's gold LL must agree."""
+    by_id = {r["id"]: r for r in round3 if "epic+query 0.25" in r["runs"]}
+    merged, diffs = [], []
+    for r in recs:
+        old = by_id.get(r["id"])
+        if old is None:
+            merged.append(r)
+            continue
+        diffs.append(abs(old["runs"]["full"]["ll"] - r["runs"]["full"]["ll"]))
+        merged.append({**r, "runs": {**r["runs"], ALONE: old["runs"]["epic+query 0.25"]}})
+    check = {"joined": len(diffs), "max_abs_full_ll_diff": max(diffs, default=None),
+             "same_full_text": sum(by_id[r["id"]]["runs"]["full"].get("text") == r["runs"]["full"].get("text")
+                                   for r in recs if r["id"] in by_id)}
+    return merged, check
+
+
 def write(out: Path, docs: Path | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     result = {}
-    for phase in ("sweep", "confirm", "query"):
+    for phase in ("sweep", "confirm", "query", "anchor"):
         recs = load_all(out, phase)
         if not recs:
             continue
+        if phase == "anchor":
+            recs, check = with_round3(recs, load_all(out, "query"))
+            print(f"\nround 3 joined: {check}")
         s = summary(recs)
         result[phase] = s
         print(f"\n## {phase}: {len(recs)} examples\n")
@@ -147,6 +172,10 @@ def write(out: Path, docs: Path | None = None) -> dict:
             s["paired_vs_epic_0.25"] = {k: paired(recs, "epic 0.25", k) for k in labels_of(recs)
                                         if k not in ("full", "epic 0.25")}
             print("\n" + "\n".join(paired_lines(recs, "epic 0.25")))
+        if phase == "anchor":  # round 4: anchored chunks against round 3's default on the same examples
+            s["round3_join"] = check
+            s[f"paired_vs_{ALONE}"] = {k: paired(recs, ALONE, k) for k in labels_of(recs) if k not in ("full", ALONE)}
+            print("\n" + "\n".join(paired_lines(recs, ALONE)))
     if "sweep" in result:
         held_out = {**result.get("confirm", {}).get("all", {}),
                     **{k: v for k, v in result.get("query", {}).get("all", {}).items() if k not in ("full", "epic 0.25")}}

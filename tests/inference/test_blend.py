@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -220,3 +222,35 @@ def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunk
     rest[sel] = False
     free = sel[~torch.isin(sel, torch.tensor(bounds))]
     assert float(mass[free].min()) >= float(mass[rest].max())
+
+
+def test_anchored_chunk_kv_is_what_full_prefill_computes_behind_the_system_segment(engine, chunks, texts):
+    """Chunk KV is computed behind the system segment (the default): the first chunk's stored KV,
+    placed after the system prompt, is exactly full prefill's KV of those tokens ("prefix" mode
+    is then a real prefix-cache hit), and reusing every chunk is much closer to full prefill than
+    with chunks computed alone (whose first tokens become attention sinks)."""
+    from app.inference.engine import Engine
+
+    assert engine.config.anchor_chunks and engine.anchor_kv is not None
+    S, T0 = int(engine.system_ids.numel()), chunks[0].n_tokens
+    full = engine.build_context(chunks, "full")
+    prefix = engine.build_context(chunks, "prefix")
+    for a, b in zip(prefix.cache.layers, full.cache.layers):
+        torch.testing.assert_close(a.keys[:, :, S:S + T0], b.keys[:, :, S:S + T0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a.values[:, :, S:S + T0], b.values[:, :, S:S + T0], rtol=1e-4, atol=1e-4)
+    # the stored KV keeps the canonical layout: keys at positions 0..T-1 (the anchor is not stored)
+    assert chunks[0].kv.shape[3] == T0
+    alone = Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+    assert alone.anchor_kv is None and alone.kv_id != engine.kv_id and engine.kv_id.startswith(alone.kv_id + "-a")
+    other = Engine(dataclasses.replace(engine.config, system_prompt="Answer in French."), engine.model,
+                   engine.tokenizer)
+    assert other.kv_id not in (engine.kv_id, alone.kv_id)  # KV behind another system prompt is never mixed in
+    alone_chunks = [alone.encode_chunk(t) for t in texts]
+    assert not torch.allclose(alone_chunks[0].kv[1:], chunks[0].kv[1:], atol=1e-3)  # layer 0 sees no context
+
+    def error(eng, cs):
+        ctx = eng.build_context(cs, "reuse")
+        return sum(float((a.keys - b.keys).pow(2).sum() + (a.values - b.values).pow(2).sum())
+                   for a, b in zip(ctx.cache.layers, full.cache.layers))
+
+    assert error(engine, chunks) < 0.5 * error(alone, alone_chunks)

@@ -95,6 +95,22 @@ def test_delete_removes_both_tiers(store, texts):
     assert store.stats() == {"mem_items": 0, "mem_bytes": 0, "disk_items": 0, "disk_bytes": 0}
 
 
+def test_delete_reaches_kv_another_engine_configuration_wrote(engine, tmp_path, texts):
+    """A chunk's KV stored under an earlier kv_id (chunks computed alone, before anchoring; another
+    dtype or system prompt) is never read by this engine, but erasure must still remove it."""
+    import dataclasses
+
+    from app.inference.engine import Engine
+
+    alone = Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+    old, new = ChunkStore(alone, StoreConfig(root=tmp_path)), ChunkStore(engine, StoreConfig(root=tmp_path))
+    h, other = old.put(texts[0]), old.put(texts[1])
+    assert old.dir != new.dir and not new.has(h)  # the anchored engine does not read it
+    assert new.delete(h) is True
+    assert not list(tmp_path.glob(f"*/*/{h}.safetensors"))
+    assert list(tmp_path.glob(f"*/*/{other}.safetensors"))  # only the erased chunk
+
+
 def test_hook_for_the_bootstrap_pipeline(store, texts):
     hashes = precompute_chunks(texts[:2], store=store)
     assert hashes == [content_hash(t) for t in texts[:2]]
@@ -106,3 +122,28 @@ def test_a_file_written_by_another_process_is_found(engine, tmp_path, texts):
     writer = ChunkStore(engine, StoreConfig(root=tmp_path))
     h = writer.put(texts[0])
     assert torch.equal(reader.get(h).token_ids, engine.chunk_ids(texts[0]))
+
+
+def test_a_chunk_stored_before_anchoring_is_served_after_the_upgrade(engine, tmp_path, texts):
+    """A handoff names chunks by hash only: after the upgrade to anchored chunk KV the tier
+    recomputes a chunk's KV from the token ids the old configuration stored, instead of a 404."""
+    import dataclasses
+
+    from app.inference.engine import Engine
+
+    alone = Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+    h = ChunkStore(alone, StoreConfig(root=tmp_path)).put(texts[0])
+    # another checkpoint whose name extends this one's is never adopted (its tokenizer may differ)
+    stranger = tmp_path / f"{engine.model_id}-v2-float32" / h[:2]
+    stranger.mkdir(parents=True)
+    (tmp_path / alone.kv_id / h[:2] / f"{h}.safetensors").rename(stranger / f"{h}.safetensors")
+    new = ChunkStore(engine, StoreConfig(root=tmp_path))
+    with pytest.raises(ChunkNotFound):
+        new.get(h)
+    (stranger / f"{h}.safetensors").rename(tmp_path / alone.kv_id / h[:2] / f"{h}.safetensors")
+    got = new.get(h)
+    want = engine.encode_chunk(texts[0])
+    assert torch.equal(got.token_ids, want.token_ids)
+    torch.testing.assert_close(got.kv, want.kv, rtol=1e-5, atol=1e-5)  # anchored KV, not the old one
+    assert ChunkStore(engine, StoreConfig(root=tmp_path)).has(h)  # written under the new kv_id
+    assert new.delete(h) and not list(tmp_path.glob(f"*/*/{h}.safetensors"))  # both copies erased
