@@ -15,9 +15,9 @@ from app.inference.cartridge import compose
 from app.inference.context_distillation import DistillConfig, evaluate_loss, train
 from app.inference.kv import compute_kv
 from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
-from pipelines.cartridges.chat import context_ids, corpus_text, encode
-from pipelines.cartridges.selfstudy import SelfStudyConfig, load_examples, run_selfstudy
-from pipelines.cartridges.trainer import initial_cartridge
+from pipelines.cartridges.chat import context_ids, corpus_text
+from pipelines.cartridges.selfstudy import SelfStudyConfig
+from pipelines.cartridges.trainer import CartridgeJobConfig, initial_cartridge, training_examples
 
 from . import evaluate as ev
 from .corpus import build_corpus, pair_questions, sample_questions
@@ -36,8 +36,13 @@ class BenchPlan:
     compose_p: int = 128  # each part cartridge; composed = 2 x compose_p tokens
     compose_steps: int = 20
     batch_size: int = 8
+    # the service's recipe (CartridgeJobConfig, DistillConfig defaults: self-study + fill-the-gap,
+    # lr 2e-3, the teacher sees the whole part), with fewer self-study samples to fit the budget.
+    # Until the tenth stop this bench trained its own way (self-study only, 512-token teachers, lr 2e-2)
     selfstudy: SelfStudyConfig = field(default_factory=lambda: SelfStudyConfig(
-        samples=48, chunk_tokens=512, batch_size=16, max_question_tokens=32, max_answer_tokens=64))
+        samples=48, batch_size=16, max_question_tokens=32, max_answer_tokens=64))
+    cloze: bool = CartridgeJobConfig().cloze
+    lr: float = DistillConfig().lr
     train_budget_s: float = 20 * 60  # self-study + all distillation; steps are cut to fit
     cap_bytes: int = GiB  # KV memory cap for the largest batch
     max_batch: int = 64
@@ -47,9 +52,9 @@ class BenchPlan:
 
 QUICK = BenchPlan(
     mode="quick", questions=12, pairs=4, steps=4, compose_steps=3, batch_size=4,
-    selfstudy=SelfStudyConfig(samples=6, chunk_tokens=512, batch_size=6, max_question_tokens=24,
-                              max_answer_tokens=32),
-    train_budget_s=3 * 60, max_batch=16, decode_steps=4, ttft_repeats=1)
+    selfstudy=SelfStudyConfig(samples=6, batch_size=6, max_question_tokens=24, max_answer_tokens=32),
+    # 6 minutes: the fill-the-gap data over the whole corpus alone takes ~3-4 (one thread)
+    train_budget_s=6 * 60, max_batch=16, decode_steps=4, ttft_repeats=1)
 
 
 class Budget:
@@ -62,10 +67,10 @@ class Budget:
         return max(0.0, (self.deadline - time.perf_counter()) / max(runs_left, 1))
 
 
-def _train(model, cart, examples, steps, batch, budget_s, work: Path, name: str) -> dict:
+def _train(model, cart, examples, steps, batch, lr, budget_s, work: Path, name: str) -> dict:
     probe = examples[:: max(1, len(examples) // 8)][:8]  # spread over the training data: a fit measure, not held-out
     before = evaluate_loss(model, cart.as_prefix_kv(), probe)
-    stats = train(model, cart, examples, DistillConfig(steps=steps, batch_size=batch, lr=2e-2,
+    stats = train(model, cart, examples, DistillConfig(steps=steps, batch_size=batch, lr=lr,
                                                        checkpoint_every=10, time_budget_s=budget_s),
                   checkpoint_dir=work / "ckpt" / name)
     stats["probe_loss_before"] = round(before, 4)
@@ -103,9 +108,9 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
     parts = {"A": corpus.part_a, "B": corpus.part_b}
     examples = {}
     for name, texts in parts.items():
-        run_selfstudy(model, tok, encode(tok, corpus_text(texts)), work / f"selfstudy_{name}",
-                      plan.selfstudy, model_id=LOCAL_MODEL_ID)
-        examples[name] = load_examples(work / f"selfstudy_{name}")
+        examples[name], _, n_cloze = training_examples(model, tok, texts, work / f"part_{name}", plan.selfstudy,
+                                                       cloze=plan.cloze, model_id=LOCAL_MODEL_ID, progress=False)
+        results[f"training_examples_{name}"] = {"selfstudy": len(examples[name]) - n_cloze, "cloze": n_cloze}
     results["selfstudy_seconds"] = round(time.perf_counter() - t_ss, 1)
     both = examples["A"] + examples["B"]
 
@@ -118,7 +123,7 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
         cart = initial_cartridge(model, tok, texts, p, model_id=LOCAL_MODEL_ID,
                                  content_hashes=[f"bench:{name}"])
         inits[name] = [(k.detach().clone(), v.detach().clone()) for k, v in cart.as_prefix_kv()]
-        stats = _train(model, cart, exs, steps, plan.batch_size, budget.share(len(runs) - i), work, name)
+        stats = _train(model, cart, exs, steps, plan.batch_size, plan.lr, budget.share(len(runs) - i), work, name)
         results["training"][name] = stats
         carts[name] = cart
     results["train_seconds_total"] = round(time.perf_counter() - t_ss, 1)

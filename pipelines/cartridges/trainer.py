@@ -70,6 +70,26 @@ def initial_cartridge(model, tokenizer, corpus_texts: list[str], p: int, *, mode
                                  init=init, frozen_tokens=frozen_tokens)
 
 
+def training_examples(model, tokenizer, corpus_texts: list[str], out: Path, selfstudy: SelfStudyConfig, *,
+                      cloze: bool, model_id: str, progress: bool = True) -> tuple[list, dict, int]:
+    """The recipe's training data: self-study conversations (``out/selfstudy``), plus fill-the-gap
+    ones over every sentence (``out/cloze.safetensors``) when ``cloze``. Both are kept, so a rerun
+    resumes. Returns (examples, self-study stats, number of fill-the-gap examples)."""
+    body = encode(tokenizer, corpus_text(corpus_texts))
+    ss_stats = run_selfstudy(model, tokenizer, body, out / "selfstudy", selfstudy, model_id=model_id,
+                             progress=progress)
+    examples = load_examples(out / "selfstudy")
+    if not cloze:
+        return examples, ss_stats, 0
+    cloze_path = out / "cloze.safetensors"  # deterministic (teacher-forced), kept for a rerun
+    if not cloze_path.exists():
+        # the same teacher context size as self-study's (one knob: the corpus that fits is one group)
+        save_shard(cloze_path, cloze_examples(model, tokenizer, corpus_texts, chunk=selfstudy.chunk_tokens),
+                   {"kind": "cloze"})
+    extra = load_shard(cloze_path)
+    return examples + extra, ss_stats, len(extra)
+
+
 def train_cartridge(
     corpus_texts: list[str],
     content_hashes: list[str],
@@ -97,19 +117,8 @@ def train_cartridge(
         model, tokenizer = load_causal_lm(local_model_dir(data_dir))
     t0 = time.perf_counter()
     body = encode(tokenizer, corpus_text(corpus_texts))
-    ss_stats = run_selfstudy(model, tokenizer, body, out / "selfstudy", config.selfstudy,
-                             model_id=model_id, progress=progress)
-    examples = load_examples(out / "selfstudy")
-    n_cloze = 0
-    if config.cloze:
-        cloze_path = out / "cloze.safetensors"  # deterministic (teacher-forced), kept for a rerun
-        if not cloze_path.exists():
-            # the same teacher context size as self-study's (one knob: the corpus that fits is one group)
-            save_shard(cloze_path, cloze_examples(model, tokenizer, corpus_texts, chunk=config.selfstudy.chunk_tokens),
-                       {"kind": "cloze"})
-        cloze = load_shard(cloze_path)
-        n_cloze = len(cloze)
-        examples = examples + cloze
+    examples, ss_stats, n_cloze = training_examples(model, tokenizer, corpus_texts, out, config.selfstudy,
+                                                    cloze=config.cloze, model_id=model_id, progress=progress)
     t1 = time.perf_counter()
     cart = initial_cartridge(model, tokenizer, corpus_texts, p, model_id=model_id,
                              content_hashes=list(content_hashes), init=config.init,
