@@ -23,6 +23,8 @@ JSONL file as each example finishes (a killed run keeps what it measured; a reru
   their phases still do (a configuration's third element), so a rerun measures what they did.
   Paired with round 3's records of the same examples by ``--phase report`` (same code path for
   the configurations both ran; gold LL, KL and F1 are deterministic on one torch thread).
+- ``reuse`` (round 4's control): every chunk reused unchanged with chunks computed alone, on the
+  first 100 of those examples, joined with ``anchor``'s records by ``--phase report``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ Config = tuple[str, BlendConfig, bool]  # engine mode, blend config, chunks anch
 
 def configs(phase: str) -> dict[str, Config]:
     """label -> (engine mode, blend config, anchored); 'full' first (the reference of the others)."""
+    if phase == "reuse":  # round 4's control: every chunk reused unchanged, computed alone (paired with "anchor")
+        return {"full": ("full", BlendConfig(), False), "reuse alone": ("reuse", BlendConfig(), False)}
     if phase in ("quick", "anchor"):
         c: dict[str, Config] = {"full": ("full", BlendConfig(), True)}
         if phase == "quick":
@@ -151,7 +155,7 @@ def load(path: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> dict | None:
     ap = argparse.ArgumentParser(prog="python -m bench.inference_quality")
-    ap.add_argument("--phase", choices=("sweep", "confirm", "query", "anchor", "report"), default="confirm")
+    ap.add_argument("--phase", choices=("sweep", "confirm", "query", "anchor", "reuse", "report"), default="confirm")
     ap.add_argument("--quick", action="store_true", help="2 examples, full/reuse/default (a smoke run)")
     ap.add_argument("--examples", type=int, default=None, help="sweep: 20, confirm: 200")
     ap.add_argument("--shard", default="0/1", help="confirm: run shard i of n (i/n) of the examples, e.g. 0/2 and 1/2 "
@@ -166,10 +170,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     phase = "quick" if args.quick else args.phase
     if phase == "report":
         return report.write(args.out, DOCS)
-    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200, "query": 200, "anchor": 200}[phase]
+    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200, "query": 200, "anchor": 200,
+                          "reuse": 100}[phase]
     i, k = (int(x) for x in args.shard.split("/"))
     # the sweep takes the first examples; confirm the next n, held out from the choice of default
-    first = SWEEP_EXAMPLES if phase in ("confirm", "query", "anchor") else 0
+    first = SWEEP_EXAMPLES if phase in ("confirm", "query", "anchor", "reuse") else 0
     examples = build(first + n, seed=args.seed)[first:][i::k]
     out = args.out / (f"inference_quality_{phase}.jsonl" if k == 1 else f"inference_quality_{phase}.{i}of{k}.jsonl")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -130,13 +130,14 @@ def plot(s: dict, path: Path, confirm: dict | None = None) -> Path | None:
 
 
 ALONE = "epic+query 0.25 alone (round 3)"
+REUSE_ALONE = "reuse alone"
 
 
-def with_round3(recs: list[dict], round3: list[dict]) -> tuple[list[dict], dict]:
-    """Round 4's records with round 3's default (chunks computed alone) joined per example as
-    ``ALONE``, for paired comparison across the two runs. Valid because full prefill and every
+def join(recs: list[dict], other: list[dict], label: str, as_label: str) -> tuple[list[dict], dict]:
+    """Round 4's records with another run's configuration ``label`` joined per example as
+    ``as_label``, for paired comparison across the two runs. Valid because full prefill and every
     metric but TTFT are deterministic on one thread: checked here, full's gold LL must agree."""
-    by_id = {r["id"]: r for r in round3 if "epic+query 0.25" in r["runs"]}
+    by_id = {r["id"]: r for r in other if label in r["runs"]}
     merged, diffs = [], []
     for r in recs:
         old = by_id.get(r["id"])
@@ -144,7 +145,7 @@ def with_round3(recs: list[dict], round3: list[dict]) -> tuple[list[dict], dict]
             merged.append(r)
             continue
         diffs.append(abs(old["runs"]["full"]["ll"] - r["runs"]["full"]["ll"]))
-        merged.append({**r, "runs": {**r["runs"], ALONE: old["runs"]["epic+query 0.25"]}})
+        merged.append({**r, "runs": {**r["runs"], as_label: old["runs"][label]}})
     check = {"joined": len(diffs), "max_abs_full_ll_diff": max(diffs, default=None),
              "same_full_text": sum(by_id[r["id"]]["runs"]["full"].get("text") == r["runs"]["full"].get("text")
                                    for r in recs if r["id"] in by_id)}
@@ -159,8 +160,9 @@ def write(out: Path, docs: Path | None = None) -> dict:
         if not recs:
             continue
         if phase == "anchor":
-            recs, check = with_round3(recs, load_all(out, "query"))
-            print(f"\nround 3 joined: {check}")
+            recs, check = join(recs, load_all(out, "query"), "epic+query 0.25", ALONE)
+            recs, check_reuse = join(recs, load_all(out, "reuse"), REUSE_ALONE, REUSE_ALONE)
+            print(f"\njoined: round 3 {check}, reuse alone {check_reuse}")
         s = summary(recs)
         result[phase] = s
         print(f"\n## {phase}: {len(recs)} examples\n")
@@ -173,12 +175,16 @@ def write(out: Path, docs: Path | None = None) -> dict:
                                         if k not in ("full", "epic 0.25")}
             print("\n" + "\n".join(paired_lines(recs, "epic 0.25")))
         if phase == "anchor":  # round 4: anchored chunks against round 3's default on the same examples
-            s["round3_join"] = check
-            s[f"paired_vs_{ALONE}"] = {k: paired(recs, ALONE, k) for k in labels_of(recs) if k not in ("full", ALONE)}
-            print("\n" + "\n".join(paired_lines(recs, ALONE)))
+            s["joined"] = {"round3": check, REUSE_ALONE: check_reuse}
+            s[f"paired_vs_{ALONE}"] = {k: paired(recs, ALONE, k) for k in labels_of(recs)
+                                       if k not in ("full", ALONE, REUSE_ALONE)}
+            s["paired_anchored_reuse_vs_reuse_alone"] = paired(recs, REUSE_ALONE, "anchored reuse")
+            print("\n" + "\n".join(line for line in paired_lines(recs, ALONE) if REUSE_ALONE not in line))
+            print("\n".join(line for line in paired_lines(recs, REUSE_ALONE) if "anchored reuse minus" in line))
     if "sweep" in result:
         held_out = {**result.get("confirm", {}).get("all", {}),
-                    **{k: v for k, v in result.get("query", {}).get("all", {}).items() if k not in ("full", "epic 0.25")}}
+                    **{k: v for k, v in result.get("query", {}).get("all", {}).items() if k not in ("full", "epic 0.25")},
+                    **{k: v for k, v in result.get("anchor", {}).get("all", {}).items() if k.startswith("anchored")}}
         png = plot(result["sweep"]["all"], (docs or out) / "inference_quality_frontier.png", held_out)
         if png:
             print(f"\nplot: {png}")
