@@ -59,6 +59,7 @@ from app.inference.kv import (
     compute_kv,
     place_chunks,
     prefix_cache,
+    prefix_length,
     rope_inv_freq,
     rotate_keys,
     stack_kv,
@@ -201,14 +202,10 @@ class Engine:
         Anchored: computed behind the system segment at S..S+T-1, the keys rotated back by S
         (``place_chunks`` moves them to wherever the chunk lands); else computed alone.
         """
-        if self.anchor_kv is None:
-            return stack_kv(compute_kv(self.model, ids)).cpu()
-        s = int(self.system_ids.numel())
-        cache = prefix_cache(self.anchor_kv)  # a fresh cache; the anchor's tensors are not written
-        self.forward(ids, cache, s)
-        kv = stack_kv(cache_layers(cache))[:, :, :, s:]  # (L, 2, H, T, D), a new tensor
-        kv[:, 0] = rotate_keys(kv[:, 0], -s, self.inv_freq)
-        return kv.contiguous().cpu()
+        kv = stack_kv(compute_kv(self.model, ids, after=self.anchor_kv))  # (L, 2, H, T, D), a new tensor
+        if self.anchor_kv is not None:
+            kv[:, 0] = rotate_keys(kv[:, 0], -prefix_length(self.anchor_kv), self.inv_freq)
+        return kv.cpu()
 
     def encode_chunk(self, text: str) -> ChunkKV:
         ids = self.chunk_ids(text)

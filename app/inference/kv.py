@@ -104,17 +104,20 @@ def query_positions(prefix_kv: PrefixKV | None, length: int, batch_size: int = 1
     return torch.arange(start, start + length, device=device)[None].expand(batch_size, -1)
 
 
-def compute_kv(model: torch.nn.Module, ids: torch.Tensor) -> PrefixKV:
-    """The KV of ``ids`` (T,) computed alone at positions 0..T-1: per layer (K, V), each
+def compute_kv(model: torch.nn.Module, ids: torch.Tensor, after: PrefixKV | None = None) -> PrefixKV:
+    """The KV of ``ids`` (T,) computed alone at positions 0..T-1, or behind ``after`` (a prefix's
+    KV at 0..S-1, not written) at S..S+T-1: per layer (K, V) of ``ids``' tokens only, each
     (1, kv_heads, T, head_dim), on the model's device. The one way a prefix KV is computed
-    (chunk KVs, cartridge initialisation, self-study contexts)."""
+    (chunk KVs, alone or anchored behind the system segment; cartridge initialisation,
+    self-study contexts)."""
     assert ids.dim() == 1 and ids.numel() > 0, ids.shape
     device = next(model.parameters()).device
-    cache = DynamicCache()
+    s = prefix_length(after)
+    cache = prefix_cache(after, device=device)
     with torch.inference_mode():
         model(ids[None].to(device), cache=cache, use_cache=True,
-              position_ids=torch.arange(ids.numel(), device=device)[None], logits_to_keep=1)
-    return cache_layers(cache)
+              position_ids=torch.arange(s, s + ids.numel(), device=device)[None], logits_to_keep=1)
+    return [(k[:, :, s:], v[:, :, s:]) for k, v in cache_layers(cache)]
 
 
 def append_kv(cache: DynamicCache, kv: torch.Tensor) -> None:

@@ -19,7 +19,6 @@ Design choices:
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import logging
 import os
@@ -40,7 +39,8 @@ log = logging.getLogger(__name__)
 
 FORMAT, VERSION = "memscale-chunk-kv", "1"
 _HASH_RE = re.compile(r"^[0-9a-f]{64}$")
-_SAME_CHECKPOINT = re.compile(r"(float16|bfloat16|float32|float64)(-a[0-9a-f]{12})?")  # kv_id after "<model_id>-"
+# what follows "<model_id>-" in a kv_id (app.inference.engine.Engine: dtype, then the anchor's digest)
+_SAME_CHECKPOINT = re.compile(r"(float16|bfloat16|float32|float64)(-a[0-9a-f]{12})?")
 
 
 class ChunkNotFound(KeyError):
@@ -119,11 +119,12 @@ class ChunkStore:
         checkpoint stored (chunks computed alone before anchoring, another dtype): after an upgrade
         the tier still serves every chunk a handoff names, without the text (a handoff sends only
         hashes). The old file stays for the configuration that wrote it; erasure removes both."""
-        prefix = glob.escape(f"{self.encoder.model_id}-")
-        for path in sorted(Path(self.config.root).glob(f"{prefix}*/{h[:2]}/{h}.safetensors")):
-            folder = path.parent.parent
-            if folder == self.dir or not _SAME_CHECKPOINT.fullmatch(folder.name[len(self.encoder.model_id) + 1:]):
-                continue  # this configuration's own folder, or another checkpoint whose name extends this one's
+        model = self.encoder.model_id
+        for path in sorted(self._copies(h)):
+            folder = path.parent.parent.name
+            if folder == self.kv_id or not (folder.startswith(f"{model}-")
+                                            and _SAME_CHECKPOINT.fullmatch(folder[len(model) + 1:])):
+                continue  # this configuration's own folder, or another checkpoint (whose name may extend this one's)
             try:
                 with safe_open(str(path), framework="pt") as f:
                     meta = f.metadata() or {}
@@ -136,6 +137,10 @@ class ChunkStore:
             self._write_disk(h, chunk)
             return chunk
         raise ChunkNotFound(h)
+
+    def _copies(self, h: str) -> list[Path]:
+        """The chunk's files under every ``kv_id`` folder of the root (this store's own included)."""
+        return list(Path(self.config.root).glob(f"*/{h[:2]}/{h}.safetensors"))
 
     def has(self, h: str) -> bool:
         with self._lock:
@@ -156,7 +161,7 @@ class ChunkStore:
             size = self._disk.pop(h, None)
             if size is not None:
                 self._disk_bytes -= size
-            for path in [self._path(h), *Path(self.config.root).glob(f"*/{h[:2]}/{h}.safetensors")]:
+            for path in self._copies(h):  # this kv_id's file among them
                 try:
                     path.unlink()
                     found = True

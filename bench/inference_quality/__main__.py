@@ -108,14 +108,13 @@ def measure_examples(engine: Engine, examples, cfgs: dict[str, Config], out: Pat
     """``engine`` is loaded anchored; configurations on chunks computed alone get a second engine
     over the same model (and their own store: the two ``kv_id`` differ)."""
     labels = list(cfgs)
-    engines = {True: engine}
-    if not all(anchored for _, _, anchored in cfgs.values()):
-        engines[False] = Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+    needed = {anchored for mode, _, anchored in cfgs.values() if mode != "full"} or {True}
+    engines = {a: engine if a else Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model,
+                                          engine.tokenizer) for a in needed}
     with tempfile_dir() as tmp, out.open("a") as f:
         # chunks stay stored across examples (LoCoMo questions share sessions), LRU-bounded
         stores = {a: ChunkStore(e, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30))
                   for a, e in engines.items()}
-        needed = {anchored for mode, _, anchored in cfgs.values() if mode != "full"} or {True}
         for i, ex in enumerate(examples):
             t_ex = time.perf_counter()
             hashes = {a: stores[a].precompute(ex.chunks) for a in needed}

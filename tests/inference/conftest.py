@@ -28,6 +28,14 @@ def engine() -> Engine:
 
 
 @pytest.fixture(scope="session")
+def engine_alone(engine) -> Engine:
+    """The same model with chunk KV computed alone (the layout before anchoring; its own kv_id)."""
+    import dataclasses
+
+    return Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+
+
+@pytest.fixture(scope="session")
 def texts() -> list[str]:
     return list(TEXTS)
 

@@ -224,7 +224,8 @@ def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunk
     assert float(mass[free].min()) >= float(mass[rest].max())
 
 
-def test_anchored_chunk_kv_is_what_full_prefill_computes_behind_the_system_segment(engine, chunks, texts):
+def test_anchored_chunk_kv_is_what_full_prefill_computes_behind_the_system_segment(engine, engine_alone, chunks,
+                                                                                   texts):
     """Chunk KV is computed behind the system segment (the default): the first chunk's stored KV,
     placed after the system prompt, is exactly full prefill's KV of those tokens ("prefix" mode
     is then a real prefix-cache hit), and reusing every chunk is much closer to full prefill than
@@ -240,7 +241,7 @@ def test_anchored_chunk_kv_is_what_full_prefill_computes_behind_the_system_segme
         torch.testing.assert_close(a.values[:, :, S:S + T0], b.values[:, :, S:S + T0], rtol=1e-4, atol=1e-4)
     # the stored KV keeps the canonical layout: keys at positions 0..T-1 (the anchor is not stored)
     assert chunks[0].kv.shape[3] == T0
-    alone = Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+    alone = engine_alone
     assert alone.anchor_kv is None and alone.kv_id != engine.kv_id and engine.kv_id.startswith(alone.kv_id + "-a")
     other = Engine(dataclasses.replace(engine.config, system_prompt="Answer in French."), engine.model,
                    engine.tokenizer)

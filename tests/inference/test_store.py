@@ -95,14 +95,10 @@ def test_delete_removes_both_tiers(store, texts):
     assert store.stats() == {"mem_items": 0, "mem_bytes": 0, "disk_items": 0, "disk_bytes": 0}
 
 
-def test_delete_reaches_kv_another_engine_configuration_wrote(engine, tmp_path, texts):
+def test_delete_reaches_kv_another_engine_configuration_wrote(engine, engine_alone, tmp_path, texts):
     """A chunk's KV stored under an earlier kv_id (chunks computed alone, before anchoring; another
     dtype or system prompt) is never read by this engine, but erasure must still remove it."""
-    import dataclasses
-
-    from app.inference.engine import Engine
-
-    alone = Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+    alone = engine_alone
     old, new = ChunkStore(alone, StoreConfig(root=tmp_path)), ChunkStore(engine, StoreConfig(root=tmp_path))
     h, other = old.put(texts[0]), old.put(texts[1])
     assert old.dir != new.dir and not new.has(h)  # the anchored engine does not read it
@@ -124,14 +120,10 @@ def test_a_file_written_by_another_process_is_found(engine, tmp_path, texts):
     assert torch.equal(reader.get(h).token_ids, engine.chunk_ids(texts[0]))
 
 
-def test_a_chunk_stored_before_anchoring_is_served_after_the_upgrade(engine, tmp_path, texts):
+def test_a_chunk_stored_before_anchoring_is_served_after_the_upgrade(engine, engine_alone, tmp_path, texts):
     """A handoff names chunks by hash only: after the upgrade to anchored chunk KV the tier
     recomputes a chunk's KV from the token ids the old configuration stored, instead of a 404."""
-    import dataclasses
-
-    from app.inference.engine import Engine
-
-    alone = Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+    alone = engine_alone
     h = ChunkStore(alone, StoreConfig(root=tmp_path)).put(texts[0])
     # another checkpoint whose name extends this one's is never adopted (its tokenizer may differ)
     stranger = tmp_path / f"{engine.model_id}-v2-float32" / h[:2]
