@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.context.assemble import Piece
+from app.kit.embedding import vector
 from app.kit.errors import NotFound
 from app.memories import service as memories
 
@@ -24,7 +25,7 @@ def agent_pieces(db: Session, principal: Principal, agent_id: str, qvec) -> list
     rows = memories.agent_profile(db, principal, agent_id)
     if not rows:
         raise NotFound(f"agent {agent_id!r} has no profile you can see", code="agent_not_found")
-    q = np.asarray(qvec, dtype=np.float32)
+    q = np.asarray(vector(qvec), dtype=np.float32)
     out = []
     for m in rows:
         extra = {"kind": m.kind, "agent_id": agent_id, "version": m.version}

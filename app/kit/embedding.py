@@ -27,6 +27,12 @@ class LocalEmbedder:
     find the device on every call); the vectors are the same (tests/test_embedding.py)."""
 
     dim = 384
+    # A query (or a handful of texts) runs on one thread. Split over two, each of MiniLM's small
+    # matrix products waits for the slower thread, and on a busy 2-core machine (PostgreSQL,
+    # other requests) that thread is often off its core: one query measured 24-34 ms on one
+    # thread against 52-490 ms on two under load (docs/decisions.md, twelfth stop). Batches keep
+    # every thread torch was given.
+    one_thread_up_to = 4
 
     def __init__(self, batch_size: int = 64):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -40,14 +46,26 @@ class LocalEmbedder:
         mods = [type(mod).__name__ for mod in self._model]
         self._direct = mods == ["Transformer", "Pooling", "Normalize"] and self._model[1].pooling_mode == "mean"
 
+    def idle(self) -> bool:
+        """Whether a call now would start at once (no other call running)."""
+        return not self._lock.locked()
+
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        import torch
+
         with self._lock:
-            if self._direct:
-                return self._forward(texts)
-            out = self._model.encode(texts, batch_size=self._batch, normalize_embeddings=True,
-                                     convert_to_numpy=True, show_progress_bar=False)
+            threads = torch.get_num_threads()
+            if len(texts) <= self.one_thread_up_to:
+                torch.set_num_threads(1)
+            try:
+                if self._direct:
+                    return self._forward(texts)
+                out = self._model.encode(texts, batch_size=self._batch, normalize_embeddings=True,
+                                         convert_to_numpy=True, show_progress_bar=False)
+            finally:
+                torch.set_num_threads(threads)
         return out.astype(np.float32)
 
     def _forward(self, texts: list[str]) -> np.ndarray:
@@ -87,6 +105,44 @@ class LiteLLMEmbedder:
         if vecs.shape[1] != self.dim:
             raise ValueError(f"embedding model returned {vecs.shape[1]} dims, schema expects {self.dim}")
         return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+
+
+class Pending:
+    """A query's embedding being computed beside the request's first statements (`beside`);
+    `vector()` waits for it."""
+
+    def __init__(self, future):  # noqa: ANN001
+        self._future = future
+
+    def get(self) -> np.ndarray:
+        return self._future.result()[0]
+
+
+def vector(qvec):  # noqa: ANN001, ANN201
+    """A query vector, waiting for it if it is still `Pending`."""
+    return qvec.get() if isinstance(qvec, Pending) else qvec
+
+
+_BESIDE = None
+_BESIDE_LOCK = threading.Lock()
+
+
+def beside(embedder, text: str) -> Pending | None:  # noqa: ANN001
+    """Start embedding `text` in a thread of its own when the embedder is idle (it would start at
+    once), so that statements that need no vector (text search, the visible-row count) run
+    meanwhile; None when it is busy or cannot tell (a remote provider): then the caller waits
+    for it without holding a pooled connection (app.kit.db.released)."""
+    global _BESIDE
+    idle = getattr(embedder, "idle", None)
+    if idle is None or not idle():
+        return None
+    if _BESIDE is None:
+        with _BESIDE_LOCK:
+            if _BESIDE is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                _BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memscale-embed")
+    return Pending(_BESIDE.submit(embedder.embed, [text]))
 
 
 def make_embedder(model: str, dim: int) -> Embedder:

@@ -44,6 +44,14 @@ class FairEmbedder:
         self._rate = 50.0                        # items/s, measured (EWMA)
 
     # ---- reads ------------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """Whether a read now would start at once: nothing embedding, nothing waiting (and the
+        model itself idle: another caller may hold it directly)."""
+        with self._cv:
+            free = not self._busy and not self._reads_waiting and not self._turns
+        inner = getattr(self.inner, "idle", None)
+        return free and (inner is None or inner())
+
     def embed(self, texts: list[str]) -> np.ndarray:
         with self._cv:
             self._reads_waiting += 1

@@ -16,9 +16,12 @@ router = APIRouter(prefix="/v1", tags=["search"], responses=COMMON_ERRORS)
 def search(body: SearchIn, request: Request, db: SessionDep, principal=require("search", "read")):
     st = request.app.state
     principal = principal.at(body.as_of)
-    with released(db, principal):  # no pooled connection held while the query is read and embedded
+    if body.instruction and st.settings.instruction_llm:  # no pooled connection held while the LLM reads it
+        with released(db, principal):
+            body, interpreted = service.with_instruction(body, settings=st.settings, resources=st.resources)
+    else:
         body, interpreted = service.with_instruction(body, settings=st.settings, resources=st.resources)
-        qvec = service.query_vector(st.embedder, body)
+    qvec = service.embed_query(db, principal, st.embedder, body.query) if body.mode != "text" else None
     results, rid = service.search(db, principal, st.embedder, body, ef_search=st.settings.hnsw_ef_search, qvec=qvec,
                                   interpreted=interpreted, read=reads(request, db, principal))
     return SearchOut(results=results, retrieval_id=rid, interpreted=interpreted)

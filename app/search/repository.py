@@ -9,7 +9,7 @@ visible set is small. Statements are never prepared (see app.kit.db.make_engine)
 
 from __future__ import annotations
 
-from sqlalchemy import func, literal, select, text, true, tuple_, union_all
+from sqlalchemy import Integer, bindparam, func, literal, select, text, true, tuple_, union_all
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
 from sqlalchemy.orm import Session, aliased
 
@@ -18,7 +18,7 @@ from app.episodes.models import Episode
 from app.kit.access import visible_to
 from app.kit.registry import ITEM_TYPES
 from app.kit.repository_view import memory_state
-from app.kit.sql import among
+from app.kit.sql import StatementCache, among_bound
 from app.knowledge.models import KnowledgeAsset
 from app.search.schemas import SearchFilters
 
@@ -83,6 +83,26 @@ def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list: 
     return conds
 
 
+# The search path's statements, built once per caller and shape (app.kit.sql.StatementCache):
+# every key that holds an access filter holds the whole principal; the values that change
+# from call to call (the query's vector and lexemes, ids, limits) are bound when it runs.
+STATEMENTS = StatementCache()
+
+
+def _shape(principal: Principal, type_: str, f: SearchFilters) -> tuple:
+    """What `_filters` bakes into a statement: the caller, the type and the filters."""
+    return principal, type_, f.model_dump_json()
+
+
+def _qvec(m):  # noqa: ANN001, ANN202
+    """The query's embedding, bound when the statement runs."""
+    return bindparam("qvec", type_=m.embedding.type)
+
+
+def _limit(name: str):  # noqa: ANN202
+    return bindparam(name, type_=Integer)
+
+
 SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact")
 MAX_SCAN_TUPLES = 20_000  # pgvector's default bound on an iterative walk (modes relaxed/strict)
 AUTO_SCAN_TUPLES = 10_000  # auto: a walk this deep loses recall (0.81 at 20k); past it, the exact search
@@ -106,9 +126,13 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
     whether more visible rows exist.
     """
     m = ITEM_TYPES[type_].model
-    conds = _filters(principal, type_, f)
-    dist = m.embedding.cosine_distance(qvec)
-    base = select(m.id, dist.label("d")).where(*conds, m.embedding.is_not(None))
+
+    def build(exact: bool):  # noqa: ANN202
+        dist = m.embedding.cosine_distance(_qvec(m))
+        return (select(m.id, dist.label("d")).where(*_filters(principal, type_, f), m.embedding.is_not(None))
+                .order_by(dist + 0 if exact else dist).limit(_limit("n")))
+
+    key, values = ("vector",) + _shape(principal, type_, f), {"qvec": qvec, "n": n}
     if mode != "exact":
         db.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
         iterative = mode in ("relaxed", "strict", "auto")
@@ -117,7 +141,7 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
             db.execute(text(f"SET LOCAL hnsw.iterative_scan = {'strict' if mode == 'strict' else 'relaxed'}_order"))
             db.execute(text(f"SET LOCAL hnsw.max_scan_tuples = {int(tuples)}"))
             db.execute(text("SET LOCAL enable_sort = off"))
-        rows = db.execute(base.order_by(dist).limit(n)).all()
+        rows = db.execute(STATEMENTS.get(key + (False,), lambda: build(False)), values).all()
         # Not in a `finally`: after a failed statement the transaction is aborted (its SET LOCALs
         # die with it), and a cleanup statement there would replace the connection error that the
         # replica reader falls back on with PendingRollbackError (a 500 while a replica stopped).
@@ -127,7 +151,7 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
             rows.sort(key=lambda r: r.d)
         if len(rows) >= n:
             return rows, False
-    return db.execute(base.order_by(dist + 0).limit(n)).all(), True
+    return db.execute(STATEMENTS.get(key + (True,), lambda: build(True)), values).all(), True
 
 
 MAX_QUERY_LEXEMES = 32
@@ -141,7 +165,9 @@ def visible_count(db: Session, principal: Principal, type_: str, f: SearchFilter
     """How many rows of a type the caller may be served under these filters (BM25's N; hybrid's
     choice between the exact and the HNSW vector search)."""
     m = ITEM_TYPES[type_].model
-    return db.execute(select(func.count()).select_from(m).where(*_filters(principal, type_, f))).scalar_one()
+    stmt = STATEMENTS.get(("count",) + _shape(principal, type_, f),
+                          lambda: select(func.count()).select_from(m).where(*_filters(principal, type_, f)))
+    return db.execute(stmt).scalar_one()
 
 
 def text_ids(db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int, *,
@@ -166,11 +192,13 @@ def text_scored(db: Session, principal: Principal, type_: str, query: str, f: Se
     `total`: N when the caller counted it already.
     """
     m = ITEM_TYPES[type_].model
-    conds = _filters(principal, type_, f)
     lexemes = query_lexemes(db, query)
     if not lexemes:
         return [], total
-    rows = db.execute(bm25_select(m, conds, lexemes, n, total=total, with_n=True)).all()
+    many, counted = len(lexemes) > PER_LEXEME_TESTS, total is not None
+    stmt = STATEMENTS.get(("bm25", many, counted) + _shape(principal, type_, f), lambda: bm25_select(
+        m, _filters(principal, type_, f), many=many, counted=counted, with_n=True))
+    rows = db.execute(stmt, bm25_values(lexemes, n, total=total)).all()
     return [(r.id, r.r) for r in rows if r.id is not None], (rows[0].n if rows else total)
 
 
@@ -181,9 +209,11 @@ def query_lexemes(db: Session, query: str) -> list[str]:
     if query not in memo:
         if len(memo) > 64:
             memo.clear()
-        memo[query] = db.execute(select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", query))))
-                                 ).scalars().all()[:MAX_QUERY_LEXEMES]
+        memo[query] = db.execute(_LEXEMES, {"q": query}).scalars().all()[:MAX_QUERY_LEXEMES]
     return memo[query]
+
+
+_LEXEMES = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", bindparam("q", type_=TEXT)))))
 
 
 def _tsquery_lexeme(word: str) -> str:
@@ -202,6 +232,11 @@ def neighbour_ids(db: Session, principal: Principal, hit_ids: list, per_side: in
     hit in the same session (by occurred_at): the turns around a retrieved conversation turn."""
     if not hit_ids:
         return []
+    stmt = STATEMENTS.get(("neighbours", principal, per_side), lambda: _neighbours_select(principal, per_side))
+    return db.execute(stmt, {"hits": list(hit_ids)}).all()
+
+
+def _neighbours_select(principal: Principal, per_side: int):  # noqa: ANN202
     hit, n = _HIT, _NEAR
     sides = []
     for before in (True, False):
@@ -212,16 +247,20 @@ def neighbour_ids(db: Session, principal: Principal, hit_ids: list, per_side: in
                                                  n.session_id == hit.session_id)
                 .order_by(*order).limit(per_side).lateral())
         sides.append(select(side.c.nid, hit.id).select_from(hit).join(side, true())
-                     .where(among(hit.id, hit_ids), hit.session_id.is_not(None), visible_to(principal, hit)))
-    return db.execute(union_all(*sides)).all()
+                     .where(among_bound(hit.id, "hits"), hit.session_id.is_not(None), visible_to(principal, hit)))
+    return union_all(*sides)
 
 
 def load(db: Session, principal: Principal, type_: str, ids: list) -> dict:
     if not ids:
         return {}
     m = ITEM_TYPES[type_].model
-    cols = [c for c in m.__table__.columns if c.name not in ("embedding", "tsv")]
-    rows = db.execute(select(*cols).where(among(m.id, ids), visible_to(principal, m))).all()
+
+    def build():  # noqa: ANN202
+        cols = [c for c in m.__table__.columns if c.name not in ("embedding", "tsv")]
+        return select(*cols).where(among_bound(m.id, "ids"), visible_to(principal, m))
+
+    rows = db.execute(STATEMENTS.get(("load", principal, type_), build), {"ids": list(ids)}).all()
     return {r.id: r for r in rows}
 
 
@@ -231,14 +270,20 @@ def exact_pool(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
     distance, session_id: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
     where hybrid takes the exact search (few visible rows) it was two, with the same filters."""
     m = ITEM_TYPES[type_].model
-    conds = _filters(principal, type_, f)
-    dist = m.embedding.cosine_distance(qvec)
-    sess = m.session_id if type_ == "episode" else literal(None)
-    cols = (m.id, dist.label("d"), sess.label("session_id"))
-    top = select(*cols, literal(True).label("top")).where(*conds, m.embedding.is_not(None)).order_by(dist + 0).limit(n)
-    stmt = top if not also_ids else union_all(top, select(*cols, literal(False).label("top"))
-                                              .where(among(m.id, also_ids), *conds))
-    got = db.execute(stmt).all()
+
+    def build(also: bool):  # noqa: ANN202
+        conds = _filters(principal, type_, f)
+        dist = m.embedding.cosine_distance(_qvec(m))
+        sess = m.session_id if type_ == "episode" else literal(None)
+        cols = (m.id, dist.label("d"), sess.label("session_id"))
+        top = (select(*cols, literal(True).label("top")).where(*conds, m.embedding.is_not(None))
+               .order_by(dist + 0).limit(_limit("n")))
+        return top if not also else union_all(top, select(*cols, literal(False).label("top"))
+                                              .where(among_bound(m.id, "also"), *conds))
+
+    also = bool(also_ids)
+    stmt = STATEMENTS.get(("exact_pool", also) + _shape(principal, type_, f), lambda: build(also))
+    got = db.execute(stmt, {"qvec": qvec, "n": n, **({"also": list(also_ids)} if also else {})}).all()
     vec = sorted(((r.id, r.d) for r in got if r.top), key=lambda x: x[1])
     pool = list({r.id: r for r in got}.values())
     return vec, pool
@@ -256,32 +301,53 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
     if not ids:
         return []
     m = ITEM_TYPES[type_].model
-    sess = m.session_id if type_ == "episode" else literal(None)
-    return db.execute(select(m.id, m.embedding.cosine_distance(qvec).label("d"), sess.label("session_id"))
-                      .where(among(m.id, ids), *_filters(principal, type_, f))).all()
+
+    def build():  # noqa: ANN202
+        sess = m.session_id if type_ == "episode" else literal(None)
+        return (select(m.id, m.embedding.cosine_distance(_qvec(m)).label("d"), sess.label("session_id"))
+                .where(among_bound(m.id, "ids"), *_filters(principal, type_, f)))
+
+    return db.execute(STATEMENTS.get(("pool_rows",) + _shape(principal, type_, f), build),
+                      {"qvec": qvec, "ids": list(ids)}).all()
 
 
-def bm25_select(m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0,  # noqa: ANN001
-                n_terms: int | None = None, total: int | None = None, with_n: bool = False):  # noqa: ANN201
+def bm25_values(lexemes: list[str], n: int, *, total: int | None = None, n_terms: int | None = None) -> dict:
+    """The values a `bm25_select` statement runs with: the lexemes (each also as a quoted tsquery,
+    and all of them ORed for the many-lexeme form), the top-n, N if counted already, and how many
+    of the rarest lexemes to keep (`n_terms`)."""
+    quoted = [_tsquery_lexeme(w) for w in lexemes]
+    out = {"bm25_lex": list(lexemes), "bm25_tsq": quoted, "bm25_n": n}
+    if len(lexemes) > PER_LEXEME_TESTS:
+        out["bm25_any"] = " | ".join(quoted)
+    if total is not None:
+        out["bm25_total"] = total
+    if n_terms is not None:
+        out["bm25_terms"] = n_terms
+    return out
+
+
+def bm25_select(m, conds: list, *, many: bool, min_df: int = 0, rarest: bool = False,  # noqa: ANN001
+                counted: bool = False, with_n: bool = False):  # noqa: ANN201
     """Top-n (id, summed IDF of the lexemes a row holds) among the rows of `m` under `conds`, in
     one statement and one pass over the visible rows: they are read once (id and tsvector), and
     give N (their count) and each lexeme's rows (its df: the count of its rows). The previous
     statement read them twice at an org with many visible rows (the count, then the rows holding
     any lexeme with all their lexemes unnested: ~1M pairs for a reader with 32,000 matching rows);
-    bench.scale's largest org: docs/decisions.md. `min_df`/`n_terms`: keep only the `n_terms`
-    rarest lexemes held by at least `min_df` rows (the second round's choice of words,
-    app.search.repository_expansion); by default every lexeme counts. `total`: N if already
-    counted. `with_n`: (n, id, r) rows, always at least one (id None when nothing matched), so the
-    caller learns N from the same statement."""
+    bench.scale's largest org: docs/decisions.md. The lexemes, n and the rest are bound when it
+    runs (`bm25_values`); `many`: more than PER_LEXEME_TESTS lexemes (another way to find their
+    rows). `min_df`/`rarest`: keep only the `n_terms` rarest lexemes held by at least `min_df` rows
+    (the second round's choice of words, app.search.repository_expansion); by default every
+    lexeme counts. `counted`: N is bound (`total`), not counted. `with_n`: (n, id, r) rows, always
+    at least one (id None when nothing matched), so the caller learns N from the same statement."""
     vis = select(m.id.label("id"), m.tsv.label("tsv")).where(*conds).cte("vis").prefix_with("MATERIALIZED")
     # Each lexeme's tsquery made once (in the CTE), not once per (lexeme, row) test of the join.
-    terms = select(func.unnest(literal(list(lexemes), ARRAY(TEXT))).label("lex"),
-                   func.unnest(literal([_tsquery_lexeme(w) for w in lexemes], ARRAY(TEXT)).cast(ARRAY(TSQUERY)))
-                   .label("q")).cte("terms").prefix_with("MATERIALIZED")
-    if len(lexemes) <= PER_LEXEME_TESTS:  # a question: test each visible row against each lexeme
+    terms = select(func.unnest(bindparam("bm25_lex", type_=ARRAY(TEXT))).label("lex"),
+                   func.unnest(bindparam("bm25_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q")
+                   ).cte("terms").prefix_with("MATERIALIZED")
+    if not many:  # a question: test each visible row against each lexeme
         pairs = select(terms.c.lex, vis.c.id).select_from(terms).join(vis, vis.c.tsv.op("@@")(terms.c.q))
     else:  # many lexemes (the second round's): unnest the rows that hold any, keep the query's
-        any_term = literal(" | ".join(_tsquery_lexeme(w) for w in lexemes)).cast(TSQUERY)
+        any_term = bindparam("bm25_any", type_=TEXT).cast(TSQUERY)
         held = (select(vis.c.id, func.unnest(func.tsvector_to_array(vis.c.tsv)).label("lex"))
                 .where(vis.c.tsv.op("@@")(any_term)).subquery("held"))
         pairs = select(terms.c.lex, held.c.id).select_from(terms).join(held, held.c.lex == terms.c.lex)
@@ -291,18 +357,19 @@ def bm25_select(m, conds: list, lexemes: list[str], n: int, *, min_df: int = 0, 
     if min_df:
         df = df.having(func.count(pairs.c.id) >= min_df)
     df = df.cte("df")
-    big_n = select(func.count().label("n")).select_from(vis) if total is None else select(literal(total).label("n"))
+    big_n = select(func.count().label("n")).select_from(vis) if not counted else \
+        select(bindparam("bm25_total", type_=Integer).label("n"))
     big_n = big_n.cte("big_n")
     w = func.ln(1 + (big_n.c.n - df.c.df + 0.5) / (df.c.df + 0.5))
     idf = select(df.c.lex, w.label("w")).select_from(df).join(big_n, true())
-    if n_terms is not None:
-        idf = idf.order_by(w.desc(), df.c.lex).limit(n_terms)
+    if rarest:
+        idf = idf.order_by(w.desc(), df.c.lex).limit(_limit("bm25_terms"))
     idf = idf.cte("idf")
     # Summed in lexeme order: rows holding the same lexemes get bit-equal scores, so ties fall to
     # the id (in join order the float sums differed in the last bit and ordered ties at random).
     score = func.sum(aggregate_order_by(idf.c.w, idf.c.lex))
     top = (select(pairs.c.id, score.label("r")).select_from(pairs).join(idf, idf.c.lex == pairs.c.lex)
-           .group_by(pairs.c.id).order_by(score.desc(), pairs.c.id).limit(n))
+           .group_by(pairs.c.id).order_by(score.desc(), pairs.c.id).limit(_limit("bm25_n")))
     if not with_n:
         return top
     top = top.subquery("top")

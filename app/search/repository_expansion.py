@@ -10,13 +10,15 @@ the document frequencies are counted over the caller's servable rows only.
 
 from __future__ import annotations
 
-from sqlalchemy import func, literal, select
+from sqlalchemy import bindparam, func, literal, select
+from sqlalchemy.dialects.postgresql import TEXT
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
-from app.kit.sql import among
-from app.search.repository import MAX_QUERY_LEXEMES, _filters, bm25_select
+from app.kit.sql import among_bound
+from app.search.repository import (MAX_QUERY_LEXEMES, PER_LEXEME_TESTS, STATEMENTS, _filters, _qvec, _shape,
+                                   bm25_select, bm25_values)
 from app.search.schemas import SearchFilters
 
 MAX_HIT_LEXEMES = 4 * MAX_QUERY_LEXEMES  # bounds the OR-query of the df count (a turn has ~15)
@@ -30,16 +32,27 @@ def expansion_rows(db: Session, principal: Principal, type_: str, hit_ids: list,
     if not hit_ids or n_terms <= 0:
         return []
     m = ITEM_TYPES[type_].model
-    conds = _filters(principal, type_, f)
-    hit_lex = (select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
-               .where(among(m.id, hit_ids), *conds).subquery())
-    query_lex = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", query))))
-    lexemes = db.execute(select(hit_lex.c.lex).distinct().where(hit_lex.c.lex.not_in(query_lex))
-                         .order_by(hit_lex.c.lex).limit(MAX_HIT_LEXEMES)).scalars().all()
+    shape = _shape(principal, type_, f)
+
+    def words():  # noqa: ANN202
+        hit_lex = (select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
+                   .where(among_bound(m.id, "hits"), *_filters(principal, type_, f)).subquery())
+        query_lex = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", bindparam("q", type_=TEXT)))))
+        return (select(hit_lex.c.lex).distinct().where(hit_lex.c.lex.not_in(query_lex))
+                .order_by(hit_lex.c.lex).limit(MAX_HIT_LEXEMES))
+
+    lexemes = db.execute(STATEMENTS.get(("expansion_words",) + shape, words),
+                         {"hits": list(hit_ids), "q": query}).scalars().all()
     if not lexemes:
         return []
-    found = bm25_select(m, conds, lexemes, n, min_df=2, n_terms=n_terms).subquery()
-    sess = m.session_id if type_ == "episode" else literal(None)
-    return db.execute(select(found.c.id, found.c.r, m.embedding.cosine_distance(qvec).label("d"),
-                             sess.label("session_id")).join(m, m.id == found.c.id)
-                      .order_by(found.c.r.desc(), found.c.id)).all()
+    many = len(lexemes) > PER_LEXEME_TESTS
+
+    def rows():  # noqa: ANN202
+        found = bm25_select(m, _filters(principal, type_, f), many=many, min_df=2, rarest=True).subquery()
+        sess = m.session_id if type_ == "episode" else literal(None)
+        return (select(found.c.id, found.c.r, m.embedding.cosine_distance(_qvec(m)).label("d"),
+                       sess.label("session_id")).join(m, m.id == found.c.id)
+                .order_by(found.c.r.desc(), found.c.id))
+
+    return db.execute(STATEMENTS.get(("expansion_rows", many) + shape, rows),
+                      {"qvec": qvec, **bm25_values(lexemes, n, n_terms=n_terms)}).all()

@@ -37,6 +37,8 @@ from dataclasses import dataclass, replace
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.kit.db import released
+from app.kit.embedding import beside, vector
 from app.kit.registry import text_of
 from app.kit.replicas import on
 from app.lineage.service import record_retrieval
@@ -110,6 +112,7 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     # Text first: its one pass over the visible rows also counts them (BM25's N), which chooses
     # the vector search (exact up to `exact_below` visible rows, else the HNSW walk).
     txt, total = repo.text_scored(db, principal, t, query, filters, nt)
+    qvec = vector(qvec)  # the query's embedding may have been computed meanwhile (embed_query)
     if total is None and tun.exact_below:  # a query without a lexeme: nothing counted yet
         total = repo.visible_count(db, principal, t, filters)
     if total == 0:  # nothing of this type the caller may be served: no search to run
@@ -212,7 +215,7 @@ def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str
             # partition's graph can return ten visible rows that are not the nearest ten (a small
             # org's reader at 1M items: recall@10 0.92 / 0.89 on one index build, docs/decisions.md).
             few = tun.exact_below and visible_total(db, principal, t, filters) <= tun.exact_below
-            rows, exact = repo.vector_ids(db, principal, t, qvec, filters, k, ef_search,
+            rows, exact = repo.vector_ids(db, principal, t, vector(qvec), filters, k, ef_search,
                                           mode="exact" if few else "auto")
             info["exact_fallbacks"] += int(exact and not few)
             scored.update({(t, id_): 1.0 - float(d) for id_, d in rows})
@@ -267,6 +270,19 @@ def load(db: Session, principal: Principal, type_: str, ids: list) -> dict:
 
 def query_vector(embedder, body: SearchIn):  # noqa: ANN001, ANN201
     return embedder.embed([body.query])[0] if body.mode != "text" else None
+
+
+def embed_query(db: Session, principal: Principal, embedder, query: str):  # noqa: ANN001, ANN201
+    """The query's embedding for a request's ranking. With the embedder idle it is computed beside
+    the ranking's first statements (text search and the visible-row count need no vector) and
+    `rank` waits for it where it needs it: the request keeps its connection for at most one
+    query's embedding. With the embedder busy (other requests, a batch being embedded) the
+    request waits for its turn without holding a pooled connection (`released`), as before."""
+    pending = beside(embedder, query)
+    if pending is not None:
+        return pending
+    with released(db, principal):
+        return embedder.embed([query])[0]
 
 
 def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_search: int,  # noqa: ANN001

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Request
 from app.context import handoff
 from app.context.agent import agent_pieces
 from app.context.service import build, instructed
+from app.search.service import embed_query
 from app.lineage.service import record_read
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
@@ -31,9 +32,13 @@ def context(body: ContextIn, request: Request, db: SessionDep, principal=require
     st = request.app.state
     principal = principal.at(body.as_of)  # retrieved memory as of then; a session's own state is today's
     session = service.get(db, principal, body.session_id) if body.session_id else None
-    with released(db, principal):  # no pooled connection held while the query is read and embedded
+    if body.instruction and st.settings.instruction_llm:  # no pooled connection held while the LLM reads it
+        with released(db, principal):
+            query, filters, interpreted = instructed(body.instruction, body.query, settings=st.settings,
+                                                     resources=st.resources)
+    else:
         query, filters, interpreted = instructed(body.instruction, body.query, settings=st.settings, resources=st.resources)
-        qvec = st.resources.embedder.embed([query])[0]
+    qvec = embed_query(db, principal, st.resources.embedder, query)
     pinned = agent_pieces(db, principal, body.agent_id, qvec) if body.agent_id else []
     pinned += service.session_pieces(db, session) if session is not None else []
     out = build(db, principal, st.resources, query=query, budget=body.budget_tokens, session=session,

@@ -1,0 +1,173 @@
+"""/v1/search and /v1/context latency over HTTP at LoCoMo scale (2,760 turns, five private
+users), this checkout against an earlier commit: each arm is its own API process (`python -m app
+serve`, own GIL and embedder) on the same database, and every question is asked of both arms in
+turn (the order alternating), so both see the same machine load. The answers must be the same:
+the ids handed out are compared per question.
+
+    .venv/bin/python -m bench.locomo_bench.latency_ab [--against REV] [--reuse] [--questions 120] [--rounds 2]
+
+Without `--against` only this checkout is measured. `--reuse` keeps the ingested database of an
+earlier run (`memscale_bench_locomo_ab`; the ingest takes minutes); both arms must read the same
+schema, so REV must have the same migration head as this checkout. Results:
+bench/results/locomo_latency_ab.json (or `--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+ROOT = Path(__file__).resolve().parents[2]
+DB = "memscale_bench_locomo_ab"
+KINDS = {
+    "search": ("/v1/search", lambda q: {"query": q, "types": ["episode"], "k": 10}),
+    "search all types": ("/v1/search", lambda q: {"query": q, "k": 10}),
+    "context 1000": ("/v1/context", lambda q: {"query": q, "budget_tokens": 1000}),
+}
+
+
+def _database(reuse: bool, convs):  # noqa: ANN001, ANN202
+    """Settings of the ingested LoCoMo database (built unless `reuse` finds it)."""
+    from sqlalchemy import create_engine, text
+
+    from bench.common import existing_database
+
+    s = existing_database(DB) if reuse else None
+    if s is not None:
+        eng = create_engine(s.database_url)
+        with eng.connect() as c:
+            ready = c.execute(text("SELECT count(*) FROM orgs WHERE name = 'locomo'")).scalar()
+        eng.dispose()
+        if ready:
+            return s
+    from bench.locomo_bench.run import Service
+
+    svc = Service(DB, convs, model="local/smollm2")
+    t0 = time.perf_counter()
+    for c in convs:
+        svc.ingest(c)
+    print("ingest s", round(time.perf_counter() - t0, 1), flush=True)
+    svc.settle()
+    svc.close()
+    return svc.settings
+
+
+def _keys(s, convs) -> dict:  # noqa: ANN001
+    """A fresh key for each conversation's user."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from app.orgs import service as orgs
+
+    eng = create_engine(s.database_url)
+    with Session(eng, expire_on_commit=False) as db:
+        org = orgs.org_by_name(db, "locomo")
+        keys = {c.sample_id: orgs.create_key(db, orgs.user_by_name(db, org, c.sample_id)) for c in convs}
+        db.commit()
+    eng.dispose()
+    return keys
+
+
+def _handed(kind: str, body: dict) -> list:
+    """What a response handed out, in order (the arms must agree)."""
+    if kind.startswith("search"):
+        return [r["id"] for r in body["results"]]
+    return [body["text"]]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import httpx
+
+    from bench.common import ApiProcess, load_average, pct, write_result
+    from bench.locomo import load
+
+    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.latency_ab", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--against", default=None, help="an earlier commit (same migration head) to measure beside this one")
+    ap.add_argument("--reuse", action="store_true", help=f"reuse the database {DB} of an earlier run")
+    ap.add_argument("--questions", type=int, default=120)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+
+    convs = load()
+    s = _database(a.reuse, convs)
+    keys = _keys(s, convs)
+    qs = [(c.sample_id, q.question) for c in convs for q in c.qa]
+    random.seed(1)
+    sample = random.sample(qs, a.questions)
+    tmp = Path(tempfile.mkdtemp(prefix="mslatab"))
+    procs: dict = {}
+    try:
+        arms = {"new": ROOT}
+        if a.against:
+            arms["old"] = tmp / "old"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(arms["old"]), a.against],
+                           check=True)
+        for name, cwd in arms.items():
+            procs[name] = ApiProcess(s, cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
+        for p in procs.values():
+            p.wait_ready()
+        http = {n: httpx.Client(base_url=p.base, timeout=120) for n, p in procs.items()}
+
+        def ask(n: str, kind: str, sid: str, q: str):  # noqa: ANN202
+            path, body = KINDS[kind]
+            t = time.perf_counter()
+            r = http[n].post(path, json=body(q), headers={"Authorization": f"Bearer {keys[sid]}"})
+            ms = (time.perf_counter() - t) * 1000
+            if r.status_code != 200:
+                raise RuntimeError(f"{n} {kind}: {r.status_code} {r.text[:300]}")
+            return ms, _handed(kind, r.json())
+
+        for n in procs:  # warm-up: the first requests load the models and fill caches
+            for sid, q in sample[:8]:
+                for kind in KINDS:
+                    ask(n, kind, sid, q)
+        lat = {k: {n: [] for n in procs} for k in KINDS}
+        differ = {k: 0 for k in KINDS}
+        loads = [load_average()]
+        for rnd in range(a.rounds):
+            for kind in KINDS:
+                for i, (sid, q) in enumerate(sample):
+                    order = list(procs) if (i + rnd) % 2 == 0 else list(reversed(procs))
+                    got = {}
+                    for n in order:
+                        ms, got[n] = ask(n, kind, sid, q)
+                        lat[kind][n].append(ms)
+                    differ[kind] += len(set(map(tuple, got.values()))) > 1
+            loads.append(load_average())
+        out: dict = {"against": a.against, "questions": a.questions, "rounds": a.rounds, "load": loads, "kinds": {}}
+        for kind in KINDS:
+            row = {n: {"p50_ms": round(pct(v, 50), 1), "p95_ms": round(pct(v, 95), 1), "n": len(v)}
+                   for n, v in lat[kind].items()}
+            if "old" in row:
+                row["p50_ratio"] = round(row["new"]["p50_ms"] / row["old"]["p50_ms"], 3)
+                row["p95_ratio"] = round(row["new"]["p95_ms"] / row["old"]["p95_ms"], 3)
+                row["answers_differ"] = differ[kind]
+            out["kinds"][kind] = row
+            print(kind, row, flush=True)
+        print("load", loads)
+        if a.out:
+            Path(a.out).write_text(__import__("json").dumps(out, indent=2))
+        else:
+            write_result("locomo_latency_ab", out)
+        return out
+    finally:
+        for p in procs.values():
+            p.stop()
+        if a.against:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
