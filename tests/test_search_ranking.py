@@ -269,3 +269,39 @@ def test_vector_search_takes_the_exact_search_for_a_caller_who_sees_few_rows(cli
         assert seen[-1] == "auto"
     finally:
         svc.repo.vector_ids = real
+
+
+def test_statements_kept_per_caller_never_serve_another_caller(client, world, admin_engine):
+    """The search path keeps its statements per caller and shape (app.kit.sql.StatementCache):
+    asked the same question in turn, each user still gets only what they may see, in every mode
+    and in context assembly; a change to a user's groups holds at their next request (a new
+    principal, so a new statement), both ways."""
+    org = world.org()
+    alice = world.user(org, groups=("finance",))
+    carol = world.user(org, groups=("finance",))
+    bob = world.user(org)
+    q = "the quarterly kiln budget review for the pottery studio"
+    private = client.post("/v1/episodes", json=ep("alice's private kiln budget review notes for the pottery studio",
+                                                   visibility="private"), headers=alice.h).json()["id"]
+    group = client.post("/v1/episodes", json=ep("finance: quarterly kiln budget review, pottery studio",
+                                                 visibility="group", groups=["finance"]), headers=alice.h).json()["id"]
+    shared = client.post("/v1/episodes", json=ep("org note: the pottery studio opens on Monday", visibility="org"),
+                         headers=bob.h).json()["id"]
+
+    def seen(actor) -> set:  # noqa: ANN001
+        out = set()
+        for mode in ("hybrid", "text", "vector"):
+            out |= {i for i, _ in _search(client, actor, q, mode=mode, k=10)}
+        ctx = client.post("/v1/context", json={"query": q, "budget_tokens": 400}, headers=actor.h).json()
+        return out | {i["id"] for s in ctx["sections"] for i in s["items"]}
+
+    for _ in range(2):  # the second pass runs on the statements the first one kept
+        assert seen(alice) == {private, group, shared}
+        assert seen(bob) == {shared}
+        assert seen(carol) == {group, shared}
+    with admin_engine.begin() as c:
+        c.execute(text("UPDATE users SET groups = '{finance}' WHERE id = :u"), {"u": bob.user_id})
+    assert seen(bob) == {group, shared}
+    with admin_engine.begin() as c:
+        c.execute(text("UPDATE users SET groups = '{}' WHERE id = :u"), {"u": bob.user_id})
+    assert seen(bob) == {shared}

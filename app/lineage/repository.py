@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, insert, select, text
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -53,6 +53,15 @@ def existing_ids(db: Session, org_id: uuid.UUID, model, ids) -> set[uuid.UUID]: 
 
     with existence_only(db):
         return set(db.execute(select(model.id).where(model.id.in_(list(ids)), model.org_id == org_id)).scalars())
+
+
+_ADD_RETRIEVAL = insert(RetrievalEvent.__table__)
+
+
+def add_retrieval(db: Session, **values) -> None:  # noqa: ANN003
+    """One retrieval event, as one INSERT: every search and context call writes one, and the
+    ORM's unit of work for it cost ~10% of a LoCoMo search in Python (twelfth stop)."""
+    db.execute(_ADD_RETRIEVAL, values)
 
 
 def retrieval(db: Session, principal: Principal, retrieval_id: uuid.UUID) -> RetrievalEvent | None:

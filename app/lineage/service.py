@@ -31,11 +31,10 @@ def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str
     view = principal.view
     if not view.is_plain:  # which state shaped the answer: a branch, an instant
         params = {**params, "branch": view.branch, "as_of": view.as_of.isoformat() if view.as_of else None}
-    ev = RetrievalEvent(id=uuid.uuid4(), org_id=principal.org_id, actor_id=principal.user_id, kind=kind,
-                        query=query, params=params, items=items)
-    db.add(ev)
-    db.flush()
-    return ev.id
+    rid = uuid.uuid4()
+    repo.add_retrieval(db, id=rid, org_id=principal.org_id, actor_id=principal.user_id, kind=kind, query=query,
+                       params=params, items=items)
+    return rid
 
 
 def record_read(db: Session, principal: Principal, kind: str, type_: str, id_) -> uuid.UUID:  # noqa: ANN001

@@ -6,7 +6,9 @@ the ids handed out are compared per question.
 
     .venv/bin/python -m bench.locomo_bench.latency_ab [--against REV] [--reuse] [--questions 120] [--rounds 2]
 
-Without `--against` only this checkout is measured. `--reuse` keeps the ingested database of an
+Without `--against` only this checkout is measured. Each question is asked once per round: with
+`--rounds 1` no measured request repeats an earlier one (caches of token counts or statements help
+only across different questions, as they would in use). `--reuse` keeps the ingested database of an
 earlier run (`memscale_bench_locomo_ab`; the ingest takes minutes); both arms must read the same
 schema, so REV must have the same migration head as this checkout. Results:
 bench/results/locomo_latency_ab.json (or `--out`).
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
     keys = _keys(s, convs)
     qs = [(c.sample_id, q.question) for c in convs for q in c.qa]
     random.seed(1)
-    sample = random.sample(qs, a.questions)
+    picked = random.sample(qs, a.questions + 8)
+    sample, warm = picked[:a.questions], picked[a.questions:]  # warm-up questions are never measured
     tmp = Path(tempfile.mkdtemp(prefix="mslatab"))
     procs: dict = {}
     try:
@@ -128,8 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
                 raise RuntimeError(f"{n} {kind}: {r.status_code} {r.text[:300]}")
             return ms, _handed(kind, r.json())
 
-        for n in procs:  # warm-up: the first requests load the models and fill caches
-            for sid, q in sample[:8]:
+        for n in procs:  # warm-up: the first requests load the models (other questions than those measured)
+            for sid, q in warm:
                 for kind in KINDS:
                     ask(n, kind, sid, q)
         lat = {k: {n: [] for n in procs} for k in KINDS}

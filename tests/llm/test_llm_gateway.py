@@ -255,7 +255,28 @@ def test_count_tokens_many_matches_one_by_one_for_local_and_remote_models(settin
     """Context assembly counts its pieces in one batch; the counts are the one-by-one counts
     (the local SmolLM2 tokenizer batched, a remote model through litellm one by one)."""
     texts = ["- Caroline: I went to a pottery class yesterday!", "", "- " + "kiln " * 300, "## Memories"]
-    for g in (Gateway(model="local/smollm2", data_dir=settings.data_dir),
-              Gateway(model="openai/gpt-4o-mini", data_dir="/nonexistent")):
-        assert g.count_tokens_many(texts) == [g.count_tokens(t) for t in texts]
+    for model, data_dir in (("local/smollm2", settings.data_dir), ("openai/gpt-4o-mini", "/nonexistent")):
+        # a fresh gateway per count: each gateway remembers the counts it made (count_tokens)
+        one_by_one = [Gateway(model=model, data_dir=data_dir).count_tokens(t) for t in texts]
+        assert Gateway(model=model, data_dir=data_dir).count_tokens_many(texts) == one_by_one
     assert Gateway(model="local/smollm2", data_dir=settings.data_dir).count_tokens_many(texts)[2] > 300
+
+
+def test_remembered_token_counts_are_the_tokenizers_and_keep_no_text(settings):
+    """Counts are remembered per text (context assembly counts the same turns request after
+    request): a remembered count is the tokenizer's, texts of one length are told apart, and
+    the memory holds (hash, length) pairs and counts, never the text."""
+    from app.llm.local import get_local_model
+
+    tok = get_local_model(settings.data_dir).tokenizer
+    g = Gateway(model="local/smollm2", data_dir=settings.data_dir)
+    texts = ["Melanie: pottery class on Tuesday", "Melanie: pottery class on Thursday", "kiln " * 50]
+    first = g.count_tokens_many(texts + texts[:1])
+    again = [g.count_tokens(t) for t in texts] + g.count_tokens_many(list(reversed(texts)))
+    truth = [len(tok.encode(t, add_special_tokens=False)) for t in texts]
+    assert first == truth + truth[:1] and again == truth + list(reversed(truth))
+    assert len(g._counts) == 3 and all(isinstance(h, int) and isinstance(n, int) for h, n in g._counts)
+    assert not any(isinstance(v, str) for k in g._counts for v in k)
+    g.COUNT_CACHE = 3  # over the bound it starts again
+    assert g.count_tokens("a fourth text") == len(tok.encode("a fourth text", add_special_tokens=False))
+    assert len(g._counts) == 1
