@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import any_, bindparam
+import uuid
+
+from sqlalchemy import Text, any_, bindparam, cast
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import TypeDecorator
 
 
 def among(column, values: Iterable):  # noqa: ANN001, ANN201
@@ -19,23 +22,82 @@ def among(column, values: Iterable):  # noqa: ANN001, ANN201
     return column == any_(bindparam(None, list(values), type_=ARRAY(column.type)))
 
 
+class IdList(TypeDecorator):
+    """Ids bound as ONE array literal ('{id,id,...}', cast to uuid[] in the statement) instead of
+    an array psycopg dumps element by element in Python (~5 us an id: a search binds ~500). An
+    element is a UUID or the text of one (as the search statements return them); anything else
+    is refused, so no value can add elements to the literal."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):  # noqa: ANN001, ANN201
+        out = []
+        for v in value:
+            if not isinstance(v, uuid.UUID) and not (isinstance(v, str) and len(v) == 36 and v.replace("-", "").isalnum()):
+                raise ValueError(f"not an id: {v!r}")
+            out.append(str(v))
+        return "{" + ",".join(out) + "}"
+
+
 def among_bound(column, name: str):  # noqa: ANN001, ANN201
-    """`column = ANY(:name)`: `among` with the array bound when the statement runs (a statement
-    kept in a `StatementCache` takes new ids each time)."""
-    return column == any_(bindparam(name, type_=ARRAY(column.type)))
+    """`column = ANY(:name)`: `among` with the ids bound when the statement runs (a statement kept
+    in a `StatementCache` takes new ids each time), as one literal (`IdList`)."""
+    return column == any_(cast(bindparam(name, type_=IdList()), ARRAY(column.type)))
+
+
+def as_text(column):  # noqa: ANN001, ANN201
+    """An id column returned as its text: the ranking keys its dictionaries by id (~20 lookups a
+    pooled row), and a str hashes once and loads without a UUID object per row."""
+    return cast(column, Text)
+
+
+class Compiled:
+    """A statement compiled once: its SQL text, the values it bakes in (already processed for the
+    driver) and the processors of the values bound when it runs. Running it hands the text and
+    the values straight to the driver (`exec_driver_sql`): per execution SQLAlchemy no longer
+    walks the construct, looks up its compiled form or processes the ~40 constant values an
+    access filter holds (~25% of a LoCoMo ranking's time in-process, twelfth stop). Rows come
+    back as the driver types them (uuid, text, float, jsonb as Python objects), labelled as in
+    the statement."""
+
+    __slots__ = ("sql", "const", "procs", "names")
+
+    def __init__(self, stmt, dialect):  # noqa: ANN001
+        compiled = stmt.compile(dialect=dialect)
+        self.names = {name for name, b in compiled.binds.items() if b.required}
+        # The final text and values, with IN lists of constants ("expanding" parameters) rendered
+        # out; the names bound at run time get placeholders (None) here.
+        state = compiled.construct_expanded_state(dict.fromkeys(self.names))
+        procs = {**compiled._bind_processors, **state.processors}
+        self.const = {k: (procs[k](v) if k in procs else v) for k, v in state.parameters.items() if k not in self.names}
+        self.procs = {k: procs[k] for k in self.names if k in procs}
+        self.sql = state.statement
+
+    def run(self, db, values: dict | None = None):  # noqa: ANN001, ANN201
+        """The result of running it in `db`'s transaction with `values` for its bound names."""
+        values = values or {}
+        if set(values) != self.names:
+            raise ValueError(f"values for {sorted(self.names)} expected, got {sorted(values)}")
+        params = dict(self.const)
+        for k, v in values.items():
+            params[k] = self.procs[k](v) if k in self.procs else v
+        return db.connection().exec_driver_sql(self.sql, params)
 
 
 class StatementCache:
-    """SQL constructs built once per key and reused, their varying values bound at execution.
+    """SQL statements compiled once per key and reused (`Compiled`), their varying values bound at
+    execution.
 
-    Building a search statement (the access filter, the CTEs) and computing SQLAlchemy's cache
-    key for a fresh construct cost more Python than PostgreSQL spends running it: at LoCoMo scale
-    ~40% of a hybrid ranking's time in-process (docs/decisions.md, twelfth stop). A key names
-    everything the construct bakes in, so it must hold the whole principal (its org, user,
-    groups, clearances and view) whenever the construct holds an access filter: a statement
-    built for one caller is never run for another. Bounded (least recently used out)."""
+    Building a search statement (the access filter, the CTEs), SQLAlchemy's cache key for a fresh
+    construct and its per-execution processing cost more Python than PostgreSQL spends running
+    it: at LoCoMo scale ~40% of a hybrid ranking's time in-process went to building alone
+    (docs/decisions.md, twelfth stop). A key names everything the statement bakes in, so it must
+    hold the whole principal (its org, user, groups, clearances and view) whenever the statement
+    holds an access filter: a statement built for one caller is never run for another. Bounded
+    (least recently used out)."""
 
-    def __init__(self, size: int = 4096):
+    def __init__(self, size: int = 2048):
         import threading
         from collections import OrderedDict
 
@@ -43,18 +105,22 @@ class StatementCache:
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, key: tuple, build):  # noqa: ANN001, ANN201
+    def get(self, db, key: tuple, build) -> Compiled:  # noqa: ANN001
+        """The compiled statement for `key` (`build()` makes the construct on a miss)."""
         with self._lock:
             stmt = self._items.get(key)
             if stmt is not None:
                 self._items.move_to_end(key)
                 return stmt
-        stmt = build()
+        stmt = Compiled(build(), db.get_bind().dialect)
         with self._lock:
             self._items[key] = stmt
             if len(self._items) > self._size:
                 self._items.popitem(last=False)
         return stmt
+
+    def run(self, db, key: tuple, build, values: dict | None = None):  # noqa: ANN001, ANN201
+        return self.get(db, key, build).run(db, values)
 
     def clear(self) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
-from app.kit.sql import among_bound
+from app.kit.sql import among_bound, as_text
 from app.search.repository import (MAX_QUERY_LEXEMES, PER_LEXEME_TESTS, STATEMENTS, _filters, _qvec, _shape,
                                    bm25_select, bm25_values)
 from app.search.schemas import SearchFilters
@@ -41,8 +41,7 @@ def expansion_rows(db: Session, principal: Principal, type_: str, hit_ids: list,
         return (select(hit_lex.c.lex).distinct().where(hit_lex.c.lex.not_in(query_lex))
                 .order_by(hit_lex.c.lex).limit(MAX_HIT_LEXEMES))
 
-    lexemes = db.execute(STATEMENTS.get(("expansion_words",) + shape, words),
-                         {"hits": list(hit_ids), "q": query}).scalars().all()
+    lexemes = STATEMENTS.run(db, ("expansion_words",) + shape, words, {"hits": list(hit_ids), "q": query}).scalars().all()
     if not lexemes:
         return []
     many = len(lexemes) > PER_LEXEME_TESTS
@@ -50,9 +49,9 @@ def expansion_rows(db: Session, principal: Principal, type_: str, hit_ids: list,
     def rows():  # noqa: ANN202
         found = bm25_select(m, _filters(principal, type_, f), many=many, min_df=2, rarest=True).subquery()
         sess = m.session_id if type_ == "episode" else literal(None)
-        return (select(found.c.id, found.c.r, m.embedding.cosine_distance(_qvec(m)).label("d"),
+        return (select(as_text(found.c.id).label("id"), found.c.r, m.embedding.cosine_distance(_qvec(m)).label("d"),
                        sess.label("session_id")).join(m, m.id == found.c.id)
                 .order_by(found.c.r.desc(), found.c.id))
 
-    return db.execute(STATEMENTS.get(("expansion_rows", many) + shape, rows),
-                      {"qvec": qvec, **bm25_values(lexemes, n, n_terms=n_terms)}).all()
+    return STATEMENTS.run(db, ("expansion_rows", many) + shape, rows,
+                          {"qvec": qvec, **bm25_values(lexemes, n, n_terms=n_terms)}).all()
