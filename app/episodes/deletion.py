@@ -4,7 +4,8 @@ The episode row is removed (content gone, not flagged). A memory derived from it
 whole (every version of its root): derived only from removed sources, it is removed; with other
 sources still alive, its current version is quarantined (hidden from every read path) until
 distillation re-derives it without the removed source. Stored Idempotency-Key replies that name
-the episode are dropped, so a replay cannot hand its content back.
+the episode are dropped, so a replay cannot hand its content back. Words of the org's vocabulary
+(app/search/lexicon.py) that no row holds once it is gone are removed.
 
 The cascade runs with the row-level-security scope widened to the whole org (`every_scope`): the
 caller may delete an org episode that other users derived private memories from, and those must
@@ -25,6 +26,7 @@ from app.kit.db import every_scope, view_of
 from app.kit.repository_view import add_mask
 from app.memories import service as memories
 from app.orgs import idempotency
+from app.search import lexicon
 
 
 def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, actor_id: uuid.UUID | None,
@@ -34,6 +36,7 @@ def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, act
     branch = view_of(db).branch_id
     with every_scope(db):
         roots = memories.roots_derived_from(db, org_id, "episode", [episode_id])
+        held = lexicon.lexemes_of(db, org_id, episode_id)
         episodes_repo.hard_delete(db, org_id, episode_id, branch=branch)
         if branch is not None:
             add_mask(db, org_id=org_id, branch_id=branch, item_type="episodes", key=episode_id,
@@ -41,8 +44,10 @@ def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, act
         replies = idempotency.forget_replies(db, org_id, [episode_id]) if branch is None else 0
         db.flush()
         removed, quarantined = memories.remove_or_quarantine(db, org_id, roots, removed_source=episode_id)
+        # Its words leave the org's vocabulary once no row holds them (a masked main row still does).
+        words = lexicon.forget_unheld(db, org_id, held)
     stats = {"episodes_removed": 1, "memories_removed": len(removed), "memories_quarantined": len(quarantined),
-             "idempotency_replies_removed": replies}
+             "idempotency_replies_removed": replies, "vocabulary_words_removed": words}
     record(db, org_id=org_id, actor_id=actor_id, action="episode.delete", target_type="episode",
            target_id=episode_id, details={**stats, "job_id": str(job_id) if job_id else None,
                                           "memory_ids": [str(i) for i in removed + quarantined],

@@ -45,11 +45,14 @@ def create_episode(body: EpisodeIn, request: Request, db: SessionDep, principal=
                    idempotency_key: str | None = Header(default=None, min_length=1, max_length=200)):
     # Embed first, with no pooled connection held; then the idempotency lock, held to the commit.
     _charge(request, principal, 1)
+    embedder, who = request.app.state.embedder, str(principal.user_id)
+    words = service.vocabulary(db, principal, [body])
     with released(db, principal):
-        vectors = service.embed_all(request.app.state.embedder, [body], who=str(principal.user_id))
+        vectors = service.embed_all(embedder, [body], who=who)
+        words = service.embed_vocabulary(embedder, words, who=who)
     return idempotency.idempotent(
         db, principal, idempotency_key, "episodes.create", body,
-        lambda: service.to_out(service.create_many(db, request.app.state.embedder, principal, [body], vectors=vectors)[0]),
+        lambda: service.to_out(service.create_many(db, embedder, principal, [body], vectors=vectors, words=words)[0]),
         ttl_s=request.app.state.settings.idempotency_ttl_s)
 
 
@@ -62,12 +65,15 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
     # A batch embeds for seconds: first, with no pooled connection held; then the idempotency
     # lock (transaction-scoped, so it must not be taken before `released`), held to the commit.
     _charge(request, principal, len(body.items))
+    embedder, who = request.app.state.embedder, str(principal.user_id)
+    words = service.vocabulary(db, principal, body.items)
     with released(db, principal):
-        vectors = service.embed_all(request.app.state.embedder, body.items, who=str(principal.user_id))
+        vectors = service.embed_all(embedder, body.items, who=who)
+        words = service.embed_vocabulary(embedder, words, who=who)
     return idempotency.idempotent(
         db, principal, idempotency_key, "episodes.batch", body,
-        lambda: BatchOut(ids=[r.id for r in service.create_many(db, request.app.state.embedder, principal, body.items,
-                                                                 vectors=vectors)]),
+        lambda: BatchOut(ids=[r.id for r in service.create_many(db, embedder, principal, body.items, vectors=vectors,
+                                                                 words=words)]),
         ttl_s=request.app.state.settings.idempotency_ttl_s)
 
 

@@ -17,6 +17,7 @@ from app.kit.access import assert_may_modify, assert_may_share
 from app.kit.db import view_of
 from app.kit.errors import NotFound
 from app.lineage.service import add_edge
+from app.search import lexicon
 
 
 def to_out(e: Episode) -> EpisodeOut:
@@ -37,10 +38,21 @@ def embed_all(embedder: Embedder, items: list[EpisodeIn], who: str | None = None
     return embedder.embed(texts)
 
 
+def vocabulary(db: Session, principal: Principal, items: list[EpisodeIn]) -> list[tuple[str, str]]:
+    """The words of new episodes that the org's vocabulary lacks (app/search/lexicon.py): asked
+    before the embedding, so that they are embedded with the episodes."""
+    return lexicon.new_words(db, principal.org_id, [embed_text(i) for i in items])
+
+
+def embed_vocabulary(embedder: Embedder, words: list[tuple[str, str]], who: str | None = None) -> list:
+    return lexicon.embed_words(embedder, words, who)
+
+
 def create_many(db: Session, embedder: Embedder, principal: Principal, items: list[EpisodeIn],
-                *, owner_id: uuid.UUID | None = None, audit: bool = True, vectors: list | None = None) -> list[Episode]:
-    """All or nothing: embeddings first (no lock held; `vectors` if the caller computed them),
-    then one flush in the caller's transaction."""
+                *, owner_id: uuid.UUID | None = None, audit: bool = True, vectors: list | None = None,
+                words: list | None = None) -> list[Episode]:
+    """All or nothing: embeddings first (no lock held; `vectors` and the embedded new vocabulary
+    `words` if the caller computed them), then one flush in the caller's transaction."""
     for i in items:
         assert_may_share(principal, i.visibility, i.groups)
     _check_sessions(db, principal, owner_id or principal.user_id, items)
@@ -55,6 +67,10 @@ def create_many(db: Session, embedder: Embedder, principal: Principal, items: li
         for i, v in zip(items, vectors)
     ]
     repo.add_all(db, rows)
+    if words is not None:
+        lexicon.remember(db, principal.org_id, words)
+    else:
+        lexicon.add_for(db, embedder, principal.org_id, [embed_text(i) for i in items])
     if audit:
         record(db, org_id=principal.org_id, actor_id=principal.user_id, action="episode.create",
                target_type="episode", target_id=rows[0].id if len(rows) == 1 else None,

@@ -45,10 +45,12 @@ def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id:
     # An admin action over every scope and every branch: erasure reaches them all.
     bind_principal(db, None, org_id=org_id, all_scopes=True, view=EVERY_BRANCH)
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "sessions_removed": 0,
-             "assets_removed": 0, "retrievals_removed": 0, "keys_revoked": 0, "idempotency_replies_removed": 0}
+             "assets_removed": 0, "retrievals_removed": 0, "keys_revoked": 0, "idempotency_replies_removed": 0,
+             "vocabulary_words_removed": 0}
     for eid in episodes.ids_owned_by(db, org_id, user_id):
         s = forget_episode(db, org_id=org_id, episode_id=eid, actor_id=actor_id, job_id=job_id)
-        for k in ("episodes_removed", "memories_removed", "memories_quarantined", "idempotency_replies_removed"):
+        for k in ("episodes_removed", "memories_removed", "memories_quarantined", "idempotency_replies_removed",
+                  "vocabulary_words_removed"):
             stats[k] += s[k]
     stats["memories_removed"] += memories.delete_owned_by(db, org_id, user_id)
     stats["sessions_removed"] = sessions.delete_owned_by(db, org_id, user_id)

@@ -269,7 +269,7 @@ def load(db: Session, principal: Principal, type_: str, ids: list) -> dict:
 def exact_pool(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int,
                also_ids: list) -> tuple[list[tuple], list[tuple]]:
     """The exact vector top-n (id, distance) among visible rows and the fusion pool's rows (id,
-    distance, session_id: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
+    distance, session_id, n_lex: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
     where hybrid takes the exact search (few visible rows) it was two, with the same filters."""
     m = ITEM_TYPES[type_].model
 
@@ -277,7 +277,7 @@ def exact_pool(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
         conds = _filters(principal, type_, f)
         dist = m.embedding.cosine_distance(_qvec(m))
         sess = m.session_id if type_ == "episode" else literal(None)
-        cols = (as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"))
+        cols = (as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"), func.length(m.tsv).label("n_lex"))
         top = (select(*cols, literal(True).label("top")).where(*conds, m.embedding.is_not(None))
                .order_by(dist + 0).limit(_limit("n")))
         return top if not also else union_all(top, select(*cols, literal(False).label("top"))
@@ -292,7 +292,8 @@ def exact_pool(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
 
 
 def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f: SearchFilters) -> list[tuple]:
-    """(id, cosine distance, session_id) of the fusion pool's rows, by primary key.
+    """(id, cosine distance, session_id, n_lex: the row's lexeme count) of the fusion pool's rows, by
+    primary key.
 
     Score fusion needs both scores of every candidate: a row found by text search alone gets its
     exact cosine here (at most a few hundred rows, fetched by id, so no HNSW walk), and episodes
@@ -307,7 +308,8 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
     def build():  # noqa: ANN202
         sess = m.session_id if type_ == "episode" else literal(None)
         return (select(as_text(m.id).label("id"), m.embedding.cosine_distance(_qvec(m)).label("d"),
-                       sess.label("session_id")).where(among_bound(m.id, "ids"), *_filters(principal, type_, f)))
+                       sess.label("session_id"), func.length(m.tsv).label("n_lex"))
+                .where(among_bound(m.id, "ids"), *_filters(principal, type_, f)))
 
     return STATEMENTS.run(db, ("pool_rows",) + _shape(principal, type_, f), build, {"qvec": qvec, "ids": list(ids)}).all()
 

@@ -50,7 +50,7 @@ def expansion_rows(db: Session, principal: Principal, type_: str, hit_ids: list,
         found = bm25_select(m, _filters(principal, type_, f), many=many, min_df=2, rarest=True).subquery()
         sess = m.session_id if type_ == "episode" else literal(None)
         return (select(as_text(found.c.id).label("id"), found.c.r, m.embedding.cosine_distance(_qvec(m)).label("d"),
-                       sess.label("session_id")).join(m, m.id == found.c.id)
+                       sess.label("session_id"), func.length(m.tsv).label("n_lex")).join(m, m.id == found.c.id)
                 .order_by(found.c.r.desc(), found.c.id))
 
     return STATEMENTS.run(db, ("expansion_rows", many) + shape, rows,

@@ -44,6 +44,7 @@ from app.kit.replicas import on
 from app.lineage.service import record_retrieval
 from app.search import repository as repo
 from app.search.repository_expansion import expansion_rows
+from app.search.repository_lexicon import lift_rows
 from app.search.schemas import Interpreted, SearchFilters, SearchIn, SearchResult
 
 RRF_K = 60
@@ -64,6 +65,17 @@ class Tuning:
     expand_terms: int = 10  # ... using their rarest words not in the query (0: no second round)
     expand_weight: float = 0.3  # weight of the second round's z-normalised BM25
     expand_depth: int = 30  # rows the second round may add to the pool (100 scores the same on LoCoMo)
+    # The vocabulary lift (conversation turns; app/search/lexicon.py): the `vocab_terms` words of the
+    # caller's rows nearest to the query (cosine > vocab_min_sim) score rows like BM25 terms; the
+    # positive part of that z-score adds with `vocab_weight`; its `vocab_depth` best rows join the pool.
+    # Only where the caller's rows are few enough for the exact pool (`exact_below`). 0: off.
+    vocab_terms: int = 5
+    vocab_min_sim: float = 0.3
+    vocab_weight: float = 0.5
+    vocab_depth: int = 30
+    # A turn gains length_prior x (ln(1 + its lexemes) - their mean over the pool): a one-word
+    # "Yeah!" answers less often than a turn that says something. 0: off.
+    length_prior: float = 0.3
     # Hybrid: the caller's visible rows of a type are counted once (BM25's N); up to this many,
     # the vector pool is the exact search (cheaper and exact there: bench/service, 5.5k visible
     # of 100k, pool 100: exact 9 ms p50 vs the iterative HNSW walk 30 ms); 0: HNSW first always.
@@ -134,29 +146,63 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     if rows is None:
         rows = repo.pool_rows(db, principal, t, qvec, list({id_ for id_, _ in vec} | set(bm25)), filters)
     turns = t == "episode" and bool(tun.neighbour or tun.session)
+    lifts: list[tuple[dict, float]] = []
+    if t == "episode" and mode == "exact" and tun.vocab_terms and tun.vocab_weight:
+        rows, vocab = _vocabulary(db, principal, query, qvec, filters, tun, rows, info)
+        lifts.append((vocab, tun.vocab_weight))
     in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
     pairs = repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
     if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)
         info.setdefault("neighbours", {}).update({"pairs": pairs, "looked_up": set(in_sessions)})
-    fused = _with_context(_zsum(rows, tun.w_vector, bm25), rows, pairs, tun) if turns else _zsum(rows, tun.w_vector, bm25)
+    fused = _scored(rows, bm25, lifts, pairs, tun, turns=t == "episode")
     if second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
-        fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, pairs, info)
+        fused = _second_round(db, principal, query, qvec, filters, tun, fused, rows, bm25, lifts, pairs, info)
     return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}
 
 
-def _zsum(rows: list, w_vector: float, bm25: dict, lift: dict | None = None, w_lift: float = 0.0) -> dict:
-    """w_vector x z(cosine) + z(BM25) over the pooled rows (+ w_lift x the positive part of z(lift):
-    the second round only lifts, so a clear first-round winner without its words keeps its place).
-    A row without an embedding counts as far as the farthest in the pool, a row a text query did
-    not return as 0."""
+def _vocabulary(db: Session, principal: Principal, query: str, qvec, filters: SearchFilters, tun: Tuning,  # noqa: ANN001
+                rows: list, info: dict) -> tuple[list, dict]:
+    """The vocabulary lift's scores over the caller's servable turns (app/search/lexicon.py), and
+    the pool with its `vocab_depth` best rows added."""
+    found = lift_rows(db, principal, filters, qvec, repo.query_lexemes(db, query), terms=tun.vocab_terms,
+                      min_sim=tun.vocab_min_sim, n=LIFT_ROWS)
+    info["vocabulary"] = len(found)
+    pooled = {r.id for r in rows}
+    return rows + [r for r in found[:tun.vocab_depth] if r.id not in pooled], {r.id: float(r.r) for r in found}
+
+
+LIFT_ROWS = 1000  # the lift's scores come for this many rows at most (the pool's z-scores read them)
+
+
+def _scored(rows: list, bm25: dict, lifts: list, pairs: list, tun: Tuning, *, turns: bool) -> dict:
+    """The fused score of every pooled row: z-scores (`_zsum`), then for conversation turns the
+    context signals and the length prior."""
+    fused = _zsum(rows, tun.w_vector, bm25, lifts)
+    if not turns:
+        return fused
+    if tun.neighbour or tun.session:
+        fused = _with_context(fused, rows, pairs, tun)
+    if tun.length_prior:
+        size = {r.id: math.log1p(r.n_lex or 0) for r in rows}
+        mean = sum(size.values()) / len(size) if size else 0.0
+        fused = {i: v + tun.length_prior * (size[i] - mean) for i, v in fused.items()}
+    return fused
+
+
+def _zsum(rows: list, w_vector: float, bm25: dict, lifts: list[tuple[dict, float]] = ()) -> dict:
+    """w_vector x z(cosine) + z(BM25) over the pooled rows (+ w x the positive part of z(lift) for
+    each (lift, w): the vocabulary lift and the second round only lift, so a clear first-round
+    winner without their words keeps its place). A row without an embedding counts as far as the
+    farthest in the pool, a row a text query did not return as 0."""
     known = [1.0 - float(r.d) for r in rows if r.d is not None]
     floor = min(known, default=0.0)
     zc = _z({r.id: 1.0 - float(r.d) if r.d is not None else floor for r in rows})
     zb = _z({i: bm25.get(i, 0.0) for i in zc})
     out = {i: w_vector * zc[i] + zb[i] for i in zc}
-    if lift:
-        for i, zl in _z({i: lift.get(i, 0.0) for i in zc}).items():
-            out[i] += w_lift * max(0.0, zl)
+    for lift, w in lifts:
+        if lift and w:
+            for i, zl in _z({i: lift.get(i, 0.0) for i in zc}).items():
+                out[i] += w * max(0.0, zl)
     return out
 
 
@@ -179,7 +225,7 @@ def _with_context(fused: dict, rows: list, pairs: list, tun: Tuning) -> dict:
 
 
 def _second_round(db: Session, principal: Principal, query: str, qvec, filters: SearchFilters, tun: Tuning,  # noqa: ANN001
-                  fused: dict, rows: list, bm25: dict, pairs: list, info: dict) -> dict:
+                  fused: dict, rows: list, bm25: dict, lifts: list, pairs: list, info: dict) -> dict:
     """A second text query made of the rarest words of the first round's `expand_from` best turns
     (repository_expansion): its hits join the pool and its z-normalised BM25 is added with weight
     `expand_weight` (its positive part), then the context signals are taken again over the larger
@@ -193,8 +239,7 @@ def _second_round(db: Session, principal: Principal, query: str, qvec, filters: 
         return fused
     second = {r.id: float(r.r) for r in found}
     rows = rows + [r for r in found if r.id not in fused]
-    out = _zsum(rows, tun.w_vector, bm25, second, tun.expand_weight)
-    return _with_context(out, rows, pairs, tun) if (tun.neighbour or tun.session) else out
+    return _scored(rows, bm25, lifts + [(second, tun.expand_weight)], pairs, tun, turns=True)
 
 
 def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str], k: int, mode: str,

@@ -35,8 +35,12 @@ ABLATIONS = {
     "score fusion + neighbours": ({"session": 0.0, **NO2}, False),
     "score fusion + sessions": ({"neighbour": 0.0, **NO2}, False),
     "score fusion + neighbours + sessions (no second round)": (NO2, True),
+    "no vocabulary lift": ({"vocab_terms": 0}, True),
+    "no length prior": ({"length_prior": 0.0}, False),
+    "neither vocabulary lift nor length prior (eleventh stop's ranking)": ({"vocab_terms": 0, "length_prior": 0.0}, True),
 }
-DEFAULT_VARIANT = "score fusion + neighbours + sessions, second round in context (default)"
+DEFAULT_VARIANT = ("score fusion + neighbours + sessions + vocabulary lift + length prior, second round in context "
+                   "(default)")
 
 
 def method_plan(budgets: list[int]) -> tuple[list[str], list[str]]:

@@ -1,0 +1,101 @@
+"""Statements over the org's vocabulary (`lexicon`) and the vocabulary lift's rows."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import Float, Integer, all_, bindparam, func, literal, select, text
+from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, insert
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.episodes.models import Episode
+from app.kit.sql import as_text
+from app.search.models import Lexeme
+from app.search.repository import STATEMENTS, _filters, _qvec, _shape
+from app.search.schemas import SearchFilters
+
+# Each distinct word's english lexemes; a word that gives exactly one is a vocabulary word. The
+# lexemes the org's vocabulary already holds come back marked, so only new ones are embedded.
+_WORD_LEXEMES = text("""
+SELECT w.word, x.lexeme, EXISTS (SELECT 1 FROM lexicon l WHERE l.org_id = :org AND l.lexeme = x.lexeme) AS known
+FROM unnest(CAST(:words AS text[])) AS w(word)
+CROSS JOIN LATERAL (SELECT tsvector_to_array(to_tsvector('english', w.word)) AS lx) a
+CROSS JOIN LATERAL (SELECT a.lx[1] AS lexeme) x
+WHERE cardinality(a.lx) = 1""")
+
+
+def word_lexemes(db: Session, org_id: uuid.UUID, words: list[str]) -> list[tuple[str, str, bool]]:
+    """(word, its lexeme, already in the org's vocabulary) for each word with one lexeme."""
+    if not words:
+        return []
+    return [(r.word, r.lexeme, r.known) for r in db.execute(_WORD_LEXEMES, {"org": org_id, "words": list(words)})]
+
+
+def add(db: Session, org_id: uuid.UUID, entries: list[tuple[str, str]], vectors) -> None:  # noqa: ANN001
+    """(lexeme, word) entries with their embeddings; a lexeme another request added meanwhile is
+    kept as it is."""
+    if not entries:
+        return
+    rows = [{"org_id": org_id, "lexeme": lex, "word": word, "embedding": v} for (lex, word), v in zip(entries, vectors)]
+    db.execute(insert(Lexeme).values(rows).on_conflict_do_nothing(index_elements=["org_id", "lexeme"]))
+
+
+def lexemes_of(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID) -> list[str]:
+    """The lexemes one episode holds (read before it is deleted)."""
+    return list(db.execute(select(func.unnest(func.tsvector_to_array(Episode.tsv)))
+                           .where(Episode.org_id == org_id, Episode.id == episode_id)).scalars())
+
+
+_FORGET_UNHELD = text("""
+DELETE FROM lexicon l WHERE l.org_id = :org AND l.lexeme = ANY(CAST(:lexemes AS text[]))
+  AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.org_id = :org
+                  AND e.tsv @@ CAST(quote_literal(l.lexeme) AS tsquery))""")
+
+
+def forget_unheld(db: Session, org_id: uuid.UUID, lexemes: list[str]) -> int:
+    """Remove those of `lexemes` that no episode of the org holds any more (in any branch, under
+    any scope: the caller widens it); how many went."""
+    if not lexemes:
+        return 0
+    return db.execute(_FORGET_UNHELD, {"org": org_id, "lexemes": sorted(set(lexemes))}).rowcount
+
+
+def lift_rows(db: Session, principal: Principal, f: SearchFilters, qvec, own: list[str], *,  # noqa: ANN001
+              terms: int, min_sim: float, n: int) -> list:
+    """The vocabulary lift over the caller's servable episodes (app/search/lexicon.py): of the
+    lexemes those rows hold (and the query does not), the `terms` whose words lie nearest to
+    `qvec` (cosine above `min_sim`), and the rows holding any, scored by the summed similarity x
+    IDF of the words they hold (N and df over the same rows): top-n (id, r, d, session_id, n_lex)."""
+    m = Episode
+
+    def build():  # noqa: ANN202
+        vis = select(m.id.label("id"), m.tsv.label("tsv")).where(*_filters(principal, "episode", f)).cte("vis") \
+            .prefix_with("MATERIALIZED")
+        vocab = select(func.unnest(func.tsvector_to_array(vis.c.tsv)).label("lex")).distinct().cte("vocab") \
+            .prefix_with("MATERIALIZED")
+        dist = Lexeme.embedding.cosine_distance(_qvec(Lexeme))
+        near = (select(Lexeme.lexeme.label("lex"), (1 - dist).label("sim"))
+                .join(vocab, vocab.c.lex == Lexeme.lexeme)
+                .where(Lexeme.org_id == principal.org_id,
+                       Lexeme.lexeme != all_(bindparam("own", type_=ARRAY(TEXT))))
+                .order_by(dist, Lexeme.lexeme).limit(bindparam("terms", type_=Integer)).subquery("near"))
+        chosen = (select(near.c.lex, near.c.sim, func.quote_literal(near.c.lex).cast(TSQUERY).label("q"))
+                  .where(near.c.sim > bindparam("min_sim", type_=Float)).cte("chosen").prefix_with("MATERIALIZED"))
+        pairs = (select(chosen.c.lex, chosen.c.sim, vis.c.id).select_from(chosen)
+                 .join(vis, vis.c.tsv.op("@@")(chosen.c.q)).cte("vpairs")
+                 .prefix_with("MATERIALIZED"))
+        big_n = select(func.count().label("n")).select_from(vis).cte("vn")
+        df = select(pairs.c.lex, func.count().label("df")).group_by(pairs.c.lex).cte("vdf")
+        w = pairs.c.sim * func.ln(1 + (big_n.c.n - df.c.df + 0.5) / (df.c.df + 0.5))
+        scored = (select(pairs.c.id, func.sum(w).label("r")).select_from(pairs)
+                  .join(df, df.c.lex == pairs.c.lex).join(big_n, literal(True))
+                  .group_by(pairs.c.id).order_by(func.sum(w).desc(), pairs.c.id)
+                  .limit(bindparam("n", type_=Integer)).subquery("scored"))
+        return (select(as_text(scored.c.id).label("id"), scored.c.r, m.embedding.cosine_distance(_qvec(m)).label("d"),
+                       m.session_id.label("session_id"), func.length(m.tsv).label("n_lex"))
+                .join(m, (m.org_id == principal.org_id) & (m.id == scored.c.id))
+                .order_by(scored.c.r.desc(), scored.c.id))
+
+    return STATEMENTS.run(db, ("lift",) + _shape(principal, "episode", f), build,
+                          {"qvec": qvec, "own": list(own), "terms": terms, "min_sim": min_sim, "n": n}).all()
