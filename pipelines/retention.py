@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 def run(ctx: JobContext, job: "Job") -> dict:
     ctx.view = EVERY_BRANCH  # a deletion reaches every branch, as erasure does (app/kit/view.py)
-    stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "days": None}
+    stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "vocabulary_words_removed": 0,
+             "days": None}
     with ctx.tx() as db:
         stats["cartridge_folders_removed"] = sweep_erased(db, ctx.org_id, ctx.settings.data_dir)
         days = orgs.retention_days(db, ctx.org_id, "episode")
@@ -33,7 +34,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
             ids = episodes.ids_before(db, ctx.org_id, cutoff, 50)
             for eid in ids:
                 s = forget_episode(db, org_id=ctx.org_id, episode_id=eid, actor_id=None, job_id=ctx.job_id)
-                for k in ("episodes_removed", "memories_removed", "memories_quarantined"):
+                for k in ("episodes_removed", "memories_removed", "memories_quarantined", "vocabulary_words_removed"):
                     stats[k] += s[k]
             ctx.checkpoint(db, progress=0.5 if ids else 1.0, stats=stats)
         if not ids:
