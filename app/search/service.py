@@ -68,7 +68,7 @@ class Tuning:
     # The vocabulary lift (conversation turns; app/search/lexicon.py): the `vocab_terms` words of the
     # caller's rows nearest to the query (cosine > vocab_min_sim) score rows like BM25 terms; the
     # positive part of that z-score adds with `vocab_weight`; its `vocab_depth` best rows join the pool.
-    # Only where the caller's rows are few enough for the exact pool (`exact_below`). 0: off.
+    # Candidate words: those of the pooled rows (app/search/repository_lexicon.py). vocab_terms 0: off.
     vocab_terms: int = 5
     vocab_min_sim: float = 0.3
     vocab_weight: float = 0.5
@@ -147,8 +147,8 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
         rows = repo.pool_rows(db, principal, t, qvec, list({id_ for id_, _ in vec} | set(bm25)), filters)
     turns = t == "episode" and bool(tun.neighbour or tun.session)
     lifts: list[tuple[dict, float]] = []
-    if t == "episode" and mode == "exact" and tun.vocab_terms and tun.vocab_weight:
-        rows, vocab = _vocabulary(db, principal, query, qvec, filters, tun, rows, info)
+    if t == "episode" and total is not None and tun.vocab_terms and tun.vocab_weight:
+        rows, vocab = _vocabulary(db, principal, query, qvec, filters, tun, rows, total, info)
         lifts.append((vocab, tun.vocab_weight))
     in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
     pairs = repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
@@ -161,11 +161,11 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
 
 
 def _vocabulary(db: Session, principal: Principal, query: str, qvec, filters: SearchFilters, tun: Tuning,  # noqa: ANN001
-                rows: list, info: dict) -> tuple[list, dict]:
+                rows: list, total: int, info: dict) -> tuple[list, dict]:
     """The vocabulary lift's scores over the caller's servable turns (app/search/lexicon.py), and
     the pool with its `vocab_depth` best rows added."""
-    found = lift_rows(db, principal, filters, qvec, repo.query_lexemes(db, query), terms=tun.vocab_terms,
-                      min_sim=tun.vocab_min_sim, n=LIFT_ROWS)
+    found = lift_rows(db, principal, filters, qvec, repo.query_lexemes(db, query), [r.id for r in rows], total,
+                      terms=tun.vocab_terms, min_sim=tun.vocab_min_sim, n=LIFT_ROWS)
     info["vocabulary"] = len(found)
     pooled = {r.id for r in rows}
     return rows + [r for r in found[:tun.vocab_depth] if r.id not in pooled], {r.id: float(r.r) for r in found}
