@@ -7,6 +7,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -110,6 +112,40 @@ def serve_in_thread(app, *, lifespan: str = "auto") -> str:  # noqa: ANN001
     while not server.started:
         time.sleep(0.05)
     return f"http://127.0.0.1:{port}"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def worktree(rev: str | None) -> Iterator[Path | None]:
+    """A detached git worktree of `rev` (an earlier commit to measure beside this checkout) in a
+    temporary folder, removed afterwards; None for no `rev`."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if rev is None:
+        yield None
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="msworktree"))
+    path = tmp / "old"
+    try:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), rev], check=True)
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def arm_row(times: dict[str, list[float]], digits: int = 1) -> dict:
+    """p50 / p95 / n per arm of a side-by-side run, and the new / old ratios when both ran."""
+    row: dict = {n: {"p50_ms": round(pct(v, 50), digits), "p95_ms": round(pct(v, 95), digits), "n": len(v)}
+                 for n, v in times.items()}
+    if "old" in row and "new" in row:
+        row["p50_ratio"] = round(row["new"]["p50_ms"] / row["old"]["p50_ms"], 3)
+        row["p95_ratio"] = round(row["new"]["p95_ms"] / row["old"]["p95_ms"], 3)
+    return row
 
 
 def pct(values: list[float], q: float) -> float:

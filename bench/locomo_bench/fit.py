@@ -121,6 +121,22 @@ def recall10(d: dict, q: dict, s: np.ndarray) -> float:
     return sum(e in top for e in q["ev"]) / len(q["ev"])
 
 
+def context_chosen(s: np.ndarray, sess: np.ndarray, budget: int, piece, fit, count) -> set[int]:  # noqa: ANN001
+    """The turns (indices) a `budget`-token context holds for the scores `s`, as
+    app.context.service.retrieved_pieces builds it: the top budget // 30 turns at their logistic
+    score and their neighbours at half of it, through app.context.assemble.fit (`fit`, `count`);
+    `piece(j, score)` makes turn j's piece."""
+    k = max(10, min(100, budget // 30))
+    top = [j for j in np.argsort(-s, kind="stable")[:k] if np.isfinite(s[j])]
+    sc = {j: 1 / (1 + math.exp(-s[j])) for j in top}
+    nb: dict = {}
+    for j in top:
+        for o in (-1, 1):
+            if 0 <= j + o < len(s) and sess[j + o] == sess[j] and j + o not in sc:
+                nb[j + o] = max(nb.get(j + o, 0.0), sc[j] * 0.5)
+    return {int(p.id) for p in fit([piece(j, v) for j, v in {**sc, **nb}.items()], budget, count)}
+
+
 def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dict:
     """The service's own `fit` and `render` (SmolLM2 token counts) over this ranking: the top
     budget // 30 turns at their logistic score and their neighbours at half of it, as
@@ -147,15 +163,7 @@ def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dic
             for q in d["qa"]:
                 s = score(d, q, **DEFAULT, **kw)
                 for b in budgets:
-                    k = max(10, min(100, b // 30))
-                    top = [j for j in np.argsort(-s, kind="stable")[:k] if np.isfinite(s[j])]
-                    sc = {j: 1 / (1 + math.exp(-s[j])) for j in top}
-                    nb: dict = {}
-                    for j in top:
-                        for o in (-1, 1):
-                            if 0 <= j + o < len(s) and d["sess"][j + o] == d["sess"][j] and j + o not in sc:
-                                nb[j + o] = max(nb.get(j + o, 0.0), sc[j] * 0.5)
-                    chosen = {int(p.id) for p in fit([piece(j, v) for j, v in {**sc, **nb}.items()], b, count)}
+                    chosen = context_chosen(s, d["sess"], b, piece, fit, count)
                     got[b].append(sum(d["dia"].index(e) in chosen for e in q["ev"] if e in d["dia"]) / len(q["ev"]))
         out[name] = {b: round(float(np.mean(v)), 4) for b, v in got.items()}
         print(f"{name}: in context {out[name]}", flush=True)

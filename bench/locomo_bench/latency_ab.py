@@ -1,16 +1,18 @@
 """/v1/search and /v1/context latency over HTTP at LoCoMo scale (2,760 turns, five private
 users), this checkout against an earlier commit: each arm is its own API process (`python -m app
-serve`, own GIL and embedder) on the same database, and every question is asked of both arms in
-turn (the order alternating), so both see the same machine load. The answers must be the same:
-the ids handed out are compared per question.
+serve`, own GIL and embedder) over the same rows, and every question is asked of both arms in
+turn (the order alternating), so both see the same machine load. The ids handed out are compared
+per question (`answers_differ`: 0 unless the ranking itself changed between the commits).
 
     .venv/bin/python -m bench.locomo_bench.latency_ab [--against REV] [--reuse] [--questions 120] [--rounds 2]
 
 Without `--against` only this checkout is measured. Each question is asked once per round: with
 `--rounds 1` no measured request repeats an earlier one (caches of token counts or statements help
 only across different questions, as they would in use). `--reuse` keeps the ingested database of an
-earlier run (`memscale_bench_locomo_ab`; the ingest takes minutes); both arms must read the same
-schema, so REV must have the same migration head as this checkout. Results:
+earlier run (`memscale_bench_locomo_ab`; the ingest takes minutes; rebuild it after a change to
+what ingest writes). Both arms read the same rows: this checkout the ingested
+database; an earlier commit with an older migration head gets a copy of it taken down to that head
+(`_old_copy`). Results:
 bench/results/locomo_latency_ab.json (or `--out`).
 """
 
@@ -19,16 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench.common import ROOT  # noqa: E402
+
 DB = "memscale_bench_locomo_ab"
 KINDS = {
     "search": ("/v1/search", lambda q: {"query": q, "types": ["episode"], "k": 10}),
@@ -63,8 +63,40 @@ def _database(reuse: bool, convs):  # noqa: ANN001, ANN202
     return svc.settings
 
 
-def _keys(s, convs) -> dict:  # noqa: ANN001
-    """A fresh key for each conversation's user."""
+def _old_copy(s, old_tree: Path):  # noqa: ANN001, ANN202
+    """The earlier commit's database: a copy of this one (same rows, same ids), taken down to that
+    commit's migration head by this checkout's migrations (the earlier code cannot read a later
+    schema, and cannot downgrade what it does not know)."""
+    from sqlalchemy import text
+
+    from bench.common import _server, database_settings
+    from app.kit.migrate import downgrade
+
+    head = _head(old_tree)
+    eng = _server()
+    with eng.connect() as c:
+        c.execute(text(f"DROP DATABASE IF EXISTS {DB}_old WITH (FORCE)"))
+        c.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{DB}'"))
+        c.execute(text(f"CREATE DATABASE {DB}_old TEMPLATE {DB}"))
+    eng.dispose()
+    old = database_settings(f"{DB}_old")
+    downgrade(old, head)
+    return old
+
+
+def _head(tree: Path) -> str:
+    """The migration head of a checkout (its own migrations folder)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config(str(tree / "alembic.ini"))
+    cfg.set_main_option("script_location", str(tree / "migrations"))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def locomo_keys(s, convs, *, create: bool = False) -> dict:  # noqa: ANN001
+    """A fresh key for each conversation's user of the org `locomo` (`create`: the org and the users
+    too, in an empty database)."""
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
@@ -72,8 +104,10 @@ def _keys(s, convs) -> dict:  # noqa: ANN001
 
     eng = create_engine(s.database_url)
     with Session(eng, expire_on_commit=False) as db:
-        org = orgs.org_by_name(db, "locomo")
-        keys = {c.sample_id: orgs.create_key(db, orgs.user_by_name(db, org, c.sample_id)) for c in convs}
+        org = orgs.create_org(db, "locomo") if create else orgs.org_by_name(db, "locomo")
+        users = {c.sample_id: orgs.create_user(db, org, c.sample_id) if create else orgs.user_by_name(db, org, c.sample_id)
+                 for c in convs}
+        keys = {sid: orgs.create_key(db, u) for sid, u in users.items()}
         db.commit()
     eng.dispose()
     return keys
@@ -87,14 +121,12 @@ def _handed(kind: str, body: dict) -> list:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    import httpx
-
-    from bench.common import ApiProcess, load_average, pct, write_result
+    from bench.common import worktree
     from bench.locomo import load
 
     ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.latency_ab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--against", default=None, help="an earlier commit (same migration head) to measure beside this one")
+    ap.add_argument("--against", default=None, help="an earlier commit to measure beside this one")
     ap.add_argument("--reuse", action="store_true", help=f"reuse the database {DB} of an earlier run")
     ap.add_argument("--questions", type=int, default=120)
     ap.add_argument("--rounds", type=int, default=2)
@@ -103,73 +135,73 @@ def main(argv: list[str] | None = None) -> dict:
 
     convs = load()
     s = _database(a.reuse, convs)
-    keys = _keys(s, convs)
+    keys = locomo_keys(s, convs)  # the copy for an earlier commit (below) is taken after: same keys
     qs = [(c.sample_id, q.question) for c in convs for q in c.qa]
     random.seed(1)
     picked = random.sample(qs, a.questions + 8)
     sample, warm = picked[:a.questions], picked[a.questions:]  # warm-up questions are never measured
-    tmp = Path(tempfile.mkdtemp(prefix="mslatab"))
     procs: dict = {}
-    try:
-        arms = {"new": ROOT}
-        if a.against:
-            arms["old"] = tmp / "old"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(arms["old"]), a.against],
-                           check=True)
-        for name, cwd in arms.items():
-            procs[name] = ApiProcess(s, cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
-        for p in procs.values():
-            p.wait_ready()
-        http = {n: httpx.Client(base_url=p.base, timeout=120) for n, p in procs.items()}
+    with worktree(a.against) as old_tree:
+        try:
+            return _measure(a, s, old_tree, keys, sample, warm, procs)
+        finally:
+            for p in procs.values():
+                p.stop()
 
-        def ask(n: str, kind: str, sid: str, q: str):  # noqa: ANN202
-            path, body = KINDS[kind]
-            t = time.perf_counter()
-            r = http[n].post(path, json=body(q), headers={"Authorization": f"Bearer {keys[sid]}"})
-            ms = (time.perf_counter() - t) * 1000
-            if r.status_code != 200:
-                raise RuntimeError(f"{n} {kind}: {r.status_code} {r.text[:300]}")
-            return ms, _handed(kind, r.json())
 
-        for n in procs:  # warm-up: the first requests load the models (other questions than those measured)
-            for sid, q in warm:
-                for kind in KINDS:
-                    ask(n, kind, sid, q)
-        lat = {k: {n: [] for n in procs} for k in KINDS}
-        differ = {k: 0 for k in KINDS}
-        loads = [load_average()]
-        for rnd in range(a.rounds):
+def _measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, procs: dict) -> dict:  # noqa: ANN001
+    """Both arms started, warmed and measured (`procs` holds them for the caller to stop)."""
+    import httpx
+
+    from bench.common import ApiProcess, arm_row, load_average, write_result
+
+    arms = {"new": ROOT, **({"old": old_tree} if old_tree else {})}
+    dbs = {"new": s, "old": _old_copy(s, old_tree)} if old_tree else {"new": s}
+    for name, cwd in arms.items():
+        procs[name] = ApiProcess(dbs[name], cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
+    for p in procs.values():
+        p.wait_ready()
+    http = {n: httpx.Client(base_url=p.base, timeout=120) for n, p in procs.items()}
+
+    def ask(n: str, kind: str, sid: str, q: str):  # noqa: ANN202
+        path, body = KINDS[kind]
+        t = time.perf_counter()
+        r = http[n].post(path, json=body(q), headers={"Authorization": f"Bearer {keys[sid]}"})
+        ms = (time.perf_counter() - t) * 1000
+        if r.status_code != 200:
+            raise RuntimeError(f"{n} {kind}: {r.status_code} {r.text[:300]}")
+        return ms, _handed(kind, r.json())
+
+    for n in procs:  # warm-up: the first requests load the models (other questions than those measured)
+        for sid, q in warm:
             for kind in KINDS:
-                for i, (sid, q) in enumerate(sample):
-                    order = list(procs) if (i + rnd) % 2 == 0 else list(reversed(procs))
-                    got = {}
-                    for n in order:
-                        ms, got[n] = ask(n, kind, sid, q)
-                        lat[kind][n].append(ms)
-                    differ[kind] += len(set(map(tuple, got.values()))) > 1
-            loads.append(load_average())
-        out: dict = {"against": a.against, "questions": a.questions, "rounds": a.rounds, "load": loads, "kinds": {}}
+                ask(n, kind, sid, q)
+    lat = {k: {n: [] for n in procs} for k in KINDS}
+    differ = {k: 0 for k in KINDS}
+    loads = [load_average()]
+    for rnd in range(a.rounds):
         for kind in KINDS:
-            row = {n: {"p50_ms": round(pct(v, 50), 1), "p95_ms": round(pct(v, 95), 1), "n": len(v)}
-                   for n, v in lat[kind].items()}
-            if "old" in row:
-                row["p50_ratio"] = round(row["new"]["p50_ms"] / row["old"]["p50_ms"], 3)
-                row["p95_ratio"] = round(row["new"]["p95_ms"] / row["old"]["p95_ms"], 3)
-                row["answers_differ"] = differ[kind]
-            out["kinds"][kind] = row
-            print(kind, row, flush=True)
-        print("load", loads)
-        if a.out:
-            Path(a.out).write_text(__import__("json").dumps(out, indent=2))
-        else:
-            write_result("locomo_latency_ab", out)
-        return out
-    finally:
-        for p in procs.values():
-            p.stop()
-        if a.against:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+            for i, (sid, q) in enumerate(sample):
+                order = list(procs) if (i + rnd) % 2 == 0 else list(reversed(procs))
+                got = {}
+                for n in order:
+                    ms, got[n] = ask(n, kind, sid, q)
+                    lat[kind][n].append(ms)
+                differ[kind] += len(set(map(tuple, got.values()))) > 1
+        loads.append(load_average())
+    out: dict = {"against": a.against, "questions": a.questions, "rounds": a.rounds, "load": loads, "kinds": {}}
+    for kind in KINDS:
+        row = arm_row(lat[kind])
+        if "old" in row:
+            row["answers_differ"] = differ[kind]
+        out["kinds"][kind] = row
+        print(kind, row, flush=True)
+    print("load", loads)
+    if a.out:
+        Path(a.out).write_text(__import__("json").dumps(out, indent=2))
+    else:
+        write_result("locomo_latency_ab", out)
+    return out
 
 
 if __name__ == "__main__":

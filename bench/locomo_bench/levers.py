@@ -726,15 +726,7 @@ def in_context(data: list[dict], scorer, budgets: tuple[int, ...] = (1000, 1800)
             s = scorer(d, qi)
             cats.append(q["cat"])
             for b in budgets:
-                k = max(10, min(100, b // 30))
-                top = [j for j in np.argsort(-s, kind="stable")[:k] if np.isfinite(s[j])]
-                sc = {j: 1 / (1 + math.exp(-s[j])) for j in top}
-                nb: dict = {}
-                for j in top:
-                    for o in (-1, 1):
-                        if 0 <= j + o < len(s) and d["sess"][j + o] == d["sess"][j] and j + o not in sc:
-                            nb[j + o] = max(nb.get(j + o, 0.0), sc[j] * 0.5)
-                chosen = {int(p.id) for p in fit_pieces([piece(j, v) for j, v in {**sc, **nb}.items()], b, count)}
+                chosen = fit.context_chosen(s, d["sess"], b, piece, fit_pieces, count)
                 got[b].append(sum(int(e) in chosen for e in d["evix"][qi]) / len(d["evix"][qi]))
     cats = np.array(cats)
     out = {b: float(np.mean(v)) for b, v in got.items()}

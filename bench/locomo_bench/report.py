@@ -62,11 +62,13 @@ def plot_before_after(r: dict, path: Path) -> None:
     from bench.locomo_bench.__main__ import DEFAULT_VARIANT
 
     variants = r["ablation"]["variants"]
-    before = next((v for v in variants if v.startswith("before")), None)
+    # the ranking before: the RRF of the first pass, else an earlier stop's ranking in this run
+    before = next((v for v in variants if v.startswith("before") or v.endswith("stop's ranking)")), None)
     if before is None:
         return
     methods = [m for m in variants[before] if m in variants[DEFAULT_VARIANT]]
-    plot_pairs(path, methods, [("before (RRF)", "tab:gray", variants[before]), ("now", "tab:blue", variants[DEFAULT_VARIANT])])
+    name = "before (RRF)" if before.startswith("before") else before[before.index("(") + 1:-1]
+    plot_pairs(path, methods, [(name, "tab:gray", variants[before]), ("now", "tab:blue", variants[DEFAULT_VARIANT])])
 
 
 def plot_pairs(path: Path, methods: list[str], series: list[tuple[str, str, dict]]) -> None:

@@ -50,6 +50,14 @@ def excerpt_lines(turns: list[Turn]) -> str:
     return "\n".join(lines)
 
 
+def turn_items(conv: Conversation) -> list[dict]:
+    """A conversation's turns as episodes (private to its user, one session id per session)."""
+    return [{"kind": "conversation", "content": t.text, "session_id": f"{conv.sample_id}-s{t.session}",
+             "occurred_at": (t.at + timedelta(seconds=i)).isoformat() + "Z" if t.at else None,
+             "metadata": {"dia_id": t.dia_id, "session": t.session, "session_date": date_str(t)},
+             "visibility": "private"} for i, t in enumerate(conv.turns)]
+
+
 def _turn_no(dia_id: str) -> int:
     try:
         return int(dia_id.split(":")[1])
@@ -103,11 +111,7 @@ class Service:
         return self.resources.gateway.count_tokens
 
     def ingest(self, conv: Conversation) -> None:
-        items = [{"kind": "conversation", "content": t.text, "session_id": f"{conv.sample_id}-s{t.session}",
-                  "occurred_at": (t.at + timedelta(seconds=i)).isoformat() + "Z" if t.at else None,
-                  "metadata": {"dia_id": t.dia_id, "session": t.session, "session_date": date_str(t)},
-                  "visibility": "private"} for i, t in enumerate(conv.turns)]
-        ids = self.clients[conv.sample_id].create_episodes(items)
+        ids = self.clients[conv.sample_id].create_episodes(turn_items(conv))
         self.turn_of.update({str(i): t for i, t in zip(ids, conv.turns)})
 
     def settle(self) -> None:

@@ -10,8 +10,9 @@ database right after it is migrated and while it is empty:
 
 A later migration past 0015 would make `global` lag behind the code (reads may name its new
 columns); then this needs that migration's downgrade too, or the option goes. 0016 is an index
-only (reads the same without it); 0017's authentication function is created again after the
-downgrade (`KEY_PRINCIPAL`): the code authenticates through it.
+only (reads the same without it); 0017's authentication function and 0018's vocabulary table are
+created again after the downgrade (`KEY_PRINCIPAL`, `LEXICON`): the code authenticates through the
+one and ranks conversation turns with the other.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ GLOBAL_REVISION = "0014"  # the last revision before the partitioning migration
 VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 MIGRATION = VERSIONS / "20261201_partition_by_org.py"
 KEY_PRINCIPAL = VERSIONS / "20261201_key_principal.py"
+LEXICON = VERSIONS / "20261202_lexicon.py"
 
 
 def _migration(path: Path, name: str):  # noqa: ANN202
@@ -59,12 +61,15 @@ def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa
 
 
 def keep_key_principal(settings) -> None:  # noqa: ANN001
-    """0017's authentication function on a database kept below it (its tables are older)."""
+    """0017's authentication function and 0018's vocabulary table on a database kept below them
+    (its other tables are older)."""
     from app.kit.pg import admin_url
 
     eng = create_engine(admin_url(settings))
     with eng.begin() as c:
         _migration(KEY_PRINCIPAL, "memscale_migration_0017").create(lambda sql: c.exec_driver_sql(sql))
+        if c.execute(text("SELECT to_regclass('lexicon')")).scalar() is None:
+            _migration(LEXICON, "memscale_migration_0018").create(lambda sql: c.exec_driver_sql(sql))
     eng.dispose()
 
 

@@ -15,25 +15,13 @@ arm, and the ratio new / old) go to stdout and bench/results/overhead.json.
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 
-from bench.common import ApiProcess, fresh_database, pct, write_result
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _worktree(rev: str, tmp: Path) -> Path:
-    """A detached worktree of `rev` under `tmp` (removed at the end)."""
-    path = tmp / "old"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), rev], check=True)
-    return path
+from bench.common import ROOT, ApiProcess, arm_row, fresh_database, worktree, write_result
 
 
 def _old_database(s):  # noqa: ANN001, ANN202
@@ -66,66 +54,64 @@ def main(argv: list[str] | None = None) -> dict:
 
     s = fresh_database("memscale_bench_overhead")
     s = s.model_copy(update={"data_dir": Path(s.data_dir).resolve()})
-    tmp = Path(tempfile.mkdtemp(prefix="msoverhead"))
     procs: dict[str, ApiProcess] = {}
-    try:
-        arms = {"old": _worktree(a.against, tmp), "new": ROOT} if a.against else {"new": ROOT}
-        # Each arm its own database, migrated by its own code (an earlier commit cannot start on a
-        # database at a later revision): the old one starts empty and its process migrates it.
-        dbs = {"new": s, "old": _old_database(s)} if a.against else {"new": s}
-        for name, cwd in arms.items():
-            procs[name] = ApiProcess(dbs[name], cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
-        for p in procs.values():
-            p.wait_ready()
-        clients = {n: httpx.Client(base_url=p.base, headers={"Authorization": f"Bearer {_key(dbs[n])}"}, timeout=30)
-                   for n, p in procs.items()}
-        eids = {}
-        for n, c in clients.items():
-            c.arm = n
-            some = c.post("/v1/episodes", json={"kind": "note", "content": "overhead probe: a kiln note"})
-            some.raise_for_status()
-            eids[n] = some.json()["id"]
-        kinds = {
-            "healthz": lambda c: c.get("/healthz"),
-            "get_404": lambda c: c.get(f"/v1/episodes/{uuid.uuid4()}"),
-            "get_200": lambda c: c.get(f"/v1/episodes/{eids[c.arm]}"),
-            "search_empty": lambda c: c.post("/v1/search", json={"query": "zyxwvutsrq", "k": 5}),
-        }
-        want = {"healthz": 200, "get_404": 404, "get_200": 200, "search_empty": 200}
-        times: dict = {k: {n: [] for n in procs} for k in kinds}
-        for c in clients.values():  # warm both: first requests load code and fill caches
-            for k, f in kinds.items():
-                for _ in range(5):
-                    f(c)
-        for r in range(a.rounds):
-            order = list(procs) if r % 2 == 0 else list(reversed(procs))
-            for k, f in kinds.items():
-                for n in order:
-                    for _ in range(a.block):
-                        t = time.perf_counter()
-                        resp = f(clients[n])
-                        times[k][n].append((time.perf_counter() - t) * 1000)
-                        if resp.status_code != want[k]:
-                            raise RuntimeError(f"{n} {k}: {resp.status_code} {resp.text[:200]}")
-        out: dict = {"against": a.against, "rounds": a.rounds, "block": a.block, "requests": {}}
-        for k in kinds:
-            row = {n: {"p50_ms": round(pct(v, 50), 2), "p95_ms": round(pct(v, 95), 2), "n": len(v)}
-                   for n, v in times[k].items()}
-            if "old" in row:
-                row["p50_ratio"] = round(row["new"]["p50_ms"] / row["old"]["p50_ms"], 3)
-                row["p95_ratio"] = round(row["new"]["p95_ms"] / row["old"]["p95_ms"], 3)
-            out["requests"][k] = row
-            print(k, row)
-        for c in clients.values():
-            c.close()
-        write_result("overhead", out)
-        return out
-    finally:
-        for p in procs.values():
-            p.stop()
-        if a.against:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "old")], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with worktree(a.against) as old_tree:
+        try:
+            return _measure(a, s, old_tree, procs)
+        finally:
+            for p in procs.values():
+                p.stop()
+
+
+def _measure(a, s, old_tree: Path | None, procs: dict) -> dict:  # noqa: ANN001
+    """Both arms started, warmed and measured (`procs` holds them for the caller to stop)."""
+    arms = {"old": old_tree, "new": ROOT} if old_tree else {"new": ROOT}
+    # Each arm its own database, migrated by its own code (an earlier commit cannot start on a
+    # database at a later revision): the old one starts empty and its process migrates it.
+    dbs = {"new": s, "old": _old_database(s)} if a.against else {"new": s}
+    for name, cwd in arms.items():
+        procs[name] = ApiProcess(dbs[name], cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
+    for p in procs.values():
+        p.wait_ready()
+    clients = {n: httpx.Client(base_url=p.base, headers={"Authorization": f"Bearer {_key(dbs[n])}"}, timeout=30)
+               for n, p in procs.items()}
+    eids = {}
+    for n, c in clients.items():
+        c.arm = n
+        some = c.post("/v1/episodes", json={"kind": "note", "content": "overhead probe: a kiln note"})
+        some.raise_for_status()
+        eids[n] = some.json()["id"]
+    kinds = {
+        "healthz": lambda c: c.get("/healthz"),
+        "get_404": lambda c: c.get(f"/v1/episodes/{uuid.uuid4()}"),
+        "get_200": lambda c: c.get(f"/v1/episodes/{eids[c.arm]}"),
+        "search_empty": lambda c: c.post("/v1/search", json={"query": "zyxwvutsrq", "k": 5}),
+    }
+    want = {"healthz": 200, "get_404": 404, "get_200": 200, "search_empty": 200}
+    times: dict = {k: {n: [] for n in procs} for k in kinds}
+    for c in clients.values():  # warm both: first requests load code and fill caches
+        for k, f in kinds.items():
+            for _ in range(5):
+                f(c)
+    for r in range(a.rounds):
+        order = list(procs) if r % 2 == 0 else list(reversed(procs))
+        for k, f in kinds.items():
+            for n in order:
+                for _ in range(a.block):
+                    t = time.perf_counter()
+                    resp = f(clients[n])
+                    times[k][n].append((time.perf_counter() - t) * 1000)
+                    if resp.status_code != want[k]:
+                        raise RuntimeError(f"{n} {k}: {resp.status_code} {resp.text[:200]}")
+    out: dict = {"against": a.against, "rounds": a.rounds, "block": a.block, "requests": {}}
+    for k in kinds:
+        row = arm_row(times[k], digits=2)
+        out["requests"][k] = row
+        print(k, row)
+    for c in clients.values():
+        c.close()
+    write_result("overhead", out)
+    return out
 
 
 if __name__ == "__main__":

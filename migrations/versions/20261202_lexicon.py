@@ -10,32 +10,39 @@ ingest; episodes stored before this revision have no words here until they are s
 Revision ID: 0018
 Revises: 0017
 """
-import sqlalchemy as sa
 from alembic import op
-from pgvector.sqlalchemy import Vector
 
-from app.kit.rls import protect
+from app.kit.rls import ORG_POLICY, ROLE
 
 revision = "0018"
 down_revision = "0017"
 branch_labels = None
 depends_on = None
 
+TABLE = """
+CREATE TABLE lexicon (
+  org_id uuid NOT NULL,
+  lexeme text NOT NULL,
+  word text NOT NULL,
+  embedding vector(384) NOT NULL,
+  CONSTRAINT pk_lexicon PRIMARY KEY (org_id, lexeme),
+  CONSTRAINT fk_lexicon_org_id_orgs FOREIGN KEY (org_id) REFERENCES orgs (id) ON DELETE CASCADE
+)"""
+
+
+def create(execute) -> None:  # noqa: ANN001
+    """The table, its index, grants and policy (also used by bench/scale's `global` layout, kept
+    at 0014 with today's code)."""
+    execute(TABLE)
+    execute("CREATE INDEX ix_lexicon_org_id ON lexicon (org_id)")
+    execute(f"GRANT SELECT, INSERT, DELETE ON lexicon TO {ROLE}")
+    execute("ALTER TABLE lexicon ENABLE ROW LEVEL SECURITY")
+    execute(ORG_POLICY.format(t="lexicon", role=ROLE))
+
 
 def upgrade() -> None:
-    op.create_table(
-        "lexicon",
-        sa.Column("org_id", sa.UUID(), nullable=False),
-        sa.Column("lexeme", sa.Text(), nullable=False),
-        sa.Column("word", sa.Text(), nullable=False),
-        sa.Column("embedding", Vector(384), nullable=False),
-        sa.ForeignKeyConstraint(["org_id"], ["orgs.id"], name=op.f("fk_lexicon_org_id_orgs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("org_id", "lexeme", name=op.f("pk_lexicon")),
-    )
-    op.create_index("ix_lexicon_org_id", "lexicon", ["org_id"])
-    protect(op, "lexicon", access=False, privileges="SELECT, INSERT, DELETE")
+    create(op.execute)
 
 
 def downgrade() -> None:
-    op.execute("DROP POLICY IF EXISTS tenant_org ON lexicon")
-    op.drop_table("lexicon")
+    op.execute("DROP TABLE lexicon")
