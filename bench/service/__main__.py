@@ -1,5 +1,6 @@
 """bench/service: ingest rate vs. the embedding model alone, search latency (server-side and
-over HTTP), and recall@10 under a 5%-visible ACL filter against exact filtered kNN.
+over HTTP), and recall@10 under a 5%-visible ACL filter against exact filtered kNN; side by side
+in the run: hybrid's exact pool vs the HNSW walk, and the vocabulary lift on vs off.
 
     .venv/bin/python -m bench.service [--n 10000] [--queries 200]
 
@@ -138,6 +139,21 @@ def main() -> None:
         side_by_side[label]["p95_ratio"] = round(side_by_side[label]["exact_below"]["p95_ms"]
                                                  / side_by_side[label]["walk"]["p95_ms"], 3)
 
+    # 3c. The vocabulary lift (app/search/lexicon.py) on vs off, interleaved query by query.
+    lift: dict[str, list] = {"on": [], "off": []}
+    for i, (q, v) in enumerate(zip(queries, qvecs)):
+        for arm in (("on", "off") if i % 2 else ("off", "on")):
+            with tuned(**({} if arm == "on" else {"vocab_terms": 0})), app.state.sessions() as db:
+                bind_principal(db, p)
+                t0 = time.perf_counter()
+                rank(db, p, query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
+                     filters=SearchFilters(), ef_search=settings.hnsw_ef_search)
+                lift[arm].append(time.perf_counter() - t0)
+                db.rollback()
+    vocabulary_lift = {arm: summary_ms(v) for arm, v in lift.items()}
+    vocabulary_lift["p95_ratio"] = round(vocabulary_lift["on"]["p95_ms"] / vocabulary_lift["off"]["p95_ms"], 3)
+    vocabulary_lift["p50_ratio"] = round(vocabulary_lift["on"]["p50_ms"] / vocabulary_lift["off"]["p50_ms"], 3)
+
     # 4. Over HTTP (auth, query embedding, retrieval event, JSON included).
     lat = []
     h = {"Authorization": f"Bearer {keys[0]}"}
@@ -167,7 +183,7 @@ def main() -> None:
         "ingest_items_per_s": round(ingest_rate, 1),
         "ingest_vs_model": round(ingest_rate / model_rate, 3),
         "search_server_side": server, "search_over_http_hybrid_all_types": over_http,
-        "hybrid_exact_below_vs_walk": side_by_side,
+        "hybrid_exact_below_vs_walk": side_by_side, "hybrid_all_types_vocabulary_lift_on_vs_off": vocabulary_lift,
         "recall_at_10_vector_5pct_visible": round(float(np.mean(recalls)), 4),
         "exact_fallback_share_vector": round(fallbacks / len(queries), 3),
         "hnsw_ef_search": settings.hnsw_ef_search, "queries": len(queries),
@@ -182,6 +198,9 @@ def main() -> None:
         print(f"  {k}: exact pool below {DEFAULT_TUNING.exact_below} visible p50/p95 {v['exact_below']['p50_ms']:.2f}/"
               f"{v['exact_below']['p95_ms']:.2f} vs HNSW walk {v['walk']['p50_ms']:.2f}/{v['walk']['p95_ms']:.2f} "
               f"(p95 ratio {v['p95_ratio']}, same top 10 {v['same_top10']})")
+    print(f"  hybrid all types, vocabulary lift on/off p50 {vocabulary_lift['on']['p50_ms']:.2f}/"
+          f"{vocabulary_lift['off']['p50_ms']:.2f} p95 {vocabulary_lift['on']['p95_ms']:.2f}/"
+          f"{vocabulary_lift['off']['p95_ms']:.2f} (p95 ratio {vocabulary_lift['p95_ratio']})")
     print(f"  {'over HTTP hybrid (all types)':28s} {over_http['p50_ms']:8.2f} {over_http['p95_ms']:8.2f} {over_http['p99_ms']:8.2f}")
     print(f"  recall@10 vector under ACL filter: {result['recall_at_10_vector_5pct_visible']:.4f} "
           f"(exact fallback on {result['exact_fallback_share_vector']:.0%} of queries)")
