@@ -329,6 +329,19 @@ def db_stop() -> None:
     click.echo("stopped" if stop_embedded(Settings()) else "not running")
 
 
+def _prepare_local_model(settings: Settings) -> None:
+    """The bundled chat model's folder, converted from its GGUF before the first request: token
+    counting in /v1/context needs its tokenizer, and converting on first use made the first
+    context request of a fresh data dir take ~55 s (a client with a 30 s timeout failed)."""
+    if settings.llm_model.split("/", 1)[0] != "local":
+        return
+    from app.kit.localmodel import converted, local_model_dir
+
+    if not converted(settings.data_dir):
+        click.echo("converting the bundled local model (once per data dir, ~30-60 s)", err=True)
+    local_model_dir(settings.data_dir)
+
+
 @main.command()
 @click.option("--host", default=None)
 @click.option("--port", default=None, type=int)
@@ -348,6 +361,7 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     install_sigterm_handler()
     admin_url(settings)  # start (and hold) the embedded server for this process's lifetime
     upgrade(settings, "head")
+    _prepare_local_model(settings)
     click.echo(f"memscale listening on http://{host or settings.host}:{port or settings.port}", err=True)
     click.echo("create a key: memscale admin create-org ACME && memscale admin create-user --org ACME alice "
                "&& memscale admin create-key --org ACME --user alice", err=True)

@@ -89,3 +89,17 @@ def test_branch_cli_round_trip(settings, client, world):
     assert json.loads(r.stdout)[0]["change"] == "created"
     assert _cli(settings, "branch", "drop", "trial", "--org", org).returncode == 0
     assert _cli(settings, "branch", "drop", "trial", "--org", org).returncode == 2  # gone
+
+
+def test_serve_prepares_the_bundled_model_before_listening(settings, tmp_path, monkeypatch):
+    """`memscale serve` converts the bundled model before its first request (a fresh data dir's
+    first /v1/context took ~55 s converting it); a configured provider model converts nothing."""
+    import app.kit.localmodel as localmodel
+    from app.cli import _prepare_local_model
+
+    calls = []
+    monkeypatch.setattr(localmodel, "local_model_dir", lambda d: calls.append(d))
+    _prepare_local_model(settings.model_copy(update={"llm_model": "openai/gpt-4o-mini", "data_dir": tmp_path}))
+    assert calls == []
+    _prepare_local_model(settings.model_copy(update={"llm_model": "local/smollm2", "data_dir": tmp_path}))
+    assert calls == [tmp_path]

@@ -33,9 +33,18 @@ def gguf_path() -> Path:
     return path
 
 
+def _model_dir(data_dir: str | Path) -> Path:
+    return Path(data_dir).resolve() / "models" / LOCAL_MODEL_ID
+
+
+def converted(data_dir: str | Path) -> bool:
+    """Whether `data_dir` already holds the converted model (else the next use converts it)."""
+    return (_model_dir(data_dir) / ".converted").exists()
+
+
 def local_model_dir(data_dir: str | Path) -> Path:
     """Return a directory holding config, fp32 safetensors and tokenizer; convert on first use."""
-    out = Path(data_dir).resolve() / "models" / LOCAL_MODEL_ID
+    out = _model_dir(data_dir)
     done = out / ".converted"
     if done.exists():
         return out
