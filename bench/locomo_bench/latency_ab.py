@@ -68,18 +68,20 @@ def _old_copy(s, old_tree: Path):  # noqa: ANN001, ANN202
     commit's migration head by this checkout's migrations (the earlier code cannot read a later
     schema, and cannot downgrade what it does not know)."""
     from sqlalchemy import text
+    from sqlalchemy.engine import make_url
 
     from bench.common import _server, database_settings
     from app.kit.migrate import downgrade
 
     head = _head(old_tree)
+    db = make_url(s.database_url).database
     eng = _server()
     with eng.connect() as c:
-        c.execute(text(f"DROP DATABASE IF EXISTS {DB}_old WITH (FORCE)"))
-        c.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{DB}'"))
-        c.execute(text(f"CREATE DATABASE {DB}_old TEMPLATE {DB}"))
+        c.execute(text(f"DROP DATABASE IF EXISTS {db}_old WITH (FORCE)"))
+        c.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"))
+        c.execute(text(f"CREATE DATABASE {db}_old TEMPLATE {db}"))
     eng.dispose()
-    old = database_settings(f"{DB}_old")
+    old = database_settings(f"{db}_old")
     downgrade(old, head)
     return old
 
@@ -143,14 +145,16 @@ def main(argv: list[str] | None = None) -> dict:
     procs: dict = {}
     with worktree(a.against) as old_tree:
         try:
-            return _measure(a, s, old_tree, keys, sample, warm, procs)
+            return measure(a, s, old_tree, keys, sample, warm, procs, name="locomo_latency_ab")
         finally:
             for p in procs.values():
                 p.stop()
 
 
-def _measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, procs: dict) -> dict:  # noqa: ANN001
-    """Both arms started, warmed and measured (`procs` holds them for the caller to stop)."""
+def measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, procs: dict, *, name: str) -> dict:  # noqa: ANN001
+    """Both arms started over database `s` (an earlier commit's on `_old_copy`), warmed with `warm`
+    and measured on `sample` ((key name, question) pairs; `a`: against, rounds, out), the result
+    written as bench/results/`name`.json unless `a.out` (`procs` holds them for the caller to stop)."""
     import httpx
 
     from bench.common import ApiProcess, arm_row, load_average, write_result
@@ -200,7 +204,7 @@ def _measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, 
     if a.out:
         Path(a.out).write_text(__import__("json").dumps(out, indent=2))
     else:
-        write_result("locomo_latency_ab", out)
+        write_result(name, out)
     return out
 
 
