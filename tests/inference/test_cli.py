@@ -14,6 +14,7 @@ import httpx
 from click.testing import CliRunner
 
 from app.inference.cli import inference
+from app.kit.localmodel import local_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,6 +36,10 @@ def test_blend_options_default_to_blendconfig(monkeypatch, tmp_path):
     from app.inference.blend import BlendConfig
 
     seen = []
+    # The suite's converted model: without --model the CLI would convert the GGUF again into
+    # tmp_path (~40 s of this test, for a default it does not check).
+    monkeypatch.setenv("MEMSCALE_INFERENCE_MODEL",
+                       str(local_model_dir(os.environ.get("MEMSCALE_DATA_DIR", ".memscale"))))
     monkeypatch.setattr(server, "create_app", lambda config, **kw: seen.append(config.blend) or object())
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
     base = ["serve", "--data-dir", str(tmp_path)]
