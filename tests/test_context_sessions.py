@@ -222,3 +222,24 @@ def test_fit_pays_for_conversation_headers_and_leaves_no_room_unused(app):
         best = sorted(pieces, key=lambda p: -p.score)[:3]
         assert all(p in chosen for p in best)
         assert "Session conv-" not in render(chosen) and render(chosen).count("May 2023:") >= 2
+
+
+def test_a_failed_trajectory_weighs_in_context_as_much_as_a_successful_one(client, world):
+    """The outcome does not reorder what context serves: a failed trajectory's feedback often holds
+    the correction a question needs (bench scaling, docs/decisions.md). Same text, same owner:
+    the same score, whichever the outcome (×0.8 vs ×1.5 before)."""
+    org = world.org()
+    ana = world.user(org)
+    content = ("Space retail. How many LATAM customers are active? Ran: SELECT COUNT(*) FROM t_eob "
+               "WHERE t_eob.c_ncd = 'R7'. Feedback: active means an order in the last 90 days.")
+    ids = {}
+    for outcome in ("success", "failure"):
+        r = client.post("/v1/episodes", json={"kind": "trajectory", "outcome": outcome, "content": content},
+                        headers=ana.h)
+        assert r.status_code == 201, r.text
+        ids[r.json()["id"]] = outcome
+    r = client.post("/v1/context", json={"query": "active LATAM customers", "budget_tokens": 800}, headers=ana.h)
+    assert r.status_code == 200, r.text
+    scores = {ids[i["id"]]: i["score"] for s in r.json()["sections"] for i in s["items"] if i["id"] in ids}
+    assert set(scores) == {"success", "failure"}
+    assert abs(scores["failure"] - scores["success"]) <= 1e-4 * scores["success"]

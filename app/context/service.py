@@ -15,6 +15,11 @@ from app.search.schemas import SearchFilters
 from app.search.service import rank, record_retrieval, to_result
 
 INSTRUCTION_KINDS = ("rule", "procedure")
+# An episode's outcome does not weigh its score in context. A failed trajectory's feedback often
+# holds the correction its question needs, and ×1.5 for successes / ×0.8 for failures kept those
+# out: bench scaling's unlabelled logs at 8 shards 56-69% → 73-81% of questions with every key
+# in context on four generator seeds, and the "Perfect, thanks!" traces (wrong SQL reported as a
+# success) reached fewer contexts (docs/decisions.md, thirteenth stop).
 
 
 def instructed(instruction: str | None, query: str, *, settings=None, resources=None):  # noqa: ANN001, ANN201
@@ -40,8 +45,7 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
             elif type_ == "episode":
                 if session_id is not None and r.session_id == session_id:
                     continue  # the session's own history is in the summary / recent messages
-                boost = 1.5 if (r.kind == "trajectory" and r.outcome == "success") else (0.8 if r.outcome == "failure" else 1.0)
-                out.append(_episode_piece(r, r.score * boost * recency(r.created_at, now)))
+                out.append(_episode_piece(r, r.score * recency(r.created_at, now)))
             else:
                 out.append(Piece("knowledge", "chunk", str(r.id), r.text, r.score,
                                  extra={"content_hash": r.content_hash}))
