@@ -333,7 +333,9 @@ def _prepare_local_model(settings: Settings) -> None:
     """The bundled chat model's folder, converted from its GGUF before the first request: token
     counting in /v1/context needs its tokenizer, and converting on first use made the first
     context request of a fresh data dir take ~55 s (a client with a 30 s timeout failed)."""
-    if settings.llm_model.split("/", 1)[0] != "local":
+    from app.llm.provider import is_local
+
+    if not is_local(settings.llm_model):
         return
     from app.kit.localmodel import converted, local_model_dir
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from app.llm.base import BaseGateway, GatewayStats, LLMError, LLMTimeout, MessagesIn, normalise_messages
+from app.llm.provider import is_local as _is_local
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class Gateway(BaseGateway):
 
     @property
     def is_local(self) -> bool:
-        return self.model.split("/", 1)[0] == "local"
+        return _is_local(self.model)
 
     def _lib(self) -> Any:
         if self._litellm is None:

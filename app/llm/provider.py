@@ -19,6 +19,11 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 LOCAL_PROVIDER = "local"
+
+
+def is_local(model: str) -> bool:
+    """Whether a litellm model string names the bundled model served in-process (``local/...``)."""
+    return model.split("/", 1)[0] == LOCAL_PROVIDER
 _REGISTER_LOCK = threading.Lock()
 _handler: Any = None
 
