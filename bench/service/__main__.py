@@ -114,42 +114,40 @@ def main() -> None:
                 db.rollback()
         server[label] = summary_ms(lat)
 
-    # 3b. Hybrid's exact pool below the visible count vs. the HNSW walk always (exact_below=0),
-    # interleaved query by query in this one run; the top 10 must be the same.
     from app.search.service import DEFAULT_TUNING, tuned
 
-    side_by_side: dict[str, dict] = {}
-    for label, types in (("hybrid", ["episode"]), ("hybrid_all_types", ["memory", "episode", "chunk"])):
-        arms: dict[str, list] = {"walk": [], "exact_below": []}
+    def interleaved(arms: dict[str, dict], types: list[str]) -> tuple[dict[str, list], int]:
+        """Hybrid rankings under each arm's tuning, query by query (the arms' order alternating):
+        the times per arm, and on how many queries every arm gave the same top 10."""
+        times: dict[str, list] = {arm: [] for arm in arms}
         same = 0
         for i, (q, v) in enumerate(zip(queries, qvecs)):
             tops = {}
-            for arm in (("walk", "exact_below") if i % 2 else ("exact_below", "walk")):
-                with tuned(exact_below=0 if arm == "walk" else DEFAULT_TUNING.exact_below), app.state.sessions() as db:
+            for arm in (list(arms) if i % 2 else list(reversed(arms))):
+                with tuned(**arms[arm]), app.state.sessions() as db:
                     bind_principal(db, p)
                     t0 = time.perf_counter()
                     got, _ = rank(db, p, query=q, qvec=v, types=types, k=10, mode="hybrid", filters=SearchFilters(),
                                   ef_search=settings.hnsw_ef_search)
-                    arms[arm].append(time.perf_counter() - t0)
+                    times[arm].append(time.perf_counter() - t0)
                     tops[arm] = [r.id for r in got]
                     db.rollback()
-            same += tops["walk"] == tops["exact_below"]
+            same += len({tuple(t) for t in tops.values()}) == 1
+        return times, same
+
+    # 3b. Hybrid's exact pool below the visible count vs. the HNSW walk always (exact_below=0),
+    # interleaved query by query in this one run; the top 10 must be the same.
+    side_by_side: dict[str, dict] = {}
+    for label, types in (("hybrid", ["episode"]), ("hybrid_all_types", ["memory", "episode", "chunk"])):
+        arms, same = interleaved({"walk": {"exact_below": 0}, "exact_below": {"exact_below": DEFAULT_TUNING.exact_below}},
+                                 types)
         side_by_side[label] = {arm: summary_ms(v) for arm, v in arms.items()}
         side_by_side[label]["same_top10"] = f"{same}/{len(queries)}"
         side_by_side[label]["p95_ratio"] = round(side_by_side[label]["exact_below"]["p95_ms"]
                                                  / side_by_side[label]["walk"]["p95_ms"], 3)
 
     # 3c. The vocabulary lift (app/search/lexicon.py) on vs off, interleaved query by query.
-    lift: dict[str, list] = {"on": [], "off": []}
-    for i, (q, v) in enumerate(zip(queries, qvecs)):
-        for arm in (("on", "off") if i % 2 else ("off", "on")):
-            with tuned(**({} if arm == "on" else {"vocab_terms": 0})), app.state.sessions() as db:
-                bind_principal(db, p)
-                t0 = time.perf_counter()
-                rank(db, p, query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
-                     filters=SearchFilters(), ef_search=settings.hnsw_ef_search)
-                lift[arm].append(time.perf_counter() - t0)
-                db.rollback()
+    lift, _ = interleaved({"on": {}, "off": {"vocab_terms": 0}}, ["memory", "episode", "chunk"])
     vocabulary_lift = {arm: summary_ms(v) for arm, v in lift.items()}
     vocabulary_lift["p95_ratio"] = round(vocabulary_lift["on"]["p95_ms"] / vocabulary_lift["off"]["p95_ms"], 3)
     vocabulary_lift["p50_ratio"] = round(vocabulary_lift["on"]["p50_ms"] / vocabulary_lift["off"]["p50_ms"], 3)
