@@ -55,6 +55,11 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
 
 
 NEIGHBOUR_WEIGHT = 0.5  # a turn next to a retrieved turn, relative to that turn's score
+
+
+def candidates(budget: int) -> int:
+    """How many items of each type a `budget`-token context asks search for: enough to fill it."""
+    return max(10, min(100, budget // 30))
 EPISODE_CHARS = 1200
 
 
@@ -98,7 +103,7 @@ def build(db: Session, principal: Principal, resources, *, query: str, budget: i
     `read`: where retrieval reads (a read replica, app.kit.replicas); the session's own state and
     the retrieval event stay in `db`."""
     count = resources.gateway.count_tokens
-    k = k or max(10, min(100, budget // 30))  # enough candidates to fill the budget
+    k = k or candidates(budget)
     pieces = list(pinned or [])
     retrieved, cartridges = (read or on(db))(lambda rdb: (
         retrieved_pieces(rdb, principal, resources.embedder, query, k=k, ef_search=ef_search,

@@ -126,14 +126,15 @@ def context_chosen(s: np.ndarray, sess: np.ndarray, budget: int, piece, fit, cou
     app.context.service.retrieved_pieces builds it: the top budget // 30 turns at their logistic
     score and their neighbours at half of it, through app.context.assemble.fit (`fit`, `count`);
     `piece(j, score)` makes turn j's piece."""
-    k = max(10, min(100, budget // 30))
-    top = [j for j in np.argsort(-s, kind="stable")[:k] if np.isfinite(s[j])]
+    from app.context.service import NEIGHBOUR_WEIGHT, candidates
+
+    top = [j for j in np.argsort(-s, kind="stable")[:candidates(budget)] if np.isfinite(s[j])]
     sc = {j: 1 / (1 + math.exp(-s[j])) for j in top}
     nb: dict = {}
     for j in top:
         for o in (-1, 1):
             if 0 <= j + o < len(s) and sess[j + o] == sess[j] and j + o not in sc:
-                nb[j + o] = max(nb.get(j + o, 0.0), sc[j] * 0.5)
+                nb[j + o] = max(nb.get(j + o, 0.0), sc[j] * NEIGHBOUR_WEIGHT)
     return {int(p.id) for p in fit([piece(j, v) for j, v in {**sc, **nb}.items()], budget, count)}
 
 
