@@ -41,11 +41,14 @@ class TenantMixin:
 
     The ORM identifies a row by the table's key too, (org_id, id): every UPDATE and DELETE it
     flushes names the org (`db.get(Model, (org_id, id))`), so on Citus each is routed to one
-    shard instead of fanning out (tests/test_citus_ready.py captures the statements)."""
+    shard instead of fanning out (tests/test_citus_ready.py captures the statements).
+
+    No index of org_id alone: the primary key's first column serves every `org_id = ...` scan
+    (migration 0019 dropped the ones declared before)."""
 
     @declared_attr
     def org_id(cls) -> Mapped[uuid.UUID]:
-        return mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False, index=True,
+        return mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False,
                              primary_key=True, sort_order=-1)
 
 

@@ -12,7 +12,8 @@ A later migration past 0015 would make `global` lag behind the code (reads may n
 columns); then this needs that migration's downgrade too, or the option goes. 0016 is an index
 only (reads the same without it); 0017's authentication function and 0018's vocabulary table are
 created again after the downgrade (`KEY_PRINCIPAL`, `LEXICON`): the code authenticates through the
-one and ranks conversation turns with the other.
+one and ranks conversation turns with the other. 0019 only drops indexes (the `global` layout
+keeps its single-column org_id indexes: reads the same, inserts pay one more index entry).
 """
 
 from __future__ import annotations
