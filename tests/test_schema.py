@@ -72,3 +72,53 @@ def test_audit_log_is_append_only_even_for_the_owner(admin_engine, client, world
         with pytest.raises(DBAPIError, match="append-only"):
             c.execute(text(stmt))
         c.rollback()
+
+
+POLICY_FUNCTIONS = ("memscale_org", "memscale_user", "memscale_groups", "memscale_clearances", "memscale_all_scopes",
+                    "memscale_branch", "memscale_branches")
+
+
+def test_rls_holds_in_parallel_workers(settings, client, world, admin_engine):
+    """The policies' setting readers are PARALLEL SAFE (migration 0020), so a large read may run on
+    parallel workers. A worker must see the caller's `memscale.*` settings as the leader does: a
+    read forced onto workers (debug_parallel_query) returns exactly the caller's rows, through the
+    policies alone and through the search statements. Fails if a worker read the settings unset
+    (the policies would hide every row) or another caller's."""
+    from sqlalchemy.orm import Session
+
+    from app.auth.principal import Principal
+    from app.kit.db import bind_principal
+    from app.search import repository as repo
+    from app.search.schemas import SearchFilters
+    from tests.helpers import ep
+
+    with admin_engine.connect() as c:
+        labels = dict(c.execute(text("SELECT proname, proparallel FROM pg_proc WHERE proname = ANY(:n)"),
+                                {"n": list(POLICY_FUNCTIONS)}).all())
+    assert labels == {f: "s" for f in POLICY_FUNCTIONS}
+    org, other = world.org(), world.org()
+    alice, bob, carol = world.user(org), world.user(org), world.user(other)
+    mine = {client.post("/v1/episodes", json=ep(content=f"alice's pottery class note {i}"), headers=alice.h).json()["id"]
+            for i in range(3)}
+    shared = client.post("/v1/episodes", json=ep(content="the org's pottery kiln schedule", visibility="org"),
+                         headers=bob.h).json()["id"]
+    client.post("/v1/episodes", json=ep(content="bob's private pottery glaze recipe"), headers=bob.h)
+    client.post("/v1/episodes", json=ep(content="carol's pottery note", visibility="org"), headers=carol.h)
+    p = Principal(org_id=alice.org_id, user_id=alice.user_id, name=alice.name, roles=(), groups=(), clearances=())
+    eng = create_engine(app_url(settings))
+    got = {}
+    try:
+        for forced in (False, True):
+            with Session(eng) as db:
+                bind_principal(db, p)
+                if forced:  # PostgreSQL 15 names the setting force_parallel_mode
+                    v16 = db.execute(text("SELECT current_setting('server_version_num')::int >= 160000")).scalar()
+                    db.execute(text(f"SET LOCAL {'debug_parallel_query' if v16 else 'force_parallel_mode'} = on"))
+                    plan = db.execute(text("EXPLAIN SELECT id FROM episodes")).scalars().all()
+                    assert any("Gather" in line for line in plan), plan  # the read really ran on a worker
+                rows = {str(i) for i in db.execute(text("SELECT id FROM episodes")).scalars()}
+                hits = {i for i, _ in repo.text_ids(db, p, "episode", "pottery", SearchFilters(), 50)}
+                got[forced] = (rows, hits)
+    finally:
+        eng.dispose()
+    assert got[True] == got[False] == (mine | {shared}, mine | {shared})
