@@ -60,6 +60,8 @@ NEIGHBOUR_WEIGHT = 0.5  # a turn next to a retrieved turn, relative to that turn
 def candidates(budget: int) -> int:
     """How many items of each type a `budget`-token context asks search for: enough to fill it."""
     return max(10, min(100, budget // 30))
+
+
 EPISODE_CHARS = 1200
 
 
