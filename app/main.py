@@ -36,7 +36,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.engine = engine
         app.state.sessions = make_sessionmaker(engine, audit_key=settings.audit_secret())
         app.state.authorizer = Authorizer()
-        inner = embedder or make_embedder(settings.embedding_model, settings.embedding_dim)
+        inner = embedder or make_embedder(settings)
         app.state.embedder = FairEmbedder(inner, slice_tokens=settings.embed_slice_tokens,
                                           max_pending_per_key=settings.embed_queue_per_key,
                                           max_pending=settings.embed_queue_total) if settings.embed_fairness else inner

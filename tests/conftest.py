@@ -7,7 +7,10 @@ its own orgs, so tests are independent of order. The API runs in-process (TestCl
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass
 
@@ -19,6 +22,10 @@ from sqlalchemy.orm import Session
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "MEMSCALE_MODEL_CACHE_DIR" not in os.environ:  # the ONNX export of the embedder: this session only
+    _MODEL_CACHE = tempfile.mkdtemp(prefix="memscale-model-cache-")
+    os.environ["MEMSCALE_MODEL_CACHE_DIR"] = _MODEL_CACHE
+    atexit.register(shutil.rmtree, _MODEL_CACHE, True)
 
 TEST_DB = "memscale_test"
 

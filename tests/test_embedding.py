@@ -1,21 +1,68 @@
-"""The local embedder's direct path gives sentence-transformers' own vectors (real all-MiniLM-L6-v2)."""
+"""The local embedder gives sentence-transformers' own vectors (real all-MiniLM-L6-v2), on ONNX
+Runtime (the default) and on eager torch, and refuses an exported model that does not."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+
+LONG = "the kiln log of the glaze firing, cone six, held for twenty minutes; " * 40  # > 256 tokens: truncated
+TEXTS = ["When did Caroline go to the LGBTQ support group?", "", "a", LONG, "Pottery class on Sunday.",
+         "Melanie painted a lake sunrise in 2022 and showed it at the local gallery.", "a"]
 
 
-def test_direct_forward_equals_sentence_transformers_encode(embedder):
-    assert embedder._direct  # the bundled model has the shape the direct path runs
-    long = "the kiln log of the glaze firing, cone six, held for twenty minutes; " * 40  # > 256 tokens: truncated
-    texts = ["When did Caroline go to the LGBTQ support group?", "", "a", long, "Pottery class on Sunday.",
-             "Melanie painted a lake sunrise in 2022 and showed it at the local gallery.", "a"]
-    got = embedder.embed(texts)
-    ref = embedder._model.encode(texts, batch_size=3, normalize_embeddings=True, convert_to_numpy=True,
+def _equals_encode(embedder) -> None:  # noqa: ANN001
+    got = embedder.embed(TEXTS)
+    ref = embedder._model.encode(TEXTS, batch_size=3, normalize_embeddings=True, convert_to_numpy=True,
                                  show_progress_bar=False)
-    assert got.shape == (len(texts), 384) and got.dtype == np.float32
+    assert got.shape == (len(TEXTS), 384) and got.dtype == np.float32
     np.testing.assert_allclose(got, ref, atol=2e-6)
     # the order of the input is the order of the output, whatever the length-sorted batching did
     np.testing.assert_array_equal(got[2], got[6])
-    np.testing.assert_allclose(embedder.embed([texts[4]])[0], got[4], atol=2e-6)
+    np.testing.assert_allclose(embedder.embed([TEXTS[4]])[0], got[4], atol=2e-6)  # one query: one thread
+    many = [f"turn {i}: {TEXTS[i % len(TEXTS)]}" for i in range(40)]  # several batches, the many-thread path
+    np.testing.assert_allclose(embedder.embed(many), embedder._model.encode(
+        many, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False), atol=2e-6)
     assert embedder.embed([]).shape == (0, 384)
+
+
+def test_onnx_encoder_equals_sentence_transformers_encode(embedder):
+    assert embedder._direct  # the bundled model has the shape the direct path runs
+    assert embedder.backend == "onnx"  # the export and its check succeeded: the fast path is in use
+    _equals_encode(embedder)
+
+
+@pytest.fixture(scope="module")
+def torch_embedder():
+    from app.kit.embedding import LocalEmbedder
+
+    return LocalEmbedder(backend="torch")
+
+
+def test_torch_backend_equals_sentence_transformers_encode(torch_embedder):
+    assert torch_embedder.backend == "torch" and torch_embedder._onnx is None
+    _equals_encode(torch_embedder)
+
+
+def test_a_tampered_export_is_refused_and_torch_serves(tmp_path, embedder, torch_embedder):
+    """A cached export whose weights were changed fails the check at load: the embedder runs on
+    torch (same vectors) and the file is removed, to be exported afresh at the next start."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    import onnx
+    from onnx import numpy_helper
+
+    from app.kit.embedding import OnnxEncoder
+
+    (session_export,) = Path(os.environ["MEMSCALE_MODEL_CACHE_DIR"]).glob("minilm-*.onnx")  # the session's
+    path = tmp_path / session_export.name
+    shutil.copy(session_export, path)
+    assert OnnxEncoder.load(torch_embedder, tmp_path) is not None  # the intact copy loads and checks
+    model = onnx.load(str(path))
+    init = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))  # the largest weight
+    init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1.01, init.name))
+    onnx.save(model, str(path))
+    assert OnnxEncoder.load(torch_embedder, tmp_path) is None
+    assert not path.exists()

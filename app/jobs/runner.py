@@ -94,7 +94,7 @@ class Resources:
         if self._embedder is None:
             from app.kit.embedding import make_embedder
 
-            self._embedder = make_embedder(self.settings.embedding_model, self.settings.embedding_dim)
+            self._embedder = make_embedder(self.settings)
         return self._embedder
 
     @property

