@@ -63,13 +63,18 @@ def main() -> None:
     sample = texts[: min(2000, args.n)]
     embedder.embed(sample[:64])
 
-    def model_alone() -> float:
+    # the same model on eager torch (MEMSCALE_EMBEDDING_BACKEND=torch), side by side with the
+    # default backend (ONNX Runtime) that the service ingests with
+    torch_embedder = LocalEmbedder(backend="torch") if embedder.backend != "torch" else embedder
+    torch_embedder.embed(sample[:64])
+
+    def model_alone(emb=embedder) -> float:  # noqa: ANN001
         t0 = time.perf_counter()
         for j in range(0, len(sample), args.batch):
-            embedder.embed(sample[j:j + args.batch])
+            emb.embed(sample[j:j + args.batch])
         return len(sample) / (time.perf_counter() - t0)
 
-    rate_before = model_alone()
+    rate_before, torch_before = model_alone(), model_alone(torch_embedder)
 
     # 2. Ingest over HTTP in batches (embeddings + ACL + DB + audit + HTTP), owners round-robin.
     per_owner: dict[int, list[dict]] = {}
@@ -85,6 +90,8 @@ def main() -> None:
     ingest_s = time.perf_counter() - t0
     ingest_rate = args.n / ingest_s
     model_rate = (rate_before + model_alone()) / 2
+    torch_rate = (torch_before + model_alone(torch_embedder)) / 2
+    del torch_embedder
     http.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng), "visibility": "org"}
                                                     for _ in range(50)]}, headers={"Authorization": f"Bearer {okey}"})
     with admin.connect() as c:
@@ -177,7 +184,9 @@ def main() -> None:
 
     result = {
         "n_items": total, "visible_to_bench_user": visible, "visible_share": round(visible / total, 4),
+        "embedding_backend": embedder.backend,
         "embedding_model_alone_items_per_s": round(model_rate, 1),
+        "embedding_model_alone_torch_items_per_s": round(torch_rate, 1),
         "ingest_items_per_s": round(ingest_rate, 1),
         "ingest_vs_model": round(ingest_rate / model_rate, 3),
         "search_server_side": server, "search_over_http_hybrid_all_types": over_http,
@@ -187,7 +196,7 @@ def main() -> None:
         "hnsw_ef_search": settings.hnsw_ef_search, "queries": len(queries),
     }
     print(f"\nbench/service  n={total} items in one org, bench user sees {visible} ({visible / total:.1%})")
-    print(f"  embedding model alone     {model_rate:8.1f} items/s")
+    print(f"  embedding model alone     {model_rate:8.1f} items/s ({embedder.backend}; eager torch {torch_rate:.1f})")
     print(f"  ingest over HTTP (batch)  {ingest_rate:8.1f} items/s  = {ingest_rate / model_rate:.1%} of the model")
     print(f"  {'search':28s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s}")
     for k, v in server.items():
