@@ -161,8 +161,8 @@ def measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, p
 
     arms = {"new": ROOT, **({"old": old_tree} if old_tree else {})}
     dbs = {"new": s, "old": _old_copy(s, old_tree)} if old_tree else {"new": s}
-    for name, cwd in arms.items():
-        procs[name] = ApiProcess(dbs[name], cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
+    for arm, cwd in arms.items():
+        procs[arm] = ApiProcess(dbs[arm], cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
     for p in procs.values():
         p.wait_ready()
     http = {n: httpx.Client(base_url=p.base, timeout=120) for n, p in procs.items()}
