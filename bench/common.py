@@ -188,9 +188,10 @@ def report(out: str | Path, result: dict, markdown: str) -> dict:
     return result
 
 
-def write_result(name: str, data: dict) -> Path:
+def write_result(name: str, data: dict, out: str | Path | None = None) -> Path:
+    """bench/results/`name`.json, or the path `out` (a bench's `--out`) when given."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = Path(out) if out else RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, default=str))
     return path
 

@@ -75,11 +75,11 @@ class LocalEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        import torch
-
         with self._lock:
             if self._onnx is not None:
                 return self._pooled(texts, self._onnx.runner(one_thread=len(texts) <= self.one_thread_up_to))
+            import torch
+
             threads = torch.get_num_threads()
             if len(texts) <= self.one_thread_up_to:
                 torch.set_num_threads(1)

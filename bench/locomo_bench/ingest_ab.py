@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -81,10 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
            "turns_per_s": {n: [round(turns / s, 1) for s in v] for n, v in secs.items()},
            "time_ratio_new_over_old": round(sum(secs["new"]) / sum(secs["old"]), 3)}
     print(json.dumps(out))
-    if a.out:
-        Path(a.out).write_text(json.dumps(out, indent=2))
-    else:
-        write_result("locomo_ingest_ab", out)
+    write_result("locomo_ingest_ab", out, a.out)
     return out
 
 

@@ -201,10 +201,7 @@ def measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, p
         out["kinds"][kind] = row
         print(kind, row, flush=True)
     print("load", loads)
-    if a.out:
-        Path(a.out).write_text(__import__("json").dumps(out, indent=2))
-    else:
-        write_result(name, out)
+    write_result(name, out, a.out)
     return out
 
 

@@ -17,11 +17,9 @@ requests per second, p50/p95 ms, and whether both arms handed out the same ids f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import threading
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -48,7 +46,10 @@ def _load(base: str, key: str, queries: list[str], clients: int, seconds: float)
                               headers={"Authorization": f"Bearer {key}"})
                 ms = (time.perf_counter() - t) * 1000
                 with lock:
-                    (lat.append(ms) if r.status_code == 200 else failed.__setitem__(0, failed[0] + 1))
+                    if r.status_code == 200:
+                        lat.append(ms)
+                    else:
+                        failed[0] += 1
                 n += clients
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     from sqlalchemy import create_engine
 
     from app.kit.pg import admin_url
-    from bench.common import ApiProcess, database_settings, load_average, pct, write_result
+    from bench.common import ApiProcess, arm_row, database_settings, load_average, write_result
     from bench.scale import measure
 
     ap = argparse.ArgumentParser(prog="python -m bench.scale.concurrency", description=__doc__,
@@ -109,18 +110,15 @@ def main(argv: list[str] | None = None) -> dict:
                     secs[n] += time.perf_counter() - t0
                     lat[n] += got
                     failed[n] += bad
-            out["clients"][c] = {n: {"requests_per_s": round(len(lat[n]) / secs[n], 2), "p50_ms": round(pct(lat[n], 50), 1),
-                                     "p95_ms": round(pct(lat[n], 95), 1), "n": len(lat[n]), "failed": failed[n]}
-                                 for n in procs}
+            row = arm_row(lat)
+            for n in procs:
+                row[n].update(requests_per_s=round(len(lat[n]) / secs[n], 2), failed=failed[n])
+            out["clients"][c] = row
             out["load"].append(load_average())
-            row = out["clients"][c]
             print(f"clients {c}: " + "; ".join(f"{n} {v['requests_per_s']} req/s p50/p95 {v['p50_ms']}/{v['p95_ms']} ms"
                                               for n, v in row.items()), flush=True)
         print("same results", out["same_results"], "load", out["load"])
-        if a.out:
-            Path(a.out).write_text(json.dumps(out, indent=2))
-        else:
-            write_result("scale_concurrency", out)
+        write_result("scale_concurrency", out, a.out)
         return out
     finally:
         for p in procs.values():
