@@ -66,3 +66,25 @@ def test_a_tampered_export_is_refused_and_torch_serves(tmp_path, embedder, torch
     onnx.save(model, str(path))
     assert OnnxEncoder.load(torch_embedder, tmp_path) is None
     assert not path.exists()
+
+
+def test_prune_removes_stale_exports_of_other_keys_only(tmp_path):
+    """The cache keeps one export per key; another key's export unused for 30 days and a dead
+    write's temporary file go, the export in use (and any recently loaded one) stays."""
+    import os
+    import time
+
+    from app.kit.embedding import OnnxEncoder
+
+    now = time.time()
+    files = {name: tmp_path / name for name in ("minilm-aaa.onnx", "minilm-old.onnx", "minilm-recent.onnx",
+                                                "minilm-aaa.123.tmp", "minilm-bbb.456.tmp", "notes.txt")}
+    ages = {"minilm-aaa.onnx": 40, "minilm-old.onnx": 31, "minilm-recent.onnx": 29, "minilm-aaa.123.tmp": 2,
+            "minilm-bbb.456.tmp": 0.5, "notes.txt": 400}  # days
+    for name, f in files.items():
+        f.write_bytes(b"x")
+        os.utime(f, (now - ages[name] * 86400,) * 2)
+    gone = OnnxEncoder.prune(tmp_path, keep=files["minilm-aaa.onnx"], now=now)
+    assert sorted(p.name for p in gone) == ["minilm-aaa.123.tmp", "minilm-old.onnx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["minilm-aaa.onnx", "minilm-bbb.456.tmp",
+                                                          "minilm-recent.onnx", "notes.txt"]

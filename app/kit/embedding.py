@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Protocol
@@ -160,10 +162,13 @@ class OnnxEncoder:
                     tmp = path.with_suffix(f".{os.getpid()}.tmp")
                     tmp.write_bytes(model)
                     os.replace(tmp, path)
+                    cls.prune(cache_dir, keep=path)
                 except OSError as exc:  # a read-only cache: this process still uses its export
                     log.warning("could not keep the ONNX export in %s (%s)", cache_dir, exc)
             else:
                 model = path.read_bytes()
+                with contextlib.suppress(OSError):  # marks it in use for `prune` (read-only: left as is)
+                    os.utime(path)
             enc = cls(model, torch.get_num_threads())
             diff = enc._check(emb)
             if diff > cls.tolerance:
@@ -175,6 +180,24 @@ class OnnxEncoder:
         except Exception as exc:  # noqa: BLE001 - any failure leaves the (slower, same) torch path
             log.warning("ONNX Runtime encoder unavailable (%s: %s): eager torch is used", type(exc).__name__, exc)
             return None
+
+    STALE_S = 30 * 86400  # an export no process loaded for this long is removed (`prune`)
+
+    @classmethod
+    def prune(cls, cache_dir: Path, *, keep: Path, now: float | None = None) -> list[Path]:
+        """Remove the exports of other keys (another venv's install, torch or transformers version:
+        ~90 MB each) that no process loaded for `STALE_S`, and temporary files of writes that died
+        (older than a day): without it the cache grew by one export per fresh checkout. A load
+        touches its export, so one in use is never stale. Returns what it removed."""
+        now = time.time() if now is None else now
+        gone = []
+        for f in list(cache_dir.glob("minilm-*.onnx")) + list(cache_dir.glob("minilm-*.tmp")):
+            age = now - f.stat().st_mtime
+            if f != keep and age > (86400 if f.suffix == ".tmp" else cls.STALE_S):
+                with contextlib.suppress(OSError):
+                    f.unlink()
+                    gone.append(f)
+        return gone
 
     @staticmethod
     def _key(model_dir: Path) -> str:
