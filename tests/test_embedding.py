@@ -77,14 +77,12 @@ def test_prune_removes_stale_exports_of_other_keys_only(tmp_path):
     from app.kit.embedding import OnnxEncoder
 
     now = time.time()
-    files = {name: tmp_path / name for name in ("minilm-aaa.onnx", "minilm-old.onnx", "minilm-recent.onnx",
-                                                "minilm-aaa.123.tmp", "minilm-bbb.456.tmp", "notes.txt")}
     ages = {"minilm-aaa.onnx": 40, "minilm-old.onnx": 31, "minilm-recent.onnx": 29, "minilm-aaa.123.tmp": 2,
             "minilm-bbb.456.tmp": 0.5, "notes.txt": 400}  # days
-    for name, f in files.items():
-        f.write_bytes(b"x")
-        os.utime(f, (now - ages[name] * 86400,) * 2)
-    gone = OnnxEncoder.prune(tmp_path, keep=files["minilm-aaa.onnx"], now=now)
+    for name, days in ages.items():
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (now - days * 86400,) * 2)
+    gone = OnnxEncoder.prune(tmp_path, keep=tmp_path / "minilm-aaa.onnx", now=now)
     assert sorted(p.name for p in gone) == ["minilm-aaa.123.tmp", "minilm-old.onnx"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["minilm-aaa.onnx", "minilm-bbb.456.tmp",
                                                           "minilm-recent.onnx", "notes.txt"]

@@ -192,9 +192,8 @@ class OnnxEncoder:
         now = time.time() if now is None else now
         gone = []
         for f in list(cache_dir.glob("minilm-*.onnx")) + list(cache_dir.glob("minilm-*.tmp")):
-            age = now - f.stat().st_mtime
-            if f != keep and age > (86400 if f.suffix == ".tmp" else cls.STALE_S):
-                with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # another process may prune or replace it meanwhile
+                if f != keep and now - f.stat().st_mtime > (86400 if f.suffix == ".tmp" else cls.STALE_S):
                     f.unlink()
                     gone.append(f)
         return gone
