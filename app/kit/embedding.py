@@ -225,7 +225,10 @@ class OnnxEncoder:
 
         sample = emb._model.tokenizer(["hello world", "a longer sentence than that"], padding=True, return_tensors="pt")
         batch, length = Dim("batch"), Dim("length", max=emb._model.max_seq_length)
-        with warnings.catch_warnings():  # the exporter's notes on axis names and deprecations
+        # The exporter's notes on axis names and deprecations, and its registry's warning for each
+        # torchvision operator it skips (torchvision is not installed here, nor needed by MiniLM).
+        registry = logging.getLogger("torch.onnx._internal.exporter._registration")
+        with warnings.catch_warnings(), _level(registry, logging.ERROR):
             warnings.simplefilter("ignore")
             program = torch.onnx.export(Hidden(emb._model[0].auto_model).eval(), tuple(sample[k] for k in cls.inputs),
                 None, input_names=list(cls.inputs), output_names=["last_hidden_state"],
@@ -240,6 +243,17 @@ class OnnxEncoder:
         for i, text in enumerate(self.probes[:2]):
             diff = max(diff, float(np.abs(emb._pooled([text], self.runner(True))[0] - ref[i]).max()))
         return diff
+
+
+@contextlib.contextmanager
+def _level(logger: logging.Logger, level: int):  # noqa: ANN202
+    """`logger` at `level` or above only, for the block."""
+    before = logger.level
+    logger.setLevel(max(level, before))
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 class LiteLLMEmbedder:
