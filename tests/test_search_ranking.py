@@ -305,3 +305,36 @@ def test_statements_kept_per_caller_never_serve_another_caller(client, world, ad
     with admin_engine.begin() as c:
         c.execute(text("UPDATE users SET groups = '{}' WHERE id = :u"), {"u": bob.user_id})
     assert seen(bob) == {shared}
+
+
+def test_a_bound_vector_is_rendered_once_per_value_never_for_another():
+    """Compiled.run remembers the driver form of the last array it bound in the session (the
+    query's embedding, bound in several statements of one ranking): the same array is rendered
+    once, another array is rendered anew, and each session keeps its own."""
+    import numpy as np
+
+    from app.kit.sql import _processed
+
+    calls = []
+
+    def proc(v):  # noqa: ANN001, ANN202
+        calls.append(v)
+        return "[" + ",".join(str(float(x)) for x in v) + "]"
+
+    class Db:
+        info: dict
+
+    db = Db()
+    db.info = {}
+    a = np.array([0.5, 1.5], dtype=np.float32)
+    assert _processed(db, proc, a) == _processed(db, proc, a) == "[0.5,1.5]" and len(calls) == 1
+    b = a.copy()
+    b[0] = 2.0  # another array: never served a's text
+    assert _processed(db, proc, b) == "[2.0,1.5]" and len(calls) == 2
+    a[0] = 3.0  # a is no longer the last one bound: rendered anew
+    assert _processed(db, proc, a) == "[3.0,1.5]" and len(calls) == 3
+    other = Db()
+    other.info = {}  # another session keeps its own
+    assert _processed(other, proc, a) == "[3.0,1.5]" and len(calls) == 4
+    ids = [1.0, 2.0]  # any other value (ids, limits) is processed each time, as before
+    assert _processed(db, proc, ids) == _processed(db, proc, ids) == "[1.0,2.0]" and len(calls) == 6

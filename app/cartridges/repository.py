@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select, update
+from sqlalchemy import Integer, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -17,14 +17,24 @@ from app.cartridges.models import CartridgeRecord
 from app.kit.access import visible_to
 from app.kit.db import view_of
 from app.kit.repository_view import in_view
+from app.kit.sql import StatementCache
 from app.knowledge.models import Chunk, KnowledgeAsset
 
 
-def visible_active(db: Session, principal: Principal, limit: int) -> list[CartridgeRecord]:
-    """Newest first: the cartridges a caller may be handed (every trained-on asset visible)."""
-    return list(db.execute(select(CartridgeRecord).where(visible_to(principal, CartridgeRecord),
-                                                         CartridgeRecord.status == "active")
-                           .order_by(CartridgeRecord.created_at.desc()).limit(limit)).scalars())
+_STATEMENTS = StatementCache(512)
+
+
+def visible_active(db: Session, principal: Principal, limit: int) -> list:
+    """Newest first: (id, p, model_id) of the cartridges a caller may be handed (every
+    trained-on asset visible). Every /v1/context asks, so the statement is built once per caller
+    (the key holds the whole principal, as search's do: app.kit.sql.StatementCache); building the
+    access filter afresh was ~2 ms of Python a request at LoCoMo scale, ~1.5× what PostgreSQL spent."""
+    def build():  # noqa: ANN202
+        return (select(CartridgeRecord.id, CartridgeRecord.p, CartridgeRecord.model_id)
+                .where(visible_to(principal, CartridgeRecord), CartridgeRecord.status == "active")
+                .order_by(CartridgeRecord.created_at.desc(), CartridgeRecord.id).limit(bindparam("lim", type_=Integer)))
+
+    return _STATEMENTS.run(db, ("active", principal), build, {"lim": limit}).all()
 
 
 def mark(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str,

@@ -24,7 +24,7 @@ from app.lineage.service import add_edge
 log = logging.getLogger(__name__)
 
 
-def visible_active(db: Session, principal: Principal, limit: int = 8) -> list[CartridgeRecord]:
+def visible_active(db: Session, principal: Principal, limit: int = 8) -> list:
     return repository.visible_active(db, principal, limit)
 
 

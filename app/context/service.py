@@ -32,11 +32,12 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
     qvec = qvec if qvec is not None else embedder.embed([query])[0]
     now = now_utc()
     out: list[Piece] = []
-    known: dict = {}  # the neighbour pairs ranking already fetched for its pool of turns
+    filtered = filters is not None and filters != SearchFilters()  # an instruction's: no neighbours
+    known: dict = {}  # the neighbour pairs (and rows) ranking already fetched for its pool of turns
     for type_ in ("memory", "episode", "chunk"):
         results, _ = rank(db, principal, query=query, qvec=qvec, types=[type_], k=k, mode="hybrid",
                           filters=filters or SearchFilters(), ef_search=ef_search, second_round=True,
-                          neighbours_out=known)
+                          neighbours_out=None if filtered else known)
         for r in results:
             if type_ == "memory":
                 section = "instructions" if r.kind in INSTRUCTION_KINDS else "memories"
@@ -49,7 +50,7 @@ def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *,
             else:
                 out.append(Piece("knowledge", "chunk", str(r.id), r.text, r.score,
                                  extra={"content_hash": r.content_hash}))
-    if filters is not None and filters != SearchFilters():
+    if filtered:
         return out  # an instruction's filters hold for every piece; neighbours are not filtered
     return out + _neighbours(db, principal, [p for p in out if p.type == "episode"], known)
 
@@ -78,8 +79,9 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece], known: dic
     """The turns just before and after each retrieved conversation turn: a question's answer is
     usually the next turn, and a reply means little without what it answers. They compete for
     the budget like any piece, at NEIGHBOUR_WEIGHT of their turn's score. `known`: the pairs the
-    ranking fetched for the turns of its pool (`pairs`, for the ids in `looked_up`); only the
-    other turns (those the second round added) are looked up here."""
+    ranking fetched for the turns of its pool (`pairs`, for the ids in `looked_up`, and the `rows`
+    of its results' neighbours); only the other turns (those the second round added) are looked
+    up here, and only the rows it did not load are loaded."""
     turns = {p.id: p for p in hits if p.extra.get("kind") == "conversation" and p.extra.get("session_id")}
     known = known or {}
     looked_up = {str(i) for i in known.get("looked_up", ())}
@@ -91,7 +93,9 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece], known: dic
         score = turns[str(hid)].score * NEIGHBOUR_WEIGHT
         if str(nid) not in turns and score > best.get(nid, (0.0, ""))[0]:
             best[nid] = (score, str(hid))
-    rows = search.load(db, principal, "episode", list(best))
+    rows = dict(known.get("rows", {}))
+    missing = [i for i in best if i not in rows]
+    rows.update(search.load(db, principal, "episode", missing) if missing else {})
     return [_episode_piece(to_result("episode", rows[i], score), score, neighbour_of=hid)
             for i, (score, hid) in best.items() if i in rows]
 

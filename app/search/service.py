@@ -272,13 +272,18 @@ def rank(db: Session, principal: Principal, *, query: str, qvec, types: list[str
         else:
             scored.update({(t, id_): float(r) for id_, r in repo.text_ids(db, principal, t, query, filters, k)})
     found = info.pop("neighbours", {})  # rows, not for the retrieval record: handed out on request
-    if neighbours_out is not None:
-        neighbours_out.update(found)
     top = sorted(scored.items(), key=lambda kv: (-kv[1], str(kv[0][1])))[:k]
     by_type: dict[str, list] = {}
     for (t, id_), _ in top:
         by_type.setdefault(t, []).append(id_)
-    loaded = {t: repo.load(db, principal, t, ids) for t, ids in by_type.items()}
+    # The turns next to the results come in the results' own load (context assembly's neighbour
+    # pieces; one statement less per /v1/context): `neighbours_out["rows"]`.
+    hits = set(by_type.get("episode", ()))
+    near = list({n for n, h in found.get("pairs", ()) if h in hits and n not in hits}) if neighbours_out is not None else []
+    loaded = {t: repo.load(db, principal, t, ids + (near if t == "episode" else [])) for t, ids in by_type.items()}
+    if neighbours_out is not None:
+        neighbours_out.update(found)
+        neighbours_out["rows"] = {n: loaded["episode"][n] for n in near if n in loaded.get("episode", {})}
     out = [to_result(t, loaded[t][id_], s) for (t, id_), s in top if id_ in loaded[t]]
     return out, info
 
