@@ -222,18 +222,30 @@ class EmbeddedPostgres:
         return self.pg_dir.parent / f".{self.pg_dir.name}-users"
 
     def attach(self) -> None:
-        """Start if needed and stay registered until this process exits normally."""
+        """Start if needed and stay registered until this process exits normally. Processes that
+        attach or detach at the same moment (test workers, `serve --workers`, a worker beside the
+        API) take turns under one lock: one extracts, initdb's and starts, the others find it
+        running, and the last to leave never stops a server another has just attached to."""
         self._users.mkdir(parents=True, exist_ok=True)
         (self._users / str(os.getpid())).touch()
-        self.start()
+        with self._turn():
+            self.start()
         atexit.register(self.detach)
 
     def detach(self) -> None:
         (self._users / str(os.getpid())).unlink(missing_ok=True)
-        if not any(_alive(int(p.name)) for p in self._users.glob("*") if p.name.isdigit()):
-            for p in self._users.glob("*"):
-                p.unlink(missing_ok=True)
-            self.stop()
+        if not self._users.exists():  # the data folder was removed under us: nothing to stop
+            return
+        with self._turn():
+            if not any(_alive(int(p.name)) for p in self._users.glob("*") if p.name.isdigit()):
+                for p in self._users.glob("[0-9]*"):
+                    p.unlink(missing_ok=True)
+                self.stop()
+
+    def _turn(self):  # noqa: ANN202
+        from filelock import FileLock
+
+        return FileLock(str(self._users / ".lock"))
 
 
 def _alive(pid: int) -> bool:
