@@ -35,11 +35,16 @@ browser:
 run: setup
 	$(BIN)/memscale serve
 
+# Two pytest-xdist workers (one per core here), each with its own test database in the one
+# embedded server; a file's tests stay on one worker (module fixtures are built once).
+TEST_WORKERS ?= 2
+PYTEST_PAR := -n $(TEST_WORKERS) --dist loadfile
+
 test: setup browser
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests $(PYTEST_PAR)
 
 test-fast: setup
-	$(BIN)/python -m pytest tests -m "not slow"
+	$(BIN)/python -m pytest tests -m "not slow" $(PYTEST_PAR)
 
 # The ACL property suite, long: >= 10,000 access checks over every read path plus deletion;
 # counts go to bench/results/acl_property.json (docs/security.md).

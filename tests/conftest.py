@@ -27,7 +27,26 @@ if "MEMSCALE_MODEL_CACHE_DIR" not in os.environ:  # the ONNX export of the embed
     os.environ["MEMSCALE_MODEL_CACHE_DIR"] = _MODEL_CACHE
     atexit.register(shutil.rmtree, _MODEL_CACHE, True)
 
-TEST_DB = "memscale_test"
+# One database per pytest-xdist worker (`make test` runs two): each worker migrates its own, and
+# every test makes its own orgs, so workers never see each other's rows.
+TEST_DB = "memscale_test" + (f"_{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else "")
+
+
+def pytest_collection_modifyitems(items):  # noqa: ANN001, ANN201
+    """schemathesis names one item per API operation (`test_openapi_conformance[GET /healthz]`),
+    but under pytest 9.2 they all get the bare function's node id. pytest-xdist keys its work by
+    node id, so all but one operation would silently not run (33 of 34 did not, the first time
+    `make test` ran two workers): give each its operation back."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        if label and not item.nodeid.endswith("]"):
+            item._id = NodeId.parse(f"{item.nodeid}[{label}]")
+    seen: set[str] = set()
+    twice = {i.nodeid for i in items if i.nodeid in seen or seen.add(i.nodeid)}
+    if twice:
+        raise pytest.UsageError(f"test items share a node id (under xdist only one would run): {sorted(twice)}")
 
 
 @pytest.fixture(scope="session")
