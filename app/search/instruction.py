@@ -296,10 +296,23 @@ def _terms(st: _State) -> list[str]:
             and w not in ("except", "excluding", "without", "not", "no", "but", "nothing", "versions", "version")]
 
 
+def query_window(query: str, *, now: datetime | None = None) -> tuple[datetime | None, datetime | None] | None:
+    """[since, until) of the time a plain search query names ("in May 2023", "on 3 June, 2023",
+    "last week", "before April 10, 2023"), read by the same rules as an instruction's; None when
+    it names none. Search uses it as a ranking signal, never as a filter (app.search.service)."""
+    st = _State(_normalised(query), now or datetime.now(timezone.utc))
+    _times(st)
+    since, until = st.f.get("since"), st.f.get("until")
+    return (since, until) if since is not None or until is not None else None
+
+
+def _normalised(text: str) -> str:
+    return " " + re.sub(r"\s+", " ", text.lower().replace("’", "'")).strip(" .!?") + " "
+
+
 def interpret(instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:
     """(filters, query terms, ignored) read from `instruction` by the deterministic rules."""
-    st = _State(" " + re.sub(r"\s+", " ", instruction.lower().replace("’", "'")).strip(" .!?") + " ",
-                now or datetime.now(timezone.utc))
+    st = _State(_normalised(instruction), now or datetime.now(timezone.utc))
     _widening(st)
     _times(st)
     _sources_status_assets(st)

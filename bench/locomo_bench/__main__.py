@@ -38,9 +38,15 @@ ABLATIONS = {
     "no vocabulary lift": ({"vocab_terms": 0}, True),
     "no length prior": ({"length_prior": 0.0}, False),
     "neither vocabulary lift nor length prior (eleventh stop's ranking)": ({"vocab_terms": 0, "length_prior": 0.0}, True),
+    # the time a question names (time_weight 1.0 in the default): off, and other weights for the
+    # leave-one-conversation-out choice
+    "no time window (eighteenth stop's ranking)": ({"time_weight": 0.0}, True),
+    "time window 0.25": ({"time_weight": 0.25}, False),
+    "time window 0.5": ({"time_weight": 0.5}, False),
+    "time window 2.0": ({"time_weight": 2.0}, False),
 }
-DEFAULT_VARIANT = ("score fusion + neighbours + sessions + vocabulary lift + length prior, second round in context "
-                   "(default)")
+DEFAULT_VARIANT = ("score fusion + neighbours + sessions + vocabulary lift + length prior + time window, second round "
+                   "in context (default)")
 
 
 def method_plan(budgets: list[int]) -> tuple[list[str], list[str]]:
