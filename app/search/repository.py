@@ -314,32 +314,6 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
     return STATEMENTS.run(db, ("pool_rows",) + _shape(principal, type_, f), build, {"qvec": qvec, "ids": list(ids)}).all()
 
 
-def window_rows(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters,  # noqa: ANN001
-                since, until, n: int) -> list[tuple]:  # noqa: ANN001
-    """(id, cosine distance, session_id, n_lex: `pool_rows`) of the servable rows of `type_` whose
-    time (`time_col`: an episode's occurred_at) falls in [since, until) (either end may be open),
-    nearest to the query first, at most n: the rows of the time a query names. Exact order (`+ 0`
-    keeps HNSW out: the time bound is the selective part), same filters as every search."""
-    spec = ITEM_TYPES[type_]
-    m, col = spec.model, getattr(spec.model, spec.time_col)
-
-    def build(lo: bool, hi: bool):  # noqa: ANN202
-        conds = _filters(principal, type_, f)
-        if lo:
-            conds.append(col >= bindparam("since", type_=col.type))
-        if hi:
-            conds.append(col < bindparam("until", type_=col.type))
-        dist = m.embedding.cosine_distance(_qvec(m))
-        sess = m.session_id if type_ == "episode" else literal(None)
-        return (select(as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"),
-                       func.length(m.tsv).label("n_lex"))
-                .where(*conds).order_by(dist + 0, m.id).limit(_limit("n")))
-
-    lo, hi = since is not None, until is not None
-    values = {"qvec": qvec, "n": n, **({"since": since} if lo else {}), **({"until": until} if hi else {})}
-    return STATEMENTS.run(db, ("window_rows", lo, hi) + _shape(principal, type_, f), lambda: build(lo, hi), values).all()
-
-
 def bm25_values(lexemes: list[str], n: int, *, total: int | None = None, n_terms: int | None = None) -> dict:
     """The values a `bm25_select` statement runs with: the lexemes (each also as a quoted tsquery,
     and all of them ORed for the many-lexeme form), the top-n, N if counted already, and how many

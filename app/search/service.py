@@ -24,12 +24,9 @@ Fusion (hybrid mode), per item type:
    (positive z-part x `vocab_weight`, its best rows join the pool), and after the context signals
    a length prior (`length_prior` x the row's ln(1 + lexemes), centred on the pool).
    LoCoMo dev recall@10 0.746 -> 0.761 through the service (docs/decisions.md, twelfth stop).
-6. For conversation turns, when the query names a time ("in May 2023", "on 3 June, 2023", "last
-   week"; app.search.instruction.query_window): the caller's servable turns of that time are read
-   (one statement, nearest first), the nearest join the pool, and being inside the window lifts a
-   turn like the other lifts (`time_weight` x the positive part of its z-score: a day among a
-   year of turns counts far more than a year among them). A signal, never a filter: a query
-   whose time matches nothing ranks as without it (docs/decisions.md, nineteenth stop).
+6. For conversation turns, when the query names a time ("in May 2023", "last week"): its turns
+   join the pool and being inside the window is a lift like the others (`Tuning.time_weight`);
+   a signal, never a filter (docs/decisions.md, nineteenth stop).
 The final score is squashed into (0, 1) with a logistic so that context assembly can keep
 multiplying it by confidence and recency. Every statistic (z-scores, BM25 df and N) is taken
 over rows the caller may be served, so another user's rows never shape the ranking.
@@ -57,6 +54,7 @@ from app.search import repository as repo
 from app.search.repository_expansion import expansion_rows
 from app.search.instruction import query_window
 from app.search.repository_lexicon import lift_rows
+from app.search.repository_window import window_rows
 from app.search.schemas import Interpreted, SearchFilters, SearchIn, SearchResult
 
 RRF_K = 60
@@ -88,11 +86,10 @@ class Tuning:
     # A turn gains length_prior x (ln(1 + its lexemes) - their mean over the pool): a one-word
     # "Yeah!" answers less often than a turn that says something. 0: off.
     length_prior: float = 0.3
-    # A query that names a time ("in May 2023", "on 3 June, 2023", "last week": app.search.instruction's
-    # time rules): the caller's servable turns of that time are found (nearest to the query first, up
-    # to WINDOW_ROWS), the `time_depth` nearest join the pool, and w x the positive part of the z-score
-    # of being inside the window adds to the fused score (a day among a year of turns counts far
-    # more than a year among them). A signal, never a filter. 0: off.
+    # A query that names a time (app.search.instruction.query_window): the caller's servable turns of
+    # that time (nearest first, up to WINDOW_ROWS), the `time_depth` nearest join the pool, and w x the
+    # positive part of the z-score of being inside the window adds (a named day lifts far more than a
+    # named year that covers the pool). 0: off.
     time_weight: float = 1.0
     time_depth: int = 30
     # Hybrid: the caller's visible rows of a type are counted once (BM25's N); up to this many,
@@ -170,8 +167,10 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
         rows, vocab = _vocabulary(db, principal, query, qvec, filters, tun, rows, total, info)
         lifts.append((vocab, tun.vocab_weight))
     if t == "episode" and tun.time_weight and (window := query_window(query)) is not None:
-        rows, inside = _time_window(db, principal, qvec, filters, tun, rows, window, info)
-        lifts.append((inside, tun.time_weight))
+        found = window_rows(db, principal, "episode", qvec, filters, *window, WINDOW_ROWS)  # the named time's turns
+        info["time_window"], pooled = len(found), {r.id for r in rows}
+        rows = rows + [r for r in found[:tun.time_depth] if r.id not in pooled]
+        lifts.append(({r.id: 1.0 for r in found}, tun.time_weight))
     in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
     pairs = repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
     if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)
@@ -195,16 +194,6 @@ def _vocabulary(db: Session, principal: Principal, query: str, qvec, filters: Se
 
 LIFT_ROWS = 1000  # the lift's scores come for this many rows at most (the pool's z-scores read them)
 WINDOW_ROWS = 1000  # rows of a named time read at most (nearest first; a wider window's signal is weak anyway)
-
-
-def _time_window(db: Session, principal: Principal, qvec, filters: SearchFilters, tun: Tuning,  # noqa: ANN001
-                 rows: list, window: tuple, info: dict) -> tuple[list, dict]:
-    """The caller's servable turns of the time the query names, as a lift ({id: 1.0}), and the
-    pool with the `time_depth` nearest of them added."""
-    found = repo.window_rows(db, principal, "episode", qvec, filters, window[0], window[1], WINDOW_ROWS)
-    info["time_window"] = len(found)
-    pooled = {r.id for r in rows}
-    return rows + [r for r in found[:tun.time_depth] if r.id not in pooled], {r.id: 1.0 for r in found}
 
 
 def _scored(rows: list, bm25: dict, lifts: list, pairs: list, tun: Tuning, *, turns: bool) -> dict:

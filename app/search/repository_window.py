@@ -1,0 +1,39 @@
+"""The rows of the time a query names (app.search.service, step 6 of its docstring): the caller's
+servable rows of one type whose time (`time_col`: an episode's occurred_at) falls in [since,
+until), nearest to the query first. Exact order (`+ 0` keeps HNSW out: the time bound is the
+selective part); the same filters as every search statement."""
+
+from __future__ import annotations
+
+from sqlalchemy import bindparam, func, literal, select
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.kit.registry import ITEM_TYPES
+from app.kit.sql import as_text
+from app.search.repository import STATEMENTS, _filters, _limit, _qvec, _shape
+from app.search.schemas import SearchFilters
+
+
+def window_rows(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters,  # noqa: ANN001
+                since, until, n: int) -> list[tuple]:  # noqa: ANN001
+    """(id, cosine distance, session_id, n_lex: as `repository.pool_rows`) of at most n such rows;
+    either end of the window may be open (None)."""
+    spec = ITEM_TYPES[type_]
+    m, col = spec.model, getattr(spec.model, spec.time_col)
+
+    def build(lo: bool, hi: bool):  # noqa: ANN202
+        conds = _filters(principal, type_, f)
+        if lo:
+            conds.append(col >= bindparam("since", type_=col.type))
+        if hi:
+            conds.append(col < bindparam("until", type_=col.type))
+        dist = m.embedding.cosine_distance(_qvec(m))
+        sess = m.session_id if type_ == "episode" else literal(None)
+        return (select(as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"),
+                       func.length(m.tsv).label("n_lex"))
+                .where(*conds).order_by(dist + 0, m.id).limit(_limit("n")))
+
+    lo, hi = since is not None, until is not None
+    values = {"qvec": qvec, "n": n, **({"since": since} if lo else {}), **({"until": until} if hi else {})}
+    return STATEMENTS.run(db, ("window_rows", lo, hi) + _shape(principal, type_, f), lambda: build(lo, hi), values).all()
