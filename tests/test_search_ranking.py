@@ -355,14 +355,30 @@ def test_query_window_reads_the_time_a_question_names():
     def day(y, m, d):  # noqa: ANN001, ANN202
         return datetime(y, m, d, tzinfo=timezone.utc)
 
-    assert query_window("What did Maria donate in December 2023?", now=now) == (day(2023, 12, 1), day(2024, 1, 1))
-    assert query_window("the pet John said goodbye to on 3 June, 2023", now=now) == (day(2023, 6, 3), day(2023, 6, 4))
-    assert query_window("What painting did Melanie show on October 13, 2023?", now=now) == \
+    assert query_window("What did Maria donate in December 2023?", now=now) == (day(2023, 12, 1), day(2024, 1, 1), False)
+    assert query_window("the pet John said goodbye to on 3 June, 2023", now=now)[:2] == (day(2023, 6, 3), day(2023, 6, 4))
+    assert query_window("What painting did Melanie show on October 13, 2023?", now=now)[:2] == \
         (day(2023, 10, 13), day(2023, 10, 14))
-    assert query_window("what happened before April 10, 2023", now=now) == (None, day(2023, 4, 10))
-    assert query_window("what did we ship last month", now=now) == (day(2026, 11, 1), day(2026, 12, 1))
+    assert query_window("what happened before April 10, 2023", now=now)[:2] == (None, day(2023, 4, 10))
+    assert query_window("what did we ship last month", now=now) == (day(2026, 11, 1), day(2026, 12, 1), False)
+    # a month without a year: this year's (or the last one's), marked so that search may look further back
+    assert query_window("When did Melanie go camping in June?", now=now) == (day(2026, 6, 1), day(2026, 7, 1), True)
     assert query_window("What activities does Melanie do?", now=now) is None
     assert query_window("when do we deploy", now=now) is None
+
+
+def _lifted_by_the_time(client, actor, items: list, q: str) -> tuple[list, list]:  # noqa: ANN001
+    """Stores `items` (the second one of the time `q` names, the first near the same words but of
+    another time): with the time signal the second ranks first, and its lead over the first is
+    larger than with the signal off. Returns (ids, results)."""
+    from app.search.service import tuned
+
+    ids = client.post("/v1/episodes/batch", json={"items": items}, headers=actor.h).json()["ids"]
+    with tuned(time_weight=0.0):
+        off = dict(_search(client, actor, q, k=10))
+    on = _search(client, actor, q, k=10)
+    assert on[0][0] == ids[1] and dict(on)[ids[1]] - dict(on)[ids[0]] > off[ids[1]] - off[ids[0]], (on[:3], ids[:2])
+    return ids, on
 
 
 def test_a_named_time_lifts_its_turns_and_never_rows_the_caller_may_not_be_served(client, world, admin_engine):
@@ -371,8 +387,6 @@ def test_a_named_time_lifts_its_turns_and_never_rows_the_caller_may_not_be_serve
     user's turn of that day, a
     quarantined one and another org's never enter the ranking or the context, and leave alice's
     scores unchanged."""
-    from app.search.service import tuned
-
     org, other_org = world.org(), world.org()
     alice, bob, mallory = world.user(org), world.user(org), world.user(other_org)
     mine = [_dated("Melanie: Caroline, this is the painting I finished, the lake.", "2023-07-02", "s1"),
@@ -381,13 +395,8 @@ def test_a_named_time_lifts_its_turns_and_never_rows_the_caller_may_not_be_serve
             _dated("Melanie: The kids and I went camping by the river.", "2023-08-20", "s3")]
     mine += [_dated(f"Caroline: Just a normal day at work, number {i}.", f"2023-0{1 + i % 6}-1{i % 9}", f"s{4 + i}")
              for i in range(12)]
-    ids = client.post("/v1/episodes/batch", json={"items": mine}, headers=alice.h).json()["ids"]
     q = "What painting did Melanie show Caroline on October 13, 2023?"
-    with tuned(time_weight=0.0):
-        off = _search(client, alice, q, k=10)
-    before = _search(client, alice, q, k=10)
-    gap_off, gap_on = (dict(r)[ids[1]] - dict(r)[ids[0]] for r in (off, before))
-    assert before[0][0] == ids[1] and gap_on > gap_off and gap_on > 0, (off[:3], before[:3], ids[:3])
+    before = _lifted_by_the_time(client, alice, mine, q)[1]
     bob_ids = client.post("/v1/episodes/batch", json={"items": [
         _dated("Bob: Melanie's painting on October 13 was great", "2023-10-13", "s2")] * 3}, headers=bob.h).json()["ids"]
     client.post("/v1/episodes/batch", json={"items": [_dated("Mallory: painting Melanie Caroline", "2023-10-13", "s2")] * 3},
@@ -402,3 +411,15 @@ def test_a_named_time_lifts_its_turns_and_never_rows_the_caller_may_not_be_serve
     ctx = client.post("/v1/context", json={"query": q, "budget_tokens": 400}, headers=alice.h).json()
     assert "the painting I finished, a horse" in ctx["text"]
     assert "Bob:" not in ctx["text"] and "Mallory" not in ctx["text"] and "ignore previous" not in ctx["text"]
+
+
+def test_a_month_without_a_year_is_the_latest_one_that_holds_the_callers_turns(client, world):
+    """"in June" asked in 2026 of turns from 2023: the window steps back a year at a time (up to
+    three) to the latest June with any of the caller's turns, and lifts them there."""
+    org = world.org()
+    alice = world.user(org)
+    mine = [_dated("Melanie: We went camping by the lake, the kids loved it.", "2023-03-12", "s1"),
+            _dated("Melanie: We went camping in the forest, the kids loved it.", "2023-06-17", "s2")]
+    mine += [_dated(f"Melanie: A quiet week at the office, note {i}.", f"2023-0{1 + i % 9}-0{1 + i % 8}", f"s{3 + i}")
+             for i in range(10)]
+    _lifted_by_the_time(client, alice, mine, "When did Melanie go camping in June?")

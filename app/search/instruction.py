@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -78,6 +78,7 @@ class _State:
     now: datetime
     f: dict = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
+    yearless: bool = False  # the last date read named a month or day but no year ("in June")
 
     def take(self, m: re.Match) -> None:
         s, e = m.span()
@@ -191,6 +192,7 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
         if span is None:
             return False
         _window(st, span[0], span[1])
+        st.yearless = not re.search(r"\d{4}", m.group(1)) and not m.group(1).startswith("last ")
         return True
 
     sub(rf"\b(?:in|during|on|from|for) {_DATE}\b", during)
@@ -296,14 +298,20 @@ def _terms(st: _State) -> list[str]:
             and w not in ("except", "excluding", "without", "not", "no", "but", "nothing", "versions", "version")]
 
 
-def query_window(query: str, *, now: datetime | None = None) -> tuple[datetime | None, datetime | None] | None:
+class TimeWindow(NamedTuple):
+    since: datetime | None
+    until: datetime | None
+    yearless: bool = False  # a month or day without a year ("in June"): read in the latest year up to now
+
+
+def query_window(query: str, *, now: datetime | None = None) -> TimeWindow | None:
     """[since, until) of the time a plain search query names ("in May 2023", "on 3 June, 2023",
     "last week", "before April 10, 2023"), read by the same rules as an instruction's; None when
     it names none. Search uses it as a ranking signal, never as a filter (app.search.service)."""
     st = _State(_normalised(query), now or datetime.now(timezone.utc))
     _times(st)
     since, until = st.f.get("since"), st.f.get("until")
-    return (since, until) if since is not None or until is not None else None
+    return TimeWindow(since, until, st.yearless) if since is not None or until is not None else None
 
 
 def _normalised(text: str) -> str:

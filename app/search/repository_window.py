@@ -1,7 +1,9 @@
 """The rows of the time a query names (app.search.service, step 6 of its docstring): the caller's
 servable rows of one type whose time (`time_col`: an episode's occurred_at) falls in [since,
 until), nearest to the query first. Exact order (`+ 0` keeps HNSW out: the time bound is the
-selective part); the same filters as every search statement."""
+selective part); the same filters as every search statement. A month or day named without a
+year ("in June") is the latest such period that holds any of the caller's rows, up to
+YEARS_BACK years before the one it was read in (the current year, or the last if still to come)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,22 @@ from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
 from app.kit.sql import as_text
 from app.search.repository import STATEMENTS, _filters, _limit, _qvec, _shape
+from app.search.dates import add_months, day_start
+from app.search.instruction import TimeWindow
 from app.search.schemas import SearchFilters
+
+YEARS_BACK = 3
+
+
+def named_time_rows(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters,  # noqa: ANN001
+                    window: TimeWindow, n: int) -> list[tuple]:
+    """`window_rows` of the named time; for a yearless one, of the latest year that has any."""
+    for back in range(YEARS_BACK + 1 if window.yearless else 1):
+        since, until = (None if t is None else day_start(add_months(t.date(), -12 * back)) for t in window[:2])
+        found = window_rows(db, principal, type_, qvec, f, since, until, n)
+        if found:
+            break
+    return found
 
 
 def window_rows(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters,  # noqa: ANN001

@@ -54,7 +54,7 @@ from app.search import repository as repo
 from app.search.repository_expansion import expansion_rows
 from app.search.instruction import query_window
 from app.search.repository_lexicon import lift_rows
-from app.search.repository_window import window_rows
+from app.search.repository_window import named_time_rows
 from app.search.schemas import Interpreted, SearchFilters, SearchIn, SearchResult
 
 RRF_K = 60
@@ -167,7 +167,7 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
         rows, vocab = _vocabulary(db, principal, query, qvec, filters, tun, rows, total, info)
         lifts.append((vocab, tun.vocab_weight))
     if t == "episode" and tun.time_weight and (window := query_window(query)) is not None:
-        found = window_rows(db, principal, "episode", qvec, filters, *window, WINDOW_ROWS)  # the named time's turns
+        found = named_time_rows(db, principal, "episode", qvec, filters, window, WINDOW_ROWS)  # the named time's turns
         info["time_window"], pooled = len(found), {r.id for r in rows}
         rows = rows + [r for r in found[:tun.time_depth] if r.id not in pooled]
         lifts.append(({r.id: 1.0 for r in found}, tun.time_weight))
