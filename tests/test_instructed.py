@@ -28,6 +28,13 @@ def test_requests_for_others_items_are_ignored_and_listed(text):
     assert f.owner in (None, "me") and not f.groups
 
 
+def test_a_range_whose_year_is_named_once_is_read_in_that_year():
+    f, _, _ = interpret("notes between August 11 and August 15 2023", now=NOW)
+    assert (f.since.isoformat(), f.until.isoformat()) == ("2023-08-11T00:00:00+00:00", "2023-08-16T00:00:00+00:00")
+    f, _, _ = interpret("notes between March 3 and March 9", now=NOW)  # no year at all: the current one
+    assert (f.since.isoformat(), f.until.isoformat()) == ("2026-03-03T00:00:00+00:00", "2026-03-10T00:00:00+00:00")
+
+
 def test_merge_never_widens_the_callers_own_filters():
     explicit = SearchFilters(kinds=["rule"], since=datetime(2026, 1, 1, tzinfo=timezone.utc))
     read, _, _ = interpret("only notes since 2025-01-01, not drafts", now=NOW)

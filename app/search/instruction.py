@@ -113,7 +113,9 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
     sub = st.each
 
     def between(m: re.Match) -> bool:
-        a, b = parse_date(m.group(2), now), parse_date(m.group(3), now)
+        first, year = m.group(2), re.search(r"\d{4}", m.group(3))  # "August 11 and August 15 2023": one year
+        first = f"{first} {year.group(0)}" if year and not re.search(r"\d{4}", first) else first
+        a, b = parse_date(first, now), parse_date(m.group(3), now)
         if not a or not b:
             return False
         _window(st, a[0], b[1])
