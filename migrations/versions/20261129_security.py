@@ -47,10 +47,14 @@ CREATE FUNCTION memscale_audit_immutable() RETURNS trigger LANGUAGE plpgsql AS
 """
 
 def upgrade() -> None:
+    # The role is the server's, not the database's: two databases migrated at once on one server
+    # (test workers, two services) both pass the check, and the second CREATE fails on the catalog.
     op.execute(f"""DO $$ BEGIN
       IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}') THEN
         CREATE ROLE {ROLE} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
-      END IF; END $$""")
+      END IF;
+      EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;  -- created by the other at that moment
+      END $$""")
     password = os.environ.get("MEMSCALE_APP_DB_PASSWORD")
     if password:
         op.execute(f"ALTER ROLE {ROLE} PASSWORD '{password.replace(chr(39), chr(39) * 2)}'")
