@@ -38,14 +38,24 @@ def load_key(data_dir: Path, configured: str | None = None, name: str = "inferen
 
 @functools.lru_cache(maxsize=8)
 def _file_key(p: str) -> bytes:
+    """Processes that start at once (test workers, `serve --workers`) agree on one key: each writes
+    its candidate to a file of its own and links it into place, which fails if another got there
+    first; nobody ever reads a key half written."""
     path = Path(p)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, secrets.token_hex(32).encode())
         finally:
             os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process's key is the key
+        finally:
+            os.unlink(tmp)
     return path.read_bytes().strip()
 
 
