@@ -360,6 +360,7 @@ def test_query_window_reads_the_time_a_question_names():
     assert query_window("What painting did Melanie show on October 13, 2023?", now=now)[:2] == \
         (day(2023, 10, 13), day(2023, 10, 14))
     assert query_window("what happened before April 10, 2023", now=now)[:2] == (None, day(2023, 4, 10))
+    assert query_window("the picture shared on December 1,2023", now=now)[:2] == (day(2023, 12, 1), day(2023, 12, 2))
     assert query_window("what did we ship last month", now=now) == (day(2026, 11, 1), day(2026, 12, 1), False)
     # a month without a year: this year's (or the last one's), marked so that search may look further back
     assert query_window("When did Melanie go camping in June?", now=now) == (day(2026, 6, 1), day(2026, 7, 1), True)

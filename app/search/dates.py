@@ -18,9 +18,11 @@ MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(
        r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|twelve|few|couple(?: of)?)"
 UNIT = r"(hours?|days?|weeks?|months?|quarters?|years?)"
-# a date expression dateparser reads: "March", "March 3", "3 March 2026", "3 June, 2023", "2026-06-15", "last Monday"
-DATE = (rf"((?:\d{{4}}-\d{{2}}-\d{{2}})|(?:\d{{1,2}}(?:st|nd|rd|th)? {MON}(?:,? \d{{4}})?)|"
-         rf"(?:{MON}(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:,? \d{{4}})?)|(?:last (?:{'|'.join(WEEKDAYS)}))|\d{{4}})")
+# a date expression dateparser reads: "March", "March 3", "3 March 2026", "3 June, 2023", "December 1,2023",
+# "2026-06-15", "last Monday"
+YEAR = r"(?:, ?| )\d{4}"  # ", 2023", ",2023" or " 2023" after a day or month
+DATE = (rf"((?:\d{{4}}-\d{{2}}-\d{{2}})|(?:\d{{1,2}}(?:st|nd|rd|th)? {MON}(?:{YEAR})?)|"
+         rf"(?:{MON}(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:{YEAR})?)|(?:last (?:{'|'.join(WEEKDAYS)}))|\d{{4}})")
 
 def day_start(d: date) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
