@@ -23,8 +23,10 @@ YEARS_BACK = 3
 
 def named_time_rows(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters,  # noqa: ANN001
                     window: TimeWindow, n: int) -> list[tuple]:
-    """`window_rows` of the named time; for a yearless one, of the latest year that has any."""
-    for back in range(YEARS_BACK + 1 if window.yearless else 1):
+    """`window_rows` of the named time as read; for a yearless one with none, of the latest earlier
+    year that has any."""
+    found = window_rows(db, principal, type_, qvec, f, window.since, window.until, n)
+    for back in range(1, YEARS_BACK + 1 if window.yearless and not found else 1):
         since, until = (None if t is None else day_start(add_months(t.date(), -12 * back)) for t in window[:2])
         found = window_rows(db, principal, type_, qvec, f, since, until, n)
         if found:
