@@ -69,6 +69,7 @@ WIDENING = [
     r"\bgroups? i'?m not in\b", r"\bas an? (?:admin|administrator|superuser|root)\b",
     r"\bincluding private ones\b", r"\b(?:items|memories|notes|things|stuff) of [a-z]+\b",
 ]
+_YEAR = re.compile(r"\d{4}")
 TIME_POSSESSIVE = {"today", "yesterday", "tomorrow", "week", "month", "quarter", "year"}
 
 
@@ -113,8 +114,8 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
     sub = st.each
 
     def between(m: re.Match) -> bool:
-        first, year = m.group(2), re.search(r"\d{4}", m.group(3))  # "August 11 and August 15 2023": one year
-        first = f"{first} {year.group(0)}" if year and not re.search(r"\d{4}", first) else first
+        first, year = m.group(2), _YEAR.search(m.group(3))  # "August 11 and August 15 2023": one year
+        first = f"{first} {year.group(0)}" if year and not _YEAR.search(first) else first
         a, b = parse_date(first, now), parse_date(m.group(3), now)
         if not a or not b:
             return False
@@ -194,7 +195,7 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
         if span is None:
             return False
         _window(st, span[0], span[1])
-        st.yearless = not re.search(r"\d{4}", m.group(1)) and not m.group(1).startswith("last ")
+        st.yearless = not _YEAR.search(m.group(1)) and not m.group(1).startswith("last ")
         return True
 
     sub(rf"\b(?:in|during|on|from|for) {_DATE}\b", during)

@@ -86,10 +86,9 @@ class Tuning:
     # A turn gains length_prior x (ln(1 + its lexemes) - their mean over the pool): a one-word
     # "Yeah!" answers less often than a turn that says something. 0: off.
     length_prior: float = 0.3
-    # A query that names a time (app.search.instruction.query_window): the caller's servable turns of
-    # that time (nearest first, up to WINDOW_ROWS), the `time_depth` nearest join the pool, and w x the
-    # positive part of the z-score of being inside the window adds (a named day lifts far more than a
-    # named year that covers the pool). 0: off.
+    # A query that names a time (instruction.query_window): the `time_depth` nearest of the caller's turns
+    # of that time join the pool; w x the positive part of the z-score of being inside the window adds (a
+    # named day lifts far more than a named year that covers the pool). 0: off.
     time_weight: float = 1.0
     time_depth: int = 30
     # Hybrid: the caller's visible rows of a type are counted once (BM25's N); up to this many,
@@ -168,8 +167,7 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
         lifts.append((vocab, tun.vocab_weight))
     if t == "episode" and tun.time_weight and (window := query_window(query)) is not None:
         found = named_time_rows(db, principal, "episode", qvec, filters, window, WINDOW_ROWS)  # the named time's turns
-        info["time_window"], pooled = len(found), {r.id for r in rows}
-        rows = rows + [r for r in found[:tun.time_depth] if r.id not in pooled]
+        info["time_window"], rows = len(found), _joined(rows, found, tun.time_depth)
         lifts.append(({r.id: 1.0 for r in found}, tun.time_weight))
     in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
     pairs = repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
@@ -188,8 +186,13 @@ def _vocabulary(db: Session, principal: Principal, query: str, qvec, filters: Se
     found = lift_rows(db, principal, filters, qvec, repo.query_lexemes(db, query), [r.id for r in rows], total,
                       terms=tun.vocab_terms, min_sim=tun.vocab_min_sim, n=LIFT_ROWS)
     info["vocabulary"] = len(found)
+    return _joined(rows, found, tun.vocab_depth), {r.id: float(r.r) for r in found}
+
+
+def _joined(rows: list, found: list, depth: int) -> list:
+    """The pool with the first `depth` rows of a lift's `found` that it does not hold yet."""
     pooled = {r.id for r in rows}
-    return rows + [r for r in found[:tun.vocab_depth] if r.id not in pooled], {r.id: float(r.r) for r in found}
+    return rows + [r for r in found[:depth] if r.id not in pooled]
 
 
 LIFT_ROWS = 1000  # the lift's scores come for this many rows at most (the pool's z-scores read them)
