@@ -66,15 +66,9 @@ def settings():
         eng.dispose()
         url = make_url(server_url).set(database=TEST_DB).render_as_string(hide_password=False)
     s = base.model_copy(update={"database_url": url})
-    from filelock import FileLock
-
     from app.kit.migrate import upgrade
 
-    # Workers migrate their databases one at a time: the first migration creates the server-wide
-    # role memscale_app, and two at once race on it (one worker's whole session errored that way).
-    base.data_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(base.data_dir / ".test-migrate.lock")):
-        upgrade(s, "head")
+    upgrade(s, "head")  # the workers' migrations may run at once (the server-wide role tolerates it)
     return s
 
 
