@@ -71,12 +71,6 @@ class BlendConfig:
     sink_tokens: int = 0  # deviation, query: the first tokens of every chunk are always recomputed
     query_layers: int = 8  # query: attention summed over the query's first layers (0..query_layers-1)
     start_share: float = 0.5  # query: this share of the budget goes to chunk starts (EPIC's part) first
-    # query: this share of the budget is chosen in a second pass, by the query's attention over the
-    # KV the first pass blended (what the query reads once the first picks see each other); 0: one pass
-    second_share: float = 0.0
-    # query: each chunk token scores the query's attention summed over the tokens within `span` of
-    # it (same chunk), so whole phrases around what the query reads are recomputed; 0: token by token
-    span: int = 0
 
     def __post_init__(self) -> None:
         if self.check_layer < 1:
@@ -93,8 +87,6 @@ class BlendConfig:
             raise ValueError("query_layers must be >= 1")
         if not 0.0 <= self.start_share <= 1.0:
             raise ValueError("start_share must lie in [0, 1]")
-        if not 0.0 <= self.second_share < 1.0 or (self.second_share and self.selection != "query"):
-            raise ValueError("second_share must lie in [0, 1), with selection='query' only")
 
 
 class _ScatterKV:
@@ -154,12 +146,11 @@ def chunk_starts(chunks: list[ChunkKV], ratio: float) -> torch.Tensor:
     return torch.cat(idx)
 
 
-def select_top(scores: torch.Tensor, chunks: list[ChunkKV], config: BlendConfig, *, holdback: float = 0.0) -> torch.Tensor:
+def select_top(scores: torch.Tensor, chunks: list[ChunkKV], config: BlendConfig) -> torch.Tensor:
     """Indices (sorted, into the chunk tokens) to compute through the remaining layers.
 
     ``scores``: (T,) per chunk token, higher = recompute first: the squared K+V deviation at the
-    check layer (``deviation``) or the query's attention (``query``). ``holdback``: this share of
-    the global budget is left for a later pass (the forced chunk starts always go in now).
+    check layer (``deviation``) or the query's attention (``query``).
     """
     T = scores.numel()
     score = scores.clone()
@@ -175,8 +166,7 @@ def select_top(scores: torch.Tensor, chunks: list[ChunkKV], config: BlendConfig,
             k = max(n_recompute(b - a, config.recompute_ratio), int(forced[a:b].sum()))
             picks.append(a + torch.topk(score[a:b], k).indices)
         return torch.cat(picks).sort().values
-    budget = max(n_recompute(T, config.recompute_ratio) - math.ceil(holdback * n_recompute(T, config.recompute_ratio)),
-                 int(forced.sum()))
+    budget = max(n_recompute(T, config.recompute_ratio), int(forced.sum()))
     if config.adaptive_mass is not None and budget:
         ranked = scores.sort(descending=True).values
         share = ranked.cumsum(0) / ranked.sum().clamp_min(1e-30)
@@ -265,45 +255,16 @@ def blend(
             if query_ids is None:
                 raise ValueError("selection='query' needs the query's token ids")
             mass = query_attention(model, full, query_ids.to(device), (P, P + T), min(config.query_layers, n_layers))
-            sel = select_top(_spread(mass, chunks, config.span), chunks, config, holdback=config.second_share).to(device)
+            sel = select_top(mass, chunks, config).to(device)
         else:
             sel = chunk_starts(chunks, config.recompute_ratio).to(device)
         if sel.numel() == 0:
             return full, 0  # ratio 0: the re-rotated cached KV (= reuse)
-    sel = _recompute(model, full, ids, sel, P, chunks, config, deviation_check)
-    if config.second_share and sel.numel():
-        # Second pass: what the query reads over the blended KV, among the tokens not computed yet.
-        mass = query_attention(model, full, query_ids.to(device), (P, P + T), min(config.query_layers, n_layers))
-        mass[sel] = -float("inf")
-        more = min(n_recompute(T, config.recompute_ratio) - sel.numel(), T - sel.numel())
-        if more > 0:
-            extra = torch.topk(mass, more).indices.sort().values.to(device)
-            sel = torch.cat((sel, _recompute(model, full, ids, extra, P, chunks, config, False))).sort().values
-    return full, int(sel.numel())
-
-
-def _spread(mass: torch.Tensor, chunks: list[ChunkKV], span: int) -> torch.Tensor:
-    """(T,) each token's score summed over the tokens within ``span`` of it in its own chunk."""
-    if not span:
-        return mass
-    out = torch.empty_like(mass)
-    kernel = torch.ones(1, 1, 2 * span + 1, dtype=mass.dtype, device=mass.device)
-    for a, b in _chunk_bounds(chunks):
-        out[a:b] = torch.nn.functional.conv1d(mass[None, None, a:b], kernel, padding=span)[0, 0]
-    return out
-
-
-def _recompute(model: torch.nn.Module, full: PrefixKV, ids: torch.Tensor, sel: torch.Tensor, P: int,
-               chunks: list[ChunkKV], config: BlendConfig, deviation_check: bool) -> torch.Tensor:
-    """Compute the chunk tokens ``sel`` (indices into the chunk tokens; ids ``ids``) through every
-    decoder layer over ``full``, writing their K/V into it; with ``deviation_check`` only those
-    the check layer keeps go on (``select_top``). Returns the tokens computed through every layer."""
-    T, dtype = ids.numel(), next(model.parameters()).dtype
     hidden = model.model.embed_tokens(ids[sel])[None]  # (1, n, hidden)
     slots = P + sel  # (n,) positions == indices into the full KV
     mask = causal_position_mask(slots, P + T, dtype)  # (1, 1, n, P+T)
     rope = model.model.rotary_emb(hidden, slots[None])  # cos, sin: (1, n, D)
-    for i, layer in enumerate(model.model.layers):
+    for i, layer in enumerate(layers):
         measure = deviation_check and i == config.check_layer
         adapter = _ScatterKV(full[i][0], full[i][1], slots, measure)
         hidden = layer(
@@ -323,4 +284,4 @@ def _recompute(model: torch.nn.Module, full: PrefixKV, ids: torch.Tensor, sel: t
                 break  # ratio 0: later layers keep the re-rotated cached KV (= reuse)
             hidden, slots = hidden[:, top], P + sel
             mask, rope = mask[:, :, top], (rope[0][:, top], rope[1][:, top])
-    return sel
+    return full, int(sel.numel())

@@ -1,12 +1,12 @@
 """Pilot: a few sweep examples, the candidates for the default, no greedy decoding (issue 19, round 2).
 
-    .venv/bin/python -m bench.inference_quality.pilot [--examples 4] [--round 2|3|5]
+    .venv/bin/python -m bench.inference_quality.pilot [--examples 4] [--round 2|3]
 
 Prints, per example and overall, each configuration's TTFT speed-up over full prefill (median of
 per-example ratios), ΔLL of the gold answer vs full and the KL to full over the answer tokens.
 It chose the ratio that ``--phase confirm`` then measures on the held-out examples; it writes no file.
 Round 2 compared ratios of EPIC; round 3 the query-attention selection (its layer count, its ratio)
-against EPIC 0.25, the default it would replace; round 5 a second selection pass over the blended KV.
+against EPIC 0.25, the default it would replace.
 """
 
 from __future__ import annotations
@@ -35,22 +35,7 @@ ROUNDS = {
         "query@8 0.15": ("blend", BlendConfig(recompute_ratio=0.15, selection="query", query_layers=8, sink_tokens=1,
                                               start_share=0.0)),
     },
-    # round 5 (anchored chunks): a second pass, chosen by what the query reads over the KV the
-    # first pass blended, against the one-pass default at the same budget
-    5: {
-        "default (epic+query 0.25)": ("blend", BlendConfig()),
-        "epic+query 0.25, 2nd 0.3": ("blend", BlendConfig(second_share=0.3)),
-        "epic+query 0.25, 2nd 0.5": ("blend", BlendConfig(second_share=0.5)),
-        "query 0.25, 2nd 0.5": ("blend", BlendConfig(start_share=0.0, second_share=0.5)),
-    },
-    # round 5b: the query's picks as phrases (scores summed over +-span tokens)
-    6: {
-        "default (epic+query 0.25)": ("blend", BlendConfig()),
-        **{f"epic+query 0.25, span {w}": ("blend", BlendConfig(span=w)) for w in (1, 3)},
-        "query 0.25, span 3": ("blend", BlendConfig(start_share=0.0, span=3)),
-    },
 }
-ANCHORED = {5, 6}  # rounds 2 and 3 measured chunk KV computed alone (anchored chunks came in round 4)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -60,8 +45,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--round", type=int, choices=sorted(ROUNDS), default=3)
     args = ap.parse_args(argv)
     CONFIGS = ROUNDS[args.round]
+    # rounds 2 and 3 measured chunk KV computed alone (anchored chunks came in round 4)
     engine = Engine.load(EngineConfig(model_path=config_from_env().model_path, threads=args.threads,
-                                      anchor_chunks=args.round in ANCHORED))
+                                      anchor_chunks=False))
     rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="quality-pilot-") as tmp:
         store = ChunkStore(engine, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30))
