@@ -36,6 +36,36 @@ def test_query_window_reads_the_time_a_question_names():
     assert query_window("when do we deploy", now=now) is None
 
 
+def test_a_weekday_in_front_of_a_date_keeps_the_day_the_date_names():
+    """A day named with its weekday ("on Friday, 23 January 2022") is that day: it was read as the
+    whole month (the weekday stopped the date pattern, and "January 2022" matched alone), and
+    "last Friday on 23 January, 2022" as last week's Friday (the relative rule ran after the date)."""
+    from datetime import datetime, timezone
+
+    from app.search.instruction import query_window
+
+    now = datetime(2026, 12, 3, tzinfo=timezone.utc)
+    jan23 = (datetime(2022, 1, 23, tzinfo=timezone.utc), datetime(2022, 1, 24, tzinfo=timezone.utc))
+    for q in ("What did I buy on Friday, 23 January 2022?", "What did I buy Friday, 23 January 2022?",
+              "What did Caroline do last Friday on 23 January, 2022?", "notes from Sunday the 23rd of January 2022",
+              "the receipt of January 23, 2022", "on the 23rd of January 2022"):
+        assert query_window(q, now=now)[:2] == jan23, q
+    may5 = (datetime(2023, 5, 5, tzinfo=timezone.utc), datetime(2023, 5, 6, tzinfo=timezone.utc))
+    assert query_window("the meeting on Monday 5 May 2023", now=now)[:2] == may5
+    assert query_window("since Monday, May 5, 2023", now=now)[:2] == (may5[0], None)
+    assert query_window("between Monday, 5 May 2023 and Friday, 9 May 2023", now=now)[:2] == \
+        (may5[0], datetime(2023, 5, 10, tzinfo=timezone.utc))
+    # a full date read where it stands, and "by" a full date as its end
+    assert query_window("What did Maria plan for the evening of 7 July, 2023?", now=now)[:2] == \
+        (datetime(2023, 7, 7, tzinfo=timezone.utc), datetime(2023, 7, 8, tzinfo=timezone.utc))
+    assert query_window("How many tournaments has Nate won by July 10, 2022?", now=now)[:2] == \
+        (None, datetime(2022, 7, 11, tzinfo=timezone.utc))
+    # a weekday alone stays what it was: last week's, or no window at all
+    assert query_window("What did we decide last Friday?", now=now)[:2] == \
+        (datetime(2026, 11, 27, tzinfo=timezone.utc), datetime(2026, 11, 28, tzinfo=timezone.utc))
+    assert query_window("What does Melanie do on Friday?", now=now) is None
+
+
 def _lifted_by_the_time(client, actor, items: list, q: str) -> tuple[list, list]:  # noqa: ANN001
     """Stores `items` (the second one of the time `q` names, the first near the same words but of
     another time): with the time signal the second ranks first, and its lead over the first is

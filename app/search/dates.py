@@ -19,10 +19,20 @@ MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(
 NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|twelve|few|couple(?: of)?)"
 UNIT = r"(hours?|days?|weeks?|months?|quarters?|years?)"
 # a date expression dateparser reads: "March", "March 3", "3 March 2026", "3 June, 2023", "December 1,2023",
-# "2026-06-15", "last Monday"
+# "the 3rd of March", "2026-06-15", "last Monday"; a day may be named with its weekday in front
+# ("Friday, 23 January 2022", "Monday May 5"): NAMED_DATE
 YEAR = r"(?:, ?| )\d{4}"  # ", 2023", ",2023" or " 2023" after a day or month
-DATE = (rf"((?:\d{{4}}-\d{{2}}-\d{{2}})|(?:\d{{1,2}}(?:st|nd|rd|th)? {MON}(?:{YEAR})?)|"
-         rf"(?:{MON}(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:{YEAR})?)|(?:last (?:{'|'.join(WEEKDAYS)}))|\d{{4}})")
+WEEKDAY = rf"(?:{'|'.join(WEEKDAYS)})"
+_DAY_FIRST = rf"(?:the )?\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{MON}(?:{YEAR})?"
+NAMED_DATE = rf"{WEEKDAY},? (?:the )?(?:{_DAY_FIRST}|{MON} \d{{1,2}}(?:st|nd|rd|th)?(?:{YEAR})?)"
+# a day with its month and year, read wherever it stands ("the receipt of January 23, 2022")
+FULL_DATE = (rf"(?:\d{{4}}-\d{{2}}-\d{{2}}|(?:the )?\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{MON}{YEAR}|"
+             rf"{MON} \d{{1,2}}(?:st|nd|rd|th)?{YEAR})")
+DATE = (rf"((?:\d{{4}}-\d{{2}}-\d{{2}})|(?:{NAMED_DATE})|(?:{_DAY_FIRST})|"
+         rf"(?:{MON}(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:{YEAR})?)|(?:last {WEEKDAY})|\d{{4}})")
+# A weekday (or "the") in front of an explicit date adds nothing to it (the date names the day) and is
+# left out of what dateparser reads; a weekday that disagrees with its date cannot move it.
+_WEEKDAY_FIRST = re.compile(rf"^(?:{WEEKDAY},? )?(?:the )?(?=\d|{MON})")
 
 def day_start(d: date) -> datetime:
     return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
@@ -59,7 +69,7 @@ def warm_up() -> None:
 
 def parse_date(expr: str, now: datetime) -> tuple[date, date] | None:
     """[start, end) of a date expression at its own granularity ("June" -> the whole month)."""
-    expr = expr.strip()
+    expr = _WEEKDAY_FIRST.sub("", expr.strip())
     if re.fullmatch(r"\d{4}", expr):
         y = int(expr)
         return date(y, 1, 1), date(y + 1, 1, 1)

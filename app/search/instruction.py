@@ -26,8 +26,9 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from app.search.dates import (
-    DATE as _DATE, MON as _MON, NUM as _NUM, UNIT as _UNIT, WEEKDAYS, add_months as _add_months, ago as _ago,
-    day_start as _day, month_start as _month_start, number as _num, parse_date, warm_up,
+    DATE as _DATE, FULL_DATE as _FULL_DATE, MON as _MON, NAMED_DATE as _NAMED_DATE, NUM as _NUM, UNIT as _UNIT,
+    WEEKDAY as _WEEKDAY, WEEKDAYS, add_months as _add_months, ago as _ago, day_start as _day,
+    month_start as _month_start, number as _num, parse_date, warm_up,
 )
 from app.search.schemas import Interpreted, SearchFilters
 
@@ -184,11 +185,12 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
             _window(st, span[1], None)
         elif word == "before":
             _window(st, None, span[0])
-        else:  # until, through, till, up to: inclusive of the named day / month
+        else:  # until, through, till, up to, by: inclusive of the named day / month
             _window(st, None, span[1])
         return True
 
     sub(rf"\b(since|starting|after|before|until|till|through|up to) {_DATE}\b", bound)
+    sub(rf"\b(by) ({_FULL_DATE})\b", bound)  # "won by July 10, 2022"; "by May" may name a person
 
     def during(m: re.Match) -> bool:
         span = parse_date(m.group(1), now)
@@ -198,8 +200,9 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
         st.yearless = not _YEAR.search(m.group(1)) and not m.group(1).startswith("last ")
         return True
 
-    sub(rf"\b(?:in|during|on|from|for) {_DATE}\b", during)
-    sub(rf"\b({_MON} \d{{4}}|last (?:{'|'.join(WEEKDAYS)}))\b", during)
+    # "last Friday on 23 January, 2022": the weekday names the day the date gives (not last week's Friday)
+    sub(rf"\b(?:(?:last )?{_WEEKDAY},? )?(?:in|during|on|from|for) {_DATE}\b", during)
+    sub(rf"\b({_NAMED_DATE}|{_FULL_DATE}|{_MON} \d{{4}}|last {_WEEKDAY})\b", during)
 
 
 def _widening(st: _State) -> None:
