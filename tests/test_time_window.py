@@ -146,3 +146,35 @@ def test_a_window_with_its_year_is_read_as_given_and_a_yearless_one_steps_back_o
     june = TimeWindow(datetime(2026, 6, 1, tzinfo=timezone.utc), datetime(2026, 7, 1, tzinfo=timezone.utc), True)
     assert rw.named_time_rows(None, None, "episode", None, None, june, 10) == ["row"]
     assert [a[0].year for a in asked] == [2026, 2025, 2024]
+
+
+def test_relative_times_of_an_as_of_read_are_read_against_its_instant(client, world):
+    """An as-of read is the memory as it stood then, and "yesterday" or "last week" in it mean
+    then: in the query (the ranking's time signal) and in an instruction (its filters), for search
+    and context alike. They were read against the request's clock."""
+    from datetime import date, datetime, timedelta, timezone
+
+    org = world.org()
+    alice = world.user(org)
+    today = datetime.now(timezone.utc).date()
+    ids = client.post("/v1/episodes/batch", json={"items": [
+        _dated("Melanie: we repainted the fence, it took all afternoon.", str(today - timedelta(days=1)), "s1"),
+        _dated("Melanie: we repainted the fence, it took all morning.", str(today + timedelta(days=9)), "s2")]
+        + [_dated(f"Caroline: an ordinary day at work, number {i}.", str(today - timedelta(days=20 + i)), f"s{3 + i}")
+           for i in range(8)]}, headers=alice.h).json()["ids"]
+    q = "What did Melanie repaint yesterday?"
+    assert _search(client, alice, q, k=10)[0][0] == ids[0]  # yesterday by the clock
+    then = datetime.combine(today + timedelta(days=10), datetime.min.time(), timezone.utc) + timedelta(hours=12)
+    assert _search(client, alice, q, k=10, as_of=then.isoformat())[0][0] == ids[1]  # the day before `then`
+
+    monday = then.date() - timedelta(days=then.weekday())
+    week = (str(monday - timedelta(days=7)), str(monday))
+    for path, body in (("/v1/search", {"query": "fence"}), ("/v1/context", {"query": "fence", "budget_tokens": 400})):
+        out = client.post(path, json={**body, "instruction": "only from last week", "as_of": then.isoformat()},
+                          headers=alice.h).json()
+        got = out["interpreted"]["filters"]
+        assert (got["since"][:10], got["until"][:10]) == week, (path, got)
+        now_read = client.post(path, json={**body, "instruction": "only from last week"}, headers=alice.h).json()
+        this_monday = today - timedelta(days=today.weekday())
+        assert now_read["interpreted"]["filters"]["since"][:10] == str(this_monday - timedelta(days=7))
+    assert date.fromisoformat(week[0]) > this_monday - timedelta(days=7)  # then's last week is not today's

@@ -22,9 +22,10 @@ INSTRUCTION_KINDS = ("rule", "procedure")
 # success) reached fewer contexts (docs/decisions.md, thirteenth stop).
 
 
-def instructed(instruction: str | None, query: str, *, settings=None, resources=None):  # noqa: ANN001, ANN201
-    """(query, filters, Interpreted | None) for a context request's `instruction` (issue 17)."""
-    return search.read_instruction(instruction, query, SearchFilters(), settings=settings, resources=resources)
+def instructed(instruction: str | None, query: str, *, settings=None, resources=None, now=None):  # noqa: ANN001, ANN201
+    """(query, filters, Interpreted | None) for a context request's `instruction` (issue 17);
+    `now`: an as-of read's instant, what relative times are read against."""
+    return search.read_instruction(instruction, query, SearchFilters(), settings=settings, resources=resources, now=now)
 
 
 def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *, k: int, ef_search: int,  # noqa: ANN001

@@ -16,11 +16,13 @@ router = APIRouter(prefix="/v1", tags=["search"], responses=COMMON_ERRORS)
 def search(body: SearchIn, request: Request, db: SessionDep, principal=require("search", "read")):
     st = request.app.state
     principal = principal.at(body.as_of)
+    # relative times ("last week") are read against an as-of read's instant, as they were meant then
+    ctx = {"settings": st.settings, "resources": st.resources, "now": body.as_of}
     if body.instruction and st.settings.instruction_llm:  # no pooled connection held while the LLM reads it
         with released(db, principal):
-            body, interpreted = service.with_instruction(body, settings=st.settings, resources=st.resources)
+            body, interpreted = service.with_instruction(body, **ctx)
     else:
-        body, interpreted = service.with_instruction(body, settings=st.settings, resources=st.resources)
+        body, interpreted = service.with_instruction(body, **ctx)
     qvec = service.embed_query(db, principal, st.embedder, body.query) if body.mode != "text" else None
     results, rid = service.search(db, principal, st.embedder, body, ef_search=st.settings.hnsw_ef_search, qvec=qvec,
                                   interpreted=interpreted, read=reads(request, db, principal))

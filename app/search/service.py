@@ -134,8 +134,7 @@ def _z(values: dict) -> dict:
 def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: SearchFilters,  # noqa: ANN001
           ef_search: int, tun: Tuning, info: dict, k: int, second_round: bool = False) -> dict:
     """Score fusion over one type's pool (see the module docstring): {id: score in (0, 1)}."""
-    legacy = tun.pool is None and tun.fusion == "rrf"
-    nv, nt = (max(2 * k, 20), max(2 * k, 50)) if legacy else (tun.pool or 100, tun.pool or 100)
+    nv, nt = (max(2 * k, 20), max(2 * k, 50)) if tun.pool is None and tun.fusion == "rrf" else (tun.pool or 100,) * 2
     # Text first: its one pass over the visible rows also counts them (BM25's N), which chooses
     # the vector search (exact up to `exact_below` visible rows, else the HNSW walk).
     txt, total = repo.text_scored(db, principal, t, query, filters, nt)
@@ -165,7 +164,7 @@ def _fuse(db: Session, principal: Principal, t: str, query: str, qvec, filters: 
     if t == "episode" and total is not None and tun.vocab_terms and tun.vocab_weight:
         rows, vocab = _vocabulary(db, principal, query, qvec, filters, tun, rows, total, info)
         lifts.append((vocab, tun.vocab_weight))
-    if t == "episode" and tun.time_weight and (window := query_window(query)) is not None:
+    if t == "episode" and tun.time_weight and (window := query_window(query, now=principal.view.as_of)) is not None:
         found = named_time_rows(db, principal, "episode", qvec, filters, window, WINDOW_ROWS)  # the named time's turns
         info["time_window"], rows = len(found), _joined(rows, found, tun.time_depth)
         lifts.append(({r.id: 1.0 for r in found}, tun.time_weight))
@@ -367,7 +366,7 @@ def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_se
     that reading was, recorded with the retrieval event. `read`: where the ranking reads (a read
     replica, app.kit.replicas); the retrieval event is written in `db`."""
     if body.instruction and interpreted is None:
-        body, interpreted = with_instruction(body)
+        body, interpreted = with_instruction(body, now=principal.view.as_of)
     qvec = qvec if qvec is not None else query_vector(embedder, body)
     results, info = (read or on(db))(lambda rdb: rank(
         rdb, principal, query=body.query, qvec=qvec, types=list(dict.fromkeys(body.types)),
@@ -381,20 +380,21 @@ def search(db: Session, principal: Principal, embedder, body: SearchIn, *, ef_se
 
 
 def read_instruction(instruction: str | None, query: str, filters: SearchFilters, *, settings=None,  # noqa: ANN001, ANN201
-                     resources=None):  # noqa: ANN001
-    """(query, filters, Interpreted | None) for a request's `instruction`; the LLM reads it only
-    when `settings.instruction_llm` is on (the gateway is not touched otherwise: it loads a model)."""
+                     resources=None, now=None):  # noqa: ANN001
+    """(query, filters, Interpreted | None) for a request's `instruction`, relative times read against
+    `now` (an as-of read's instant; None: the clock); the LLM reads it only when
+    `settings.instruction_llm` is on (the gateway is not touched otherwise: it loads a model)."""
     from app.search.instruction import apply
 
     use_llm = bool(instruction and settings is not None and settings.instruction_llm and resources is not None)
-    return apply(instruction, query, filters, gateway=resources.gateway if use_llm else None, use_llm=use_llm)
+    return apply(instruction, query, filters, gateway=resources.gateway if use_llm else None, use_llm=use_llm, now=now)
 
 
-def with_instruction(body, *, settings=None, resources=None):  # noqa: ANN001, ANN201
+def with_instruction(body, *, settings=None, resources=None, now=None):  # noqa: ANN001, ANN201
     """(body with the rewritten query and the instruction's filters merged in, Interpreted);
     the body unchanged and None without an instruction."""
     if not body.instruction:
         return body, None
     query, filters, interpreted = read_instruction(body.instruction, body.query, body.filters,
-                                                   settings=settings, resources=resources)
+                                                   settings=settings, resources=resources, now=now)
     return body.model_copy(update={"query": query, "filters": filters, "instruction": None}), interpreted

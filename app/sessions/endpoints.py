@@ -32,12 +32,13 @@ def context(body: ContextIn, request: Request, db: SessionDep, principal=require
     st = request.app.state
     principal = principal.at(body.as_of)  # retrieved memory as of then; a session's own state is today's
     session = service.get(db, principal, body.session_id) if body.session_id else None
+    # relative times ("last week") are read against an as-of read's instant, as they were meant then
+    ctx = {"settings": st.settings, "resources": st.resources, "now": body.as_of}
     if body.instruction and st.settings.instruction_llm:  # no pooled connection held while the LLM reads it
         with released(db, principal):
-            query, filters, interpreted = instructed(body.instruction, body.query, settings=st.settings,
-                                                     resources=st.resources)
+            query, filters, interpreted = instructed(body.instruction, body.query, **ctx)
     else:
-        query, filters, interpreted = instructed(body.instruction, body.query, settings=st.settings, resources=st.resources)
+        query, filters, interpreted = instructed(body.instruction, body.query, **ctx)
     qvec = embed_query(db, principal, st.resources.embedder, query)
     pinned = agent_pieces(db, principal, body.agent_id, qvec) if body.agent_id else []
     pinned += service.session_pieces(db, session) if session is not None else []
