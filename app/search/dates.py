@@ -23,13 +23,15 @@ UNIT = r"(hours?|days?|weeks?|months?|quarters?|years?)"
 # ("Friday, 23 January 2022", "Monday May 5"): NAMED_DATE
 YEAR = r"(?:, ?| )\d{4}"  # ", 2023", ",2023" or " 2023" after a day or month
 WEEKDAY = rf"(?:{'|'.join(WEEKDAYS)})"
-_DAY_FIRST = rf"(?:the )?\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{MON}(?:{YEAR})?"
-NAMED_DATE = rf"{WEEKDAY},? (?:the )?(?:{_DAY_FIRST}|{MON} \d{{1,2}}(?:st|nd|rd|th)?(?:{YEAR})?)"
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"  # a day of the month, "3" or "3rd"
+_ISO = r"\d{4}-\d{2}-\d{2}"
+_DAY_FIRST = rf"(?:the )?{_DAY} (?:of )?{MON}"  # "3 March", "the 3rd of March"
+_MONTH_DAY = rf"{MON} {_DAY}"  # "March 3"
+NAMED_DATE = rf"{WEEKDAY},? (?:{_DAY_FIRST}(?:{YEAR})?|(?:the )?{_MONTH_DAY}(?:{YEAR})?)"
 # a day with its month and year, read wherever it stands ("the receipt of January 23, 2022")
-FULL_DATE = (rf"(?:\d{{4}}-\d{{2}}-\d{{2}}|(?:the )?\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{MON}{YEAR}|"
-             rf"{MON} \d{{1,2}}(?:st|nd|rd|th)?{YEAR})")
-DATE = (rf"((?:\d{{4}}-\d{{2}}-\d{{2}})|(?:{NAMED_DATE})|(?:{_DAY_FIRST})|"
-         rf"(?:{MON}(?: \d{{1,2}}(?:st|nd|rd|th)?)?(?:{YEAR})?)|(?:last {WEEKDAY})|\d{{4}})")
+FULL_DATE = rf"(?:{_ISO}|{_DAY_FIRST}{YEAR}|{_MONTH_DAY}{YEAR})"
+DATE = (rf"((?:{_ISO})|(?:{NAMED_DATE})|(?:{_DAY_FIRST}(?:{YEAR})?)|"
+         rf"(?:{MON}(?: {_DAY})?(?:{YEAR})?)|(?:last {WEEKDAY})|\d{{4}})")
 # A weekday (or "the") in front of an explicit date adds nothing to it (the date names the day) and is
 # left out of what dateparser reads; a weekday that disagrees with its date cannot move it.
 _WEEKDAY_FIRST = re.compile(rf"^(?:{WEEKDAY},? )?(?:the )?(?=\d|{MON})")

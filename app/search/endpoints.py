@@ -17,7 +17,7 @@ def search(body: SearchIn, request: Request, db: SessionDep, principal=require("
     st = request.app.state
     principal = principal.at(body.as_of)
     # relative times ("last week") are read against an as-of read's instant, as they were meant then
-    ctx = {"settings": st.settings, "resources": st.resources, "now": body.as_of}
+    ctx = {"settings": st.settings, "resources": st.resources, "now": principal.view.as_of}
     if body.instruction and st.settings.instruction_llm:  # no pooled connection held while the LLM reads it
         with released(db, principal):
             body, interpreted = service.with_instruction(body, **ctx)

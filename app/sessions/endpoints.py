@@ -33,7 +33,7 @@ def context(body: ContextIn, request: Request, db: SessionDep, principal=require
     principal = principal.at(body.as_of)  # retrieved memory as of then; a session's own state is today's
     session = service.get(db, principal, body.session_id) if body.session_id else None
     # relative times ("last week") are read against an as-of read's instant, as they were meant then
-    ctx = {"settings": st.settings, "resources": st.resources, "now": body.as_of}
+    ctx = {"settings": st.settings, "resources": st.resources, "now": principal.view.as_of}
     if body.instruction and st.settings.instruction_llm:  # no pooled connection held while the LLM reads it
         with released(db, principal):
             query, filters, interpreted = instructed(body.instruction, body.query, **ctx)
