@@ -220,3 +220,17 @@ def test_scale_bench_tiny_global_layout(settings, embedder, tmp_path):
                               "AND tablename IN ('episodes', 'memories')")).scalar()
     eng.dispose()
     assert kinds == {"episodes": "r", "memories": "r"} and hnsw == 2
+
+
+def test_rewrite_pilot_reads_the_models_lines_and_merges_by_best_score():
+    """The pilot behind docs/decisions.md's "An LLM query rewrite": list marks, the question
+    itself, duplicates and empty lines are not queries; a rewrite's hit enters the top k only by
+    beating the question's own scores after its weight."""
+    from bench.locomo_bench.rewrite_pilot import merged, rewrites
+
+    raw = '1. Jon job\n- Jon job\nWhen did Jon lose his job?\n"Jon fired"\n\n2) Jon unemployed\nx\nJon hired'
+    assert rewrites(raw, "When did Jon lose his job?") == ["Jon job", "Jon fired", "Jon unemployed"]
+    base, runs = [("a", 0.9), ("b", 0.5)], [[("c", 0.8), ("b", 0.95)]]
+    assert merged(base, runs, 1.0, 2) == ["b", "a"]
+    assert merged(base, runs, 0.9, 3) == ["a", "b", "c"]  # b: max(0.5, 0.855); c: 0.72
+    assert merged(base, runs, 0.5, 2) == ["a", "b"]
