@@ -96,6 +96,28 @@ def _head(tree: Path) -> str:
     return ScriptDirectory.from_config(cfg).get_current_head()
 
 
+def ingested(reuse: bool):  # noqa: ANN201
+    """(conversations, settings, a key per conversation's user, {episode id: LoCoMo dia_id}) of the
+    ingested LoCoMo database, for the benches that ask it in one process (stages, rewrite_pilot)."""
+    from sqlalchemy import create_engine, text
+
+    from bench.locomo import load
+
+    convs = load()
+    s = _database(reuse, convs)
+    keys = locomo_keys(s, convs)
+    eng = create_engine(s.database_url)
+    with eng.connect() as c:
+        dia = {str(r[0]): r[1] for r in c.execute(text("SELECT id, metadata->>'dia_id' FROM episodes"))}
+    eng.dispose()
+    return convs, s, keys, dia
+
+
+def evidence_recall(q, handed: set) -> float:  # noqa: ANN001
+    """The share of a question's evidence turns (dia_ids) among those `handed` out."""
+    return sum(e in handed for e in q.evidence) / len(q.evidence)
+
+
 def locomo_keys(s, convs, *, create: bool = False) -> dict:  # noqa: ANN001
     """A fresh key for each conversation's user of the org `locomo` (`create`: the org and the users
     too, in an empty database)."""

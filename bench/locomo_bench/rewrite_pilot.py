@@ -61,13 +61,11 @@ def merged(base: list[tuple[str, float]], runs: list[list[tuple[str, float]]], w
 
 def main(argv: list[str] | None = None) -> dict:
     from fastapi.testclient import TestClient
-    from sqlalchemy import create_engine, text
 
     from app.config import Settings
     from app.main import create_app
     from bench.common import pct, write_result
-    from bench.locomo import load
-    from bench.locomo_bench.latency_ab import _database, locomo_keys
+    from bench.locomo_bench.latency_ab import evidence_recall, ingested
 
     ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.rewrite_pilot", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,13 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
 
-    convs = load()
-    s = _database(a.reuse, convs)
-    keys = locomo_keys(s, convs)
-    eng = create_engine(s.database_url)
-    with eng.connect() as c:
-        dia = {str(r[0]): r[1] for r in c.execute(text("SELECT id, metadata->>'dia_id' FROM episodes"))}
-    eng.dispose()
+    convs, s, keys, dia = ingested(a.reuse)
     cats = {int(x) for x in a.categories.split(",")}
     qs = [(c.sample_id, q) for c in convs for q in c.qa if q.category in cats]
     if a.questions:
@@ -111,10 +103,10 @@ def main(argv: list[str] | None = None) -> dict:
             produced += bool(subs)
             base = search(sid, q.question)
             runs = [search(sid, x) for x in subs]
-            lists = {"question": [i for i, _ in base]} | {f"merged w={w}": merged(base, runs, w) for w in WEIGHTS}
+            lists = {"question": [id_ for id_, _ in base]} | {f"merged w={w}": merged(base, runs, w) for w in WEIGHTS}
             for arm, ids in lists.items():
                 top = {dia.get(x) for x in ids}
-                rec[q.category][arm].append(sum(e in top for e in q.evidence) / len(q.evidence))
+                rec[q.category][arm].append(evidence_recall(q, top))
             if len(examples) < 12:
                 examples.append({"question": q.question, "rewrites": subs})
             if (i + 1) % 25 == 0:

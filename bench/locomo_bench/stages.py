@@ -38,14 +38,12 @@ VARIANTS = {  # label: (ranking changes, how the query's vector is had)
 
 def main(argv: list[str] | None = None) -> dict:
     from fastapi.testclient import TestClient
-    from sqlalchemy import create_engine, text
 
     import app.search.endpoints as endpoints
     from app.main import create_app
     from app.search import service
     from bench.common import pct, write_result
-    from bench.locomo import load
-    from bench.locomo_bench.latency_ab import _database, locomo_keys
+    from bench.locomo_bench.latency_ab import evidence_recall, ingested
 
     ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.stages", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,13 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
 
-    convs = load()
-    s = _database(a.reuse, convs)
-    keys = locomo_keys(s, convs)
-    eng = create_engine(s.database_url)
-    with eng.connect() as c:
-        dia = {str(r[0]): r[1] for r in c.execute(text("SELECT id, metadata->>'dia_id' FROM episodes"))}
-    eng.dispose()
+    convs, s, keys, dia = ingested(a.reuse)
     qs = [(c.sample_id, q) for c in convs for q in c.qa if q.category in (1, 2, 3, 4)]
     random.seed(1)
     picked = random.sample(qs, a.questions + 10)
@@ -87,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
                 raise RuntimeError(f"{variant}: {r.status_code} {r.text[:300]}")
             top = {dia.get(x["id"]) for x in r.json()["results"]}
             lat[variant].append(ms)
-            rec[variant].append(sum(e in top for e in q.evidence) / len(q.evidence))
+            rec[variant].append(evidence_recall(q, top))
 
         try:
             for sid, q in warm:  # the first requests load models and warm caches: not measured
