@@ -233,8 +233,12 @@ class MemscaleClient(BranchCalls, _Base):
     def get_job(self, job_id: Id) -> JSON:
         return self.request("GET", f"/v1/jobs/{job_id}")
 
+    def cancel_job(self, job_id: Id) -> JSON:
+        """Cancel a queued or running job; returns it (`cancelled`). 409 once it has finished."""
+        return self.request("POST", f"/v1/jobs/{job_id}/cancel")
+
     def wait_job(self, job_id: Id, timeout: float = 60, poll: float = 0.2) -> JSON:
-        """Poll until the job is `succeeded` or `failed` (returned as is); TimeoutError otherwise."""
+        """Poll until the job is `succeeded`, `failed` or `cancelled` (returned as is); TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
         while True:
             job = self.get_job(job_id)
@@ -366,6 +370,9 @@ class AsyncMemscaleClient(AsyncBranchCalls, _Base):
 
     async def get_job(self, job_id: Id) -> JSON:
         return await self.request("GET", f"/v1/jobs/{job_id}")
+
+    async def cancel_job(self, job_id: Id) -> JSON:
+        return await self.request("POST", f"/v1/jobs/{job_id}/cancel")
 
     async def wait_job(self, job_id: Id, timeout: float = 60, poll: float = 0.2) -> JSON:
         deadline = time.monotonic() + timeout

@@ -14,9 +14,9 @@ EpisodeKind = Literal["conversation", "trajectory", "feedback", "note"]
 MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
 Outcome = Literal["success", "failure", "unknown"]
 ItemType = Literal["memory", "episode", "chunk"]
-JobKind = Literal["bootstrap", "distill", "consolidate", "train_cartridge"]
+JobKind = Literal["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]  # app/jobs/params.PARAMS
 Role = Literal["user", "assistant", "tool"]
-TERMINAL_JOB_STATES = frozenset({"succeeded", "failed"})
+TERMINAL_JOB_STATES = frozenset({"succeeded", "failed", "cancelled"})
 
 
 class Access(TypedDict, total=False):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -150,8 +151,10 @@ def train(
     config: DistillConfig = DistillConfig(),
     checkpoint_dir: str | Path | None = None,
     progress: bool = True,
+    check: Callable[[], None] | None = None,
 ) -> dict:
-    """Optimise ``cartridge`` in place; resume from ``checkpoint_dir`` when it holds a checkpoint."""
+    """Optimise ``cartridge`` in place; resume from ``checkpoint_dir`` when it holds a checkpoint.
+    ``check`` is called before every step and may raise to abandon the run (a cancelled job)."""
     if not examples:
         raise ValueError("no distillation examples")
     freeze(model)
@@ -167,6 +170,8 @@ def train(
     bar = tqdm(total=config.steps, initial=step, desc=f"distill p={cartridge.p}",
                disable=not progress, leave=False)
     while step < config.steps:
+        if check is not None:
+            check()
         if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
             stopped_early = True
             break

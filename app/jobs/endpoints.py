@@ -23,6 +23,16 @@ def create_job(body: JobIn, request: Request, db: SessionDep, principal=require(
 
 @router.get("/{job_id}", response_model=JobOut)
 def get_job(job_id: uuid.UUID, db: SessionDep, principal=require("job", "read")):
-    j = service.get(db, principal, job_id)
+    return _out(service.get(db, principal, job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel_job(job_id: uuid.UUID, db: SessionDep, principal=require("job", "read")):
+    """Cancel a queued or running job (its creator, stewards, admins): a queued job never runs, a
+    running one stops at its next checkpoint (the batch in progress rolls back). Audited."""
+    return _out(service.cancel(db, principal, job_id))
+
+
+def _out(j) -> JobOut:  # noqa: ANN001
     return JobOut(id=j.id, kind=j.kind, status=j.status, progress=j.progress, stats=j.stats, error=j.error,
                   params=j.params, created_at=j.created_at, started_at=j.started_at, finished_at=j.finished_at)

@@ -13,9 +13,10 @@ from app.kit.base import Base, TenantMixin, branch_col, created_at_col, tenant_f
 class Job(TenantMixin, Base):
     __tablename__ = "jobs"
     __table_args__ = (
-        CheckConstraint("status IN ('queued','running','succeeded','failed')", name="status"),
+        CheckConstraint("status IN ('queued','running','succeeded','failed','cancelled')", name="status"),
         Index("ix_jobs_org_status", "org_id", "status"),
         Index("ix_jobs_queue", "status", "created_at"),
+        Index("ix_jobs_org_started", "org_id", "started_at"),  # the fair claim: when an org was last served
         Index("ix_jobs_slot", "org_id", "kind", "schedule_slot", unique=True),
         tenant_fk("branch_id", "branches"),
     )

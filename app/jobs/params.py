@@ -1,4 +1,9 @@
-"""Parameters of each job kind, validated at the API (422) and again by the pipeline."""
+"""Parameters of each job kind, validated at the API (422) and again by the pipeline.
+
+Every size is bounded so that one job cannot hold a shared worker for days (issue 41: a
+`train_cartridge` job with `steps: 100000`); the bounds and their reasons are in
+docs/security.md ("Jobs: bounds, cancellation, fair claiming"). Beyond them: 422.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,9 @@ from typing import Annotated
 from pydantic import StrictBool, Field
 
 from app.kit.schemas import AccessIn, NumberOnly, StrictModel
+
+
+MAX_TRAIN_STEPS = 2_000
 
 
 class BootstrapParams(AccessIn):
@@ -27,13 +35,19 @@ class DistillParams(StrictModel):
 class ConsolidateParams(StrictModel):
     duplicate_threshold: Annotated[float, Field(ge=0.5, le=1.0), NumberOnly] = 0.92
     conflict_threshold: Annotated[float, Field(ge=0.3, le=1.0), NumberOnly] = 0.75
-    ttl_days: Annotated[float, Field(gt=0), NumberOnly] | None = None
+    # Ten years: the longest retention rule a deployment keeps (invoices: 7 years); beyond it,
+    # leave the TTL unset. Unbounded, 1e300 days overflowed the job's date arithmetic.
+    ttl_days: Annotated[float, Field(gt=0, le=3653), NumberOnly] | None = None
 
 
 class TrainCartridgeParams(StrictModel):
-    asset_ids: list[uuid.UUID] = Field(default_factory=list, max_length=1000)
+    # One cartridge is one corpus the teacher reads whole: a few hundred documents at most.
+    asset_ids: list[uuid.UUID] = Field(default_factory=list, max_length=256)
+    # The Cartridges paper's largest prefixes (4,096 tokens: ~190 MB of fp32 KV for SmolLM2).
     p: Annotated[int, Field(ge=4, le=4096), NumberOnly] = 64
-    steps: Annotated[int, Field(ge=1, le=100_000), NumberOnly] = 40
+    # The paper's recipe trains for low thousands of steps on a GPU; on the CPU tier a step
+    # costs 15-35 s, so 2,000 is already the most a shared worker should give one job.
+    steps: Annotated[int, Field(ge=1, le=MAX_TRAIN_STEPS), NumberOnly] = 40
 
 
 class RetentionParams(StrictModel):

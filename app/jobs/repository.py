@@ -19,8 +19,11 @@ from app.kit.access import in_org
 
 
 def get(db: Session, org_id: uuid.UUID, job_id: uuid.UUID, *, for_update: bool = False) -> Job:
+    """`for_update`: locked, and read afresh even when the session already holds the row."""
     stmt = select(Job).where(Job.org_id == org_id, Job.id == job_id)
-    return db.execute(stmt.with_for_update() if for_update else stmt).scalar_one()
+    if for_update:
+        stmt = stmt.with_for_update().execution_options(populate_existing=True)
+    return db.execute(stmt).scalar_one()
 
 
 def get_in_org(db: Session, principal: Principal, job_id: uuid.UUID) -> Job | None:

@@ -4,6 +4,12 @@ A job runs as a sequence of short transactions (one per batch). Each batch write
 *and* the job's cursor/progress in the same transaction, so a worker killed at any point leaves
 either the whole batch or none of it; the next worker to claim the job (after the lease runs
 out) resumes from the cursor. Pipelines are plain functions `run(ctx, job) -> stats`.
+
+Cancellation (`POST /v1/jobs/{id}/cancel`) sets the job's status to `cancelled` under the row
+lock. Every checkpoint takes that lock too and raises `JobCancelled` when it finds the job
+cancelled, so the batch being written rolls back with it: a cancelled job leaves the batches it
+committed before the cancel (each one whole, with its watermark) and nothing after. Long steps
+without a batch (cartridge training) call `heartbeat()` between steps.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from app.kit.db import bind_principal, transaction
 from app.kit.view import MAIN, View
 
 log = logging.getLogger("memscale.jobs")
+
+
+class JobCancelled(Exception):
+    """Raised at a checkpoint or heartbeat of a job that was cancelled meanwhile."""
 
 # kind -> "module:function"; imported on first use so the API process stays light.
 PIPELINES: dict[str, str] = {
@@ -67,9 +77,19 @@ class JobContext:
             bind_principal(db, None, org_id=self.org_id, all_scopes=True, view=self.view)
             yield db
 
+    def _live(self, db: Session) -> Job:
+        """The job, locked to the commit; JobCancelled (rolling the caller's batch back) when it
+        was cancelled. The lock orders this against a cancel: either the batch commits first or
+        the cancel does, never both half-way."""
+        job = db.get(Job, (self.org_id, self.job_id), with_for_update=True, populate_existing=True)
+        if job.status == "cancelled":
+            raise JobCancelled(str(self.job_id))
+        return job
+
     def checkpoint(self, db: Session, *, progress: float, stats: dict, cursor: dict | None = None) -> None:
-        """Record progress in the caller's transaction (with the batch it describes); renew the lease."""
-        job = db.get(Job, (self.org_id, self.job_id))
+        """Record progress in the caller's transaction (with the batch it describes); renew the
+        lease. Raises JobCancelled (the caller's transaction rolls back) once the job is cancelled."""
+        job = self._live(db)
         job.progress = max(0.0, min(1.0, progress))
         job.stats = dict(stats)
         if cursor is not None:
@@ -78,6 +98,12 @@ class JobContext:
         db.flush()
         if self.on_progress:
             self.on_progress(job.progress, job.stats)
+
+    def heartbeat(self) -> None:
+        """Between the steps of long work outside a batch: renew the lease, or raise JobCancelled."""
+        with self.tx() as db:
+            job = self._live(db)
+            job.locked_until = datetime.now(timezone.utc) + timedelta(seconds=self.lease_s)
 
 
 @dataclass
@@ -113,9 +139,12 @@ def _pipeline(kind: str) -> Callable[[JobContext, Job], dict]:
 
 
 def run_job(ctx: JobContext) -> Job:
-    """Run (or resume) one claimed job to the end; failures are recorded, never raised."""
+    """Run (or resume) one claimed job to the end; failures are recorded, never raised. A job
+    cancelled before or while it runs stays `cancelled` (the cancel was audited when it was made)."""
     with ctx.tx() as db:
         job = repo.get(db, ctx.org_id, ctx.job_id)
+        if job.status == "cancelled":
+            return job
         kind = job.kind
         ctx.view = branches.view_by_id(db, ctx.org_id, job.branch_id)
         if job.attempts > MAX_ATTEMPTS:
@@ -124,12 +153,16 @@ def run_job(ctx: JobContext) -> Job:
     try:
         stats = _pipeline(kind)(ctx, job)
         error = None
+    except JobCancelled:
+        log.info("job %s cancelled", ctx.job_id)
+        stats, error = None, None
     except Exception as exc:  # a job never crashes the worker; the reason is recorded
         log.exception("job %s failed", ctx.job_id)
         stats, error = None, f"{type(exc).__name__}: {exc}"[:2000]
     with ctx.tx() as db:
         job = repo.get(db, ctx.org_id, ctx.job_id, for_update=True)
-        jobs_service.finish(db, job, stats=stats if stats is not None else job.stats, error=error)
+        if job.status != "cancelled":  # a cancel after the last checkpoint still wins: the caller was told so
+            jobs_service.finish(db, job, stats=stats if stats is not None else job.stats, error=error)
         job.locked_by = None
         job.locked_until = None
     return job

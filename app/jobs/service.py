@@ -13,10 +13,11 @@ from app.jobs import repository as repo
 from app.jobs.models import Job
 from app.jobs.params import PARAMS
 from app.kit.db import view_of
-from app.kit.errors import AppError, Forbidden, NotFound
+from app.kit.errors import AppError, Conflict, Forbidden, NotFound
 
 
 BRANCHABLE = ("distill", "consolidate", "bootstrap")  # pipelines that can run in a branch (app/kit/view.py)
+CANCELLABLE = ("queued", "running")
 
 
 def create(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, kind: str, params: dict,
@@ -60,6 +61,27 @@ def get(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
     # Jobs carry stats about the org's data; members see only their own, stewards/admins/auditors all.
     if job is None or (job.created_by != principal.user_id and not principal.has_role("steward", "admin", "auditor")):
         raise NotFound("job not found")
+    return job
+
+
+def cancel(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
+    """Cancel a queued or running job: its creator, stewards and admins may (another org's job, or
+    a job the caller may not see, is a 404; an auditor who may see it, 403; a finished one, 409).
+    A queued job is never claimed; a running one stops at its next checkpoint, whose batch rolls
+    back (app/jobs/runner.py). Audited as `job.cancel`."""
+    get(db, principal, job_id)  # 404 rules first
+    job = repo.get(db, principal.org_id, job_id, for_update=True)  # ordered against a worker's checkpoint
+    if job.created_by != principal.user_id and not principal.has_role("steward", "admin"):
+        raise Forbidden("only the job's creator, stewards and admins may cancel it")
+    if job.status not in CANCELLABLE:
+        raise Conflict(f"the job has already {job.status}", code="job_finished")
+    was = job.status
+    job.status = "cancelled"
+    job.finished_at = datetime.now(timezone.utc)
+    job.locked_until = None
+    db.flush()
+    record(db, org_id=job.org_id, actor_id=principal.user_id, action="job.cancel", target_type="job",
+           target_id=job.id, details={"kind": job.kind, "was": was})
     return job
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -103,8 +104,12 @@ def train_cartridge(
     model_id: str = LOCAL_MODEL_ID,
     data_dir: str | Path = ".memscale",
     progress: bool = True,
+    check: Callable[[], None] | None = None,
 ) -> tuple[Path, dict]:
     """Self-study + context distillation over ``corpus_texts``; returns (cartridge path, stats).
+
+    ``check`` is called after self-study and before every distillation step; it may raise to
+    abandon the run (a cancelled job), leaving only files under ``out_dir``.
 
     ``content_hashes`` identify the source assets and are stored in the cartridge metadata.
     ``model``/``tokenizer`` default to the bundled local model loaded from ``data_dir``.
@@ -120,6 +125,8 @@ def train_cartridge(
     examples, ss_stats, n_cloze = training_examples(model, tokenizer, corpus_texts, out, config.selfstudy,
                                                     cloze=config.cloze, model_id=model_id, progress=progress)
     t1 = time.perf_counter()
+    if check is not None:
+        check()
     cart = initial_cartridge(model, tokenizer, corpus_texts, p, model_id=model_id,
                              content_hashes=list(content_hashes), init=config.init,
                              frozen_tokens=config.frozen_tokens)
@@ -127,7 +134,7 @@ def train_cartridge(
     loss_before = evaluate_loss(model, cart.as_prefix_kv(), probe)
     distill_cfg = replace(config.distill, steps=steps)
     train_stats = train(model, cart, examples, distill_cfg, checkpoint_dir=out / "checkpoints",
-                        progress=progress)
+                        progress=progress, check=check)
     stats = {
         "model_id": model_id,
         "p": p,

@@ -1,0 +1,67 @@
+"""jobs can be cancelled; workers claim fairly across orgs
+
+Issue 41: a steward's long job held the shared worker while another org's job stayed queued,
+and nothing could stop it.
+
+- `jobs.status` gains `cancelled` (`POST /v1/jobs/{id}/cancel`): a cancelled job is never
+  claimed again, and a running one stops at its next checkpoint (app/jobs/runner.py).
+- `memscale_claim_job` orders the claimable jobs by (1) how many jobs their org is running now
+  (live leases), (2) when the org last had a job started (never first: the org served least
+  recently goes next), (3) age. A free worker therefore takes another org's queued job before the
+  next job of an org that already holds one, and even a single worker alternates between orgs
+  instead of draining one org's backlog first. `ix_jobs_org_started` keeps (2) an index probe.
+
+Revision ID: 0022
+Revises: 0020
+"""
+from alembic import op
+
+revision = "0022"
+down_revision = "0020"
+branch_labels = None
+depends_on = None
+
+SIGNATURE = "memscale_claim_job(text, int, text[], uuid[])"
+
+CLAIM = """
+CREATE FUNCTION memscale_claim_job(p_worker text, p_lease_s int, p_kinds text[], p_orgs uuid[] DEFAULT NULL)
+  RETURNS TABLE(id uuid, org_id uuid, kind text)
+  LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public AS $$
+  UPDATE jobs SET status = 'running', locked_by = p_worker, attempts = jobs.attempts + 1,
+         locked_until = now() + make_interval(secs => p_lease_s), started_at = coalesce(jobs.started_at, now())
+   WHERE jobs.id = (SELECT j.id FROM jobs j
+                     WHERE j.kind = ANY(p_kinds)
+                       AND (p_orgs IS NULL OR j.org_id = ANY(p_orgs))
+                       AND (j.status = 'queued' OR (j.status = 'running' AND j.locked_until < now()))
+                     ORDER BY {order}
+                     FOR UPDATE OF j SKIP LOCKED LIMIT 1)
+  RETURNING jobs.id, jobs.org_id, jobs.kind $$"""
+
+FAIR = """(SELECT count(*) FROM jobs r WHERE r.org_id = j.org_id AND r.status = 'running'
+                                AND r.locked_until >= now()),
+                              (SELECT max(s.started_at) FROM jobs s WHERE s.org_id = j.org_id) NULLS FIRST,
+                              j.created_at"""
+
+
+def _swap(create: str) -> None:
+    op.execute(f"DROP FUNCTION IF EXISTS {SIGNATURE}")
+    op.execute(create)
+    op.execute(f"REVOKE ALL ON FUNCTION {SIGNATURE} FROM PUBLIC")
+    op.execute(f"GRANT EXECUTE ON FUNCTION {SIGNATURE} TO memscale_app")
+
+
+def _status(allowed: str) -> None:
+    op.execute(f"ALTER TABLE jobs DROP CONSTRAINT ck_jobs_status, ADD CONSTRAINT ck_jobs_status CHECK (status IN ({allowed}))")
+
+
+def upgrade() -> None:
+    _status("'queued','running','succeeded','failed','cancelled'")
+    op.create_index("ix_jobs_org_started", "jobs", ["org_id", "started_at"], unique=False)
+    _swap(CLAIM.format(order=FAIR))
+
+
+def downgrade() -> None:
+    _swap(CLAIM.format(order="j.created_at"))
+    op.drop_index("ix_jobs_org_started", table_name="jobs")
+    op.execute("UPDATE jobs SET status = 'failed', error = coalesce(error, 'cancelled') WHERE status = 'cancelled'")
+    _status("'queued','running','succeeded','failed'")
