@@ -355,11 +355,13 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
 
     import uvicorn
 
+    from app.kit.limits import proxy_options
     from app.kit.migrate import upgrade
     from app.kit.pg import admin_url, install_sigterm_handler
     from app.main import create_app
 
     settings = Settings()
+    proxies = proxy_options(settings.trusted_proxies)  # forwarded headers from these proxies only
     install_sigterm_handler()
     admin_url(settings)  # start (and hold) the embedded server for this process's lifetime
     upgrade(settings, "head")
@@ -368,10 +370,11 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     click.echo("create a key: memscale admin create-org ACME && memscale admin create-user --org ACME alice "
                "&& memscale admin create-key --org ACME --user alice", err=True)
     if workers == 1:
-        uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="warning")
+        uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="warning",
+                    **proxies)
         return
     # Each worker is its own process that builds its app from the environment (Settings()); the
     # per-key budgets must then live in PostgreSQL, or each process would grant the whole budget.
     os.environ.setdefault("MEMSCALE_RATE_LIMIT_BACKEND", "postgres")
     uvicorn.run("app.main:create_app", factory=True, workers=workers, host=host or settings.host,
-                port=port or settings.port, log_level="warning")
+                port=port or settings.port, log_level="warning", **proxies)

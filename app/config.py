@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -81,6 +82,28 @@ class Settings(BaseSettings):
 
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     log_level: str = "INFO"
+
+    # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto the server believes (addresses or
+    # CIDRs, comma-separated or a JSON list); none by default, so the client address that the
+    # failed-key limit counts is the connection's own (issue 41: uvicorn trusted loopback, and a
+    # rotating header escaped the limit). `memscale serve` hands this list to uvicorn.
+    trusted_proxies: Annotated[list[str], NoDecode] = []
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxy_list(cls, value):  # noqa: ANN001, ANN206
+        import ipaddress
+        import json
+
+        if isinstance(value, str):
+            value = json.loads(value) if value.strip().startswith("[") else [v for v in value.split(",") if v.strip()]
+        out = []
+        for v in value:
+            try:  # an address or a network; never a host name or "*" (trusting every client is no limit)
+                out.append(str(ipaddress.ip_network(str(v).strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"MEMSCALE_TRUSTED_PROXIES: {v!r} is not an IP address or CIDR") from None
+        return out
 
     def audit_secret(self) -> bytes:
         """Seals audit events (app/audit/service.py); held by the service, never by the database."""

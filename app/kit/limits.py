@@ -1,4 +1,5 @@
-"""Body size limit (ASGI middleware, counts streamed bytes too) and a per-key rate limiter."""
+"""Body size limit (ASGI middleware, counts streamed bytes too), a per-key rate limiter, and
+which forwarded headers the server believes (the client address the failed-key limit counts)."""
 
 from __future__ import annotations
 
@@ -131,3 +132,13 @@ def make_limiters(settings, engine) -> dict:  # noqa: ANN001
     return {"rate_limiter": one("rate", settings.rate_limit_per_minute),
             "ingest_limiter": one("ingest", settings.ingest_items_per_minute),
             "auth_failures": one("authfail", settings.auth_failures_per_minute)}
+
+
+def proxy_options(trusted_proxies: list[str]) -> dict:
+    """uvicorn's options for `MEMSCALE_TRUSTED_PROXIES`: forwarded headers are read only from a
+    connection whose address is listed (then the client is the right-most address of
+    X-Forwarded-For that is not itself a listed proxy); with none listed they are never read, not
+    even from loopback (uvicorn's default trusts 127.0.0.1, or $FORWARDED_ALLOW_IPS)."""
+    if not trusted_proxies:
+        return {"proxy_headers": False, "forwarded_allow_ips": ""}
+    return {"proxy_headers": True, "forwarded_allow_ips": list(trusted_proxies)}
