@@ -1,4 +1,5 @@
-"""The compliance page in a real headless Chromium: it loads a seeded item's lineage graph."""
+"""The compliance page in a real headless Chromium: it loads a seeded item's lineage graph, under
+a CSP without 'unsafe-inline' (issue 41): the script and styles are files of the same router."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def test_lineage_page_renders_the_graph(base_url, client, world, tmp_path):
     dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p1'}", "--dump-dom", url],
                          capture_output=True, text=True, timeout=120).stdout
     assert 'data-nodes="3"' in dom and 'data-edges="2"' in dom, dom[-2000:]
+    # The graph was drawn by the page's script under the strict CSP (the page has no inline script).
+    assert '<script src="/ui/lineage.js" defer=""></script>' in dom and "<style" not in dom
     ids = set(re.findall(r'class="node" data-key="[^"]+" data-type="\w+" data-id="([0-9a-f-]+)"', dom))
     assert ids == {m, e1, e2}
     assert re.search(rf'data-id="{m}" data-visibility="private"', dom) and re.search(rf'data-id="{e1}" data-visibility="org"', dom)
@@ -55,3 +58,21 @@ def test_lineage_page_renders_the_graph(base_url, client, world, tmp_path):
     subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p2'}", "--window-size=1280,800",
                     f"--screenshot={shot}", url], capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_the_page_allows_no_inline_script_or_style(client):
+    page = client.get("/ui/")
+    csp = page.headers["content-security-policy"]
+    assert page.status_code == 200 and "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
+    assert directives["script-src"] == "'self'" and directives["style-src"] == "'self'"
+    assert directives["default-src"] == "'none'" and directives["frame-ancestors"] == "'none'"
+    html = page.text
+    # Nothing inline for the CSP to have to allow: scripts only by src, no <style>, no style=, no on*=.
+    assert re.findall(r"<script[^>]*>", html) == ['<script src="/ui/lineage.js" defer>']
+    assert "<style" not in html and "style=" not in html and not re.search(r"\son\w+=", html)
+    for path, kind in (("/ui/lineage.js", "text/javascript"), ("/ui/lineage.css", "text/css")):
+        r = client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith(kind) and r.text
+        assert r.headers["x-content-type-options"] == "nosniff"
+    assert "innerHTML" not in client.get("/ui/lineage.js").text  # the SVG is built node by node
