@@ -23,24 +23,41 @@ depends_on = None
 
 SIGNATURE = "memscale_claim_job(text, int, text[], uuid[])"
 
-CLAIM = """
+CLAIMABLE = ("{t}.kind = ANY(p_kinds) AND (p_orgs IS NULL OR {t}.org_id = ANY(p_orgs)) "
+             "AND ({t}.status = 'queued' OR ({t}.status = 'running' AND {t}.locked_until < now()))")
+
+# Each org's load is computed once per claim (not once per queued job): its running jobs (live
+# leases) and when it was last served; then the claimable job of the least loaded, least
+# recently served org, oldest first, skipping jobs another worker is claiming right now.
+FAIR = f"""
 CREATE FUNCTION memscale_claim_job(p_worker text, p_lease_s int, p_kinds text[], p_orgs uuid[] DEFAULT NULL)
   RETURNS TABLE(id uuid, org_id uuid, kind text)
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public AS $$
   UPDATE jobs SET status = 'running', locked_by = p_worker, attempts = jobs.attempts + 1,
          locked_until = now() + make_interval(secs => p_lease_s), started_at = coalesce(jobs.started_at, now())
-   WHERE jobs.id = (SELECT j.id FROM jobs j
-                     WHERE j.kind = ANY(p_kinds)
-                       AND (p_orgs IS NULL OR j.org_id = ANY(p_orgs))
-                       AND (j.status = 'queued' OR (j.status = 'running' AND j.locked_until < now()))
-                     ORDER BY {order}
-                     FOR UPDATE OF j SKIP LOCKED LIMIT 1)
+   WHERE jobs.id = (
+     WITH load AS MATERIALIZED (  -- once per org, not once per queued job (the planner would inline it)
+       SELECT o.org_id,
+              (SELECT count(*) FROM jobs r WHERE r.org_id = o.org_id AND r.status = 'running'
+                  AND r.locked_until >= now()) AS running,
+              (SELECT max(s.started_at) FROM jobs s WHERE s.org_id = o.org_id) AS served
+         FROM (SELECT DISTINCT c.org_id FROM jobs c WHERE {CLAIMABLE.format(t="c")}) o)
+     SELECT j.id FROM jobs j JOIN load ON load.org_id = j.org_id
+      WHERE {CLAIMABLE.format(t="j")}
+      ORDER BY load.running, load.served NULLS FIRST, j.created_at
+      FOR UPDATE OF j SKIP LOCKED LIMIT 1)
   RETURNING jobs.id, jobs.org_id, jobs.kind $$"""
 
-FAIR = """(SELECT count(*) FROM jobs r WHERE r.org_id = j.org_id AND r.status = 'running'
-                                AND r.locked_until >= now()),
-                              (SELECT max(s.started_at) FROM jobs s WHERE s.org_id = j.org_id) NULLS FIRST,
-                              j.created_at"""
+# Revision 0007's function (oldest first), for the downgrade.
+OLDEST_FIRST = f"""
+CREATE FUNCTION memscale_claim_job(p_worker text, p_lease_s int, p_kinds text[], p_orgs uuid[] DEFAULT NULL)
+  RETURNS TABLE(id uuid, org_id uuid, kind text)
+  LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = public AS $$
+  UPDATE jobs SET status = 'running', locked_by = p_worker, attempts = jobs.attempts + 1,
+         locked_until = now() + make_interval(secs => p_lease_s), started_at = coalesce(jobs.started_at, now())
+   WHERE jobs.id = (SELECT j.id FROM jobs j WHERE {CLAIMABLE.format(t="j")}
+                     ORDER BY j.created_at FOR UPDATE SKIP LOCKED LIMIT 1)
+  RETURNING jobs.id, jobs.org_id, jobs.kind $$"""
 
 
 def _swap(create: str) -> None:
@@ -57,11 +74,11 @@ def _status(allowed: str) -> None:
 def upgrade() -> None:
     _status("'queued','running','succeeded','failed','cancelled'")
     op.create_index("ix_jobs_org_started", "jobs", ["org_id", "started_at"], unique=False)
-    _swap(CLAIM.format(order=FAIR))
+    _swap(FAIR)
 
 
 def downgrade() -> None:
-    _swap(CLAIM.format(order="j.created_at"))
+    _swap(OLDEST_FIRST)
     op.drop_index("ix_jobs_org_started", table_name="jobs")
     op.execute("UPDATE jobs SET status = 'failed', error = coalesce(error, 'cancelled') WHERE status = 'cancelled'")
     _status("'queued','running','succeeded','failed'")
