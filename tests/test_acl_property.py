@@ -126,10 +126,13 @@ class ACLMachine(RuleBasedStateMachine):
             assert r.status_code in (202, 403, 404), r.text
         COUNTS["steps"] += 1
 
-    @rule(who=st.integers(0, 7), pick=st.integers(0, 10_000))
-    def delete_memory(self, who, pick):
-        """DELETE of any memory of the actor's org: what was derived from it must follow."""
-        ids = self._ids("memories", self.actors[who].org_id)
+    @rule(who=st.integers(0, 7), pick=st.integers(0, 10_000), a_source=st.booleans())
+    def delete_memory(self, who, pick, a_source):
+        """DELETE of a memory of the actor's org (`a_source`: one something was derived from, when
+        there is one): what was derived from it must follow."""
+        org = self.actors[who].org_id
+        sources = "id IN (SELECT to_id FROM lineage_edges WHERE to_type = 'memory' AND relation = 'distilled_from')"
+        ids = (a_source and self._ids("memories", org, sources)) or self._ids("memories", org)
         if ids:
             r = self.client.delete(f"/v1/memories/{ids[pick % len(ids)]}", headers=self.actors[who].h)
             assert r.status_code in (204, 403, 404), r.text
