@@ -83,18 +83,21 @@ class ACLMachine(RuleBasedStateMachine):
         assert r.status_code in (201, 403), r.text
         COUNTS["steps"] += 1
 
-    @rule(who=st.integers(0, 7), pick=st.integers(0, 10_000), content=sentence)
-    def derive_memory(self, who, pick, content):
-        """A private memory derived from an episode the actor can see (often someone else's)."""
+    @rule(who=st.integers(0, 7), pick=st.integers(0, 10_000), content=sentence,
+          kind=st.sampled_from(["episode", "memory"]))
+    def derive_memory(self, who, pick, content, kind):
+        """A private memory derived from an episode or a memory the actor can see (often someone
+        else's; a memory may itself be derived, so deletions must cascade through chains)."""
         a = self.actors[who]
         p = self.principals[a.user_id]
-        seen = [i for i, (t, r) in sorted(self._truth().items()) if t == "episode" and r.org_id == a.org_id
+        seen = [(i, r) for i, (t, r) in sorted(self._truth().items()) if t == kind and r.org_id == a.org_id
                 and can_see(p, org_id=r.org_id, owner_id=r.owner_id, visibility=r.visibility, groups=r.groups,
                             labels=r.labels)]
         if seen:
+            i, src = seen[pick % len(seen)]
             r = self.client.post("/v1/memories", json={"text": content, "kind": "fact", "visibility": "private",
-                                                       "sources": [{"type": "episode", "id": seen[pick % len(seen)]}]},
-                                 headers=a.h)
+                                                       "labels": list(src.labels),
+                                                       "sources": [{"type": kind, "id": i}]}, headers=a.h)
             assert r.status_code in (201, 403, 422), r.text
         COUNTS["steps"] += 1
 
@@ -121,6 +124,18 @@ class ACLMachine(RuleBasedStateMachine):
         if ids:
             r = self.client.delete(f"/v1/episodes/{ids[pick % len(ids)]}", headers=self.actors[who].h)
             assert r.status_code in (202, 403, 404), r.text
+        COUNTS["steps"] += 1
+
+    @rule(who=st.integers(0, 7), pick=st.integers(0, 10_000), a_source=st.booleans())
+    def delete_memory(self, who, pick, a_source):
+        """DELETE of a memory of the actor's org (`a_source`: one something was derived from, when
+        there is one): what was derived from it must follow."""
+        org = self.actors[who].org_id
+        sources = "id IN (SELECT to_id FROM lineage_edges WHERE to_type = 'memory' AND relation = 'distilled_from')"
+        ids = (a_source and self._ids("memories", org, sources)) or self._ids("memories", org)
+        if ids:
+            r = self.client.delete(f"/v1/memories/{ids[pick % len(ids)]}", headers=self.actors[who].h)
+            assert r.status_code in (204, 403, 404), r.text
         COUNTS["steps"] += 1
 
     @rule(org=st.integers(0, 1))
@@ -217,14 +232,19 @@ class ACLMachine(RuleBasedStateMachine):
     @invariant()
     def nothing_derived_outlives_its_sources(self):
         """A memory root derived from sources keeps at least one of them; once they are all gone,
-        so is the memory (whoever deleted them, whoever owned the memory)."""
+        so is the memory (whoever deleted them, whoever owned the memory), whatever their type:
+        episode, memory (a version, itself perhaps derived), chunk or asset."""
         if not hasattr(self, "actors"):
             return
         with self.admin_engine.connect() as c:
             rows = c.execute(text(
-                "SELECT m.root_id, bool_or(e.id IS NOT NULL) AS alive FROM memories m "
-                "JOIN lineage_edges l ON l.from_id = m.id AND l.from_type = 'memory' AND l.to_type = 'episode' "
-                "AND l.relation IN ('distilled_from', 'summarised_from') LEFT JOIN episodes e ON e.id = l.to_id "
+                "SELECT m.root_id, bool_or(coalesce(e.id, s.id, k.id, a.id) IS NOT NULL) AS alive FROM memories m "
+                "JOIN lineage_edges l ON l.from_id = m.id AND l.from_type = 'memory' "
+                "AND l.relation IN ('distilled_from', 'summarised_from') "
+                "LEFT JOIN episodes e ON l.to_type = 'episode' AND e.id = l.to_id "
+                "LEFT JOIN memories s ON l.to_type = 'memory' AND s.id = l.to_id "
+                "LEFT JOIN chunks k ON l.to_type = 'chunk' AND k.id = l.to_id "
+                "LEFT JOIN knowledge_assets a ON l.to_type = 'asset' AND a.id = l.to_id "
                 "WHERE m.org_id = ANY(:o) GROUP BY m.root_id"), {"o": list({a.org_id for a in self.actors})}).all()
         for r in rows:
             if not r.alive:

@@ -136,7 +136,8 @@ def delete(db: Session, principal: Principal, episode_id: uuid.UUID) -> uuid.UUI
     assert_may_modify(principal, ep, "episode")
     job = jobs.run_now(db, principal, kind="delete_episode", params={"episode_id": str(episode_id)},
                        work=lambda job_id: forget_episode(db, org_id=principal.org_id, episode_id=episode_id,
-                                                          actor_id=principal.user_id, job_id=job_id))
+                                                          actor_id=principal.user_id, job_id=job_id,
+                                                          viewer=principal))
     return job.id
 
 

@@ -181,3 +181,8 @@ def visible_asset(db: Session, principal, asset_id: uuid.UUID):  # noqa: ANN001,
 
     return db.execute(select(KnowledgeAsset).where(KnowledgeAsset.id == asset_id,
                                                    visible_to(principal, KnowledgeAsset))).scalar_one_or_none()
+
+
+def chunk_ids_of_assets(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """The chunks of these assets (memories derived from them follow the assets' deletion)."""
+    return list(db.execute(select(Chunk.id).where(Chunk.org_id == org_id, Chunk.asset_id.in_(asset_ids))).scalars())

@@ -21,6 +21,7 @@ from app.kit.scope import Scope
 from app.knowledge import repository as repo
 from app.knowledge.models import Chunk, KnowledgeAsset, KnowledgeNode
 from app.lineage.service import add_edge
+from app.memories import service as memories
 from app.kit.text import sha256
 
 
@@ -50,10 +51,12 @@ def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUI
                                branch_id=branch)
         db.add(asset)
         db.flush()
-        outcome, old_chunks = ("created" if existing is None else "updated"), []
+        outcome, old_chunks, derived = ("created" if existing is None else "updated"), [], None
     else:
         asset = existing
         old_chunks = repo.delete_chunks(db, org_id, asset.id)
+        # Memories derived from the replaced chunks follow the deletion cascade (app/memories/cascade.py).
+        derived = memories.forget_sources(db, org_id, [("chunk", old_chunks)], removed_source=asset.id)
         asset.content_hash, asset.title, asset.metadata_ = item.content_hash, item.title, item.metadata
         asset.status, asset.updated_at = "active", now
         outcome = "updated"
@@ -70,7 +73,7 @@ def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUI
                  relation="chunk_of", job_id=job_id)
     record(db, org_id=org_id, actor_id=None, action=f"asset.{outcome}", target_type="asset", target_id=asset.id,
            details={"uri": item.uri, "chunks": len(rows), "replaced_chunks": [str(c) for c in old_chunks],
-                    "job_id": str(job_id) if job_id else None})
+                    "job_id": str(job_id) if job_id else None, **(derived.audit() if derived else {})})
     return outcome, asset
 
 
@@ -100,15 +103,19 @@ def live_table_columns(db: Session, org_id: uuid.UUID) -> dict[str, set[str]]:
 
 
 def forget_owner(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> dict:
-    """Right to be forgotten: the user's assets (with their chunks) are removed and cartridges
-    trained on them are erased. Returns counts, `chunk_hashes`, whose KV the inference tier should
-    drop, and `cartridge_ids`, whose files go, once this transaction has committed."""
+    """Right to be forgotten: the user's assets (with their chunks) are removed, cartridges trained
+    on them are erased, and memories derived from them or their chunks follow the deletion cascade
+    (`derived`: app.memories.cascade.Reached). Returns counts, `chunk_hashes`, whose KV the
+    inference tier should drop, and `cartridge_ids`, whose files go, once this transaction has committed."""
     owned = repo.owned_assets(db, org_id, owner_id)
     ids = [i for i, _ in owned]
     erased = erase_cartridges(db, org_id, ids, reason="source assets erased")
     hashes = repo.chunk_hashes_of_assets(db, org_id, ids) if owned else []
-    return {"cartridges_erased": len(erased), "assets_removed": repo.delete_owned_by(db, org_id, owner_id),
-            "asset_hashes": len(owned), "chunk_hashes": hashes, "cartridge_ids": erased}
+    chunks = repo.chunk_ids_of_assets(db, org_id, ids) if owned else []
+    removed = repo.delete_owned_by(db, org_id, owner_id)
+    derived = memories.forget_sources(db, org_id, [("asset", ids), ("chunk", chunks)], removed_source=owner_id)
+    return {"cartridges_erased": len(erased), "assets_removed": removed, "asset_hashes": len(owned),
+            "chunk_hashes": hashes, "cartridge_ids": erased, "derived": derived}
 
 
 def replace_nodes(db: Session, asset: KnowledgeAsset, nodes: list[dict]) -> None:

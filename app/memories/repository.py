@@ -157,3 +157,42 @@ def nearest_active(db: Session, org_id: uuid.UUID, *, owner_id: uuid.UUID, visib
 def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
     return len(db.execute(delete(Memory).where(Memory.org_id == org_id, Memory.owner_id == owner_id)
                           .returning(Memory.id)).all())
+
+
+# --- the deletion cascade (app/memories/cascade.py): run under `every_scope`, ids and scopes only ---
+
+def versions_of_roots(db: Session, org_id: uuid.UUID, roots: list[uuid.UUID]) -> list:
+    """Every version of these roots, locked: (id, root_id and its scope), never content."""
+    if not roots:
+        return []
+    return db.execute(select(Memory.id, Memory.root_id, Memory.org_id, Memory.owner_id, Memory.visibility,
+                             Memory.groups, Memory.labels).where(Memory.org_id == org_id, Memory.root_id.in_(roots))
+                      .with_for_update()).all()
+
+
+def version_ids_in_view(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list[uuid.UUID]:
+    """The versions of a root that the transaction's view holds (in a branch: main's too)."""
+    return list(db.execute(select(Memory.id).where(Memory.org_id == org_id, Memory.root_id == root_id,
+                                                   in_view(view_of(db), Memory))).scalars())
+
+
+def content_sources(db: Session, org_id: uuid.UUID, roots: list[uuid.UUID]) -> list:
+    """(root, source type, source id) of every content-source edge of every version of `roots`."""
+    if not roots:
+        return []
+    return db.execute(select(Memory.root_id, LineageEdge.to_type, LineageEdge.to_id).join(
+        LineageEdge, and_(LineageEdge.org_id == Memory.org_id, LineageEdge.from_type == "memory",
+                          LineageEdge.from_id == Memory.id, LineageEdge.relation.in_(DERIVING))).where(
+        Memory.org_id == org_id, Memory.root_id.in_(roots))).all()
+
+
+def existing(db: Session, org_id: uuid.UUID, type_: str, ids) -> set[uuid.UUID]:  # noqa: ANN001
+    """Which of `ids` (items of a source type) still exist in the org."""
+    model = model_of(type_)
+    return set(db.execute(select(model.id).where(model.org_id == org_id, model.id.in_(list(ids)))).scalars())
+
+
+def delete_owned_by_returning(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list:
+    """Delete every version the user owns: (id and its scope) of each, for the cascade that follows."""
+    return db.execute(delete(Memory).where(Memory.org_id == org_id, Memory.owner_id == owner_id).returning(
+        Memory.id, Memory.org_id, Memory.owner_id, Memory.visibility, Memory.groups, Memory.labels)).all()

@@ -23,7 +23,7 @@ from app.kit.repository_view import add_mask, status_in
 from app.kit.view import View
 from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
-from app.memories import repository as repo
+from app.memories import cascade, repository as repo
 from app.memories.models import AGENT_KINDS, Memory
 from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPatch
 
@@ -206,20 +206,20 @@ def _remove(db: Session, principal: Principal, m: Memory | None) -> None:
     if m is None:
         raise NotFound("memory not found")
     _may_modify(principal, m)
-    ids = _delete_root(db, m.org_id, m.root_id)
+    ids = _delete_root(db, m.org_id, m.root_id, actor_id=principal.user_id)
     record(db, org_id=m.org_id, actor_id=principal.user_id, action="memory.delete", target_type="memory",
            target_id=m.id, details={"versions_removed": [str(i) for i in ids]})
 
 
-def _delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list[uuid.UUID]:
-    """Every version of a memory in this transaction's branch (main: main's, and under
-    `every_scope` every branch's: erasure reaches them all). In a branch, the versions of the
-    layers below are masked, not touched (row-level security would refuse it anyway)."""
-    branch = view_of(db).branch_id
-    ids = repo.delete_root(db, org_id, root_id, branch=branch)
-    if branch is not None:
-        add_mask(db, org_id=org_id, branch_id=branch, item_type="memories", key=root_id,
-                 at=datetime.now(timezone.utc))
+def _delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID, *,
+                 actor_id: uuid.UUID | None = None) -> list[uuid.UUID]:
+    """Every version of a memory in this transaction's branch (app/memories/cascade.py
+    `delete_versions`), then whatever was derived from it, whoever may see that: removed or
+    quarantined (a `memory.cascade` audit event lists the ids). Returns the memory's own ids."""
+    ids, reached = cascade.delete_root(db, org_id, root_id)
+    if reached:
+        record(db, org_id=org_id, actor_id=actor_id, action="memory.cascade", target_type="memory",
+               target_id=root_id, details=reached.audit())
     return ids
 
 
@@ -361,20 +361,19 @@ def roots_derived_from(db: Session, org_id: uuid.UUID, source_type: str, source_
 
 
 def remove_or_quarantine(db: Session, org_id: uuid.UUID, roots: list[uuid.UUID], *,
-                         removed_source: uuid.UUID) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
-    """After a source is gone: a root derived only from removed sources is removed (every version);
-    one with sources left is quarantined until re-derived. Returns (removed ids, quarantined ids)."""
-    alive = repo.live_source_counts(db, org_id, roots)
-    removed: list[uuid.UUID] = []
-    quarantined: list[uuid.UUID] = []
-    in_branch = view_of(db).branch_id is not None  # a branch removes (masks) what it cannot quarantine below it
-    for root in roots:
-        if in_branch or alive.get(root, 0) == 0:
-            removed += _delete_root(db, org_id, root)
-        else:
-            quarantined += repo.quarantine_root(db, org_id, root, removed_source=removed_source)
-    return removed, quarantined
+                         removed_source: uuid.UUID) -> cascade.Reached:
+    """After a source is gone: `roots` (derived from it) and what was derived from them, transitively,
+    whoever may see them. A root with no source left is removed (every version), one with sources
+    left quarantined until re-derived (app/memories/cascade.py)."""
+    return cascade.follow(db, org_id, roots, removed_source=removed_source)
 
 
-def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
-    return repo.delete_owned_by(db, org_id, owner_id)
+def forget_sources(db: Session, org_id: uuid.UUID, gone: list[tuple[str, list[uuid.UUID]]], *,
+                   removed_source: uuid.UUID) -> cascade.Reached:
+    """The cascade after source rows of any type (`gone`: (type, ids)) were deleted."""
+    return cascade.from_sources(db, org_id, gone, removed_source=removed_source)
+
+
+def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> cascade.Reached:
+    """Right to be forgotten: every memory version the user owns, and the cascade from them."""
+    return cascade.delete_owned_by(db, org_id, owner_id)

@@ -1,5 +1,8 @@
 """Right to be forgotten: DELETE /v1/users/{id}/data removes everything a user owns and what was
-derived from it (episode cascade), revokes their keys, and records it in the audit log.
+derived from it (the deletion cascade, app/memories/cascade.py: from their episodes, memories,
+assets and chunks, transitively, whoever owns the derived memories and in every branch), revokes
+their keys, and records it in the audit log. The job's counts of derived memories cover only what
+the caller may see (admins: all); the `user.forget` event lists the ids of all of them.
 
 Two steps, so that no network call and no file removal happens inside the transaction:
 `forget_user` deletes in the request's transaction and returns what lives outside the database
@@ -40,27 +43,33 @@ from app.sessions import service as sessions
 
 
 def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id: uuid.UUID,
-                job_id: uuid.UUID | None) -> tuple[dict, "Leftovers"]:
-    """Delete everything the user owns; returns (stats, what to remove after the commit)."""
+                job_id: uuid.UUID | None, viewer: Principal | None = None) -> tuple[dict, "Leftovers"]:
+    """Delete everything the user owns; returns (stats, what to remove after the commit). `viewer`:
+    who asked, whose counts the stats hold (None: every one)."""
     # An admin action over every scope and every branch: erasure reaches them all.
     bind_principal(db, None, org_id=org_id, all_scopes=True, view=EVERY_BRANCH)
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "sessions_removed": 0,
              "assets_removed": 0, "retrievals_removed": 0, "keys_revoked": 0, "idempotency_replies_removed": 0,
              "vocabulary_words_removed": 0}
     for eid in episodes.ids_owned_by(db, org_id, user_id):
-        s = forget_episode(db, org_id=org_id, episode_id=eid, actor_id=actor_id, job_id=job_id)
+        s = forget_episode(db, org_id=org_id, episode_id=eid, actor_id=actor_id, job_id=job_id, viewer=viewer)
         for k in ("episodes_removed", "memories_removed", "memories_quarantined", "idempotency_replies_removed",
                   "vocabulary_words_removed"):
             stats[k] += s[k]
-    stats["memories_removed"] += memories.delete_owned_by(db, org_id, user_id)
+    reached = memories.delete_owned_by(db, org_id, user_id)
     stats["sessions_removed"] = sessions.delete_owned_by(db, org_id, user_id)
     assets = knowledge.forget_owner(db, org_id, user_id)
+    reached.add(assets["derived"])
+    seen_removed, seen_quarantined = reached.seen_by(viewer)
+    stats["memories_removed"] += seen_removed
+    stats["memories_quarantined"] += seen_quarantined
     stats["cartridges_erased"], stats["assets_removed"] = assets["cartridges_erased"], assets["assets_removed"]
     stats["retrievals_removed"] = lineage.forget_retrievals_by(db, org_id, user_id)
     stats["idempotency_replies_removed"] += idempotency.forget_user_replies(db, org_id, user_id)
     stats["keys_revoked"] = repo.revoke_keys(db, org_id, user_id, datetime.now(timezone.utc))
     record(db, org_id=org_id, actor_id=actor_id, action="user.forget", target_type="user", target_id=user_id,
-           details={**stats, "job_id": str(job_id) if job_id else None, "asset_hashes": assets["asset_hashes"]})
+           details={**stats, "job_id": str(job_id) if job_id else None, "asset_hashes": assets["asset_hashes"],
+                    **reached.audit()})
     return stats, Leftovers(assets["chunk_hashes"], assets["cartridge_ids"])
 
 
@@ -81,7 +90,7 @@ def start(db: Session, principal: Principal, user_id: uuid.UUID) -> tuple[uuid.U
     job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="forget_user",
                       params={"user_id": str(user_id)}, status="running")
     stats, leftovers = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id,
-                                   job_id=job.id)
+                                   job_id=job.id, viewer=principal)
     bind_principal(db, principal)  # back to the caller's own scope for the rest of the request
     job.stats = stats
     return job.id, stats, leftovers
