@@ -191,3 +191,50 @@ def test_the_tolerant_loader_clamps_only_what_python_cannot_hold(app):
     assert row[0] == datetime(2026, 3, 1, 8, tzinfo=timezone.utc)
     assert list(row[1:5]) == [lo, hi, hi, lo]
     assert list(row[5:]) == [datetime.min, datetime.max]
+
+
+# ---- M2: parsing cost ---------------------------------------------------------------------------
+PATHOLOGICAL = ("in 2023-02-30 " * 200)[:2000]
+DISTINCT = " ".join(f"on {d} march 2023" for d in range(1, 29)) + " " + \
+    " ".join(f"in {m} {y}" for y in range(1990, 2030) for m in ("may", "june", "july"))
+
+
+def test_one_reading_calls_dateparser_a_bounded_number_of_times(monkeypatch):
+    from app.search import dates, instruction
+
+    calls = []
+    parser = dates._date_parser()
+    real = parser.get_date_data
+    monkeypatch.setattr(parser, "get_date_data", lambda expr: calls.append(expr) or real(expr))
+    now = datetime(2026, 6, 1, tzinfo=timezone.utc)
+    for text_ in (PATHOLOGICAL, DISTINCT[:2000]):
+        calls.clear()
+        instruction.query_window(text_, now=now)
+        assert len(calls) <= dates.MAX_PARSED, len(calls)
+        calls.clear()
+        _, _, ignored = instruction.interpret(text_[:1000], now=now)
+        assert len(calls) <= dates.MAX_PARSED, len(calls)
+    assert any("dates" in i for i in ignored)  # the rest is named, not silently dropped
+    # What a normal instruction names is still read, ISO dates without dateparser.
+    calls.clear()
+    f, _, _ = instruction.interpret("rules from 2026-03-02 until 15 April", now=now)
+    assert (f.since, f.until) == (datetime(2026, 3, 2, tzinfo=timezone.utc), datetime(2026, 4, 16, tzinfo=timezone.utc))
+    assert calls == ["15 april"]
+    assert instruction.query_window("what happened in 2023-02-30", now=now) is None
+
+
+def test_pathological_dates_cost_little_per_request(client, world):
+    alice = world.user(world.org())
+    body = {"query": PATHOLOGICAL, "instruction": PATHOLOGICAL[:1000]}
+    for path in ("/v1/search", "/v1/context"):
+        assert client.post(path, json=body, headers=alice.h).status_code == 200
+    from app.search import instruction
+
+    t0 = time.perf_counter()
+    for _ in range(5):
+        instruction.query_window(PATHOLOGICAL)
+        instruction.interpret(PATHOLOGICAL[:1000])
+        instruction.query_window(DISTINCT[:2000])
+        instruction.interpret(DISTINCT[:1000])
+    per_request = (time.perf_counter() - t0) / 5
+    assert per_request < 0.15, per_request  # was ~0.3 s for the first pair alone, ~0.5 s with the second
