@@ -238,3 +238,38 @@ def test_pathological_dates_cost_little_per_request(client, world):
         instruction.interpret(DISTINCT[:1000])
     per_request = (time.perf_counter() - t0) / 5
     assert per_request < 0.15, per_request  # was ~0.3 s for the first pair alone, ~0.5 s with the second
+
+
+def test_a_short_query_is_embedded_before_queued_long_ones():
+    """Four loops of 2,000-character queries kept the embedder's read line full: another tenant's
+    short query waited behind all of them (app/kit/fairness.py orders waiting reads by cost)."""
+    import threading
+
+    import numpy as np
+
+    from app.kit.fairness import FairEmbedder
+
+    class ByLength:
+        dim = 4
+
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def embed(self, texts):  # noqa: ANN001
+            self.calls.append(texts[0][:5])
+            time.sleep(0.0002 * sum(len(t) for t in texts))  # a 2,000-char query ~0.4 s
+            return np.ones((len(texts), self.dim), dtype=np.float32)
+
+    inner = ByLength()
+    fair = FairEmbedder(inner)
+    longs = [threading.Thread(target=fair.embed, args=([f"long{i}" + "x" * 1995],)) for i in range(6)]
+    for t in longs:
+        t.start()
+        time.sleep(0.02)
+    t0 = time.perf_counter()
+    fair.embed(["short query"])
+    waited = time.perf_counter() - t0
+    for t in longs:
+        t.join()
+    assert inner.calls.index("short") == 1, inner.calls  # right after the one already running
+    assert waited < 0.8, waited

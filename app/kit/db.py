@@ -8,6 +8,7 @@ A session that never sets them sees no tenant rows at all.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -57,12 +58,21 @@ FLOOR = datetime.min.replace(tzinfo=timezone.utc)
 CEILING = datetime.max.replace(tzinfo=timezone.utc)
 
 
-def _clamped(data, *, binary: bool, aware: bool) -> datetime:  # noqa: ANN001
-    raw = bytes(data)
-    if binary:  # int64 microseconds since 2000-01-01 (+-infinity are its extremes)
+_BEYOND_YEAR_9999 = re.compile(rb"^\d{5,}-")
+
+
+def _clamped(data, *, binary: bool, aware: bool) -> datetime | None:  # noqa: ANN001
+    """FLOOR or CEILING for a value outside Python's years (naive for `timestamp`); None for a
+    value that failed for another reason (re-raised: never a silent wrong instant)."""
+    raw = bytes(data) if binary else bytes(data).strip()
+    if binary:  # int64 microseconds since 2000-01-01: it fails only out of range (+-infinity included)
         before = int.from_bytes(raw[:8], "big", signed=True) < 0
-    else:  # ISO output: "0001-12-31 22:00:00+00 BC", "10000-01-01 00:00:00+00", "-infinity"
-        before = raw.rstrip().endswith(b"BC") or raw.startswith(b"-")
+    elif raw.endswith(b"BC") or raw == b"-infinity":  # ISO output: "0001-12-31 22:00:00+00 BC"
+        before = True
+    elif raw == b"infinity" or _BEYOND_YEAR_9999.match(raw):  # "10000-01-01 00:00:00+00"
+        before = False
+    else:
+        return None
     out = FLOOR if before else CEILING
     return out if aware else out.replace(tzinfo=None)
 
@@ -79,7 +89,10 @@ def _tolerant(base: type, *, binary: bool, aware: bool) -> type:
             try:
                 return self._inner.load(data)
             except psycopg.DataError:
-                return _clamped(data, binary=binary, aware=aware)
+                out = _clamped(data, binary=binary, aware=aware)
+                if out is None:
+                    raise
+                return out
 
     Tolerant.__name__ = f"Tolerant{base.__name__}"
     return Tolerant
