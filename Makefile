@@ -54,6 +54,7 @@ test-long: setup
 
 bench-fairness: setup
 	$(BIN)/python -m bench.load.fairness
+	$(BIN)/python -m bench.load.fairness --flood dates
 
 bench-service: setup
 	$(BIN)/python -m bench.service

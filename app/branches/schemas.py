@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from app.kit.schemas import IsoInstant, StrictModel
+from app.kit.schemas import Instant, StrictModel
 
 BranchName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
 
@@ -14,7 +14,7 @@ BranchName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,6
 class BranchIn(StrictModel):
     name: BranchName
     from_: BranchName = Field(default="main", alias="from")
-    at: IsoInstant | None = None  # fork the base as it stood then (default: now)
+    at: Instant | None = None  # fork the base as it stood then (default: now)
 
 
 class BranchOut(BaseModel):

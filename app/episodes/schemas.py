@@ -6,13 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.kit.schemas import AccessIn, AccessOut, IsoDateTime, StrictModel
+from app.kit.schemas import AccessIn, AccessOut, Instant, StrictModel
 
 
 class Message(StrictModel):
     role: str = Field(min_length=1, max_length=32)
     content: str = Field(max_length=100_000)
-    at: IsoDateTime | None = None
+    at: Instant | None = None
 
 
 class EpisodeIn(AccessIn):
@@ -22,7 +22,7 @@ class EpisodeIn(AccessIn):
     session_id: str | None = Field(default=None, min_length=1, max_length=200)
     outcome: Literal["success", "failure", "unknown"] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    occurred_at: IsoDateTime | None = None
+    occurred_at: Instant | None = None
 
 
 class EpisodeBatchIn(StrictModel):

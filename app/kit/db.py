@@ -8,10 +8,14 @@ A session that never sets them sees no tenant rows at all.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+import psycopg
+from psycopg.adapt import Loader
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -38,8 +42,72 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         with dbapi_conn.cursor() as cur:
             cur.execute("SET application_name = 'memscale'")
         dbapi_conn.commit()
+        tolerate_out_of_range_instants(dbapi_conn)
 
     return engine
+
+
+# ---- instants Python cannot hold -------------------------------------------------------------------
+# PostgreSQL's timestamptz spans 4713 BC .. 294276 AD (and +-infinity); Python's datetime only
+# years 1 .. 9999, and psycopg's loader raises DataError on the rest. Writes through the API are
+# bounded (app.kit.schemas.Instant), but a row written before that rule, or with SQL, must not make
+# every read of its org fail, nor stop its owner or an admin from deleting it: the service's
+# connections read such a value as the nearest instant Python holds, datetime.min or datetime.max
+# in UTC (docs/security.md, "Instants"). Only the value read is clamped; the row is not changed.
+FLOOR = datetime.min.replace(tzinfo=timezone.utc)
+CEILING = datetime.max.replace(tzinfo=timezone.utc)
+
+
+_BEYOND_YEAR_9999 = re.compile(rb"^\d{5,}-")
+
+
+def _clamped(data, *, binary: bool, aware: bool) -> datetime | None:  # noqa: ANN001
+    """FLOOR or CEILING for a value outside Python's years (naive for `timestamp`); None for a
+    value that failed for another reason (re-raised: never a silent wrong instant)."""
+    raw = bytes(data) if binary else bytes(data).strip()
+    if binary:  # int64 microseconds since 2000-01-01: it fails only out of range (+-infinity included)
+        before = int.from_bytes(raw[:8], "big", signed=True) < 0
+    elif raw.endswith(b"BC") or raw == b"-infinity":  # ISO output: "0001-12-31 22:00:00+00 BC"
+        before = True
+    elif raw == b"infinity" or _BEYOND_YEAR_9999.match(raw):  # "10000-01-01 00:00:00+00"
+        before = False
+    else:
+        return None
+    out = FLOOR if before else CEILING
+    return out if aware else out.replace(tzinfo=None)
+
+
+def _tolerant(base: type, *, binary: bool, aware: bool) -> type:
+    class Tolerant(Loader):
+        format = base.format
+
+        def __init__(self, oid: int, context=None) -> None:  # noqa: ANN001
+            super().__init__(oid, context)
+            self._inner = base(oid, context)
+
+        def load(self, data):  # noqa: ANN001, ANN201
+            try:
+                return self._inner.load(data)
+            except psycopg.DataError:
+                out = _clamped(data, binary=binary, aware=aware)
+                if out is None:
+                    raise
+                return out
+
+    Tolerant.__name__ = f"Tolerant{base.__name__}"
+    return Tolerant
+
+
+def tolerate_out_of_range_instants(conn) -> None:  # noqa: ANN001  (a psycopg connection)
+    """Register the clamping loaders for timestamptz and timestamp on `conn`."""
+    for name, aware in (("timestamptz", True), ("timestamp", False)):
+        oid = psycopg.postgres.types[name].oid
+        for fmt, binary in ((psycopg.pq.Format.TEXT, False), (psycopg.pq.Format.BINARY, True)):
+            base = conn.adapters.get_loader(oid, fmt)
+            if base is not None and not getattr(base, "_memscale_tolerant", False):
+                loader = _tolerant(base, binary=binary, aware=aware)
+                loader._memscale_tolerant = True  # noqa: SLF001
+                conn.adapters.register_loader(oid, loader)
 
 
 def make_sessionmaker(engine: Engine, *, audit_key: bytes | None = None) -> sessionmaker[Session]:

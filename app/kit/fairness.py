@@ -4,7 +4,10 @@ made another user's search take 101 s instead of 0.1 s; the model ran one call a
 
 `FairEmbedder` wraps any Embedder:
 - **Reads first.** `embed(texts)` (a query: search, context, tools) waits at most for the slice
-  being embedded now, never for a queue of batches.
+  being embedded now, never for a queue of batches. Waiting reads go in order of arrival plus
+  their cost (READ_TOKEN_S per estimated token): a short query does not wait behind a queue of
+  2,000-character ones (issue 41: four loops of them made another tenant's search 10x slower),
+  and a long one still goes once it has waited as long as it costs.
 - **Writes in slices, round robin by key holder.** `embed_write(who, texts)` embeds a batch in
   slices of at most `slice_tokens` estimated tokens; between slices, waiting reads go first and
   then the next key holder in turn, so a tenant flooding batches gets its share, not the model.
@@ -17,6 +20,8 @@ Per process: with several API processes each has its own queue (docs/security.md
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 import time
 from collections import deque
@@ -24,6 +29,9 @@ from collections import deque
 import numpy as np
 
 from app.kit.errors import RateLimited
+
+
+READ_TOKEN_S = 0.0005  # a read's place in line moves back by its estimated embedding time (~0.5 ms a token)
 
 
 def _tokens(text: str) -> int:
@@ -38,6 +46,8 @@ class FairEmbedder:
         self._cv = threading.Condition()
         self._busy = False
         self._reads_waiting = 0
+        self._reads: list[tuple[float, int]] = []  # waiting reads: (arrival + cost, sequence), a heap
+        self._seq = itertools.count()
         self._turns: deque[str] = deque()        # key holders with slices waiting, in turn order
         self._tickets: dict[str, deque] = {}     # per key holder, its waiting slices (FIFO)
         self._pending: dict[str, int] = {}       # items admitted, not yet embedded
@@ -53,13 +63,18 @@ class FairEmbedder:
         return free and (inner is None or inner())
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        ticket = (time.monotonic() + READ_TOKEN_S * sum(_tokens(t) for t in texts), next(self._seq))
         with self._cv:
             self._reads_waiting += 1
+            heapq.heappush(self._reads, ticket)
             try:
-                while self._busy:
+                while self._busy or self._reads[0] != ticket:
                     self._cv.wait()
             finally:
                 self._reads_waiting -= 1
+                self._reads.remove(ticket)
+                heapq.heapify(self._reads)
+                self._cv.notify_all()  # the next read in line may be waiting on this one
             self._busy = True
         try:
             return self.inner.embed(texts)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from app.kit.schemas import GROUPS_MATCH_VISIBILITY, AccessIn, AccessOut, IsoDateTime, NumberOnly, StrictModel, Tag, Visibility
+from app.kit.schemas import GROUPS_MATCH_VISIBILITY, AccessIn, AccessOut, Instant, NumberOnly, StrictModel, Tag, Visibility
 
 MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
 AgentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
@@ -34,7 +34,7 @@ class MemoryIn(AccessIn):
     kind: MemoryKind
     confidence: Annotated[float, Field(ge=0.0, le=1.0), NumberOnly] = 0.8
     sources: list[SourceRef] = Field(default_factory=list, max_length=100)
-    valid_from: IsoDateTime | None = None
+    valid_from: Instant | None = None
     # An agent's profile: kind "instruction" (its system prompt) or "skill", for this agent.
     agent_id: AgentId | None = None
 

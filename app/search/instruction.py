@@ -27,8 +27,8 @@ from pydantic import ValidationError
 
 from app.search.dates import (
     DATE as _DATE, FULL_DATE as _FULL_DATE, MON as _MON, NAMED_DATE as _NAMED_DATE, NUM as _NUM, UNIT as _UNIT,
-    WEEKDAY as _WEEKDAY, WEEKDAYS, add_months as _add_months, ago as _ago, day_start as _day,
-    month_start as _month_start, number as _num, parse_date, warm_up,
+    MAX_PARSED, WEEKDAY as _WEEKDAY, WEEKDAYS, DateReader, add_months as _add_months, ago as _ago,
+    day_start as _day, month_start as _month_start, number as _num, warm_up,
 )
 from app.search.schemas import Interpreted, SearchFilters
 
@@ -81,6 +81,7 @@ class _State:
     f: dict = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     yearless: bool = False  # the last date read named a month or day but no year ("in June")
+    dates: DateReader | None = None  # reads explicit dates, a bounded number per reading (set by _times)
 
     def take(self, m: re.Match) -> None:
         s, e = m.span()
@@ -110,6 +111,7 @@ def _window(st: _State, since: date | datetime | None, until: date | datetime | 
 
 def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
     now, today = st.now, st.now.date()
+    parse_date = st.dates = DateReader(now)
     q_start = _month_start(today.year, (today.month - 1) // 3 * 3 + 1)
 
     sub = st.each
@@ -117,7 +119,7 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
     def between(m: re.Match) -> bool:
         first, year = m.group(2), _YEAR.search(m.group(3))  # "August 11 and August 15 2023": one year
         first = f"{first} {year.group(0)}" if year and not _YEAR.search(first) else first
-        a, b = parse_date(first, now), parse_date(m.group(3), now)
+        a, b = parse_date(first), parse_date(m.group(3))
         if not a or not b:
             return False
         _window(st, a[0], b[1])
@@ -176,7 +178,7 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
     sub(r"\b(?:recent(?:ly)?|lately|latest)\b", lambda m: _window(st, today - timedelta(days=30), None))
 
     def bound(m: re.Match) -> bool:
-        word, span = m.group(1), parse_date(m.group(2), now)
+        word, span = m.group(1), parse_date(m.group(2))
         if span is None:
             return False
         if word in ("since", "from", "starting"):
@@ -193,7 +195,7 @@ def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
     sub(rf"\b(by) ({_FULL_DATE})\b", bound)  # "won by July 10, 2022"; "by May" may name a person
 
     def during(m: re.Match) -> bool:
-        span = parse_date(m.group(1), now)
+        span = parse_date(m.group(1))
         if span is None:
             return False
         _window(st, span[0], span[1])
@@ -329,6 +331,8 @@ def interpret(instruction: str, *, now: datetime | None = None) -> tuple[SearchF
     st = _State(_normalised(instruction), now or datetime.now(timezone.utc))
     _widening(st)
     _times(st)
+    if st.dates.skipped:
+        st.ignored.append(f"{st.dates.skipped} more dates: at most {MAX_PARSED} are read from one instruction")
     _sources_status_assets(st)
     _labels(st)
     _people_and_sharing(st)

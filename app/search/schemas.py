@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from app.kit.schemas import IsoInstant, IsoDateTime, NumberOnly, StrictModel, Tag
+from app.kit.schemas import Instant, NumberOnly, StrictModel, Tag
 
 ItemType = Literal["memory", "episode", "chunk"]
 
@@ -16,8 +16,8 @@ class SearchFilters(StrictModel):
 
     kinds: list[str] | None = Field(default=None, max_length=16)
     labels: list[Tag] | None = Field(default=None, max_length=32)
-    since: IsoDateTime | None = None
-    until: IsoDateTime | None = None
+    since: Instant | None = None
+    until: Instant | None = None
     session_id: str | None = Field(default=None, max_length=200)
     # v1 additions (instructed retrieval, issue 17); an `instruction` sets them too
     exclude_kinds: list[str] | None = Field(default=None, max_length=16)
@@ -46,7 +46,7 @@ class SearchIn(StrictModel):
     filters: SearchFilters = Field(default_factory=SearchFilters)
     instruction: str | None = Field(default=None, max_length=1000)
     # The memory state as recorded at that instant (issue 18), under today's access rules.
-    as_of: IsoInstant | None = None
+    as_of: Instant | None = None
 
 
 class SearchResult(BaseModel):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.kit.schemas import IsoInstant, NumberOnly, StrictModel
+from app.kit.schemas import Instant, NumberOnly, StrictModel
 from app.memories.schemas import AgentId
 
 Label = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\- ]+$")]
@@ -66,7 +66,7 @@ class ContextIn(StrictModel):
     instruction: str | None = Field(default=None, max_length=1000)  # constraints in words (issue 17)
     # The stored memory as recorded then (issue 18); a session's own state (working context,
     # summary, recent messages) is always today's.
-    as_of: IsoInstant | None = None
+    as_of: Instant | None = None
     # Assemble this agent's profile first: its instructions (pinned) and its skills (issue 18).
     agent_id: AgentId | None = None
 

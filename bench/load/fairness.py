@@ -15,6 +15,14 @@ first served, no item budget: the behaviour before) and on (the default):
 Reports the victim's search p50/p95/max and errors unloaded and under flood, the p95 ratio, and
 the flooder's status codes (201 / 429, and whether each 429 carried Retry-After), to stdout and
 bench/results/fairness.json.
+
+`--flood dates` (issue 41 M2) floods with pathological time expressions instead, from one member
+of org B: `--flooders` (default 4 here) loops of `POST /v1/search` and `/v1/context` whose query is
+`("in 2023-02-30 " * 200)[:2000]` and whose instruction is its first 1,000 characters. Before the
+unloaded phase, the time per request of that body (median of 10 searches and of 10 contexts, one
+at a time, in the one API process) and of a plain query. `--against REV` runs the same, side by
+side in one run, against an earlier commit's API (its own worktree, removed afterwards).
+Results: bench/results/fairness_dates.json.
 """
 
 from __future__ import annotations
@@ -28,10 +36,12 @@ import httpx
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from bench.common import ApiProcess, fresh_database, summary_ms, write_result
+from bench.common import ApiProcess, fresh_database, pct, summary_ms, worktree, write_result
 from bench.service.data import query, sentence
 
 DB_NAME = "memscale_bench_fair"
+PATHOLOGICAL = ("in 2023-02-30 " * 200)[:2000]
+DATES_BODY = {"query": PATHOLOGICAL, "instruction": PATHOLOGICAL[:1000], "k": 10}
 
 
 def _keys(settings) -> tuple[str, str]:  # noqa: ANN001
@@ -73,6 +83,91 @@ def _flood_loop(base: str, key: str, until: float, batch: int, rng: random.Rando
                 codes.append((type(exc).__name__, False))
 
 
+def _dates_loop(base: str, key: str, until: float, codes: list) -> None:
+    """One member's loop of pathological search and context requests, back to back."""
+    with httpx.Client(base_url=base, timeout=300, headers={"Authorization": f"Bearer {key}"}) as c:
+        i = 0
+        while time.perf_counter() < until:
+            path = "/v1/search" if i % 2 == 0 else "/v1/context"
+            body = DATES_BODY if path == "/v1/search" else {k: v for k, v in DATES_BODY.items() if k != "k"}
+            i += 1
+            try:
+                r = c.post(path, json=body)
+                codes.append((r.status_code, "retry-after" in r.headers))
+                if r.status_code == 429:
+                    time.sleep(min(5.0, float(r.headers.get("retry-after", "1"))))
+            except httpx.HTTPError as exc:
+                codes.append((type(exc).__name__, False))
+
+
+def _per_request_ms(base: str, key: str, n: int = 10) -> dict:
+    """Median ms of `n` requests one at a time: the pathological body on search and on context,
+    and a plain search beside them."""
+    out = {}
+    with httpx.Client(base_url=base, timeout=300, headers={"Authorization": f"Bearer {key}"}) as c:
+        for name, path, body in (("search_pathological", "/v1/search", DATES_BODY),
+                                 ("context_pathological", "/v1/context",
+                                  {k: v for k, v in DATES_BODY.items() if k != "k"}),
+                                 ("search_plain", "/v1/search", {"query": "the deploy failed in march", "k": 10})):
+            c.post(path, json=body).raise_for_status()  # warm
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                c.post(path, json=body).raise_for_status()
+                times.append(time.perf_counter() - t0)
+            out[name] = {"median_ms": round(pct([t * 1000 for t in times], 50), 1),
+                         "max_ms": round(max(times) * 1000, 1)}
+    return out
+
+
+def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=None) -> dict:  # noqa: ANN001
+    """The dates flood against the API of `cwd` (None: this checkout)."""
+    env = {"MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000", **({"PYTHONPATH": str(cwd)} if cwd else {})}
+    api = ApiProcess(settings, env=env, cwd=cwd)
+    try:
+        api.wait_ready()
+        victim, flooder = _keys(settings)
+        rng = random.Random(7)
+        with httpx.Client(base_url=api.base, timeout=300, headers={"Authorization": f"Bearer {victim}"}) as c:
+            c.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng)}
+                                                         for _ in range(200)]}).raise_for_status()
+        per_request = _per_request_ms(api.base, flooder)
+        quiet, qerr = [], []
+        _search_loop(api.base, victim, time.perf_counter() + quiet_s, rng, quiet, qerr)
+        loaded, lerr, codes = [], [], []
+        until = time.perf_counter() + flood_s
+        threads = [threading.Thread(target=_dates_loop, args=(api.base, flooder, until, codes)) for _ in range(flooders)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        _search_loop(api.base, victim, until, rng, loaded, lerr)
+        for t in threads:
+            t.join(timeout=900)
+        q, lo = summary_ms(quiet), summary_ms(loaded)
+        return {"per_request": per_request,
+                "unloaded": {**q, "max_ms": round(max(quiet, default=0) * 1000, 1), "errors": qerr},
+                "flood": {**lo, "max_ms": round(max(loaded, default=0) * 1000, 1), "errors": lerr},
+                "p95_ratio": round(lo["p95_ms"] / q["p95_ms"], 2) if q["p95_ms"] else None,
+                "flooder": {"200": sum(1 for c, _ in codes if c == 200), "429": sum(1 for c, _ in codes if c == 429),
+                            "other": [c for c, _ in codes if c not in (200, 429)]}}
+    finally:
+        api.stop()
+
+
+def main_dates(a) -> None:  # noqa: ANN001
+    out = {"args": vars(a), "runs": {}}
+    with worktree(a.against) as old_tree:
+        for arm, cwd in ((("old", old_tree),) if old_tree else ()) + (("new", None),):
+            settings = fresh_database(DB_NAME)
+            r = run_dates(settings, quiet_s=a.quiet_s, flood_s=a.flood_s, flooders=a.flooders, cwd=cwd)
+            out["runs"][arm] = r
+            print(f"{arm}: per request {r['per_request']} | unloaded p50 {r['unloaded']['p50_ms']} p95 "
+                  f"{r['unloaded']['p95_ms']} ms | flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max "
+                  f"{r['flood']['max_ms']} ms (n={r['flood']['n']}, errors {len(r['flood']['errors'])}) | "
+                  f"p95 ratio {r['p95_ratio']} | flooder {r['flooder']}", flush=True)
+    print("written", write_result("fairness_dates", out))
+
+
 def run_config(settings, *, fair: bool, quiet_s: float, flood_s: float, flooders: int, batch: int) -> dict:  # noqa: ANN001
     api = ApiProcess(settings, env={"MEMSCALE_EMBED_FAIRNESS": "true" if fair else "false",
                                     "MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000"})
@@ -110,9 +205,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quiet-s", type=float, default=15)
     ap.add_argument("--flood-s", type=float, default=45)
-    ap.add_argument("--flooders", type=int, default=3)
+    ap.add_argument("--flooders", type=int, default=None, help="concurrent flood loops (batches 3, dates 4)")
     ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--flood", choices=("batches", "dates"), default="batches")
+    ap.add_argument("--against", default=None, help="dates: an earlier commit's API measured side by side")
     a = ap.parse_args()
+    a.flooders = a.flooders or (4 if a.flood == "dates" else 3)
+    if a.flood == "dates":
+        return main_dates(a)
     settings = fresh_database(DB_NAME)
     out = {"args": vars(a), "runs": []}
     for fair in (False, True):
