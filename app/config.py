@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     embed_queue_total: int = 4000
     ingest_items_per_minute: int = 6000  # per key holder, counted in items (a batch of 500 costs 500); 0 = off
     auth_failures_per_minute: int = 60  # failed authentications per client address; 0 = off
+    # Reads (search, context) one key holder runs at once in a process; the rest wait their turn
+    # (app/kit/read_gate.py), up to read_queue_per_key waiting, then 429. 0 = no gate.
+    reads_per_key: int = 1
+    read_queue_per_key: int = 8
     rate_limit_per_minute: int = 3000  # per key holder (token bucket); 0 = off
     # Where the three limiters keep their buckets: this process's memory, or PostgreSQL (shared by
     # every API process; `memscale serve --workers N` with N > 1 picks it unless set).

@@ -15,6 +15,7 @@ from app.jobs.runner import Resources
 from app.kit.embedding import Embedder, make_embedder
 from app.kit.errors import install_error_handlers
 from app.kit.fairness import FairEmbedder
+from app.kit.read_gate import ReadGate
 from app.kit.limits import BodyLimitMiddleware, make_limiters
 from app.kit.pg import app_url
 from app.kit.repository import ping
@@ -40,6 +41,8 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.embedder = FairEmbedder(inner, slice_tokens=settings.embed_slice_tokens,
                                           max_pending_per_key=settings.embed_queue_per_key,
                                           max_pending=settings.embed_queue_total) if settings.embed_fairness else inner
+        app.state.read_gate = (ReadGate(per_key=settings.reads_per_key, max_waiting=settings.read_queue_per_key)
+                               if settings.reads_per_key > 0 else None)
         # The LLM gateway loads on first use (summaries, token counts), not at start-up.
         app.state.resources = Resources(settings, _embedder=app.state.embedder, _gateway=gateway)
         limits_engine = make_engine(app_url(settings), pool_size=4) if settings.rate_limit_backend == "postgres" else None

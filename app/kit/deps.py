@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.branches import service as branches
-from app.kit.db import bind_principal, transaction
+from app.kit.db import bind_principal, released, transaction
 from app.kit.errors import Forbidden, RateLimited, Unauthorized
 from app.orgs.service import resolve_key
 
@@ -58,6 +58,20 @@ def get_principal(request: Request, db: SessionDep) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def _read_turn(request: Request, db: SessionDep, principal: PrincipalDep) -> Iterator[None]:
+    """One of the caller's fair share of concurrent reads (app/kit/read_gate.py), held until the
+    endpoint returns; a read that waits for its turn gives its pooled connection back meanwhile."""
+    gate = getattr(request.app.state, "read_gate", None)
+    if gate is None:
+        yield
+        return
+    with gate.slot(str(principal.user_id), while_waiting=lambda: released(db, principal)):
+        yield
+
+
+ReadTurn = Annotated[None, Depends(_read_turn, scope="function")]
 
 
 def require(obj: str, act: str):

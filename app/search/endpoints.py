@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from app.kit.db import released
-from app.kit.deps import SessionDep, require
+from app.kit.deps import ReadTurn, SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.kit.replicas import reads
 from app.search import service
@@ -13,7 +13,7 @@ router = APIRouter(prefix="/v1", tags=["search"], responses=COMMON_ERRORS)
 
 
 @router.post("/search", response_model=SearchOut)
-def search(body: SearchIn, request: Request, db: SessionDep, principal=require("search", "read")):
+def search(body: SearchIn, request: Request, db: SessionDep, _turn: ReadTurn, principal=require("search", "read")):
     st = request.app.state
     principal = principal.at(body.as_of)
     # relative times ("last week") are read against an as-of read's instant, as they were meant then

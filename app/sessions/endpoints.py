@@ -11,7 +11,7 @@ from app.context.service import build, instructed
 from app.search.service import embed_query
 from app.lineage.service import record_read
 from app.kit.db import released
-from app.kit.deps import SessionDep, require
+from app.kit.deps import ReadTurn, SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.kit.replicas import reads
 from app.sessions import service, tools
@@ -28,7 +28,7 @@ def _out(s) -> SessionOut:  # noqa: ANN001
 
 
 @router.post("/context", response_model=ContextOut, response_model_exclude_unset=True)
-def context(body: ContextIn, request: Request, db: SessionDep, principal=require("context", "read")):
+def context(body: ContextIn, request: Request, db: SessionDep, _turn: ReadTurn, principal=require("context", "read")):
     st = request.app.state
     principal = principal.at(body.as_of)  # retrieved memory as of then; a session's own state is today's
     session = service.get(db, principal, body.session_id) if body.session_id else None
