@@ -82,6 +82,12 @@ class Settings(BaseSettings):
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     log_level: str = "INFO"
 
+    # Signed into each /v1/context handoff token (app/context/handoff.py): the most one request on
+    # the token may prefill (system + chunks + prompt, in the tier model's tokens) and generate.
+    # The tier refuses more (400); a bearer cannot raise them (issue 41).
+    handoff_max_prompt_tokens: int = 3072
+    handoff_max_new_tokens: int = 512
+
     def audit_secret(self) -> bytes:
         """Seals audit events (app/audit/service.py); held by the service, never by the database."""
         from app.kit.signing import load_key
