@@ -107,24 +107,30 @@ class FairScheduler:
         self._rates: dict[tuple[str, int], RateLimiter] = {}
 
     # ---- admission --------------------------------------------------------------------------
-    def admit(self, org: str, token: str, *, operator: bool = False) -> Ticket:
-        """A ticket for one request, or :class:`Busy` at once (nothing counted)."""
+    def admit(self, org: str, token: str, *, operator: bool = False, bounded: bool = True) -> Ticket:
+        """A ticket for one request, or :class:`Busy` at once (nothing counted). ``bounded=False``
+        (the operator's erasures: never refused) skips the bounds and rates, not the turn."""
         lim = self.config.operator if operator else self.config.tenant
         t = Ticket(org=OPERATOR if operator else org, token=OPERATOR if operator else token, limits=lim)
         okey, tkey = t.keys
         with self._cv:
-            if self._total.get(tkey, 0) >= lim.active_per_token + lim.queued_per_token:
-                raise Busy("too many requests in flight for this token; retry later", self._retry_s())
-            if self._total.get(okey, 0) >= lim.active_per_org + lim.queued_per_org:
-                raise Busy("too many requests in flight for this organisation; retry later", self._retry_s())
-            if len(self._tickets) >= self.config.active_total + self.config.queued_total:
-                raise Busy("the inference tier is at capacity; retry later", self._retry_s())
-            self._take_rate(tkey, lim.requests_per_minute_token, okey, lim.requests_per_minute_org)
+            if bounded:
+                self._check_bounds(t)
             for key in (okey, tkey):
                 self._join(key)
                 self._total[key] = self._total.get(key, 0) + 1
             self._tickets.add(t)
         return t
+
+    def _check_bounds(self, t: Ticket) -> None:
+        lim, (okey, tkey) = t.limits, t.keys
+        if self._total.get(tkey, 0) >= lim.active_per_token + lim.queued_per_token:
+            raise Busy("too many requests in flight for this token; retry later", self._retry_s())
+        if self._total.get(okey, 0) >= lim.active_per_org + lim.queued_per_org:
+            raise Busy("too many requests in flight for this organisation; retry later", self._retry_s())
+        if len(self._tickets) >= self.config.active_total + self.config.queued_total:
+            raise Busy("the inference tier is at capacity; retry later", self._retry_s())
+        self._take_rate(tkey, lim.requests_per_minute_token, okey, lim.requests_per_minute_org)
 
     def _rate(self, key: str, per_minute: int) -> RateLimiter:
         lim = self._rates.get((key[0], per_minute))

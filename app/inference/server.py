@@ -194,7 +194,7 @@ def create_app(
     @app.delete("/v1/chunks/{content_hash}", responses=errors)
     def delete_chunk(content_hash: str, request: Request, g: Grant = Depends(operator)) -> dict:
         """Right to be forgotten: drop a chunk's KV from both tiers (idempotent)."""
-        with _turn(request.app.state.scheduler, g):
+        with _turn(request.app.state.scheduler, g, bounded=False):
             return {"deleted": request.app.state.store.delete(content_hash)}
 
     @app.delete("/v1/cartridges/{cartridge_id}", responses=errors)
@@ -202,7 +202,7 @@ def create_app(
         """Right to be forgotten: an erased cartridge leaves memory and disk (idempotent). A
         resolver that cannot forget holds nothing of its own to drop."""
         forget = getattr(request.app.state.resolve_cartridges, "forget", None)
-        with _turn(request.app.state.scheduler, g):
+        with _turn(request.app.state.scheduler, g, bounded=False):
             return {"deleted": bool(forget(cartridge_id)) if forget is not None else False}
 
     @app.post("/v1/generate", response_model=GenerateOut, responses=errors)
@@ -288,9 +288,9 @@ def _admit(scheduler: FairScheduler, g: Grant) -> Ticket:
 
 
 @contextmanager
-def _turn(scheduler: FairScheduler, g: Grant):
-    """Admit and hold the engine for one (operator) call."""
-    ticket = _admit(scheduler, g)
+def _turn(scheduler: FairScheduler, g: Grant, *, bounded: bool = True):
+    """Admit and hold the engine for one operator call (``bounded=False``: an erasure, never refused)."""
+    ticket = _admit(scheduler, g) if bounded else scheduler.admit("", "", operator=True, bounded=False)
     with scheduler.turn(ticket):
         yield
 

@@ -108,6 +108,22 @@ def test_beyond_the_token_and_org_bounds_is_429(engine, store, tmp_path):
         assert c.post("/v1/generate", json=small, headers=_bearer("org-a", "u2")).status_code == 200
 
 
+def test_the_operator_has_bounds_too_but_an_erasure_is_never_refused(engine, store, tmp_path):
+    one = Limits(active_per_token=1, queued_per_token=0, active_per_org=1, queued_per_org=0, **NO_RATE)
+    with TestClient(_app(engine, store, tmp_path, schedule=SchedulerConfig(operator=one)),
+                    raise_server_exceptions=False, headers=OPERATOR) as c:
+        h = c.post("/v1/chunks", json={"texts": ["Plimton is the capital of Zorbia."]}).json()["content_hashes"][0]
+        done: list = []
+        started = _Started(engine.model)
+        long_run = _in_thread(lambda: c.post("/v1/generate", json={"prompt": LONG, "max_tokens": 2, "mode": "full"}),
+                              done, "long")
+        started.wait()
+        _error(c.post("/v1/generate", json={"prompt": "Hi.", "max_tokens": 1}), 429, "rate_limited")
+        assert c.delete(f"/v1/chunks/{h}").json() == {"deleted": True}  # waits its turn, is not refused
+        long_run.join()
+        assert done[0][1].status_code == 200 and not store.has(h)
+
+
 def test_a_token_over_its_rate_is_429_and_the_operator_is_not_limited(engine, store, tmp_path):
     tenant = Limits(requests_per_minute_token=1, requests_per_minute_org=600)
     with TestClient(_app(engine, store, tmp_path, schedule=SchedulerConfig(tenant=tenant)),
