@@ -147,7 +147,7 @@ class FairScheduler:
         for lim, k in checks:
             try:
                 lim.check(k)
-            except RateLimited:  # only if the other process-wide holder raced us: same answer
+            except RateLimited:  # cannot happen under self._cv after blocked(); the same answer if it did
                 raise Busy("rate limit exceeded; slow down", 1.0) from None
 
     def _retry_s(self) -> float:
