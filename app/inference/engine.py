@@ -34,6 +34,10 @@ Design choices:
   positioned at 0..p-1; everything else continues at p.
 - Greedy decoding with the project's one decode loop (``app.kit.localmodel.decode``); the time
   of the first generated token is recorded for TTFT.
+- Prefill in pieces (``EngineConfig.prefill_chunk_tokens``): a segment longer than a piece (the
+  chunks in ``full`` mode, a long query) is prefilled piece by piece over the growing cache, so a
+  long prompt offers the server's scheduler a yield point every layer of one piece
+  (app/inference/scheduler.py); shorter segments run exactly as one pass, as before.
 """
 
 from __future__ import annotations
@@ -89,6 +93,9 @@ class EngineConfig:
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     system_prompt: str = DEFAULT_SYSTEM
     anchor_chunks: bool = True  # chunk KV computed behind the system segment (module docstring)
+    # a longer segment is prefilled in pieces of this many tokens: the scheduler's yield points
+    # (between decoder layers, app/inference/scheduler.py) then come at most one piece's layer apart
+    prefill_chunk_tokens: int = 512
 
 
 def config_from_env(environ: dict[str, str] | None = None) -> EngineConfig:
@@ -191,8 +198,12 @@ class Engine:
     def forward(self, ids: torch.Tensor, cache: DynamicCache, start: int) -> torch.Tensor:
         """Append ``ids`` (T,) at positions start..start+T-1 to ``cache``; return last logits (vocab,)."""
         assert ids.dim() == 1 and ids.numel() > 0
-        pos = torch.arange(start, start + ids.numel(), device=self.device)[None]  # (1, T)
-        out = self.model(ids[None].to(self.device), cache=cache, position_ids=pos, use_cache=True, logits_to_keep=1)
+        step = max(1, self.config.prefill_chunk_tokens)
+        for i in range(0, ids.numel(), step):  # pieces: each attends to the cache the earlier ones filled
+            piece = ids[i:i + step]
+            pos = torch.arange(start + i, start + i + piece.numel(), device=self.device)[None]  # (1, t)
+            out = self.model(piece[None].to(self.device), cache=cache, position_ids=pos, use_cache=True,
+                             logits_to_keep=1)
         return out.logits[0, -1].float()  # (vocab,)
 
     @torch.inference_mode()
@@ -287,8 +298,12 @@ class Engine:
         self.check_length(p, n_prompt, max_tokens)
 
         ctx = self.build_context(chunks, mode, blend, prefix_kv, query_ids=q_ids)
+        start, tail = ctx.n_tokens, q_ids
+        if q_ids.numel() > self.config.prefill_chunk_tokens:  # a long query is prefilled in pieces too
+            self.forward(q_ids[:-1], ctx.cache, start)
+            start, tail = start + int(q_ids.numel()) - 1, q_ids[-1:]
         times = DecodeTimes()
-        (out,) = decode(self.model, ctx.cache, [q_ids.tolist()], start=ctx.n_tokens, max_new_tokens=max_tokens,
+        (out,) = decode(self.model, ctx.cache, [tail.tolist()], start=start, max_new_tokens=max_tokens,
                         stop_ids=self.eos_ids, times=times)
         tokens = out.tokens[:-1] if out.stopped else out.tokens  # the stop token is not part of the text
         return Generation(

@@ -3,16 +3,24 @@
 Design choices:
 - ``create_app(config)`` builds the app; the model and the chunk store are created in the
   lifespan (or handed in, for tests), never at import.
-- Endpoints are sync functions (FastAPI runs them in its thread pool); one lock serialises the
-  engine, since a forward pass already uses every core. ``ttft_s`` is measured from the moment
-  the handler starts (queueing for the engine, chunk loading or computing, and cartridge
-  resolution included) to the choice of the first generated token.
+- Engine work runs in FastAPI's thread pool, one request at a time (a forward pass already uses
+  every core), under the fair scheduler (``scheduler.py``, issue 41): a request holds the engine
+  for at most a quantum when others wait, the next turn goes to the least served org, then token,
+  and requests beyond the per-token, per-org or total bounds, or over their rate, are 429
+  ``rate_limited`` with ``Retry-After`` at once. ``/v1/generate`` admits on the event loop (so a
+  full thread pool cannot hide the queue) and runs in a worker thread. ``ttft_s`` is measured from
+  the moment the handler starts (queueing for the engine, chunk loading or computing, and
+  cartridge resolution included) to the choice of the first generated token.
+- Caps of a handoff token: prompt tokens (system + chunks + prompt) and ``max_tokens`` at most
+  the token's signed ``max_prompt_tokens`` / ``max_new_tokens`` and the tier's own
+  ``handoff_max_*`` (which also apply to a token without them); over them, 400. The operator
+  key is held only to the engine's context limit.
 - Cartridges: ``resolve_cartridges(ids) -> prefix_kv`` is pluggable (see docs/inference.md);
   until something is plugged in, every id is unknown (404). It raises :class:`CartridgeNotFound`
   for an unknown id.
 - Errors all render as ``{"error": {"code", "message"}}``: 404 unknown chunk hash or cartridge,
-  400 prompt too long, 413 body too large, 422 malformed body, 401 no or bad credentials, 403 an
-  operator call made with a handoff token.
+  400 prompt too long or over a token's cap, 413 body too large, 422 malformed body, 401 no or bad
+  credentials, 403 an operator call made with a handoff token, 429 over a bound or rate.
 - Authentication (app/kit/signing.py): every call but /healthz presents ``Authorization: Bearer``
   with either the shared key (the operator: precompute, raw texts, deletion, benchmarks) or a
   handoff token the memory service signed, which authorises exactly its chunk hashes and
@@ -24,22 +32,23 @@ Design choices:
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, PromptTooLong
 from app.inference.kv import ChunkKV, PrefixKV, prefix_length
+from app.inference.schemas import ChunkIn, ChunksIn, ChunksOut, ErrorOut, GenerateIn, GenerateOut, Timings
+from app.inference.scheduler import Busy, FairScheduler, SchedulerConfig, Ticket
 from app.inference.store import ChunkNotFound, ChunkStore, StoreConfig, content_hash
 from app.kit.limits import BodyLimitMiddleware
 from app.kit.signing import Grant, InvalidToken, verify
@@ -50,9 +59,9 @@ CartridgeResolver = Callable[[list[str]], PrefixKV]
 
 
 class InferenceError(Exception):
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None):
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.headers = status, code, message, headers
 
 
 class CartridgeNotFound(KeyError):
@@ -75,66 +84,14 @@ class ServerConfig:
     max_texts: int = 256  # per /v1/chunks call
     key: bytes | None = None  # the shared secret (app/kit/signing.py); required
     max_body_bytes: int = 4 * 2**20
+    schedule: SchedulerConfig = field(default_factory=SchedulerConfig)  # fairness and bounds (scheduler.py)
+    # a handoff token's request: at most these (or the token's own signed caps, if lower)
+    handoff_max_prompt_tokens: int = 3072
+    handoff_max_new_tokens: int = 512
 
 
-# ---- schemas ------------------------------------------------------------------------------------
-class ChunkIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # handoff chunks may carry more fields
-    text: str | None = Field(None, min_length=1)
-    content_hash: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-
-    @model_validator(mode="after")
-    def _one_of(self) -> ChunkIn:
-        if self.text is None and self.content_hash is None:
-            raise ValueError("a chunk needs `text` or `content_hash`")
-        if self.text is not None and self.content_hash is not None and content_hash(self.text) != self.content_hash:
-            raise ValueError("content_hash is not the sha256 of text")
-        return self
-
-
-class GenerateIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    prompt: str = Field(min_length=1, max_length=200_000)
-    chunks: list[ChunkIn] = Field(default_factory=list, max_length=256)
-    cartridges: list[str] = Field(default_factory=list, max_length=16)
-    max_tokens: int = Field(64, ge=1, le=2048)
-    mode: Literal["blend", "full", "prefix", "reuse"] = "blend"
-    recompute_ratio: float | None = Field(None, ge=0.0, le=1.0)
-
-
-class Timings(BaseModel):
-    ttft_s: float
-    total_s: float
-    tokens_per_s: float
-
-
-class GenerateOut(BaseModel):
-    text: str
-    timings: Timings
-    prompt_tokens: int
-    recomputed_tokens: int
-
-
-class ChunksIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    texts: list[str] = Field(min_length=1)
-
-
-class ChunksOut(BaseModel):
-    content_hashes: list[str]
-
-
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-
-
-class ErrorOut(BaseModel):
-    error: ErrorBody
-
-
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}})
+def _error(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}}, headers=headers)
 
 
 # ---- app ----------------------------------------------------------------------------------------
@@ -163,21 +120,27 @@ def create_app(
         eng = engine or Engine.load(config.engine)
         st = store or ChunkStore(eng, StoreConfig(config.store_root, config.mem_bytes, config.disk_bytes))
         app.state.engine, app.state.store = eng, st
-        app.state.lock = threading.Lock()
+        app.state.scheduler = FairScheduler(config.schedule if config else SchedulerConfig())
+        hooks = app.state.scheduler.attach(eng.model)
         if resolve_cartridges is not None:
             app.state.resolve_cartridges = resolve_cartridges
         elif cartridge_resolver_factory is not None:
             app.state.resolve_cartridges = cartridge_resolver_factory(eng)
         else:
             app.state.resolve_cartridges = no_cartridges
-        yield
+        try:
+            yield
+        finally:
+            FairScheduler.detach(hooks)
 
     app = FastAPI(title="memscale inference tier", version="1", lifespan=lifespan)
     max_chunk_tokens = config.max_chunk_tokens if config else ServerConfig.max_chunk_tokens
     max_texts = config.max_texts if config else ServerConfig.max_texts
-    errors = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 413, 422)}
+    caps = (config.handoff_max_prompt_tokens, config.handoff_max_new_tokens) if config else \
+        (ServerConfig.handoff_max_prompt_tokens, ServerConfig.handoff_max_new_tokens)
+    errors = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 413, 422, 429)}
 
-    def grant(request: Request) -> Grant:
+    async def grant(request: Request) -> Grant:
         scheme, _, value = (request.headers.get("authorization") or "").partition(" ")
         if scheme.lower() != "bearer" or not value:
             raise InferenceError(401, "unauthorized", "missing credentials")
@@ -186,14 +149,14 @@ def create_app(
         except InvalidToken:
             raise InferenceError(401, "unauthorized", "invalid or expired credentials") from None
 
-    def operator(g: Grant = Depends(grant)) -> Grant:
+    async def operator(g: Grant = Depends(grant)) -> Grant:
         if not g.operator:
             raise InferenceError(403, "forbidden", "this call needs the operator key")
         return g
 
     @app.exception_handler(InferenceError)
     async def _inference_error(request: Request, exc: InferenceError):
-        return _error(exc.status, exc.code, exc.message)
+        return _error(exc.status, exc.code, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
@@ -218,43 +181,58 @@ def create_app(
         return {"status": "ok", "model_id": request.app.state.engine.model_id}
 
     @app.post("/v1/chunks", response_model=ChunksOut, responses=errors)
-    def chunks(body: ChunksIn, request: Request, _: Grant = Depends(operator)) -> ChunksOut:
+    def chunks(body: ChunksIn, request: Request, g: Grant = Depends(operator)) -> ChunksOut:
         if len(body.texts) > max_texts:
             raise InferenceError(400, "too_many_texts", f"at most {max_texts} texts per call")
         eng: Engine = request.app.state.engine
-        for i, text in enumerate(body.texts):
-            _check_chunk_text(eng, text, i, max_chunk_tokens)
-        with request.app.state.lock:
+        with _turn(request.app.state.scheduler, g):
+            for i, text in enumerate(body.texts):
+                _check_chunk_text(eng, text, i, max_chunk_tokens)
             hashes = request.app.state.store.precompute(body.texts)
         return ChunksOut(content_hashes=hashes)
 
     @app.delete("/v1/chunks/{content_hash}", responses=errors)
-    def delete_chunk(content_hash: str, request: Request, _: Grant = Depends(operator)) -> dict:
+    def delete_chunk(content_hash: str, request: Request, g: Grant = Depends(operator)) -> dict:
         """Right to be forgotten: drop a chunk's KV from both tiers (idempotent)."""
-        with request.app.state.lock:
+        with _turn(request.app.state.scheduler, g, bounded=False):
             return {"deleted": request.app.state.store.delete(content_hash)}
 
     @app.delete("/v1/cartridges/{cartridge_id}", responses=errors)
-    def delete_cartridge(cartridge_id: str, request: Request, _: Grant = Depends(operator)) -> dict:
+    def delete_cartridge(cartridge_id: str, request: Request, g: Grant = Depends(operator)) -> dict:
         """Right to be forgotten: an erased cartridge leaves memory and disk (idempotent). A
         resolver that cannot forget holds nothing of its own to drop."""
         forget = getattr(request.app.state.resolve_cartridges, "forget", None)
-        with request.app.state.lock:
+        with _turn(request.app.state.scheduler, g, bounded=False):
             return {"deleted": bool(forget(cartridge_id)) if forget is not None else False}
 
     @app.post("/v1/generate", response_model=GenerateOut, responses=errors)
-    def generate(body: GenerateIn, request: Request, g: Grant = Depends(grant)) -> GenerateOut:
+    async def generate(body: GenerateIn, request: Request, g: Grant = Depends(grant)) -> GenerateOut:
         t0 = time.perf_counter()
         state = request.app.state
-        eng: Engine = state.engine
         _authorise(g, body)
-        with state.lock:
+        limit = Caps(None, None) if g.operator else Caps(
+            min(caps[0], g.max_prompt_tokens or caps[0]), min(caps[1], g.max_new_tokens or caps[1]))
+        if limit.new_tokens is not None and body.max_tokens > limit.new_tokens:
+            raise InferenceError(400, "max_tokens_too_large",
+                                 f"max_tokens {body.max_tokens} exceeds this token's limit of {limit.new_tokens}")
+        ticket = _admit(state.scheduler, g)
+        try:
+            return await run_in_threadpool(_generate, state, body, ticket, limit, t0)
+        finally:
+            state.scheduler.close(ticket)
+
+    def _generate(state, body: GenerateIn, ticket: Ticket, limit: Caps, t0: float) -> GenerateOut:  # noqa: ANN001
+        eng: Engine = state.engine
+        with state.scheduler.turn(ticket):
             prefix_kv = _resolve(state.resolve_cartridges, body.cartridges)
             # token ids first: an over-long request is refused before any KV is computed
             refs = [_chunk_ids(eng, state.store, c, i, max_chunk_tokens) for i, c in enumerate(body.chunks)]
             n_prompt = int(eng.system_ids.numel() + eng.query_ids(body.prompt).numel()) + sum(
                 int(r.token_ids.numel()) for r in refs
             )
+            if limit.prompt_tokens is not None and n_prompt > limit.prompt_tokens:
+                raise InferenceError(400, "prompt_too_long", f"prompt of {n_prompt} tokens exceeds this token's "
+                                     f"limit of {limit.prompt_tokens}")
             p = prefix_length(prefix_kv)
             try:
                 eng.check_length(p, n_prompt, body.max_tokens)
@@ -263,7 +241,7 @@ def create_app(
                     for r, c in zip(refs, body.chunks)
                 ]
                 ratio = blend_default.recompute_ratio if body.recompute_ratio is None else body.recompute_ratio
-                g = eng.generate(
+                gen = eng.generate(
                     body.prompt,
                     loaded,
                     mode=body.mode,
@@ -273,21 +251,48 @@ def create_app(
                 )
             except PromptTooLong as e:
                 raise InferenceError(400, "prompt_too_long", str(e)) from None
-        total = g.finished_at - t0
+            except ChunkNotFound as e:  # a text chunk erased while it was being computed
+                raise InferenceError(404, "chunk_not_found", f"chunk {e.args[0] if e.args else '?'} was deleted") from None
+        total = gen.finished_at - t0
         return GenerateOut(
-            text=g.text,
+            text=gen.text,
             timings=Timings(
-                ttft_s=g.first_token_at - t0,
+                ttft_s=gen.first_token_at - t0,
                 total_s=total,
-                tokens_per_s=len(g.token_ids) / total if total > 0 else 0.0,
+                tokens_per_s=len(gen.token_ids) / total if total > 0 else 0.0,
             ),
-            prompt_tokens=g.prompt_tokens,
-            recomputed_tokens=g.recomputed_tokens,
+            prompt_tokens=gen.prompt_tokens,
+            recomputed_tokens=gen.recomputed_tokens,
         )
 
     max_body = config.max_body_bytes if config else ServerConfig.max_body_bytes
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body)
     return app
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The most one request may prefill and generate (None: only the engine's context limit)."""
+
+    prompt_tokens: int | None
+    new_tokens: int | None
+
+
+def _admit(scheduler: FairScheduler, g: Grant) -> Ticket:
+    """A ticket keyed by the grant's org and token (the operator: its own key), or 429."""
+    try:
+        return scheduler.admit(g.org or f"token:{g.token_id}", g.token_id, operator=g.operator)
+    except Busy as e:
+        raise InferenceError(429, "rate_limited", e.message,
+                             {"Retry-After": str(max(1, int(e.retry_after_s + 0.999)))}) from None
+
+
+@contextmanager
+def _turn(scheduler: FairScheduler, g: Grant, *, bounded: bool = True):
+    """Admit and hold the engine for one operator call (``bounded=False``: an erasure, never refused)."""
+    ticket = _admit(scheduler, g) if bounded else scheduler.admit("", "", operator=True, bounded=False)
+    with scheduler.turn(ticket):
+        yield
 
 
 def _authorise(g: Grant, body: GenerateIn) -> None:

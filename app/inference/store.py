@@ -14,7 +14,9 @@ Design choices:
   tier's limit skip that tier. Lookups fall through to the file system, so chunks written by
   another process (the bootstrap worker through :func:`precompute_chunks`) are found.
 - ``delete(hash)`` removes a chunk from both tiers (used by right-to-be-forgotten).
-- Thread-safe behind one lock; the KV itself is computed by the engine (``encode_chunk``).
+- Thread-safe behind one lock; the KV itself is computed by the engine (``encode_chunk``) outside
+  it, since the server's scheduler may pause a computation between layers while other requests
+  read the store; a chunk deleted meanwhile is not stored when its computation ends.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
@@ -82,6 +85,8 @@ class ChunkStore:
         self._mem_bytes = 0
         self._disk: OrderedDict[str, int] = OrderedDict()  # hash -> file bytes, oldest first
         self._disk_bytes = 0
+        self._busy: dict[str, int] = {}  # hash -> computations under way outside the lock
+        self._erased: set[str] = set()  # hashes deleted while being computed
         self._scan_disk()
 
     # ---- public API ---------------------------------------------------------------------------
@@ -92,9 +97,9 @@ class ChunkStore:
             if self.has(h):
                 self._touch(h)  # asked for now: the most recent in both tiers, as a get would make it
                 return h
+        with self._computing(h):
             chunk = self.encoder.encode_chunk(text)
-            self._write_disk(h, chunk)
-            self._remember(h, chunk)
+            self._keep(h, chunk)
         return h
 
     def precompute(self, texts: Iterable[str]) -> list[str]:
@@ -109,10 +114,41 @@ class ChunkStore:
                 return self._mem[h]
             try:
                 chunk = self._read_disk(h)
+                self._remember(h, chunk)
+                return chunk
             except ChunkNotFound:
-                chunk = self._adopt(h)
+                pass
+        with self._computing(h):
+            chunk = self._adopt(h)
+            self._keep(h, chunk)
+        return chunk
+
+    @contextmanager
+    def _computing(self, h: str):
+        """Around computing a chunk's KV *outside* the lock (the engine's scheduler may pause the
+        computation between layers while other requests read the store): a ``delete`` of ``h``
+        meanwhile makes :meth:`_keep` drop the result, so an erased chunk never comes back."""
+        with self._lock:
+            self._busy[h] = self._busy.get(h, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy[h] -= 1
+                if not self._busy[h]:
+                    del self._busy[h]
+                    self._erased.discard(h)
+
+    def _keep(self, h: str, chunk: ChunkKV) -> None:
+        """Store a KV just computed, unless the chunk was deleted meanwhile or is stored already."""
+        with self._lock:
+            if h in self._erased:
+                return
+            if self.has(h):
+                self._touch(h)
+                return
+            self._write_disk(h, chunk)
             self._remember(h, chunk)
-            return chunk
 
     def _adopt(self, h: str) -> ChunkKV:
         """The chunk's KV recomputed from the token ids that another KV configuration of the same
@@ -133,9 +169,7 @@ class ChunkStore:
                 continue
             if meta.get("format") != FORMAT or meta.get("content_hash") != h or ids.dim() != 1 or not ids.numel():
                 continue
-            chunk = ChunkKV(token_ids=ids, kv=self.encoder.chunk_kv(ids))
-            self._write_disk(h, chunk)
-            return chunk
+            return ChunkKV(token_ids=ids, kv=self.encoder.chunk_kv(ids))  # stored by the caller (_keep)
         raise ChunkNotFound(h)
 
     def _copies(self, h: str) -> list[Path]:
@@ -153,6 +187,8 @@ class ChunkStore:
         if not is_content_hash(h):
             return False
         with self._lock:
+            if h in self._busy:
+                self._erased.add(h)  # a computation under way must not store it afterwards
             found = False
             chunk = self._mem.pop(h, None)
             if chunk is not None:

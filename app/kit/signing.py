@@ -10,7 +10,10 @@ The key: `MEMSCALE_INFERENCE_KEY` when set (both tiers on different hosts read t
 otherwise a random key generated once in `<data_dir>/inference.key` (mode 0600), which both
 processes of a single-machine install read. The key never appears in a response or a log.
 
-Token: `mst1.<base64url(json grant)>.<base64url(hmac)>`; grant = {org, sub, chunks, cartridges, exp}.
+Token: `mst1.<base64url(json grant)>.<base64url(hmac)>`; grant = {org, sub, chunks, cartridges, exp}
+and, when the service sets them, `max_prompt_tokens` and `max_new_tokens`: the most a request on
+this token may prefill and generate (issue 41). Being signed, no bearer can raise them; the tier
+keys its fairness by `org` (opaque to it) and by the token itself (`Grant.token_id`).
 """
 
 from __future__ import annotations
@@ -84,6 +87,9 @@ class Grant:
     cartridges: frozenset[str] = frozenset()
     org: str | None = None
     sub: str | None = None
+    token_id: str = "operator"  # a short digest of the bearer value: the tier's per-token key
+    max_prompt_tokens: int | None = None  # signed caps (None: not in the token)
+    max_new_tokens: int | None = None
 
     def may_use_chunk(self, content_hash: str) -> bool:
         return self.operator or content_hash in self.chunks
@@ -93,9 +99,12 @@ class Grant:
 
 
 def sign(key: bytes, *, org: str, sub: str, chunks: list[str], cartridges: list[str], ttl_s: int,
-         now: float | None = None) -> str:
+         now: float | None = None, max_prompt_tokens: int | None = None, max_new_tokens: int | None = None) -> str:
     grant = {"org": org, "sub": sub, "chunks": sorted(set(chunks)), "cartridges": sorted(set(cartridges)),
              "exp": int((now if now is not None else time.time()) + ttl_s)}
+    for name, cap in (("max_prompt_tokens", max_prompt_tokens), ("max_new_tokens", max_new_tokens)):
+        if cap is not None:
+            grant[name] = int(cap)
     body = f"{PREFIX}.{_b64(json.dumps(grant, separators=(',', ':'), sort_keys=True).encode())}"
     return f"{body}.{_mac(key, body)}"
 
@@ -117,9 +126,11 @@ def verify(key: bytes, bearer: str, *, now: float | None = None) -> Grant:
     try:
         g = json.loads(_unb64(parts[1]))
         exp, chunks, carts = int(g["exp"]), g["chunks"], g["cartridges"]
+        caps = {k: int(g[k]) for k in ("max_prompt_tokens", "max_new_tokens") if g.get(k) is not None}
     except (ValueError, KeyError, TypeError):
         raise InvalidToken("malformed grant") from None
     if exp < (now if now is not None else time.time()):
         raise InvalidToken("token expired")
     return Grant(operator=False, chunks=frozenset(map(str, chunks)), cartridges=frozenset(map(str, carts)),
-                 org=g.get("org"), sub=g.get("sub"))
+                 org=g.get("org"), sub=g.get("sub"), token_id=hashlib.sha256(parts[2].encode()).hexdigest()[:16],
+                 **caps)
