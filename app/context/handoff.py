@@ -17,4 +17,5 @@ def sign(settings, principal: Principal, handoff: dict) -> dict:  # noqa: ANN001
                          cartridges=[str(c["id"]) for c in handoff.get("cartridges", [])],
                          ttl_s=settings.handoff_ttl_s, max_prompt_tokens=settings.handoff_max_prompt_tokens,
                          max_new_tokens=settings.handoff_max_new_tokens)
-    return {**handoff, "token": token, "token_expires_in_s": settings.handoff_ttl_s}
+    return {**handoff, "token": token, "token_expires_in_s": settings.handoff_ttl_s,
+            "max_prompt_tokens": settings.handoff_max_prompt_tokens, "max_new_tokens": settings.handoff_max_new_tokens}

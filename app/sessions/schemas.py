@@ -120,6 +120,9 @@ class Handoff(BaseModel):
     prompt: str
     token: str
     token_expires_in_s: int
+    # The caps signed into `token` (the tier refuses a request beyond them; issue 41).
+    max_prompt_tokens: int | None = None
+    max_new_tokens: int | None = None
 
 
 class ContextOut(BaseModel):

@@ -184,6 +184,7 @@ def test_the_service_signs_the_org_and_the_caps_into_a_handoff():
     g = verify(KEY, out["token"])
     assert (g.org, g.sub, g.max_prompt_tokens, g.max_new_tokens) == (principal.org_id, "u-1", 1234, 56)
     assert g.chunks == {"a" * 64} and not g.operator and g.token_id != "operator"
+    assert (out["max_prompt_tokens"], out["max_new_tokens"]) == (1234, 56)  # the client is told its caps
 
 
 def test_the_scheduler_alternates_orgs_not_requests():
