@@ -270,3 +270,19 @@ def test_migration_narrows_history_already_in_a_database(settings):
         downgrade(s, "0020")  # does nothing to the rows
         with eng.connect() as c:
             assert c.execute(text("SELECT visibility FROM memories WHERE id = :i"), {"i": root}).scalar() == "group"
+
+
+def test_a_steward_may_narrow_a_memory_beyond_its_own_sight(client, world):
+    """A steward making alice's memory private (or shared with a group it is not in) wrote a row it
+    may not read back: row-level security refused the INSERT's returned row, a 500."""
+    alice, bob, steward, _ = _people(world)
+    admin = world.user(alice.org, roles=["admin"])
+    for who, body in ((steward, {"visibility": "private"}), (admin, {"visibility": "group", "groups": ["legal"]})):
+        m = client.post("/v1/memories", json={"text": SECRET, "kind": "fact", "visibility": "org"},
+                        headers=alice.h).json()
+        r = client.patch(f"/v1/memories/{m['id']}", json=body, headers=who.h)
+        assert r.status_code == 200, r.text
+        assert client.get(f"/v1/memories/{r.json()['id']}", headers=who.h).status_code == 404
+        for mid in (m["id"], r.json()["id"]):
+            assert client.get(f"/v1/memories/{mid}", headers=bob.h).status_code == 404
+            assert client.get(f"/v1/memories/{mid}", headers=alice.h).status_code == 200

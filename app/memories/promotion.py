@@ -65,7 +65,7 @@ def promote_version(db: Session, principal: Principal, row: Memory, *, branch: s
         if old.kind in AGENT_KINDS:
             assert_may_shape_profile(principal, scope.visibility, owner_id=old.owner_id)
         new = new_version(db, old, now=now, last_validated_at=now, close_validity=True, visibility=scope.visibility,
-                          groups=list(scope.groups), labels=list(scope.labels), actor_id=principal.user_id, **fields)
+                          groups=list(scope.groups), labels=list(scope.labels), writer=principal, **fields)
         add_edge(db, org_id=row.org_id, from_type="memory", from_id=new.id, to_type="memory", to_id=row.id,
                  relation="promoted_from")
     else:
