@@ -1,9 +1,14 @@
 """Stateful property test: random orgs, users, groups, labels and items; random operations
-(create, derive a memory from a visible episode, patch, distil, consolidate, declassify, delete).
-After every step, for every principal, no read path returns anything the principal may not see
-(get, search, context and its signed inference handoff, session tools, lineage, retrieval
-records), and nothing derived survives the deletion of all its sources. The oracle is the Python
-rule `app.kit.access.can_see` applied to rows read with the owner connection (ground truth), so
+(create, derive a memory from a visible episode, patch, distil, consolidate, declassify, delete,
+narrow to private / a group / more labels, fork a branch at a past instant, edit in a branch,
+promote). After every step, for every principal, no read path returns anything the principal may
+not see (get of any version, as-of get, search with status filters, the instruction "including
+old versions too", search and context as of a past instant, reads in every branch, context and
+its signed inference handoff, session tools, lineage, retrieval records), and nothing derived
+survives the deletion of all its sources. The oracle is the Python rule `app.kit.access.can_see`
+applied to rows read with the owner connection (ground truth), a memory version taken at the
+narrowest scope its memory has been given since (`_narrowest`: the meet with every later
+version of its root, in any branch, written out here again, independently of app.kit.scope), so
 the SQL filter, RLS and every endpoint are checked against an independent implementation.
 
 Small in `make test`; long with `make test-long` (MEMSCALE_ACL_EXAMPLES / MEMSCALE_ACL_STEPS,
@@ -14,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
@@ -28,7 +34,8 @@ GROUPS = ["finance", "ops"]
 LABELS = ["pii", "m&a"]
 WORDS = ["invoice", "deploy", "salary", "merger", "vpn", "refund", "always", "never", "use", "prefer"]
 GETS = int(os.environ.get("MEMSCALE_ACL_GETS", "12"))  # items fetched by id per principal and step
-COUNTS = {"steps": 0, "checks": 0, "runs": 0, "leaks": 0, "derived_surviving_deletion": 0}
+COUNTS = {"steps": 0, "checks": 0, "runs": 0, "leaks": 0, "derived_surviving_deletion": 0,
+          "narrowed": 0, "forks": 0, "branch_edits": 0, "promotions": 0}  # the last four: accepted operations
 
 scope_st = st.fixed_dictionaries({
     "visibility": st.sampled_from(["private", "group", "org"]),
@@ -36,6 +43,19 @@ scope_st = st.fixed_dictionaries({
     "labels": st.lists(st.sampled_from(LABELS), max_size=2, unique=True),
 })
 sentence = st.lists(st.sampled_from(WORDS), min_size=3, max_size=7).map(lambda w: "I " + " ".join(w) + ".")
+
+
+def _meet(a: tuple, b: tuple) -> tuple:
+    """The oracle's meet of two scopes (visibility, groups, labels): private wins, groups
+    intersect (none in common: private), labels union."""
+    labels = a[2] | b[2]
+    if "private" in (a[0], b[0]):
+        return ("private", frozenset(), labels)
+    if "org" in (a[0], b[0]):
+        other = b if a[0] == "org" else a
+        return (other[0], other[1], labels)
+    common = a[1] & b[1]
+    return ("group", common, labels) if common else ("private", frozenset(), labels)
 
 
 def _access(scope: dict) -> dict:
@@ -62,6 +82,14 @@ class ACLMachine(RuleBasedStateMachine):
             ]
         self.principals = {a.user_id: self._principal(a) for a in self.actors}
         self.sessions, self.retrievals = {}, {}
+        self.instants, self.branches = [self._now()], {0: [], 1: []}  # past instants; branch names per org
+        n = COUNTS["runs"]  # every example starts with one story of issue 41, a different one each time
+        self._story(n % 2, n % 3, "I always use the vpn.", ["private", "group", "labels"][n % 3], n % 2,
+                    ["before", "at", "before", "none"][n % 4], n % 3 != 2, n % 5 in (1, 2))
+
+    @staticmethod
+    def _now() -> str:
+        return datetime.now(timezone.utc).isoformat()
 
     def _principal(self, a) -> Principal:  # noqa: ANN001
         with self.admin_engine.connect() as c:
@@ -146,6 +174,147 @@ class ACLMachine(RuleBasedStateMachine):
         assert self.run_job(org_id, "consolidate", {}).status == "succeeded"
         COUNTS["steps"] += 1
 
+    # -- history and branches (issue 41) ----------------------------------------------------------
+    # Acting as the memory's owner (or the org's steward) most of the time, so that the writes
+    # happen rather than answer 403; the 403/404/409/422 paths are allowed answers all the same.
+    def _actor(self, org: int, owner_id, as_owner: bool):  # noqa: ANN001, ANN202
+        """The owner of a row (as_owner) or the org's steward."""
+        if as_owner:
+            return next(a for a in self.actors if a.user_id == owner_id)
+        return self.actors[org * 4 + 2]
+
+    def _narrow(self, a, id_, labels, how: str, tag: int, branch: str | None = None) -> int:  # noqa: ANN001
+        body = {"private": {"visibility": "private"}, "group": {"visibility": "group", "groups": [GROUPS[tag]]},
+                "labels": {"labels": sorted(set(labels) | {LABELS[tag]})}}[how]
+        r = self.client.patch(f"/v1/memories/{id_}", json=body,
+                              headers={**a.h, **({"Memscale-Branch": branch} if branch else {})})
+        assert r.status_code in (200, 403, 404, 409, 422), r.text  # 422: wider than it is (private -> group)
+        COUNTS["narrowed"] += r.status_code == 200
+        return r.status_code
+
+    @rule(org=st.integers(0, 1), pick=st.integers(0, 10_000), how=st.sampled_from(["private", "group", "labels"]),
+          tag=st.integers(0, 1), as_owner=st.booleans())
+    def narrow_memory(self, org, pick, how, tag, as_owner):
+        """PATCH a current version in main to private, to one group, or to more labels."""
+        self.instants.append(self._now())
+        rows = self._rows("memories", self.actors[org * 4].org_id, "status = 'active' AND branch_id IS NULL",
+                          "owner_id, labels")
+        if rows:
+            id_, (owner_id, labels) = rows[pick % len(rows)]
+            self._narrow(self._actor(org, owner_id, as_owner), id_, labels, how, tag)
+        COUNTS["steps"] += 1
+
+    @rule(org=st.integers(0, 1), who=st.integers(0, 3), content=sentence, how=st.sampled_from(["private", "group", "labels"]),
+          tag=st.integers(0, 1), fork=st.sampled_from(["none", "before", "at"]), edit=st.booleans(),
+          in_branch=st.booleans())
+    def share_then_narrow(self, org, who, content, how, tag, fork, edit, in_branch):
+        self._story(org, who, content, how, tag, fork, edit, in_branch)
+
+    def _story(self, org, who, content, how, tag, fork, edit, in_branch):  # noqa: ANN001, ANN202
+        """Issue 41's story in one step: an org memory; perhaps a branch forked now (or, after the
+        narrowing, at this instant) and an edit there; then its owner narrows it (in main, or in
+        the branch)."""
+        a = self.actors[org * 4 + who % 3]  # a writer (not the auditor)
+        r = self.client.post("/v1/memories", json={"text": content, "kind": "fact", "visibility": "org"}, headers=a.h)
+        assert r.status_code == 201, r.text
+        m = r.json()
+        before = self._now()
+        self.instants.append(before)
+        name, target = f"b{len(self.branches[org])}", m["id"]
+        if fork == "before":
+            self._fork(org, name, None)
+        if fork == "before" and edit:
+            r = self.client.patch(f"/v1/memories/{m['id']}", json={"text": content + " edited"},
+                                  headers={**a.h, "Memscale-Branch": name})
+            assert r.status_code == 200, r.text
+            COUNTS["branch_edits"] += 1
+            target = r.json()["id"] if in_branch else target
+        self._narrow(a, target, [], how, tag, name if fork == "before" and in_branch else None)
+        if fork == "at":
+            self._fork(org, name, before)
+        COUNTS["steps"] += 1
+
+    def _fork(self, org: int, name: str, at: str | None) -> None:
+        r = self.client.post("/v1/branches", json={"name": name, **({"at": at} if at else {})},
+                             headers=self.actors[org * 4 + 2].h)
+        assert r.status_code == 201, r.text
+        self.branches[org].append(name)
+        COUNTS["forks"] += 1
+
+    @rule(who=st.integers(0, 7), pick=st.integers(0, 10_000))
+    def fork_branch(self, who, pick):
+        """POST /v1/branches {name, at}: a branch of main as it stood at an earlier instant."""
+        a = self.actors[who]
+        org = who // 4
+        name = f"b{len(self.branches[org])}"
+        r = self.client.post("/v1/branches", json={"name": name, "at": self.instants[pick % len(self.instants)]},
+                             headers=a.h)
+        assert r.status_code in (201, 403), r.text  # members and auditors may not branch
+        if r.status_code == 201:
+            self.branches[org].append(name)
+            COUNTS["forks"] += 1
+        self.instants.append(self._now())
+        COUNTS["steps"] += 1
+
+    @rule(org=st.integers(0, 1), pick=st.integers(0, 10_000), b=st.integers(0, 10), content=sentence,
+          private=st.booleans(), as_owner=st.booleans())
+    def edit_in_branch(self, org, pick, b, content, private, as_owner):
+        """PATCH any version in a branch (it answers 404 for what the branch does not show)."""
+        names = self.branches[org]
+        rows = self._rows("memories", self.actors[org * 4].org_id, "true", "owner_id")
+        if names and rows:
+            id_, owner_id = rows[pick % len(rows)]
+            a = self._actor(org, owner_id, as_owner)
+            body = {"text": content, **({"visibility": "private"} if private else {})}
+            r = self.client.patch(f"/v1/memories/{id_}", json=body, headers={**a.h, "Memscale-Branch": names[b % len(names)]})
+            assert r.status_code in (200, 403, 404, 409, 422), r.text
+            COUNTS["branch_edits"] += r.status_code == 200
+        self.instants.append(self._now())
+        COUNTS["steps"] += 1
+
+    @rule(org=st.integers(0, 1), pick=st.integers(0, 10_000), b=st.integers(0, 10))
+    def promote(self, org, pick, b):
+        """The org's steward promotes one memory change of a branch that its diff shows."""
+        names, a = self.branches[org], self.actors[org * 4 + 2]
+        if names:
+            name = names[b % len(names)]
+            r = self.client.get(f"/v1/branches/{name}/diff", headers=a.h)
+            assert r.status_code == 200, r.text
+            changes = [c["id"] for c in r.json()["changes"] if c["type"] == "memory"]
+            if changes:
+                r = self.client.post(f"/v1/branches/{name}/promote", json={"ids": [changes[pick % len(changes)]]},
+                                     headers=a.h)
+                assert r.status_code in (200, 404, 409, 422), r.text
+                COUNTS["promotions"] += r.status_code == 200
+        self.instants.append(self._now())
+        COUNTS["steps"] += 1
+
+    def _rows(self, table: str, org_id, where: str, cols: str) -> list[tuple]:
+        """(id, value) or (id, (values...)) of the org's rows of `table`, by id."""
+        with self.admin_engine.connect() as c:
+            rows = c.execute(text(f"SELECT id, {cols} FROM {table} WHERE org_id = :o AND {where} ORDER BY id"),
+                             {"o": org_id}).all()
+        return [(str(r[0]), r[1] if len(r) == 2 else tuple(r[1:])) for r in rows]
+
+    def _narrowest(self) -> dict:
+        """id -> (branch_id, narrowest scope) of every memory version: its own scope met with that of
+        every version of its root recorded after it, in main or any branch."""
+        with self.admin_engine.connect() as c:
+            rows = c.execute(text("SELECT id, root_id, branch_id, visibility, groups, labels, recorded_at FROM memories "
+                                  "WHERE org_id IN (SELECT DISTINCT org_id FROM users WHERE id = ANY(:u))"),
+                             {"u": list(self.principals)}).all()
+        by_root: dict = {}
+        for r in rows:
+            by_root.setdefault(r.root_id, []).append(r)
+        out = {}
+        for r in rows:
+            scope = (r.visibility, frozenset(r.groups), frozenset(r.labels))
+            for w in by_root[r.root_id]:
+                if w.recorded_at > r.recorded_at:
+                    scope = _meet(scope, (w.visibility, frozenset(w.groups), frozenset(w.labels)))
+            out[str(r.id)] = (r.branch_id, scope)
+        return out
+
     def _ids(self, table: str, org_id, where: str = "true") -> list[str]:
         with self.admin_engine.connect() as c:
             return [str(i) for i in c.execute(text(f"SELECT id FROM {table} WHERE org_id = :o AND {where} ORDER BY id"),
@@ -167,16 +336,22 @@ class ACLMachine(RuleBasedStateMachine):
     def nothing_leaks(self):
         if not hasattr(self, "actors"):
             return
-        truth = self._truth()
+        truth, narrowest = self._truth(), self._narrowest()
         for a in self.actors:
             p = self.principals[a.user_id]
-            allowed = {i for i, (_, r) in truth.items() if can_see(p, org_id=r.org_id, owner_id=r.owner_id,
-                       visibility=r.visibility, groups=r.groups, labels=r.labels)}
+            allowed = set()
+            for i, (_, r) in truth.items():
+                vis, groups, labels = narrowest[i][1] if i in narrowest else (r.visibility, r.groups, r.labels)
+                if can_see(p, org_id=r.org_id, owner_id=r.owner_id, visibility=vis, groups=groups, labels=labels):
+                    allowed.add(i)
             for i, (type_, _) in sorted(truth.items())[-GETS:]:  # get (a sample; the ids change every step)
                 path = "memories" if type_ == "memory" else "episodes"
                 code = self.client.get(f"/v1/{path}/{i}", headers=a.h).status_code
-                assert (code == 200) == (i in allowed) or code == 403, (a.name, type_, i, code)
+                in_branch = i in narrowest and narrowest[i][0] is not None  # main reads no branch's rows
+                assert (code == 200) == (i in allowed) or code == 403 or (in_branch and code == 404), \
+                    (a.name, type_, i, code)
                 COUNTS["checks"] += 1
+            self._history_reads(a, allowed, set(truth), sorted(narrowest)[-max(2, GETS // 4):])
             q = {"query": "invoice deploy salary merger refund", "k": 50}
             got = {x["id"] for x in self.client.post("/v1/search", json=q, headers=a.h).json()["results"]
                    if x["type"] in ("episode", "memory")}
@@ -221,6 +396,43 @@ class ACLMachine(RuleBasedStateMachine):
                     assert shown <= allowed | {n for n in shown if n not in truth}, shown - allowed
                     assert all("text" not in n for n in r.json()["nodes"] if n.get("redacted"))
                 COUNTS["checks"] += 1
+
+    def _history_reads(self, a, allowed: set, known: set, sample: list[str]) -> None:  # noqa: ANN001
+        """Issue 41's read paths: nothing beyond a memory's narrowest scope through as-of gets,
+        status filters, the instruction, as-of search and context, or any read in a branch."""
+        q = {"query": "invoice deploy salary merger refund", "k": 50}
+        past = [self.instants[0], self.instants[len(self.instants) // 2], self.instants[-1]]
+
+        def check(got: set, where) -> None:  # noqa: ANN001
+            assert got <= allowed, (a.name, where, got - allowed)
+            COUNTS["checks"] += 1
+
+        for i in sample:  # GET of any version as of a past instant: 200 only when allowed
+            code = self.client.get(f"/v1/memories/{i}", params={"as_of": past[1]}, headers=a.h).status_code
+            check({i} if code == 200 else set(), ("get as_of", i))
+        org = self.actors.index(a) // 4
+        for branch in [None] + self.branches[org][-2:]:  # main and the two newest branches (the cost grows with them)
+            h = {**a.h, **({"Memscale-Branch": branch} if branch else {})}
+            bodies = [{**q, "filters": {"status": ["superseded"]}}, {**q, "instruction": "including old versions too"},
+                      {**q, "as_of": past[0]}, {**q, "as_of": past[1], "filters": {"status": ["active", "superseded"]}}]
+            for body in bodies if branch is None else bodies[:1] + [q]:
+                r = self.client.post("/v1/search", json=body, headers=h)
+                assert r.status_code == 200, r.text
+                check({x["id"] for x in r.json()["results"] if x["type"] in ("episode", "memory")}, (branch, body))
+            r = self.client.post("/v1/context", json={"query": q["query"], "budget_tokens": 800, "as_of": past[1]},
+                                 headers=h)
+            assert r.status_code in (200, 403), r.text  # 403: auditors read no context
+            if r.status_code == 200:
+                check({i["id"] for s in r.json()["sections"] for i in s["items"] if i["type"] in ("episode", "memory")},
+                      (branch, "context as_of"))
+            for i in sample if branch is not None else ():  # GET in a branch
+                code = self.client.get(f"/v1/memories/{i}", headers=h).status_code
+                check({i} if code == 200 else set(), (branch, "get", i))
+            for i in sample[-2:]:  # lineage, in main and in each branch: no shown node beyond its scope
+                r = self.client.get(f"/v1/lineage/memory/{i}", headers=h)
+                if r.status_code == 200:
+                    shown = {n["id"] for n in r.json()["nodes"] if not n.get("redacted") and not n.get("deleted")}
+                    check({n for n in shown if n in known}, (branch, "lineage", i))
 
     def _session(self, a) -> str:  # noqa: ANN001
         if a.user_id not in self.sessions:

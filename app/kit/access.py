@@ -64,3 +64,14 @@ def assert_may_share(principal: Principal, visibility: str, groups) -> None:  # 
     if visibility == "group" and not set(groups) <= set(principal.groups) and not principal.has_role("admin"):
         outside = sorted(set(groups) - set(principal.groups))
         raise Forbidden(f"you are not a member of group(s) {', '.join(outside)}", code="not_a_group_member")
+
+
+def assert_may_shape_profile(principal: Principal, visibility: str, *, owner_id=None) -> None:  # noqa: ANN001
+    """An agent's shared instructions and skills are pinned into everyone's context for that agent
+    (app/context/agent.py): only stewards and admins write them shared (and the owner of an existing
+    one changes it). A member's own private ones stay theirs to write (else 403)."""
+    from app.kit.errors import Forbidden
+
+    if visibility != "private" and not principal.has_role("steward", "admin") and owner_id != principal.user_id:
+        raise Forbidden("only a steward or an admin may write an agent's shared instructions and skills; "
+                        "write it private, or ask one", code="agent_profile_restricted")

@@ -1,10 +1,12 @@
 """Access survives derivation (DESIGN.md §4): a derived item's scope is the most restrictive
-combination of its sources. Used by manual memories with sources, distillation and consolidation."""
+combination of its sources. Used by manual memories with sources, distillation and consolidation.
+Narrowing reaches a memory's history (issue 41, `meet`): every version keeps the narrowest scope
+its memory has been given since."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.kit.errors import AppError
 
@@ -57,3 +59,18 @@ def no_wider(requested: Scope, bound: Scope) -> bool:
 def of(row) -> Scope:  # noqa: ANN001
     return Scope(row.visibility, owner_id=row.owner_id if row.visibility == "private" else None,
                  groups=tuple(row.groups), labels=tuple(row.labels))
+
+
+def meet(row: Scope, since: Scope, *, owner_id: uuid.UUID) -> Scope:
+    """The scope a version of a memory keeps once the memory has been given `since` (a later
+    version's scope): never wider than either. Private wins, with the row's own owner (`owner_id`,
+    who always sees their own row); groups intersect, and with none in common only the owner is
+    left (private); labels union. Unlike `derive` it never refuses: a version cannot decline to
+    be hidden."""
+    labels = tuple(sorted(set(row.labels) | set(since.labels)))
+    if "private" not in (row.visibility, since.visibility):
+        try:
+            return replace(derive([row, since]), labels=labels)  # org, or the common groups
+        except IncompatibleScopes:  # disjoint groups: nobody but the owner is in both
+            pass
+    return Scope("private", owner_id=owner_id, labels=labels)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -60,6 +60,36 @@ def delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID, *, branch: u
     if branch is not None:
         stmt = stmt.where(Memory.branch_id == branch)
     return list(db.execute(stmt.returning(Memory.id)).scalars())
+
+
+def scopes_of_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list:
+    """(id, owner_id, visibility, groups, labels) of every version of a root, in main and in every
+    branch, locked: the rows a narrowing reaches (issue 41). The caller binds `every_scope` (as
+    erasure does): the narrowing must reach rows it cannot see, and ids and scopes are all it reads."""
+    return list(db.execute(select(Memory.id, Memory.owner_id, Memory.visibility, Memory.groups, Memory.labels)
+                           .where(Memory.org_id == org_id, Memory.root_id == root_id)
+                           .order_by(Memory.id).with_for_update()).all())
+
+
+def set_scope(db: Session, org_id: uuid.UUID, memory_id: uuid.UUID, *, visibility: str, groups: list[str],
+              labels: list[str]) -> None:
+    """Replace one version's stored scope (an ORM UPDATE: a loaded copy of the row follows)."""
+    db.execute(update(Memory).where(Memory.org_id == org_id, Memory.id == memory_id)
+               .values(visibility=visibility, groups=groups, labels=labels))
+
+
+def main_rows_of_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list[Memory]:
+    """Main's versions of a root, newest first, whoever may see them (the caller binds
+    `every_scope`; promotion checks against them, app/memories/promotion.py), locked."""
+    return list(db.execute(select(Memory).where(Memory.org_id == org_id, Memory.root_id == root_id,
+                                                Memory.branch_id.is_(None))
+                           .order_by(Memory.version.desc()).with_for_update()).scalars())
+
+
+def began_in_a_branch(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> bool:
+    """Whether a root's first version was written in a branch (the caller binds `every_scope`)."""
+    return db.execute(select(Memory.id).where(Memory.org_id == org_id, Memory.id == root_id,
+                                              Memory.branch_id.is_not(None))).first() is not None
 
 
 DERIVING = ("distilled_from", "summarised_from")  # relations whose target is a memory's content source

@@ -17,14 +17,15 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.kit import scope as scopes
 from app.kit.embedding import Embedder
-from app.kit.access import assert_may_modify, assert_may_share
-from app.kit.db import is_below, view_of
+from app.kit.access import assert_may_modify, assert_may_shape_profile, assert_may_share, can_see
+from app.kit.db import every_scope, is_below, view_of
 from app.kit.repository_view import add_mask, status_in
 from app.kit.view import View
 from app.kit.errors import AppError, Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import cascade, repository as repo
 from app.memories.models import AGENT_KINDS, Memory
+from app.memories.narrowing import narrow_history
 from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPatch
 
 
@@ -106,23 +107,35 @@ _VERSIONED = ("owner_id", "text", "kind", "confidence", "visibility", "groups", 
 def new_version(db: Session, old: Memory, *, now: datetime, provenance: dict, valid_from: datetime,
                 last_validated_at: datetime, close_validity: bool, relation: str = "supersedes",
                 job_id: uuid.UUID | None = None, sources=(), source_relation: str = "distilled_from",  # noqa: ANN001
-                **fields) -> Memory:  # noqa: ANN003
+                writer: Principal | None = None, **fields) -> Memory:  # noqa: ANN003
     """Version n+1 of `old` (fields not given are kept), which it supersedes; lineage `relation`
-    from the new version to the old, and `source_relation` to each of `sources`."""
+    from the new version to the old, and `source_relation` to each of `sources`. Every other
+    version of the root, in every branch, is narrowed to its scope (app/memories/narrowing.py).
+    `writer`: who asked; a steward may make a memory narrower than it can itself see (another's
+    private), so such a row is inserted with the RLS scope widened (RLS checks an INSERT's
+    returned row against its read rule)."""
     values = {f: getattr(old, f) for f in _VERSIONED} | fields
     new = _row(db, root_id=old.root_id, version=old.version + 1, org_id=old.org_id, provenance=provenance,
                valid_from=valid_from, recorded_at=now, last_validated_at=last_validated_at, **values)
     supersede(db, old, now, close_validity=close_validity)
     db.flush()  # the old row leaves 'active' before the new one enters
-    repo.add(db, new)
+    if writer is not None and not can_see(writer, org_id=new.org_id, owner_id=new.owner_id, visibility=new.visibility,
+                                          groups=new.groups, labels=new.labels):
+        with every_scope(db):
+            repo.add(db, new)
+    else:
+        repo.add(db, new)
     _link(db, new, sources, source_relation, job_id)
     add_edge(db, org_id=old.org_id, from_type="memory", from_id=new.id, to_type="memory", to_id=old.id,
              relation=relation, job_id=job_id)
+    narrow_history(db, new, actor_id=writer.user_id if writer else None)
     return new
 
 
 def create(db: Session, embedder: Embedder, principal: Principal, body: MemoryIn) -> Memory:
     assert_may_share(principal, body.visibility, body.groups)
+    if body.kind in AGENT_KINDS:
+        assert_may_shape_profile(principal, body.visibility)
     sources = []
     for ref in body.sources:
         found = repo.visible_sources(db, principal, ref.type, [ref.id])
@@ -182,6 +195,8 @@ def patch(db: Session, embedder: Embedder, principal: Principal, memory_id: uuid
         groups = []
     if "groups" in changes or "visibility" in changes:
         assert_may_share(principal, visibility, groups)
+    if old.kind in AGENT_KINDS:
+        assert_may_shape_profile(principal, visibility, owner_id=old.owner_id)
     # A new version may not be wider than the old one: widening is `declassify`.
     requested = scopes.Scope(visibility, old.owner_id if visibility == "private" else None, tuple(groups), tuple(labels))
     _check_scope(requested, scopes.of(old))
@@ -191,7 +206,7 @@ def patch(db: Session, embedder: Embedder, principal: Principal, memory_id: uuid
     new = new_version(db, old, now=now, provenance={**old.provenance, "previous_version": str(old.id)},
                       valid_from=now if changed else old.valid_from, last_validated_at=now, close_validity=changed,
                       text=text_, kind=changes.get("kind", old.kind), confidence=changes.get("confidence", old.confidence),
-                      visibility=visibility, groups=groups, labels=labels,
+                      visibility=visibility, groups=groups, labels=labels, writer=principal,
                       embedding=embedder.embed([text_])[0] if changed else old.embedding)
     record(db, org_id=old.org_id, actor_id=principal.user_id, action="memory.update", target_type="memory",
            target_id=new.id, details={"previous": str(old.id), "version": new.version, "fields": sorted(changes)})
@@ -267,7 +282,7 @@ def declassify(db: Session, principal: Principal, memory_id: uuid.UUID, body: De
                                   "declassified": {"by": str(principal.user_id), "reason": body.reason,
                                                    "from": {"visibility": old.visibility, "groups": old.groups,
                                                             "labels": old.labels}}},
-                      valid_from=old.valid_from, last_validated_at=old.last_validated_at,
+                      valid_from=old.valid_from, last_validated_at=old.last_validated_at, writer=principal,
                       visibility=body.visibility, groups=body.groups, labels=body.labels)
     record(db, org_id=old.org_id, actor_id=principal.user_id, action="memory.declassify", target_type="memory",
            target_id=new.id, details={"previous": str(old.id), "reason": body.reason,

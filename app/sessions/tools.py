@@ -12,14 +12,15 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.errors import AppError, NotFound
 from app.kit.schemas import NumberOnly
 from app.memories import service as memories
-from app.memories.schemas import MemoryIn, MemoryKind, MemoryPatch
+from app.memories.models import AGENT_KINDS
+from app.memories.schemas import AgentId, MemoryIn, MemoryKind, MemoryPatch
 from app.search.schemas import SearchFilters, SearchIn
 from app.search.service import search
 from app.sessions import service as sessions
@@ -35,6 +36,15 @@ class MemoryAddArgs(_Args):
     text: str = Field(min_length=1, max_length=20_000, description="the fact, rule, preference or procedure")
     kind: MemoryKind = "fact"
     confidence: Annotated[float, Field(ge=0, le=1), NumberOnly] = 0.8
+    agent_id: AgentId | None = Field(default=None, description="with kinds instruction and skill (only): the agent "
+                                                              "whose private instruction or skill this is")
+
+    @model_validator(mode="after")
+    def _agent_profile(self) -> "MemoryAddArgs":
+        """The rule of `MemoryIn`, checked here so that it answers 422 before the tool runs."""
+        if (self.kind in AGENT_KINDS) != (self.agent_id is not None):
+            raise ValueError("kinds 'instruction' and 'skill' belong to an agent: give agent_id with them (only)")
+        return self
 
 
 class MemoryUpdateArgs(_Args):
@@ -83,7 +93,8 @@ def _hits(results) -> list[dict]:  # noqa: ANN001
 
 
 def t_memory_add(db, p, res, s, a: MemoryAddArgs):  # noqa: ANN001, ANN201
-    m = memories.create(db, res.embedder, p, MemoryIn(text=a.text, kind=a.kind, confidence=a.confidence))
+    m = memories.create(db, res.embedder, p, MemoryIn(text=a.text, kind=a.kind, confidence=a.confidence,
+                                                      agent_id=a.agent_id))  # private: any member may
     return _ok(id=str(m.id), version=m.version)
 
 

@@ -12,12 +12,12 @@ and nothing could stop it.
   instead of draining one org's backlog first. `ix_jobs_org_started` keeps (2) an index probe.
 
 Revision ID: 0022
-Revises: 0020
+Revises: 0021
 """
 from alembic import op
 
 revision = "0022"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
