@@ -298,7 +298,8 @@ class ACLMachine(RuleBasedStateMachine):
 
     def _narrowest(self) -> dict:
         """id -> (branch_id, narrowest scope) of every memory version: its own scope met with that of
-        every version of its root recorded after it, in main or any branch."""
+        every version of its root recorded after it in main (which reaches every branch) or in the
+        version's own branch (a branch write never changes main or another branch)."""
         with self.admin_engine.connect() as c:
             rows = c.execute(text("SELECT id, root_id, branch_id, visibility, groups, labels, recorded_at FROM memories "
                                   "WHERE org_id IN (SELECT DISTINCT org_id FROM users WHERE id = ANY(:u))"),
@@ -310,7 +311,7 @@ class ACLMachine(RuleBasedStateMachine):
         for r in rows:
             scope = (r.visibility, frozenset(r.groups), frozenset(r.labels))
             for w in by_root[r.root_id]:
-                if w.recorded_at > r.recorded_at:
+                if w.recorded_at > r.recorded_at and (w.branch_id is None or w.branch_id == r.branch_id):
                     scope = _meet(scope, (w.visibility, frozenset(w.groups), frozenset(w.labels)))
             out[str(r.id)] = (r.branch_id, scope)
         return out

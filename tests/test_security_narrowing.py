@@ -286,3 +286,34 @@ def test_a_steward_may_narrow_a_memory_beyond_its_own_sight(client, world):
         for mid in (m["id"], r.json()["id"]):
             assert client.get(f"/v1/memories/{mid}", headers=bob.h).status_code == 404
             assert client.get(f"/v1/memories/{mid}", headers=alice.h).status_code == 200
+
+
+def test_a_narrowing_written_in_a_branch_stays_in_the_branch(client, world, admin_engine):
+    """Writes in a branch never change main (API.md): alice's narrowing in a branch hides the old
+    text in that branch, main keeps its scope until the narrowing is promoted, and the promotion
+    (a write in main) then narrows main's history too."""
+    _, bob, steward, _ = _people(world)
+    alice = world.user(bob.org, roles=["steward"])  # she promotes her own private change
+    m = client.post("/v1/memories", json={"text": SECRET, "kind": "fact", "visibility": "org"}, headers=alice.h).json()
+    assert client.post("/v1/branches", json={"name": "draft"}, headers=steward.h).status_code == 201
+    before = _instant()
+    narrowed = client.patch(f"/v1/memories/{m['id']}", json={"visibility": "private"},
+                            headers={**alice.h, "Memscale-Branch": "draft"})
+    assert narrowed.status_code == 200, narrowed.text
+    with admin_engine.connect() as c:
+        main_rows = c.execute(text("SELECT visibility FROM memories WHERE org_id = :o AND root_id = :r "
+                                   "AND branch_id IS NULL"), {"o": alice.org_id, "r": m["id"]}).scalars().all()
+    assert main_rows == ["org"]  # main unchanged by the branch's write
+    r = client.get(f"/v1/memories/{m['id']}", headers=bob.h)
+    assert r.status_code == 200 and r.json()["text"] == SECRET  # main still shares it, as main says
+    # In the branch, only the branch's state as it stood before the narrowing (as-of reads) still
+    # shows the text, which main shares today anyway; nothing after it does.
+    assert set(_sees_secret(client, bob, m["id"], narrowed.json()["id"], before, branch="draft")) <= {
+        "get old as_of", "search as_of", "context as_of"}
+    assert _sees_secret(client, bob, m["id"], narrowed.json()["id"], _instant(), branch="draft") == []
+    r = client.post("/v1/branches/draft/promote", json={"ids": [narrowed.json()["id"]]}, headers=alice.h)
+    assert r.status_code == 200, r.text
+    assert client.get(f"/v1/memories/{m['id']}", headers=bob.h).status_code == 404  # main's history too, now
+    assert SECRET not in _texts(client.post("/v1/search", json={
+        "query": "zephyrquokka merger", "mode": "text", "types": ["memory"], "k": 20,
+        "filters": {"status": ["superseded"]}}, headers=bob.h))

@@ -3,8 +3,10 @@
 Every version row is checked against its own scope on every read path (`visible_to`, row-level
 security, as-of reads, status filters, lineage, branches). So when a version is written with a
 scope narrower than earlier rows of its root, those rows are narrowed too, at write time, in the
-same transaction: each OTHER row of the root, in main and in every branch, keeps the meet of its
-own scope and the new one (`app.kit.scope.meet`). Widening later (`declassify`) widens only the
+same transaction: each OTHER row of the root keeps the meet of its own scope and the new one
+(`app.kit.scope.meet`). Written in main, that is every row of the root, in main and in every
+branch; written in a branch, that branch's own rows only (a branch write never changes main; a
+promotion into main then narrows main's, since it is a write in main). Widening later (`declassify`) widens only the
 new version. The update reaches rows the writer cannot see (a steward narrowing, a label the
 writer lacks, a branch outside its view) the way erasure does: under `every_scope`, reading ids
 and scopes only.
@@ -28,12 +30,12 @@ def _same(a: scopes.Scope, b: scopes.Scope) -> bool:
 
 
 def narrow_history(db: Session, new: Memory, *, actor_id: uuid.UUID | None) -> int:
-    """Give every other version of `new`'s root (any branch) the meet of its scope and `new`'s;
+    """Give every other version of `new`'s root that it reaches (see above) the meet of its scope and `new`'s;
     audited as `memory.narrow` when any row changed. Returns how many rows were narrowed."""
     since = scopes.of(new)
     narrowed: list[str] = []
     with every_scope(db):
-        for r in repo.scopes_of_root(db, new.org_id, new.root_id):
+        for r in repo.scopes_of_root(db, new.org_id, new.root_id, branch_id=new.branch_id):
             if r.id == new.id:
                 continue
             kept = scopes.meet(scopes.of(r), since, owner_id=r.owner_id)

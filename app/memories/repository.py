@@ -62,13 +62,17 @@ def delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID, *, branch: u
     return list(db.execute(stmt.returning(Memory.id)).scalars())
 
 
-def scopes_of_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list:
-    """(id, owner_id, visibility, groups, labels) of every version of a root, in main and in every
-    branch, locked: the rows a narrowing reaches (issue 41). The caller binds `every_scope` (as
-    erasure does): the narrowing must reach rows it cannot see, and ids and scopes are all it reads."""
-    return list(db.execute(select(Memory.id, Memory.owner_id, Memory.visibility, Memory.groups, Memory.labels)
-                           .where(Memory.org_id == org_id, Memory.root_id == root_id)
-                           .order_by(Memory.id).with_for_update()).all())
+def scopes_of_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID, *, branch_id: uuid.UUID | None) -> list:
+    """(id, owner_id, visibility, groups, labels) of the versions of a root a narrowing reaches
+    (issue 41), locked: written in main (`branch_id` None), every version in main and in every
+    branch; written in a branch, that branch's own versions only (a branch write never changes
+    main). The caller binds `every_scope` (as erasure does): the narrowing must reach rows it
+    cannot see, and ids and scopes are all it reads."""
+    stmt = select(Memory.id, Memory.owner_id, Memory.visibility, Memory.groups, Memory.labels).where(
+        Memory.org_id == org_id, Memory.root_id == root_id)
+    if branch_id is not None:
+        stmt = stmt.where(Memory.branch_id == branch_id)
+    return list(db.execute(stmt.order_by(Memory.id).with_for_update()).all())
 
 
 def set_scope(db: Session, org_id: uuid.UUID, memory_id: uuid.UUID, *, visibility: str, groups: list[str],
