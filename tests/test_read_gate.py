@@ -117,3 +117,27 @@ def test_a_wait_past_its_deadline_is_a_429():
     first.join(5)
     with gate.slot("k"):  # the gate is usable again: nothing was left counted
         assert gate.running("k") == 1
+
+
+def test_a_failure_on_getting_the_connection_back_does_not_keep_the_slot():
+    """The read that waited gets its database connection back on leaving `while_waiting`; when
+    that fails (PostgreSQL restarting) the request fails, and its slot must not stay taken, or
+    every later read of that key holder would wait its whole deadline (found by the crash test)."""
+    gate = ReadGate(per_key=1, max_waiting=4, max_wait_s=2)
+    release, started = threading.Event(), threading.Event()
+    first = threading.Thread(target=_hold, args=(gate, "k", started, release, []))
+    first.start()
+    assert started.wait(5)
+
+    class GoneOnExit:
+        def __enter__(self):
+            release.set()  # the first read ends while this one waits
+
+        def __exit__(self, *exc):
+            raise ConnectionError("database unavailable")
+
+    with pytest.raises(ConnectionError):
+        with gate.slot("k", while_waiting=GoneOnExit):
+            pass
+    first.join(5)
+    assert gate.running("k") == 0

@@ -49,19 +49,21 @@ class ReadGate:
             free = self._running.get(who, 0) < self.per_key and not self._queues.get(who)
             if free:
                 self._running[who] = self._running.get(who, 0) + 1
-        if not free:
-            with while_waiting():
-                self._wait(who)
-        t0 = time.monotonic()
+        held, t0 = free, time.monotonic()
         try:
+            if not free:
+                with while_waiting():  # its exit may fail (the database gone): the slot is held by then
+                    self._wait(who)
+                    held, t0 = True, time.monotonic()
             yield
         finally:
-            with self._cv:
-                self._cost = 0.8 * self._cost + 0.2 * (time.monotonic() - t0)
-                self._running[who] -= 1
-                if not self._running[who]:
-                    del self._running[who]
-                self._cv.notify_all()
+            if held:
+                with self._cv:
+                    self._cost = 0.8 * self._cost + 0.2 * (time.monotonic() - t0)
+                    self._running[who] -= 1
+                    if not self._running[who]:
+                        del self._running[who]
+                    self._cv.notify_all()
 
     def _wait(self, who: str) -> None:
         ticket = object()
