@@ -271,5 +271,34 @@ def test_a_short_query_is_embedded_before_queued_long_ones():
     waited = time.perf_counter() - t0
     for t in longs:
         t.join()
-    assert inner.calls.index("short") == 1, inner.calls  # right after the one already running
+    # right after the ones already running (fair.max_reads of them run side by side)
+    assert inner.calls.index("short") == fair.max_reads, inner.calls
     assert waited < 0.8, waited
+
+
+def test_a_short_query_does_not_wait_for_another_tenants_long_one():
+    """With the per-key read gate, a flooding key holder has one query in the embedder at a time;
+    another tenant's short query is embedded beside it, not after it (app/kit/fairness.py
+    `max_reads`; the local model runs a query on one thread)."""
+    import threading
+
+    import numpy as np
+
+    from app.kit.fairness import FairEmbedder
+
+    class Slow:
+        dim = 4
+
+        def embed(self, texts):  # noqa: ANN001
+            time.sleep(0.0002 * sum(len(t) for t in texts))  # a 2,000-char query ~0.4 s
+            return np.ones((len(texts), self.dim), dtype=np.float32)
+
+    fair = FairEmbedder(Slow())
+    long = threading.Thread(target=fair.embed, args=(["x" * 2000],))
+    long.start()
+    time.sleep(0.05)
+    t0 = time.perf_counter()
+    fair.embed(["short query"])
+    waited = time.perf_counter() - t0
+    long.join()
+    assert waited < 0.2, waited  # it did not wait out the long one's 0.4 s

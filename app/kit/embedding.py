@@ -59,6 +59,11 @@ class LocalEmbedder:
         self._model = SentenceTransformer(str(self._path), device="cpu")
         self._batch = batch_size
         self._lock = threading.Lock()  # torch uses all cores per call; serialise calls
+        # A query on ONNX runs on one thread and does not take `_lock`: two queries (two tenants'
+        # searches) run side by side instead of one waiting for the other's long text. The fast
+        # tokenizer is not safe to call from two threads at once (it sets padding and truncation
+        # on itself), so tokenising alone is serialised.
+        self._tok_lock = threading.Lock()
         mods = [type(mod).__name__ for mod in self._model]
         self._direct = mods == ["Transformer", "Pooling", "Normalize"] and self._model[1].pooling_mode == "mean"
         if backend is None or cache_dir is None:
@@ -77,6 +82,8 @@ class LocalEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self._onnx is not None and len(texts) <= self.one_thread_up_to:
+            return self._pooled(texts, self._onnx.runner(one_thread=True))  # concurrent: see __init__
         with self._lock:
             if self._onnx is not None:
                 return self._pooled(texts, self._onnx.runner(one_thread=len(texts) <= self.one_thread_up_to))
@@ -108,8 +115,9 @@ class LocalEmbedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), self._batch):
             idx = order[start:start + self._batch]
-            batch = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len,
-                        return_tensors="np")
+            with self._tok_lock:
+                batch = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len,
+                            return_tensors="np")
             batch = {k: batch[k].astype(np.int64) for k in OnnxEncoder.inputs}
             states = hidden(batch)  # (b, t, dim)
             mask = batch["attention_mask"][..., None].astype(np.float32)

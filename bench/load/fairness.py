@@ -22,7 +22,8 @@ of org B: `--flooders` (default 4 here) loops of `POST /v1/search` and `/v1/cont
 unloaded phase, the time per request of that body (median of 10 searches and of 10 contexts, one
 at a time, in the one API process) and of a plain query. `--against REV` runs the same, side by
 side in one run, against an earlier commit's API (its own worktree, removed afterwards).
-Results: bench/results/fairness_dates.json.
+`--read-gate-ab` adds an arm of this checkout with the per-key read gate off
+(`MEMSCALE_READS_PER_KEY=0`, app/kit/read_gate.py). Results: bench/results/fairness_dates.json.
 """
 
 from __future__ import annotations
@@ -120,9 +121,10 @@ def _per_request_ms(base: str, key: str, n: int = 10) -> dict:
     return out
 
 
-def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=None) -> dict:  # noqa: ANN001
-    """The dates flood against the API of `cwd` (None: this checkout)."""
-    env = {"MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000", **({"PYTHONPATH": str(cwd)} if cwd else {})}
+def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=None, env=None) -> dict:  # noqa: ANN001
+    """The dates flood against the API of `cwd` (None: this checkout), with `env` added to its
+    environment (e.g. `MEMSCALE_READS_PER_KEY=0`: no per-key read gate)."""
+    env = {"MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000", **({"PYTHONPATH": str(cwd)} if cwd else {}), **(env or {})}
     api = ApiProcess(settings, env=env, cwd=cwd)
     try:
         api.wait_ready()
@@ -157,9 +159,11 @@ def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=No
 def main_dates(a) -> None:  # noqa: ANN001
     out = {"args": vars(a), "runs": {}}
     with worktree(a.against) as old_tree:
-        for arm, cwd in ((("old", old_tree),) if old_tree else ()) + (("new", None),):
+        arms = ((("old", old_tree, {}),) if old_tree else ()) + (
+            (("no_read_gate", None, {"MEMSCALE_READS_PER_KEY": "0"}),) if a.read_gate_ab else ()) + (("new", None, {}),)
+        for arm, cwd, env in arms:
             settings = fresh_database(DB_NAME)
-            r = run_dates(settings, quiet_s=a.quiet_s, flood_s=a.flood_s, flooders=a.flooders, cwd=cwd)
+            r = run_dates(settings, quiet_s=a.quiet_s, flood_s=a.flood_s, flooders=a.flooders, cwd=cwd, env=env)
             out["runs"][arm] = r
             print(f"{arm}: per request {r['per_request']} | unloaded p50 {r['unloaded']['p50_ms']} p95 "
                   f"{r['unloaded']['p95_ms']} ms | flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max "
@@ -209,6 +213,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--flood", choices=("batches", "dates"), default="batches")
     ap.add_argument("--against", default=None, help="dates: an earlier commit's API measured side by side")
+    ap.add_argument("--read-gate-ab", action="store_true",
+                    help="dates: this checkout also without its per-key read gate (MEMSCALE_READS_PER_KEY=0)")
     a = ap.parse_args()
     a.flooders = a.flooders or (4 if a.flood == "dates" else 3)
     if a.flood == "dates":
