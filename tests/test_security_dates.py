@@ -302,3 +302,31 @@ def test_a_short_query_does_not_wait_for_another_tenants_long_one():
     waited = time.perf_counter() - t0
     long.join()
     assert waited < 0.2, waited  # it did not wait out the long one's 0.4 s
+
+
+def test_a_short_query_does_not_wait_for_a_slice_of_another_tenants_batch():
+    """A write slice and a query run side by side (the local model runs a query on one thread,
+    outside its batch lock): another tenant's 1 MB batches cost the victim's search CPU, not a
+    place in line behind each slice."""
+    import threading
+
+    import numpy as np
+
+    from app.kit.fairness import FairEmbedder
+
+    class Slow:
+        dim = 4
+
+        def embed(self, texts):  # noqa: ANN001
+            time.sleep(0.0002 * sum(len(t) for t in texts))
+            return np.ones((len(texts), self.dim), dtype=np.float32)
+
+    fair = FairEmbedder(Slow(), slice_tokens=4000)  # one slice of ~0.8 s
+    batch = threading.Thread(target=fair.embed_write, args=("flooder", ["y" * 400] * 10))
+    batch.start()
+    time.sleep(0.1)
+    t0 = time.perf_counter()
+    fair.embed(["short query"])
+    waited = time.perf_counter() - t0
+    batch.join()
+    assert waited < 0.3, waited  # not the slice's 0.8 s

@@ -3,13 +3,14 @@ made another user's search take 101 s instead of 0.1 s; the model ran one call a
 500-item batch held it for ~50 s).
 
 `FairEmbedder` wraps any Embedder:
-- **Reads first.** `embed(texts)` (a query: search, context, tools) waits at most for the slice
-  being embedded now, never for a queue of batches. Waiting reads go in order of arrival plus
+- **Reads first.** `embed(texts)` (a query: search, context, tools) never waits for a queue of
+  batches. Waiting reads go in order of arrival plus
   their cost (READ_TOKEN_S per estimated token): a short query does not wait behind a queue of
   2,000-character ones (issue 41: four loops of them made another tenant's search 10x slower),
   and a long one still goes once it has waited as long as it costs. Up to `max_reads` reads are
-  embedded side by side (a query runs on one thread; the local model lets two run at once), so a
-  short query never waits for another tenant's long one to finish either.
+  embedded side by side, and beside a write slice (a query runs on one thread, and the local
+  model runs queries outside its batch lock), so a short query waits neither for another
+  tenant's long query nor for a slice of another tenant's batch.
 - **Writes in slices, round robin by key holder.** `embed_write(who, texts)` embeds a batch in
   slices of at most `slice_tokens` estimated tokens; between slices, waiting reads go first and
   then the next key holder in turn, so a tenant flooding batches gets its share, not the model.
@@ -45,7 +46,7 @@ class FairEmbedder:
                  max_pending: int = 4000, max_reads: int = 2):
         self.inner, self.dim = inner, inner.dim
         self.slice_tokens, self.max_pending_per_key, self.max_pending = slice_tokens, max_pending_per_key, max_pending
-        self.max_reads = max_reads  # reads embedded side by side (one thread each); never beside a write slice
+        self.max_reads = max_reads  # reads embedded side by side (one thread each), beside a write slice too
         self._cv = threading.Condition()
         self._busy = False  # a write slice is being embedded
         self._reading = 0  # reads being embedded
@@ -62,7 +63,7 @@ class FairEmbedder:
         """Whether a read now would start at once: nothing embedding, nothing waiting (and the
         model itself idle: another caller may hold it directly)."""
         with self._cv:
-            free = not self._busy and self._reading < self.max_reads and not self._reads_waiting and not self._turns
+            free = self._reading < self.max_reads and not self._reads_waiting
         inner = getattr(self.inner, "idle", None)
         return free and (inner is None or inner())
 
@@ -72,7 +73,7 @@ class FairEmbedder:
             self._reads_waiting += 1
             heapq.heappush(self._reads, ticket)
             try:
-                while self._busy or self._reading >= self.max_reads or self._reads[0] != ticket:
+                while self._reading >= self.max_reads or self._reads[0] != ticket:
                     self._cv.wait()
             finally:
                 self._reads_waiting -= 1
@@ -142,7 +143,7 @@ class FairEmbedder:
             q.append(ticket)
             if who not in self._turns:
                 self._turns.append(who)
-            while self._busy or self._reading or self._reads_waiting or self._turns[0] != who or q[0] is not ticket:
+            while self._busy or self._reads_waiting or self._turns[0] != who or q[0] is not ticket:
                 self._cv.wait()
             q.popleft()
             self._turns.popleft()
