@@ -21,6 +21,16 @@ def _hold(gate: ReadGate, who: str, started: threading.Event, release: threading
     log.append(("out", who))
 
 
+def _one_running(**kw) -> tuple[ReadGate, threading.Event, threading.Thread]:
+    """A gate whose key holder "k" runs one read until the returned event is set."""
+    gate = ReadGate(**kw)
+    release, started = threading.Event(), threading.Event()
+    first = threading.Thread(target=_hold, args=(gate, "k", started, release, []))
+    first.start()
+    assert started.wait(5)
+    return gate, release, first
+
+
 def test_a_holders_second_read_waits_and_another_holder_does_not():
     gate = ReadGate(per_key=1, max_waiting=4)
     release, started = threading.Event(), threading.Event()
@@ -44,13 +54,9 @@ def test_a_holders_second_read_waits_and_another_holder_does_not():
 
 
 def test_waiting_reads_run_in_arrival_order_and_use_while_waiting():
-    gate = ReadGate(per_key=1, max_waiting=8)
-    release, started = threading.Event(), threading.Event()
+    gate, release, first = _one_running(per_key=1, max_waiting=8)
     order: list[int] = []
     waited: list[int] = []
-    first = threading.Thread(target=_hold, args=(gate, "k", started, release, []))
-    first.start()
-    assert started.wait(5)
 
     class Released:
         def __init__(self, i: int):
@@ -80,11 +86,7 @@ def test_waiting_reads_run_in_arrival_order_and_use_while_waiting():
 
 
 def test_the_queue_is_bounded_with_retry_after():
-    gate = ReadGate(per_key=1, max_waiting=2, max_wait_s=5)
-    release, started = threading.Event(), threading.Event()
-    first = threading.Thread(target=_hold, args=(gate, "k", started, release, []))
-    first.start()
-    assert started.wait(5)
+    gate, release, first = _one_running(per_key=1, max_waiting=2, max_wait_s=5)
     waiters = [threading.Thread(target=_hold, args=(gate, "k", threading.Event(), release, [])) for _ in range(2)]
     for w in waiters:
         w.start()
@@ -103,11 +105,7 @@ def test_the_queue_is_bounded_with_retry_after():
 
 
 def test_a_wait_past_its_deadline_is_a_429():
-    gate = ReadGate(per_key=1, max_waiting=4, max_wait_s=0.3)
-    release, started = threading.Event(), threading.Event()
-    first = threading.Thread(target=_hold, args=(gate, "k", started, release, []))
-    first.start()
-    assert started.wait(5)
+    gate, release, first = _one_running(per_key=1, max_waiting=4, max_wait_s=0.3)
     t0 = time.monotonic()
     with pytest.raises(RateLimited):
         with gate.slot("k"):
@@ -123,11 +121,7 @@ def test_a_failure_on_getting_the_connection_back_does_not_keep_the_slot():
     """The read that waited gets its database connection back on leaving `while_waiting`; when
     that fails (PostgreSQL restarting) the request fails, and its slot must not stay taken, or
     every later read of that key holder would wait its whole deadline (found by the crash test)."""
-    gate = ReadGate(per_key=1, max_waiting=4, max_wait_s=2)
-    release, started = threading.Event(), threading.Event()
-    first = threading.Thread(target=_hold, args=(gate, "k", started, release, []))
-    first.start()
-    assert started.wait(5)
+    gate, release, first = _one_running(per_key=1, max_waiting=4, max_wait_s=2)
 
     class GoneOnExit:
         def __enter__(self):

@@ -240,27 +240,31 @@ def test_pathological_dates_cost_little_per_request(client, world):
     assert per_request < 0.15, per_request  # was ~0.3 s for the first pair alone, ~0.5 s with the second
 
 
+class _SlowByLength:
+    """An embedder that takes 0.2 ms a character (a 2,000-character query ~0.4 s) and records
+    the first five characters of each call's first text."""
+
+    dim = 4
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def embed(self, texts):  # noqa: ANN001, ANN201
+        import numpy as np
+
+        self.calls.append(texts[0][:5])
+        time.sleep(0.0002 * sum(len(t) for t in texts))
+        return np.ones((len(texts), self.dim), dtype=np.float32)
+
+
 def test_a_short_query_is_embedded_before_queued_long_ones():
     """Four loops of 2,000-character queries kept the embedder's read line full: another tenant's
     short query waited behind all of them (app/kit/fairness.py orders waiting reads by cost)."""
     import threading
 
-    import numpy as np
-
     from app.kit.fairness import FairEmbedder
 
-    class ByLength:
-        dim = 4
-
-        def __init__(self) -> None:
-            self.calls: list[str] = []
-
-        def embed(self, texts):  # noqa: ANN001
-            self.calls.append(texts[0][:5])
-            time.sleep(0.0002 * sum(len(t) for t in texts))  # a 2,000-char query ~0.4 s
-            return np.ones((len(texts), self.dim), dtype=np.float32)
-
-    inner = ByLength()
+    inner = _SlowByLength()
     fair = FairEmbedder(inner)
     longs = [threading.Thread(target=fair.embed, args=([f"long{i}" + "x" * 1995],)) for i in range(6)]
     for t in longs:
@@ -282,18 +286,9 @@ def test_a_short_query_does_not_wait_for_another_tenants_long_one():
     `max_reads`; the local model runs a query on one thread)."""
     import threading
 
-    import numpy as np
-
     from app.kit.fairness import FairEmbedder
 
-    class Slow:
-        dim = 4
-
-        def embed(self, texts):  # noqa: ANN001
-            time.sleep(0.0002 * sum(len(t) for t in texts))  # a 2,000-char query ~0.4 s
-            return np.ones((len(texts), self.dim), dtype=np.float32)
-
-    fair = FairEmbedder(Slow())
+    fair = FairEmbedder(_SlowByLength())
     long = threading.Thread(target=fair.embed, args=(["x" * 2000],))
     long.start()
     time.sleep(0.05)
@@ -310,18 +305,9 @@ def test_a_short_query_does_not_wait_for_a_slice_of_another_tenants_batch():
     place in line behind each slice."""
     import threading
 
-    import numpy as np
-
     from app.kit.fairness import FairEmbedder
 
-    class Slow:
-        dim = 4
-
-        def embed(self, texts):  # noqa: ANN001
-            time.sleep(0.0002 * sum(len(t) for t in texts))
-            return np.ones((len(texts), self.dim), dtype=np.float32)
-
-    fair = FairEmbedder(Slow(), slice_tokens=4000)  # one slice of ~0.8 s
+    fair = FairEmbedder(_SlowByLength(), slice_tokens=4000)  # one slice of ~0.8 s
     batch = threading.Thread(target=fair.embed_write, args=("flooder", ["y" * 400] * 10))
     batch.start()
     time.sleep(0.1)

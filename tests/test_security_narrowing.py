@@ -64,6 +64,13 @@ def _sees_secret(client, who, old_id: str, new_id: str, before: str, branch: str
     return leaks
 
 
+def _main_roots(admin_engine, org_id) -> int:  # noqa: ANN001
+    """How many memory roots main holds in the org, whoever may see them."""
+    with admin_engine.connect() as c:
+        return c.execute(text("SELECT count(DISTINCT root_id) FROM memories WHERE org_id = :o AND branch_id IS NULL"),
+                         {"o": org_id}).scalar()
+
+
 NARROWINGS = {
     "private": {"visibility": "private"},
     "group": {"visibility": "group", "groups": ["finance"]},
@@ -132,10 +139,7 @@ def test_promote_from_a_branch_forked_before_narrowing_does_not_republish(client
     assert edit.status_code == 404
     assert all(t not in (SECRET, EDITED) for t in _texts(client.post(
         "/v1/search", json={"query": "zephyrquokka", "mode": "text", "types": ["memory"]}, headers=bob.h)))
-    with admin_engine.connect() as c:
-        roots = c.execute(text("SELECT count(DISTINCT root_id) FROM memories WHERE org_id = :o AND branch_id IS NULL"),
-                          {"o": alice.org_id}).scalar()
-    assert roots == 1
+    assert _main_roots(admin_engine, alice.org_id) == 1
 
 
 def test_promote_of_an_edit_whose_owner_narrowed_in_main_since(client, world, admin_engine):
@@ -151,10 +155,7 @@ def test_promote_of_an_edit_whose_owner_narrowed_in_main_since(client, world, ad
     assert r.status_code == 404, r.text  # her edit is private now, in the branch too
     assert EDITED not in _texts(client.post("/v1/search", json={"query": "zephyrquokka", "mode": "text",
                                                                   "types": ["memory"]}, headers=bob.h))
-    with admin_engine.connect() as c:
-        roots = c.execute(text("SELECT count(DISTINCT root_id) FROM memories WHERE org_id = :o AND branch_id IS NULL"),
-                          {"o": alice.org_id}).scalar()
-    assert roots == 1
+    assert _main_roots(admin_engine, alice.org_id) == 1
 
 
 def test_promote_never_widens_main_a_branch_declassify_stays_in_the_branch(client, world, admin_engine):

@@ -58,6 +58,17 @@ def _keys(settings) -> tuple[str, str]:  # noqa: ANN001
     return victim, flooder
 
 
+def _ready(api, settings) -> tuple[str, str, random.Random]:  # noqa: ANN001
+    """Wait for the API, make the two keys, seed the victim's org with 200 short episodes."""
+    api.wait_ready()
+    victim, flooder = _keys(settings)
+    rng = random.Random(7)
+    with httpx.Client(base_url=api.base, timeout=300, headers={"Authorization": f"Bearer {victim}"}) as c:
+        c.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng)}
+                                                     for _ in range(200)]}).raise_for_status()
+    return victim, flooder, rng
+
+
 def _search_loop(base: str, key: str, until: float, rng: random.Random, lat: list, errors: list) -> None:
     with httpx.Client(base_url=base, timeout=300, headers={"Authorization": f"Bearer {key}"}) as c:
         while time.perf_counter() < until:
@@ -127,12 +138,7 @@ def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=No
     env = {"MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000", **({"PYTHONPATH": str(cwd)} if cwd else {}), **(env or {})}
     api = ApiProcess(settings, env=env, cwd=cwd)
     try:
-        api.wait_ready()
-        victim, flooder = _keys(settings)
-        rng = random.Random(7)
-        with httpx.Client(base_url=api.base, timeout=300, headers={"Authorization": f"Bearer {victim}"}) as c:
-            c.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng)}
-                                                         for _ in range(200)]}).raise_for_status()
+        victim, flooder, rng = _ready(api, settings)
         per_request = _per_request_ms(api.base, flooder)
         quiet, qerr = [], []
         _search_loop(api.base, victim, time.perf_counter() + quiet_s, rng, quiet, qerr)
@@ -176,12 +182,7 @@ def run_config(settings, *, fair: bool, quiet_s: float, flood_s: float, flooders
     api = ApiProcess(settings, env={"MEMSCALE_EMBED_FAIRNESS": "true" if fair else "false",
                                     "MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000"})
     try:
-        api.wait_ready()
-        victim, flooder = _keys(settings)
-        rng = random.Random(7)
-        with httpx.Client(base_url=api.base, timeout=300, headers={"Authorization": f"Bearer {victim}"}) as c:
-            c.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng)}
-                                                         for _ in range(200)]}).raise_for_status()
+        victim, flooder, rng = _ready(api, settings)
         quiet, qerr = [], []
         _search_loop(api.base, victim, time.perf_counter() + quiet_s, rng, quiet, qerr)
         loaded, lerr, codes = [], [], []
