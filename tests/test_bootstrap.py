@@ -93,3 +93,28 @@ def test_schema_and_glossary(run_job, world, client, tmp_path):
     assert "fiscal quarter" in res[0]["text"]
     again = run_job(steward.org_id, "bootstrap", params)
     assert again.stats["schema_hints"] == 0 and again.stats["glossary_terms"] == 0 and again.stats["unchanged"] == 3
+
+
+def test_a_rederived_term_keeps_a_stewards_narrowing(run_job, world, client, tmp_path):
+    """Issue 41: a glossary term a steward narrowed to a group was re-derived at its source's
+    scope (org) when its meaning changed, a widening without `declassify`."""
+    org = world.org()
+    steward = world.user(org, roles=["steward"], groups=["finance"])
+    member = world.user(org)
+    gl = tmp_path / "glossary.csv"
+    gl.write_text("term,meaning,mapping\nquarter,the fiscal quarter starting in February,fiscal_q\n")
+    params = {"glossary": str(gl), "visibility": "org"}
+    assert run_job(steward.org_id, "bootstrap", params).status == "succeeded"
+    hit = client.post("/v1/search", json={"query": "what does quarter mean", "types": ["memory"]},
+                      headers=steward.h).json()["results"][0]
+    r = client.patch(f"/v1/memories/{hit['id']}", json={"visibility": "group", "groups": ["finance"]}, headers=steward.h)
+    assert r.status_code == 200, r.text
+    gl.write_text("term,meaning,mapping\nquarter,the fiscal quarter starting in March,fiscal_q\n")
+    assert run_job(steward.org_id, "bootstrap", params).status == "succeeded"
+    res = client.post("/v1/search", json={"query": "what does quarter mean", "types": ["memory"]},
+                      headers=steward.h).json()["results"]
+    current = next(x for x in res if "March" in x["text"])
+    assert (current["visibility"], client.get(f"/v1/memories/{current['id']}", headers=steward.h).json()["groups"]) \
+        == ("group", ["finance"])
+    assert all("fiscal quarter" not in x["text"] for x in client.post(
+        "/v1/search", json={"query": "what does quarter mean", "types": ["memory"]}, headers=member.h).json()["results"])

@@ -248,7 +248,8 @@ def upsert_derived(db: Session, embedder: Embedder, *, org_id: uuid.UUID, owner_
                    relation: str = "distilled_from", job_id: uuid.UUID | None = None,
                    confidence: float = 0.9) -> tuple[str, Memory]:
     """A memory a pipeline keeps in step with a source (schema hints, glossary terms), found by
-    `provenance.key`. Same text: revalidated; new text: a new version supersedes the old."""
+    `provenance.key`. Same text: revalidated; new text: a new version supersedes the old, never
+    wider than it (a steward's narrowing holds; widening is `declassify`'s)."""
     now = datetime.now(timezone.utc)
     old = repo.by_key(db, org_id, key)
     if old is not None and old.text == text and old.status == "active":
@@ -260,6 +261,7 @@ def upsert_derived(db: Session, embedder: Embedder, *, org_id: uuid.UUID, owner_
     if old is None:
         new = create_derived(db, org_id=org_id, scope=scope, relation=relation, **fields)
     else:
+        scope = scopes.meet(scope, scopes.of(old), owner_id=owner_id)
         new = new_version(db, old, last_validated_at=now, close_validity=True, source_relation=relation,
                           visibility=scope.visibility, groups=list(scope.groups), labels=list(scope.labels), **fields)
     record(db, org_id=org_id, actor_id=None, action="memory.derive", target_type="memory", target_id=new.id,
