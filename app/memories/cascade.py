@@ -33,7 +33,6 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.access import can_see
 from app.kit.db import every_scope, view_of
-from app.kit.registry import SOURCE_TYPES
 from app.kit.repository_view import add_mask
 from app.memories import repository as repo
 
@@ -72,6 +71,11 @@ class Reached:
         """What the audit event records: ids, never content."""
         return {"removed_memory_ids": [str(i) for i in self.removed],
                 "quarantined_memory_ids": [str(i) for i in self.quarantined]}
+
+
+def _scope(v) -> tuple:  # noqa: ANN001
+    """A version's scope as `Reached.scopes` keeps it."""
+    return v.org_id, v.owner_id, v.visibility, v.groups, v.labels
 
 
 def delete_versions(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list[uuid.UUID]:
@@ -119,7 +123,7 @@ def follow(db: Session, org_id: uuid.UUID, roots: list[uuid.UUID], *, removed_so
             else:
                 ids = repo.quarantine_root(db, org_id, root, removed_source=removed_source)
                 reached.quarantined += ids
-            scopes = {v.id: (v.org_id, v.owner_id, v.visibility, v.groups, v.labels) for v in versions[root]}
+            scopes = {v.id: _scope(v) for v in versions[root]}
             reached.scopes.update({i: scopes[i] for i in ids if i in scopes})
     return reached
 
@@ -146,11 +150,7 @@ def _without_sources(db: Session, org_id: uuid.UUID, versions: dict[uuid.UUID, l
     edges: dict[uuid.UUID, set] = {}
     for root, type_, id_ in repo.content_sources(db, org_id, list(versions)):
         edges.setdefault(root, set()).add((type_, id_))
-    wanted: dict[str, set] = {}
-    for pairs in edges.values():
-        for type_, id_ in pairs:
-            wanted.setdefault(type_, set()).add(id_)
-    exists = {(t, i) for t, ids in wanted.items() if t in SOURCE_TYPES for i in repo.existing(db, org_id, t, ids)}
+    exists = repo.still_existing(db, org_id, {pair for pairs in edges.values() for pair in pairs})
     root_of = {v.id: root for root, rows in versions.items() for v in rows}
     dead: set[uuid.UUID] = set()
     while True:
@@ -164,7 +164,7 @@ def _without_sources(db: Session, org_id: uuid.UUID, versions: dict[uuid.UUID, l
 def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> Reached:
     """Right to be forgotten: every memory version the user owns (the transaction's scope: the
     erasure binds every scope and branch), then the cascade from them; all in one `Reached`."""
-    own = repo.delete_owned_by_returning(db, org_id, owner_id)
+    own = repo.delete_owned_by(db, org_id, owner_id)
     reached = Reached(removed=[v.id for v in own],
-                      scopes={v.id: (v.org_id, v.owner_id, v.visibility, v.groups, v.labels) for v in own})
+                      scopes={v.id: _scope(v) for v in own})
     return reached.add(from_sources(db, org_id, [("memory", [v.id for v in own])], removed_source=owner_id))

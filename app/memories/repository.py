@@ -114,28 +114,12 @@ def roots_derived_from(db: Session, org_id: uuid.UUID, source_type: str, source_
 def live_source_counts(db: Session, org_id: uuid.UUID, ids: list[uuid.UUID], *, per: str = "root",
                        relations: tuple[str, ...] = DERIVING) -> dict[uuid.UUID, int]:
     """How many content sources each memory still has: edges (of `relations`) whose target row
-    still exists. `per="root"`: `ids` are roots and the edges of all their versions count (the
-    deletion cascade); `per="version"`: `ids` are versions and only their own edges count
-    (consolidation's prune). One query per source type, not one per edge."""
-    if not ids:
-        return {}
-    key = Memory.root_id if per == "root" else Memory.id
-    edges = db.execute(select(key, LineageEdge.to_type, LineageEdge.to_id).join(
-        LineageEdge, and_(LineageEdge.org_id == Memory.org_id, LineageEdge.from_type == "memory",
-                          LineageEdge.from_id == Memory.id, LineageEdge.relation.in_(relations))).where(
-        Memory.org_id == org_id, key.in_(ids))).all()
-    by_type: dict[str, set] = {}
-    for _, t, i in edges:
-        by_type.setdefault(t, set()).add(i)
-    existing: set[tuple[str, uuid.UUID]] = set()
-    for t, type_ids in by_type.items():
-        if t in SOURCE_TYPES:
-            model = model_of(t)
-            existing |= {(t, i) for i in db.execute(select(model.id).where(model.org_id == org_id,
-                                                                          model.id.in_(type_ids))).scalars()}
+    still exists (`per` as in `content_sources`). One query per source type, not one per edge."""
+    edges = set(content_sources(db, org_id, ids, per=per, relations=relations))
+    alive = still_existing(db, org_id, {(t, i) for _, t, i in edges})
     counts = {i: 0 for i in ids}
-    for k, t, i in {(k, t, i) for k, t, i in edges}:
-        counts[k] += (t, i) in existing
+    for k, t, i in edges:
+        counts[k] += (t, i) in alive
     return counts
 
 
@@ -188,9 +172,6 @@ def nearest_active(db: Session, org_id: uuid.UUID, *, owner_id: uuid.UUID, visib
     return (row[0], float(row[1])) if row else None
 
 
-def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
-    return len(db.execute(delete(Memory).where(Memory.org_id == org_id, Memory.owner_id == owner_id)
-                          .returning(Memory.id)).all())
 
 
 # --- the deletion cascade (app/memories/cascade.py): run under `every_scope`, ids and scopes only ---
@@ -210,23 +191,36 @@ def version_ids_in_view(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> l
                                                    in_view(view_of(db), Memory))).scalars())
 
 
-def content_sources(db: Session, org_id: uuid.UUID, roots: list[uuid.UUID]) -> list:
-    """(root, source type, source id) of every content-source edge of every version of `roots`."""
-    if not roots:
+def content_sources(db: Session, org_id: uuid.UUID, ids: list[uuid.UUID], *, per: str = "root",
+                    relations: tuple[str, ...] = DERIVING) -> list:
+    """(key, source type, source id) of every content-source edge (of `relations`). `per="root"`:
+    `ids` are roots, keyed by root, and the edges of all their versions count (the deletion
+    cascade); `per="version"`: `ids` are versions and only their own edges count (consolidation's
+    prune)."""
+    if not ids:
         return []
-    return db.execute(select(Memory.root_id, LineageEdge.to_type, LineageEdge.to_id).join(
+    key = Memory.root_id if per == "root" else Memory.id
+    return db.execute(select(key, LineageEdge.to_type, LineageEdge.to_id).join(
         LineageEdge, and_(LineageEdge.org_id == Memory.org_id, LineageEdge.from_type == "memory",
-                          LineageEdge.from_id == Memory.id, LineageEdge.relation.in_(DERIVING))).where(
-        Memory.org_id == org_id, Memory.root_id.in_(roots))).all()
+                          LineageEdge.from_id == Memory.id, LineageEdge.relation.in_(relations))).where(
+        Memory.org_id == org_id, key.in_(ids))).all()
 
 
-def existing(db: Session, org_id: uuid.UUID, type_: str, ids) -> set[uuid.UUID]:  # noqa: ANN001
-    """Which of `ids` (items of a source type) still exist in the org."""
-    model = model_of(type_)
-    return set(db.execute(select(model.id).where(model.org_id == org_id, model.id.in_(list(ids)))).scalars())
+def still_existing(db: Session, org_id: uuid.UUID, refs) -> set[tuple[str, uuid.UUID]]:  # noqa: ANN001
+    """Which (source type, id) pairs of `refs` still exist in the org: one query per source type."""
+    by_type: dict[str, set] = {}
+    for t, i in refs:
+        by_type.setdefault(t, set()).add(i)
+    out = set()
+    for t, ids in by_type.items():
+        if t in SOURCE_TYPES:
+            model = model_of(t)
+            out |= {(t, i) for i in db.execute(select(model.id).where(model.org_id == org_id,
+                                                                     model.id.in_(list(ids)))).scalars()}
+    return out
 
 
-def delete_owned_by_returning(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list:
+def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list:
     """Delete every version the user owns: (id and its scope) of each, for the cascade that follows."""
     return db.execute(delete(Memory).where(Memory.org_id == org_id, Memory.owner_id == owner_id).returning(
         Memory.id, Memory.org_id, Memory.owner_id, Memory.visibility, Memory.groups, Memory.labels)).all()
