@@ -38,8 +38,6 @@ def _bounded_instant(value: datetime) -> datetime:
 # Every date-time a client sends (bodies and query strings): ISO 8601 / RFC 3339 with its offset,
 # in the range above (docs/security.md, "Instants"). One type for every field, no validator per field.
 Instant = Annotated[datetime, BeforeValidator(_iso_datetime_only), AfterValidator(_bounded_instant)]
-# The names the endpoints imported before there was one rule: the same type.
-IsoDateTime = IsoInstant = Instant
 
 
 def _json_number_only(value):  # noqa: ANN001, ANN202

@@ -6,7 +6,7 @@ from typing import Literal
 from fastapi import APIRouter, Query, Request
 
 from app.kit.deps import SessionDep, require
-from app.kit.schemas import IsoInstant
+from app.kit.schemas import Instant
 from app.kit.errors import COMMON_ERRORS
 from app.kit.replicas import reads
 from app.lineage import service
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 def lineage(item_type: Literal["episode", "memory", "chunk", "asset", "cartridge"], item_id: uuid.UUID,
             request: Request, db: SessionDep,
             direction: Literal["up", "down", "both"] = "both", depth: int = Query(default=5, ge=1, le=20),
-            as_of: IsoInstant | None = None, principal=require("lineage", "read")):
+            as_of: Instant | None = None, principal=require("lineage", "read")):
     """`as_of`: the graph as recorded then (edges and nodes of that instant, today's access rules)."""
     principal = principal.at(as_of)
     return service.graph(db, principal, item_type, item_id, direction, depth, read=reads(request, db, principal))

@@ -5,7 +5,7 @@ import uuid
 from fastapi import APIRouter, Request, Response
 
 from app.kit.deps import SessionDep, require
-from app.kit.schemas import IsoInstant
+from app.kit.schemas import Instant
 from app.kit.errors import COMMON_ERRORS
 from app.kit.replicas import reads
 from app.memories import service
@@ -20,7 +20,7 @@ def create_memory(body: MemoryIn, request: Request, db: SessionDep, principal=re
 
 
 @router.get("/{memory_id}", response_model=MemoryOut)
-def get_memory(memory_id: uuid.UUID, request: Request, db: SessionDep, as_of: IsoInstant | None = None,
+def get_memory(memory_id: uuid.UUID, request: Request, db: SessionDep, as_of: Instant | None = None,
                principal=require("memory", "read")):
     """`as_of`: this memory version as it existed then (404 if it had not been recorded yet)."""
     principal = principal.at(as_of)

@@ -71,7 +71,7 @@ def _date_parser():  # noqa: ANN202
 
 def warm_up() -> None:
     """dateparser loads its language data on the first call (~100 ms): do it at start-up."""
-    parse_date("March 3", datetime.now(timezone.utc))
+    DateReader(datetime.now(timezone.utc))("March 3")
 
 
 # Distinct expressions one reading hands to dateparser. An instruction or query a person writes
@@ -83,9 +83,10 @@ Span = tuple[date, date]
 
 
 class DateReader:
-    """`parse_date` for one reading (one query or one instruction), against its `now`: each
-    distinct expression is read once; ISO dates and bare years without dateparser; at most
-    MAX_PARSED expressions by dateparser, the ones after that answer None and count in `skipped`."""
+    """[start, end) of date expressions at their own granularity ("June" -> the whole month), for
+    one reading (one query or one instruction) against its `now`: each distinct expression is read
+    once; ISO dates and bare years without dateparser; at most MAX_PARSED expressions by
+    dateparser, the ones after that answer None and count in `skipped`."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
@@ -115,11 +116,6 @@ class DateReader:
             span = _dateparser_span(expr, self.now)
         self._seen[expr] = span
         return span
-
-
-def parse_date(expr: str, now: datetime) -> Span | None:
-    """[start, end) of a date expression at its own granularity ("June" -> the whole month)."""
-    return DateReader(now)(expr)
 
 
 def _dateparser_span(expr: str, now: datetime) -> Span | None:
