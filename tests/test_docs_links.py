@@ -68,3 +68,26 @@ def test_every_path_a_doc_cites_exists(doc: Path):
 def test_no_doc_cites_a_file_outside_the_repository(doc: Path):
     lines = [f"{n}: {line.strip()}" for n, line in enumerate(doc.read_text().splitlines(), 1) if OUTSIDE.search(line)]
     assert not lines, f"{doc.relative_to(ROOT)} points outside the repository:\n" + "\n".join(lines)
+
+
+LINK = re.compile(r"\]\(([^)\s]+\.md)(?:#([^)\s]+))?\)")
+
+
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's heading ids: lower case, punctuation dropped, spaces as hyphens."""
+    heads = re.findall(r"^#+ (.+)$", doc.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+@pytest.mark.parametrize("doc", _docs(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_link_between_docs_reaches_its_file_and_heading(doc: Path):
+    broken = []
+    for target, anchor in LINK.findall(doc.read_text()):
+        if "://" in target:
+            continue
+        path = (doc.parent / target).resolve()
+        if not path.is_file():
+            broken.append(target)
+        elif anchor and anchor not in _anchors(path):
+            broken.append(f"{target}#{anchor}")
+    assert not broken, f"{doc.relative_to(ROOT)} links to missing files or headings: {broken}"
