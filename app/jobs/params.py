@@ -13,6 +13,7 @@ from typing import Annotated
 from pydantic import StrictBool, Field
 
 from app.kit.schemas import AccessIn, NumberOnly, StrictModel
+from app.memories.near_duplicates import CONFLICT_SIMILARITY, DUPLICATE_SIMILARITY
 
 
 MAX_TRAIN_STEPS = 2_000
@@ -33,8 +34,8 @@ class DistillParams(StrictModel):
 
 
 class ConsolidateParams(StrictModel):
-    duplicate_threshold: Annotated[float, Field(ge=0.5, le=1.0), NumberOnly] = 0.92
-    conflict_threshold: Annotated[float, Field(ge=0.3, le=1.0), NumberOnly] = 0.75
+    duplicate_threshold: Annotated[float, Field(ge=0.5, le=1.0), NumberOnly] = DUPLICATE_SIMILARITY
+    conflict_threshold: Annotated[float, Field(ge=0.3, le=1.0), NumberOnly] = CONFLICT_SIMILARITY
     # Ten years: the longest retention rule a deployment keeps (invoices: 7 years); beyond it,
     # leave the TTL unset. Unbounded, 1e300 days overflowed the job's date arithmetic.
     ttl_days: Annotated[float, Field(gt=0, le=3653), NumberOnly] | None = None

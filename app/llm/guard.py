@@ -93,6 +93,18 @@ def content_words(text: str) -> set[str]:
     return {w.rstrip("s") for w in words(text) if len(w) >= 3 and w not in STOP}
 
 
+# Key values a statement must keep verbatim: identifiers (snake_case, CODES, #channels, /paths,
+# dotted.names, camelCase, --flags, k=v), numbers and two-word names.
+VALUE = re.compile(r"\b[A-Za-z]+_[A-Za-z_]+\b|\b[A-Z]{2,}[-\w]*\b|#[\w-]+|(?<!\w)/[\w/-]+|\b[A-Z]?\d[\d.,:]*\w*|"
+                   r"\b[a-z]+\.[a-z_]+\b|(?<!^)\b[A-Z][a-z]+ [A-Z][a-z]+\b|^[A-Z][a-z]+ [A-Z][a-z]+ [a-z]+\b|"
+                   r"\b[a-z]+[A-Z]\w+\b|--?[a-z][\w-]+|\b\w+=\w+")
+
+
+def values(text: str) -> set[str]:
+    """The key values of ``text`` (:data:`VALUE`), lower-cased."""
+    return {m.group(0).lower() for m in VALUE.finditer(text or "")}
+
+
 def grounding(text: str, sources: Sequence[str]) -> float:
     """Share of the memory's content words that occur in its sources (0..1)."""
     mine = content_words(text)

@@ -49,7 +49,8 @@ def _make_handler_class(litellm: Any) -> type:
             super().__init__()
             self.data_dir = data_dir
 
-        def completion(self, model: str, messages: list, api_base: str, custom_prompt_dict: dict,
+        # litellm calls a custom provider with keyword arguments only.
+        def completion(self, *, model: str, messages: list, api_base: str, custom_prompt_dict: dict,
                        model_response: Any, print_verbose: Any, encoding: Any, api_key: Any,
                        logging_obj: Any, optional_params: dict, acompletion: Any = None,
                        litellm_params: Any = None, logger_fn: Any = None, headers: Any = None,

@@ -16,7 +16,8 @@ from app.jobs.runner import JobContext
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
 from app.memories import service as memories
-from pipelines.consolidation.rules import Item, clusters, contradicts, winner
+from app.memories.near_duplicates import clusters
+from pipelines.consolidation.rules import Item, contradicts, winner
 
 if TYPE_CHECKING:
     from app.jobs.models import Job
@@ -45,7 +46,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
                       len(sources.get(m.id, []))) for m in group]
         decisions: list[tuple[str, Item, Item]] = []  # (relation, winner, loser)
         dup_ids = set()
-        for comp in clusters(items, p.duplicate_threshold):
+        for comp in clusters([i.vec for i in items], p.duplicate_threshold):
             members = [items[i] for i in comp]
             w = winner(members)
             for loser in members:
@@ -54,7 +55,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
                     decisions.append(("supersedes" if contradicts(w.text, loser.text) else "merged_from", w, loser))
                     dup_ids.add(loser.id)
         rest = [i for i in items if i.id not in dup_ids]
-        for comp in clusters(rest, p.conflict_threshold):
+        for comp in clusters([i.vec for i in rest], p.conflict_threshold):
             members = [rest[i] for i in comp]
             for a_i, a in enumerate(members):
                 for b in members[a_i + 1:]:

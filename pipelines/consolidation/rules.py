@@ -1,8 +1,10 @@
-"""Pure decisions of consolidation: clusters of near-duplicates, contradiction, who wins."""
+"""Pure decisions of consolidation: contradiction and who wins (which memories are near-duplicates is
+decided in app/memories/near_duplicates.py)."""
 
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,34 +22,12 @@ _OPPOSITES = [("enable", "disable"), ("allow", "deny"), ("allow", "block"), ("in
 
 @dataclass
 class Item:
-    id: object
+    id: uuid.UUID
     text: str
     vec: np.ndarray
     confidence: float
     recorded_at: datetime
     n_sources: int
-
-
-def clusters(items: list[Item], threshold: float) -> list[list[int]]:
-    """Connected components of cosine similarity >= threshold (vectors are unit length)."""
-    if len(items) < 2:
-        return []
-    m = np.stack([i.vec for i in items])
-    sim = m @ m.T
-    parent = list(range(len(items)))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    for a, b in zip(*np.nonzero(np.triu(sim >= threshold, k=1))):
-        parent[find(int(a))] = find(int(b))
-    groups: dict[int, list[int]] = {}
-    for i in range(len(items)):
-        groups.setdefault(find(i), []).append(i)
-    return [g for g in groups.values() if len(g) > 1]
 
 
 def contradicts(a: str, b: str) -> bool:

@@ -1,5 +1,6 @@
-"""distill job: episodes since the watermark -> judged -> grouped by scope and owner ->
-extracted memories citing their episodes -> deduplicated -> inserted with lineage.
+"""distill job: episodes since the watermark -> prepared once (``steps.EpisodeText``) -> judged ->
+grouped by scope and owner -> extracted memories citing their episodes -> deduplicated against
+the scope's memories (``app.memories.near_duplicates``) -> inserted with lineage.
 
 Crash safety: the LLM work for a batch happens outside any transaction; the writes for the
 batch, the org's watermark and the job checkpoint then commit together, after checking (under
@@ -9,7 +10,6 @@ uncommitted batch, which the next run redoes: no duplicate, no missing memory.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -19,17 +19,18 @@ from app.jobs import service as jobs
 from app.jobs.params import DistillParams
 from app.jobs.runner import JobContext
 from app.kit import scope as scopes
-from app.memories import service as memories
-from pipelines.distillation.steps import EpisodeText, StepStats, extract, judge, same_statement
+from app.memories import near_duplicates, service as memories
+from pipelines.distillation.steps import EpisodeText, Extracted, StepStats, extract, judge
 
 if TYPE_CHECKING:
+    import numpy as np
+    from sqlalchemy.orm import Session
+
+    from app.episodes.models import Episode
     from app.jobs.models import Job
 
-DUPLICATE_DISTANCE = 0.08  # cosine distance under which a new memory repeats an existing one
-NEAR_DISTANCE = 0.2  # closer than this, the same content words and values also make a repeat
 
-
-def _scope_key(e) -> tuple:  # noqa: ANN001
+def _scope_key(e: "Episode") -> tuple:
     # Never one memory across owners: the owner is part of the key even for shared episodes.
     return (e.owner_id, e.visibility, tuple(sorted(e.groups)), tuple(sorted(e.labels)))
 
@@ -55,16 +56,16 @@ def run(ctx: JobContext, job: "Job") -> dict:
             db.expunge_all()
         if not batch:
             break
-        verdicts = judge(gateway, [EpisodeText(str(e.id), e.kind, e.content, e.outcome) for e in batch], stats=steps)
+        prepared = [EpisodeText(e.id, e.kind, e.content, e.outcome) for e in batch]  # screened once, for every step
+        verdicts = judge(gateway, prepared, stats=steps)
         by_id = {e.id: e for e in batch}
-        groups: dict[tuple, list] = {}
-        for e, v in zip(batch, verdicts):
+        groups: dict[tuple, list[EpisodeText]] = {}
+        for e, ep, v in zip(batch, prepared, verdicts):
             if v.useful:
-                groups.setdefault(_scope_key(e), []).append(e)
-        extracted = {key: extract(gateway, [EpisodeText(str(e.id), e.kind, e.content, e.outcome) for e in eps], stats=steps)
-                     for key, eps in groups.items()}
-        texts = [x.text for xs in extracted.values() for x in xs]
-        vectors = iter(embedder.embed(texts)) if texts else iter(())
+                groups.setdefault(_scope_key(e), []).append(ep)
+        extracted = [x for eps in groups.values() for x in extract(gateway, eps, stats=steps)]
+        texts = [x.text for x in extracted]
+        vectors = embedder.embed(texts) if texts else []
         # 2. Write the batch, the watermark and the checkpoint atomically.
         with ctx.tx() as db:
             cursor = jobs.lock_cursor(db, ctx.org_id, "distill")
@@ -74,9 +75,8 @@ def run(ctx: JobContext, job: "Job") -> dict:
                 quality = "quarantined" if v.suspicious else ("useful" if v.useful else "skipped")
                 episodes.set_quality(db, ctx.org_id, e.id, quality)
                 stats["kept" if v.useful else ("quarantined" if v.suspicious else "skipped")] += 1
-            for key, items in extracted.items():
-                for x in items:
-                    _store(ctx, db, x, next(vectors), key, by_id, stats)
+            for x, vec in zip(extracted, vectors):
+                _store(ctx, db, x, vec, [by_id[i] for i in x.source_ids if i in by_id], stats)
             last = batch[-1]
             new_pos = {"at": last.created_at.isoformat(), "id": str(last.id)}
             cursor.position, cursor.updated_at = new_pos, datetime.now(timezone.utc)
@@ -86,16 +86,16 @@ def run(ctx: JobContext, job: "Job") -> dict:
     return {**stats, **steps.as_dict()}
 
 
-def _store(ctx: JobContext, db, x, vec, key: tuple, by_id: dict, stats: dict) -> None:  # noqa: ANN001
-    owner, visibility, groups, labels = key
-    sources = [by_id[uuid.UUID(s)] for s in x.source_ids if uuid.UUID(s) in by_id]
+def _store(ctx: JobContext, db: "Session", x: Extracted, vec: "np.ndarray", sources: list["Episode"], stats: dict) -> None:
+    """Write one extracted memory, or confirm the scope's memory it repeats. ``sources``: the cited
+    episodes of the batch, all of one owner (a scope group never mixes owners)."""
     if not sources:
         return
+    owner = sources[0].owner_id
     derived = scopes.derive([scopes.of(s) for s in sources])
     refs = [("episode", s.id) for s in sources]
     near = memories.nearest_in_scope(db, ctx.org_id, owner, derived, vec, x.text)
-    if near is not None and (near[1] <= DUPLICATE_DISTANCE or near[0].text.strip().lower() == x.text.strip().lower()
-                             or (near[1] <= NEAR_DISTANCE and same_statement(near[0].text, x.text))):
+    if near is not None and near_duplicates.repeats_stored(near[0].text, near[1], x.text):
         memories.confirm(db, near[0], sources=refs, job_id=ctx.job_id)
         stats["merged_into_existing"] += 1
         return
@@ -103,7 +103,7 @@ def _store(ctx: JobContext, db, x, vec, key: tuple, by_id: dict, stats: dict) ->
         db, org_id=ctx.org_id, owner_id=owner, text=x.text, kind=x.kind, confidence=float(x.confidence),
         provenance={"origin": "distill", "method": x.method, "job_id": str(ctx.job_id),
                     "sources": [{"type": "episode", "id": str(s.id),
-                                 **({"turns": x.turns[str(s.id)]} if x.turns.get(str(s.id)) else {})} for s in sources]},
+                                 **({"turns": x.turns[s.id]} if x.turns.get(s.id) else {})} for s in sources]},
         scope=derived, embedding=vec, valid_from=min(s.occurred_at for s in sources), now=datetime.now(timezone.utc),
         sources=refs, job_id=ctx.job_id)
     record(db, org_id=ctx.org_id, actor_id=None, action="memory.distill", target_type="memory", target_id=m.id,

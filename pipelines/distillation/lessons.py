@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from app.llm.guard import VALUE
 from pipelines.distillation import prompts as P
 
 USER_SPEAKERS = {"user", "human", "customer", "client", "me", "feedback", "colleague", "reviewer"}
@@ -78,9 +79,6 @@ _CAUSE = re.compile(r"\b(because|due to|caused by|root cause|real cause|fix(ed|e
                     r"restarting|the cure)\b", re.I)
 _ACK = re.compile(r"\b(will do|noted|understood|got it|i'll remember|i will remember|from now on|going forward|"
                   r"good to know|thanks for (clarifying|the heads)|will keep|i'll use|i will use|updated)\b", re.I)
-_IDENT = re.compile(r"\b[A-Za-z]+_[A-Za-z_]+\b|\b[A-Z]{2,}[-\w]*\b|#[\w-]+|(?<!\w)/[\w/-]+|\b[A-Z]?\d[\d.,:]*\w*|"
-                    r"\b[a-z]+\.[a-z_]+\b|(?<!^)\b[A-Z][a-z]+ [A-Z][a-z]+\b|^[A-Z][a-z]+ [A-Z][a-z]+ [a-z]+\b|"
-                    r"\b[a-z]+[A-Z]\w+\b|--?[a-z][\w-]+|\b\w+=\w+")
 _CORRECTION = re.compile(r"^(no|nope|wrong|incorrect|not quite|not (for|in|here|at|on) \w+|actually|careful|wait|that's (wrong|not right|"
                          r"incorrect|outdated|old)|that is (wrong|not right|incorrect|outdated)|wrong column)\b", re.I)
 _NOT_Y = re.compile(r",?\s+not\s+[\w$€.%'-]+(\s[\w$€.%'-]+){0,3}\s*$|\bnot\s+\w+\s+but\b|\binstead of\b", re.I)
@@ -218,7 +216,7 @@ def _score_sentence(sent: str, ctx: _Ctx) -> tuple[float, list[str], str] | None
     if not s or s.endswith("?") or P.screen_injection(s):
         return None
     body = _strip_leads(s)
-    if len(P.words(body)) < 3 or len(P.content_words(body)) + bool(_IDENT.search(body)) < 2:
+    if len(P.words(body)) < 3 or len(P.content_words(body)) + bool(VALUE.search(body)) < 2:
         return None
     cues: list[str] = []
     score = 0.0
@@ -264,7 +262,7 @@ def _score_sentence(sent: str, ctx: _Ctx) -> tuple[float, list[str], str] | None
         if _PROGRESS.match(body):
             return None
         add("fix", 0.35)
-    values = {m.group(0) for m in _IDENT.finditer(body)}
+    values = {m.group(0) for m in VALUE.finditer(body)}
     if values:
         add("value", 0.15 if len(values) == 1 else 0.25)
     if _QUANT.search(body):

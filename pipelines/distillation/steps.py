@@ -1,12 +1,15 @@
 """LLM-facing pure steps of distillation (no database, no side effects).
 
-- :func:`judge` scores episodes: a deterministic injection pre-screen (suspicious → skipped,
-  never shown to the model) + a usefulness heuristic + the LLM's verdict, blended.
+- :class:`EpisodeText` is an episode prepared once: its injection screen and its lesson
+  candidates (``lessons.candidates``) are computed when it is built, and every step reads them.
+- :func:`judge` scores episodes: the injection screen (suspicious → skipped, never shown to the
+  model) + a usefulness heuristic + the LLM's verdict, blended.
 - :func:`extract` asks the LLM for memories citing source episodes, keeps only well-cited,
   grounded, clean ones, and adds a deterministic rule-based extractor for well-formed sentences.
 
 Model output is data: only known fields are read, citations are checked against the batch the
 model saw, and memory texts are screened for instruction-like content before they are kept.
+Episode ids are kept as given (UUIDs in the job) and become strings only inside a prompt.
 Counters go to an optional :class:`StepStats` so a job can record what was dropped and why.
 """
 
@@ -14,10 +17,13 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from app.llm.base import BaseGateway, JSONFailure, LLMError
+from app.llm.guard import values
+from app.memories import near_duplicates
 from pipelines.distillation import lessons as L
 from pipelines.distillation import prompts as P
 
@@ -25,20 +31,31 @@ log = logging.getLogger(__name__)
 
 KINDS = P.KINDS
 
+EpisodeId = uuid.UUID | str  # the episode's UUID in the job; tests and benches use short strings
+
 
 @dataclass(frozen=True)
 class EpisodeText:
-    """What the steps see of an episode (the API's request body is app.episodes.schemas.EpisodeIn)."""
+    """What the steps see of an episode (the API's request body is app.episodes.schemas.EpisodeIn),
+    prepared once when built: ``flags`` (the injection screen of its content and outcome) and
+    ``candidates`` (its lesson-bearing sentences) serve the judge, the usefulness heuristic and the
+    rule extractor alike."""
 
-    id: str
+    id: EpisodeId
     kind: str
     content: str
     outcome: str | None = None
+    flags: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    candidates: tuple[L.Candidate, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flags", tuple(P.screen_injection(f"{self.content}\n{self.outcome or ''}")))
+        object.__setattr__(self, "candidates", tuple(L.candidates(self.content, kind=self.kind, outcome=self.outcome)))
 
 
 @dataclass(frozen=True)
 class Judgement:
-    id: str
+    id: EpisodeId
     useful: bool
     suspicious: bool
     score: float
@@ -50,9 +67,9 @@ class Extracted:
     text: str
     kind: str  # one of KINDS
     confidence: float
-    source_ids: list[str]
+    source_ids: list[EpisodeId]
     method: str = "llm"  # "llm" | "rule" (deterministic lesson finder) | "rule+llm" (rewritten by the model)
-    turns: dict[str, list[int]] = field(default_factory=dict)  # source id -> turn indexes it came from
+    turns: dict[EpisodeId, list[int]] = field(default_factory=dict)  # source id -> turn indexes it came from
 
 
 @dataclass
@@ -83,9 +100,8 @@ class StepStats:
 @dataclass(frozen=True)
 class JudgeConfig:
     threshold: float = 0.4  # tuned on bench/distillation dev (docs/llm.md)
-    # None: 0.7 for real models; 0.0 for the local 135M model, which is then not asked at all: on
-    # the dev traces it called all 10 borderline episodes it was shown "not useful" (recall 0.965
-    # without it, 0.860 with it at weight 0.2).
+    # None: 0.7 for real models; 0.0 for the local 135M model, which is then not asked at all: it
+    # calls borderline episodes "not useful" whatever they say (docs/llm.md, limits of the local model).
     llm_weight: float | None = None
     llm_band: float | None = None  # ask only when the rule score is this close to the threshold (None: always)
     max_chars: int = 500
@@ -141,12 +157,12 @@ def _to_score(value: Any, default: float | None = None) -> float | None:
 
 
 def rule_extract(ep: EpisodeText, *, min_score: float = 0.4) -> list[Extracted]:
-    """Memories from the lesson-bearing sentences of one episode (``lessons.candidates``), as clean
+    """Memories from the lesson-bearing sentences of one episode (``ep.candidates``), as clean
     statements citing the episode and the turns they came from."""
-    if P.screen_injection(f"{ep.content}\n{ep.outcome or ''}"):
+    if ep.flags:
         return []
     out = []
-    for c in L.candidates(ep.content, kind=ep.kind, outcome=ep.outcome):
+    for c in ep.candidates:
         if c.score >= min_score and not P.screen_injection(c.statement):
             out.append(Extracted(text=c.statement, kind=c.kind, confidence=round(0.5 + 0.4 * c.score, 3),
                                  source_ids=[ep.id], method="rule", turns={ep.id: [c.turn]}))
@@ -158,17 +174,16 @@ def rule_extract(ep: EpisodeText, *, min_score: float = 0.4) -> list[Extracted]:
 
 def usefulness_heuristic(ep: EpisodeText) -> tuple[float, str]:
     """A deterministic usefulness score in [0, 1] with a short reason: the best lesson score of the
-    episode's sentences (``lessons.candidates``); episodes without a lesson-bearing sentence score low."""
+    episode's sentences (``ep.candidates``); episodes without a lesson-bearing sentence score low."""
     words = P.words(ep.content)
     if len(words) < 3:
         return 0.05, "too short"
     content = [w for w in words if w not in P.SMALL_TALK and w not in P.STOP]
     if len(content) < 2:
         return 0.1, "small talk"
-    found = L.candidates(ep.content, kind=ep.kind, outcome=ep.outcome)
-    if not found:
+    if not ep.candidates:
         return 0.15, "no lesson-bearing sentence"
-    best = max(found, key=lambda c: c.score)
+    best = max(ep.candidates, key=lambda c: c.score)
     return round(min(1.0, best.score), 3), f"lesson ({'+'.join(best.cues)})"
 
 
@@ -182,12 +197,11 @@ def judge(gateway: BaseGateway, episodes: Sequence[EpisodeText], *, config: Judg
     out: list[Judgement] = []
     for ep in episodes:
         stats.judged += 1
-        flags = P.screen_injection(f"{ep.content}\n{ep.outcome or ''}")
-        h, h_why = usefulness_heuristic(ep)
-        if flags:  # never shown to the model: suspicious regardless of what an LLM would say
+        if ep.flags:  # never shown to the model: suspicious regardless of what an LLM would say
             stats.suspicious += 1
-            out.append(Judgement(ep.id, False, True, 0.0, "pre-screen: instruction-like text (" + ", ".join(flags) + ")"))
+            out.append(Judgement(ep.id, False, True, 0.0, "pre-screen: instruction-like text (" + ", ".join(ep.flags) + ")"))
             continue
+        h, h_why = usefulness_heuristic(ep)
         if weight <= 0 or (band is not None and abs(h - config.threshold) > band):
             stats.judge_llm_skipped += 1
             useful = h >= config.threshold
@@ -233,7 +247,7 @@ def extract(gateway: BaseGateway, episodes: Sequence[EpisodeText], *, config: Ex
     stats = stats if stats is not None else StepStats()
     clean = []
     for ep in episodes:
-        if P.screen_injection(f"{ep.content}\n{ep.outcome or ''}"):
+        if ep.flags:
             stats.skipped_suspicious += 1
         elif ep.content and ep.content.strip():
             clean.append(ep)
@@ -266,9 +280,8 @@ def _rewrite(gateway: BaseGateway, ep: EpisodeText, item: Extracted, stats: Step
         stats.llm_failures += 1
         return item
     text = L.statement(P.clip(raw.strip().splitlines()[0] if raw.strip() else "", 300))
-    values = {m.group(0).lower() for m in L._IDENT.finditer(item.text)}
     ok = (text and not _PERSON.search(text) and not L.SPEAKER_PREFIX.search(text) and not P.screen_injection(text)
-          and all(v in text.lower() for v in values) and 3 <= len(P.words(text)) <= 45
+          and all(v in text.lower() for v in values(item.text)) and 3 <= len(P.words(text)) <= 45
           and P.grounding(text, [ep.content, item.text]) >= 0.75 and not re.search(r"[.!?]\s+\S", text.rstrip(".!?")))
     if not ok:
         stats.llm_rewrites_rejected += 1
@@ -284,7 +297,7 @@ _PERSON = re.compile(r"\b(I|I'm|I'd|me|my|you|your|you're)\b")
 def _extract_batch(gateway: BaseGateway, batch: list[EpisodeText], config: ExtractConfig,
                    stats: StepStats) -> list[Extracted]:
     aliases = {f"R{i + 1}": ep for i, ep in enumerate(batch)}
-    by_key = {k.lower(): ep for k, ep in aliases.items()} | {ep.id.lower(): ep for ep in batch}
+    by_key = {k.lower(): ep for k, ep in aliases.items()} | {str(ep.id).lower(): ep for ep in batch}
     records = [(alias, ep.kind, ep.content, ep.outcome) for alias, ep in aliases.items()]
     stats.llm_calls += 1
     answer = gateway.chat_json(P.extract_messages(records, max_chars=config.max_chars), list[P.RawMemory],
@@ -322,13 +335,12 @@ def _extract_batch(gateway: BaseGateway, batch: list[EpisodeText], config: Extra
 
 
 def _dedupe(items: list[Extracted], stats: StepStats) -> list[Extracted]:
-    """Merge the same statement found twice (same words, or the same content words and values from
-    the same sources): sources, turns and the higher confidence are kept on the first."""
+    """Merge the same statement found twice (``near_duplicates.repeats_in_batch``): sources, turns
+    and the higher confidence are kept on the first."""
     kept: list[Extracted] = []
     for item in items:
-        words = set(P.words(item.text))
-        first = next((k for k in kept if set(P.words(k.text)) == words or (
-            set(k.source_ids) & set(item.source_ids) and _near(k.text, item.text))), None)
+        first = next((k for k in kept if near_duplicates.repeats_in_batch(
+            k.text, item.text, shared_source=bool(set(k.source_ids) & set(item.source_ids)))), None)
         if first is None:
             kept.append(item)
             continue
@@ -338,15 +350,3 @@ def _dedupe(items: list[Extracted], stats: StepStats) -> list[Extracted]:
         for sid, ts in item.turns.items():
             first.turns[sid] = sorted(set(first.turns.get(sid, []) + ts))
     return kept
-
-
-def same_statement(a: str, b: str) -> bool:
-    """The same words, or mostly the same content words with exactly the same values."""
-    return set(P.words(a)) == set(P.words(b)) or _near(a, b)
-
-
-def _near(a: str, b: str) -> bool:
-    ca, cb = P.content_words(a), P.content_words(b)
-    va = {m.group(0).lower() for m in L._IDENT.finditer(a)}
-    vb = {m.group(0).lower() for m in L._IDENT.finditer(b)}
-    return bool(ca and cb) and len(ca & cb) / len(ca | cb) >= 0.6 and va == vb
