@@ -27,7 +27,7 @@ from app.auth.principal import Principal
 from app.episodes import repository as episodes_repo
 from app.kit.db import every_scope, view_of
 from app.kit.repository_view import add_mask
-from app.memories import service as memories
+from app.memories import lifecycle
 from app.orgs import idempotency
 from app.search import lexicon
 
@@ -39,7 +39,7 @@ def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, act
     `viewer`: who asked (None: a system job), whose counts the stats hold (`Reached.seen_by`)."""
     branch = view_of(db).branch_id
     with every_scope(db):
-        roots = memories.roots_derived_from(db, org_id, "episode", [episode_id])
+        roots = lifecycle.roots_derived_from(db, org_id, "episode", [episode_id])
         held = lexicon.lexemes_of(db, org_id, episode_id)
         episodes_repo.hard_delete(db, org_id, episode_id, branch=branch)
         if branch is not None:
@@ -47,7 +47,7 @@ def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, act
                      at=datetime.now(timezone.utc))
         replies = idempotency.forget_replies(db, org_id, [episode_id]) if branch is None else 0
         db.flush()
-        reached = memories.remove_or_quarantine(db, org_id, roots, removed_source=episode_id)
+        reached = lifecycle.remove_or_quarantine(db, org_id, roots, removed_source=episode_id)
         # Its words leave the org's vocabulary once no row holds them (a masked main row still does).
         words = lexicon.forget_unheld(db, org_id, held)
     seen_removed, seen_quarantined = reached.seen_by(viewer)

@@ -21,7 +21,7 @@ from app.kit.scope import Scope
 from app.knowledge import repository as repo
 from app.knowledge.models import Chunk, KnowledgeAsset, KnowledgeNode
 from app.lineage.service import add_edge
-from app.memories import service as memories
+from app.memories import lifecycle
 from app.kit.text import sha256
 
 
@@ -56,7 +56,7 @@ def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUI
         asset = existing
         old_chunks = repo.delete_chunks(db, org_id, asset.id)
         # Memories derived from the replaced chunks follow the deletion cascade (app/memories/cascade.py).
-        derived = memories.forget_sources(db, org_id, [("chunk", old_chunks)], removed_source=asset.id)
+        derived = lifecycle.forget_sources(db, org_id, [("chunk", old_chunks)], removed_source=asset.id)
         asset.content_hash, asset.title, asset.metadata_ = item.content_hash, item.title, item.metadata
         asset.status, asset.updated_at = "active", now
         outcome = "updated"
@@ -113,7 +113,7 @@ def forget_owner(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> dict:
     hashes = repo.chunk_hashes_of_assets(db, org_id, ids) if owned else []
     chunks = repo.chunk_ids_of_assets(db, org_id, ids) if owned else []
     removed = repo.delete_owned_by(db, org_id, owner_id)
-    derived = memories.forget_sources(db, org_id, [("asset", ids), ("chunk", chunks)], removed_source=owner_id)
+    derived = lifecycle.forget_sources(db, org_id, [("asset", ids), ("chunk", chunks)], removed_source=owner_id)
     return {"cartridges_erased": len(erased), "assets_removed": removed, "asset_hashes": len(owned),
             "chunk_hashes": hashes, "cartridge_ids": erased, "derived": derived}
 

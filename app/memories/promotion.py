@@ -1,5 +1,5 @@
 """What promoting a branch does to main's memories (app/branches/service.py): the same
-versioning path as every other write (`app.memories.service`), checked against everything main
+versioning path as every other write (`app.memories.versioning`), checked against everything main
 holds of the memory (issue 41, H2): never a second root, never wider than main, never a revival."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from app.kit.errors import Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
 from app.memories.models import AGENT_KINDS, Memory
-from app.memories.service import _may_modify, _remove, create_derived, new_version
+from app.memories.service import check_may_modify, remove
+from app.memories.versioning import create_derived, new_version
 
 
 class DeletedInMain(Conflict):
@@ -60,7 +61,7 @@ def promote_version(db: Session, principal: Principal, row: Memory, *, branch: s
     fields = dict(text=row.text, kind=row.kind, confidence=row.confidence, embedding=row.embedding,
                   provenance=provenance, valid_from=row.valid_from, agent_id=row.agent_id)
     if old is not None:
-        _may_modify(principal, old)
+        check_may_modify(principal, old)
         scope = scopes.meet(scopes.of(row), scopes.of(old), owner_id=old.owner_id)
         if old.kind in AGENT_KINDS:
             assert_may_shape_profile(principal, scope.visibility, owner_id=old.owner_id)
@@ -82,5 +83,5 @@ def promote_version(db: Session, principal: Principal, row: Memory, *, branch: s
 
 def delete_root_of(db: Session, principal: Principal, root_id: uuid.UUID) -> None:
     """DELETE of the memory whose root is `root_id`, as the principal sees it (404 if it cannot)."""
-    _remove(db, principal, repo.current_of_root(db, principal, root_id,
-                                                statuses=("active", "quarantined", "superseded")))
+    remove(db, principal, repo.current_of_root(db, principal, root_id,
+                                               statuses=("active", "quarantined", "superseded")))

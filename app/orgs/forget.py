@@ -36,7 +36,7 @@ from app.kit.errors import NotFound
 from app.kit.tier import TierClient
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
-from app.memories import service as memories
+from app.memories import lifecycle
 from app.orgs import idempotency
 from app.orgs import repository as repo
 from app.sessions import service as sessions
@@ -56,7 +56,7 @@ def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id:
         for k in ("episodes_removed", "memories_removed", "memories_quarantined", "idempotency_replies_removed",
                   "vocabulary_words_removed"):
             stats[k] += s[k]
-    reached = memories.delete_owned_by(db, org_id, user_id)
+    reached = lifecycle.delete_owned_by(db, org_id, user_id)
     stats["sessions_removed"] = sessions.delete_owned_by(db, org_id, user_id)
     assets = knowledge.forget_owner(db, org_id, user_id)
     reached.add(assets["derived"])

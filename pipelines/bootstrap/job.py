@@ -18,7 +18,7 @@ from app.kit.text import sha256
 from app.kit.tier import TierClient
 from app.knowledge import service as knowledge
 from app.knowledge.service import AssetIn, upsert_asset
-from app.memories import service as memories
+from app.memories import versioning
 from app.orgs.service import job_owner
 from app.lineage.service import add_edge
 from pipelines.bootstrap import enrich
@@ -196,7 +196,7 @@ def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stat
         for gid in glossaries:  # the description was enriched from these glossaries
             add_edge(db, org_id=ctx.org_id, from_type="asset", from_id=asset.id, to_type="asset", to_id=gid,
                      relation="enriched_from", job_id=ctx.job_id)
-    hint_outcome, _ = memories.upsert_derived(
+    hint_outcome, _ = versioning.upsert_derived(
         db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"schema_hint:{uri}", text=hint,
         kind="schema_hint", scope=scope, sources=[("asset", asset.id)] + [("asset", g) for g in glossaries],
         provenance={"origin": "bootstrap", "schema": {"table": t.qualified, "columns": meta["columns"]}},
@@ -219,7 +219,7 @@ def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope:
         refs = [enrich.TermRef(e.term, e.text(), e.mapping, enrich.term_refs(e.mapping)) for e in entries]
         _save_nodes(db, asset, enrich.glossary_nodes(Path(rel).name, refs))
     for e in entries:
-        o, _ = memories.upsert_derived(
+        o, _ = versioning.upsert_derived(
             db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"glossary:{uri}:{e.term.lower()}",
             text=e.text(), kind="fact", scope=scope, sources=[("asset", asset.id)],
             provenance={"origin": "bootstrap", "glossary": {"term": e.term, "mapping": e.mapping}}, job_id=ctx.job_id)

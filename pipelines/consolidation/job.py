@@ -15,7 +15,7 @@ from app.jobs.params import ConsolidateParams
 from app.jobs.runner import JobContext
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
-from app.memories import service as memories
+from app.memories import lifecycle, versioning
 from app.memories.near_duplicates import clusters
 from pipelines.consolidation.rules import Item, contradicts, winner
 
@@ -32,7 +32,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
     p = ConsolidateParams.model_validate(job.params)
     stats = {"seen": 0, "merged": 0, "superseded": 0, "pruned": 0, "quarantined": 0, "restored": 0}
     with ctx.tx() as db:
-        mems = memories.live_memories(db, ctx.org_id)
+        mems = lifecycle.live_memories(db, ctx.org_id)
         sources = lineage.sources_by_relation(db, ctx.org_id, "distilled_from")
         db.expunge_all()
     stats["seen"] = len(mems)
@@ -69,8 +69,8 @@ def run(ctx: JobContext, job: "Job") -> dict:
             continue
         with ctx.tx() as db:
             for relation, w, loser in decisions:
-                if memories.resolve(db, org_id=ctx.org_id, winner_id=w.id, loser_id=loser.id, relation=relation,
-                                    job_id=ctx.job_id, now=now):
+                if versioning.resolve(db, org_id=ctx.org_id, winner_id=w.id, loser_id=loser.id, relation=relation,
+                                      job_id=ctx.job_id, now=now):
                     stats["merged" if relation == "merged_from" else "superseded"] += 1
             ctx.checkpoint(db, progress=0.8 * (gi + 1) / len(groups), stats=stats)
     with ctx.tx() as db:
@@ -81,15 +81,15 @@ def run(ctx: JobContext, job: "Job") -> dict:
 
 
 def _prune(ctx: JobContext, db, p: ConsolidateParams, sources: dict, now, stats: dict) -> None:  # noqa: ANN001
-    live = memories.live_memories(db, ctx.org_id)
-    orphans = memories.without_live_sources(db, ctx.org_id, live, sources)
+    live = lifecycle.live_memories(db, ctx.org_id)
+    orphans = lifecycle.without_live_sources(db, ctx.org_id, live, sources)
     for m in live:
         if m.id in orphans:  # every source is gone: the memory goes too (content included)
-            memories.prune(db, m, reason="all sources deleted", job_id=ctx.job_id)
+            lifecycle.prune(db, m, reason="all sources deleted", job_id=ctx.job_id)
             stats["pruned"] += 1
             continue
         if p.ttl_days and m.status == "active" and m.last_validated_at < now - timedelta(days=p.ttl_days):
-            memories.expire(db, m, now, reason=f"not validated for {p.ttl_days} days", job_id=ctx.job_id)
+            lifecycle.expire(db, m, now, reason=f"not validated for {p.ttl_days} days", job_id=ctx.job_id)
             stats["pruned"] += 1
 
 
@@ -97,15 +97,15 @@ def _revalidate_hints(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
     """Hints naming a dropped table, or columns it no longer has, are quarantined (and restored
     if the table comes back)."""
     live = knowledge.live_table_columns(db, ctx.org_id)
-    for h in memories.live_memories(db, ctx.org_id, kind="schema_hint"):
+    for h in lifecycle.live_memories(db, ctx.org_id, kind="schema_hint"):
         schema = h.provenance.get("schema") or {}
         table = schema.get("table")
         if not table:
             continue
         ok = table in live and set(schema.get("columns", [])) <= live[table]
         if not ok and h.status == "active":
-            memories.quarantine(db, h, reason=f"table {table} changed or dropped", job_id=ctx.job_id)
+            lifecycle.quarantine(db, h, reason=f"table {table} changed or dropped", job_id=ctx.job_id)
             stats["quarantined"] += 1
         elif ok and h.status == "quarantined" and not h.provenance.get("pending_rederive"):
-            memories.restore(h)
+            lifecycle.restore(h)
             stats["restored"] += 1

@@ -19,7 +19,7 @@ from app.jobs import service as jobs
 from app.jobs.params import DistillParams
 from app.jobs.runner import JobContext
 from app.kit import scope as scopes
-from app.memories import near_duplicates, service as memories
+from app.memories import lifecycle, near_duplicates, versioning
 from pipelines.distillation.steps import EpisodeText, Extracted, StepStats, extract, judge
 
 if TYPE_CHECKING:
@@ -94,12 +94,12 @@ def _store(ctx: JobContext, db: "Session", x: Extracted, vec: "np.ndarray", sour
     owner = sources[0].owner_id
     derived = scopes.derive([scopes.of(s) for s in sources])
     refs = [("episode", s.id) for s in sources]
-    near = memories.nearest_in_scope(db, ctx.org_id, owner, derived, vec, x.text)
+    near = lifecycle.nearest_in_scope(db, ctx.org_id, owner, derived, vec, x.text)
     if near is not None and near_duplicates.repeats_stored(near[0].text, near[1], x.text):
-        memories.confirm(db, near[0], sources=refs, job_id=ctx.job_id)
+        versioning.confirm(db, near[0], sources=refs, job_id=ctx.job_id)
         stats["merged_into_existing"] += 1
         return
-    m = memories.create_derived(
+    m = versioning.create_derived(
         db, org_id=ctx.org_id, owner_id=owner, text=x.text, kind=x.kind, confidence=float(x.confidence),
         provenance={"origin": "distill", "method": x.method, "job_id": str(ctx.job_id),
                     "sources": [{"type": "episode", "id": str(s.id),
