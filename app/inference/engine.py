@@ -48,7 +48,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
 from transformers import DynamicCache
@@ -68,16 +68,13 @@ from app.inference.kv import (
     rotate_keys,
     stack_kv,
 )
+from app.inference.modes import MODES, Mode
 from app.kit.localmodel import DecodeTimes, decode, load_causal_lm, stop_token_ids
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Answer the question using the documents. Be brief."
 _PLACEHOLDER = "\u0000MEMSCALE_USER\u0000"
-
-
-Mode = Literal["full", "prefix", "reuse", "blend"]
-MODES: tuple[str, ...] = ("full", "prefix", "reuse", "blend")
 
 
 class PromptTooLong(ValueError):
@@ -247,7 +244,7 @@ class Engine:
         if not chunks:
             return Context(cache, n_tokens=pos, recomputed_tokens=0)
         n_chunk_tokens = sum(c.n_tokens for c in chunks)
-        if mode != "full" and any(c.kv is None for c in chunks):
+        if MODES[mode].stored_kv and any(c.kv is None for c in chunks):
             raise ValueError(f"mode {mode!r} needs the stored KV of every chunk")
         if mode == "full":
             self.forward(torch.cat([c.token_ids for c in chunks]), cache, pos)
