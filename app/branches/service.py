@@ -1,4 +1,4 @@
-"""Branches of an org's memory (issue 18): create in O(1), read and write in one with the
+"""Branches of an org's memory: create in O(1), read and write in one with the
 `Memscale-Branch` header, diff, promote chosen changes to main, drop. How a branch reads is
 app/kit/view.py; this module turns a branch into a view and does the branch-level operations.
 """
