@@ -7,6 +7,8 @@ import sys
 import click
 
 from app.config import Settings
+from app.jobs.kinds import KIND_NAMES
+from app.kit.items import RETAINED_TYPES
 
 
 def _admin_session(settings: Settings):
@@ -145,7 +147,7 @@ def jobs() -> None:
 
 
 @jobs.command("run")
-@click.argument("kind", type=click.Choice(["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]))
+@click.argument("kind", type=click.Choice(KIND_NAMES))
 @click.option("--org", "org_name", required=True)
 @click.option("--param", "params", multiple=True, help="key=value (JSON values allowed), repeatable")
 @click.option("--branch", default=None, help="run in this branch of the org's memory (distill, consolidate)")
@@ -285,7 +287,7 @@ def audit_checkpoint(org_name: str) -> None:
 
 @admin.command("set-retention")
 @click.option("--org", "org_name", required=True)
-@click.option("--kind", "kind", type=click.Choice(["episode"]), default="episode", show_default=True)
+@click.option("--kind", "kind", type=click.Choice(RETAINED_TYPES), default=RETAINED_TYPES[0], show_default=True)
 @click.option("--days", type=int, required=True, help="0 removes the policy")
 def set_retention(org_name: str, kind: str, days: int) -> None:
     """Retention policy: the scheduled `retention` job deletes older items (with their derivations)."""

@@ -1,4 +1,4 @@
-"""Typed Python client for the memscale REST API (API.md), sync and async, on httpx.
+"""Typed Python client for the memscale REST API (docs/client_and_mcp.md), sync and async, on httpx.
 
     with MemscaleClient("http://127.0.0.1:8000", api_key) as ms:
         ep = ms.create_episode("the deploy failed because the cache was cold")
@@ -97,7 +97,7 @@ class _Base:
         view.branch, view._closes = name, False
         return view
 
-    # Bodies shared by both clients (one place that knows API.md's field names).
+    # Bodies shared by both clients (one place that knows the API's field names).
     @staticmethod
     def _episode(content: str, kind: str, fields: EpisodeFields) -> JSON:
         return {"kind": kind, "content": content, **fields}
@@ -154,7 +154,7 @@ class MemscaleClient(BranchCalls, _Base):
                             headers=self._idem(idempotency_key))
 
     def create_episodes(self, items: list[JSON], *, idempotency_key: str | None = None) -> list[str]:
-        """Batch (all or nothing); `items` are episode bodies as in API.md. Returns the ids."""
+        """Batch (all or nothing); `items` are episode bodies as POST /v1/episodes takes them. Returns the ids."""
         return self.request("POST", "/v1/episodes/batch", json={"items": items},
                             headers=self._idem(idempotency_key))["ids"]
 

@@ -1,4 +1,4 @@
-"""Branch calls of the Python client (issue 18), mixed into `MemscaleClient` and
+"""Branch calls of the Python client, mixed into `MemscaleClient` and
 `AsyncMemscaleClient` (app/client.py). To work *in* a branch, use `client.in_branch(name)`."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The typed shapes of the Python client (app/client.py): literal types of the REST contract's
-enumerations and the keyword-argument dicts its methods accept (../shared/API.md)."""
+enumerations and the keyword-argument dicts its methods accept. Item types and job kinds come from
+their tables (app/kit/items.py, app/jobs/kinds.py), as the service's schemas do."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal, TypedDict
 
+from app.jobs.kinds import KindName
+from app.kit.items import SearchType
+
 JSON = dict[str, Any]
 Id = str | uuid.UUID
 Visibility = Literal["private", "group", "org"]
 EpisodeKind = Literal["conversation", "trajectory", "feedback", "note"]
 MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
 Outcome = Literal["success", "failure", "unknown"]
-ItemType = Literal["memory", "episode", "chunk"]
-JobKind = Literal["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]  # app/jobs/params.PARAMS
+ItemType = SearchType  # what search returns
+JobKind = KindName
 Role = Literal["user", "assistant", "tool"]
 TERMINAL_JOB_STATES = frozenset({"succeeded", "failed", "cancelled"})
 

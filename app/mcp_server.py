@@ -27,7 +27,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic_core import to_jsonable_python
 
-from app.client import AsyncMemscaleClient, MemscaleError
+from app.client import AsyncMemscaleClient, ItemType, MemscaleError
 from app.sessions.tools import TOOLS as SESSION_TOOL_TABLE
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
@@ -37,7 +37,6 @@ DEFAULT_API_URL = "http://127.0.0.1:8000"
 ClientFactory = Callable[[str | None], AsyncMemscaleClient]
 JSONObj = dict[str, Any]
 MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
-ItemType = Literal["memory", "episode", "chunk"]
 
 INSTRUCTIONS = (
     "memscale: long-term memory for agents. `search` finds episodes, memories and knowledge chunks the "

@@ -11,6 +11,7 @@ from app.cartridges.service import sweep_erased
 from app.episodes import service as episodes
 from app.episodes.deletion import forget_episode
 from app.jobs.runner import JobContext
+from app.kit.items import EPISODE
 from app.kit.view import EVERY_BRANCH
 from app.orgs import service as orgs
 
@@ -24,7 +25,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
              "days": None}
     with ctx.tx() as db:
         stats["cartridge_folders_removed"] = sweep_erased(db, ctx.org_id, ctx.settings.data_dir)
-        days = orgs.retention_days(db, ctx.org_id, "episode")
+        days = orgs.retention_days(db, ctx.org_id, EPISODE)
     if not days:
         return stats
     stats["days"] = days

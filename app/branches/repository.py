@@ -9,10 +9,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.branches.models import Branch
-from app.episodes.models import Episode
 from app.kit.access import visible_to
 from app.kit.view_models import BranchMask
-from app.knowledge.models import KnowledgeAsset
 from app.memories.models import Memory
 
 
@@ -65,6 +63,3 @@ def visible_keys(db: Session, principal: Principal, model, keys) -> set:  # noqa
     key = model.root_id if model is Memory else model.id
     return set(db.execute(select(key).where(model.org_id == principal.org_id, key.in_(list(keys)),
                                             visible_to(principal, model))).scalars())
-
-
-MODELS = {"memory": Memory, "episode": Episode, "asset": KnowledgeAsset}

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
+from app.kit.items import EPISODE, MEMORY, BranchType
 from app.kit.schemas import Instant, StrictModel
 
 BranchName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
@@ -37,7 +38,7 @@ class Change(BaseModel):
     the base's asset `deleted`."""
 
     change: Literal["created", "new_version", "deleted"]
-    type: Literal["memory", "episode", "asset"]
+    type: BranchType
     id: uuid.UUID
     root_id: uuid.UUID | None = None
     version: int | None = None
@@ -58,7 +59,7 @@ class PromoteIn(StrictModel):
 
 class Promoted(BaseModel):
     id: uuid.UUID  # the branch item (or the masked key) named in the request
-    type: Literal["memory", "episode"]
+    type: Literal[MEMORY, EPISODE]  # an asset comes from its sources: a bootstrap in main takes it over
     change: Literal["created", "new_version", "deleted"]
     main_id: uuid.UUID | None  # what it became in main (None: a deletion)
 

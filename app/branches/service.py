@@ -1,4 +1,4 @@
-"""Branches of an org's memory (issue 18): create in O(1), read and write in one with the
+"""Branches of an org's memory: create in O(1), read and write in one with the
 `Memscale-Branch` header, diff, promote chosen changes to main, drop. How a branch reads is
 app/kit/view.py; this module turns a branch into a view and does the branch-level operations.
 """
@@ -19,6 +19,8 @@ from app.episodes import service as episodes
 from app.episodes.models import Episode
 from app.kit.db import bind_principal
 from app.kit.errors import AppError, Conflict, NotFound
+from app.kit.items import ASSET, BRANCH_TYPES, EPISODE, MEMORY
+from app.kit.registry import model_of
 from app.kit.view import MAIN, Layer, View
 from app.knowledge.models import KnowledgeAsset
 from app.memories import promotion
@@ -101,21 +103,23 @@ def _changes(db: Session, principal: Principal, b: Branch, ids=None) -> list[tup
     bp = _in_branch(db, principal, b)  # nothing in here writes; on an error the request rolls back
     out: list[tuple[Change, object]] = []
     for m in repo.written(db, bp, b.id, Memory, ids):
-        out.append((Change(change="created" if m.version == 1 else "new_version", type="memory", id=m.id,
+        out.append((Change(change="created" if m.version == 1 else "new_version", type=MEMORY, id=m.id,
                            root_id=m.root_id, version=m.version, status=m.status, kind=m.kind, text=m.text,
                            at=m.recorded_at), m))
     for e in repo.written(db, bp, b.id, Episode, ids):
-        out.append((Change(change="created", type="episode", id=e.id, kind=e.kind, text=e.content,
+        out.append((Change(change="created", type=EPISODE, id=e.id, kind=e.kind, text=e.content,
                            at=e.created_at), e))
     for a in repo.written(db, bp, b.id, KnowledgeAsset, ids):  # a bootstrap run in the branch
-        out.append((Change(change="created", type="asset", id=a.id, kind=a.kind, text=a.source_uri, status=a.status,
+        out.append((Change(change="created", type=ASSET, id=a.id, kind=a.kind, text=a.source_uri, status=a.status,
                            at=a.created_at), a))
-    rewritten = {m.root_id for c, m in out if c.type == "memory"}  # a new version: listed above
+    rewritten = {m.root_id for c, m in out if c.type == MEMORY}  # a new version: listed above
     masks = [m for m in repo.masks(db, b.org_id, b.id, ids) if m.key not in rewritten]
     base = principal.in_view(bp.view.below())  # the state the branch forked from
-    for type_, table in (("memory", "memories"), ("episode", "episodes"), ("asset", "knowledge_assets")):
+    for type_ in BRANCH_TYPES:
+        model = model_of(type_)
+        table = model.__tablename__
         keys = [m.key for m in masks if m.item_type == table]
-        seen = repo.visible_keys(db, base, repo.MODELS[type_], keys) if keys else set()
+        seen = repo.visible_keys(db, base, model, keys) if keys else set()
         out += [(Change(change="deleted", type=type_, id=m.key, at=m.at), None)  # deleted what the caller may see
                 for m in masks if m.item_type == table and m.key in seen]
     bind_principal(db, principal)  # back to the caller's own view
@@ -139,19 +143,19 @@ def promote(db: Session, principal: Principal, name: str, ids: list[uuid.UUID]) 
     found = {c.id for c, _ in changes}
     if missing := [i for i in wanted if i not in found]:
         raise NotFound(f"no change {missing[0]} in branch {name!r}", code="change_not_found")
-    if assets := [c.id for c, _ in changes if c.type == "asset"]:
+    if assets := [c.id for c, _ in changes if c.type == ASSET]:
         raise AppError(f"asset {assets[0]}: knowledge comes from its sources; run the bootstrap in main to take it "
                        "over (promote applies memories and episodes)", code="not_promotable", status_code=422)
     now, out = datetime.now(timezone.utc), []
     for c, row in changes:
-        if c.type == "memory" and c.change != "deleted":
+        if c.type == MEMORY and c.change != "deleted":
             if row.status != "active":
                 raise Conflict(f"memory {row.id} is {row.status} in the branch; promote its current version",
                                code="not_current_version")
             main_id = promotion.promote_version(db, principal, row, branch=name, now=now).id
-        elif c.type == "episode" and c.change == "created":
+        elif c.type == EPISODE and c.change == "created":
             main_id = episodes.promote(db, principal, row, branch=name).id
-        elif c.type == "memory":
+        elif c.type == MEMORY:
             promotion.delete_root_of(db, principal, c.id)
             main_id = None
         else:

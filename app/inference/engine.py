@@ -9,14 +9,13 @@ Design choices:
   ``kv_id`` adds the dtype and keys the chunk KV store, so KV computed in another dtype is never
   mixed in; with anchored chunks (below) it also names the anchor (a hash of the system
   segment's ids), so KV computed behind another system prompt, or alone, is never mixed in either.
-- **Anchored chunk KV** (``EngineConfig.anchor_chunks``, the default since issue 19's fourth
-  round): a chunk's KV is computed *behind the system segment* (positions S..S+T-1, the system's
-  KV computed once per engine) and stored re-rotated to 0..T-1, instead of alone at 0..T-1. A
-  chunk computed alone makes its first tokens an attention sink that the real prompt does not
-  have (EPIC's finding); behind the system segment the sink is the system's first token, as in
-  every real prompt. The first chunk's stored KV is then exact (a real prefix-cache hit), and
-  reusing every chunk unchanged lost 0.18 instead of 1.08 nats per gold token on the pilot
-  (docs/inference.md, "Fourth round").
+- **Anchored chunk KV** (``EngineConfig.anchor_chunks``, the default): a chunk's KV is computed
+  *behind the system segment* (positions S..S+T-1, the system's KV computed once per engine) and
+  stored re-rotated to 0..T-1, instead of alone at 0..T-1. A chunk computed alone makes its first
+  tokens an attention sink that the real prompt does not have (EPIC's finding); behind the system
+  segment the sink is the system's first token, as in every real prompt. The first chunk's stored
+  KV is then exact (a real prefix-cache hit), and reusing chunks unchanged loses far less
+  (docs/inference.md has the measurements).
 - transformers 5.x cache API: ``DynamicCache``, ``model(ids, cache=..., position_ids=...)``,
   ``cache.layers[i].keys``; forward appends to the cache in place.
 - A prompt is ``[prefix_kv] + system + chunks + query``: the system segment and the query suffix
@@ -48,7 +47,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
 from transformers import DynamicCache
@@ -68,16 +67,13 @@ from app.inference.kv import (
     rotate_keys,
     stack_kv,
 )
+from app.inference.modes import MODES, Mode
 from app.kit.localmodel import DecodeTimes, decode, load_causal_lm, stop_token_ids
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Answer the question using the documents. Be brief."
 _PLACEHOLDER = "\u0000MEMSCALE_USER\u0000"
-
-
-Mode = Literal["full", "prefix", "reuse", "blend"]
-MODES: tuple[str, ...] = ("full", "prefix", "reuse", "blend")
 
 
 class PromptTooLong(ValueError):
@@ -247,7 +243,7 @@ class Engine:
         if not chunks:
             return Context(cache, n_tokens=pos, recomputed_tokens=0)
         n_chunk_tokens = sum(c.n_tokens for c in chunks)
-        if mode != "full" and any(c.kv is None for c in chunks):
+        if MODES[mode].stored_kv and any(c.kv is None for c in chunks):
             raise ValueError(f"mode {mode!r} needs the stored KV of every chunk")
         if mode == "full":
             self.forward(torch.cat([c.token_ids for c in chunks]), cache, pos)

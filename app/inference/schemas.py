@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.inference.modes import Mode
 from app.inference.store import content_hash
 
 
@@ -29,7 +28,7 @@ class GenerateIn(BaseModel):
     chunks: list[ChunkIn] = Field(default_factory=list, max_length=256)
     cartridges: list[str] = Field(default_factory=list, max_length=16)
     max_tokens: int = Field(64, ge=1, le=2048)
-    mode: Literal["blend", "full", "prefix", "reuse"] = "blend"
+    mode: Mode = "blend"
     recompute_ratio: float | None = Field(None, ge=0.0, le=1.0)
 
 

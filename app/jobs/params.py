@@ -1,8 +1,9 @@
-"""Parameters of each job kind, validated at the API (422) and again by the pipeline.
+"""Parameters of each job kind (app/jobs/kinds.py names which), validated at the API (422) and
+again by the pipeline.
 
-Every size is bounded so that one job cannot hold a shared worker for days (issue 41: a
-`train_cartridge` job with `steps: 100000`); the bounds and their reasons are in
-docs/security.md ("Jobs: bounds, cancellation, fair claiming"). Beyond them: 422.
+Every size is bounded so that one job cannot hold a shared worker for days (a `train_cartridge`
+job with `steps: 100000`); the bounds and their reasons are in docs/security.md ("Jobs: bounds,
+cancellation, fair claiming"). Beyond them: 422.
 """
 
 from __future__ import annotations
@@ -53,7 +54,3 @@ class TrainCartridgeParams(StrictModel):
 
 class RetentionParams(StrictModel):
     pass
-
-
-PARAMS = {"bootstrap": BootstrapParams, "distill": DistillParams, "consolidate": ConsolidateParams,
-          "train_cartridge": TrainCartridgeParams, "retention": RetentionParams}

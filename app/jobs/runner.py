@@ -32,6 +32,7 @@ import app.kit.registry  # noqa: F401  (every model mapped before the first flus
 from app.config import Settings
 from app.jobs import repository as repo
 from app.jobs import service as jobs_service
+from app.jobs.kinds import JOB_KINDS
 from app.jobs.models import Job
 from app.branches import service as branches
 from app.kit.db import bind_principal, transaction
@@ -43,15 +44,9 @@ log = logging.getLogger("memscale.jobs")
 class JobCancelled(Exception):
     """Raised at a checkpoint or heartbeat of a job that was cancelled meanwhile."""
 
-# kind -> "module:function"; imported on first use so the API process stays light.
-PIPELINES: dict[str, str] = {
-    "bootstrap": "pipelines.bootstrap.job:run",
-    "distill": "pipelines.distillation.job:run",
-    "consolidate": "pipelines.consolidation.job:run",
-    "train_cartridge": "pipelines.cartridges.job:run",
-    "retention": "pipelines.retention:run",
-}
-DEFAULT_SCHEDULES = {"distill": 3600, "consolidate": 86400, "retention": 86400}  # seconds; org.settings["schedules"] overrides
+PIPELINES: dict[str, str] = {name: kind.pipeline for name, kind in JOB_KINDS.items()}  # kind -> "module:function"
+# seconds; org.settings["schedules"] overrides
+DEFAULT_SCHEDULES = {name: kind.every_s for name, kind in JOB_KINDS.items() if kind.every_s}
 MAX_ATTEMPTS = 3
 
 

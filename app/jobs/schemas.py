@@ -2,26 +2,25 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.jobs.kinds import JOB_KINDS, KindName
 from app.kit.schemas import StrictModel
 
 
 def _params_per_kind(schema: dict) -> None:
-    """`params` is checked against the kind's model (app/jobs/params.py): say so in the schema."""
-    from app.jobs.params import PARAMS
-
-    schema["allOf"] = [{"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
-                        "then": {"properties": {"params": model.model_json_schema()}}}
-                       for kind, model in PARAMS.items()]
+    """`params` is checked against the kind's model (app/jobs/kinds.py): say so in the schema."""
+    schema["allOf"] = [{"if": {"properties": {"kind": {"const": name}}, "required": ["kind"]},
+                        "then": {"properties": {"params": kind.params.model_json_schema()}}}
+                       for name, kind in JOB_KINDS.items()]
 
 
 class JobIn(StrictModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_params_per_kind)
 
-    kind: Literal["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]
+    kind: KindName
     params: dict[str, Any] = Field(default_factory=dict)
 
 

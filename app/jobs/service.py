@@ -11,12 +11,11 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.jobs import repository as repo
 from app.jobs.models import Job
-from app.jobs.params import PARAMS
+from app.jobs.kinds import BRANCHABLE, JOB_KINDS
 from app.kit.db import view_of
 from app.kit.errors import AppError, Conflict, Forbidden, NotFound
 
 
-BRANCHABLE = ("distill", "consolidate", "bootstrap")  # pipelines that can run in a branch (app/kit/view.py)
 CANCELLABLE = ("queued", "running")
 
 
@@ -90,7 +89,7 @@ def validate_params(principal: Principal, kind: str, params: dict, *, sources: d
     from pydantic import ValidationError
 
     try:
-        model = PARAMS[kind].model_validate(params)
+        model = JOB_KINDS[kind].params.model_validate(params)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first.get("loc", ()))

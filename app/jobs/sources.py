@@ -1,5 +1,5 @@
-"""Which databases a bootstrap job may connect to (issue 15: an org admin made the server connect
-to its own embedded Postgres as superuser, probe ports and create files through `schema_url`).
+"""Which databases a bootstrap job may connect to: left open, `schema_url` let an org admin make
+the server connect to its own embedded Postgres as superuser, probe ports and create files.
 
 The operator lists the database sources API users may name, in `MEMSCALE_BOOTSTRAP_SOURCES`
 (JSON: `{"warehouse": "postgresql://reader@db.internal/warehouse"}`); none by default. A job

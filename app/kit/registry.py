@@ -1,6 +1,6 @@
-"""Every model module imported, so that Base.metadata is complete (alembic, tests); and the one
-registry of item types: what an item `type` string ("memory", "episode", ...) names, for search,
-lineage, memory sources and anything else that handles items of several types.
+"""Every model module imported, so that Base.metadata is complete (alembic, tests); and the item
+types of app/kit/items.py bound to their models, for search, lineage, memory sources and anything
+else that loads items of several types.
 
 The one module of app/kit that imports domain models: it wires them together, nothing imports
 it back from a model.
@@ -8,21 +8,16 @@ it back from a model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from app.audit import models as _audit  # noqa: F401
 from app.branches import models as _branches  # noqa: F401
 from app.cartridges import models as _cartridges  # noqa: F401
-from app.cartridges.models import CartridgeRecord
 from app.episodes import models as _episodes  # noqa: F401
-from app.episodes.models import Episode
 from app.jobs import models as _jobs  # noqa: F401
 from app.kit.base import Base
+from app.kit.items import ITEM_TYPES, SOURCE_TYPES  # noqa: F401 - the table, read here with its models
 from app.knowledge import models as _knowledge  # noqa: F401
-from app.knowledge.models import Chunk, KnowledgeAsset
 from app.lineage import models as _lineage  # noqa: F401
 from app.memories import models as _memories  # noqa: F401
-from app.memories.models import Memory
 from app.orgs import models as _orgs  # noqa: F401
 from app.search import models as _search  # noqa: F401
 from app.sessions import models as _sessions  # noqa: F401
@@ -30,25 +25,6 @@ from app.kit import ratelimit_models as _ratelimit  # noqa: F401
 from app.kit import view_models as _view  # noqa: F401
 
 metadata = Base.metadata
-
-
-@dataclass(frozen=True)
-class ItemType:
-    name: str
-    model: type
-    text_col: str | None  # the column that holds the item's text (None: described, see text_of)
-    time_col: str  # when it happened or was recorded (search's since/until filters)
-    source: bool = False  # may be named as a memory's source (lineage `distilled_from`, ...)
-
-
-ITEM_TYPES: dict[str, ItemType] = {t.name: t for t in (
-    ItemType("episode", Episode, "content", "occurred_at", source=True),
-    ItemType("memory", Memory, "text", "recorded_at", source=True),
-    ItemType("chunk", Chunk, "text", "created_at", source=True),
-    ItemType("asset", KnowledgeAsset, "title", "created_at", source=True),
-    ItemType("cartridge", CartridgeRecord, None, "created_at"),
-)}
-SOURCE_TYPES = tuple(n for n, t in ITEM_TYPES.items() if t.source)
 
 
 def model_of(type_: str) -> type:

@@ -7,6 +7,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.orm import Session
 
 from app.kit.db import view_of
+from app.kit.items import ASSET, MEMORY
 from app.kit.repository_view import in_view
 from app.knowledge.models import Chunk, KnowledgeAsset
 
@@ -155,8 +156,8 @@ def asset_memories(db: Session, principal, asset_id: uuid.UUID, limit: int = 20)
     from app.memories.models import Memory
 
     derived = select(LineageEdge.from_id).where(
-        LineageEdge.org_id == principal.org_id, LineageEdge.to_type == "asset", LineageEdge.to_id == asset_id,
-        LineageEdge.from_type == "memory")
+        LineageEdge.org_id == principal.org_id, LineageEdge.to_type == ASSET, LineageEdge.to_id == asset_id,
+        LineageEdge.from_type == MEMORY)
     return list(db.execute(select(Memory.id, Memory.kind, Memory.text).where(
         Memory.id.in_(derived), Memory.status == "active", visible_to(principal, Memory))
         .order_by(Memory.recorded_at.desc()).limit(limit)).all())
@@ -170,7 +171,7 @@ def asset_lineage(db: Session, principal, asset_id: uuid.UUID) -> list:  # noqa:
     return list(db.execute(select(LineageEdge.relation, LineageEdge.to_type, LineageEdge.to_id, LineageEdge.job_id,
                                   LineageEdge.at, KnowledgeAsset.title)
                            .join(KnowledgeAsset, KnowledgeAsset.id == LineageEdge.to_id)
-                           .where(LineageEdge.org_id == principal.org_id, LineageEdge.from_type == "asset",
+                           .where(LineageEdge.org_id == principal.org_id, LineageEdge.from_type == ASSET,
                                   LineageEdge.from_id == asset_id, LineageEdge.relation == "enriched_from",
                                   visible_to(principal, KnowledgeAsset))
                            .order_by(LineageEdge.at.desc()).limit(20)).all())

@@ -6,6 +6,7 @@ from typing import Literal
 from fastapi import APIRouter, Query, Request
 
 from app.kit.deps import SessionDep, require
+from app.kit.items import ItemName
 from app.kit.schemas import Instant
 from app.kit.errors import COMMON_ERRORS
 from app.kit.replicas import reads
@@ -16,7 +17,7 @@ router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 
 
 @router.get("/lineage/{item_type}/{item_id}", response_model=LineageGraph, response_model_exclude_unset=True)
-def lineage(item_type: Literal["episode", "memory", "chunk", "asset", "cartridge"], item_id: uuid.UUID,
+def lineage(item_type: ItemName, item_id: uuid.UUID,
             request: Request, db: SessionDep,
             direction: Literal["up", "down", "both"] = "both", depth: int = Query(default=5, ge=1, le=20),
             as_of: Instant | None = None, principal=require("lineage", "read")):

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.access import can_see
 from app.kit.db import every_scope, view_of
+from app.kit.items import MEMORY
 from app.kit.repository_view import add_mask
 from app.memories import repository as repo
 
@@ -95,7 +96,7 @@ def delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> tuple[lis
     In a branch, main's versions it masks are gone for the branch too, so they are followed."""
     shown = repo.version_ids_in_view(db, org_id, root_id)
     ids = delete_versions(db, org_id, root_id)
-    return ids, from_sources(db, org_id, [("memory", sorted(set(ids) | set(shown), key=str))], removed_source=root_id)
+    return ids, from_sources(db, org_id, [(MEMORY, sorted(set(ids) | set(shown), key=str))], removed_source=root_id)
 
 
 def from_sources(db: Session, org_id: uuid.UUID, gone: list[tuple[str, list[uuid.UUID]]], *,
@@ -139,7 +140,7 @@ def _closure(db: Session, org_id: uuid.UUID, roots: list[uuid.UUID]) -> dict[uui
         rows = repo.versions_of_roots(db, org_id, frontier)
         for v in rows:
             found[v.root_id].append(v)
-        frontier = [r for r in repo.roots_derived_from(db, org_id, "memory", [v.id for v in rows]) if r not in found]
+        frontier = [r for r in repo.roots_derived_from(db, org_id, MEMORY, [v.id for v in rows]) if r not in found]
     return found
 
 
@@ -155,7 +156,7 @@ def _without_sources(db: Session, org_id: uuid.UUID, versions: dict[uuid.UUID, l
     dead: set[uuid.UUID] = set()
     while True:
         newly = {root for root in versions if root not in dead and not any(
-            (t, i) in exists and not (t == "memory" and root_of.get(i) in dead) for t, i in edges.get(root, ()))}
+            (t, i) in exists and not (t == MEMORY and root_of.get(i) in dead) for t, i in edges.get(root, ()))}
         if not newly:
             return dead
         dead |= newly
@@ -167,4 +168,4 @@ def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> Reac
     own = repo.delete_owned_by(db, org_id, owner_id)
     reached = Reached(removed=[v.id for v in own],
                       scopes={v.id: _scope(v) for v in own})
-    return reached.add(from_sources(db, org_id, [("memory", [v.id for v in own])], removed_source=owner_id))
+    return reached.add(from_sources(db, org_id, [(MEMORY, [v.id for v in own])], removed_source=owner_id))

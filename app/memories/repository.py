@@ -11,6 +11,7 @@ from app.auth.principal import Principal
 from app.kit.access import visible_to
 from app.kit.registry import SOURCE_TYPES, model_of
 from app.kit.db import view_of
+from app.kit.items import MEMORY
 from app.kit.repository_view import in_view, memory_state
 from app.lineage.models import LineageEdge
 from app.memories.models import Memory
@@ -104,7 +105,7 @@ def roots_derived_from(db: Session, org_id: uuid.UUID, source_type: str, source_
     if not source_ids:
         return []
     from_ids = select(LineageEdge.from_id).where(
-        LineageEdge.org_id == org_id, LineageEdge.from_type == "memory", LineageEdge.to_type == source_type,
+        LineageEdge.org_id == org_id, LineageEdge.from_type == MEMORY, LineageEdge.to_type == source_type,
         LineageEdge.to_id.in_(source_ids), LineageEdge.relation.in_(DERIVING))
     rows = db.execute(select(Memory.id, Memory.root_id).where(Memory.org_id == org_id, Memory.id.in_(from_ids))
                       .with_for_update()).all()
@@ -201,7 +202,7 @@ def content_sources(db: Session, org_id: uuid.UUID, ids: list[uuid.UUID], *, per
         return []
     key = Memory.root_id if per == "root" else Memory.id
     return db.execute(select(key, LineageEdge.to_type, LineageEdge.to_id).join(
-        LineageEdge, and_(LineageEdge.org_id == Memory.org_id, LineageEdge.from_type == "memory",
+        LineageEdge, and_(LineageEdge.org_id == Memory.org_id, LineageEdge.from_type == MEMORY,
                           LineageEdge.from_id == Memory.id, LineageEdge.relation.in_(relations))).where(
         Memory.org_id == org_id, key.in_(ids))).all()
 

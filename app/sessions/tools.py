@@ -10,13 +10,14 @@ session's trajectory, success or not.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.errors import AppError, NotFound
+from app.kit.items import CHUNK, MEMORY, SearchType
 from app.kit.schemas import NumberOnly
 from app.memories import service as memories
 from app.memories.models import AGENT_KINDS
@@ -64,7 +65,7 @@ class QueryArgs(_Args):
 
 
 class ArchivalArgs(QueryArgs):
-    types: list[Literal["memory", "episode", "chunk"]] = Field(default_factory=lambda: ["memory", "chunk"])
+    types: list[SearchType] = Field(default_factory=lambda: [MEMORY, CHUNK])
 
 
 class BrowseArgs(_Args):
