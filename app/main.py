@@ -71,17 +71,17 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
 
     from app.branches.endpoints import router as branches
     from app.episodes.endpoints import router as episodes
+    from app.erasure.endpoints import router as erasure
     from app.jobs.endpoints import router as jobs
     from app.knowledge.endpoints import router as knowledge
     from app.memories.endpoints import router as memories
     from app.search.endpoints import router as search
     from app.audit.endpoints import router as audit
     from app.lineage.endpoints import router as lineage
-    from app.orgs.endpoints import router as users
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui, knowledge, branches):
+    for r in (episodes, memories, search, jobs, sessions, lineage, audit, erasure, ui, knowledge, branches):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])
