@@ -157,7 +157,8 @@ def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:  # n
 
     from app.auth.principal import Principal
     from app.jobs import service as jobs_service
-    from app.jobs.runner import JobContext, Resources, run_job
+    from app.jobs.runner import JobContext, run_job
+    from app.resources import Resources
     from app.kit.db import bind_principal
     from app.orgs import service as orgs
 

@@ -11,7 +11,6 @@ from app.auth.enforcer import Authorizer
 from app.config import Settings
 from app.kit.db import make_engine, make_sessionmaker
 from app.kit.pg import check_versions
-from app.jobs.runner import Resources
 from app.kit.embedding import Embedder, make_embedder
 from app.kit.errors import install_error_handlers
 from app.kit.fairness import FairEmbedder
@@ -21,6 +20,7 @@ from app.kit.pg import app_url
 from app.kit.repository import ping
 from app.kit.replicas import LsnHeaderMiddleware, replica_set
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
+from app.resources import Resources
 from app.search import instruction
 
 
