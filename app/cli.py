@@ -7,20 +7,10 @@ import sys
 import click
 
 from app.config import Settings
-
-
-def _admin_session(settings: Settings):
-    from sqlalchemy import create_engine
-    from sqlalchemy.orm import Session
-
-    from app.kit.pg import admin_url
-
-    return Session(create_engine(admin_url(settings)), info={"audit_key": settings.audit_secret()})
-
-
-def _fail(msg: str) -> None:  # noqa: D103
-    click.echo(f"error: {msg}", err=True)
-    sys.exit(2)
+from app.kit.cli import admin_session as _admin_session
+from app.kit.cli import app_sessions as _app_sessions
+from app.kit.cli import fail as _fail
+from app.kit.cli import run_or_fail as _run
 
 
 class _LazyGroup(click.Group):
@@ -96,22 +86,6 @@ def create_key(org_name: str, user: str) -> None:
         key = service.create_key(db, u)
         db.commit()
         click.echo(key)
-
-
-def _run(fn):  # noqa: ANN001
-    from app.kit.errors import AppError
-
-    try:
-        return fn()
-    except AppError as exc:
-        _fail(exc.message)
-
-
-def _app_sessions(settings: Settings):
-    from app.kit.db import make_engine, make_sessionmaker
-    from app.kit.pg import app_url
-
-    return make_sessionmaker(make_engine(app_url(settings), pool_size=2), audit_key=settings.audit_secret())
 
 
 @main.command()
