@@ -221,7 +221,7 @@ def _redirects(fn: ast.FunctionDef) -> bool:
 
 def test_every_endpoint_has_a_response_model():
     """Clients and schemathesis read the OpenAPI schema: an endpoint returning a bare dict
-    publishes no response shape (issue 16)."""
+    publishes no response shape."""
     bad = {_rel(p): names for p in (ROOT / "app").rglob("endpoints.py")
            if (names := _routes_without_response_model(p.read_text()))}
     assert bad == {}
