@@ -27,7 +27,7 @@ def _as_user(org_name: str, user: str | None, act: str):  # noqa: ANN202
     with admin_session(settings) as adb:  # names to ids (the service role sees no org before one is bound)
         org = run_or_fail(lambda: orgs.org_by_name(adb, org_name))
         u = run_or_fail(lambda: orgs.user_by_name(adb, org, user) if user else
-                 orgs.user_by_name(adb, org, orgs.user_name(adb, org.id, orgs.job_owner(adb, org.id, None))))
+                        orgs.user_by_name(adb, org, orgs.user_name(adb, org.id, orgs.job_owner(adb, org.id, None))))
         p = Principal(org_id=org.id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups),
                       clearances=tuple(u.clearances))
     if not Authorizer().allowed(p, "branch", act):

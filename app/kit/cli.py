@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
+
+if TYPE_CHECKING:  # the command line starts without SQLAlchemy; a command that opens the database loads it
+    from sqlalchemy.orm import Session, sessionmaker
 
 T = TypeVar("T")
 
@@ -18,6 +20,7 @@ T = TypeVar("T")
 def admin_session(settings: Settings) -> Session:
     """A session of the owner role (operator actions: creating orgs, users and keys)."""
     from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
 
     from app.kit.pg import admin_url
 
