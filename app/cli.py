@@ -9,20 +9,10 @@ import click
 from app.config import Settings
 from app.jobs.kinds import KIND_NAMES
 from app.kit.items import RETAINED_TYPES
-
-
-def _admin_session(settings: Settings):
-    from sqlalchemy import create_engine
-    from sqlalchemy.orm import Session
-
-    from app.kit.pg import admin_url
-
-    return Session(create_engine(admin_url(settings)), info={"audit_key": settings.audit_secret()})
-
-
-def _fail(msg: str) -> None:  # noqa: D103
-    click.echo(f"error: {msg}", err=True)
-    sys.exit(2)
+from app.kit.cli import admin_session as _admin_session
+from app.kit.cli import app_sessions as _app_sessions
+from app.kit.cli import fail as _fail
+from app.kit.cli import run_or_fail as _run
 
 
 class _LazyGroup(click.Group):
@@ -100,22 +90,6 @@ def create_key(org_name: str, user: str) -> None:
         click.echo(key)
 
 
-def _run(fn):  # noqa: ANN001
-    from app.kit.errors import AppError
-
-    try:
-        return fn()
-    except AppError as exc:
-        _fail(exc.message)
-
-
-def _app_sessions(settings: Settings):
-    from app.kit.db import make_engine, make_sessionmaker
-    from app.kit.pg import app_url
-
-    return make_sessionmaker(make_engine(app_url(settings), pool_size=2), audit_key=settings.audit_secret())
-
-
 @main.command()
 @click.option("--kind", "kinds", multiple=True, help="only these job kinds (default: all)")
 @click.option("--lease", default=60, show_default=True, help="seconds a claimed job stays ours without progress")
@@ -159,7 +133,8 @@ def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:  # n
 
     from app.auth.principal import Principal
     from app.jobs import service as jobs_service
-    from app.jobs.runner import JobContext, Resources, run_job
+    from app.jobs.runner import JobContext, run_job
+    from app.resources import Resources
     from app.kit.db import bind_principal
     from app.orgs import service as orgs
 

@@ -11,7 +11,6 @@ from app.auth.enforcer import Authorizer
 from app.config import Settings
 from app.kit.db import make_engine, make_sessionmaker
 from app.kit.pg import check_versions
-from app.jobs.runner import Resources
 from app.kit.embedding import Embedder, make_embedder
 from app.kit.errors import install_error_handlers
 from app.kit.fairness import FairEmbedder
@@ -21,6 +20,7 @@ from app.kit.pg import app_url
 from app.kit.repository import ping
 from app.kit.replicas import LsnHeaderMiddleware, replica_set
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
+from app.resources import Resources
 from app.search import instruction
 
 
@@ -71,17 +71,17 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
 
     from app.branches.endpoints import router as branches
     from app.episodes.endpoints import router as episodes
+    from app.erasure.endpoints import router as erasure
     from app.jobs.endpoints import router as jobs
     from app.knowledge.endpoints import router as knowledge
     from app.memories.endpoints import router as memories
     from app.search.endpoints import router as search
     from app.audit.endpoints import router as audit
     from app.lineage.endpoints import router as lineage
-    from app.orgs.endpoints import router as users
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, sessions, lineage, audit, users, ui, knowledge, branches):
+    for r in (episodes, memories, search, jobs, sessions, lineage, audit, erasure, ui, knowledge, branches):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

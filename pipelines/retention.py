@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from app.cartridges.service import sweep_erased
 from app.episodes import service as episodes
-from app.episodes.deletion import forget_episode
+from app.erasure.service import forget_episode
 from app.jobs.runner import JobContext
 from app.kit.items import EPISODE
 from app.kit.view import EVERY_BRANCH

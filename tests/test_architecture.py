@@ -166,7 +166,7 @@ def test_the_import_rules_catch_what_they_name():
                                        "    from app.jobs.models import Job\n") == []
     assert check("app/search/service.py", "import pipelines.distillation.steps\n") == ["the app never imports pipelines"]
     assert check("app/kit/text.py", "from app.orgs import models\n") == ["app/kit is plumbing below every domain"]
-    assert check("app/episodes/deletion.py", "from app.memories import repository\n") == \
+    assert check("app/erasure/service.py", "from app.memories import repository\n") == \
         ["another domain's repository: call its service"]
     assert check("app/memories/endpoints.py", "from app.memories.models import Memory\n") == ["endpoints call services"] * 2
     assert check("app/context/service.py", "from app.sessions.service import session_pieces\n") == \
@@ -174,9 +174,10 @@ def test_the_import_rules_catch_what_they_name():
 
 
 # Domains without tables of their own: search and context query the item tables (through
-# app/kit/registry.py); context builds on search and has no statements of its own.
-NO_MODELS = {"search", "context"}
-NO_REPOSITORY = {"context"}
+# app/kit/registry.py); context builds on search and has no statements of its own; erasure calls
+# the services of the domains it erases from.
+NO_MODELS = {"search", "context", "erasure"}
+NO_REPOSITORY = {"context", "erasure"}
 
 
 @pytest.mark.parametrize("domain", sorted(_domains()))
@@ -220,7 +221,7 @@ def _redirects(fn: ast.FunctionDef) -> bool:
 
 def test_every_endpoint_has_a_response_model():
     """Clients and schemathesis read the OpenAPI schema: an endpoint returning a bare dict
-    publishes no response shape (issue 16)."""
+    publishes no response shape."""
     bad = {_rel(p): names for p in (ROOT / "app").rglob("endpoints.py")
            if (names := _routes_without_response_model(p.read_text()))}
     assert bad == {}
@@ -230,3 +231,96 @@ def test_the_response_model_check_catches_a_bare_dict():
     planted = '@router.get("/x")\ndef x() -> dict:\n    return {"a": 1}\n'
     assert _routes_without_response_model(planted) == ["x"]
     assert _routes_without_response_model(planted.replace('"/x"', '"/x", response_model=X')) == []
+
+
+# The unit of the two-way rule: a package under app/ (app/memories/...), or a module directly under
+# app/ (app/cli.py, app/main.py). An import of another package's `models` module does not count: the
+# tables are the schema, one layer below every domain's code (a repository may join another
+# domain's table, as search and context query every item table), so reading one is not a use of
+# that domain's logic. The kit's wiring modules (KIT_WIRING) import domains by design.
+# The plumbing below every domain is one layer whose parts may use each other: app/kit, the
+# principal every kit helper filters by (app/auth) and the settings (app/config.py).
+PLUMBING = {"kit", "auth", "config"}
+
+
+def _unit(rel: str) -> str | None:
+    """The package (or top-level module) of app/ that a file belongs to."""
+    parts = rel[: -len(".py")].split("/")
+    return parts[1] if parts[0] == "app" and len(parts) >= 2 else None
+
+
+def _imported_unit(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "app" or len(parts) < 2 or (len(parts) >= 3 and parts[2] == "models"):
+        return None
+    return parts[1]
+
+
+def package_edges(files: dict[str, ast.Module]) -> dict[tuple[str, str], str]:
+    """{(importer, imported): the first import that makes the edge} between units of app/."""
+    edges: dict[tuple[str, str], str] = {}
+    for rel, tree in sorted(files.items()):
+        src = _unit(rel)
+        if src is None or rel in KIT_WIRING:
+            continue
+        for line, mod in _imports(tree):
+            dst = _imported_unit(mod)
+            if dst is not None and dst != src and not {src, dst} <= PLUMBING:
+                edges.setdefault((src, dst), f"{rel}:{line} imports {mod}")
+    return edges
+
+
+def two_way_imports(files: dict[str, ast.Module]) -> list[str]:
+    """Pairs of units of app/ that import each other, each with one import of either direction."""
+    edges = package_edges(files)
+    return [f"{a} <-> {b}: {edges[(a, b)]}; {edges[(b, a)]}" for a, b in sorted(edges) if a < b and (b, a) in edges]
+
+
+def test_no_two_way_imports_between_packages():
+    """Domain packages, app/kit (but its wiring modules) and the command-line modules import each
+    other one way only: what orchestrates several domains (erasure, app/erasure/) sits above them,
+    what every domain uses (idempotency, app/kit/idempotency.py) below them."""
+    assert two_way_imports({_rel(p): _tree(p) for p in _sources("app")}) == []
+
+
+def test_the_two_way_rule_catches_a_cycle():
+    """Not vacuous: a lazy import back is a cycle too; a table, the wiring modules and the plumbing
+    layer are not."""
+    def cycles(**files: str) -> list[str]:
+        return [c.split(":")[0] for c in two_way_imports({rel.replace("__", "/") + ".py": ast.parse(src)
+                                                          for rel, src in files.items()})]
+
+    assert cycles(app__cli="def f():\n    from app.branches.cli import branch\n",
+                  app__branches__cli="from app.cli import _fail\n") == ["branches <-> cli"]
+    assert cycles(app__episodes__service="from app.orgs import service\n",
+                  app__orgs__service="from app.episodes.service import ids_owned_by\n") == ["episodes <-> orgs"]
+    assert cycles(app__search__repository="from app.episodes.models import Episode\n",
+                  app__episodes__service="from app.search import lexicon\n") == []
+    assert cycles(app__kit__registry="from app.memories.models import Memory\nfrom app.memories import service\n",
+                  app__memories__service="from app.kit.db import every_scope\n") == []
+    assert cycles(app__kit__access="from app.auth.principal import Principal\n",
+                  app__auth__principal="from app.kit.view import View\n") == []
+    assert cycles(app__kit__text="from app.memories import service\n",
+                  app__memories__service="from app.kit.text import x\n") == ["kit <-> memories"]
+
+
+def module_level_imports_of(top: str, tree: ast.Module) -> list[int]:
+    """Lines of imports of package `top` that run when the module is imported (not inside a function)."""
+    lines = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for n in ast.walk(node):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module or ""] if isinstance(n, ast.ImportFrom) and n.level == 0 else []
+            if any(name == top or name.startswith(top + ".") for name in names):
+                lines.append(n.lineno)
+    return lines
+
+
+def test_the_app_loads_bench_only_when_a_bench_command_runs():
+    """bench/ builds on app/; `memscale bench ...` (app/bench_cli.py) imports a benchmark inside the
+    command that runs it, so that importing app/ never imports bench/."""
+    found = {_rel(p): lines for p in _sources("app") if (lines := module_level_imports_of("bench", _tree(p)))}
+    assert found == {}
+    assert module_level_imports_of("bench", ast.parse("import bench.x\ndef f():\n    from bench import y\n")) == [1]

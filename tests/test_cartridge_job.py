@@ -107,7 +107,7 @@ def test_assets_erased_while_a_cartridge_trains_leave_nothing(client, world, run
 
 def test_erased_cartridge_folders_left_by_a_stopped_process_are_swept(client, world, run_job, tmp_path, here,
                                                                       monkeypatch, swap_state):
-    from app.orgs import forget
+    from app.erasure import service as forget
 
     org = world.org()
     alice = world.user(org, roles=["steward"])

@@ -193,7 +193,7 @@ def test_forgetting_calls_the_inference_tier_only_after_the_commit(client, world
                                                                       monkeypatch):
     """The tier's chunk-KV drop is a network call: it happens once the deletion is committed (a
     separate connection already sees the assets gone), never inside the request's transaction."""
-    from app.orgs import endpoints as org_endpoints
+    from app.erasure import endpoints as erasure_endpoints
 
     org = world.org()
     alice = world.user(org, roles=["steward"])
@@ -220,7 +220,7 @@ def test_forgetting_calls_the_inference_tier_only_after_the_commit(client, world
             seen["closed"] = True
 
     assert assets_of_alice() == 1
-    monkeypatch.setattr(org_endpoints, "tier_client", lambda settings: Tier())
+    monkeypatch.setattr(erasure_endpoints, "tier_client", lambda settings: Tier())
     r = client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)
     assert r.status_code == 202
     job = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()

@@ -81,9 +81,9 @@ def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tm
     assert hashes
     # Route the service's call to the in-process tier (no network): the same authenticated DELETEs.
     from app.kit.tier import TierClient
-    from app.orgs import endpoints as org_endpoints
+    from app.erasure import endpoints as erasure_endpoints
 
-    monkeypatch.setattr(org_endpoints, "tier_client", lambda settings: TierClient(tier, settings.inference_secret()))
+    monkeypatch.setattr(erasure_endpoints, "tier_client", lambda settings: TierClient(tier, settings.inference_secret()))
     r = client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)
     job = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()
     assert job["stats"]["chunk_kv_deleted"] == len(set(hashes))
@@ -100,7 +100,7 @@ def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, wor
     import pipelines.cartridges.trainer as trainer
     from app.inference.cartridge import Cartridge, CartridgeDirectory
     from app.kit.tier import TierClient
-    from app.orgs import endpoints as org_endpoints
+    from app.erasure import endpoints as erasure_endpoints
 
     eng = tier.app.state.engine
 
@@ -115,7 +115,7 @@ def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, wor
     swap_state(client.app.state, "settings", here)
     swap_state(tier.app.state, "resolve_cartridges",
                CartridgeDirectory(here.data_dir / "cartridges", model_id=eng.model_id))
-    monkeypatch.setattr(org_endpoints, "tier_client", lambda s: TierClient(tier, s.inference_secret()))
+    monkeypatch.setattr(erasure_endpoints, "tier_client", lambda s: TierClient(tier, s.inference_secret()))
     org = world.org()
     alice = world.user(org, roles=["steward"])  # the org's only steward: an operator run's assets are hers
     d = tmp_path / "cdocs"

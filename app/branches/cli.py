@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import click
 
-from app.cli import _fail, _run
+from app.kit.cli import admin_session, app_sessions, fail, run_or_fail
 
 
 @contextmanager
@@ -19,21 +19,20 @@ def _as_user(org_name: str, user: str | None, act: str):  # noqa: ANN202
     the casbin policy allows that user to `act` on branches (as the API's `require`)."""
     from app.auth.enforcer import Authorizer
     from app.auth.principal import Principal
-    from app.cli import _admin_session, _app_sessions
     from app.config import Settings
     from app.kit.db import bind_principal, transaction
     from app.orgs import service as orgs
 
     settings = Settings()
-    with _admin_session(settings) as adb:  # names to ids (the service role sees no org before one is bound)
-        org = _run(lambda: orgs.org_by_name(adb, org_name))
-        u = _run(lambda: orgs.user_by_name(adb, org, user) if user else
-                 orgs.user_by_name(adb, org, orgs.user_name(adb, org.id, orgs.job_owner(adb, org.id, None))))
+    with admin_session(settings) as adb:  # names to ids (the service role sees no org before one is bound)
+        org = run_or_fail(lambda: orgs.org_by_name(adb, org_name))
+        u = run_or_fail(lambda: orgs.user_by_name(adb, org, user) if user else
+                        orgs.user_by_name(adb, org, orgs.user_name(adb, org.id, orgs.job_owner(adb, org.id, None))))
         p = Principal(org_id=org.id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups),
                       clearances=tuple(u.clearances))
     if not Authorizer().allowed(p, "branch", act):
-        _fail(f"{u.name}'s roles may not {act} branches")
-    with transaction(_app_sessions(settings)) as db:
+        fail(f"{u.name}'s roles may not {act} branches")
+    with transaction(app_sessions(settings)) as db:
         bind_principal(db, p)
         yield db, p
 
@@ -51,7 +50,7 @@ def _acting(command):  # noqa: ANN001, ANN202
 
 @click.group("branch")
 def branch() -> None:
-    """Copy-on-write branches of an org's memory (issue 18)."""
+    """Copy-on-write branches of an org's memory."""
 
 
 @branch.command("create")
@@ -65,7 +64,7 @@ def create(name: str, org_name: str, from_: str, at: str | None, user: str | Non
 
     body = BranchIn.model_validate({"name": name, "from": from_, "at": at})
     with _as_user(org_name, user, "write") as (db, p):
-        _echo(_run(lambda: service.create(db, p, body)).model_dump(mode="json", by_alias=True))
+        _echo(run_or_fail(lambda: service.create(db, p, body)).model_dump(mode="json", by_alias=True))
 
 
 @branch.command("list")
@@ -84,7 +83,7 @@ def diff(name: str, org_name: str, user: str | None) -> None:
     from app.branches import service
 
     with _as_user(org_name, user, "read") as (db, p):
-        _echo([c.model_dump(mode="json") for c in _run(lambda: service.diff(db, p, name))])
+        _echo([c.model_dump(mode="json") for c in run_or_fail(lambda: service.diff(db, p, name))])
 
 
 @branch.command("promote")
@@ -95,7 +94,7 @@ def promote(name: str, ids, org_name: str, user: str | None) -> None:  # noqa: A
     from app.branches import service
 
     with _as_user(org_name, user, "write") as (db, p):
-        done = _run(lambda: service.promote(db, p, name, [uuid.UUID(i) for i in ids]))
+        done = run_or_fail(lambda: service.promote(db, p, name, [uuid.UUID(i) for i in ids]))
         _echo([x.model_dump(mode="json") for x in done])
 
 
@@ -106,5 +105,5 @@ def drop(name: str, org_name: str, user: str | None) -> None:
     from app.branches import service
 
     with _as_user(org_name, user, "write") as (db, p):
-        _run(lambda: service.drop(db, p, name))
+        run_or_fail(lambda: service.drop(db, p, name))
     click.echo(f"dropped {name}")

@@ -7,8 +7,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from app.episodes import service
 from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut
-from app.jobs.schemas import JobRef
-from app.orgs import idempotency
+from app.kit import idempotency
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
@@ -80,8 +79,3 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
 @router.get("/{episode_id:episode_id}", response_model=EpisodeOut)
 def get_episode(episode_id: uuid.UUID, request: Request, db: SessionDep, principal=require("episode", "read")):
     return service.to_out(service.read(db, principal, episode_id, read=reads(request, db, principal)))
-
-
-@router.delete("/{episode_id:episode_id}", status_code=202, response_model=JobRef)
-def delete_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("episode", "write")):
-    return JobRef(job_id=service.delete(db, principal, episode_id))

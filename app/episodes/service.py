@@ -13,7 +13,7 @@ from app.episodes import repository as repo
 from app.episodes.models import Episode
 from app.episodes.schemas import EpisodeIn, EpisodeOut
 from app.kit.embedding import Embedder
-from app.kit.access import assert_may_modify, assert_may_share
+from app.kit.access import assert_may_share
 from app.kit.db import view_of
 from app.kit.errors import NotFound
 from app.lineage.service import add_edge
@@ -125,23 +125,13 @@ def read(db: Session, principal: Principal, episode_id: uuid.UUID, read=None) ->
     return read_one(db, principal, "episode", lambda rdb: get(rdb, principal, episode_id), read)
 
 
-def delete(db: Session, principal: Principal, episode_id: uuid.UUID) -> uuid.UUID:
-    """Delete an episode the caller may modify, and everything derived from it, as a job record
-    (finished when this returns: the cascade is cheap, ids and lineage, so when the 202 arrives the
-    content is already gone; re-derivation of quarantined memories is queued work). Returns the job id."""
-    from app.episodes.deletion import forget_episode
-    from app.jobs import service as jobs
-
-    ep = get(db, principal, episode_id)
-    assert_may_modify(principal, ep, "episode")
-    job = jobs.run_now(db, principal, kind="delete_episode", params={"episode_id": str(episode_id)},
-                       work=lambda job_id: forget_episode(db, org_id=principal.org_id, episode_id=episode_id,
-                                                          actor_id=principal.user_id, job_id=job_id,
-                                                          viewer=principal))
-    return job.id
-
-
 # --- for pipelines (whole-org work: the job binds `all_scopes`) ---
+
+def hard_delete(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> None:
+    """Remove the row (`branch`: only if that branch wrote it); erasure (app/erasure/) follows what
+    was derived from it."""
+    repo.hard_delete(db, org_id, episode_id, branch=branch)
+
 
 def ids_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[uuid.UUID]:
     return repo.ids_owned_by(db, org_id, owner_id)

@@ -22,9 +22,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,6 +36,7 @@ from app.jobs.models import Job
 from app.branches import service as branches
 from app.kit.db import bind_principal, transaction
 from app.kit.view import MAIN, View
+from app.resources import Resources
 
 log = logging.getLogger("memscale.jobs")
 
@@ -99,33 +99,6 @@ class JobContext:
         with self.tx() as db:
             job = self._live(db)
             job.locked_until = datetime.now(timezone.utc) + timedelta(seconds=self.lease_s)
-
-
-@dataclass
-class Resources:
-    """Models built once per worker process (lazily: a bootstrap-only worker never loads the LLM)."""
-
-    settings: Settings
-    _embedder: Any = None
-    _gateway: Any = None
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def embedder(self):  # noqa: ANN201
-        if self._embedder is None:
-            from app.kit.embedding import make_embedder
-
-            self._embedder = make_embedder(self.settings)
-        return self._embedder
-
-    @property
-    def gateway(self):  # noqa: ANN201
-        if self._gateway is None:
-            from app.llm.gateway import Gateway
-
-            self._gateway = Gateway(self.settings.llm_model, data_dir=self.settings.data_dir,
-                                    timeout_s=self.settings.llm_timeout_s, max_retries=self.settings.llm_max_retries)
-        return self._gateway
 
 
 def _pipeline(kind: str) -> Callable[[JobContext, Job], dict]:

@@ -21,6 +21,7 @@ from app.memories import models as _memories  # noqa: F401
 from app.orgs import models as _orgs  # noqa: F401
 from app.search import models as _search  # noqa: F401
 from app.sessions import models as _sessions  # noqa: F401
+from app.kit import idempotency_models as _idempotency  # noqa: F401
 from app.kit import ratelimit_models as _ratelimit  # noqa: F401
 from app.kit import view_models as _view  # noqa: F401
 

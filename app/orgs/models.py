@@ -40,17 +40,3 @@ class ApiKey(TenantMixin, Base):
     secret_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     created_at: Mapped[datetime] = created_at_col()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-class IdempotencyRecord(TenantMixin, Base):
-    """First result of a request made with an Idempotency-Key (per user)."""
-
-    __tablename__ = "idempotency_keys"
-    __table_args__ = (tenant_fk("user_id", "users"),)
-    user_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    key: Mapped[str] = mapped_column(Text, primary_key=True)
-    endpoint: Mapped[str] = mapped_column(Text, primary_key=True)
-    request_hash: Mapped[str] = mapped_column(Text, nullable=False)
-    status_code: Mapped[int] = mapped_column(nullable=False)
-    response: Mapped[dict] = mapped_column(JSONB, nullable=False)
-    created_at: Mapped[datetime] = created_at_col()

@@ -1,8 +1,11 @@
-"""Orgs, users and keys (operator actions; run with the owner connection from the CLI)."""
+"""Orgs, users and keys (operator actions; run with the owner connection from the CLI), and the
+look-ups the request path and erasure (app/erasure/) make of them."""
 
 from __future__ import annotations
 
 import hmac
+import uuid
+from datetime import datetime
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -109,3 +112,12 @@ def retention_days(db: Session, org_id, item_type: str):  # noqa: ANN001, ANN201
     """The org's retention policy for an item type (org.settings.retention.<type>, days), or None."""
     org = db.get(Org, org_id)
     return (org.settings or {}).get("retention", {}).get(item_type)
+
+
+def user_in_org(db: Session, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:
+    return repo.user_in_org(db, org_id, user_id)
+
+
+def revoke_keys(db: Session, org_id: uuid.UUID, user_id: uuid.UUID, at: datetime) -> int:
+    """Revoke every live key of the user; returns how many."""
+    return repo.revoke_keys(db, org_id, user_id, at)

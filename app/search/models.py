@@ -12,7 +12,7 @@ class Lexeme(TenantMixin, Base):
     vocabulary lift of hybrid ranking (app/search/lexicon.py). Written at ingest; read only
     joined with the lexemes of the rows the caller may be served, so a word of a row the caller
     cannot see never shapes their ranking; a lexeme no row holds any more goes with the last row
-    that held it (app/episodes/deletion.py)."""
+    that held it (app/erasure/service.py)."""
 
     __tablename__ = "lexicon"
 

@@ -1,4 +1,5 @@
-"""Idempotency-Key: the same key and body return the first result; another body is a 409.
+"""Idempotency-Key: the same key and body return the first result; another body is a 409. HTTP
+plumbing that any endpoint may use; its table is `idempotency_keys` (idempotency_models.py).
 
 Stored replies hold content (an episode's text), so they follow the data's life: they expire
 after `ttl_s` (24 h by default: a client retries within minutes, not days), expired rows of the
@@ -20,8 +21,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.errors import BadRequest, Conflict
-from app.orgs import repository as repo
-from app.orgs.models import IdempotencyRecord
+from app.kit import repository_idempotency as repo
+from app.kit.idempotency_models import IdempotencyRecord
 
 DEFAULT_TTL_S = 24 * 3600
 
@@ -38,7 +39,7 @@ def replay(db: Session, principal: Principal, key: str | None, endpoint: str, di
     if not 1 <= len(key) <= 200:
         raise BadRequest("Idempotency-Key must be 1-200 characters", code="invalid_idempotency_key")
     # Serialise concurrent requests with the same key: the second waits and then replays.
-    repo.lock_idempotency_key(db, f"{principal.user_id}:{endpoint}:{key}")
+    repo.lock_key(db, f"{principal.user_id}:{endpoint}:{key}")
     rec = repo.reply(db, principal.org_id, principal.user_id, key, endpoint)
     if rec is None:
         return None

@@ -1,8 +1,26 @@
-"""Right to be forgotten: DELETE /v1/users/{id}/data removes everything a user owns and what was
-derived from it (the deletion cascade, app/memories/cascade.py: from their episodes, memories,
-assets and chunks, transitively, whoever owns the derived memories and in every branch), revokes
-their keys, and records it in the audit log. The job's counts of derived memories cover only what
-the caller may see (admins: all); the `user.forget` event lists the ids of all of them.
+"""Erasure: deleting an episode, and a user's right to be forgotten. One package above the domains:
+it calls the services of every domain that holds something of the erased data, and none of them
+imports it.
+
+Deleting an episode reaches everything derived from it (DESIGN.md §4), whoever deletes it. The
+episode row is removed (content gone, not flagged). A memory derived from it is handled as a
+whole (every version of its root): derived only from removed sources, it is removed; with other
+sources still alive, its current version is quarantined (hidden from every read path) until
+distillation re-derives it without the removed source. So is what was derived from those
+memories in turn, transitively (the deletion cascade, app/memories/cascade.py). Stored
+Idempotency-Key replies that name the episode are dropped, so a replay cannot hand its content
+back. Words of the org's vocabulary (app/search/lexicon.py) that no row holds once it is gone are
+removed.
+
+The cascade runs with the row-level-security scope widened to the whole org (`every_scope`): the
+caller may delete an org episode that other users derived private memories from, and those must
+be reached although the caller cannot see them. Nothing reached this way is returned to the
+caller: the job stats count only the memories the caller (`viewer`) may see, the audit event
+lists the ids of all of them.
+
+Right to be forgotten: DELETE /v1/users/{id}/data removes everything a user owns and what was
+derived from it (the same cascade from their episodes, memories, assets and chunks, whoever owns
+the derived memories and in every branch), revokes their keys, and records it in the audit log.
 
 Two steps, so that no network call and no file removal happens inside the transaction:
 `forget_user` deletes in the request's transaction and returns what lives outside the database
@@ -28,18 +46,62 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.cartridges import service as cartridges
 from app.episodes import service as episodes
-from app.episodes.deletion import forget_episode
 from app.jobs import service as jobs
-from app.kit.db import bind_principal, transaction
-from app.kit.view import EVERY_BRANCH
+from app.kit import idempotency
+from app.kit.access import assert_may_modify
+from app.kit.db import bind_principal, every_scope, transaction, view_of
 from app.kit.errors import NotFound
+from app.kit.repository_view import add_mask
 from app.kit.tier import TierClient
+from app.kit.view import EVERY_BRANCH
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
 from app.memories import lifecycle
-from app.orgs import idempotency
-from app.orgs import repository as repo
+from app.orgs import service as orgs
+from app.search import lexicon
 from app.sessions import service as sessions
+
+
+def delete_episode(db: Session, principal: Principal, episode_id: uuid.UUID) -> uuid.UUID:
+    """DELETE of an episode the caller may modify, and of everything derived from it, as a job record
+    (finished when this returns: the cascade is cheap, ids and lineage, so when the 202 arrives the
+    content is already gone; re-derivation of quarantined memories is queued work). Returns the job id."""
+    assert_may_modify(principal, episodes.get(db, principal, episode_id), "episode")
+    job = jobs.run_now(db, principal, kind="delete_episode", params={"episode_id": str(episode_id)},
+                       work=lambda job_id: forget_episode(db, org_id=principal.org_id, episode_id=episode_id,
+                                                          actor_id=principal.user_id, job_id=job_id,
+                                                          viewer=principal))
+    return job.id
+
+
+def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, actor_id: uuid.UUID | None,
+                   job_id: uuid.UUID | None, viewer: Principal | None = None) -> dict:
+    """In main the episode is erased everywhere (every branch's memories derived from it too). In
+    a branch (app/kit/view.py) only the branch changes: its own rows go, main's are masked.
+    `viewer`: who asked (None: a system job), whose counts the stats hold (`Reached.seen_by`)."""
+    branch = view_of(db).branch_id
+    with every_scope(db):
+        roots = lifecycle.roots_derived_from(db, org_id, "episode", [episode_id])
+        held = lexicon.lexemes_of(db, org_id, episode_id)
+        episodes.hard_delete(db, org_id, episode_id, branch=branch)
+        if branch is not None:
+            add_mask(db, org_id=org_id, branch_id=branch, item_type="episodes", key=episode_id,
+                     at=datetime.now(timezone.utc))
+        replies = idempotency.forget_replies(db, org_id, [episode_id]) if branch is None else 0
+        db.flush()
+        reached = lifecycle.remove_or_quarantine(db, org_id, roots, removed_source=episode_id)
+        # Its words leave the org's vocabulary once no row holds them (a masked main row still does).
+        words = lexicon.forget_unheld(db, org_id, held)
+    seen_removed, seen_quarantined = reached.seen_by(viewer)
+    stats = {"episodes_removed": 1, "memories_removed": seen_removed, "memories_quarantined": seen_quarantined,
+             "idempotency_replies_removed": replies, "vocabulary_words_removed": words}
+    record(db, org_id=org_id, actor_id=actor_id, action="episode.delete", target_type="episode",
+           target_id=episode_id, details={**stats, "memories_removed": len(reached.removed),
+                                          "memories_quarantined": len(reached.quarantined),
+                                          "job_id": str(job_id) if job_id else None,
+                                          "memory_ids": [str(i) for i in reached.removed + reached.quarantined],
+                                          **reached.audit()})
+    return stats
 
 
 def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id: uuid.UUID,
@@ -66,7 +128,7 @@ def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id:
     stats["cartridges_erased"], stats["assets_removed"] = assets["cartridges_erased"], assets["assets_removed"]
     stats["retrievals_removed"] = lineage.forget_retrievals_by(db, org_id, user_id)
     stats["idempotency_replies_removed"] += idempotency.forget_user_replies(db, org_id, user_id)
-    stats["keys_revoked"] = repo.revoke_keys(db, org_id, user_id, datetime.now(timezone.utc))
+    stats["keys_revoked"] = orgs.revoke_keys(db, org_id, user_id, datetime.now(timezone.utc))
     record(db, org_id=org_id, actor_id=actor_id, action="user.forget", target_type="user", target_id=user_id,
            details={**stats, "job_id": str(job_id) if job_id else None, "asset_hashes": assets["asset_hashes"],
                     **reached.audit()})
@@ -81,10 +143,10 @@ class Leftovers:
     cartridge_ids: list[uuid.UUID]
 
 
-def start(db: Session, principal: Principal, user_id: uuid.UUID) -> tuple[uuid.UUID, dict, Leftovers]:
+def start_forget_user(db: Session, principal: Principal, user_id: uuid.UUID) -> tuple[uuid.UUID, dict, Leftovers]:
     """Admins for anyone in their org, any user for themselves (else 404). Deletes in the caller's
     transaction; returns (job id, stats so far, what `drop_derived_state` removes after the commit)."""
-    target = repo.user_in_org(db, principal.org_id, user_id)
+    target = orgs.user_in_org(db, principal.org_id, user_id)
     if target is None or (user_id != principal.user_id and not principal.has_role("admin")):
         raise NotFound("user not found")
     job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="forget_user",
