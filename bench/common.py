@@ -201,7 +201,7 @@ class ApiProcess:
 
     def __init__(self, settings, *, env: dict | None = None, log_path: Path | None = None,  # noqa: ANN001
                  cwd: Path | None = None):
-        """`cwd`: the checkout whose code serves (bench.service.overhead runs an earlier commit's)."""
+        """`cwd`: the checkout whose code serves (bench.tools.service_overhead runs an earlier commit's)."""
         import os
         import subprocess
         import sys

@@ -16,8 +16,8 @@ def _unit(x) -> bool:  # noqa: ANN001
 
 
 def test_spaces_gold_sql_carries_every_key_and_runs(tmp_path):
-    from bench.scaling.agent import run_sql, same_result
-    from bench.scaling.spaces import found_keys, make_space
+    from bench.quality.memory_scaling.agent import run_sql, same_result
+    from bench.quality.memory_scaling.spaces import found_keys, make_space
 
     rng = random.Random(1)
     sp = make_space(rng, 0, tmp_path, set())
@@ -33,7 +33,7 @@ def test_spaces_gold_sql_carries_every_key_and_runs(tmp_path):
 
 
 def test_agent_parses_the_forms_small_models_produce(tmp_path):
-    from bench.scaling.agent import parse_action, run_sql
+    from bench.quality.memory_scaling.agent import parse_action, run_sql
 
     assert parse_action("SQL: SELECT 1; trailing words").arg == "SELECT 1"
     assert parse_action("```sql\nSELECT a\nFROM b\n```").arg == "SELECT a FROM b"
@@ -52,7 +52,7 @@ def test_agent_parses_the_forms_small_models_produce(tmp_path):
 
 @pytest.mark.slow
 def test_scaling_quick(settings, embedder, tmp_path):
-    from bench.scaling.__main__ import main
+    from bench.quality.memory_scaling.__main__ import main
 
     r = main(["--quick", "--out", str(tmp_path)], embedder=embedder)
     saved = json.loads((tmp_path / "scaling_quick.json").read_text())
@@ -84,7 +84,7 @@ def test_scaling_quick(settings, embedder, tmp_path):
 
 @pytest.mark.slow
 def test_locomo_quick(settings, embedder, tmp_path):
-    from bench.locomo_bench.__main__ import main
+    from bench.quality.locomo.__main__ import main
 
     r = main(["--quick", "--out", str(tmp_path)], embedder=embedder)
     assert (tmp_path / "locomo_quick.png").stat().st_size > 10_000
@@ -112,7 +112,7 @@ def test_locomo_quick(settings, embedder, tmp_path):
 def test_scaling_inside_a_branch_matches_main(settings, embedder, tmp_path):
     """The real pipelines run twice in one populated org, in main and in a branch forked before
     main's run: the same keys in every context, and main's rows unchanged by the branch's run."""
-    from bench.scaling.in_branch import main
+    from bench.quality.memory_scaling.in_branch import main
 
     r = main(["--quick", "--agent-scope", "none", "--curves", "labelled,bootstrap", "--shards", "0,1",
               "--background-shards", "1", "--out", str(tmp_path)], embedder=embedder)
@@ -125,7 +125,7 @@ def test_scaling_inside_a_branch_matches_main(settings, embedder, tmp_path):
 
 
 def test_scale_org_sizes_are_skewed_as_stated():
-    from bench.scale.data import org_sizes, users_per_org
+    from bench.speed.scale.data import org_sizes, users_per_org
 
     s = org_sizes(1_000_000, 1000)
     assert len(s) == 1000 and s.sum() == 1_000_000
@@ -143,7 +143,7 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
     from sqlalchemy.exc import ProgrammingError
 
     from app.kit.pg import app_url
-    from bench.scale.__main__ import main
+    from bench.speed.scale.__main__ import main
 
     out = tmp_path / "scale.json"
     r = main(["--items", "3000", "--orgs", "15", "--base", "300", "--queries", "4", "--ingest", "20", "--layout", "hash",
@@ -176,8 +176,8 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
         c.execute(text("SELECT count(*) FROM memories_p00"))  # a partition is reached only through its table's RLS
     eng.dispose()
 
-    # The same database copied into both layouts and measured interleaved (bench.scale.service_layouts).
-    from bench.scale.service_layouts import main as layouts
+    # The same database copied into both layouts and measured interleaved (bench.tools.scale_layouts).
+    from bench.tools.scale_layouts import main as layouts
 
     lay = layouts(["--from", db, "--org", "scale-0000", "--queries", "3", "--write-rounds", "1", "--write-batch", "50",
                    "--explain", "2", "--out", str(tmp_path / "layouts.json")])
@@ -202,7 +202,7 @@ def test_scale_bench_tiny_global_layout(settings, embedder, tmp_path):
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    from bench.scale.__main__ import main
+    from bench.speed.scale.__main__ import main
 
     out = tmp_path / "scale_global.json"
     r = main(["--items", "2000", "--orgs", "12", "--base", "300", "--queries", "4", "--ingest", "10", "--layout", "global",
@@ -226,7 +226,7 @@ def test_rewrite_pilot_reads_the_models_lines_and_merges_by_best_score():
     """The pilot behind docs/decisions.md's "An LLM query rewrite": list marks, the question
     itself, duplicates and empty lines are not queries; a rewrite's hit enters the top k only by
     beating the question's own scores after its weight."""
-    from bench.locomo_bench.rewrite_pilot import merged, rewrites
+    from bench.research.rewrite_pilot import merged, rewrites
 
     raw = '1. Jon job\n- Jon job\nWhen did Jon lose his job?\n"Jon fired"\n\n2) Jon unemployed\nx\nJon hired'
     assert rewrites(raw, "When did Jon lose his job?") == ["Jon job", "Jon fired", "Jon unemployed"]

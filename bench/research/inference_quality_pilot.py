@@ -1,6 +1,6 @@
 """Pilot: a few sweep examples, the candidates for the default, no greedy decoding (issue 19, round 2).
 
-    .venv/bin/python -m bench.inference_quality.pilot [--examples 4] [--round 2|3]
+    .venv/bin/python -m bench.research.inference_quality_pilot [--examples 4] [--round 2|3]
 
 Prints, per example and overall, each configuration's TTFT speed-up over full prefill (median of
 per-example ratios), ΔLL of the gold answer vs full and the KL to full over the answer tokens.
@@ -19,8 +19,8 @@ from pathlib import Path
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, config_from_env
 from app.inference.store import ChunkStore, StoreConfig
-from bench.inference_quality import measure
-from bench.inference_quality.data import build
+from bench.quality.inference_quality import measure
+from bench.quality.inference_quality.data import build
 
 ROUNDS = {
     2: {
@@ -39,7 +39,7 @@ ROUNDS = {
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.inference_quality.pilot")
+    ap = argparse.ArgumentParser(prog="python -m bench.research.inference_quality_pilot")
     ap.add_argument("--examples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--round", type=int, choices=sorted(ROUNDS), default=3)

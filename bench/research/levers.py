@@ -1,6 +1,6 @@
 """Offline search for ranking levers on LoCoMo dev (evidence recall), leave-one-conversation-out.
 
-    nice -n 10 .venv/bin/python -m bench.locomo_bench.levers [--cache /tmp/levers]
+    nice -n 10 .venv/bin/python -m bench.research.levers [--cache /tmp/levers]
         [--only base,len,vocab,together,org,ctxemb,combiner,context,cost]
 
 Reuses bench.locomo_bench.fit (the numpy copy of app.search's hybrid ranking: pool of vector
@@ -130,7 +130,7 @@ def embed_cached(path: Path, texts: list[str]) -> tuple[np.ndarray, float]:
 def build(cache: Path) -> list[dict]:
     """fit.features()'s dicts, cached, plus what the levers need: texts, a lexeme incidence
     matrix over the conversation's vocabulary, speakers and session dates."""
-    from bench.locomo import load
+    from bench.quality.locomo.data import load
 
     cache.mkdir(parents=True, exist_ok=True)
     convs = load()
@@ -888,7 +888,7 @@ def _show(name: str, res: dict, out: dict, sids: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.levers", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.research.levers", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", default="/tmp/levers")
     ap.add_argument("--only", default="base,len,vocab,together,org,ctxemb,combiner",

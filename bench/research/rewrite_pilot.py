@@ -7,7 +7,7 @@ score, a rewrite's scores weighted by w (w = 1: a plain max; w < 1: a rewrite's 
 question's own by that margin). Evidence recall@10 per category, the question alone against each
 merge, on the same questions in the same run.
 
-    .venv/bin/python -m bench.locomo_bench.rewrite_pilot [--categories 1,3] [--questions 200] [--reuse]
+    .venv/bin/python -m bench.research.rewrite_pilot [--categories 1,3] [--questions 200] [--reuse]
 
 Nothing of this is in the service: a step that lowers recall with the only model here is not
 built (docs/decisions.md, "An LLM query rewrite, measured with the local model"). Results:
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> dict:
     from app.config import Settings
     from app.main import create_app
     from bench.common import pct, write_result
-    from bench.locomo_bench.latency_ab import evidence_recall, ingested
+    from bench.tools.locomo_latency_ab import evidence_recall, ingested
 
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.rewrite_pilot", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.research.rewrite_pilot", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--categories", default="1,3", help="LoCoMo categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop)")
     ap.add_argument("--questions", type=int, default=0, help="a random sample of this many (0: all of those categories)")

@@ -2,7 +2,7 @@
 ranking before (RRF at k-dependent depth), without the second round, and now, interleaved twice
 so all see the same load.
 
-    .venv/bin/python -m bench.locomo_bench.latency
+    .venv/bin/python -m bench.speed.locomo_latency
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import httpx
-from bench.locomo import load
-from bench.locomo_bench.run import Service
+from bench.quality.locomo.data import load
+from bench.quality.locomo.run import Service
 from bench.common import serve_in_thread, pct
 from app.search.service import tuned
 

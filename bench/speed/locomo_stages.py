@@ -5,7 +5,7 @@ question in a rotating order, so machine load hits them alike. Per variant: late
 the whole request (in process: no socket; HTTP adds ~2-5 ms) and evidence recall@10 over the
 questions asked (the same rule as `memscale bench locomo`).
 
-    .venv/bin/python -m bench.locomo_bench.stages [--questions 200] [--reuse]
+    .venv/bin/python -m bench.speed.locomo_stages [--questions 200] [--reuse]
 
 Variants: the ranking as configured; the query's vector handed in (what embedding it costs the
 request); the vector computed before the text pass instead of beside it; the ranking without the
@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> dict:
     from app.main import create_app
     from app.search import service
     from bench.common import pct, write_result
-    from bench.locomo_bench.latency_ab import evidence_recall, ingested
+    from bench.tools.locomo_latency_ab import evidence_recall, ingested
 
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.stages", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.speed.locomo_stages", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=200)
     ap.add_argument("--reuse", action="store_true", help="reuse the database of an earlier latency_ab run")

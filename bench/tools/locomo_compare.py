@@ -1,7 +1,7 @@
 """Two `memscale bench locomo` results side by side: recall@10 per category and evidence in
 context, as a markdown table and a plot (e.g. the code before and after a change).
 
-    .venv/bin/python -m bench.locomo_bench.compare BEFORE.json AFTER.json --out PLOT.png [--methods hybrid,context@1000]
+    .venv/bin/python -m bench.tools.locomo_compare BEFORE.json AFTER.json --out PLOT.png [--methods hybrid,context@1000]
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.locomo_bench.report import CATEGORIES, label, plot_pairs
+from bench.quality.locomo.report import CATEGORIES, label, plot_pairs
 
 
 def rows(before: dict, after: dict) -> list[str]:
@@ -36,7 +36,7 @@ def plot(before: dict, after: dict, path: Path, methods: tuple[str, ...] = ("hyb
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.compare", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.locomo_compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)

@@ -4,7 +4,7 @@ each arm its own API process on a fresh database its own code migrated, the conv
 alternating between the arms so both see the same load. Issue 13's bound: ingest no more than
 20% slower than before (any extra embedding per turn counts).
 
-    .venv/bin/python -m bench.locomo_bench.ingest_ab --against REV [--rounds 2]
+    .venv/bin/python -m bench.tools.locomo_ingest_ab --against REV [--rounds 2]
 
 Prints seconds and turns/s per arm and round, and the ratio new/old. Results:
 bench/results/locomo_ingest_ab.json (or `--out`).
@@ -27,11 +27,11 @@ def main(argv: list[str] | None = None) -> dict:
     import httpx
 
     from bench.common import ROOT, ApiProcess, fresh_database, load_average, worktree, write_result
-    from bench.locomo import load
-    from bench.locomo_bench.latency_ab import locomo_keys
-    from bench.locomo_bench.run import turn_items
+    from bench.quality.locomo.data import load
+    from bench.tools.locomo_latency_ab import locomo_keys
+    from bench.quality.locomo.run import turn_items
 
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.ingest_ab", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.locomo_ingest_ab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", required=True, help="an earlier commit to measure beside this one")
     ap.add_argument("--rounds", type=int, default=2, help="fresh databases and a full ingest per round")

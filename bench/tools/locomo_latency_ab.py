@@ -4,7 +4,7 @@ serve`, own GIL and embedder) over the same rows, and every question is asked of
 turn (the order alternating), so both see the same machine load. The ids handed out are compared
 per question (`answers_differ`: 0 unless the ranking itself changed between the commits).
 
-    .venv/bin/python -m bench.locomo_bench.latency_ab [--against REV] [--reuse] [--questions 120] [--rounds 2]
+    .venv/bin/python -m bench.tools.locomo_latency_ab [--against REV] [--reuse] [--questions 120] [--rounds 2]
 
 Without `--against` only this checkout is measured. Each question is asked once per round: with
 `--rounds 1` no measured request repeats an earlier one (caches of token counts or statements help
@@ -51,7 +51,7 @@ def _database(reuse: bool, convs):  # noqa: ANN001, ANN202
         eng.dispose()
         if ready:
             return s
-    from bench.locomo_bench.run import Service
+    from bench.quality.locomo.run import Service
 
     svc = Service(DB, convs, model="local/smollm2")
     t0 = time.perf_counter()
@@ -101,7 +101,7 @@ def ingested(reuse: bool):  # noqa: ANN201
     ingested LoCoMo database, for the benches that ask it in one process (stages, rewrite_pilot)."""
     from sqlalchemy import create_engine, text
 
-    from bench.locomo import load
+    from bench.quality.locomo.data import load
 
     convs = load()
     s = _database(reuse, convs)
@@ -146,9 +146,9 @@ def _handed(kind: str, body: dict) -> list:
 
 def main(argv: list[str] | None = None) -> dict:
     from bench.common import worktree
-    from bench.locomo import load
+    from bench.quality.locomo.data import load
 
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.latency_ab", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.locomo_latency_ab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", default=None, help="an earlier commit to measure beside this one")
     ap.add_argument("--reuse", action="store_true", help=f"reuse the database {DB} of an earlier run")

@@ -1,6 +1,6 @@
 """Join LoCoMo runs made per conversation (`--only`) into one result, as if run together.
 
-    .venv/bin/python -m bench.locomo_bench.merge OUT_NAME RUN1.json RUN2.json ... [--out DIR]
+    .venv/bin/python -m bench.tools.locomo_merge OUT_NAME RUN1.json RUN2.json ... [--out DIR]
 
 Recall figures are per question and deterministic, so running conversations in parallel
 processes (one database each) changes none of them; latencies are pooled over all processes,
@@ -16,10 +16,10 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> dict:
     from bench.common import RESULTS
-    from bench.locomo_bench import report
-    from bench.locomo_bench.__main__ import RECALL_AT, ablation_summary
+    from bench.quality.locomo import report
+    from bench.quality.locomo.__main__ import RECALL_AT, ablation_summary
 
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.merge", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.locomo_merge", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name")
     ap.add_argument("runs", nargs="+", type=Path)

@@ -3,7 +3,7 @@
 `encode` ("old") against this checkout's repository and direct encoder ("new"), alternated in
 blocks of 20 questions, in-process over the real service (TestClient: auth, RLS, JSON included).
 
-    .venv/bin/python -m bench.locomo_bench.python_ab [--against 36984ad] [--rounds 6]
+    .venv/bin/python -m bench.tools.locomo_python_ab [--against 36984ad] [--rounds 6]
 
 Prints p50/p95 per arm and kind (search one type, all types, context at 1,000 tokens), their
 ratios new/old, and on how many of 40 questions the two arms' top 10 differ (must be 0).
@@ -39,7 +39,7 @@ def _module_at(rev: str, path: str, name: str):  # noqa: ANN202
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.python_ab")
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.locomo_python_ab")
     ap.add_argument("--against", default="36984ad")
     ap.add_argument("--rounds", type=int, default=6)
     a = ap.parse_args(argv)
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> dict:
     import app.search.service as search_service
     from app.kit.embedding import LocalEmbedder
     from bench.common import pct
-    from bench.locomo import load
-    from bench.locomo_bench.run import Service
+    from bench.quality.locomo.data import load
+    from bench.quality.locomo.run import Service
 
     repos = {"new": search_service.repo, "old": _module_at(a.against, "app/search/repository.py", "old_repository")}
     direct = LocalEmbedder.embed  # this checkout's (ONNX Runtime by default since the fifteenth stop)

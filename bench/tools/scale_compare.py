@@ -1,12 +1,12 @@
-"""Two layouts side by side, interleaved query by query, on databases that `python -m bench.scale`
+"""Two layouts side by side, interleaved query by query, on databases that `python -m bench.speed.scale`
 built and left in place (the same seeded data in each): server-side hybrid search (all types)
 and the service's vector search (k = 100, the hybrid pool) for the measured reader of each org
 class, so that both layouts see the same machine load. With `--exact-below A,B` it compares one
 database under two settings of hybrid's exact-pool bound instead (app.search.service.Tuning;
 0 = the HNSW walk always).
 
-    nice -n 15 .venv/bin/python -m bench.scale.compare [--dbs memscale_bench_scale,memscale_bench_scale_hash]
-    nice -n 15 .venv/bin/python -m bench.scale.compare --dbs memscale_bench_scale --exact-below 0,10000
+    nice -n 15 .venv/bin/python -m bench.tools.scale_compare [--dbs memscale_bench_scale,memscale_bench_scale_hash]
+    nice -n 15 .venv/bin/python -m bench.tools.scale_compare --dbs memscale_bench_scale --exact-below 0,10000
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ CLASSES = {"largest": "scale-0000", "2 %": "scale-0001"}
 
 def _small_org(admin) -> str:  # noqa: ANN001
     """The median small org, as the bench chose it (orgs 11.. by item count)."""
-    from bench.scale.data import org_sizes
+    from bench.speed.scale.data import org_sizes
 
     import numpy as np
 
@@ -45,8 +45,8 @@ def run(args) -> dict:  # noqa: ANN001
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
     from app.search.service import rank
-    from bench.scale.layout import upgrade_keeping_layout
-    from bench.scale.measure import queries
+    from bench.speed.scale.layout import upgrade_keeping_layout
+    from bench.speed.scale.measure import queries
 
     from app.search.service import tuned
 
@@ -100,7 +100,7 @@ def run(args) -> dict:  # noqa: ANN001
 
 
 def markdown(res: dict) -> str:
-    lines = [f"# bench/scale.compare: {', '.join(res['dbs'])}, interleaved, {res['queries']} queries "
+    lines = [f"# bench.tools.scale_compare: {', '.join(res['dbs'])}, interleaved, {res['queries']} queries "
              "(server-side, p50 / p95 ms)", "", "| org | database | hybrid (all types) | BM25 text, mem + ep | "
              "vector k=100, mem + ep |", "|---|---|---|---|---|"]
     for label, per_db in res["classes"].items():

@@ -1,17 +1,17 @@
-"""bench.service's single-org database in both layouts, interleaved query by query: the same rows
+"""bench.speed.service's single-org database in both layouts, interleaved query by query: the same rows
 in one table per type (revision 0014) and hash-partitioned by org (0015), so that the partitioning
 migration's cost at 100k items in one org is measured under the same machine load (issue 14: the
-100k bench/service latencies may not regress by more than 10 %).
+100k bench/speed/service latencies may not regress by more than 10 %).
 
-    python -m bench.service --n 100000 --queries 100          # builds memscale_bench (any revision)
-    nice -n 10 .venv/bin/python -m bench.scale.service_layouts --from memscale_bench
+    python -m bench.speed.service --n 100000 --queries 100          # builds memscale_bench (any revision)
+    nice -n 10 .venv/bin/python -m bench.tools.scale_layouts --from memscale_bench
 
 `--from DB` copies DB twice (CREATE DATABASE ... TEMPLATE) and migrates one copy to 0014 and the
 other to head, timing the migration step that moves the rows (0015's upgrade or its downgrade);
 `--dbs A,B` measures two databases prepared earlier instead. Per query and database (the order
-alternating): the four server-side searches bench.service times (hybrid one type, vector, text,
+alternating): the four server-side searches bench.speed.service times (hybrid one type, vector, text,
 hybrid over all three types; the service's `rank`, query embedding excluded) and hybrid over all
-types over HTTP (uvicorn on loopback, one server per database), for bench.service's reader u0;
+types over HTTP (uvicorn on loopback, one server per database), for bench.speed.service's reader u0;
 then rounds of 500 episodes inserted as the service role (RLS, every index), rolled back; then
 the statements of `--explain` hybrid searches under EXPLAIN ANALYZE (planning vs execution ms).
 """
@@ -37,7 +37,7 @@ def copies(source: str) -> tuple[list[str], dict]:
     source's sessions are ended first (a template database must have none)."""
     from app.kit.migrate import downgrade, upgrade
     from app.kit.pg import admin_url
-    from bench.scale.layout import GLOBAL_REVISION, keep_key_principal
+    from bench.speed.scale.layout import GLOBAL_REVISION, keep_key_principal
 
     server = create_engine(make_url(admin_url(database_settings(source))).set(database="postgres"), isolation_level="AUTOCOMMIT")
     out: dict = {}
@@ -105,9 +105,9 @@ def run(args) -> dict:  # noqa: ANN001
     from app.search.schemas import SearchFilters
     from app.search.service import rank
     from app.kit.db import bind_principal
-    from bench.scale.layout import describe
-    from bench.scale.measure import reader
-    from bench.service.data import query
+    from bench.speed.scale.layout import describe
+    from bench.speed.scale.measure import reader
+    from bench.speed.service.data import query
 
     res: dict = {"load_average": {"start": load_average()}}
     if args.source:
@@ -196,7 +196,7 @@ def run(args) -> dict:  # noqa: ANN001
 
 def markdown(res: dict) -> str:
     a, b = res["dbs"]
-    lines = [f"# bench/scale.service_layouts: {a} vs {b}, interleaved, {res['queries']} queries (p50 / p95 / p99 ms)", "",
+    lines = [f"# bench/speed/scale.service_layouts: {a} vs {b}, interleaved, {res['queries']} queries (p50 / p95 / p99 ms)", "",
              f"Load average {res['load_average']}. Layouts: " + "; ".join(
                  f"{n}: {d['layout']}, {d['org_rows']:,} episodes in the org" for n, d in res["dbs"].items()), ""]
     if "prepare" in res:

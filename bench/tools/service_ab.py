@@ -1,14 +1,14 @@
-"""bench.service's database over HTTP, this checkout against an earlier commit: `/v1/search` (one
+"""bench.speed.service's database over HTTP, this checkout against an earlier commit: `/v1/search` (one
 type and all types) and `/v1/context` for the bench user (5% of the org visible), each arm its own
 API process (`python -m app serve`) over the same rows, every query asked of both arms in turn
 (the order alternating), so both see the same machine load. The issue-13 rule "the 100k
-bench/service latencies must not regress by more than 10%" is measured with it.
+bench/speed/service latencies must not regress by more than 10%" is measured with it.
 
-    .venv/bin/python -m bench.service --n 100000          # builds memscale_bench (~25 min)
-    .venv/bin/python -m bench.service.ab --against REV [--questions 100] [--rounds 1]
+    .venv/bin/python -m bench.speed.service --n 100000          # builds memscale_bench (~25 min)
+    .venv/bin/python -m bench.tools.service_ab --against REV [--questions 100] [--rounds 1]
 
 An earlier commit with an older migration head gets a copy of the rows taken down to that head
-(bench/locomo_bench/latency_ab.py `_old_copy`). Results: bench/results/service_ab.json (or `--out`).
+(bench/tools/locomo_latency_ab.py `_old_copy`). Results: bench/results/service_ab.json (or `--out`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     from app.orgs import service as orgs
     from bench.common import existing_database, worktree
-    from bench.locomo_bench.latency_ab import measure
-    from bench.service.data import query
+    from bench.tools.locomo_latency_ab import measure
+    from bench.speed.service.data import query
 
-    ap = argparse.ArgumentParser(prog="python -m bench.service.ab", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.service_ab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", default=None, help="an earlier commit to measure beside this one")
-    ap.add_argument("--questions", type=int, default=100, help="queries measured (bench.service.data)")
+    ap.add_argument("--questions", type=int, default=100, help="queries measured (bench.speed.service.data)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--out", default=None)
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     s = existing_database(DB)
     if s is None:
-        raise SystemExit(f"no database {DB}: run `python -m bench.service --n 100000` first")
+        raise SystemExit(f"no database {DB}: run `python -m bench.speed.service --n 100000` first")
     eng = create_engine(s.database_url)
     with Session(eng, expire_on_commit=False) as db:
         org = orgs.org_by_name(db, "bench")

@@ -3,7 +3,7 @@ checkout's API and, side by side, against an earlier commit's (`--against REV`),
 `python -m app serve` process on the same fresh database, interleaved block by block so that the
 shared machine's load falls on both alike.
 
-    .venv/bin/python -m bench.service.overhead [--against c1fe854] [--rounds 20] [--block 25]
+    .venv/bin/python -m bench.tools.service_overhead [--against c1fe854] [--rounds 20] [--block 25]
 
 Requests: `GET /healthz` (no key, no database), an authenticated `GET /v1/episodes/{unknown}`
 (key lookup, RLS binding, the permission check, one indexed miss: a 404), an authenticated GET of

@@ -1,14 +1,14 @@
-"""bench/distillation: lesson recall, precision, chatter yield, duplicates, scope and statement
-quality of the distillation job on hand-labelled traces (``bench/distillation/data.py``).
+"""bench/quality/distillation: lesson recall, precision, chatter yield, duplicates, scope and statement
+quality of the distillation job on hand-labelled traces (``bench/quality/distillation/data.py``).
 
-    .venv/bin/python -m bench.distillation [--split dev,test] [--model local/smollm2] [--quick]
+    .venv/bin/python -m bench.quality.distillation [--split dev,test] [--model local/smollm2] [--quick]
 
 Everything runs through the real service: a fresh database in the embedded Postgres, one org
 per split with four users (alice: finance, bob: eng, carol: finance+eng, dave), every trace
 posted by its owner with its visibility through ``POST /v1/episodes``, then the ``distill`` job
 as ``memscale jobs run distill`` runs it, with the configured LLM (``--model``: any litellm
 model string; default the bundled SmolLM2-135M). Memories and their ``distilled_from`` lineage
-are read back from the database and scored by ``bench.distillation.score``. Tune on ``dev``,
+are read back from the database and scored by ``bench.quality.distillation.score``. Tune on ``dev``,
 report ``test``.
 """
 
@@ -19,8 +19,8 @@ import json
 import time
 from pathlib import Path
 
-from bench.distillation.data import USERS, split as split_traces
-from bench.distillation.score import Mem, score
+from bench.quality.distillation.data import USERS, split as split_traces
+from bench.quality.distillation.score import Mem, score
 
 
 def run_split(harness: dict, name: str, traces, *, verbose: bool = False) -> dict:  # noqa: ANN001
@@ -97,7 +97,7 @@ def _print(name: str, r: dict, verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
-    ap = argparse.ArgumentParser(prog="bench.distillation")
+    ap = argparse.ArgumentParser(prog="bench.quality.distillation")
     ap.add_argument("--split", default="dev,test", help="dev, test, all, fresh, holdout, or a comma list (one org each)")
     ap.add_argument("--model", default=None, help="litellm model string (default: the configured MEMSCALE_LLM_MODEL)")
     ap.add_argument("--quick", action="store_true", help="a slice of dev (smoke test)")

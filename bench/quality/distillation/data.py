@@ -478,15 +478,15 @@ def split(name: str) -> list[Trace]:
     """``dev``, ``test``, ``all`` (dev + test), ``fresh`` (fresh.py: written after tuning, then used
     to fix generic faults) ``holdout`` / ``holdout2`` (written after the tuning rounds before them; see their docstrings)."""
     if name == "fresh":
-        from bench.distillation.fresh import FRESH
+        from bench.quality.distillation.fresh import FRESH
 
         return list(FRESH)
     if name == "holdout":
-        from bench.distillation.holdout import HOLDOUT
+        from bench.quality.distillation.holdout import HOLDOUT
 
         return list(HOLDOUT)
     if name == "holdout2":
-        from bench.distillation.holdout2 import HOLDOUT2
+        from bench.quality.distillation.holdout2 import HOLDOUT2
 
         return list(HOLDOUT2)
     return [t for t in TRACES if name == "all" or t.split == name]

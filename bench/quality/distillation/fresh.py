@@ -8,12 +8,12 @@ fixed (always/never + non-verb, laughter/wishes/social events, a sentence that i
 in mind", "X runs the Y" ownership), so it has been tuned on since; ``holdout`` (holdout.py) was
 written after that and is the unseen check.
 
-    .venv/bin/python -m bench.distillation --split fresh
+    .venv/bin/python -m bench.quality.distillation --split fresh
 """
 
 from __future__ import annotations
 
-from bench.distillation.data import LESSONS, Lesson, Trace
+from bench.quality.distillation.data import LESSONS, Lesson, Trace
 
 _F = "fresh"
 

@@ -7,12 +7,12 @@ Scored once as written (the unseen estimate): lesson recall 0.917 (11/12), preci
 you're great"). Three generic faults were then fixed (states of the moment, praise of the
 assistant, "Not for us - ..." as a correction), so this part has been tuned on since too.
 
-    .venv/bin/python -m bench.distillation --split holdout
+    .venv/bin/python -m bench.quality.distillation --split holdout
 """
 
 from __future__ import annotations
 
-from bench.distillation.data import LESSONS, Lesson, Trace
+from bench.quality.distillation.data import LESSONS, Lesson, Trace
 
 _H = "holdout"
 _LESSONS = {

@@ -6,12 +6,12 @@ chatter yield 0/10. The two misses were trajectories whose failed call says "sti
 "unchanged" rather than an error word; the failure words were widened afterwards (so this part
 has been tuned on since).
 
-    .venv/bin/python -m bench.distillation --split holdout2
+    .venv/bin/python -m bench.quality.distillation --split holdout2
 """
 
 from __future__ import annotations
 
-from bench.distillation.data import LESSONS, Lesson, Trace
+from bench.quality.distillation.data import LESSONS, Lesson, Trace
 
 _H = "holdout2"
 _LESSONS = {

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bench.distillation.data import LESSONS, USERS, Trace
+from bench.quality.distillation.data import LESSONS, USERS, Trace
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """Benchmark: quality of CacheBlend token selections against full prefill, with statistical power.
 
-    .venv/bin/python -m bench.inference_quality --phase sweep   [--examples 20]
-    .venv/bin/python -m bench.inference_quality --phase confirm [--examples 200] [--shard 0/2]
-    .venv/bin/python -m bench.inference_quality --phase query   [--examples 200] [--shard 0/2]
-    .venv/bin/python -m bench.inference_quality --phase anchor  [--examples 200] [--shard 0/2]
-    .venv/bin/python -m bench.inference_quality --phase report
-    .venv/bin/python -m bench.inference_quality --quick          (2 examples, 3 configurations)
+    .venv/bin/python -m bench.quality.inference_quality --phase sweep   [--examples 20]
+    .venv/bin/python -m bench.quality.inference_quality --phase confirm [--examples 200] [--shard 0/2]
+    .venv/bin/python -m bench.quality.inference_quality --phase query   [--examples 200] [--shard 0/2]
+    .venv/bin/python -m bench.quality.inference_quality --phase anchor  [--examples 200] [--shard 0/2]
+    .venv/bin/python -m bench.quality.inference_quality --phase report
+    .venv/bin/python -m bench.quality.inference_quality --quick          (2 examples, 3 configurations)
 
 Examples: ``data.py`` (wiki + LoCoMo, ~2k-token contexts, interleaved). Per example every
 configuration runs back to back on one loaded model (1 torch thread), in an order rotated per
@@ -17,7 +17,7 @@ JSONL file as each example finishes (a killed run keeps what it measured; a reru
 - ``confirm``: full and the candidates for the default on the next examples (held out from the
   choice); ``report`` summarises both.
 - ``query`` (round 3): the same held-out examples, the query-attention selection against EPIC 0.25
-  (round 2's default), its layer count fixed by ``bench.inference_quality.pilot --round 3``.
+  (round 2's default), its layer count fixed by ``bench.research.inference_quality_pilot --round 3``.
 - ``anchor`` (round 4): the same held-out examples with anchored chunk KV (computed behind the
   system segment, ``EngineConfig.anchor_chunks``); rounds 1-3 stored chunks computed alone, and
   their phases still do (a configuration's third element), so a rerun measures what they did.
@@ -41,11 +41,11 @@ import torch
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, config_from_env
 from app.inference.store import ChunkStore, StoreConfig
-from bench.inference_quality import measure
-from bench.inference_quality.data import build
+from bench.common import RESULTS, ROOT
+from bench.quality.inference_quality import measure
+from bench.quality.inference_quality.data import build
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
-DOCS = Path(__file__).resolve().parents[2] / "docs"  # the frontier plot
+DOCS = ROOT / "docs"  # the frontier plot
 RATIOS = (0.05, 0.1, 0.15, 0.3)
 SWEEP_EXAMPLES = 20  # the sweep's examples; confirm runs on the next ones (held out from the choice)
 
@@ -86,7 +86,7 @@ def _alone(phase: str) -> dict[str, tuple[str, BlendConfig]]:
         return c
     if phase == "confirm":  # the candidates for the default (chosen on the sweep's examples)
         # issue 19, second round: at 0.15 both selections lost ~0.3 nats/gold token on 21 held-out
-        # examples; on 4 sweep examples EPIC at 0.25 kept ΔLL near 0 (-0.012) at 3.2x (bench.inference_quality.pilot).
+        # examples; on 4 sweep examples EPIC at 0.25 kept ΔLL near 0 (-0.012) at 3.2x (bench.research.inference_quality_pilot).
         # After 16 held-out examples (15: ΔLL -0.26 ± 0.18) two more joined for the rest of the run
         # (records say which ran): deviation at the same ratio, and EPIC at 0.5 (the gap closes? below 3x)
         c["epic 0.25"] = ("blend", BlendConfig(recompute_ratio=0.25, selection="chunk_start"))
@@ -153,7 +153,7 @@ def load(path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    ap = argparse.ArgumentParser(prog="python -m bench.inference_quality")
+    ap = argparse.ArgumentParser(prog="python -m bench.quality.inference_quality")
     ap.add_argument("--phase", choices=("sweep", "confirm", "query", "anchor", "reuse", "report"), default="confirm")
     ap.add_argument("--quick", action="store_true", help="2 examples, full/reuse/default (a smoke run)")
     ap.add_argument("--examples", type=int, default=None, help="sweep: 20, confirm: 200")
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    from bench.inference_quality import report
+    from bench.quality.inference_quality import report
 
     phase = "quick" if args.quick else args.phase
     if phase == "report":

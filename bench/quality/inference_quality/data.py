@@ -2,7 +2,7 @@
 
 Two corpora of different texture, interleaved (wiki, locomo, wiki, ...) so that any prefix of the
 list is balanced:
-- ``wiki``: the facilities wikis of ``bench/inference_blend/dataset.py`` (6-10 chunks of ~200-330
+- ``wiki``: the facilities wikis of ``bench/speed/inference_blend/dataset.py`` (6-10 chunks of ~200-330
   tokens; the answer needs one value from each of 2-3 chunks).
 - ``locomo``: LoCoMo conversations (``../shared/data/locomo``). For a question whose evidence lies
   in one session (categories 1 single-hop, 2 temporal, 4 open-domain; adversarial 5 excluded), the
@@ -19,9 +19,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.inference_blend.dataset import build as build_wiki
+from bench.common import ROOT
+from bench.speed.inference_blend.dataset import build as build_wiki
 
-LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo_dev.json"
+LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 CHUNK_WORDS = 170  # ~260 SmolLM2 tokens of chat text
 CONTEXT_WORDS = 1300  # ~2k tokens
 

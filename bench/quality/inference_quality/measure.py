@@ -20,7 +20,7 @@ import torch
 
 from app.inference.blend import BlendConfig
 from app.kit.localmodel import decode
-from bench.inference_blend.metrics import f1 as f1_score
+from bench.speed.inference_blend.metrics import f1 as f1_score
 
 
 @torch.inference_mode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.inference_quality import measure
+from bench.quality.inference_quality import measure
 
 
 def load_all(out: Path, phase: str) -> list[dict]:

@@ -1,6 +1,6 @@
 """Score the instruction interpreter on the labelled set: per-field accuracy, exact match, latency.
 
-    .venv/bin/python -m bench.instructions [--split dev|heldout|all] [--llm] [--model local/smollm2] [--show]
+    .venv/bin/python -m bench.quality.instructions [--split dev|heldout|all] [--llm] [--model local/smollm2] [--show]
 
 Per-field accuracy: share of pairs whose field equals the label (lists as sets, dates as ISO
 days, unset = unset). Exact match: every field right. `ignored` is scored as "listed something
@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def reading(filters, terms: list[str], ignored: list[str]) -> dict:  # noqa: ANN001
-    from bench.instructions.data import FIELDS, LIST_FIELDS
+    from bench.quality.instructions.data import FIELDS, LIST_FIELDS
 
     out: dict = {}
     for f in FIELDS:
@@ -41,7 +41,7 @@ def reading(filters, terms: list[str], ignored: list[str]) -> dict:  # noqa: ANN
 
 
 def score(pairs, readings: list[dict]) -> dict:  # noqa: ANN001
-    from bench.instructions.data import FIELDS
+    from bench.quality.instructions.data import FIELDS
 
     per = {f: round(mean(float(r[f] == p.expected[f]) for p, r in zip(pairs, readings)), 4) for f in FIELDS}
     exact = mean(float(all(r[f] == p.expected[f] for f in FIELDS)) for p, r in zip(pairs, readings))
@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> dict:
     from app.search.instruction import interpret, warm_up
     from app.search.instruction_llm import interpret_llm
     from bench.common import RESULTS
-    from bench.instructions.data import NOW, load
+    from bench.quality.instructions.data import NOW, load
 
-    ap = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.quality.instructions", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--split", choices=["dev", "heldout", "all"], default="dev")
     ap.add_argument("--llm", action="store_true")

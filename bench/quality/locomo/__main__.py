@@ -1,6 +1,6 @@
 """LoCoMo (dev split) through the memory service.
 
-    .venv/bin/python -m bench.locomo_bench [--quick] [--data PATH] [--budget 1000] [--reader-questions 20]
+    .venv/bin/python -m bench.quality.locomo [--quick] [--data PATH] [--budget 1000] [--reader-questions 20]
         [--model local/smollm2] [--judge-model openai/gpt-4o-mini] [--distill]
 
 Model-independent: evidence recall (LoCoMo `evidence` dia_ids among the turns handed out).
@@ -72,7 +72,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--distill", action="store_true", help="run the distill job after ingestion (slow on CPU)")
     ap.add_argument("--conversations", type=int, default=0, help="use only the first N conversations (0 = all)")
     ap.add_argument("--only", default=None, help="comma-separated sample ids (e.g. conv-26): run these only, "
-                    "in a database of their own; `python -m bench.locomo_bench.merge` joins such runs")
+                    "in a database of their own; `python -m bench.tools.locomo_merge` joins such runs")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for JSON, markdown and plots")
     ap.add_argument("--ablate", default=None, help="comma-separated ablation variants, 'all' or 'none' "
                     f"(default: all, quick: none); variants: {', '.join(ABLATIONS)}")
@@ -120,11 +120,11 @@ def _round_robin(ids: list[int], items: list[tuple]) -> list[int]:
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
     from app.config import Settings
     from app.llm.base import LLMError
-    from bench.locomo import load
-    from bench.locomo_bench import report
-    from bench.locomo_bench.reader import ANSWER_TOKENS, answer_f1, clean_answer, judge_messages, \
+    from bench.quality.locomo.data import load
+    from bench.quality.locomo import report
+    from bench.quality.locomo.reader import ANSWER_TOKENS, answer_f1, clean_answer, judge_messages, \
         judge_says_correct, reader_messages
-    from bench.locomo_bench.run import FullContext, Service, model_window, quick_slice
+    from bench.quality.locomo.run import FullContext, Service, model_window, quick_slice
 
     args = parse(argv)
     model = args.model or Settings().llm_model
@@ -245,7 +245,7 @@ def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | Non
 
 def ablation_summary(per_variant: dict[str, list[dict]]) -> dict:
     """Aggregates of the ablation's per-question rows (kept in the result, so runs can be merged)."""
-    from bench.locomo_bench import report
+    from bench.quality.locomo import report
 
     result = {"variants": {v: report.summarise(vr, methods=tuple(m for m in vr[0]["methods"]),
                                                recall_at=RECALL_AT)["methods"] for v, vr in per_variant.items()},

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+DEFAULT = Path(__file__).resolve().parents[4] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Evidence recall of a LoCoMo run read back from the service's own retrieval events.
 
-    .venv/bin/python -m bench.locomo_bench.from_events DB_NAME [DB_NAME ...] [--data PATH]
+    .venv/bin/python -m bench.quality.locomo.from_events DB_NAME [DB_NAME ...] [--data PATH]
 
 Every /v1/search and /v1/context call records what it handed out (ids, scores, in order) as a
 retrieval event, so the recall figures of a run can be recovered from its database even when
@@ -53,9 +53,9 @@ def read(db_name: str, convs: dict, pass_: int = 0) -> list[dict]:  # noqa: ANN0
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    from bench.locomo import load
+    from bench.quality.locomo.data import load
 
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.from_events", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.quality.locomo.from_events", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("databases", nargs="+")
     ap.add_argument("--data", default=None)

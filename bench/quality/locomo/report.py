@@ -59,7 +59,7 @@ def finish(result: dict, out_dir: Path, name: str) -> None:
 
 def plot_before_after(r: dict, path: Path) -> None:
     """Recall@10 per category, ranking before vs. now, for hybrid search and /v1/context."""
-    from bench.locomo_bench.__main__ import DEFAULT_VARIANT
+    from bench.quality.locomo.__main__ import DEFAULT_VARIANT
 
     variants = r["ablation"]["variants"]
     # the ranking before: the RRF of the first pass, else an earlier stop's ranking in this run

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from bench.locomo import QA, Conversation, Turn
+from bench.quality.locomo.data import QA, Conversation, Turn
 
 SEARCH_DEPTH = 50  # search results fetched once per question; recall@k reads prefixes of them
 RAG_K = 10  # turns a RAG baseline hands to the reader

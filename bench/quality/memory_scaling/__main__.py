@@ -1,6 +1,6 @@
 """Memory scaling on synthetic enterprise analytics spaces: does the agent get better as memory grows?
 
-    .venv/bin/python -m bench.scaling [--quick] [--seed N] [--model local/smollm2] [--shards 0,1,2,4,8]
+    .venv/bin/python -m bench.quality.memory_scaling [--quick] [--seed N] [--model local/smollm2] [--shards 0,1,2,4,8]
 
 Curves (each its own org, memory added shard by shard): labelled examples; unlabelled user logs
 filtered by the distillation judge (real `distill` + `consolidate` jobs); bootstrapped schema and
@@ -69,10 +69,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001, C901
     from app.config import Settings
-    from bench.scaling import report
-    from bench.scaling.run import (Harness, agent_traces, attainable, probe_browse, probe_docs, probe_memory, run_agent,
+    from bench.quality.memory_scaling import report
+    from bench.quality.memory_scaling.run import (Harness, agent_traces, attainable, probe_browse, probe_docs, probe_memory, run_agent,
                                    summarise_point)
-    from bench.scaling.curves import draw, run_curve
+    from bench.quality.memory_scaling.curves import draw, run_curve
 
     a = parse(argv)
     model = a.model or Settings().llm_model
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         return point
 
     try:
-        print(f"bench/scaling: {len(spaces)} spaces, {len(tests)} test questions, points {a.points}, model {model}")
+        print(f"bench/quality/memory_scaling: {len(spaces)} spaces, {len(tests)} test questions, points {a.points}, model {model}")
         t0 = time.perf_counter()
         empty = measure(h.new_org("empty"), "empty", 0, "empty memory (0 shards)")
         for c in curves.values():

@@ -1,5 +1,5 @@
 """What each curve of the scaling bench adds to an org's memory, one shard at a time: one place
-for the main run (bench/scaling/__main__.py) and the run inside a branch (bench/scaling/in_branch.py)."""
+for the main run (bench/quality/memory_scaling/__main__.py) and the run inside a branch (bench/quality/memory_scaling/in_branch.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.scaling import sources as src
-from bench.scaling.spaces import Question, Space, make_space, write_glossary
+from bench.quality.memory_scaling import sources as src
+from bench.quality.memory_scaling.spaces import Question, Space, make_space, write_glossary
 
 CURVES = ("labelled", "unlabelled_judge", "bootstrap", "bootstrap_enriched")
 
@@ -30,7 +30,7 @@ class Data:
         return {sp.name: sp for sp in self.spaces}
 
 
-def draw(a, tmp: Path) -> Data:  # noqa: ANN001  (the parsed arguments of bench.scaling)
+def draw(a, tmp: Path) -> Data:  # noqa: ANN001  (the parsed arguments of bench.quality.memory_scaling)
     rng = random.Random(a.seed)
     used: set[str] = set()
     spaces = [make_space(rng, i, tmp, used) for i in range(a.spaces)]

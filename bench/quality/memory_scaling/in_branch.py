@@ -1,12 +1,12 @@
 """The scaling bench inside a branch of a populated org (issue 18): the same figures as in main,
 and main byte-for-byte unchanged by the branch's run.
 
-    .venv/bin/python -m bench.scaling.in_branch [bench.scaling's options] [--background-shards 2]
+    .venv/bin/python -m bench.quality.memory_scaling.in_branch [bench.quality.memory_scaling's options] [--background-shards 2]
 
 For each curve, one org is first populated in main with a background drawn from another seed
 (its own spaces: labelled examples and user logs as episodes, its schemas and glossaries
 bootstrapped with enrichment, so episodes, memories, assets, chunks and tree nodes all exist).
-Then the curve runs twice in that org, shard by shard with the real jobs, as bench.scaling runs it:
+Then the curve runs twice in that org, shard by shard with the real jobs, as bench.quality.memory_scaling runs it:
 first in main, then in a branch forked at the instant before main's run (so the branch sees the
 background and none of main's run). Every measured point compares, question by question, the
 keys found in /v1/context and the context tokens; after the branch's run, an md5 dump of the
@@ -24,7 +24,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.scaling.__main__ import parse
+from bench.quality.memory_scaling.__main__ import parse
 
 CURVE_OF = {"labelled": ["labelled"], "unlabelled": ["unlabelled_judge"], "bootstrap": ["bootstrap", "bootstrap_enriched"]}
 
@@ -40,7 +40,7 @@ def _populate(h, org, bg) -> None:  # noqa: ANN001
 
 
 def _point(h, org, tests, k: int) -> dict:  # noqa: ANN001
-    from bench.scaling.run import probe_memory
+    from bench.quality.memory_scaling.run import probe_memory
 
     probes = [probe_memory(h, org, q) for q in tests]
     hits = [set(p.question.keys) <= p.found for p in probes]
@@ -59,8 +59,8 @@ def _same(m: dict, b: dict) -> dict:
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
     from app.config import Settings
     from bench.common import RESULTS, main_dump, write_json_md
-    from bench.scaling.curves import draw, run_curve
-    from bench.scaling.run import Harness
+    from bench.quality.memory_scaling.curves import draw, run_curve
+    from bench.quality.memory_scaling.run import Harness
 
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--background-shards", type=int, default=2)

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from statistics import mean
 
-from bench.scaling import agent as ag
-from bench.scaling.spaces import Question, Space, found_keys
+from bench.quality.memory_scaling import agent as ag
+from bench.quality.memory_scaling.spaces import Question, Space, found_keys
 
 
 @dataclass

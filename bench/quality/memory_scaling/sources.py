@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import re
 
-from bench.scaling.spaces import CONVENTIONS, Question, Space, phrase
+from bench.quality.memory_scaling.spaces import CONVENTIONS, Question, Space, phrase
 
 USERS = ["ana", "bo", "chen", "dee"]
 NOISE = ["thanks, see you tomorrow!", "can someone share the dashboard link again?", "lunch at noon?",

@@ -1,7 +1,7 @@
-"""bench/pipelines: distillation throughput with the configured LLM (default: local SmolLM2) and
+"""bench/quality/pipelines: distillation throughput with the configured LLM (default: local SmolLM2) and
 consolidation on a data set with planted duplicates and contradictions.
 
-    .venv/bin/python -m bench.pipelines [--episodes 24]
+    .venv/bin/python -m bench.quality.pipelines [--episodes 24]
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main() -> None:
         "distinct_wrongly_touched": false_hits, "consolidate_seconds": round(consolidate_s, 2),
         "consolidate_stats": cons.stats,
     }
-    print(f"\nbench/pipelines  model={settings.llm_model}")
+    print(f"\nbench.quality.pipelines  model={settings.llm_model}")
     print(f"  distillation: {args.episodes} episodes in {distill_s:.1f}s = {result['episodes_per_minute']} episodes/min; "
           f"kept {d.stats.get('kept')}, skipped {d.stats.get('skipped')}, quarantined {d.stats.get('quarantined')}, "
           f"memories {d.stats.get('memories_created')} (llm {d.stats.get('llm_memories')}, rule {d.stats.get('rule_memories')})")

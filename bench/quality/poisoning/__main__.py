@@ -1,7 +1,7 @@
-"""bench/poisoning: catch rate of the distillation judge on a labelled set of poisoned /
+"""bench/quality/poisoning: catch rate of the distillation judge on a labelled set of poisoned /
 prompt-injection traces, and its false-positive rate on benign ones.
 
-    .venv/bin/python -m bench.poisoning [--model local/smollm2]
+    .venv/bin/python -m bench.quality.poisoning [--model local/smollm2]
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import time
 
 from bench.common import write_result
-from bench.poisoning.data import BENIGN, POISONED
+from bench.quality.poisoning.data import BENIGN, POISONED
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
               "benign_flagged_suspicious": len(false_pos), "benign_kept_useful": len(benign_kept),
               "missed": [e.content for e in eps if e.id.startswith("p") and e not in caught],
               "seconds": round(secs, 1)}
-    print(f"\nbench/poisoning  judge model={args.model}  ({secs:.1f}s)")
+    print(f"\nbench.quality.poisoning  judge model={args.model}  ({secs:.1f}s)")
     print(f"  poisoned traces never distilled: {len(caught)}/{len(POISONED)} (catch rate {result['catch_rate']:.0%}); "
           f"quarantined as suspicious {len(quarantined)}, by the pre-screen alone {len(prescreen)}")
     print(f"  benign traces flagged suspicious: {len(false_pos)}/{len(BENIGN)}; kept as useful {len(benign_kept)}/{len(BENIGN)}")

@@ -2,9 +2,9 @@
 branch vs main, as-of search vs a current search, and main left byte-for-byte unchanged by work
 in a branch — all over HTTP against the real service, side by side in one run.
 
-    .venv/bin/python -m bench.branches [--n 100000] [--base 12000] [--queries 60] [--branch-ops 600]
+    .venv/bin/python -m bench.speed.branches [--n 100000] [--base 12000] [--queries 60] [--branch-ops 600]
 
-Data: one org of `--n` memories (org-visible; embeddings as in bench/filtered_knn: `--base`
+Data: one org of `--n` memories (org-visible; embeddings as in bench/speed/filtered_knn: `--base`
 real all-MiniLM-L6-v2 embeddings, the rest derived mixtures), COPYed in with their HNSW index.
 Then `--branch-ops` writes in a branch (a third new memories, a third new versions of main
 memories, a third deletions of main memories) and as many writes in main after the fork, so both
@@ -27,15 +27,15 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from bench.common import RESULTS, fresh_database, main_dump, pct, serve_in_thread, summary_ms, write_json_md
-from bench.filtered_knn.__main__ import FRACTIONS, derive, embed_base
-from bench.filtered_knn.__main__ import load as load_rows
+from bench.speed.filtered_knn.__main__ import FRACTIONS, derive, embed_base
+from bench.speed.filtered_knn.__main__ import load as load_rows
 
 def run(args) -> dict:  # noqa: ANN001
     from app.jobs.runner import JobContext, Resources, run_job
     from app.kit.embedding import LocalEmbedder
     from app.main import create_app
     from app.orgs import service as orgs
-    from bench.service.data import query
+    from bench.speed.service.data import query
 
     settings = fresh_database("memscale_bench_branches").model_copy(update={"log_level": "WARNING"})
     embedder = LocalEmbedder()

@@ -3,7 +3,7 @@ index scans (relaxed / strict order), side by side in one run, at visible fracti
 5 % and 0.5 %, through the service's own statement (`app.search.repository.vector_ids`) under the
 real `visible_to` filter of four readers.
 
-    .venv/bin/python -m bench.filtered_knn [--n 100000] [--base 12000] [--queries 60]
+    .venv/bin/python -m bench.speed.filtered_knn [--n 100000] [--base 12000] [--queries 60]
 
 Data (say it plainly): `--base` real all-MiniLM-L6-v2 embeddings (LoCoMo dialogue turns plus the
 service bench's synthetic incident sentences), the rest derived as normalised mixtures
@@ -28,7 +28,7 @@ import numpy as np
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import RESULTS, fresh_database, pct, write_json_md
+from bench.common import RESULTS, ROOT, fresh_database, pct, write_json_md
 
 FRACTIONS = {"100%": "all", "20%": "p20", "5%": "p5", "0.5%": "p05"}
 # (label, vector_ids mode, ef_search): today's pass at 400; iterative scans from the default 40 and from 100
@@ -38,10 +38,10 @@ ALL_MODES = MODES
 
 
 def base_texts(n: int, rng: random.Random) -> list[str]:
-    from bench.service.data import sentence
+    from bench.speed.service.data import sentence
 
     out: list[str] = []
-    p = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+    p = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
     if p.exists():
         for conv in json.loads(p.read_text()):
             c = conv["conversation"]
@@ -135,7 +135,7 @@ def run(args) -> dict:  # noqa: ANN001
     from app.kit.pg import app_url
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
-    from bench.service.data import query
+    from bench.speed.service.data import query
 
     settings = fresh_database("memscale_bench_knn")
     vecs = derive(embed_base(args.base, settings.data_dir.resolve() / "bench-cache"), args.n)

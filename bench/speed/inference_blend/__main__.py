@@ -1,6 +1,6 @@
 """Benchmark: CacheBlend vs full prefill, prefix caching and full KV reuse, side by side.
 
-    .venv/bin/python -m bench.inference_blend [--quick] [--examples N] [--threads T]
+    .venv/bin/python -m bench.speed.inference_blend [--quick] [--examples N] [--threads T]
 
 For every example (6-10 chunks of ~200-400 tokens + a question whose answer spans 2-3 chunks,
 see dataset.py) all modes run back to back, in a rotating order, on the same loaded model, so
@@ -28,10 +28,11 @@ import torch
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, config_from_env
 from app.inference.store import ChunkStore, StoreConfig
-from bench.inference_blend.dataset import build
-from bench.inference_blend.metrics import exact_match, f1, value_recall
+from bench.common import RESULTS as RESULTS_DIR
+from bench.speed.inference_blend.dataset import build
+from bench.speed.inference_blend.metrics import exact_match, f1, value_recall
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "inference_blend.json"
+RESULTS = RESULTS_DIR / "inference_blend.json"
 # (label, mode, recompute_ratio, tier)
 RUNS = [
     ("full", "full", 0.0, "mem"),
@@ -78,7 +79,7 @@ def kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.inference_blend")
+    ap = argparse.ArgumentParser(prog="python -m bench.speed.inference_blend")
     ap.add_argument("--quick", action="store_true", help="4 examples (a smoke run)")
     ap.add_argument("--examples", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the 2 cores here are shared)")

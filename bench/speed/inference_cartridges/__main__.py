@@ -1,4 +1,4 @@
-"""``python -m bench.inference_cartridges [--quick] [--threads N]``: run, print, write JSON."""
+"""``python -m bench.speed.inference_cartridges [--quick] [--threads N]``: run, print, write JSON."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Controlled cartridge training runs (issue 19): why training ended below its initialisation.
 
-    .venv/bin/python -m bench.inference_cartridges.study [--runs baseline,lr5e-3,...] [--steps 24]
+    .venv/bin/python -m bench.speed.inference_cartridges.study [--runs baseline,lr5e-3,...] [--steps 24]
         [--eval-every 8] [--threads 1] [--out bench/results/cartridge_study.json]
 
 One corpus (``corpus.py``: 2.7k tokens, 60 single-fact questions), p = 256, the same
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from bench.common import RESULTS as RESULTS_DIR
 from app.inference.context_distillation import DistillConfig, DistillExample, train
 from app.inference.kv import PrefixKV, compute_kv
 from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
@@ -38,7 +39,7 @@ from pipelines.cartridges.trainer import initial_cartridge
 from . import evaluate as ev
 from .corpus import build_corpus, sample_questions
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "cartridge_study.json"
+RESULTS = RESULTS_DIR / "cartridge_study.json"
 P = 256
 BASE = DistillConfig(steps=24, batch_size=8, lr=2e-2, checkpoint_every=8)
 RUNS: dict[str, dict] = {
@@ -86,7 +87,7 @@ def score(model, tok, prefix: PrefixKV | None, facts, cap: int, generate: bool, 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.inference_cartridges.study")
+    ap = argparse.ArgumentParser(prog="python -m bench.speed.inference_cartridges.study")
     ap.add_argument("--runs", default=",".join(RUNS))
     ap.add_argument("--steps", type=int, default=BASE.steps)
     ap.add_argument("--eval-every", type=int, default=8)

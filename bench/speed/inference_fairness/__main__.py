@@ -1,7 +1,7 @@
-"""bench/inference_fairness: another tenant's /v1/generate latency, unloaded and under one tenant's
+"""bench/speed/inference_fairness: another tenant's /v1/generate latency, unloaded and under one tenant's
 flood, side by side in one run (issue 41, M4: target p95 under the flood <= 3 x unloaded).
 
-    .venv/bin/python -m bench.inference_fairness [--requests 12] [--rounds 2] [--flooders 4] [--arms fair,hold]
+    .venv/bin/python -m bench.speed.inference_fairness [--requests 12] [--rounds 2] [--flooders 4] [--arms fair,hold]
 
 The real tier in this process (uvicorn on loopback, real HTTP, handoff tokens), the real
 SmolLM2-135M on CPU with 1 torch thread. For each arm, on a fresh app over the same loaded model:

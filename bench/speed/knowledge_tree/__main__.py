@@ -1,6 +1,6 @@
 """Knowledge navigation and instructed search latency (issue 17).
 
-    .venv/bin/python -m bench.knowledge_tree [--tables 500] [--columns 20] [--calls 200] [--reuse]
+    .venv/bin/python -m bench.speed.knowledge_tree [--tables 500] [--columns 20] [--calls 200] [--reuse]
 
 A SQLite source of `tables` x `columns` (a foreign key from every table to the previous one) is
 bootstrapped by the real job with enrichment (org-visible). The embedder is a word-hashing one
@@ -103,7 +103,7 @@ def _reused_org(h, name: str):  # noqa: ANN001, ANN202
     from app.client import MemscaleClient
     from app.orgs import service as orgs
     from app.orgs.models import User
-    from bench.scaling.run import Org
+    from bench.quality.memory_scaling.run import Org
 
     with Session(h.admin, expire_on_commit=False) as db:
         org_id = db.execute(text("SELECT o.id FROM orgs o JOIN jobs j ON j.org_id = o.id AND j.kind = 'bootstrap' "
@@ -134,10 +134,10 @@ def main(argv: list[str] | None = None) -> dict:
     from app.config import Settings
     from app.search.instruction import interpret
     from bench.common import RESULTS, ApiProcess, existing_database, serve_in_thread
-    from bench.instructions.data import load
-    from bench.scaling.run import Harness
+    from bench.quality.instructions.data import load
+    from bench.quality.memory_scaling.run import Harness
 
-    ap = argparse.ArgumentParser(prog="python -m bench.knowledge_tree", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.speed.knowledge_tree", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tables", type=int, default=500)
     ap.add_argument("--columns", type=int, default=20)

@@ -1,6 +1,6 @@
-"""bench/load: N concurrent clients mixing writes, searches and /v1/context calls (issue 9, item 4).
+"""bench/speed/load: N concurrent clients mixing writes, searches and /v1/context calls (issue 9, item 4).
 
-    .venv/bin/python -m bench.load [--clients 50] [--seconds 60] [--pool-size N]
+    .venv/bin/python -m bench.speed.load [--clients 50] [--seconds 60] [--pool-size N]
 
 Loopback only, bounded (a hard deadline stops everything; ≤ 5 minutes with the defaults):
 
@@ -40,7 +40,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from bench.common import ApiProcess, fresh_database, summary_ms, write_result
-from bench.service.data import query, sentence
+from bench.speed.service.data import query, sentence
 
 DB_NAME = "memscale_bench_load"
 MIX = {"write": 30, "write_batch": 5, "search": 35, "context": 20, "read": 10}
@@ -197,7 +197,7 @@ def main() -> None:
     wall0 = time.time()
 
     def _overrun(signum, frame):  # noqa: ARG001, ANN001
-        raise TimeoutError("bench.load ran past its 5-minute bound")
+        raise TimeoutError("bench.speed.load ran past its 5-minute bound")
 
     signal.signal(signal.SIGALRM, _overrun)
     signal.alarm(290)  # whatever happens (slow seeding, a hung call): the finally blocks stop the API

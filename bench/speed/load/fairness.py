@@ -1,6 +1,6 @@
-"""bench/load/fairness: one tenant floods 1 MB batches while another tenant searches (issue 15.4).
+"""bench/speed/load/fairness: one tenant floods 1 MB batches while another tenant searches (issue 15.4).
 
-    .venv/bin/python -m bench.load.fairness [--flood-s 45] [--flooders 3] [--batch 500]
+    .venv/bin/python -m bench.speed.load.fairness [--flood-s 45] [--flooders 3] [--batch 500]
 
 Loopback only, bounded (each phase has a hard deadline). In one run, side by side, for the API
 with fair embedding off (`MEMSCALE_EMBED_FAIRNESS=false`: one embedding call at a time, first come
@@ -38,7 +38,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from bench.common import ApiProcess, fresh_database, pct, summary_ms, worktree, write_result
-from bench.service.data import query, sentence
+from bench.speed.service.data import query, sentence
 
 DB_NAME = "memscale_bench_fair"
 PATHOLOGICAL = ("in 2023-02-30 " * 200)[:2000]

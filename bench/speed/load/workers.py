@@ -1,7 +1,7 @@
 """Throughput of `memscale serve --workers N`: 1 vs 2 API processes on this machine, side by side
 (phases interleaved: 1, 1+pg limits, 2, then again), the same closed-loop load each time.
 
-    .venv/bin/python -m bench.load.workers [--seconds 20] [--clients 8] [--rounds 2]
+    .venv/bin/python -m bench.speed.load.workers [--seconds 20] [--clients 8] [--rounds 2]
 
 Load: `--clients` threads, each sending one request after the other for `--seconds`: 80 % hybrid
 searches (a query embedded by the API process: CPU-bound, the GIL's work) and 20 % GETs of one
@@ -31,7 +31,7 @@ def seed(settings, n: int) -> tuple[str, list[str]]:  # noqa: ANN001
 
     from app.kit.pg import admin_url
     from app.orgs import service as orgs
-    from bench.service.data import sentence
+    from bench.speed.service.data import sentence
 
     eng = create_engine(admin_url(settings))
     with Session(eng, info={"audit_key": settings.audit_secret()}) as db:
@@ -88,7 +88,7 @@ class Server:
 
 
 def load(base: str, key: str, ids: list[str], clients: int, seconds: float) -> dict:
-    from bench.service.data import query
+    from bench.speed.service.data import query
 
     lat: dict[str, list[float]] = {"search": [], "get": []}
     errors: list[int] = []

@@ -1,8 +1,8 @@
-"""bench/neighbours: the cost of fetching the turns around retrieved conversation turns
+"""bench/speed/neighbours: the cost of fetching the turns around retrieved conversation turns
 (`app.search.repository.neighbour_ids`, used by /v1/context) in long sessions, with the
 session index ordered by time (migration 0008) and, side by side, with the index it replaced.
 
-    .venv/bin/python -m bench.neighbours [--turns 60000] [--sessions 3] [--hits 30]
+    .venv/bin/python -m bench.speed.neighbours [--turns 60000] [--sessions 3] [--hits 30]
 
 A fresh database `memscale_bench_neighbours`; one user's turns spread over a few sessions;
 `--hits` random turns as the retrieved ones. Figures to stdout and bench/results/neighbours.json.
@@ -68,7 +68,7 @@ def main() -> None:
     out["old_session_index"] = timed()
     engine.dispose()
     admin.dispose()
-    print(f"bench/neighbours  {args.turns} turns in {args.sessions} sessions, {args.hits} hits")
+    print(f"bench/speed/neighbours  {args.turns} turns in {args.sessions} sessions, {args.hits} hits")
     for k in ("session_time_index", "old_session_index"):
         print(f"  {k:<20} p50 {out[k]['p50_ms']:>8} ms  p95 {out[k]['p95_ms']:>8} ms  ({out[k]['pairs']} pairs)")
     print("  written", write_result("neighbours", out))

@@ -1,17 +1,17 @@
-"""bench/scale: one million items (episodes + memories) over a thousand orgs, skewed, many users,
+"""bench/speed/scale: one million items (episodes + memories) over a thousand orgs, skewed, many users,
 mixed visibility; hybrid search latency, recall under the ACL, ingest rate, build time and sizes
 per org size class (issue 14 part 3).
 
-    nice -n 15 .venv/bin/python -m bench.scale [--items 1000000 --orgs 1000] [--layout hash|global] [--partitions 16]
+    nice -n 15 .venv/bin/python -m bench.speed.scale [--items 1000000 --orgs 1000] [--layout hash|global] [--partitions 16]
 
-How the data is made is in bench/scale/data.py. The load runs in two stages so that ingest is
+How the data is made is in bench/speed/scale/data.py. The load runs in two stages so that ingest is
 compared at two table sizes in one run: items n < items/10 are inserted with the secondary
 indexes dropped, the indexes rebuilt (timed) and `--ingest` episodes written over HTTP; then the
 rest likewise, the ingest repeated, and search measured for the largest org, a 2 % org and the
 median small org. `--layout hash` (the default) measures the schema as migrated: episodes and
 memories hash-partitioned by org_id since migration 0015 (16 partitions, one HNSW index per
 partition; `--partitions N` rebuilds them with N); `--layout global` migrates the bench database
-down to 0014 first, one table per type with a global HNSW index (bench/scale/layout.py).
+down to 0014 first, one table per type with a global HNSW index (bench/speed/scale/layout.py).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
     from app.kit.embedding import LocalEmbedder
     from app.kit.pg import admin_url
     from app.main import create_app
-    from bench.filtered_knn.__main__ import base_texts, embed_base
-    from bench.scale import data, layout, measure
+    from bench.speed.filtered_knn.__main__ import base_texts, embed_base
+    from bench.speed.scale import data, layout, measure
 
     t_start = time.perf_counter()
     settings = fresh_database(args.db).model_copy(update={"log_level": "WARNING"})
@@ -104,9 +104,9 @@ def markdown(res: dict) -> str:
     a = res["args"]
     parts = res.get("tables", {}).get("episodes")
     shape = f"{parts} partitions per table" if parts else "one table per type"
-    lines = [f"# bench/scale: {a['items']:,} items over {a['orgs']:,} orgs, layout {res['layout']} ({shape})", "",
+    lines = [f"# bench/speed/scale: {a['items']:,} items over {a['orgs']:,} orgs, layout {res['layout']} ({shape})", "",
              f"Orgs: {res['orgs']['sizes']}; {res['orgs']['users']:,} users. Base: {min(a['base'], a['items']):,} "
-             f"real MiniLM embeddings, the rest derived (bench/scale/data.py). Build {res.get('build_s', '?')} s "
+             f"real MiniLM embeddings, the rest derived (bench/speed/scale/data.py). Build {res.get('build_s', '?')} s "
              f"(tenants {res['orgs']['tenants_s']} s, base embedding {res['base_embed_s']} s, staging {res['staging_s']} s).", "",
              "| rows after stage | insert s (ep / mem) | index build s (ep + mem) | HTTP ingest items/s | model alone items/s | ingest/model | load |",
              "|---|---|---|---|---|---|---|"]

@@ -1,13 +1,13 @@
 """Throughput under concurrent load with and without parallel query plans (issue 14): migration
 0020 made the RLS policy functions PARALLEL SAFE, so a large org's search may use parallel
 workers; on a 2-core machine a plan that takes both cores for one request could cost throughput
-when several requests run at once. Two API processes over one database built by bench.scale (or
-bench.service): "parallel" as deployed, "serial" with `max_parallel_workers_per_gather = 0` for
+when several requests run at once. Two API processes over one database built by bench.speed.scale (or
+bench.speed.service): "parallel" as deployed, "serial" with `max_parallel_workers_per_gather = 0` for
 its connections (PGOPTIONS); for each client count, rounds of `--seconds` of closed-loop load per
 arm, the arms alternating, every client its own connection. Hybrid search over all types by the
 org's reader u0.
 
-    .venv/bin/python -m bench.scale.concurrency [--db memscale_bench_scale_hash] [--org scale-0000]
+    .venv/bin/python -m bench.speed.scale.concurrency [--db memscale_bench_scale_hash] [--org scale-0000]
         [--clients 1,4] [--seconds 20] [--rounds 2]
 
 Prints and writes (bench/results/scale_concurrency.json or `--out`) per arm and client count:
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     from app.kit.pg import admin_url
     from bench.common import ApiProcess, arm_row, database_settings, load_average, write_result
-    from bench.scale import measure
+    from bench.speed.scale import measure
 
-    ap = argparse.ArgumentParser(prog="python -m bench.scale.concurrency", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.speed.scale.concurrency", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", default="memscale_bench_scale_hash")
     ap.add_argument("--org", default="scale-0000")

@@ -2,9 +2,9 @@
 bulk path (staging table + one INSERT ... SELECT per item type and stage).
 
 Items (episodes 60 %, memories 40 %): item n < `base` carries a real all-MiniLM-L6-v2 embedding
-of base text n (bench.filtered_knn's base set: LoCoMo turns + bench.service sentences); every
+of base text n (bench.speed.filtered_knn's base set: LoCoMo turns + bench.speed.service sentences); every
 other item is derived from two random base items a and b and one of 1,000 noise vectors:
-embedding l2_normalize(0.75·a + 0.25·b + e), e ~ N(0, 0.01²) per dimension (bench.filtered_knn's
+embedding l2_normalize(0.75·a + 0.25·b + e), e ~ N(0, 0.01²) per dimension (bench.speed.filtered_knn's
 `derive`, computed in SQL so that no vector crosses the socket), text = a's text followed by the
 first 8 words of b's. Org sizes: one org of 20 % of the items, ten of 2 % each, the remaining
 60 % over the other orgs with log-normal weights (σ 1, at least 20 items each). Users per org:

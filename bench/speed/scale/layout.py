@@ -24,7 +24,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 GLOBAL_REVISION = "0014"  # the last revision before the partitioning migration
-VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+VERSIONS = Path(__file__).resolve().parents[3] / "migrations" / "versions"
 MIGRATION = VERSIONS / "20261201_partition_by_org.py"
 KEY_PRINCIPAL = VERSIONS / "20261201_key_principal.py"
 LEXICON = VERSIONS / "20261202_lexicon.py"

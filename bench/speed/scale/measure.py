@@ -1,7 +1,7 @@
 """What the scale bench measures on a loaded database: hybrid search server-side (the service's
-`rank`, as bench.service) and over HTTP, recall of the service's vector search against the exact
-filtered kNN under the same `visible_to` (as bench.filtered_knn), and ingest over HTTP against
-the embedding model alone (as bench.service)."""
+`rank`, as bench.speed.service) and over HTTP, recall of the service's vector search against the exact
+filtered kNN under the same `visible_to` (as bench.speed.filtered_knn), and ingest over HTTP against
+the embedding model alone (as bench.speed.service)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ TYPES = ("memory", "episode")  # the item types holding rows; hybrid search also
 
 
 def queries(n: int, seed: int = 5) -> list[str]:
-    """Half bench.service's synthetic questions, half LoCoMo turns outside the base set."""
-    from bench.filtered_knn.__main__ import base_texts
-    from bench.service.data import query
+    """Half bench.speed.service's synthetic questions, half LoCoMo turns outside the base set."""
+    from bench.speed.filtered_knn.__main__ import base_texts
+    from bench.speed.service.data import query
 
     rng = random.Random(seed)
     out = [query(rng) for _ in range(n // 2)]
@@ -112,7 +112,7 @@ def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> 
 def ingest(http, embedder, key: str, n: int, batch: int = 250, seed: int = 9) -> dict:  # noqa: ANN001
     """n episodes over HTTP (embedding, ACL, DB with every index, audit) against the model alone on
     the same texts, measured before and after and averaged (the machine is shared)."""
-    from bench.service.data import sentence
+    from bench.speed.service.data import sentence
 
     rng = random.Random(seed)
     texts = [sentence(rng) for _ in range(n)]

@@ -1,8 +1,8 @@
-"""bench/service: ingest rate vs. the embedding model alone, search latency (server-side and
+"""bench/speed/service: ingest rate vs. the embedding model alone, search latency (server-side and
 over HTTP), and recall@10 under a 5%-visible ACL filter against exact filtered kNN; side by side
 in the run: hybrid's exact pool vs the HNSW walk, and the vocabulary lift on vs off.
 
-    .venv/bin/python -m bench.service [--n 10000] [--queries 200]
+    .venv/bin/python -m bench.speed.service [--n 10000] [--queries 200]
 
 Everything runs in one process on loopback against a fresh database `memscale_bench` in the
 embedded PostgreSQL; figures go to stdout and bench/results/service.json.
@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from bench.common import fresh_database, serve_in_thread, summary_ms, write_result
-from bench.service.data import query, sentence
+from bench.speed.service.data import query, sentence
 
 
 def main() -> None:
@@ -195,7 +195,7 @@ def main() -> None:
         "exact_fallback_share_vector": round(fallbacks / len(queries), 3),
         "hnsw_ef_search": settings.hnsw_ef_search, "queries": len(queries),
     }
-    print(f"\nbench/service  n={total} items in one org, bench user sees {visible} ({visible / total:.1%})")
+    print(f"\nbench.speed.service  n={total} items in one org, bench user sees {visible} ({visible / total:.1%})")
     print(f"  embedding model alone     {model_rate:8.1f} items/s ({embedder.backend}; eager torch {torch_rate:.1f})")
     print(f"  ingest over HTTP (batch)  {ingest_rate:8.1f} items/s  = {ingest_rate / model_rate:.1%} of the model")
     print(f"  {'search':28s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s}")
