@@ -11,7 +11,6 @@ against EPIC 0.25, the default it would replace.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, config_from_env
 from app.inference.store import ChunkStore, StoreConfig
+from bench.command import parser
 from bench.quality.inference_quality import measure
 from bench.quality.inference_quality.data import build
 
@@ -39,7 +39,7 @@ ROUNDS = {
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.research.inference_quality_pilot")
+    ap = parser(__doc__, None)
     ap.add_argument("--examples", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--round", type=int, choices=sorted(ROUNDS), default=3)

@@ -18,7 +18,6 @@ the statements of `--explain` hybrid searches under EXPLAIN ANALYZE (planning vs
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 
@@ -26,7 +25,8 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from bench.common import RESULTS, database_settings, load_average, report, serve_in_thread, summary_ms
+from bench.command import parser, save
+from bench.common import database_settings, load_average, serve_in_thread, summary_ms
 
 SEARCHES = (("hybrid", "hybrid", ["episode"]), ("vector", "vector", ["episode"]), ("text", "text", ["episode"]),
             ("hybrid_all_types", "hybrid", ["memory", "episode", "chunk"]))
@@ -209,7 +209,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "service_layouts")
     ap.add_argument("--from", dest="source", default=None, help="copy this database into a global and a hash copy first")
     ap.add_argument("--dbs", default="memscale_bench_global,memscale_bench_hash")
     ap.add_argument("--org", default="bench")
@@ -219,10 +219,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--write-rounds", type=int, default=20, help="rounds of inserts per database (rolled back)")
     ap.add_argument("--explain", type=int, default=20, help="searches explained per database (planning vs execution)")
     ap.add_argument("--write-batch", type=int, default=500, help="episodes per round, in statements of 50")
-    ap.add_argument("--out", default=str(RESULTS / "service_layouts.json"))
     args = ap.parse_args(argv)
     res = run(args)
-    return report(args.out, res, markdown(res))
+    return save(args.out, res, markdown(res))
 
 
 if __name__ == "__main__":

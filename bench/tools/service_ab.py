@@ -13,7 +13,6 @@ An earlier commit with an older migration head gets a copy of the rows taken dow
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 
@@ -28,17 +27,16 @@ def main(argv: list[str] | None = None) -> dict:
     from sqlalchemy.orm import Session
 
     from app.orgs import service as orgs
+    from bench.command import parser
     from bench.common import existing_database, worktree
     from bench.tools.locomo_latency_ab import measure
     from bench.speed.service.data import query
 
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.service_ab", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, "service_ab")
     ap.add_argument("--against", default=None, help="an earlier commit to measure beside this one")
     ap.add_argument("--questions", type=int, default=100, help="queries measured (bench.speed.service.data)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
 
     s = existing_database(DB)

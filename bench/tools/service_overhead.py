@@ -14,14 +14,14 @@ arm, and the ratio new / old) go to stdout and bench/results/overhead.json.
 
 from __future__ import annotations
 
-import argparse
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT, ApiProcess, arm_row, fresh_database, worktree, write_result
+from bench.command import parser, save
+from bench.common import ROOT, ApiProcess, arm_row, fresh_database, worktree
 
 
 def _old_database(s):  # noqa: ANN001, ANN202
@@ -46,7 +46,7 @@ def _key(s) -> str:  # noqa: ANN001
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, "overhead")
     ap.add_argument("--against", default=None, help="an earlier commit to measure side by side")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--block", type=int, default=25, help="requests per arm and kind in a row")
@@ -110,8 +110,7 @@ def _measure(a, s, old_tree: Path | None, procs: dict) -> dict:  # noqa: ANN001
         print(k, row)
     for c in clients.values():
         c.close()
-    write_result("overhead", out)
-    return out
+    return save(a.out, out)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,7 @@ report ``test``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from pathlib import Path
 
 from bench.quality.distillation.data import USERS, split as split_traces
 from bench.quality.distillation.score import Mem, score
@@ -97,11 +94,12 @@ def _print(name: str, r: dict, verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
-    ap = argparse.ArgumentParser(prog="bench.quality.distillation")
+    from bench.command import parser, save
+
+    ap = parser(__doc__, "distillation", folder=True)
     ap.add_argument("--split", default="dev,test", help="dev, test, all, fresh, holdout, or a comma list (one org each)")
     ap.add_argument("--model", default=None, help="litellm model string (default: the configured MEMSCALE_LLM_MODEL)")
     ap.add_argument("--quick", action="store_true", help="a slice of dev (smoke test)")
-    ap.add_argument("--out", default=None, help="folder for the JSON result (default bench/results)")
     ap.add_argument("--verbose", "-v", action="store_true", help="list misses, wrong memories and every memory")
     ap.add_argument("--db", default="memscale_bench_distill", help="database name (dropped and recreated)")
     a = ap.parse_args(argv)
@@ -111,7 +109,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
 
     from app.jobs.runner import Resources
     from app.main import create_app
-    from bench.common import RESULTS, fresh_database
+    from bench.common import fresh_database
 
     settings = fresh_database(a.db + ("_quick" if a.quick else "")).model_copy(
         update={"log_level": "WARNING", **({"llm_model": a.model} if a.model else {})})
@@ -128,12 +126,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             traces = _quick_slice() if name == "quick" else split_traces(name)
             out["splits"][name] = run_split(harness, name, traces, verbose=a.verbose)
     admin.dispose()
-    folder = Path(a.out) if a.out else RESULTS
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / ("distillation_quick.json" if a.quick else "distillation.json")
-    path.write_text(json.dumps(out, indent=2, default=str))
-    print("  written", path)
-    return out
+    return save(a.out / ("distillation_quick.json" if a.quick else "distillation.json"), out)
 
 
 def _quick_slice():  # noqa: ANN202

@@ -29,7 +29,6 @@ JSONL file as each example finishes (a killed run keeps what it measured; a reru
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -41,7 +40,8 @@ import torch
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, config_from_env
 from app.inference.store import ChunkStore, StoreConfig
-from bench.common import RESULTS, ROOT
+from bench.command import parser
+from bench.common import ROOT
 from bench.quality.inference_quality import measure
 from bench.quality.inference_quality.data import build
 
@@ -153,7 +153,7 @@ def load(path: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    ap = argparse.ArgumentParser(prog="python -m bench.quality.inference_quality")
+    ap = parser(__doc__, "inference_quality", folder=True)
     ap.add_argument("--phase", choices=("sweep", "confirm", "query", "anchor", "reuse", "report"), default="confirm")
     ap.add_argument("--quick", action="store_true", help="2 examples, full/reuse/default (a smoke run)")
     ap.add_argument("--examples", type=int, default=None, help="sweep: 20, confirm: 200")
@@ -162,7 +162,6 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-new", type=int, default=16, help="greedy answer length for F1 (the sweep: none)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     from bench.quality.inference_quality import report
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.command import save
 from bench.quality.inference_quality import measure
 
 
@@ -188,5 +189,4 @@ def write(out: Path, docs: Path | None = None) -> dict:
         png = plot(result["sweep"]["all"], (docs or out) / "inference_quality_frontier.png", held_out)
         if png:
             print(f"\nplot: {png}")
-    (out / "inference_quality.json").write_text(json.dumps(result, indent=1))
-    return result
+    return save(out / "inference_quality.json", result, indent=1)

@@ -12,10 +12,10 @@ adds ~0). Latency: the deterministic interpreter alone, per call. Load averages 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
+from pathlib import Path
 from statistics import mean, quantiles
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -52,17 +52,18 @@ def score(pairs, readings: list[dict]) -> dict:  # noqa: ANN001
 def main(argv: list[str] | None = None) -> dict:
     from app.search.instruction import interpret, warm_up
     from app.search.instruction_llm import interpret_llm
+    from bench.command import parser, save
     from bench.common import RESULTS
     from bench.quality.instructions.data import NOW, load
 
-    ap = argparse.ArgumentParser(prog="python -m bench.quality.instructions", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, None)
     ap.add_argument("--split", choices=["dev", "heldout", "all"], default="dev")
     ap.add_argument("--llm", action="store_true")
     ap.add_argument("--model", default=None)
     ap.add_argument("--limit", type=int, default=None, help="only the first N pairs of the split (slow models)")
     ap.add_argument("--show", action="store_true", help="print every pair the interpreter got wrong")
-    ap.add_argument("--out", default=None, help="result file name under bench/results (default: none)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON result (default: bench/results/instructions_<split>[_llm].json)")
     a = ap.parse_args(argv)
     pairs = [p for p in load() if a.split == "all" or p.split == a.split][: a.limit]
     warm_up()
@@ -122,10 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
         if a.show:
             _show(pairs, llm_readings)
     print(json.dumps({k: v for k, v in result.items()}, indent=1))
-    if a.out:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / a.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    return result
+    return save(a.out or RESULTS / f"instructions_{a.split}{'_llm' if a.llm else ''}.json", result, indent=1)
 
 
 def _show(pairs, readings) -> None:  # noqa: ANN001

@@ -26,10 +26,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    from bench.common import RESULTS
+    from bench.command import parser
 
-    ap = argparse.ArgumentParser(prog="memscale bench scaling", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, "scaling", prog="memscale bench scaling", folder=True)
     ap.add_argument("--quick", action="store_true", help="2 spaces, 8 questions, shards 0,1,2, agent on 1 question")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--model", default=None, help="agent (and judge) model, any litellm string (default MEMSCALE_LLM_MODEL)")
@@ -48,7 +47,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--curves", default="labelled,unlabelled,bootstrap",
                     help="curves to run (comma list of labelled, unlabelled, bootstrap; bootstrap runs plain, "
                          "enriched and enriched + navigation side by side); the poisoned shard needs unlabelled")
-    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--name", default=None, help="result file stem (default scaling / scaling_quick)")
     a = ap.parse_args(argv)
     q = a.quick

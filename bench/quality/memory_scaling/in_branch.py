@@ -58,7 +58,8 @@ def _same(m: dict, b: dict) -> dict:
 
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
     from app.config import Settings
-    from bench.common import RESULTS, main_dump, write_json_md
+    from bench.command import save
+    from bench.common import main_dump
     from bench.quality.memory_scaling.curves import draw, run_curve
     from bench.quality.memory_scaling.run import Harness
 
@@ -109,8 +110,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
                                for c in curves.values() for p in c["points"]),
               "main_unchanged": all(c["main_unchanged"] for c in curves.values()),
               "seconds": round(time.perf_counter() - started, 1)}
-    write_json_md(Path(a.out) / f"{a.name}.json", result, markdown(result))
-    return result
+    return save(Path(a.out) / f"{a.name}.json", result, markdown(result))
 
 
 def markdown(r: dict) -> str:

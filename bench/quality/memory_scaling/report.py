@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.common import write_report
+from bench.command import save
 
 CURVE_LABELS = {"labelled": "labelled examples", "unlabelled_judge": "unlabelled logs + judge",
                 "bootstrap": "bootstrap (schema + glossary), no enrichment",
@@ -23,7 +23,7 @@ CURVE_NOTES = {
 
 
 def finish(result: dict, out_dir: Path, name: str) -> None:
-    write_report(result, out_dir, name, markdown(result, f"{name}.png"), plot)
+    save(out_dir / f"{name}.json", result, markdown(result, f"{name}.png"), plot)
 
 
 def _f(x: float | None, pct: bool = False) -> str:

@@ -6,7 +6,6 @@ consolidation on a data set with planted duplicates and contradictions.
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 
@@ -14,7 +13,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import fresh_database, write_result
+from bench.command import parser, save
+from bench.common import fresh_database
 
 TOPICS = ["the billing dashboard", "the staging cluster", "customer exports", "the release checklist",
           "the vpn", "the data warehouse", "on-call handover", "the api gateway", "expense reports", "the crm"]
@@ -42,11 +42,11 @@ DISTINCT = ["The design review happens every second Thursday.", "Grafana dashboa
             "Support tickets are triaged within four hours.", "Feature flags are managed in LaunchDarkly."]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, "pipelines")
     ap.add_argument("--episodes", type=int, default=24)
     ap.add_argument("--seed", type=int, default=3)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rng = random.Random(args.seed)
 
     from app.jobs import service as jobs_service
@@ -120,7 +120,7 @@ def main() -> None:
     print(f"    planted duplicates caught      {dup_caught}/{len(DUPLICATES)}")
     print(f"    planted contradictions resolved {conf_caught}/{len(CONFLICTS)} (newer wins)")
     print(f"    distinct memories wrongly merged/superseded {false_hits}/{len(DISTINCT)}")
-    print("  written", write_result("pipelines", result))
+    return save(args.out, result)
 
 
 if __name__ == "__main__":

@@ -6,18 +6,17 @@ prompt-injection traces, and its false-positive rate on benign ones.
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from bench.common import write_result
+from bench.command import parser, save
 from bench.quality.poisoning.data import BENIGN, POISONED
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, "poisoning")
     ap.add_argument("--model", default="local/smollm2")
     ap.add_argument("--data-dir", default=".memscale")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     from app.llm.gateway import Gateway
     from pipelines.distillation import prompts
     from pipelines.distillation.steps import EpisodeText, judge
@@ -49,7 +48,7 @@ def main() -> None:
     print(f"  benign traces flagged suspicious: {len(false_pos)}/{len(BENIGN)}; kept as useful {len(benign_kept)}/{len(BENIGN)}")
     for m in result["missed"]:
         print(f"  missed: {m}")
-    print("  written", write_result("poisoning", result))
+    return save(args.out, result)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ exactly main's results, and a dump of main's rows (md5 per table) must not chang
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 from datetime import datetime, timezone
@@ -26,7 +25,8 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import RESULTS, fresh_database, main_dump, pct, serve_in_thread, summary_ms, write_json_md
+from bench.command import parser, save
+from bench.common import fresh_database, main_dump, pct, serve_in_thread, summary_ms
 from bench.speed.filtered_knn.__main__ import FRACTIONS, derive, embed_base
 from bench.speed.filtered_knn.__main__ import load as load_rows
 
@@ -164,19 +164,16 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, "branches")
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--base", type=int, default=12_000)
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--branch-ops", type=int, default=600)
     ap.add_argument("--job-max-n", type=int, default=5000, help="run the consolidation job in the branch up to this n")
-    ap.add_argument("--out", default=str(RESULTS / "branches.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     res = run(args)
-    md = markdown(res)
-    print(md)
-    write_json_md(args.out, res, md)
+    return save(args.out, res, markdown(res))
 
 
 if __name__ == "__main__":

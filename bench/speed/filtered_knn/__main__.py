@@ -17,7 +17,6 @@ reader; k = 10 (vector search) and k = 100 (the hybrid pool).
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import random
@@ -28,7 +27,8 @@ import numpy as np
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import RESULTS, ROOT, fresh_database, pct, write_json_md
+from bench.command import parser, save
+from bench.common import ROOT, fresh_database, pct
 
 FRACTIONS = {"100%": "all", "20%": "p20", "5%": "p5", "0.5%": "p05"}
 # (label, vector_ids mode, ef_search): today's pass at 400; iterative scans from the default 40 and from 100
@@ -198,20 +198,17 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, "filtered_knn")
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--base", type=int, default=12_000)
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--modes", default=",".join(m[0] for m in ALL_MODES), help="labels of the modes to run (exact always runs)")
-    ap.add_argument("--out", default=str(RESULTS / "filtered_knn.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     global MODES
     MODES = tuple(m for m in ALL_MODES if m[0] in args.modes.split(",") or m[0] == "exact")
     res = run(args)
-    md = markdown(res)
-    print(md)
-    write_json_md(args.out, res, md)
+    return save(args.out, res, markdown(res))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ KVs from the disk tier (RAM tier off). Results: a table on stdout and
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import statistics
@@ -28,11 +26,10 @@ import torch
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, config_from_env
 from app.inference.store import ChunkStore, StoreConfig
-from bench.common import RESULTS as RESULTS_DIR
+from bench.command import parser, save
 from bench.speed.inference_blend.dataset import build
 from bench.speed.inference_blend.metrics import exact_match, f1, value_recall
 
-RESULTS = RESULTS_DIR / "inference_blend.json"
 # (label, mode, recompute_ratio, tier)
 RUNS = [
     ("full", "full", 0.0, "mem"),
@@ -78,15 +75,14 @@ def kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
     return float((p.exp() * (p - q)).sum())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.speed.inference_blend")
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, "inference_blend")
     ap.add_argument("--quick", action="store_true", help="4 examples (a smoke run)")
     ap.add_argument("--examples", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the 2 cores here are shared)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n_examples = 4 if args.quick else args.examples
 
     engine = Engine.load(EngineConfig(model_path=config_from_env().model_path, threads=args.threads))
@@ -140,10 +136,8 @@ def main() -> None:
         "targets": targets(summary),
         "examples": records,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
     print_table(out)
-    print(f"\nwritten to {args.out}")
+    return save(args.out, out, indent=1)
 
 
 def summarise(records: list[dict]) -> dict:

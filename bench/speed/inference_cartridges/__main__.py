@@ -1,12 +1,13 @@
-"""``python -m bench.speed.inference_cartridges [--quick] [--threads N]``: run, print, write JSON."""
+"""Cartridges vs. in-context: accuracy, KV bytes, TTFT and throughput with the local model.
+
+    .venv/bin/python -m bench.speed.inference_cartridges [--quick] [--threads N]
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 from pathlib import Path
-
-import click
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -56,26 +57,27 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
-@click.command()
-@click.option("--quick", is_flag=True, help="Small plan: a few minutes, 20 questions.")
-@click.option("--threads", default=1, show_default=True,
-              help="torch threads (the 2 cores are shared; oversubscribed OpenMP is much slower).")
-@click.option("--resume", is_flag=True, help="Reuse self-study shards and checkpoints of a killed run.")
-@click.option("--work", type=click.Path(path_type=Path), default=None,
-              help="Scratch directory (default .memscale/bench/inference_cartridges/<mode>).")
-def main(quick: bool, threads: int, resume: bool, work: Path | None) -> None:
-    from bench.common import write_result
+def main(argv: list[str] | None = None) -> dict:
+    from bench.command import parser, save
+    from bench.common import RESULTS
 
     from .run import QUICK, BenchPlan, run
 
+    ap = parser(__doc__, None)
+    ap.add_argument("--quick", action="store_true", help="small plan: a few minutes, 20 questions")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (oversubscribed OpenMP is much slower)")
+    ap.add_argument("--resume", action="store_true", help="reuse self-study shards and checkpoints of a killed run")
+    ap.add_argument("--work", type=Path, default=None, help="scratch folder (default .memscale/bench/inference_cartridges/<mode>)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON result (default bench/results/inference_cartridges.json, _quick with --quick)")
+    a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    plan = QUICK if quick else BenchPlan()
-    work = work or Path(".memscale/bench/inference_cartridges") / plan.mode
-    results = run(plan, work, threads=threads, resume=resume)
+    plan = QUICK if a.quick else BenchPlan()
+    work = a.work or Path(".memscale/bench/inference_cartridges") / plan.mode
+    results = run(plan, work, threads=a.threads, resume=a.resume)
     name = "inference_cartridges" if plan.mode == "full" else f"inference_cartridges_{plan.mode}"
-    path = write_result(name, results)
-    click.echo(render(results))
-    click.echo(f"\nwrote {path}")
+    print(render(results))
+    return save(a.out or RESULTS / f"{name}.json", results)
 
 
 if __name__ == "__main__":

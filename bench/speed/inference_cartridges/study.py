@@ -19,7 +19,6 @@ Training data (``--runs`` names which):
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import replace
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import RESULTS as RESULTS_DIR
+from bench.command import parser, save
 from app.inference.context_distillation import DistillConfig, DistillExample, train
 from app.inference.kv import PrefixKV, compute_kv
 from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
@@ -39,7 +38,6 @@ from pipelines.cartridges.trainer import initial_cartridge
 from . import evaluate as ev
 from .corpus import build_corpus, sample_questions
 
-RESULTS = RESULTS_DIR / "cartridge_study.json"
 P = 256
 BASE = DistillConfig(steps=24, batch_size=8, lr=2e-2, checkpoint_every=8)
 RUNS: dict[str, dict] = {
@@ -87,7 +85,7 @@ def score(model, tok, prefix: PrefixKV | None, facts, cap: int, generate: bool, 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.speed.inference_cartridges.study")
+    ap = parser(__doc__, "cartridge_study")
     ap.add_argument("--runs", default=",".join(RUNS))
     ap.add_argument("--steps", type=int, default=BASE.steps)
     ap.add_argument("--eval-every", type=int, default=8)
@@ -96,7 +94,6 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--gen-every", action="store_true", help="greedy generation at every evaluation, not only the last")
     ap.add_argument("--work", type=Path, default=Path(".memscale/bench/cartridge_study"))
-    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     model, tok = load_causal_lm(local_model_dir(".memscale"), threads=args.threads)
@@ -118,8 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
                 score(model, tok, compute_kv(model, torch.tensor(ctx[:P])), facts, cap, True),
             "whole corpus in context": score(model, tok, compute_kv(model, torch.tensor(ctx)), facts, cap, False),
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+        save(args.out, result, indent=1, echo=False)
     if "dev_baselines" not in result:
         result["dev_questions"] = len(dev)
         result["dev_baselines"] = {
@@ -128,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
                 score(model, tok, compute_kv(model, torch.tensor(ctx[:P])), dev, cap, False),
             "whole corpus in context": score(model, tok, compute_kv(model, torch.tensor(ctx)), dev, cap, False),
         }
-        args.out.write_text(json.dumps(result, indent=1))
+        save(args.out, result, indent=1, echo=False)
     print(json.dumps({"test": result["baselines"], "dev": result["dev_baselines"]}, indent=1), flush=True)
 
     data: dict[str, list[DistillExample]] = {}
@@ -191,10 +187,9 @@ def main(argv: list[str] | None = None) -> dict:
                           "loss_last": losses[-1], "seconds": round(time.perf_counter() - t, 1)})
             print(name, curve[-1], flush=True)
         result["runs"][name] = {"spec": spec, "curve": curve, "losses": losses}
-        args.out.write_text(json.dumps(result, indent=1))
+        save(args.out, result, indent=1, echo=False)
     result["total_seconds"] = round(time.perf_counter() - t0, 1)
-    args.out.write_text(json.dumps(result, indent=1))
-    return result
+    return save(args.out, result, indent=1)
 
 
 if __name__ == "__main__":

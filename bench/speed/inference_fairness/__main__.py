@@ -22,7 +22,6 @@ bench/results/inference_fairness.json (+ .md).
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import threading
@@ -31,7 +30,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import RESULTS, free_port, load_average, report, summary_ms
+from bench.command import parser, save
+from bench.common import free_port, load_average, summary_ms
 
 KEY = b"bench-inference-fairness-key"
 VICTIM = ("Notes: the Plimton observatory opens at dusk. Dr. Anna Kell found comet K-17 there in 2011; "
@@ -125,12 +125,11 @@ def run_arm(engine, arm: str, requests: int, flooders: int, rounds: int) -> dict
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "inference_fairness")
     ap.add_argument("--requests", type=int, default=12, help="victim requests per phase")
     ap.add_argument("--flooders", type=int, default=4, help="concurrent flood loops (one token, one org)")
     ap.add_argument("--arms", default="fair,hold")
     ap.add_argument("--rounds", type=int, default=2, help="alternating quiet / flood blocks per arm")
-    ap.add_argument("--out", default=str(RESULTS / "inference_fairness.json"))
     args = ap.parse_args(argv)
 
     from app.inference.engine import Engine, EngineConfig
@@ -153,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(f"| {arm} | {r['unloaded']['p50_ms']:.0f} / {r['unloaded']['p95_ms']:.0f} | "
                      f"{r['flood']['p50_ms']:.0f} / {r['flood']['p95_ms']:.0f} | {r['p95_ratio']} | "
                      f"{r['flood_statuses']} |")
-    return report(args.out, result, "\n".join(lines))
+    return save(args.out, result, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ reads themselves are the current code's. Without `--reuse` every run builds afre
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sqlite3
@@ -133,18 +132,17 @@ def main(argv: list[str] | None = None) -> dict:
     from app.client import MemscaleClient
     from app.config import Settings
     from app.search.instruction import interpret
-    from bench.common import RESULTS, ApiProcess, existing_database, serve_in_thread
+    from bench.command import parser, save
+    from bench.common import ApiProcess, existing_database, serve_in_thread
     from bench.quality.instructions.data import load
     from bench.quality.memory_scaling.run import Harness
 
-    ap = argparse.ArgumentParser(prog="python -m bench.speed.knowledge_tree", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, "knowledge_tree")
     ap.add_argument("--tables", type=int, default=500)
     ap.add_argument("--columns", type=int, default=20)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--real-embedder", action="store_true", help="MiniLM for the bootstrap and search (slow set-up)")
     ap.add_argument("--reuse", action="store_true", help="measure the org an earlier run bootstrapped, if any")
-    ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     db_name, org_name = "memscale_bench_tree", f"tree-{a.tables}x{a.columns}"
     h = Harness(db_name, model=Settings().llm_model, budget=1000,
@@ -225,9 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
             api.stop()
         h.close()
     print(json.dumps(result, indent=1))
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "knowledge_tree.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    return result
+    return save(a.out, result, indent=1)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ stdout and bench/results/load.json.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import json
@@ -39,7 +38,8 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import ApiProcess, fresh_database, summary_ms, write_result
+from bench.command import parser, save
+from bench.common import ApiProcess, fresh_database, summary_ms
 from bench.speed.service.data import query, sentence
 
 DB_NAME = "memscale_bench_load"
@@ -177,8 +177,8 @@ async def _run_load(base: str, tenants: list[dict], clients: int, warmup: float,
     return rec, t_measure, max(t_done, t_end)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, "load")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=60.0, help="measured duration")
     ap.add_argument("--warmup", type=float, default=5.0, help="unmeasured load before it")
@@ -187,8 +187,7 @@ def main() -> None:
     ap.add_argument("--seed-per-user", type=int, default=50, help="episodes seeded per user (and 1 memory)")
     ap.add_argument("--pool-size", type=int, default=None, help="Settings.db_pool_size (default: Settings' own)")
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--name", default="load", help="result file bench/results/NAME.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.seconds + args.warmup > 240:
         ap.error("warmup + seconds must stay under 240 s (the whole run is bounded to 5 minutes)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -269,7 +268,7 @@ def main() -> None:
                  "exhausted": bool(pool_timeouts or five_xx)},
         "wall_s": round(time.time() - wall0, 1),
     }
-    path = write_result(args.name, result)
+    save(args.out, result)
     _drop_database(settings)
     signal.alarm(0)
 
@@ -288,7 +287,8 @@ def main() -> None:
     for op, s in ops.items():
         if s["errors"]:
             print(f"  {op} errors: {json.dumps(s['errors'])}")
-    print(f"wrote {path} ({result['wall_s']}s wall)")
+    print(f"{result['wall_s']}s wall")
+    return result
 
 
 def _drop_database(settings) -> None:  # noqa: ANN001

@@ -28,16 +28,17 @@ side in one run, against an earlier commit's API (its own worktree, removed afte
 
 from __future__ import annotations
 
-import argparse
 import random
 import threading
 import time
+from pathlib import Path
 
 import httpx
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from bench.common import ApiProcess, fresh_database, pct, summary_ms, worktree, write_result
+from bench.command import parser, save
+from bench.common import RESULTS, ApiProcess, fresh_database, pct, summary_ms, worktree
 from bench.speed.service.data import query, sentence
 
 DB_NAME = "memscale_bench_fair"
@@ -162,7 +163,7 @@ def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=No
         api.stop()
 
 
-def main_dates(a) -> None:  # noqa: ANN001
+def main_dates(a) -> dict:  # noqa: ANN001
     out = {"args": vars(a), "runs": {}}
     with worktree(a.against) as old_tree:
         arms = ((("old", old_tree, {}),) if old_tree else ()) + (
@@ -175,7 +176,7 @@ def main_dates(a) -> None:  # noqa: ANN001
                   f"{r['unloaded']['p95_ms']} ms | flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max "
                   f"{r['flood']['max_ms']} ms (n={r['flood']['n']}, errors {len(r['flood']['errors'])}) | "
                   f"p95 ratio {r['p95_ratio']} | flooder {r['flooder']}", flush=True)
-    print("written", write_result("fairness_dates", out))
+    return save(a.out or RESULTS / "fairness_dates.json", out)
 
 
 def run_config(settings, *, fair: bool, quiet_s: float, flood_s: float, flooders: int, batch: int) -> dict:  # noqa: ANN001
@@ -206,8 +207,8 @@ def run_config(settings, *, fair: bool, quiet_s: float, flood_s: float, flooders
         api.stop()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, None)
     ap.add_argument("--quiet-s", type=float, default=15)
     ap.add_argument("--flood-s", type=float, default=45)
     ap.add_argument("--flooders", type=int, default=None, help="concurrent flood loops (batches 3, dates 4)")
@@ -216,7 +217,9 @@ def main() -> None:
     ap.add_argument("--against", default=None, help="dates: an earlier commit's API measured side by side")
     ap.add_argument("--read-gate-ab", action="store_true",
                     help="dates: this checkout also without its per-key read gate (MEMSCALE_READS_PER_KEY=0)")
-    a = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON result (default: bench/results/fairness.json, fairness_dates.json with --flood dates)")
+    a = ap.parse_args(argv)
     a.flooders = a.flooders or (4 if a.flood == "dates" else 3)
     if a.flood == "dates":
         return main_dates(a)
@@ -229,7 +232,7 @@ def main() -> None:
               f"flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max {r['flood']['max_ms']} ms "
               f"(n={r['flood']['n']}, errors {len(r['flood']['errors'])}) | p95 ratio {r['p95_ratio']} | "
               f"flooder {r['flooder']}", flush=True)
-    print("written", write_result("fairness", out))
+    return save(a.out or RESULTS / "fairness.json", out)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ memory, `1+pg` and `2` in PostgreSQL (what --workers > 1 picks).
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import subprocess
@@ -22,7 +21,8 @@ import time
 
 import httpx
 
-from bench.common import free_port, fresh_database, pct, write_result
+from bench.command import parser, save
+from bench.common import free_port, fresh_database, pct
 
 
 def seed(settings, n: int) -> tuple[str, list[str]]:  # noqa: ANN001
@@ -125,13 +125,13 @@ def load(base: str, key: str, ids: list[str], clients: int, seconds: float) -> d
             **{f"{k}_p95_ms": round(pct([x * 1000 for x in v], 95), 1) for k, v in lat.items()}}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, "workers")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--episodes", type=int, default=2000)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     settings = fresh_database("memscale_bench_workers")
     key, ids = seed(settings, args.episodes)
     phases = [("1", 1, {"MEMSCALE_RATE_LIMIT_BACKEND": "memory"}),
@@ -156,7 +156,7 @@ def main() -> None:
     out = {"cpus": os.cpu_count(), "clients": args.clients, "seconds": args.seconds, "episodes": len(ids),
            "runs": runs, "summary": summary}
     print(summary)
-    print("written", write_result("workers", out))
+    return save(args.out, out)
 
 
 if __name__ == "__main__":

@@ -10,28 +10,28 @@ A fresh database `memscale_bench_neighbours`; one user's turns spread over a few
 
 from __future__ import annotations
 
-import argparse
 import time
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import fresh_database, summary_ms, write_result
+from bench.command import parser, save
+from bench.common import fresh_database, summary_ms
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     from app.auth.principal import Principal
     from app.kit.db import bind_principal, make_engine, make_sessionmaker
     from app.kit.pg import app_url
     from app.orgs import service as orgs
     from app.search.repository import neighbour_ids
 
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, "neighbours")
     ap.add_argument("--turns", type=int, default=60_000)
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--hits", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=10)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     settings = fresh_database("memscale_bench_neighbours")
     admin = create_engine(settings.database_url)
     with Session(admin, expire_on_commit=False) as db:
@@ -71,7 +71,7 @@ def main() -> None:
     print(f"bench/speed/neighbours  {args.turns} turns in {args.sessions} sessions, {args.hits} hits")
     for k in ("session_time_index", "old_session_index"):
         print(f"  {k:<20} p50 {out[k]['p50_ms']:>8} ms  p95 {out[k]['p95_ms']:>8} ms  ({out[k]['pairs']} pairs)")
-    print("  written", write_result("neighbours", out))
+    return save(args.out, out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ down to 0014 first, one table per type with a global HNSW index (bench/speed/sca
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -25,7 +24,8 @@ import httpx
 import numpy as np
 from sqlalchemy import create_engine
 
-from bench.common import RESULTS, fresh_database, load_average, serve_in_thread, write_json_md
+from bench.command import parser, save
+from bench.common import RESULTS, fresh_database, load_average, serve_in_thread
 
 
 def run(args, embedder=None) -> dict:  # noqa: ANN001
@@ -75,7 +75,7 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
         st["ingest"] = measure.ingest(http, embedder, writer, args.ingest)
         print(f"ingest at {hi} items: {st['ingest']}  (load {load_average()})", flush=True)
         res["stages"].append(st)
-        write_json_md(args.out, res, markdown(res))
+        save(args.out, res, markdown(res), echo=False)
     res["build_s"] = round(time.perf_counter() - t_start, 1)
     res["sizes"] = data.sizes_report(raw.cursor())
     raw.rollback()
@@ -90,7 +90,7 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
         r["load_average_after"] = load_average()
         res["classes"][label] = r
         print(label, r, flush=True)
-        write_json_md(args.out, res, markdown(res))
+        save(args.out, res, markdown(res), echo=False)
     res["total_s"] = round(time.perf_counter() - t_start, 1)
     http.close()
     raw.close()
@@ -136,7 +136,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None, embedder=None) -> dict:  # noqa: ANN001
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, None)
     ap.add_argument("--items", type=int, default=1_000_000)
     ap.add_argument("--orgs", type=int, default=1000)
     ap.add_argument("--layout", choices=("hash", "global"), default="hash",
@@ -149,16 +149,14 @@ def main(argv: list[str] | None = None, embedder=None) -> dict:  # noqa: ANN001
     ap.add_argument("--db", default=None, help="default: memscale_bench_scale_hash (hash), memscale_bench_scale (global)")
     ap.add_argument("--keep", action="store_true", help="keep the staging tables")
     ap.add_argument("--cache", default="", help="folder of the base embeddings' cache (default: data dir/bench-cache)")
-    ap.add_argument("--out", default=None, help="default: bench/results/scale_hash.json (hash), scale.json (global)")
+    ap.add_argument("--out", type=Path, default=None, help="default: bench/results/scale_hash.json (hash), scale.json (global)")
     args = ap.parse_args(argv)
     hashed = args.layout == "hash"  # the names earlier runs used for each layout
     args.db = args.db or ("memscale_bench_scale_hash" if hashed else "memscale_bench_scale")
-    args.out = args.out or str(RESULTS / ("scale_hash.json" if hashed else "scale.json"))
+    args.out = args.out or RESULTS / ("scale_hash.json" if hashed else "scale.json")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     res = run(args, embedder)
-    write_json_md(args.out, res, markdown(res))
-    print(markdown(res))
-    return res
+    return save(args.out, res, markdown(res))
 
 
 if __name__ == "__main__":

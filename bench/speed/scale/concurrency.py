@@ -16,7 +16,6 @@ requests per second, p50/p95 ms, and whether both arms handed out the same ids f
 
 from __future__ import annotations
 
-import argparse
 import os
 import threading
 import time
@@ -65,18 +64,17 @@ def main(argv: list[str] | None = None) -> dict:
     from sqlalchemy import create_engine
 
     from app.kit.pg import admin_url
-    from bench.common import ApiProcess, arm_row, database_settings, load_average, write_result
+    from bench.command import parser, save
+    from bench.common import ApiProcess, arm_row, database_settings, load_average
     from bench.speed.scale import measure
 
-    ap = argparse.ArgumentParser(prog="python -m bench.speed.scale.concurrency", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, "scale_concurrency")
     ap.add_argument("--db", default="memscale_bench_scale_hash")
     ap.add_argument("--org", default="scale-0000")
     ap.add_argument("--clients", default="1,4")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--queries", type=int, default=60)
-    ap.add_argument("--out", default=None, help="a .json path (default: bench/results/scale_concurrency.json)")
     a = ap.parse_args(argv)
 
     s = database_settings(a.db)
@@ -118,8 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"clients {c}: " + "; ".join(f"{n} {v['requests_per_s']} req/s p50/p95 {v['p50_ms']}/{v['p95_ms']} ms"
                                               for n, v in row.items()), flush=True)
         print("same results", out["same_results"], "load", out["load"])
-        write_result("scale_concurrency", out, a.out)
-        return out
+        return save(a.out, out)
     finally:
         for p in procs.values():
             p.stop()

@@ -10,7 +10,6 @@ embedded PostgreSQL; figures go to stdout and bench/results/service.json.
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 
@@ -19,19 +18,20 @@ import numpy as np
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from bench.common import fresh_database, serve_in_thread, summary_ms, write_result
+from bench.command import parser, save
+from bench.common import fresh_database, serve_in_thread, summary_ms
 from bench.speed.service.data import query, sentence
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> dict:
+    ap = parser(__doc__, "service")
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--users", type=int, default=20)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--org-share", type=float, default=0.005, help="share of items visible to the whole org")
     ap.add_argument("--seed", type=int, default=7)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rng = random.Random(args.seed)
 
     from app.auth.principal import Principal
@@ -211,8 +211,8 @@ def main() -> None:
     print(f"  {'over HTTP hybrid (all types)':28s} {over_http['p50_ms']:8.2f} {over_http['p95_ms']:8.2f} {over_http['p99_ms']:8.2f}")
     print(f"  recall@10 vector under ACL filter: {result['recall_at_10_vector_5pct_visible']:.4f} "
           f"(exact fallback on {result['exact_fallback_share_vector']:.0%} of queries)")
-    print("  written", write_result("service", result))
     http.close()
+    return save(args.out, result)
 
 
 if __name__ == "__main__":
