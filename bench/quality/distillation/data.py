@@ -20,6 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.quality.distillation.chatter import CHATTER
+from bench.quality.distillation.corrections import CORRECTIONS
+from bench.quality.distillation.trajectories import TRAJECTORIES
+
 USERS = {"alice": ("finance",), "bob": ("eng",), "carol": ("finance", "eng"), "dave": ()}
 
 
@@ -293,87 +297,13 @@ _fam("weeks", ("iso week|iso-week", "monday"), "dev", "convention",
 
 # -- tool trajectories whose fix is the lesson ---------------------------------------------------
 
-_fam("v2", ("v2", "invoice"), "test", "trajectory",
-     ("trajectory", "bob", "org", "Task: fetch invoice 123\nTool: GET /api/invoices/123 -> 404 Not Found\n"
-      "Agent: The invoices endpoint moved under /api/v2.\nTool: GET /api/v2/invoices/123 -> 200 OK", "success"),
-     ("note", "carol", "org", "Heads up: the invoices API now lives under /api/v2; the old path returns 404."))
-
-_fam("utf8", ("utf8|utf-8", "export"), "dev", "trajectory",
-     ("trajectory", "alice", "private", "Task: export the customer list\nTool: export_csv(customers) -> file with "
-      "broken umlauts\nAgent: The export needs the --encoding utf-8 flag.\nTool: export_csv(customers, --encoding "
-      "utf-8) -> ok, umlauts fine", "success"),
-     ("conversation", "dave", "org", "User: remember that the customer export must be run with UTF-8 encoding or "
-      "the umlauts break.\nAssistant: Noted."))
-
-_fam("token", ("token", "hour|60 min"), "test", "trajectory",
-     ("trajectory", "bob", "group", "Task: nightly sync\nTool: sync_accounts() -> 401 Unauthorized after 65 min\n"
-      "Agent: The access token expires after one hour, so the sync must refresh it.\nTool: refresh_token() -> ok\n"
-      "Tool: sync_accounts() -> done", "success", ("eng",)),
-     ("note", "dave", "org", "Access tokens for the sync service expire after 60 minutes; refresh them in long jobs."))
-
-_fam("page100", ("100", "page"), "dev", "trajectory",
-     ("trajectory", "carol", "org", "Task: list all CRM contacts\nTool: crm.list(page_size=500) -> 400 Bad Request: "
-      "page_size too large\nAgent: The CRM API accepts at most 100 records per page.\nTool: crm.list(page_size=100) "
-      "-> 100 contacts, next_page=2", "success"),
-     ("note", "bob", "org", "The CRM API returns at most 100 records per page; paginate."))
-
-_fam("etl", ("scheduler", "etl"), "test", "trajectory",
-     ("trajectory", "dave", "org", "Task: fix stalled ETL\nTool: etl.status() -> stalled since 03:10\n"
-      "Tool: etl.rerun(partition=yesterday) -> still stalled\nAgent: Restarting the scheduler pod first.\n"
-      "Tool: k8s.restart(scheduler) -> ok\nTool: etl.rerun(partition=yesterday) -> success\nAgent: When the ETL "
-      "job stalls, restart the scheduler pod before re-running the partition.", "success"),
-     ("note", "bob", "group", "Runbook: when the ETL stalls, restart the scheduler pod, then re-run yesterday's "
-      "partition.", None, ("eng",)))
-
-_fam("rollup", ("300", "rollup"), "dev", "trajectory",
-     ("trajectory", "alice", "org", "Task: monthly rollup\nTool: wh.query(monthly_rollup) -> ERROR: statement "
-      "timeout after 60s\nAgent: Retrying with a longer timeout.\nTool: wh.query(monthly_rollup, timeout=300) -> "
-      "ok in 212s\nAgent: The monthly rollup needs a 300 second timeout.", "success"),
-     ("note", "bob", "group", "Remember: the monthly rollup query needs timeout=300, the default 60s is too short.", None, ("eng",)))
-
-_fam("euwest", ("eu-west", "export"), "test", "trajectory",
-     ("trajectory", "carol", "org", "Task: upload export\nTool: s3.put(bucket=us-exports, file=customers.csv) -> "
-      "AccessDenied\nUser: customer exports must go to the eu-west bucket, data residency.\nTool: s3.put("
-      "bucket=eu-west-exports, file=customers.csv) -> ok", "success"),
-     ("note", "dave", "org", "Use the eu-west bucket for customer exports; the us bucket is for analytics only."))
-
-_fam("sandbox", ("sandbox", "stripe|payment"), "dev", "trajectory",
-     ("trajectory", "bob", "private", "Task: test refund flow\nTool: stripe.refund(live_key, ch_123) -> blocked by "
-      "policy\nAgent: Payment tests must use the Stripe sandbox key.\nTool: stripe.refund(sandbox_key, ch_123) -> "
-      "refunded", "success"),
-     ("conversation", "bob", "org", "User: never use live Stripe keys in tests, only the sandbox key.\nAssistant: Understood."))
+for _args in TRAJECTORIES:
+    _fam(*_args)
 
 # -- corrections of the agent -------------------------------------------------------------------
 
-_fam("vat", ("8.1", "vat"), "test", "correction",
-     ("conversation", "alice", "group", "Assistant: I applied Swiss VAT of 7.7%.\nUser: That's outdated. Swiss "
-      "VAT is 8.1% since 2024.\nAssistant: Corrected."),
-     ("feedback", "carol", "org", "The invoice draft used 7.7% VAT. Swiss VAT is 8.1% now."))
-
-_fam("cfo_name", ("lena vogt", "cfo"), "dev", "correction",
-     ("conversation", "dave", "org", "Assistant: I sent the summary to Lena Vogel, the CFO.\nUser: Our CFO is Lena "
-      "Vogt, not Vogel. Please resend.\nAssistant: Sorry, resent to Lena Vogt."),
-     ("note", "alice", "org", "Our CFO is Lena Vogt (spelled V-o-g-t)."))
-
-_fam("sprint", ("two weeks|2 weeks|two-week|2-week", "sprint"), "test", "correction",
-     ("conversation", "bob", "group", "Assistant: The sprint ends in three weeks.\nUser: Actually, sprints are two "
-      "weeks long here, not three.", None, ("eng",)),
-     ("note", "carol", "group", "Our sprints run for 2 weeks, starting Wednesday.", None, ("eng",)))
-
-_fam("aug1", ("1 august|august 1|1st of august", "closed"), "dev", "correction",
-     ("conversation", "alice", "org", "Assistant: I booked the client workshop for 1 August.\nUser: No, the office "
-      "is closed on 1 August, it's the Swiss national holiday. Move it to the 2nd."),
-     ("note", "carol", "org", "The office is closed on August 1 for the national holiday."))
-
-_fam("expense", ("500", "expense"), "test", "correction",
-     ("conversation", "dave", "private", "Assistant: Expenses need manager approval above 1000 CHF.\nUser: That's "
-      "wrong, the limit is 500 CHF. Expenses above 500 CHF need manager approval."),
-     ("note", "alice", "org", "Expense claims above 500 CHF require manager approval."))
-
-_fam("weekly", ("monday", "status report|weekly report"), "dev", "correction",
-     ("conversation", "carol", "private", "Assistant: Your weekly status report is due Friday.\nUser: no, weekly "
-      "status reports are due Monday at 10:00."),
-     ("note", "carol", "group", "Weekly status reports are due every Monday at 10:00.", None, ("finance",)))
+for _args in CORRECTIONS:
+    _fam(*_args)
 
 # -- two lessons in one trace -----------------------------------------------------------------
 
@@ -392,81 +322,7 @@ TRACES.append(Trace("multi-4", "dev", "trajectory", "note", "carol", "org", (),
 
 # -- chatter, meta talk and cue words without a lesson ------------------------------------------
 
-_CHATTER = [
-    ("conversation", "alice", "org", "User: hi! how are you today?\nAssistant: I'm fine, thanks. How can I help?"),
-    ("conversation", "bob", "private", "User: thanks, that worked!\nAssistant: Glad to help."),
-    ("conversation", "carol", "private", "User: ok\nAssistant: Anything else?\nUser: no, bye"),
-    ("conversation", "dave", "org", "Human: good morning team\nAI: Good morning! What can I do for you?"),
-    ("conversation", "alice", "private", "User: what can you do?\nAssistant: I can search documents, run queries "
-     "and draft emails."),
-    ("conversation", "bob", "org", "User: can you summarise this chat for me?\nAssistant: We discussed the agenda "
-     "for tomorrow's call."),
-    ("conversation", "carol", "group", "User: lol that's hilarious\nAssistant: :)"),
-    ("conversation", "dave", "private", "User: never mind, I found it myself.\nAssistant: Great!"),
-    ("conversation", "alice", "org", "User: don't worry about it, thanks anyway!\nAssistant: No problem."),
-    ("conversation", "bob", "private", "User: remember the offsite last year? good times\nAssistant: Sounds like it "
-     "was fun!"),
-    ("note", "carol", "org", "Heads up, I'm running 5 minutes late to the sync."),
-    ("note", "dave", "org", "For the record, I think the demo went really well today!"),
-    ("conversation", "alice", "private", "User: Should we always use the staging cluster for load tests?\n"
-     "Assistant: That depends on the test size. What do you think?\nUser: not sure, let's discuss tomorrow."),
-    ("conversation", "bob", "org", "User: is the VPN slow for anyone else?\nAssistant: I can't check network "
-     "speed, sorry."),
-    ("note", "carol", "org", "Lunch at noon? The new Thai place is open."),
-    ("conversation", "dave", "private", "User: I'm out for lunch, back at 2.\nAssistant: Enjoy your lunch!"),
-    ("conversation", "alice", "org", "User: What is the capital of Australia?\nAssistant: Canberra is the capital "
-     "of Australia."),
-    ("conversation", "bob", "private", "User: tell me a joke\nAssistant: Why did the database break up with the "
-     "index? It felt constrained."),
-    ("conversation", "carol", "private", "User: please rephrase this sentence to sound friendlier: 'send the file'\n"
-     "Assistant: Could you please send me the file when you have a moment?"),
-    ("trajectory", "dave", "org", "Task: check weather\nTool: weather(city=Zurich) -> 14°C, cloudy\nAgent: It is "
-     "14°C and cloudy in Zurich.", "success"),
-    ("trajectory", "alice", "private", "Task: count open tickets\nTool: tickets.count(status=open) -> 37\nAgent: "
-     "There are 37 open tickets right now.", "success"),
-    ("conversation", "bob", "org", "User: happy friday everyone!\nAssistant: Happy Friday!"),
-    ("conversation", "carol", "org", "User: sorry, wrong chat\nAssistant: No worries."),
-    ("conversation", "dave", "private", "User: hmm let me think about it\nAssistant: Take your time."),
-    ("conversation", "alice", "group", "User: great job on the report yesterday\nAssistant: Thank you!"),
-    ("note", "bob", "private", "TODO: buy milk, call the plumber."),
-    ("conversation", "carol", "private", "User: can you translate 'good morning' into French?\nAssistant: Bonjour."),
-    ("conversation", "dave", "org", "User: who won the match last night?\nAssistant: I don't have live sports "
-     "results."),
-    ("conversation", "alice", "private", "User: I always forget where I put my keys haha\nAssistant: That happens "
-     "to everyone!"),
-    ("conversation", "bob", "org", "User: please make it shorter\nAssistant: Sure, here is a shorter version: "
-     "Meeting moved."),
-    ("conversation", "carol", "org", "User: Never again am I ordering pizza from that place, it was cold.\n"
-     "Assistant: Sorry to hear that!"),
-    ("conversation", "dave", "org", "User: test\nAssistant: Test received."),
-    ("trajectory", "alice", "org", "Task: send the agenda\nTool: email.send(to=team, subject=Agenda) -> sent\n"
-     "Agent: Done, the agenda is out.", "success"),
-    ("conversation", "bob", "private", "User: can you remind me what we talked about yesterday?\nAssistant: "
-     "We talked about the roadmap draft."),
-    ("conversation", "carol", "private", "User: ugh, mondays.\nAssistant: Hang in there!"),
-    ("conversation", "dave", "private", "User: Please always be this fast, that was amazing\nAssistant: Thanks!"),
-    ("note", "alice", "org", "Welcome to the team, Jonas! Drinks on Thursday."),
-    ("conversation", "bob", "org", "User: the printer on floor 2 is jammed again\nAssistant: I'll let facilities "
-     "know."),
-    ("conversation", "carol", "group", "User: make sure you get some rest this weekend!\nAssistant: I'm an AI, "
-     "but thank you!"),
-    ("conversation", "dave", "org", "User: do you remember my name?\nAssistant: You are Dave."),
-    ("trajectory", "bob", "private", "Task: ping service\nTool: http_get(/health) -> 200 OK\nAgent: The service is "
-     "healthy.", "success"),
-    ("conversation", "alice", "org", "User: what does the acronym ETL stand for?\nAssistant: Extract, transform, "
-     "load."),
-    ("conversation", "carol", "org", "User: is it going to rain tomorrow?\nAssistant: I can check the forecast if "
-     "you like."),
-    ("conversation", "dave", "org", "User: cool, see you next week\nAssistant: See you!"),
-    ("feedback", "bob", "org", "Nice answer, thanks."),
-    ("feedback", "alice", "private", "That was not helpful."),
-    ("conversation", "alice", "org", "User: brb, coffee\nAssistant: Sure."),
-    ("note", "dave", "private", "Interesting article on vector databases, read later."),
-    ("conversation", "carol", "org", "User: you're the best, always so helpful\nAssistant: Happy to help!"),
-    ("conversation", "bob", "org", "User: remind me tomorrow at 9 to call the bank\nAssistant: Reminder set for 9:00 tomorrow."),
-]
-
-for i, t in enumerate(_CHATTER):
+for i, t in enumerate(CHATTER):
     kind, owner, vis, content = t[:4]
     outcome = t[4] if len(t) > 4 else None
     groups = USERS[owner][:1] if vis == "group" else ()
