@@ -2,7 +2,7 @@
 ranking before (RRF at k-dependent depth), without the second round, and now, interleaved twice
 so all see the same load.
 
-    .venv/bin/python -m bench.speed.locomo_latency
+    .venv/bin/python -m bench.research.locomo_ranking_latency
 """
 from __future__ import annotations
 
