@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from bench.common import RESULTS
@@ -23,7 +24,11 @@ from bench.common import RESULTS
 def parser(doc: str | None, result: str | None, *, prog: str | None = None, folder: bool = False) -> argparse.ArgumentParser:
     """The command's parser: `doc` (the module docstring) as its description, and `--out`, the
     result's path, defaulting to bench/results/`result`.json (`folder`: bench/results/ itself, for
-    benches that write several files named by `--name`). No `result`: no `--out`."""
+    benches that write several files named by `--name`). No `result`: no `--out`. `prog` defaults
+    to `python -m <the calling module>`, the command a reader types."""
+    if prog is None:
+        caller = sys._getframe(1).f_globals.get("__spec__")
+        prog = f"python -m {caller.name.removesuffix('.__main__')}" if caller else None
     ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     if result is not None and folder:
         ap.add_argument("--out", type=Path, default=RESULTS, help="folder for the result files (default: bench/results)")
