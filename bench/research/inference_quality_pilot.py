@@ -1,4 +1,4 @@
-"""Pilot: a few sweep examples, the candidates for the default, no greedy decoding (issue 19, round 2).
+"""Pilot: a few sweep examples, the candidates for the default, no greedy decoding.
 
     .venv/bin/python -m bench.research.inference_quality_pilot [--examples 4] [--round 2|3]
 

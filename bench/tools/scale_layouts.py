@@ -1,7 +1,7 @@
 """bench.speed.service's single-org database in both layouts, interleaved query by query: the same rows
 in one table per type (revision 0014) and hash-partitioned by org (0015), so that the partitioning
-migration's cost at 100k items in one org is measured under the same machine load (issue 14: the
-100k bench/speed/service latencies may not regress by more than 10 %).
+migration's cost at 100k items in one org is measured under the same machine load (the target: the 100k bench.speed.service latencies no more
+than 10 % slower).
 
     python -m bench.speed.service --n 100000 --queries 100          # builds memscale_bench (any revision)
     nice -n 10 .venv/bin/python -m bench.tools.scale_layouts --from memscale_bench

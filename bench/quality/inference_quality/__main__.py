@@ -85,7 +85,7 @@ def _alone(phase: str) -> dict[str, tuple[str, BlendConfig]]:
                                                       start_share=0.5))  # = BlendConfig() since round 3
         return c
     if phase == "confirm":  # the candidates for the default (chosen on the sweep's examples)
-        # issue 19, second round: at 0.15 both selections lost ~0.3 nats/gold token on 21 held-out
+        # Second round: at 0.15 both selections lost ~0.3 nats/gold token on 21 held-out
         # examples; on 4 sweep examples EPIC at 0.25 kept ΔLL near 0 (-0.012) at 3.2x (bench.research.inference_quality_pilot).
         # After 16 held-out examples (15: ΔLL -0.26 ± 0.18) two more joined for the rest of the run
         # (records say which ran): deviation at the same ratio, and EPIC at 0.5 (the gap closes? below 3x)

@@ -1,4 +1,4 @@
-"""The scaling bench inside a branch of a populated org (issue 18): the same figures as in main,
+"""The scaling bench inside a branch of a populated org: the same figures as in main,
 and main byte-for-byte unchanged by the branch's run.
 
     .venv/bin/python -m bench.quality.memory_scaling.in_branch [bench.quality.memory_scaling's options] [--background-shards 2]

@@ -11,7 +11,7 @@ CURVE_LABELS = {"labelled": "labelled examples", "unlabelled_judge": "unlabelled
                 "bootstrap_enriched": "bootstrap + enrichment",
                 "bootstrap_navigation": "bootstrap + enrichment + navigation (browse)"}
 CURVE_NOTES = {
-    "bootstrap": "The extract alone (`enrich: false`), as bootstrap was before issue 17.",
+    "bootstrap": "The extract alone (`enrich: false`), without the enrich step.",
     "bootstrap_enriched": "The same sources with the enrich step (column descriptions and statistics, joins, "
                           "glossary terms written into the tables they map to); /v1/context only.",
     "bootstrap_navigation": "The enriched org; after /v1/context a fixed browsing policy that reads only the question "

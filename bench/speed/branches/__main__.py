@@ -1,4 +1,4 @@
-"""Branches and as-of reads at scale (issue 18): branch creation time, search latency in a
+"""Branches and as-of reads at scale: branch creation time, search latency in a
 branch vs main, as-of search vs a current search, and main left byte-for-byte unchanged by work
 in a branch — all over HTTP against the real service, side by side in one run.
 

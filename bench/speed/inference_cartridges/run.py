@@ -38,14 +38,13 @@ class BenchPlan:
     batch_size: int = 8
     # the service's recipe (CartridgeJobConfig, DistillConfig defaults: self-study + fill-the-gap,
     # lr 2e-3, the teacher sees the whole part), with fewer self-study samples to fit the budget.
-    # Until the tenth stop this bench trained its own way (self-study only, 512-token teachers, lr 2e-2)
     selfstudy: SelfStudyConfig = field(default_factory=lambda: SelfStudyConfig(
         samples=48, batch_size=16, max_question_tokens=32, max_answer_tokens=64))
     cloze: bool = CartridgeJobConfig().cloze
     lr: float = DistillConfig().lr
-    # self-study + fill-the-gap data + all five distillations; steps are cut to fit. 30 min (issue
-    # 19's CPU budget, here for all five cartridges at once): the service's recipe needs ~7 min of
-    # data and ~22 of steps on one thread (20 min until the thirteenth stop: the old recipe's)
+    # self-study + fill-the-gap data + all five distillations; steps are cut to fit. 30 min (the CPU
+    # budget, here for all five cartridges at once): the service's recipe needs ~7 min of data and
+    # ~22 of steps on one thread
     train_budget_s: float = 30 * 60
     cap_bytes: int = GiB  # KV memory cap for the largest batch
     max_batch: int = 64

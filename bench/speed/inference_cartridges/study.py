@@ -1,4 +1,4 @@
-"""Controlled cartridge training runs (issue 19): why training ended below its initialisation.
+"""Controlled cartridge training runs: why training ended below its initialisation.
 
     .venv/bin/python -m bench.speed.inference_cartridges.study [--runs baseline,lr5e-3,...] [--steps 24]
         [--eval-every 8] [--threads 1] [--out bench/results/cartridge_study.json]
@@ -51,7 +51,7 @@ RUNS: dict[str, dict] = {
     "sink trainable": {"data": "selfstudy", "lr": 2e-2, "frozen": 0},
     "teacher normalised": {"data": "selfstudy", "lr": 2e-2, "normalize": True},
     "recital lr 5e-3": {"data": "recital", "lr": 5e-3},
-    # round 3: the teacher holds the whole corpus (it fits: 2.7k tokens), not one 512-token chunk.
+    # The teacher holds the whole corpus (it fits: 2.7k tokens), not one 512-token chunk.
     # With chunk teachers, conversations about chunk j pull the prefix away from chunk 0 (its
     # initialisation) towards "chunk j in context": each chunk's teacher contradicts the others.
     "whole selfstudy lr 1e-3": {"data": "selfstudy whole", "lr": 1e-3},

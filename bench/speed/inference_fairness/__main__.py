@@ -1,5 +1,5 @@
 """bench/speed/inference_fairness: another tenant's /v1/generate latency, unloaded and under one tenant's
-flood, side by side in one run (issue 41, M4: target p95 under the flood <= 3 x unloaded).
+flood, side by side in one run (the target: p95 under the flood at most 3 x unloaded).
 
     .venv/bin/python -m bench.speed.inference_fairness [--requests 12] [--rounds 2] [--flooders 4] [--arms fair,hold]
 

@@ -1,4 +1,4 @@
-"""Knowledge navigation and instructed search latency (issue 17).
+"""Knowledge navigation and instructed search latency.
 
     .venv/bin/python -m bench.speed.knowledge_tree [--tables 500] [--columns 20] [--calls 200] [--reuse]
 

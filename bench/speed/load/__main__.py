@@ -1,4 +1,4 @@
-"""bench/speed/load: N concurrent clients mixing writes, searches and /v1/context calls (issue 9, item 4).
+"""bench/speed/load: N concurrent clients mixing writes, searches and /v1/context calls.
 
     .venv/bin/python -m bench.speed.load [--clients 50] [--seconds 60] [--pool-size N]
 

@@ -1,4 +1,4 @@
-"""bench/speed/load/fairness: one tenant floods 1 MB batches while another tenant searches (issue 15.4).
+"""bench/speed/load/fairness: one tenant floods 1 MB batches while another tenant searches.
 
     .venv/bin/python -m bench.speed.load.fairness [--flood-s 45] [--flooders 3] [--batch 500]
 
@@ -16,7 +16,7 @@ Reports the victim's search p50/p95/max and errors unloaded and under flood, the
 the flooder's status codes (201 / 429, and whether each 429 carried Retry-After), to stdout and
 bench/results/fairness.json.
 
-`--flood dates` (issue 41 M2) floods with pathological time expressions instead, from one member
+`--flood dates` floods with pathological time expressions instead, from one member
 of org B: `--flooders` (default 4 here) loops of `POST /v1/search` and `/v1/context` whose query is
 `("in 2023-02-30 " * 200)[:2000]` and whose instruction is its first 1,000 characters. Before the
 unloaded phase, the time per request of that body (median of 10 searches and of 10 contexts, one

@@ -1,6 +1,6 @@
 """bench/speed/scale: one million items (episodes + memories) over a thousand orgs, skewed, many users,
 mixed visibility; hybrid search latency, recall under the ACL, ingest rate, build time and sizes
-per org size class (issue 14 part 3).
+per org size class.
 
     nice -n 15 .venv/bin/python -m bench.speed.scale [--items 1000000 --orgs 1000] [--layout hash|global] [--partitions 16]
 

@@ -1,4 +1,4 @@
-"""Throughput under concurrent load with and without parallel query plans (issue 14): migration
+"""Throughput under concurrent load with and without parallel query plans: migration
 0020 made the RLS policy functions PARALLEL SAFE, so a large org's search may use parallel
 workers; on a 2-core machine a plan that takes both cores for one request could cost throughput
 when several requests run at once. Two API processes over one database built by bench.speed.scale (or
