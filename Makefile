@@ -53,11 +53,11 @@ test-long: setup
 	  $(BIN)/python -m pytest tests/test_acl_property.py -q
 
 bench-fairness: setup
-	$(BIN)/python -m bench.load.fairness
-	$(BIN)/python -m bench.load.fairness --flood dates
+	$(BIN)/python -m bench.speed.load.fairness
+	$(BIN)/python -m bench.speed.load.fairness --flood dates
 
 bench-service: setup
-	$(BIN)/python -m bench.service
+	$(BIN)/python -m bench.speed.service
 
 stop:
 	-$(BIN)/memscale db stop

@@ -17,7 +17,7 @@ def bench() -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def scaling(args: tuple[str, ...]) -> None:
     """Memory scaling: hit rate, accuracy, steps and tokens as memory grows shard by shard."""
-    from bench.scaling.__main__ import main
+    from bench.quality.memory_scaling.__main__ import main
 
     main(list(args))
 
@@ -26,6 +26,6 @@ def scaling(args: tuple[str, ...]) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def locomo(args: tuple[str, ...]) -> None:
     """LoCoMo: evidence recall, answer F1 and baselines through /v1/context."""
-    from bench.locomo_bench.__main__ import main
+    from bench.quality.locomo.__main__ import main
 
     main(list(args))

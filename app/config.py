@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     replica_backoff_max_s: float = 30.0  # a failed standby is retried after 0.5 s, 1 s, 2 s ... up to this
 
     # Filtered vector search (app/search/repository.vector_ids): the candidate list of pgvector's
-    # iterative index scan (100: recall@10 0.99 vs 0.95 at 40, bench/filtered_knn); fewer than k
+    # iterative index scan (100: recall@10 0.99 vs 0.95 at 40, bench/speed/filtered_knn); fewer than k
     # visible rows found always ends in the exact search, so an ACL filter never returns short.
     hnsw_ef_search: int = 100
     exact_search_max_rows: int = 20_000

@@ -191,8 +191,8 @@ def test_every_domain_has_the_same_files(domain):
 
 
 def test_no_module_over_400_lines():
-    """God modules start small: a module of app/ or pipelines/ that passes 400 lines gets split."""
-    long = {_rel(p): n for p in _sources("app", "pipelines") if (n := len(p.read_text().splitlines())) > 400}
+    """God modules start small: a module of app/, pipelines/ or bench/ that passes 400 lines gets split."""
+    long = {_rel(p): n for p in _sources("app", "pipelines", "bench") if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
 
 

@@ -16,8 +16,8 @@ def _unit(x) -> bool:  # noqa: ANN001
 
 
 def test_spaces_gold_sql_carries_every_key_and_runs(tmp_path):
-    from bench.scaling.agent import run_sql, same_result
-    from bench.scaling.spaces import found_keys, make_space
+    from bench.quality.memory_scaling.agent import run_sql, same_result
+    from bench.quality.memory_scaling.spaces import found_keys, make_space
 
     rng = random.Random(1)
     sp = make_space(rng, 0, tmp_path, set())
@@ -33,7 +33,7 @@ def test_spaces_gold_sql_carries_every_key_and_runs(tmp_path):
 
 
 def test_agent_parses_the_forms_small_models_produce(tmp_path):
-    from bench.scaling.agent import parse_action, run_sql
+    from bench.quality.memory_scaling.agent import parse_action, run_sql
 
     assert parse_action("SQL: SELECT 1; trailing words").arg == "SELECT 1"
     assert parse_action("```sql\nSELECT a\nFROM b\n```").arg == "SELECT a FROM b"
@@ -52,7 +52,7 @@ def test_agent_parses_the_forms_small_models_produce(tmp_path):
 
 @pytest.mark.slow
 def test_scaling_quick(settings, embedder, tmp_path):
-    from bench.scaling.__main__ import main
+    from bench.quality.memory_scaling.__main__ import main
 
     r = main(["--quick", "--out", str(tmp_path)], embedder=embedder)
     saved = json.loads((tmp_path / "scaling_quick.json").read_text())
@@ -84,7 +84,7 @@ def test_scaling_quick(settings, embedder, tmp_path):
 
 @pytest.mark.slow
 def test_locomo_quick(settings, embedder, tmp_path):
-    from bench.locomo_bench.__main__ import main
+    from bench.quality.locomo.__main__ import main
 
     r = main(["--quick", "--out", str(tmp_path)], embedder=embedder)
     assert (tmp_path / "locomo_quick.png").stat().st_size > 10_000
@@ -112,7 +112,7 @@ def test_locomo_quick(settings, embedder, tmp_path):
 def test_scaling_inside_a_branch_matches_main(settings, embedder, tmp_path):
     """The real pipelines run twice in one populated org, in main and in a branch forked before
     main's run: the same keys in every context, and main's rows unchanged by the branch's run."""
-    from bench.scaling.in_branch import main
+    from bench.quality.memory_scaling.in_branch import main
 
     r = main(["--quick", "--agent-scope", "none", "--curves", "labelled,bootstrap", "--shards", "0,1",
               "--background-shards", "1", "--out", str(tmp_path)], embedder=embedder)
@@ -125,7 +125,7 @@ def test_scaling_inside_a_branch_matches_main(settings, embedder, tmp_path):
 
 
 def test_scale_org_sizes_are_skewed_as_stated():
-    from bench.scale.data import org_sizes, users_per_org
+    from bench.speed.scale.data import org_sizes, users_per_org
 
     s = org_sizes(1_000_000, 1000)
     assert len(s) == 1000 and s.sum() == 1_000_000
@@ -143,7 +143,7 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
     from sqlalchemy.exc import ProgrammingError
 
     from app.kit.pg import app_url
-    from bench.scale.__main__ import main
+    from bench.speed.scale.__main__ import main
 
     out = tmp_path / "scale.json"
     r = main(["--items", "3000", "--orgs", "15", "--base", "300", "--queries", "4", "--ingest", "20", "--layout", "hash",
@@ -176,8 +176,8 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
         c.execute(text("SELECT count(*) FROM memories_p00"))  # a partition is reached only through its table's RLS
     eng.dispose()
 
-    # The same database copied into both layouts and measured interleaved (bench.scale.service_layouts).
-    from bench.scale.service_layouts import main as layouts
+    # The same database copied into both layouts and measured interleaved (bench.tools.scale_layouts).
+    from bench.tools.scale_layouts import main as layouts
 
     lay = layouts(["--from", db, "--org", "scale-0000", "--queries", "3", "--write-rounds", "1", "--write-batch", "50",
                    "--explain", "2", "--out", str(tmp_path / "layouts.json")])
@@ -202,7 +202,7 @@ def test_scale_bench_tiny_global_layout(settings, embedder, tmp_path):
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    from bench.scale.__main__ import main
+    from bench.speed.scale.__main__ import main
 
     out = tmp_path / "scale_global.json"
     r = main(["--items", "2000", "--orgs", "12", "--base", "300", "--queries", "4", "--ingest", "10", "--layout", "global",
@@ -226,7 +226,7 @@ def test_rewrite_pilot_reads_the_models_lines_and_merges_by_best_score():
     """The pilot behind docs/decisions.md's "An LLM query rewrite": list marks, the question
     itself, duplicates and empty lines are not queries; a rewrite's hit enters the top k only by
     beating the question's own scores after its weight."""
-    from bench.locomo_bench.rewrite_pilot import merged, rewrites
+    from bench.research.rewrite_pilot import merged, rewrites
 
     raw = '1. Jon job\n- Jon job\nWhen did Jon lose his job?\n"Jon fired"\n\n2) Jon unemployed\nx\nJon hired'
     assert rewrites(raw, "When did Jon lose his job?") == ["Jon job", "Jon fired", "Jon unemployed"]
@@ -234,3 +234,69 @@ def test_rewrite_pilot_reads_the_models_lines_and_merges_by_best_score():
     assert merged(base, runs, 1.0, 2) == ["b", "a"]
     assert merged(base, runs, 0.9, 3) == ["a", "b", "c"]  # b: max(0.5, 0.855); c: 0.72
     assert merged(base, runs, 0.5, 2) == ["a", "b"]
+
+
+HEADLINES = {  # bench/README.md's headline commands and what their --help must tell a newcomer
+    "bench.quality.locomo": ("--quick", "LoCoMo"),
+    "bench.quality.memory_scaling": ("--quick", "hit rate"),
+    "bench.speed.service": ("--out", "bench/results/service.json"),
+}
+
+
+@pytest.mark.parametrize("module", sorted(HEADLINES))
+def test_headline_commands_explain_themselves(module):
+    """A newcomer's first step: `python -m <headline> --help` prints what the bench measures and its
+    options, without a database, a model or the LoCoMo data file."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-m", module, "--help"], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: ") and all(s in r.stdout for s in HEADLINES[module]), r.stdout
+    readme = (root / "bench" / "README.md").read_text()
+    assert f"python -m {module}" in readme.split("## Every bench")[0]  # listed among the headlines
+
+
+def test_app_does_not_import_bench_at_import_time():
+    """app/ runs without bench/ installed: a bench module may be imported only inside a function
+    (app/bench_cli.py's subcommands), never at a module's top level."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    top_level = []
+    for p in sorted((root / "app").rglob("*.py")):
+        for node in ast.parse(p.read_text()).body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            top_level += [f"{p.relative_to(root)}: {n}" for n in names if n == "bench" or n.startswith("bench.")]
+    assert top_level == []
+
+
+def test_every_bench_command_answers_help():
+    """Every module of bench/ that runs as a command parses `--help` and exits 0 without running:
+    the commands share bench.command's parser (or their own, for those not yet moved to it)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    commands = sorted(".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__main__")
+                      for p in (root / "bench").rglob("*.py") if 'if __name__ == "__main__"' in p.read_text())
+    commands.remove("bench.research.locomo_ranking_latency")  # a script without options: it runs on any argument
+    assert len(commands) > 30
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    script = ("import runpy, sys\nfailed = []\nfor m in sys.argv[1:]:\n    sys.argv = [m, '--help']\n"
+              "    try:\n        runpy.run_module(m, run_name='__main__')\n    except SystemExit as e:\n"
+              "        if e.code not in (0, None): failed.append(m)\n    except Exception:\n        failed.append(m)\n"
+              "    else:\n        failed.append(m)\n"
+              "print('FAILED', failed)\n")
+    r = subprocess.run([sys.executable, "-c", script, *commands], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert "FAILED []" in r.stdout, (r.stdout[-2000:], r.stderr[-3000:])

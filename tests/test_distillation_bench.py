@@ -1,4 +1,4 @@
-"""bench/distillation: the labelled set's shape, the scorer on hand-made memories, and the quick
+"""bench/quality/distillation: the labelled set's shape, the scorer on hand-made memories, and the quick
 mode end to end (real service, real job, real local model)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from bench.distillation.data import LESSONS, TRACES, split
-from bench.distillation.score import Mem, quality_flags, score, states
+from bench.quality.distillation.data import LESSONS, TRACES, split
+from bench.quality.distillation.score import Mem, quality_flags, score, states
 
 
 def test_labelled_set_covers_the_brief():
@@ -46,7 +46,7 @@ def test_scorer_counts_recall_precision_chatter_scope_and_quality():
 
 @pytest.mark.slow
 def test_distillation_bench_quick(settings, embedder, tmp_path):
-    from bench.distillation.__main__ import main
+    from bench.quality.distillation.__main__ import main
 
     r = main(["--quick", "--out", str(tmp_path)], embedder=embedder)
     saved = json.loads((tmp_path / "distillation_quick.json").read_text())

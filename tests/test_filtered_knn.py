@@ -15,7 +15,7 @@ def corpus(admin_engine, embedder, settings):
     from sqlalchemy.orm import Session
 
     from app.orgs import service as orgs
-    from bench.service.data import sentence
+    from bench.speed.service.data import sentence
     import random
 
     rng = random.Random(4)

@@ -9,8 +9,8 @@ import pytest
 
 @pytest.mark.slow
 def test_locomo_quick_ablation_and_merge(settings, embedder, tmp_path):
-    from bench.locomo_bench.__main__ import DEFAULT_VARIANT, main
-    from bench.locomo_bench.merge import main as merge
+    from bench.quality.locomo.__main__ import DEFAULT_VARIANT, main
+    from bench.tools.locomo_merge import main as merge
 
     r = main(["--quick", "--reader-questions", "0", "--ablate", "before: rrf at k-dependent depth,score fusion",
               "--only", "conv-26", "--name", "part", "--out", str(tmp_path)], embedder=embedder)

@@ -55,7 +55,7 @@ class RequestMiddleware:
     """A span, an `x-request-id` header and one access-log line per HTTP request, as plain ASGI
     middleware: Starlette's `@app.middleware("http")` (BaseHTTPMiddleware) runs the rest of the app
     in a task behind memory streams, which cost every request a measurable share of its time
-    (bench/service/overhead.py). The principal comes from the request state the auth dependency
+    (bench/tools/service_overhead.py). The principal comes from the request state the auth dependency
     filled (`scope["state"]`), after the response has been sent."""
 
     def __init__(self, app):  # noqa: ANN001

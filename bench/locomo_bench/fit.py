@@ -142,7 +142,7 @@ def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dic
     """The service's own `fit` and `render` (SmolLM2 token counts) over this ranking: the top
     budget // 30 turns at their logistic score and their neighbours at half of it, as
     app.context.service.retrieved_pieces builds them; evidence counted among the chosen pieces."""
-    from bench.locomo import load
+    from bench.quality.locomo.data import load
     from app.config import Settings
     from app.context.assemble import Piece, fit
     from app.llm.gateway import Gateway
@@ -172,7 +172,7 @@ def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dic
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from bench.locomo import load
+    from bench.quality.locomo.data import load
 
     ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.fit", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_inference_quality_quick(tmp_path):
-    from bench.inference_quality.__main__ import main
+    from bench.quality.inference_quality.__main__ import main
 
     s = main(["--quick", "--out", str(tmp_path)])
     (line1, line2) = (tmp_path / "inference_quality_quick.jsonl").read_text().splitlines()
