@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from pipelines.distillation import lessons as L
-from pipelines.distillation.steps import EpisodeText, rule_extract, usefulness_heuristic
+from pipelines.distillation import segment, statements
+from pipelines.distillation.extraction import rule_extract
+from pipelines.distillation.judging import usefulness_heuristic
+from pipelines.distillation.steps import EpisodeText
 
 FRIDAY = ("User: Remember that production deploys are frozen every Friday, team rule FRZ-2. "
           "Assistant: Noted, no Friday deploys.")
@@ -21,10 +23,10 @@ def _stmts(content: str, kind: str = "conversation") -> list[str]:
 
 
 def test_turns_split_inline_speakers_and_keep_lead_ins_as_text():
-    ts = L.turns(FRIDAY)
+    ts = segment.turns(FRIDAY)
     assert [(t.role, t.text[:22]) for t in ts] == [("user", "Remember that producti"), ("agent", "Noted, no Friday deplo")]
-    assert [t.role for t in L.turns("Task: x\nTool: f() -> ERROR\nAgent: y\nalice: z")] == ["task", "tool", "agent", "user"]
-    assert L.turns("Heads up: the VPN is needed.")[0].role == "none"
+    assert [t.role for t in segment.turns("Task: x\nTool: f() -> ERROR\nAgent: y\nalice: z")] == ["task", "tool", "agent", "user"]
+    assert segment.turns("Heads up: the VPN is needed.")[0].role == "none"
 
 
 def test_issue_traces_become_clean_statements_with_their_values():
@@ -34,13 +36,13 @@ def test_issue_traces_become_clean_statements_with_their_values():
 
 
 def test_statement_rewriting():
-    assert L.statement("User: for the record, amounts are in cents.") == "Amounts are in cents."
-    assert L.statement("heads up: please always cc legal on contracts!") == "Always cc legal on contracts."
-    assert L.statement("No, that's wrong. I prefer CSV over Excel") == "The user prefers CSV over Excel."
-    assert L.statement("our fiscal year starts on 1 February") == "The fiscal year starts on 1 February."
+    assert statements.statement("User: for the record, amounts are in cents.") == "Amounts are in cents."
+    assert statements.statement("heads up: please always cc legal on contracts!") == "Always cc legal on contracts."
+    assert statements.statement("No, that's wrong. I prefer CSV over Excel") == "The user prefers CSV over Excel."
+    assert statements.statement("our fiscal year starts on 1 February") == "The fiscal year starts on 1 February."
     # rewriting never changes what a statement says: a negation stays, a region code is not a pronoun
-    assert L.statement("Heads up: no production releases on Fridays.") == "No production releases on Fridays."
-    assert L.statement("Exports go to eu-west; the us bucket is for analytics.") == \
+    assert statements.statement("Heads up: no production releases on Fridays.") == "No production releases on Fridays."
+    assert statements.statement("Exports go to eu-west; the us bucket is for analytics.") == \
         "Exports go to eu-west; the us bucket is for analytics."
 
 

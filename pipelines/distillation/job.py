@@ -20,7 +20,9 @@ from app.jobs.params import DistillParams
 from app.jobs.runner import JobContext
 from app.kit import scope as scopes
 from app.memories import lifecycle, near_duplicates, versioning
-from pipelines.distillation.steps import EpisodeText, Extracted, StepStats, extract, judge
+from pipelines.distillation.extraction import Extracted, extract
+from pipelines.distillation.judging import judge
+from pipelines.distillation.steps import EpisodeText, StepStats
 
 if TYPE_CHECKING:
     import numpy as np

@@ -1,22 +1,18 @@
 """Deterministic lesson finding: episodes → turns → sentences → scored candidates → clean statements.
 
 The default local model (SmolLM2-135M) cannot judge or extract reliably, so distillation rests on
-this module and the model only adds to it (``steps.judge`` / ``steps.extract``).
+this module and the model only adds to it (``judging.judge`` / ``extraction.extract``).
 
-1. **Segment** (:func:`turns`): speaker labels (``User:``, ``Assistant:``, ``Human:``, ``Tool:``,
-   ``alice:``, several on one line) split a conversation into turns with a role (user, agent,
-   tool, task); lead-in labels (``Heads up:``, ``Team rule:``, ``Glossary:``) are cues, not
-   speakers. Each turn is split into sentences.
-2. **Find** (:func:`candidates`): a sentence bears a lesson when its cues and structure say so:
+1. **Segment** (``segment.turns``, ``segment.sentences``): speaker turns with a role (user, agent,
+   tool, task), then sentences.
+2. **Find** (:func:`candidates`, this module): a sentence bears a lesson when its cues and structure say so:
    explicit memory cues ("remember that", "from now on", "for the record", "heads up"), rule
    modals (always/never/must/only), imperatives with a general object, preferences, definitions
    and conventions ("X is/means/is stored in Y"), ownership, corrections of the agent ("No, ...",
    "X, not Y"), and in trajectories the agent's explanation between a failed and a successful
    tool call. Questions, agent acknowledgements, greetings, transient first-person status and
    one-off requests ("move it to Thursday") score low. Scores are additive and capped at 1.
-3. **Rewrite** (:func:`statement`): the speaker prefix and lead-in cues go, "please always X" →
-   "Always X", first person → "The user", "our X" → "the X", one sentence with a capital and a
-   full stop. Key values (identifiers, numbers, names) are copied verbatim, never paraphrased.
+3. **Rewrite** (``statements.statement``): one clean, self-contained sentence, values kept verbatim.
 
 Every candidate keeps the index of the turn it came from, so the memory cites its episode and
 the place in it.
@@ -29,25 +25,9 @@ from dataclasses import dataclass
 
 from app.llm.guard import VALUE
 from pipelines.distillation import prompts as P
+from pipelines.distillation.segment import LEAD_LABEL, sentences, turns
+from pipelines.distillation.statements import statement, strip_leads
 
-USER_SPEAKERS = {"user", "human", "customer", "client", "me", "feedback", "colleague", "reviewer"}
-AGENT_SPEAKERS = {"assistant", "ai", "agent", "bot", "model", "copilot", "gpt", "chatbot", "system"}
-TOOL_SPEAKERS = {"tool", "observation", "result", "output", "error", "ran", "sql", "response", "action", "call"}
-TASK_SPEAKERS = {"task", "question", "goal", "query", "request", "outcome"}
-_ALL_SPEAKERS = USER_SPEAKERS | AGENT_SPEAKERS | TOOL_SPEAKERS | TASK_SPEAKERS
-
-# Lead-in labels and phrases that announce a lesson; stripped from the statement.
-_LEAD_LABEL = re.compile(
-    r"^(heads[- ]up|fyi|psa|note|n\.?b\.?|reminder|policy( reminder)?|team rule|rule|house rule|glossary|"
-    r"definition|runbook|schema note|lesson(s)?( learned| learnt)?|tip|important|for the record|correction|"
-    r"fix|solution|resolution|convention|standard|guideline|update|decision)\b(\s+[\w'-]+){0,5}\s*:\s+", re.I)
-_LEAD_PHRASE = re.compile(
-    r"^((ok(ay)?|so|also|and|plus|oh|btw|by the way|one more thing|careful|quick note|note|two things|"
-    r"please note|just)\b[,:]?\s*)*"
-    r"((please\s+)?(remember|note|keep in mind|be aware|don't forget|do not forget|never forget)( that)?\b[,:]?\s*|"
-    r"(from now on|going forward|moving forward|in future|in the future|henceforth|as of now|for the record|"
-    r"heads[- ]up|fyi|just so you know|for your information|as a rule|for future reference|reminder)\b[,:]?\s*"
-    r"(that\b\s*)?)+", re.I)
 _CUE = re.compile(r"\b(remember|keep in mind|from now on|going forward|moving forward|for the record|heads[- ]up|"
                   r"fyi|just so you know|for future reference|be aware|note that|please note|don't forget|as a rule|"
                   r"team rule|policy|rule|glossary|definition|runbook|schema note|convention|lessons?)\b", re.I)
@@ -114,13 +94,6 @@ _PROGRESS = re.compile(r"^(retrying|trying|connecting|restarting|checking|lookin
 
 
 @dataclass(frozen=True)
-class Turn:
-    index: int
-    role: str  # user | agent | tool | task | none
-    text: str
-
-
-@dataclass(frozen=True)
 class Candidate:
     statement: str
     kind: str  # fact | rule | preference | procedure
@@ -128,44 +101,6 @@ class Candidate:
     turn: int
     cues: tuple[str, ...]
 
-
-SPEAKER_PREFIX = re.compile(r"(^|\s)(user|assistant|human|ai|agent|bot|system|tool|customer)\s*:", re.I)
-_LABEL = re.compile(r"^\s*([A-Za-z][\w'-]{0,20}(?: [A-Za-z][\w'-]{0,20}){0,3})\s*:\s*(.*)$")
-_INLINE = re.compile(r"(?<=[.!?])\s+(" + "|".join(sorted(_ALL_SPEAKERS, key=len, reverse=True)) + r")\s*:\s*", re.I)
-_ASKED = re.compile(r"^\s*(?:space [\w-]+\.\s*)?([A-Za-z][\w-]{0,20}) asked:\s*(.*)$", re.I)
-
-
-def turns(content: str) -> list[Turn]:
-    """Split an episode into speaker turns (a plain note is one turn with role ``none``)."""
-    out: list[Turn] = []
-    for line in (content or "").splitlines():
-        if not line.strip():
-            continue
-        pieces = _INLINE.split(line)  # "User: a. Assistant: b." on one line
-        segs = [pieces[0]] + [f"{pieces[i]}: {pieces[i + 1]}" for i in range(1, len(pieces) - 1, 2)]
-        for seg in segs:
-            role, text = "none", seg.strip()
-            m = _ASKED.match(text)
-            if m:
-                role, text = "task", m.group(2)
-            else:
-                m = _LABEL.match(text)
-                if m:
-                    label = m.group(1).lower()
-                    if label in _ALL_SPEAKERS:
-                        role = ("user" if label in USER_SPEAKERS else "agent" if label in AGENT_SPEAKERS
-                                else "tool" if label in TOOL_SPEAKERS else "task")
-                        text = m.group(2)
-                    elif " " not in label and not _LEAD_LABEL.match(text) and label not in ("wrong", "right", "yes"):
-                        role, text = "user", m.group(2)  # "alice: ..." in a chat log
-            if text.strip():
-                out.append(Turn(len(out), role, text.strip()))
-    return out
-
-
-def _sentences(text: str) -> list[str]:
-    parts = re.split(r"(?<=[.!?])\s+|\n+", text)
-    return [p.strip(" -*•\t") for p in parts if p and p.strip(" -*•\t")]
 
 
 def candidates(content: str, *, kind: str = "", outcome: str | None = None) -> list[Candidate]:
@@ -184,8 +119,8 @@ def candidates(content: str, *, kind: str = "", outcome: str | None = None) -> l
         nxt = ts[i + 1] if i + 1 < len(ts) else None
         acked = t.role != "agent" and nxt is not None and nxt.role == "agent" and bool(_ACK.search(nxt.text))
         prev_fail = fail_seen or any(_FAIL.search(u.text) for u in ts[:i] if u.role == "user")
-        sents = _sentences(t.text)
-        turn_cue = bool(sents) and bool(_CUE.search(sents[0]) or _LEAD_LABEL.match(sents[0]))
+        sents = sentences(t.text)
+        turn_cue = bool(sents) and bool(_CUE.search(sents[0]) or LEAD_LABEL.match(sents[0]))
         turn_correction = t.role in ("user", "none") and bool(_CORRECTION.match(t.text)) and (prev_agent or has_tools)
         for j, sent in enumerate(sents):
             if t.role == "agent" and not (has_tools and prev_fail):
@@ -215,7 +150,7 @@ def _score_sentence(sent: str, ctx: _Ctx) -> tuple[float, list[str], str] | None
     s = sent.strip()
     if not s or s.endswith("?") or P.screen_injection(s):
         return None
-    body = _strip_leads(s)
+    body = strip_leads(s)
     if len(P.words(body)) < 3 or len(P.content_words(body)) + bool(VALUE.search(body)) < 2:
         return None
     cues: list[str] = []
@@ -226,7 +161,7 @@ def _score_sentence(sent: str, ctx: _Ctx) -> tuple[float, list[str], str] | None
         score += w
         cues.append(name)
 
-    if _CUE.search(s) or _LEAD_LABEL.match(s):
+    if _CUE.search(s) or LEAD_LABEL.match(s):
         add("cue", 0.3)
     elif ctx.turn_cue:
         add("cue-carry", 0.2)
@@ -297,66 +232,6 @@ def _kind(body: str, pref: bool) -> str:
     if _MODAL.search(body) or _IMPERATIVE.match(body):
         return "rule"
     return "fact"
-
-
-def _strip_leads(s: str) -> str:
-    prev = None
-    while prev != s:
-        prev = s
-        s = _LEAD_LABEL.sub("", s, count=1)
-        s = _LEAD_PHRASE.sub("", s, count=1)
-        # "No, ..." corrects the agent; "no production releases" is a negation and stays
-        s = re.sub(r"^(no|nope|wrong|incorrect|right|yes|correct)\s*[,.!:;—-]+\s*", "", s, flags=re.I)
-        s = re.sub(r"^(actually|careful|wait)\b[,.!:;—-]*\s*", "", s, flags=re.I)
-        s = re.sub(r"^that'?s (wrong|not right|incorrect|outdated|old)\b[,.!:;—-]*\s*", "", s, flags=re.I)
-        s = re.sub(r"^that is (wrong|not right|incorrect|outdated)\b[,.!:;—-]*\s*", "", s, flags=re.I)
-        s = re.sub(r"^(wrong column|wrong region)\b[,.!:;—-]*\s*", "", s, flags=re.I)
-        s = re.sub(r"^(two|three|a few) things( for the record)?\s*:\s*", "", s, flags=re.I)
-        s = s.strip(" ,:;-—")
-    return s
-
-
-def _third_person(verb: str) -> str:
-    if re.search(r"(s|sh|ch|x|z|o)$", verb):
-        return verb + "es"
-    if re.search(r"[^aeiou]y$", verb):
-        return verb[:-1] + "ies"
-    return verb + "s"
-
-
-_PRONOUNS = [
-    (r"^I'd rather\b", "The user would rather"), (r"^I would rather\b", "The user would rather"),
-    (r"^I (prefer|like|love|hate|dislike|want|need)\b", lambda m: f"The user {m.group(1)}s"),
-    (r"^I'm\b", "The user is"), (r"^I am\b", "The user is"),
-    (r"^I (always|never|usually) (\w+)", lambda m: f"The user {m.group(1)} {_third_person(m.group(2))}"),
-    (r"\bmy team\b", "the user's team"), (r"\bfor me\b", "for the user"), (r"\bto me\b", "to the user"),
-    (r"\bsend me\b", "send the user"), (r"\bmy\b", "the user's"), (r"\bme\b", "the user"),
-    (r"^[Oo]ur\b", "The"), (r"\bour\b", "the"), (r"^We\b", "The team"), (r"\bwe\b", "the team"),
-    (r"(?<![-\w])(?<!the )(?<!an )(?<!a )us\b(?![-\w])", "the team"),
-    (r"\byou (draft|prepare|send|write|create|make|produce)\b", lambda m: f"the assistant {_third_person(m.group(1))}"),
-    (r"\byour\b", "the"), (r"\bto you\b", ""),
-]
-
-
-def statement(sentence: str) -> str:
-    """One clean, self-contained sentence from a lesson-bearing sentence (values kept verbatim)."""
-    s = " ".join(sentence.split())
-    s = re.sub(r"^(" + "|".join(sorted(_ALL_SPEAKERS, key=len, reverse=True)) + r")\s*:\s*", "", s, flags=re.I)
-    s = _strip_leads(s)
-    s = re.sub(r"^(please|pls|kindly)\s+", "", s, flags=re.I)
-    s = re.sub(r"^(could|can|would|will) you (please )?", "", s, flags=re.I)
-    s = re.sub(r"^(and|also|plus|so|but)\b[,]?\s+", "", s, flags=re.I)
-    s = re.sub(r"[,;]?\s*(please|thanks|thank you|thx|ok\?|okay\?|right\?)[.!]*$", "", s, flags=re.I)
-    s = re.sub(r"\s*,?\s*(please )?remember that\.?$", "", s, flags=re.I)
-    for rx, rep in _PRONOUNS:
-        s = re.sub(rx, rep, s)
-    s = re.sub(r"\bthe the\b", "the", s, flags=re.I)
-    s = re.sub(r"\s{2,}", " ", s).strip(" ,;:-—")
-    s = s.rstrip(".!;: ")
-    if not s:
-        return ""
-    s = s[0].upper() + s[1:]
-    return s + "."
 
 
 def _unique(items: list[Candidate]) -> list[Candidate]:

@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     from app.llm.gateway import Gateway
     from pipelines.distillation import prompts
-    from pipelines.distillation.steps import EpisodeText, judge
+    from pipelines.distillation.judging import judge
+    from pipelines.distillation.steps import EpisodeText
 
     gw = Gateway(args.model, data_dir=args.data_dir, timeout_s=120, max_retries=1)
     eps = [EpisodeText(f"b{i}", "conversation", t, None) for i, t in enumerate(BENIGN)] + \
