@@ -76,6 +76,7 @@ export function lineageGraph(asOf, onSelect) {
       g.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); pick(); } });
       parts.push(g);
     });
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
     svg.replaceChildren(...parts);
     svg.setAttribute("data-nodes", String(nodes.size));
     svg.setAttribute("data-edges", String(edges.size));

@@ -63,15 +63,16 @@ export async function render(ctx) {
   } catch (e) { audit = note("The audit trail needs the auditor role."); }
   const text = x ? (x.text !== undefined ? x.text : x.content) : "";
   return h("div", {class: "item"},
-    section(`${type} ${short(id)}`, h("p", {}, h("a", {href: "#/browse"}, "← back to the list")),
-      x ? h("blockquote", {id: "item-text", class: "text"}, text) : note("No fields to show for this type; its lineage follows."),
-      x ? details(x) : null,
-      type === "memory" && x ? declassifyForm(id, ctx) : null),
-    section("Lineage", h("div", {class: "legend"}, ["private", "group", "org", "redacted / deleted"].map((v) =>
-      h("span", {}, h("i", {class: "dot " + v.split(" ")[0]}), v))), graph.svg, detail,
     h("div", {class: "cols"},
+      section(`${type} ${short(id)}`, h("p", {}, h("a", {href: "#/browse"}, "← back to the list")),
+        x ? h("blockquote", {id: "item-text", class: "text"}, text) : note("No fields to show for this type; its lineage follows."),
+        x ? details(x) : null),
+      section("Lineage", h("div", {class: "legend"}, ["private", "group", "org", "redacted / deleted"].map((v) =>
+        h("span", {}, h("i", {class: "dot " + v.split(" ")[0]}), v))), graph.svg, detail)),
+    section("Sources and derived items", h("div", {class: "cols"},
       edgesTable("Sources (derived from)", sources, (e) => e.to, "sources"),
       edgesTable("Derived items", derived, (e) => e.from, "derived"))),
+    type === "memory" && x ? section("Declassify", ...declassifyForm(id, ctx)) : null,
     section("Retrievals and audit", table("Who retrieved it", [["at", (r) => when(r.at)], ["actor", (r) => short(r.actor)],
       ["kind", (r) => r.kind], ["score", (r) => r.score == null ? "" : r.score.toFixed(4)]], retrievals.retrievals, {id: "item-retrievals"}),
     audit));
