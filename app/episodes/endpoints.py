@@ -2,15 +2,18 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Header, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Request
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.episodes import service
-from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut
+from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut, EpisodePage
 from app.kit import idempotency
 from app.kit.db import released
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
+from app.kit.listing import ItemFilters, item_filters
 from app.kit.replicas import reads
 
 
@@ -74,6 +77,13 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
         lambda: BatchOut(ids=[r.id for r in service.create_many(db, embedder, principal, body.items, vectors=vectors,
                                                                  words=words)]),
         ttl_s=request.app.state.settings.idempotency_ttl_s)
+
+
+@router.get("", response_model=EpisodePage)
+def list_episodes(request: Request, db: SessionDep, f: Annotated[ItemFilters, Depends(item_filters)],
+                  principal=require("episode", "read")):
+    """The episodes the caller may see, a keyset page at a time (`cursor` = the last page's `next_cursor`)."""
+    return service.page(db, principal, f, read=reads(request, db, principal))
 
 
 @router.get("/{episode_id:episode_id}", response_model=EpisodeOut)

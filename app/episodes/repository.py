@@ -12,11 +12,19 @@ from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.access import visible_to
 from app.kit.db import view_of
+from app.kit.listing import ItemFilters
+from app.kit.repository_listing import item_terms, keyset
 from app.kit.repository_view import in_layer, in_view
 
 
 def get_visible(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode | None:
     return db.execute(select(Episode).where(Episode.id == episode_id, visible_to(principal, Episode))).scalar_one_or_none()
+
+
+def page_visible(db: Session, principal: Principal, f: ItemFilters) -> list[Episode]:
+    """One keyset page of the episodes the principal may see (`since`/`until` on when they happened)."""
+    stmt = select(Episode).where(visible_to(principal, Episode), *item_terms(Episode, f, Episode.occurred_at))
+    return list(db.execute(keyset(stmt, Episode, f)).scalars())
 
 
 def add_all(db: Session, episodes: list[Episode]) -> None:

@@ -44,3 +44,10 @@ class EpisodeOut(AccessOut):
 
 class BatchOut(BaseModel):
     ids: list[uuid.UUID]
+
+
+class EpisodePage(StrictModel):
+    """A keyset page: pass `next_cursor` as `cursor` for the next one (null: this was the last)."""
+
+    items: list[EpisodeOut]
+    next_cursor: str | None = None

@@ -11,11 +11,12 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.episodes import repository as repo
 from app.episodes.models import Episode
-from app.episodes.schemas import EpisodeIn, EpisodeOut
+from app.episodes.schemas import EpisodeIn, EpisodeOut, EpisodePage
 from app.kit.embedding import Embedder
 from app.kit.access import assert_may_share
 from app.kit.db import view_of
 from app.kit.errors import NotFound
+from app.kit.listing import ItemFilters, next_cursor
 from app.lineage.service import add_edge
 from app.search import lexicon
 
@@ -123,6 +124,19 @@ def read(db: Session, principal: Principal, episode_id: uuid.UUID, read=None) ->
     from app.lineage.service import read_one
 
     return read_one(db, principal, "episode", lambda rdb: get(rdb, principal, episode_id), read)
+
+
+def page(db: Session, principal: Principal, f: ItemFilters, read=None) -> EpisodePage:  # noqa: ANN001
+    """A keyset page of the episodes the caller may see, recorded as a retrieval (it hands out content)."""
+    from app.kit.replicas import on
+    from app.lineage.service import record_retrieval
+
+    rows = (read or on(db))(lambda rdb: repo.page_visible(rdb, principal, f))
+    if rows:
+        record_retrieval(db, principal, kind="list", query="", params={"type": "episode"},
+                         items=[{"type": "episode", "id": str(e.id)} for e in rows])
+    return EpisodePage(items=[to_out(e) for e in rows], next_cursor=next_cursor(rows, f.limit))
+
 
 
 # --- for pipelines (whole-org work: the job binds `all_scopes`) ---

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from app.jobs import service
-from app.jobs.schemas import JobCreated, JobIn, JobOut
+from app.jobs.schemas import JobCreated, JobIn, JobOut, JobPage
 from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
+from app.kit.listing import next_cursor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON_ERRORS)
 
@@ -19,6 +20,15 @@ def create_job(body: JobIn, request: Request, db: SessionDep, principal=require(
     job = service.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind=body.kind, params=params,
                          branch_id=principal.view.branch_id)
     return JobCreated(id=job.id)
+
+
+@router.get("", response_model=JobPage)
+def list_jobs(db: SessionDep, kind: str | None = Query(default=None, max_length=50),
+              status: str | None = Query(default=None, max_length=20), cursor: uuid.UUID | None = None,
+              limit: int = Query(default=50, ge=1, le=500), principal=require("job", "read")):
+    """The org's jobs, a keyset page at a time (members: their own, as for GET /v1/jobs/{id})."""
+    rows = service.page(db, principal, kind=kind, status=status, after=cursor, limit=limit)
+    return JobPage(items=[_out(j) for j in rows], next_cursor=next_cursor(rows, limit))
 
 
 @router.get("/{job_id}", response_model=JobOut)

@@ -30,6 +30,21 @@ def get_in_org(db: Session, principal: Principal, job_id: uuid.UUID) -> Job | No
     return db.execute(select(Job).where(Job.id == job_id, in_org(principal, Job))).scalar_one_or_none()
 
 
+def page_in_org(db: Session, principal: Principal, *, kind: str | None, status: str | None,
+                created_by: uuid.UUID | None, after: uuid.UUID | None, limit: int) -> list[Job]:
+    """One keyset page of the org's jobs in the principal's view (`created_by`: only that user's)."""
+    stmt = select(Job).where(in_org(principal, Job))
+    if kind:
+        stmt = stmt.where(Job.kind == kind)
+    if status:
+        stmt = stmt.where(Job.status == status)
+    if created_by is not None:
+        stmt = stmt.where(Job.created_by == created_by)
+    if after is not None:
+        stmt = stmt.where(Job.id > after)
+    return list(db.execute(stmt.order_by(Job.id).limit(limit)).scalars())
+
+
 def claim(db: Session, worker: str, lease_s: int, kinds: list[str], orgs: list | None):  # noqa: ANN201
     """(id, org_id, kind) of the oldest claimable job, leased to `worker`; None when there is none."""
     return db.execute(text("SELECT id, org_id, kind FROM memscale_claim_job(CAST(:w AS text), CAST(:l AS int), "

@@ -45,3 +45,10 @@ class JobRef(BaseModel):
     """The job that carries out (and records) a deletion: DELETE /v1/episodes/{id}, /v1/users/{id}/data."""
 
     job_id: uuid.UUID
+
+
+class JobPage(BaseModel):
+    """A keyset page: pass `next_cursor` as `cursor` for the next one (null: this was the last)."""
+
+    items: list[JobOut]
+    next_cursor: str | None = None

@@ -63,6 +63,13 @@ def get(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
     return job
 
 
+def page(db: Session, principal: Principal, *, kind: str | None, status: str | None, after: uuid.UUID | None,
+         limit: int) -> list[Job]:
+    """A keyset page of the org's jobs under the rule of `get`: members list only their own."""
+    mine = None if principal.has_role("steward", "admin", "auditor") else principal.user_id
+    return repo.page_in_org(db, principal, kind=kind, status=status, created_by=mine, after=after, limit=limit)
+
+
 def cancel(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
     """Cancel a queued or running job: its creator, stewards and admins may (another org's job, or
     a job the caller may not see, is a 404; an auditor who may see it, 403; a finished one, 409).

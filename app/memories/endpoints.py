@@ -2,14 +2,17 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Request, Response
 
 from app.kit.deps import SessionDep, require
 from app.kit.schemas import Instant
 from app.kit.errors import COMMON_ERRORS
 from app.kit.replicas import reads
-from app.memories import service
-from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPatch
+from app.kit.listing import ItemFilters, item_filters
+from app.memories import listing, service
+from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPage, MemoryPatch
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"], responses=COMMON_ERRORS)
 
@@ -17,6 +20,16 @@ router = APIRouter(prefix="/v1/memories", tags=["memories"], responses=COMMON_ER
 @router.post("", status_code=201, response_model=MemoryOut)
 def create_memory(body: MemoryIn, request: Request, db: SessionDep, principal=require("memory", "write")):
     return service.to_out(service.create(db, request.app.state.embedder, principal, body))
+
+
+@router.get("", response_model=MemoryPage)
+def list_memories(request: Request, db: SessionDep, f: Annotated[ItemFilters, Depends(item_filters)],
+                  status: Literal["active", "quarantined", "superseded"] = "active", as_of: Instant | None = None,
+                  principal=require("memory", "read")):
+    """The memory versions the caller may see, a keyset page at a time (`cursor` = the last page's
+    `next_cursor`); `since`/`until` on when a version was recorded; `as_of`: as the memory stood then."""
+    principal = principal.at(as_of)
+    return listing.page(db, principal, f, status, read=reads(request, db, principal))
 
 
 @router.get("/{memory_id}", response_model=MemoryOut)

@@ -12,6 +12,8 @@ from app.kit.access import visible_to
 from app.kit.registry import SOURCE_TYPES, model_of
 from app.kit.db import view_of
 from app.kit.items import MEMORY
+from app.kit.listing import ItemFilters
+from app.kit.repository_listing import item_terms, keyset
 from app.kit.repository_view import in_view, memory_state
 from app.lineage.models import LineageEdge
 from app.memories.models import Memory
@@ -48,6 +50,12 @@ def current_of_root(db: Session, principal: Principal, root_id: uuid.UUID,
 def agent_profile(db: Session, principal: Principal, agent_id: str) -> list[Memory]:
     return list(db.execute(select(Memory).where(Memory.agent_id == agent_id, *_seen(principal, ("active",)))
                            .order_by(Memory.kind, Memory.recorded_at)).scalars())
+
+
+def page_visible(db: Session, principal: Principal, f: ItemFilters, statuses: tuple[str, ...]) -> list[Memory]:
+    """One keyset page of the versions the principal may see that had one of `statuses` in its view."""
+    stmt = select(Memory).where(*_seen(principal, statuses), *item_terms(Memory, f, Memory.recorded_at))
+    return list(db.execute(keyset(stmt, Memory, f)).scalars())
 
 
 def visible_sources(db: Session, principal: Principal, type_: str, ids: list[uuid.UUID]) -> list:

@@ -75,3 +75,10 @@ class MemoryOut(AccessOut):
 
 class DeclassifyIn(AccessIn):
     reason: str = Field(min_length=3, max_length=2000)
+
+
+class MemoryPage(StrictModel):
+    """A keyset page: pass `next_cursor` as `cursor` for the next one (null: this was the last)."""
+
+    items: list[MemoryOut]
+    next_cursor: str | None = None

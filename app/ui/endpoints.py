@@ -1,23 +1,28 @@
-"""The compliance page: static files (page, script, styles); it calls the same REST API with the
-user's own key. The script and styles are files of their own, served here, so the page's CSP
-allows them from this origin only: no inline script or style, nothing from elsewhere."""
+"""The console: a page, its ES modules and one stylesheet, served as files. Every page reads
+through the public REST API with the user's own key (kept in the tab's sessionStorage), so it can
+show nothing the API would not. The script and styles are files of this router, so the CSP allows
+them from this origin only: no inline script or style, nothing fetched from elsewhere."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.kit.errors import NotFound
 
 router = APIRouter(tags=["ui"], include_in_schema=False)
 HERE = Path(__file__).parent
-PAGE = HERE / "lineage.html"
-# The only files served: fixed names, never a path from the request.
-ASSETS = {"lineage.js": "text/javascript; charset=utf-8", "lineage.css": "text/css; charset=utf-8"}
+PAGE = HERE / "index.html"
+JS = "text/javascript; charset=utf-8"
+# The only files served: a fixed table of names, never a path taken from the request.
+ASSETS = {"console.css": "text/css; charset=utf-8", **{f"{m}.js": JS for m in (
+    "main", "api", "dom", "graph", "browse", "item", "playground", "compliance", "branches", "jobs")}}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
-           "X-Content-Type-Options": "nosniff"}
+           "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
 
 
 @router.get("/ui")
@@ -30,15 +35,8 @@ def ui():
     return HTMLResponse(PAGE.read_text(), headers=HEADERS)
 
 
-@router.get("/ui/lineage.js", response_class=PlainTextResponse)
-def ui_script():
-    return _asset("lineage.js")
-
-
-@router.get("/ui/lineage.css", response_class=PlainTextResponse)
-def ui_styles():
-    return _asset("lineage.css")
-
-
-def _asset(name: str) -> Response:
+@router.get("/ui/{name}", response_class=Response)
+def ui_asset(name: str) -> Response:
+    if name not in ASSETS:
+        raise NotFound("no such console file")
     return Response((HERE / name).read_bytes(), media_type=ASSETS[name], headers=HEADERS)

