@@ -23,7 +23,7 @@ from collections import Counter
 from sqlalchemy.orm import Session
 
 from app.kit.errors import RateLimited
-from app.search import repository_lexicon as repo
+from app.search.repository import lexicon as repo
 
 log = logging.getLogger("memscale.lexicon")
 

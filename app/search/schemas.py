@@ -47,6 +47,14 @@ class SearchIn(StrictModel):
     instruction: str | None = Field(default=None, max_length=1000)
     # The memory state as recorded at that instant (issue 18), under today's access rules.
     as_of: Instant | None = None
+    # Each result's score broken down by ranking signal (app/search/signals.py); off by default.
+    explain: bool = False
+
+
+class Explanation(BaseModel):
+    """A result's score as the sum of its signals' contributions (`signals` sums to `score`)."""
+
+    signals: dict[str, float]
 
 
 class SearchResult(BaseModel):
@@ -65,6 +73,7 @@ class SearchResult(BaseModel):
     content_hash: str | None = None
     outcome: str | None = None
     occurred_at: datetime | None = None  # episodes: when it happened (created_at is when it was stored)
+    explain: Explanation | None = None  # only when asked for (left out of the JSON otherwise)
 
 
 class SearchOut(BaseModel):

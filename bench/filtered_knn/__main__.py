@@ -163,7 +163,7 @@ def run(args) -> dict:  # noqa: ANN001
                     with sessions() as db:
                         bind_principal(db, p)
                         t0 = time.perf_counter()
-                        rows, ex = repo.vector_ids(db, p, "memory", q, f0, k, ef, mode=kind)
+                        rows, ex = repo.vector_ids(db, p, "memory", q, f0, k, ef_search=ef, mode=kind)
                         dt = time.perf_counter() - t0
                         db.rollback()
                     got[mode] = [r.id for r in rows]
