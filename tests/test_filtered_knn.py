@@ -1,4 +1,4 @@
-"""ACL-filtered kNN in every scan mode (app/search/repository.vector_ids): the same rows as the
+"""ACL-filtered kNN in every scan mode (app/search/repository/vector.py `vector_ids`): the same rows as the
 exact filtered search, never a short result while more visible rows exist, nothing invisible."""
 
 from __future__ import annotations

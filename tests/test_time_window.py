@@ -1,4 +1,4 @@
-"""The time a query names as a ranking signal (app.search.service step 6, repository_window): read
+"""The time a query names as a ranking signal (app/search/service.py, app/search/repository/window.py): read
 from the query, its turns lifted, never another user's, and a yearless month looked up in earlier years."""
 
 from __future__ import annotations

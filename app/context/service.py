@@ -18,11 +18,9 @@ from app.search.service import RankCall, rank, record_retrieval, to_result
 from app.search.tuning import DEFAULT_TUNING, Tuning
 
 INSTRUCTION_KINDS = ("rule", "procedure")
-# An episode's outcome does not weigh its score in context. A failed trajectory's feedback often
-# holds the correction its question needs, and ×1.5 for successes / ×0.8 for failures kept those
-# out: bench scaling's unlabelled logs at 8 shards 56-69% → 73-81% of questions with every key
-# in context on four generator seeds, and the "Perfect, thanks!" traces (wrong SQL reported as a
-# success) reached fewer contexts (docs/decisions.md, thirteenth stop).
+# An episode's outcome does not weigh its score in context: a failed trajectory's feedback often
+# holds the correction its question needs, and a success may be reported for a wrong answer
+# (the figures: docs/search.md).
 
 
 def retrieved_pieces(db: Session, call: RankCall, *, session_id: str | None = None) -> list[Piece]:

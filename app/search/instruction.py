@@ -6,7 +6,7 @@ and "finance" goes to the query. Two interpreters:
 
 - `interpret` (always): ordered regular patterns, each consuming the span it read, with
   `dateparser` for explicit dates ("since March 3", "until 15 April"); whatever is left, minus
-  filler words, becomes query terms. Pure Python, no I/O (bench: p95 well under 5 ms).
+  filler words, becomes query terms. Pure Python, no I/O.
 - `interpret_llm` (opt-in, `MEMSCALE_INSTRUCTION_LLM=true`): asks the configured litellm model
   for JSON validated against a schema generated from `SearchFilters`; it only fills fields the
   deterministic reading left unset, and its answer goes through the same guard.

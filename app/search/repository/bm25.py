@@ -17,7 +17,7 @@ from app.search.schemas import SearchFilters
 MAX_QUERY_LEXEMES = 32
 # Up to this many lexemes BM25 tests every visible row against each (cheap for a question's few
 # words over many rows); beyond, it unnests the rows holding any (the second round's ~40-128
-# words over a few hundred rows: 15.6 vs 12.9 ms p50 on LoCoMo the other way round).
+# words over a few hundred rows; docs/search.md).
 PER_LEXEME_TESTS = 12
 
 
@@ -43,8 +43,7 @@ def text_scored(db: Session, principal: Principal, type_: str, query: str, f: Se
     lexeme: then nothing ran).
 
     A natural-language question ANDed term by term (websearch_to_tsquery) rarely matches one
-    row, so text search came back empty and hybrid search was vector-only in practice (LoCoMo
-    bench: text recall@10 0.12). This is BM25 with binary term frequency: rare words ("pottery",
+    row, so text search would come back empty and hybrid search be vector-only. This is BM25 with binary term frequency: rare words ("pottery",
     "Sweden") outweigh names and common verbs. N and the document frequencies are counted over
     the caller's visible rows only, so other tenants' vocabulary never shapes the ranking. One
     statement, one pass over the visible rows for N and every lexeme's rows (`bm25_select`);
@@ -99,13 +98,12 @@ def bm25_select(m, conds: list, *, many: bool, min_df: int = 0, rarest: bool = F
                 counted: bool = False, with_n: bool = False):  # noqa: ANN201
     """Top-n (id, summed IDF of the lexemes a row holds) among the rows of `m` under `conds`, in
     one statement and one pass over the visible rows: they are read once (id and tsvector), and
-    give N (their count) and each lexeme's rows (its df: the count of its rows). The previous
-    statement read them twice at an org with many visible rows (the count, then the rows holding
-    any lexeme with all their lexemes unnested: ~1M pairs for a reader with 32,000 matching rows);
-    bench.scale's largest org: docs/decisions.md. The lexemes, n and the rest are bound when it
+    give N (their count) and each lexeme's rows (its df: the count of its rows), rather than
+    reading them twice (the count, then the rows holding any lexeme with all their lexemes
+    unnested, which grows with the reader's matching rows). The lexemes, n and the rest are bound when it
     runs (`bm25_values`); `many`: more than PER_LEXEME_TESTS lexemes (another way to find their
     rows). `min_df`/`rarest`: keep only the `n_terms` rarest lexemes held by at least `min_df` rows
-    (the second round's choice of words, app.search.repository_expansion); by default every
+    (the second round's choice of words, app/search/repository/expansion.py); by default every
     lexeme counts. `counted`: N is bound (`total`), not counted. `with_n`: (n, id, r) rows, always
     at least one (id None when nothing matched), so the caller learns N from the same statement."""
     vis = select(m.id.label("id"), m.tsv.label("tsv")).where(*conds).cte("vis").prefix_with("MATERIALIZED")

@@ -50,7 +50,7 @@ def _of_kinds(principal: Principal, type_: str, m, kinds: list[str]):  # noqa: A
 
 
 def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list:  # noqa: ANN001
-    """The filters an instruction can set (issue 17). Each is ANDed with `visible_to` above, so
+    """The filters an instruction can set. Each is ANDed with `visible_to` above, so
     none can widen what the caller sees: at most they leave fewer rows."""
     conds = []
     if f.exclude_kinds:

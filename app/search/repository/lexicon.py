@@ -68,16 +68,16 @@ def lift_rows(db: Session, principal: Principal, f: SearchFilters, *, qvec, own:
     lexemes the `pool`'s rows hold (and the query does not), the `terms` whose words lie nearest
     to `qvec` (cosine above `min_sim`), and the servable rows holding any, scored by the summed
     similarity x IDF of the words they hold (df over the caller's rows, N = `total`, as BM25
-    counts them): top-n (id, r, d, session_id, n_lex). The pool bounds the candidates: LoCoMo
-    recall@10 is the same as with every word of the caller's rows as a candidate (0.766 both,
-    offline), at a cost that does not grow with their number.
+    counts them): top-n (id, r, d, session_id, n_lex). The pool bounds the candidates (as good
+    as every word of the caller's rows, docs/search.md), at a cost that does not grow with their
+    number.
 
     Two statements: the words first, then their rows with the words in the statement's text
     (`tsv @@ 'w1' | 'w2'`), so that the planner sees them and picks by their frequency (the
     column's statistics): the full-text index for rare words, one pass over the caller's rows
-    for common ones. With the words behind a CTE it could only do the pass, whatever the words
-    (every visible row's tsvector tested per word: 8-12 ms at bench.service's 100k with 5,497
-    visible), and with no word near enough the second statement is not run at all."""
+    for common ones (with the words behind a CTE it could only do the pass, every visible row's
+    tsvector tested per word, whatever the words); with no word near enough the second
+    statement is not run at all."""
     words = STATEMENTS.run(db, ("lift_words",) + shape(principal, "episode", f), lambda: _lift_words(principal, f),
                            {"qvec": qvec, "own": list(own), "pool": list(pool), "terms": terms,
                             "min_sim": min_sim}).all()

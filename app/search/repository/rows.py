@@ -15,8 +15,8 @@ from app.search.schemas import SearchFilters
 
 
 # Made once: SQLAlchemy memoises an alias's adapted columns on the alias itself, so a fresh
-# `aliased(Episode)` per call re-adapted every column the statement names (~10 ms of Python per
-# neighbour lookup, three times what the server spent planning and running it).
+# `aliased(Episode)` per call would re-adapt every column the statement names on every lookup
+# (more Python time than the server spends planning and running it).
 _HIT, _NEAR = aliased(Episode, name="hit"), aliased(Episode, name="near")
 
 
@@ -32,7 +32,7 @@ def neighbour_ids(db: Session, principal: Principal, hit_ids: list) -> list[tupl
 def _neighbours_select(principal: Principal):  # noqa: ANN202
     """Per hit one row with both neighbours as scalar subqueries (an index probe each on
     (org, session, occurred_at, id)): one pass over the hits instead of a lateral join per side
-    and their union, which planned in ~3 ms at LoCoMo scale (twelfth stop)."""
+    and their union, which costs more to plan than to run."""
     hit, n = _HIT, _NEAR
 
     def side(before: bool):  # noqa: ANN202

@@ -21,7 +21,7 @@ from app.search.schemas import SearchFilters
 
 SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact")
 MAX_SCAN_TUPLES = 20_000  # pgvector's default bound on an iterative walk (modes relaxed/strict)
-AUTO_SCAN_TUPLES = 10_000  # auto: a walk this deep loses recall (0.81 at 20k); past it, the exact search
+AUTO_SCAN_TUPLES = 10_000  # auto: a deeper walk loses recall (docs/search.md); past it, the exact search
 
 
 def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
@@ -30,14 +30,14 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
 
     Modes (bench/filtered_knn measures them side by side; docs/decisions.md has the figures):
     `exact` — the filtered exact search (`+ 0` keeps HNSW out); `ef` — one HNSW pass at
-    `ef_search` with the planner free to choose (the old behaviour; under an ACL filter it mostly
-    chose a full sort: 100k rows, p50 200-400 ms); `relaxed`/`strict` — pgvector 0.8's
+    `ef_search` with the planner free to choose (under an ACL filter it mostly chooses a full
+    sort); `relaxed`/`strict` — pgvector 0.8's
     iterative index scan (`hnsw.iterative_scan`): the walk goes on until n visible rows are found
     or `hnsw.max_scan_tuples` is spent, sorting is disabled for the statement so that the planner
     takes the index (its row estimates for the ACL filter are ~200x low), and relaxed order is
     re-sorted here; `auto` — relaxed at `ef_search`, the walk bounded to AUTO_SCAN_TUPLES: a
-    visible set too sparse to fill n rows within it (where a deeper walk loses recall: 0.81 at
-    0.5 % visible, k = 100, 20k tuples) falls to the exact search, which is what such a small
+    visible set too sparse to fill n rows within it (where a deeper walk loses recall) falls to
+    the exact search, which is what such a small
     visible set wants. Whatever the mode, fewer than n rows is never returned as is: the exact search decides
     whether more visible rows exist.
     """
