@@ -75,6 +75,8 @@ def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, f
 
     from sqlalchemy import event
 
+    from app.search.service import RankCall
+
     seen: list = []
 
     def capture(conn, cursor, statement, params, context, executemany):  # noqa: ANN001, ARG001
@@ -87,8 +89,8 @@ def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, f
         conn = db.connection()
         event.listen(conn, "before_cursor_execute", capture)
         try:
-            rank(db, RankCall(principal=env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid", filters=f0,
-                 ef_search=env["settings"].hnsw_ef_search))
+            rank(db, RankCall(principal=env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
+                              filters=f0, ef_search=env["settings"].hnsw_ef_search))
         finally:
             event.remove(conn, "before_cursor_execute", capture)
         for statement, params in seen:
