@@ -94,10 +94,12 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
     # Text first: its one pass over the visible rows also counts them (BM25's N), which chooses
     # the vector search (exact up to `exact_below` visible rows, else the HNSW walk).
     txt, total = text_repo.text_scored(db, principal, t, call.query, call.filters, nt)
-    if total is None and tun.exact_below:  # a query without lexemes: nothing counted them
-        total = visible_total(db, principal, t, call.filters)
+    qvec = call.qvec.get()  # the query's embedding may have been computed meanwhile (prepare.embed_query)
+    if total is None and tun.exact_below:  # a query without a lexeme: nothing counted yet
+        total = text_repo.visible_count(db, principal, t, call.filters)
+    if total == 0:  # nothing of this type the caller may be served: no search to run
+        return {}, None
     mode = "exact" if tun.exact_below and total is not None and total <= tun.exact_below else "auto"
-    qvec = call.qvec.get()
     bm25 = {id_: float(r) for id_, r in txt}
     if mode == "exact" and tun.fusion != "rrf":  # the exact top-n and the pool's rows: one statement
         vec, rows = vector_repo.exact_pool(db, principal, t, qvec, call.filters, nv, also_ids=list(bm25))
