@@ -22,6 +22,7 @@ from app.kit.replicas import LsnHeaderMiddleware, replica_set
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
 from app.resources import Resources
 from app.search import instruction
+from app.search.tuning import DEFAULT_TUNING
 
 
 def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None, gateway=None) -> FastAPI:  # noqa: ANN001
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
 
     app = FastAPI(title="memscale", version="1.0.0", lifespan=lifespan,
                   description="Memory service for AI agents (REST contract v1, see API.md).")
+    app.state.tuning = DEFAULT_TUNING  # the ranking's settings (app/search/tuning.py); a benchmark may set its own
     install_error_handlers(app)
     install_request_middleware(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
@@ -70,6 +72,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     setup_tracing(app, settings.otel_exporter)
 
     from app.branches.endpoints import router as branches
+    from app.context.endpoints import router as context
     from app.episodes.endpoints import router as episodes
     from app.erasure.endpoints import router as erasure
     from app.jobs.endpoints import router as jobs
@@ -81,7 +84,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, sessions, lineage, audit, erasure, ui, knowledge, branches):
+    for r in (episodes, memories, search, jobs, context, sessions, lineage, audit, erasure, ui, knowledge, branches):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

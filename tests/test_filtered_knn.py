@@ -1,4 +1,4 @@
-"""ACL-filtered kNN in every scan mode (app/search/repository.vector_ids): the same rows as the
+"""ACL-filtered kNN in every scan mode (app/search/repository/vector.py `vector_ids`): the same rows as the
 exact filtered search, never a short result while more visible rows exist, nothing invisible."""
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def test_every_mode_returns_the_exact_visible_top_k(app, client, corpus, mode, w
         for n in (10, 100):
             with app.state.sessions() as db:
                 bind_principal(db, p)
-                got, _ = repo.vector_ids(db, p, "memory", q, SearchFilters(), n, 40, mode=mode)
-                truth, _ = repo.vector_ids(db, p, "memory", q, SearchFilters(), n, 40, mode="exact")
+                got, _ = repo.vector_ids(db, p, "memory", q, SearchFilters(), n, ef_search=40, mode=mode)
+                truth, _ = repo.vector_ids(db, p, "memory", q, SearchFilters(), n, ef_search=40, mode="exact")
                 db.rollback()
             assert len(got) == min(n, visible)  # never short while more visible rows exist
             assert [r.d for r in got] == sorted(r.d for r in got)

@@ -149,7 +149,7 @@ def test_a_search_reads_one_partition_per_table(app, client, world, embedder):
     from app.auth.principal import Principal
     from app.kit.db import bind_principal
     from app.search.schemas import SearchFilters
-    from app.search.service import rank
+    from app.search.service import RankCall, rank
 
     org = world.org()
     alice = world.user(org)
@@ -171,8 +171,8 @@ def test_a_search_reads_one_partition_per_table(app, client, world, embedder):
         conn = db.connection()
         event.listen(conn, "before_cursor_execute", capture)
         try:
-            got, _ = rank(db, p, query=q, qvec=embedder.embed([q])[0], types=["memory", "episode", "chunk"], k=10,
-                          mode="hybrid", filters=SearchFilters(), ef_search=40)
+            got, _ = rank(db, RankCall(principal=p, query=q, qvec=embedder.embed([q])[0], types=["memory", "episode", "chunk"],
+                                       k=10, mode="hybrid", filters=SearchFilters(), ef_search=40))
         finally:
             event.remove(conn, "before_cursor_execute", capture)
         assert got

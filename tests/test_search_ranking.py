@@ -6,6 +6,9 @@ turns and superseded memories never enter a window, a session unit or the statis
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from dataclasses import replace
+
 from sqlalchemy import text
 
 from tests.helpers import ep
@@ -14,6 +17,18 @@ from tests.helpers import ep
 def _turn(content: str, session: str, minute: int, **kw) -> dict:
     return {"kind": "conversation", "content": content, "session_id": session,
             "occurred_at": f"2023-05-08T13:{minute:02d}:00Z", "visibility": "private", **kw}
+
+
+@contextmanager
+def _tuned(client, **changes):  # noqa: ANN001, ANN003
+    """The app's ranking settings changed for the block (an ablation), as a benchmark sets them."""
+    state = client.app.state
+    before = state.tuning
+    state.tuning = replace(before, **changes)
+    try:
+        yield state.tuning
+    finally:
+        state.tuning = before
 
 
 def _search(client, actor, query: str, **kw) -> list[tuple[str, float]]:  # noqa: ANN001
@@ -54,8 +69,6 @@ def test_neighbour_and_session_signals_lift_the_answering_turn(client, world):
     """The answer to a question is often a turn sharing no word with it; its neighbour (the turn
     the question matches) and its session lift it above unrelated turns. With both signals off
     (the ablation) it ranks lower."""
-    from app.search.service import tuned
-
     org = world.org()
     alice = world.user(org)
     conv = [_turn("Melanie: How was the pottery workshop in Lisbon?", "s1", 0),
@@ -64,7 +77,7 @@ def test_neighbour_and_session_signals_lift_the_answering_turn(client, world):
     ids = client.post("/v1/episodes/batch", json={"items": conv + noise}, headers=alice.h).json()["ids"]
     q = "what did Caroline make at the pottery workshop in Lisbon?"
     with_ = [i for i, _ in _search(client, alice, q, k=14)]
-    with tuned(neighbour=0.0, session=0.0):
+    with _tuned(client, neighbour=0.0, session=0.0):
         without = [i for i, _ in _search(client, alice, q, k=14)]
     assert with_[0] == ids[0] and with_[1] == ids[1]
     assert without.index(ids[1]) > 1
@@ -125,19 +138,21 @@ def test_a_text_hit_without_embedding_stays_in_hybrid_results(client, world, adm
     assert [i for i, _ in res] == [ids[0], ids[1]] and all(0 < s < 1 for _, s in res)
 
 
-def _ranked(app, actor, query: str, *, second_round: bool) -> list[tuple[str, float]]:  # noqa: ANN001
+def _ranked(app, actor, query: str, *, second_round: bool, **tuning) -> list[tuple[str, float]]:  # noqa: ANN001, ANN003
     """Hybrid episode ranking as context assembly asks for it (the second round is not on /v1/search)."""
     from app.auth.principal import Principal
     from app.kit.db import bind_principal
     from app.search.schemas import SearchFilters
-    from app.search.service import rank
+    from app.search.service import RankCall, rank
+    from app.search.tuning import DEFAULT_TUNING
 
     me = Principal(actor.org_id, actor.user_id, actor.name, (), (), ())
     qvec = app.state.resources.embedder.embed([query])[0]
     with app.state.sessions() as db:
         bind_principal(db, me)
-        results, _ = rank(db, me, query=query, qvec=qvec, types=["episode"], k=15, mode="hybrid",
-                          filters=SearchFilters(), ef_search=100, second_round=second_round)
+        results, _ = rank(db, RankCall(principal=me, query=query, qvec=qvec, types=("episode",), k=15, mode="hybrid",
+                                       filters=SearchFilters(), ef_search=100, second_round=second_round,
+                                       tuning=replace(DEFAULT_TUNING, **tuning)))
     return [(str(r.id), r.score) for r in results]
 
 
@@ -166,14 +181,11 @@ def test_second_round_finds_a_turn_through_a_rare_word_of_the_first_hits(client,
     my sneakers"; the top hit names the dog, and the second round (the rarest words of the best
     first-round turns) lifts the turn holding that name. Without it (as /v1/search ranks, or the
     ablation) it ranks lower."""
-    from app.search.service import tuned
-
     alice, _, _, ids = _second_round_world(client, world)
     q = "what did the puppy Caroline adopted destroy?"
     with_ = [i for i, _ in _ranked(app, alice, q, second_round=True)]
     without = [i for i, _ in _ranked(app, alice, q, second_round=False)]
-    with tuned(expand_terms=0):
-        assert [i for i, _ in _ranked(app, alice, q, second_round=True)] == without
+    assert [i for i, _ in _ranked(app, alice, q, second_round=True, expand_terms=0)] == without
     assert with_[0] == without[0] == ids[0]
     assert with_.index(ids[2]) < without.index(ids[2])
     assert [i for i, _ in _search(client, alice, q, k=15)] == without  # /v1/search: no second round
@@ -219,7 +231,7 @@ def test_exact_pool_below_the_visible_count_ranks_as_the_index_walk(client, worl
     assert client.post("/v1/episodes/batch", json={"items": mine}, headers=alice.h).status_code == 201
     assert client.post("/v1/episodes/batch", json={"items": theirs}, headers=bob.h).status_code == 201
     q = "did the camping with the guitar go well?"
-    with svc.tuned(exact_below=0):  # the index walk, N counted inside the BM25 statement
+    with _tuned(client, exact_below=0):  # the index walk, N counted inside the BM25 statement
         walk = _search(client, alice, q, k=20)
     exact = _search(client, alice, q, k=20)  # the default: the exact pool below 10,000 visible rows
     assert [i for i, _ in exact] == [i for i, _ in walk] and len(exact) == 20
@@ -245,13 +257,13 @@ def test_vector_search_takes_the_exact_search_for_a_caller_who_sees_few_rows(cli
     assert client.post("/v1/episodes/batch", json={"items": mine}, headers=alice.h).status_code == 201
     assert client.post("/v1/episodes/batch", json={"items": theirs}, headers=bob.h).status_code == 201
     seen = []
-    real = svc.repo.vector_ids
+    real = svc.vector_repo.vector_ids
 
     def spy(*a, **kw):  # noqa: ANN002, ANN003
         seen.append(kw.get("mode"))
         return real(*a, **kw)
 
-    svc.repo.vector_ids = spy
+    svc.vector_repo.vector_ids = spy
     try:
         for who, n in ((alice, 12), (bob, 40)):
             res = client.post("/v1/search", json={"query": "kiln glazes", "mode": "vector", "types": ["episode"], "k": 5},
@@ -260,15 +272,15 @@ def test_vector_search_takes_the_exact_search_for_a_caller_who_sees_few_rows(cli
             with app.state.sessions() as db:
                 bind_principal(db, me)
                 exact = [i for i, _ in real(db, me, "episode", app.state.embedder.embed(["kiln glazes"])[0],
-                                            SearchFilters(), 5, 100, mode="exact")[0]]
+                                            SearchFilters(), 5, ef_search=100, mode="exact")[0]]
                 assert svc.visible_total(db, me, "episode", SearchFilters()) == n  # each caller's own count
             assert [r["id"] for r in res] == [str(i) for i in exact]
         assert seen == ["exact", "exact"]
-        with svc.tuned(exact_below=10):  # bob sees 40 > 10: the walk (with its exact fallback)
+        with _tuned(client, exact_below=10):  # bob sees 40 > 10: the walk (with its exact fallback)
             client.post("/v1/search", json={"query": "kiln", "mode": "vector", "types": ["episode"], "k": 5}, headers=bob.h)
         assert seen[-1] == "auto"
     finally:
-        svc.repo.vector_ids = real
+        svc.vector_repo.vector_ids = real
 
 
 def test_statements_kept_per_caller_never_serve_another_caller(client, world, admin_engine):

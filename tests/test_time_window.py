@@ -1,11 +1,11 @@
-"""The time a query names as a ranking signal (app.search.service step 6, repository_window): read
+"""The time a query names as a ranking signal (app/search/service.py, app/search/repository/window.py): read
 from the query, its turns lifted, never another user's, and a yearless month looked up in earlier years."""
 
 from __future__ import annotations
 
 from sqlalchemy import text
 
-from tests.test_search_ranking import _search
+from tests.test_search_ranking import _search, _tuned
 
 
 def _dated(content: str, day: str, session: str) -> dict:
@@ -70,10 +70,8 @@ def _lifted_by_the_time(client, actor, items: list, q: str) -> tuple[list, list]
     """Stores `items` (the second one of the time `q` names, the first near the same words but of
     another time): with the time signal the second ranks first, and its lead over the first is
     larger than with the signal off. Returns (ids, results)."""
-    from app.search.service import tuned
-
     ids = client.post("/v1/episodes/batch", json={"items": items}, headers=actor.h).json()["ids"]
-    with tuned(time_weight=0.0):
+    with _tuned(client, time_weight=0.0):
         off = dict(_search(client, actor, q, k=10))
     on = _search(client, actor, q, k=10)
     assert on[0][0] == ids[1] and dict(on)[ids[1]] - dict(on)[ids[0]] > off[ids[1]] - off[ids[0]], (on[:3], ids[:2])
@@ -129,22 +127,22 @@ def test_a_window_with_its_year_is_read_as_given_and_a_yearless_one_steps_back_o
     yearless window that finds nothing is asked again, a year earlier each time."""
     from datetime import datetime, timezone
 
-    from app.search import repository_window as rw
+    from app.search.repository import window as rw
     from app.search.instruction import TimeWindow
 
     asked = []
 
-    def rows(db, principal, type_, qvec, f, since, until, n):  # noqa: ANN001, ANN202, ARG001
+    def rows(db, principal, type_, f, *, qvec, since, until, n):  # noqa: ANN001, ANN202, ARG001
         asked.append((since, until))
         return ["row"] if since is not None and since.year == 2024 else []
 
     monkeypatch.setattr(rw, "window_rows", rows)
     hour = datetime(2026, 12, 3, 12, tzinfo=timezone.utc)
-    assert rw.named_time_rows(None, None, "episode", None, None, TimeWindow(hour, None), 10) == []
+    assert rw.named_time_rows(None, None, "episode", None, TimeWindow(hour, None), qvec=None, n=10) == []
     assert asked == [(hour, None)]
     asked.clear()
     june = TimeWindow(datetime(2026, 6, 1, tzinfo=timezone.utc), datetime(2026, 7, 1, tzinfo=timezone.utc), True)
-    assert rw.named_time_rows(None, None, "episode", None, None, june, 10) == ["row"]
+    assert rw.named_time_rows(None, None, "episode", None, june, qvec=None, n=10) == ["row"]
     assert [a[0].year for a in asked] == [2026, 2025, 2024]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from tests.helpers import ep
+from tests.test_search_ranking import _tuned
 
 
 def _turn(content: str, session: str, minute: int, **kw) -> dict:
@@ -46,8 +47,6 @@ def test_ingest_embeds_each_new_word_once(client, world, admin_engine):
 def test_the_lift_finds_a_turn_through_a_word_near_the_query(client, world, app):
     """Asked for a category, the lift lifts the turn that names an instance of it (the turn
     shares no word with the question), and only with the lift on."""
-    from app.search.service import tuned
-
     org = world.org()
     alice = world.user(org)
     filler = ["Dana: does anyone want to play cards tonight?", "Dana: I play chess with my brother on Mondays",
@@ -60,7 +59,7 @@ def test_the_lift_finds_a_turn_through_a_word_near_the_query(client, world, app)
     ids = client.post("/v1/episodes/batch", json={"items": items}, headers=alice.h).json()["ids"]
     q = "Which musical instruments does Dana play?"
     with_lift = [i for i, _ in _search(client, alice, q)]
-    with tuned(vocab_terms=0):
+    with _tuned(client, vocab_terms=0):
         without = [i for i, _ in _search(client, alice, q)]
     assert with_lift.index(ids[-1]) < without.index(ids[-1])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
@@ -11,34 +12,27 @@ from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.cartridges.service import visible_active
 from app.search import service as search
 from app.kit.replicas import on
+from app.search.prepare import Prepared
 from app.search.schemas import SearchFilters
-from app.search.service import rank, record_retrieval, to_result
+from app.search.service import RankCall, rank, record_retrieval, to_result
+from app.search.tuning import DEFAULT_TUNING, Tuning
 
 INSTRUCTION_KINDS = ("rule", "procedure")
-# An episode's outcome does not weigh its score in context. A failed trajectory's feedback often
-# holds the correction its question needs, and ×1.5 for successes / ×0.8 for failures kept those
-# out: bench scaling's unlabelled logs at 8 shards 56-69% → 73-81% of questions with every key
-# in context on four generator seeds, and the "Perfect, thanks!" traces (wrong SQL reported as a
-# success) reached fewer contexts (docs/decisions.md, thirteenth stop).
+# An episode's outcome does not weigh its score in context: a failed trajectory's feedback often
+# holds the correction its question needs, and a success may be reported for a wrong answer
+# (the figures: docs/search.md).
 
 
-def instructed(instruction: str | None, query: str, *, settings=None, resources=None, now=None):  # noqa: ANN001, ANN201
-    """(query, filters, Interpreted | None) for a context request's `instruction` (issue 17);
-    `now`: an as-of read's instant, what relative times are read against."""
-    return search.read_instruction(instruction, query, SearchFilters(), settings=settings, resources=resources, now=now)
-
-
-def retrieved_pieces(db: Session, principal: Principal, embedder, query: str, *, k: int, ef_search: int,  # noqa: ANN001
-                     session_id: str | None = None, qvec=None, filters: SearchFilters | None = None) -> list[Piece]:  # noqa: ANN001
-    qvec = qvec if qvec is not None else embedder.embed([query])[0]
+def retrieved_pieces(db: Session, call: RankCall, *, session_id: str | None = None) -> list[Piece]:
+    """Each item type ranked on its own (`call` with its second round) as context pieces, and the
+    turns next to the retrieved conversation turns (unless an instruction filtered the request)."""
+    principal = call.principal
     now = now_utc()
     out: list[Piece] = []
-    filtered = filters is not None and filters != SearchFilters()  # an instruction's: no neighbours
+    filtered = call.filters != SearchFilters()  # an instruction's: no neighbours
     known: dict = {}  # the neighbour pairs (and rows) ranking already fetched for its pool of turns
     for type_ in ("memory", "episode", "chunk"):
-        results, _ = rank(db, principal, query=query, qvec=qvec, types=[type_], k=k, mode="hybrid",
-                          filters=filters or SearchFilters(), ef_search=ef_search, second_round=True,
-                          neighbours_out=None if filtered else known)
+        results, _ = rank(db, replace(call, types=(type_,)), neighbours_out=None if filtered else known)
         for r in results:
             if type_ == "memory":
                 section = "instructions" if r.kind in INSTRUCTION_KINDS else "memories"
@@ -101,21 +95,20 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece], known: dic
             for i, (score, hid) in best.items() if i in rows]
 
 
-def build(db: Session, principal: Principal, resources, *, query: str, budget: int, session=None,  # noqa: ANN001
-          ef_search: int, k: int | None = None, qvec=None, pinned: list[Piece] | None = None,
-          read=None, filters: SearchFilters | None = None) -> dict:  # noqa: ANN001
-    """`qvec`: the query's embedding when the caller computed it already (see app.kit.db.released);
-    `pinned`: the session's own pieces (app.sessions.service.session_pieces) when `session` is given, and
-    an agent's profile (app.context.agent);
-    `read`: where retrieval reads (a read replica, app.kit.replicas); the session's own state and
-    the retrieval event stay in `db`."""
+def build(db: Session, prepared: Prepared, resources, *, budget: int, ef_search: int,  # noqa: ANN001
+          tuning: Tuning = DEFAULT_TUNING, session=None, k: int | None = None,  # noqa: ANN001
+          pinned: list[Piece] | None = None, read=None) -> dict:  # noqa: ANN001
+    """The context for a prepared request (app.search.prepare). `pinned`: the session's own pieces
+    (app.sessions.service.session_pieces) and an agent's profile (app.context.agent); `read`:
+    where retrieval reads (a read replica, app.kit.replicas); the session's own state and the
+    retrieval event stay in `db`."""
+    principal, query = prepared.principal, prepared.query
     count = resources.gateway.count_tokens
     k = k or candidates(budget)
     pieces = list(pinned or [])
     retrieved, cartridges = (read or on(db))(lambda rdb: (
-        retrieved_pieces(rdb, principal, resources.embedder, query, k=k, ef_search=ef_search,
-                         session_id=str(session.id) if session is not None else None, qvec=qvec,
-                         filters=filters),
+        retrieved_pieces(rdb, RankCall.of(prepared, k=k, ef_search=ef_search, tuning=tuning, second_round=True),
+                         session_id=str(session.id) if session is not None else None),
         visible_active(rdb, principal)))
     given = {(p.type, p.id) for p in pieces}  # an agent's profile item is not served twice
     pieces += [p for p in retrieved if (p.type, p.id) not in given]

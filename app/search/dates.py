@@ -3,8 +3,8 @@ patterns of time expressions, calendar steps (months, quarters, "n units ago") a
 which reads explicit dates ("March 3", "2026-06-15", "last Monday") and returns the [start, end)
 they span at their own granularity: ISO dates and bare years by regex, the rest by dateparser.
 
-dateparser costs ~1-2 ms of CPU a call, and a 2,000-character query can name hundreds of dates
-(issue 41 M2: `"in 2023-02-30 " * 200` cost ~0.3 s a reading, ~0.5 s a request): one reading (a
+dateparser costs about a millisecond of CPU a call, and a 2,000-character query can name
+hundreds of dates (`"in 2023-02-30 " * 200`): one reading (a
 query or an instruction) asks it about each distinct expression once, and about at most
 MAX_PARSED of them; the rest are not read and counted in `skipped`."""
 

@@ -6,7 +6,7 @@ and "finance" goes to the query. Two interpreters:
 
 - `interpret` (always): ordered regular patterns, each consuming the span it read, with
   `dateparser` for explicit dates ("since March 3", "until 15 April"); whatever is left, minus
-  filler words, becomes query terms. Pure Python, no I/O (bench: p95 well under 5 ms).
+  filler words, becomes query terms. Pure Python, no I/O.
 - `interpret_llm` (opt-in, `MEMSCALE_INSTRUCTION_LLM=true`): asks the configured litellm model
   for JSON validated against a schema generated from `SearchFilters`; it only fills fields the
   deterministic reading left unset, and its answer goes through the same guard.
@@ -337,10 +337,10 @@ def interpret(instruction: str, *, now: datetime | None = None) -> tuple[SearchF
     _labels(st)
     _people_and_sharing(st)
     _kinds(st)
-    return _build(st.f, st.ignored), _terms(st), st.ignored
+    return build_filters(st.f, st.ignored), _terms(st), st.ignored
 
 
-def _build(f: dict, ignored: list[str]) -> SearchFilters:
+def build_filters(f: dict, ignored: list[str]) -> SearchFilters:
     """A SearchFilters from a dict of fields; a value the model refuses is dropped and listed."""
     clean: dict[str, Any] = {}
     for name, value in f.items():
@@ -383,17 +383,14 @@ def set_fields(f: SearchFilters) -> dict:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in f.model_dump().items() if v is not None}
 
 
-def apply(instruction: str | None, query: str, explicit: SearchFilters, *, gateway=None,  # noqa: ANN001
-          use_llm: bool = False, now: datetime | None = None) -> tuple[str, SearchFilters, Interpreted | None]:
-    """(query to rank with, filters to apply, what to echo) for a request with `instruction`."""
+def apply(instruction: str | None, query: str, explicit: SearchFilters, *, now: datetime | None = None,
+          interpreter=None) -> tuple[str, SearchFilters, Interpreted | None]:  # noqa: ANN001
+    """(query to rank with, filters to apply, what to echo) for a request with `instruction`.
+    `interpreter(instruction, now=...)` reads it (default `interpret`; app.search.prepare passes the
+    LLM's reading, app.search.instruction_llm, when it is switched on)."""
     if not instruction or not instruction.strip():
         return query, explicit, None
-    if use_llm and gateway is not None:
-        from app.search.instruction_llm import interpret_llm
-
-        read, terms, ignored = interpret_llm(gateway, instruction, now=now)
-    else:
-        read, terms, ignored = interpret(instruction, now=now)
+    read, terms, ignored = (interpreter or interpret)(instruction, now=now)
     extra = [t for t in terms if t not in query.lower().split()]
     rewritten = f"{query} {' '.join(extra)}" if extra else query
     return rewritten, merge(explicit, read), Interpreted(filters=set_fields(read), query=rewritten, ignored=ignored)

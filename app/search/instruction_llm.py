@@ -23,7 +23,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from app.search.instruction import _build, interpret, set_fields
+from app.search.instruction import build_filters, interpret, set_fields
 from app.search.schemas import SearchFilters
 
 log = logging.getLogger("memscale.instruction")
@@ -99,4 +99,4 @@ def interpret_llm(gateway, instruction: str, *, now: datetime | None = None) -> 
         return base, terms, ignored
     combined = {k: v for k, v in set_fields(base).items()}
     combined.update(extra)
-    return _build(combined, ignored), terms, ignored
+    return build_filters(combined, ignored), terms, ignored

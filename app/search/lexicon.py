@@ -8,9 +8,9 @@ when the word first arrives, ~1 new word per turn after the first few hundred tu
 time the `terms` lexemes of the caller's servable episodes whose words lie nearest to the query's
 embedding (cosine above `min_sim`, the query's own lexemes left out) score the rows holding them
 by similarity x IDF, like BM25; the positive part of that score's z-value adds to the fused one
-(app/search/service.py). Chosen over the caller's rows only: a word only another user's rows
+(app/search/signals.py). Chosen over the caller's rows only: a word only another user's rows
 hold is never a candidate, and N and df are counted over the caller's rows, as for BM25.
-LoCoMo dev, leave-one-conversation-out: docs/decisions.md (twelfth stop).
+Its effect on LoCoMo dev: docs/search.md.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from collections import Counter
 from sqlalchemy.orm import Session
 
 from app.kit.errors import RateLimited
-from app.search import repository_lexicon as repo
+from app.search.repository import lexicon as repo
 
 log = logging.getLogger("memscale.lexicon")
 
 WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]|\d+")
 MAX_WORD_CHARS = 40  # longer "words" (ids, hashes, base64) are not vocabulary
 # New words embedded per stored item, at most (plus a few): bounds what a batch of junk text can
-# cost (a word embeds in ~0.085 of a turn's time); a new org's first 500 LoCoMo turns bring 2.5 each.
+# cost (a word embeds in a fraction of a turn's time; docs/search.md has the rates).
 WORDS_PER_ITEM, WORDS_EXTRA = 4, 64
 EMBED_SLICE = 256  # words per call of the fair write lane
 

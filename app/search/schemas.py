@@ -19,7 +19,7 @@ class SearchFilters(StrictModel):
     since: Instant | None = None
     until: Instant | None = None
     session_id: str | None = Field(default=None, max_length=200)
-    # v1 additions (instructed retrieval, issue 17); an `instruction` sets them too
+    # what an `instruction` can set too (instructed retrieval)
     exclude_kinds: list[str] | None = Field(default=None, max_length=16)
     exclude_labels: list[Tag] | None = Field(default=None, max_length=32)
     owner: Literal["me"] | None = None  # only the caller's own items
@@ -45,8 +45,16 @@ class SearchIn(StrictModel):
     mode: Literal["hybrid", "vector", "text"] = "hybrid"
     filters: SearchFilters = Field(default_factory=SearchFilters)
     instruction: str | None = Field(default=None, max_length=1000)
-    # The memory state as recorded at that instant (issue 18), under today's access rules.
+    # The memory state as recorded at that instant, under today's access rules.
     as_of: Instant | None = None
+    # Each result's score broken down by ranking signal (app/search/signals.py); off by default.
+    explain: bool = False
+
+
+class Explanation(BaseModel):
+    """A result's score as the sum of its signals' contributions (`signals` sums to `score`)."""
+
+    signals: dict[str, float]
 
 
 class SearchResult(BaseModel):
@@ -65,6 +73,7 @@ class SearchResult(BaseModel):
     content_hash: str | None = None
     outcome: str | None = None
     occurred_at: datetime | None = None  # episodes: when it happened (created_at is when it was stored)
+    explain: Explanation | None = None  # only when asked for (left out of the JSON otherwise)
 
 
 class SearchOut(BaseModel):

@@ -5,18 +5,12 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Request
 
-from app.context import handoff
-from app.context.agent import agent_pieces
-from app.context.service import build, instructed
-from app.search.service import embed_query
 from app.lineage.service import record_read
-from app.kit.db import released
-from app.kit.deps import ReadTurn, SessionDep, require
+from app.kit.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
-from app.kit.replicas import reads
 from app.sessions import service, tools
 from app.sessions.schemas import (
-    ContextIn, ContextOut, MessageIn, MessageOut, OutcomeIn, SessionContextOut, SessionIn, SessionOut, ToolList, ToolResult,
+    MessageIn, MessageOut, OutcomeIn, SessionContextOut, SessionIn, SessionOut, ToolList, ToolResult,
 )
 
 router = APIRouter(prefix="/v1", tags=["sessions & context"], responses=COMMON_ERRORS)
@@ -25,28 +19,6 @@ router = APIRouter(prefix="/v1", tags=["sessions & context"], responses=COMMON_E
 def _out(s) -> SessionOut:  # noqa: ANN001
     return SessionOut(id=s.id, budget_tokens=s.budget_tokens, working_context=s.working_context, summary=s.summary,
                       evictions=s.evictions, outcome=s.outcome, reward=s.reward, created_at=s.created_at)
-
-
-@router.post("/context", response_model=ContextOut, response_model_exclude_unset=True)
-def context(body: ContextIn, request: Request, db: SessionDep, _turn: ReadTurn, principal=require("context", "read")):
-    st = request.app.state
-    principal = principal.at(body.as_of)  # retrieved memory as of then; a session's own state is today's
-    session = service.get(db, principal, body.session_id) if body.session_id else None
-    # relative times ("last week") are read against an as-of read's instant, as they were meant then
-    ctx = {"settings": st.settings, "resources": st.resources, "now": principal.view.as_of}
-    if body.instruction and st.settings.instruction_llm:  # no pooled connection held while the LLM reads it
-        with released(db, principal):
-            query, filters, interpreted = instructed(body.instruction, body.query, **ctx)
-    else:
-        query, filters, interpreted = instructed(body.instruction, body.query, **ctx)
-    qvec = embed_query(db, principal, st.resources.embedder, query)
-    pinned = agent_pieces(db, principal, body.agent_id, qvec) if body.agent_id else []
-    pinned += service.session_pieces(db, session) if session is not None else []
-    out = build(db, principal, st.resources, query=query, budget=body.budget_tokens, session=session,
-                ef_search=st.settings.hnsw_ef_search, qvec=qvec, filters=filters, read=reads(request, db, principal),
-                pinned=pinned or None)
-    extra = {"interpreted": interpreted.model_dump(mode="json")} if interpreted is not None else {}
-    return {**out, "handoff": handoff.sign(st.settings, principal, out["handoff"]), **extra}
 
 
 @router.post("/sessions", status_code=201, response_model=SessionOut)

@@ -23,6 +23,7 @@ from app.memories import service as memories
 from app.memories.models import AGENT_KINDS
 from app.memories.schemas import AgentId, MemoryIn, MemoryKind, MemoryPatch
 from app.search.schemas import SearchFilters, SearchIn
+from app.search.prepare import Prepared, QueryVector
 from app.search.service import search
 from app.sessions import service as sessions
 from app.sessions.models import AgentSession, ToolCall
@@ -111,8 +112,11 @@ def t_memory_delete(db, p, res, s, a: IdArgs):  # noqa: ANN001, ANN201
 
 
 def _search(db, p, res, query: str, k: int, types: list[str], filters: SearchFilters | None = None):  # noqa: ANN001, ANN202
-    results, rid = search(db, p, res.embedder, SearchIn(query=query, k=k, types=types, filters=filters or SearchFilters()),
-                          ef_search=res.settings.hnsw_ef_search)
+    body = SearchIn(query=query, k=k, types=types, filters=filters or SearchFilters())
+    # embedded here, in the tool call's transaction (it may hold the session's row lock)
+    prepared = Prepared(principal=p, query=query, filters=body.filters, interpreted=None,
+                        qvec=QueryVector(res.embedder.embed([query])[0]))
+    results, rid = search(db, prepared, body, ef_search=res.settings.hnsw_ef_search)
     return _ok(results=_hits(results), retrieval_id=str(rid))
 
 

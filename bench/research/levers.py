@@ -3,7 +3,7 @@
     nice -n 10 .venv/bin/python -m bench.research.levers [--cache /tmp/levers]
         [--only base,len,vocab,together,org,ctxemb,combiner,context,cost]
 
-Reuses bench.locomo_bench.fit (the numpy copy of app.search's hybrid ranking: pool of vector
+Reuses bench.quality.locomo.fit (the numpy copy of app.search's hybrid ranking: pool of vector
 top-100 + text top-100, z-scores, neighbour and session signals, the second round). Everything
 slow (embeddings of turns, questions, contextual variants and vocabulary words; Postgres lexemes)
 is computed once and cached under --cache (np.save / pickle): the first run embeds for ~10

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.locomo_bench import fit
+from bench.quality.locomo import fit
 from bench.research.levers_data import adjacent, bm25_vec, make_pool, summarise, zpool
 
 

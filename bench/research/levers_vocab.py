@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.locomo_bench import fit
+from bench.quality.locomo import fit
 from bench.research.levers_data import (CATS, WORD, adjacent, bm25_vec, cached, embedder, make_pool, query_words,
     recall_at, vocabulary, word_lexemes, zpool)
 

@@ -15,7 +15,9 @@ import httpx
 from bench.quality.locomo.data import load
 from bench.quality.locomo.run import Service
 from bench.common import serve_in_thread, pct
-from app.search.service import tuned
+from dataclasses import replace
+
+from app.search.tuning import DEFAULT_TUNING
 
 
 def main() -> None:  # noqa: C901 - a linear script
@@ -47,8 +49,9 @@ def main() -> None:  # noqa: C901 - a linear script
                 ("no second round", {"expand_terms": 0}), ("after (default)", {}))
     for rep in range(2):
         for label, changes in variants:
-            with tuned(**changes):
-                run(label)
+            svc.app.state.tuning = replace(DEFAULT_TUNING, **changes)
+            run(label)
+    svc.app.state.tuning = DEFAULT_TUNING
     svc.close()
 
 

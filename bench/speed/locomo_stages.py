@@ -39,9 +39,9 @@ VARIANTS = {  # label: (ranking changes, how the query's vector is had)
 def main(argv: list[str] | None = None) -> dict:
     from fastapi.testclient import TestClient
 
-    import app.search.endpoints as endpoints
+    import app.search.prepare as prepare
     from app.main import create_app
-    from app.search import service
+    from app.search.tuning import DEFAULT_TUNING
     from bench.common import pct, write_result
     from bench.tools.locomo_latency_ab import evidence_recall, ingested
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     random.seed(1)
     picked = random.sample(qs, a.questions + 10)
     warm, sample = picked[:10], picked[10:]
-    base, embed_query = service._tuning, endpoints.service.embed_query
+    base, embed_query = DEFAULT_TUNING, prepare.embed_query
     app = create_app(s.model_copy(update={"rate_limit_per_minute": 0}))
     lat = {v: [] for v in VARIANTS}
     rec = {v: [] for v in VARIANTS}
@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         def ask(variant: str, sid: str, q) -> None:  # noqa: ANN001
             changes, how = VARIANTS[variant]
-            service._tuning = replace(base, **changes)
-            endpoints.service.embed_query = {"beside": embed_query,
+            app.state.tuning = replace(base, **changes)
+            prepare.embed_query = {"beside": embed_query,
                                              "given": lambda db, p, e, query: given[query],
                                              "first": lambda db, p, e, query: e.embed([query])[0]}[how]
             t = time.perf_counter()
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for v in names[i % len(names):] + names[:i % len(names)]:
                     ask(v, sid, q)
         finally:
-            service._tuning, endpoints.service.embed_query = base, embed_query
+            app.state.tuning, prepare.embed_query = base, embed_query
     out = {"questions": a.questions, "load": " ".join(open("/proc/loadavg").read().split()[:3]), "variants": {}}
     for v in VARIANTS:
         row = {"p50_ms": round(pct(lat[v], 50), 1), "p95_ms": round(pct(lat[v], 95), 1),

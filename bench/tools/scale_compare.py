@@ -44,11 +44,13 @@ def run(args) -> dict:  # noqa: ANN001
     from app.orgs import service as orgs
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
-    from app.search.service import rank
+    from app.search.service import RankCall, rank
     from bench.speed.scale.layout import upgrade_keeping_layout
     from bench.speed.scale.measure import queries
 
-    from app.search.service import tuned
+    from dataclasses import replace
+
+    from app.search.tuning import DEFAULT_TUNING
 
     bounds = [int(x) for x in args.exact_below.split(",")] if args.exact_below else [None]
     arms = [(db, b) for db in args.dbs.split(",") for b in bounds]
@@ -76,17 +78,18 @@ def run(args) -> dict:  # noqa: ANN001
             order = dbs if i % 2 == 0 else dbs[::-1]  # neither layout always runs first
             for name in order:
                 env = envs[name]
-                with env["sessions"]() as db, tuned(**({} if env["bound"] is None else {"exact_below": env["bound"]})):
+                tuning = replace(DEFAULT_TUNING, **({} if env["bound"] is None else {"exact_below": env["bound"]}))
+                with env["sessions"]() as db:
                     bind_principal(db, env["p"])
                     t0 = time.perf_counter()
-                    rank(db, env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
-                         filters=f0, ef_search=env["settings"].hnsw_ef_search)
+                    rank(db, RankCall(principal=env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10,
+                                      mode="hybrid", filters=f0, ef_search=env["settings"].hnsw_ef_search, tuning=tuning))
                     t1 = time.perf_counter()
                     for t in ("memory", "episode"):
                         repo.text_ids(db, env["p"], t, q, f0, 100)
                     t2 = time.perf_counter()
                     for t in ("memory", "episode"):
-                        repo.vector_ids(db, env["p"], t, v, f0, 100, env["settings"].hnsw_ef_search)
+                        repo.vector_ids(db, env["p"], t, v, f0, 100, ef_search=env["settings"].hnsw_ef_search)
                     t3 = time.perf_counter()
                     db.rollback()
                 if i:  # the first query warms both up

@@ -75,6 +75,8 @@ def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, f
 
     from sqlalchemy import event
 
+    from app.search.service import RankCall
+
     seen: list = []
 
     def capture(conn, cursor, statement, params, context, executemany):  # noqa: ANN001, ARG001
@@ -87,8 +89,8 @@ def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, f
         conn = db.connection()
         event.listen(conn, "before_cursor_execute", capture)
         try:
-            rank(db, env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid", filters=f0,
-                 ef_search=env["settings"].hnsw_ef_search)
+            rank(db, RankCall(principal=env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
+                              filters=f0, ef_search=env["settings"].hnsw_ef_search))
         finally:
             event.remove(conn, "before_cursor_execute", capture)
         for statement, params in seen:
@@ -103,7 +105,7 @@ def run(args) -> dict:  # noqa: ANN001
     from app.kit.embedding import LocalEmbedder
     from app.main import create_app
     from app.search.schemas import SearchFilters
-    from app.search.service import rank
+    from app.search.service import RankCall, rank
     from app.kit.db import bind_principal
     from bench.speed.scale.layout import describe
     from bench.speed.scale.measure import reader
@@ -141,8 +143,8 @@ def run(args) -> dict:  # noqa: ANN001
                 with env["app"].state.sessions() as db:
                     bind_principal(db, env["p"])
                     t0 = time.perf_counter()
-                    rank(db, env["p"], query=q, qvec=v, types=types, k=10, mode=mode, filters=f0,
-                         ef_search=env["settings"].hnsw_ef_search)
+                    rank(db, RankCall(principal=env["p"], query=q, qvec=v, types=types, k=10, mode=mode, filters=f0,
+                         ef_search=env["settings"].hnsw_ef_search))
                     times[label] = time.perf_counter() - t0
                     db.rollback()
             t0 = time.perf_counter()

@@ -222,7 +222,9 @@ def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | Non
     leave-one-conversation-out choice among the variants (the neighbour and session weights are
     fitted): for each conversation, the variant with the best hybrid recall@10 on the others,
     scored on it."""
-    from app.search.service import tuned
+    from dataclasses import replace
+
+    from app.search.tuning import DEFAULT_TUNING
 
     if not args.ablations:
         return None
@@ -232,12 +234,13 @@ def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | Non
         print(f"  ablation: {name}", flush=True)
         out = []
         changes, with_context = ABLATIONS[name]
-        with tuned(**changes):
-            for c, q in items:
-                got = {m: svc.context(c, q, int(m.split("@")[1])) if m.startswith("context@") else svc.search(c, q, m)
-                       for m in ms if with_context or m == "hybrid"}
-                out.append({"conversation": c.sample_id, "category": q.category,
-                            "methods": {m: _scores(r, q.evidence) for m, r in got.items()}})
+        svc.app.state.tuning = replace(DEFAULT_TUNING, **changes)  # the app ranks with these settings
+        for c, q in items:
+            got = {m: svc.context(c, q, int(m.split("@")[1])) if m.startswith("context@") else svc.search(c, q, m)
+                   for m in ms if with_context or m == "hybrid"}
+            out.append({"conversation": c.sample_id, "category": q.category,
+                        "methods": {m: _scores(r, q.evidence) for m, r in got.items()}})
+        svc.app.state.tuning = DEFAULT_TUNING
         per_variant[name] = out
     return ablation_summary({v: [{k: r[k] for k in ("conversation", "category", "methods")} for r in vr]
                              for v, vr in per_variant.items()})

@@ -1,6 +1,6 @@
 """ACL-filtered kNN: today's `hnsw.ef_search = 400` + exact fallback vs pgvector 0.8's iterative
 index scans (relaxed / strict order), side by side in one run, at visible fractions 100 %, 20 %,
-5 % and 0.5 %, through the service's own statement (`app.search.repository.vector_ids`) under the
+5 % and 0.5 %, through the service's own statement (`app.search.repository.vector.vector_ids`) under the
 real `visible_to` filter of four readers.
 
     .venv/bin/python -m bench.speed.filtered_knn [--n 100000] [--base 12000] [--queries 60]
@@ -163,7 +163,7 @@ def run(args) -> dict:  # noqa: ANN001
                     with sessions() as db:
                         bind_principal(db, p)
                         t0 = time.perf_counter()
-                        rows, ex = repo.vector_ids(db, p, "memory", q, f0, k, ef, mode=kind)
+                        rows, ex = repo.vector_ids(db, p, "memory", q, f0, k, ef_search=ef, mode=kind)
                         dt = time.perf_counter() - t0
                         db.rollback()
                     got[mode] = [r.id for r in rows]

@@ -68,7 +68,7 @@ def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> 
     from app.kit.db import bind_principal
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
-    from app.search.service import rank
+    from app.search.service import RankCall, rank
 
     f0 = SearchFilters()
     server, over_http, fallbacks = [], [], 0
@@ -76,8 +76,8 @@ def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> 
         with app.state.sessions() as db:
             bind_principal(db, p)
             t0 = time.perf_counter()
-            _, info = rank(db, p, query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
-                           filters=f0, ef_search=settings.hnsw_ef_search)
+            _, info = rank(db, RankCall(principal=p, query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
+                           filters=f0, ef_search=settings.hnsw_ef_search))
             dt = time.perf_counter() - t0
             db.rollback()
         if i:
@@ -94,11 +94,11 @@ def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> 
             with app.state.sessions() as db:
                 bind_principal(db, p)
                 t0 = time.perf_counter()
-                truth = [r.id for r in repo.vector_ids(db, p, t, v, f0, 100, 0, mode="exact")[0]]
+                truth = [r.id for r in repo.vector_ids(db, p, t, v, f0, 100, ef_search=0, mode="exact")[0]]
                 vec_lat.setdefault(f"{t}@100 exact", []).append(time.perf_counter() - t0)
                 for k in (10, 100):
                     t0 = time.perf_counter()
-                    got = repo.vector_ids(db, p, t, v, f0, k, settings.hnsw_ef_search, mode="auto")[0]
+                    got = repo.vector_ids(db, p, t, v, f0, k, ef_search=settings.hnsw_ef_search, mode="auto")[0]
                     vec_lat.setdefault(f"{t}@{k}", []).append(time.perf_counter() - t0)
                     want = set(truth[:k])
                     recall.setdefault(f"{t}@{k}", []).append(len(want & {r.id for r in got}) / max(1, len(want)))

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
     from app.main import create_app
     from app.orgs import service as orgs
     from app.search.schemas import SearchFilters
-    from app.search.service import rank
+    from app.search.service import RankCall, rank
 
     settings = fresh_database("memscale_bench").model_copy(update={"max_batch_items": args.batch, "log_level": "WARNING"})
     admin = create_engine(settings.database_url)
@@ -114,14 +114,16 @@ def main(argv: list[str] | None = None) -> dict:
             with app.state.sessions() as db:
                 bind_principal(db, p)
                 t0 = time.perf_counter()
-                _, info = rank(db, p, query=q, qvec=v, types=types, k=10, mode=mode, filters=SearchFilters(),
-                               ef_search=settings.hnsw_ef_search)
+                _, info = rank(db, RankCall(principal=p, query=q, qvec=v, types=types, k=10, mode=mode, filters=SearchFilters(),
+                               ef_search=settings.hnsw_ef_search))
                 lat.append(time.perf_counter() - t0)
                 fallbacks += info["exact_fallbacks"] if label == "vector" else 0
                 db.rollback()
         server[label] = summary_ms(lat)
 
-    from app.search.service import DEFAULT_TUNING, tuned
+    from dataclasses import replace
+
+    from app.search.tuning import DEFAULT_TUNING
 
     def interleaved(arms: dict[str, dict], types: list[str]) -> tuple[dict[str, list], int]:
         """Hybrid rankings under each arm's tuning, query by query (the arms' order alternating):
@@ -131,11 +133,12 @@ def main(argv: list[str] | None = None) -> dict:
         for i, (q, v) in enumerate(zip(queries, qvecs)):
             tops = {}
             for arm in (list(arms) if i % 2 else list(reversed(arms))):
-                with tuned(**arms[arm]), app.state.sessions() as db:
+                with app.state.sessions() as db:
                     bind_principal(db, p)
                     t0 = time.perf_counter()
-                    got, _ = rank(db, p, query=q, qvec=v, types=types, k=10, mode="hybrid", filters=SearchFilters(),
-                                  ef_search=settings.hnsw_ef_search)
+                    got, _ = rank(db, RankCall(principal=p, query=q, qvec=v, types=types, k=10, mode="hybrid",
+                                               filters=SearchFilters(), ef_search=settings.hnsw_ef_search,
+                                               tuning=replace(DEFAULT_TUNING, **arms[arm])))
                     times[arm].append(time.perf_counter() - t0)
                     tops[arm] = [r.id for r in got]
                     db.rollback()
@@ -174,8 +177,8 @@ def main(argv: list[str] | None = None) -> dict:
         for q, v in zip(queries, qvecs):
             with app.state.sessions() as db:
                 bind_principal(db, p)
-                got, _ = rank(db, p, query=q, qvec=v, types=["episode"], k=10, mode="vector",
-                              filters=SearchFilters(), ef_search=settings.hnsw_ef_search)
+                got, _ = rank(db, RankCall(principal=p, query=q, qvec=v, types=["episode"], k=10, mode="vector",
+                              filters=SearchFilters(), ef_search=settings.hnsw_ef_search))
             exact = c.execute(text(
                 "SELECT id FROM episodes WHERE org_id = :o AND (owner_id = :u OR visibility = 'org') "
                 "ORDER BY (embedding <=> CAST(:v AS vector)) + 0 LIMIT 10"),

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
 from app.kit.sql import as_text
-from app.search.repository import STATEMENTS, _filters, _limit, _qvec, _shape
+from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
 from app.search.dates import add_months, day_start
 from app.search.instruction import TimeWindow
 from app.search.schemas import SearchFilters
@@ -21,38 +21,38 @@ from app.search.schemas import SearchFilters
 YEARS_BACK = 3
 
 
-def named_time_rows(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters,  # noqa: ANN001
-                    window: TimeWindow, n: int) -> list[tuple]:
+def named_time_rows(db: Session, principal: Principal, type_: str, f: SearchFilters, window: TimeWindow, *,
+                    qvec, n: int) -> list[tuple]:
     """`window_rows` of the named time as read; for a yearless one with none, of the latest earlier
     year that has any."""
-    found = window_rows(db, principal, type_, qvec, f, window.since, window.until, n)
+    found = window_rows(db, principal, type_, f, qvec=qvec, since=window.since, until=window.until, n=n)
     for back in range(1, YEARS_BACK + 1 if window.yearless and not found else 1):
         since, until = (None if t is None else day_start(add_months(t.date(), -12 * back)) for t in window[:2])
-        found = window_rows(db, principal, type_, qvec, f, since, until, n)
+        found = window_rows(db, principal, type_, f, qvec=qvec, since=since, until=until, n=n)
         if found:
             break
     return found
 
 
-def window_rows(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters,  # noqa: ANN001
-                since, until, n: int) -> list[tuple]:  # noqa: ANN001
+def window_rows(db: Session, principal: Principal, type_: str, f: SearchFilters, *, qvec, since, until,  # noqa: ANN001
+                n: int) -> list[tuple]:
     """(id, cosine distance, session_id, n_lex: as `repository.pool_rows`) of at most n such rows;
     either end of the window may be open (None)."""
     spec = ITEM_TYPES[type_]
     m, col = spec.model, getattr(spec.model, spec.time_col)
 
     def build(lo: bool, hi: bool):  # noqa: ANN202
-        conds = _filters(principal, type_, f)
+        conds = servable(principal, type_, f)
         if lo:
             conds.append(col >= bindparam("since", type_=col.type))
         if hi:
             conds.append(col < bindparam("until", type_=col.type))
-        dist = m.embedding.cosine_distance(_qvec(m))
+        dist = m.embedding.cosine_distance(qvec_param(m))
         sess = m.session_id if type_ == "episode" else literal(None)
         return (select(as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"),
                        func.length(m.tsv).label("n_lex"))
-                .where(*conds).order_by(dist + 0, m.id).limit(_limit("n")))
+                .where(*conds).order_by(dist + 0, m.id).limit(limit_param("n")))
 
     lo, hi = since is not None, until is not None
     values = {"qvec": qvec, "n": n, **({"since": since} if lo else {}), **({"until": until} if hi else {})}
-    return STATEMENTS.run(db, ("window_rows", lo, hi) + _shape(principal, type_, f), lambda: build(lo, hi), values).all()
+    return STATEMENTS.run(db, ("window_rows", lo, hi) + shape(principal, type_, f), lambda: build(lo, hi), values).all()

@@ -12,7 +12,8 @@ from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.sql import among_bound, as_text
 from app.search.models import Lexeme
-from app.search.repository import STATEMENTS, _filters, _qvec, _shape, _tsquery_lexeme
+from app.search.repository.bm25 import tsquery_lexeme
+from app.search.repository.filters import STATEMENTS, qvec_param, servable, shape
 from app.search.schemas import SearchFilters
 
 # Each distinct word's english lexemes; a word that gives exactly one is a vocabulary word. The
@@ -61,29 +62,29 @@ def forget_unheld(db: Session, org_id: uuid.UUID, lexemes: list[str]) -> int:
     return db.execute(_FORGET_UNHELD, {"org": org_id, "lexemes": sorted(set(lexemes))}).rowcount
 
 
-def lift_rows(db: Session, principal: Principal, f: SearchFilters, qvec, own: list[str], pool: list, total: int,  # noqa: ANN001
-              *, terms: int, min_sim: float, n: int) -> list:
+def lift_rows(db: Session, principal: Principal, f: SearchFilters, *, qvec, own: list[str], pool: list,  # noqa: ANN001
+              total: int, terms: int, min_sim: float, n: int) -> list:
     """The vocabulary lift over the caller's servable episodes (app/search/lexicon.py): of the
     lexemes the `pool`'s rows hold (and the query does not), the `terms` whose words lie nearest
     to `qvec` (cosine above `min_sim`), and the servable rows holding any, scored by the summed
     similarity x IDF of the words they hold (df over the caller's rows, N = `total`, as BM25
-    counts them): top-n (id, r, d, session_id, n_lex). The pool bounds the candidates: LoCoMo
-    recall@10 is the same as with every word of the caller's rows as a candidate (0.766 both,
-    offline), at a cost that does not grow with their number.
+    counts them): top-n (id, r, d, session_id, n_lex). The pool bounds the candidates (as good
+    as every word of the caller's rows, docs/search.md), at a cost that does not grow with their
+    number.
 
     Two statements: the words first, then their rows with the words in the statement's text
     (`tsv @@ 'w1' | 'w2'`), so that the planner sees them and picks by their frequency (the
     column's statistics): the full-text index for rare words, one pass over the caller's rows
-    for common ones. With the words behind a CTE it could only do the pass, whatever the words
-    (every visible row's tsvector tested per word: 8-12 ms at bench.service's 100k with 5,497
-    visible), and with no word near enough the second statement is not run at all."""
-    words = STATEMENTS.run(db, ("lift_words",) + _shape(principal, "episode", f), lambda: _lift_words(principal, f),
+    for common ones (with the words behind a CTE it could only do the pass, every visible row's
+    tsvector tested per word, whatever the words); with no word near enough the second
+    statement is not run at all."""
+    words = STATEMENTS.run(db, ("lift_words",) + shape(principal, "episode", f), lambda: _lift_words(principal, f),
                            {"qvec": qvec, "own": list(own), "pool": list(pool), "terms": terms,
                             "min_sim": min_sim}).all()
     if not words:
         return []
-    quoted = [_tsquery_lexeme(w.lex) for w in words]
-    return STATEMENTS.run(db, ("lift_hits",) + _shape(principal, "episode", f), lambda: _lift_hits(principal, f),
+    quoted = [tsquery_lexeme(w.lex) for w in words]
+    return STATEMENTS.run(db, ("lift_hits",) + shape(principal, "episode", f), lambda: _lift_hits(principal, f),
                           {"qvec": qvec, "lexes": [w.lex for w in words], "sims": [float(w.sim) for w in words],
                            "tsq": quoted, "any": " | ".join(quoted), "total": total, "n": n}).all()
 
@@ -91,10 +92,10 @@ def lift_rows(db: Session, principal: Principal, f: SearchFilters, qvec, own: li
 def _lift_words(principal: Principal, f: SearchFilters):  # noqa: ANN202
     """(lex, sim): the `terms` lexemes of the pooled rows nearest to the query, above `min_sim`."""
     m = Episode
-    conds = _filters(principal, "episode", f)
+    conds = servable(principal, "episode", f)
     pooled = (select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex")).distinct()
               .where(among_bound(m.id, "pool"), *conds).cte("pooled").prefix_with("MATERIALIZED"))
-    dist = Lexeme.embedding.cosine_distance(_qvec(Lexeme))
+    dist = Lexeme.embedding.cosine_distance(qvec_param(Lexeme))
     near = (select(Lexeme.lexeme.label("lex"), (1 - dist).label("sim"))
             .where(Lexeme.org_id == principal.org_id, Lexeme.lexeme.in_(select(pooled.c.lex)),
                    Lexeme.lexeme != all_(bindparam("own", type_=ARRAY(TEXT))))
@@ -106,7 +107,7 @@ def _lift_words(principal: Principal, f: SearchFilters):  # noqa: ANN202
 def _lift_hits(principal: Principal, f: SearchFilters):  # noqa: ANN202
     """The servable rows holding any of the chosen lexemes, scored (see lift_rows)."""
     m = Episode
-    conds = _filters(principal, "episode", f)
+    conds = servable(principal, "episode", f)
     chosen = select(func.unnest(bindparam("lexes", type_=ARRAY(TEXT))).label("lex"),
                     func.unnest(bindparam("sims", type_=ARRAY(Float))).label("sim"),
                     func.unnest(bindparam("tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q")
@@ -122,7 +123,7 @@ def _lift_hits(principal: Principal, f: SearchFilters):  # noqa: ANN202
     scored = (select(hits.c.id, score.label("r")).select_from(hits).join(df, df.c.lex == hits.c.lex)
               .group_by(hits.c.id).order_by(score.desc(), hits.c.id)
               .limit(bindparam("n", type_=Integer)).subquery("scored"))
-    return (select(as_text(scored.c.id).label("id"), scored.c.r, m.embedding.cosine_distance(_qvec(m)).label("d"),
+    return (select(as_text(scored.c.id).label("id"), scored.c.r, m.embedding.cosine_distance(qvec_param(m)).label("d"),
                    m.session_id.label("session_id"), func.length(m.tsv).label("n_lex"))
             .join(m, (m.org_id == principal.org_id) & (m.id == scored.c.id))
             .order_by(scored.c.r.desc(), scored.c.id))

@@ -17,41 +17,41 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
 from app.kit.sql import among_bound, as_text
-from app.search.repository import (MAX_QUERY_LEXEMES, PER_LEXEME_TESTS, STATEMENTS, _filters, _qvec, _shape,
-                                   bm25_select, bm25_values)
+from app.search.repository.bm25 import MAX_QUERY_LEXEMES, PER_LEXEME_TESTS, bm25_select, bm25_values
+from app.search.repository.filters import STATEMENTS, qvec_param, servable, shape
 from app.search.schemas import SearchFilters
 
 MAX_HIT_LEXEMES = 4 * MAX_QUERY_LEXEMES  # bounds the OR-query of the df count (a turn has ~15)
 
 
-def expansion_rows(db: Session, principal: Principal, type_: str, hit_ids: list, query: str, qvec,  # noqa: ANN001
-                   f: SearchFilters, n_terms: int, n: int) -> list[tuple]:
+def expansion_rows(db: Session, principal: Principal, type_: str, f: SearchFilters, *, hit_ids: list, query: str,
+                   qvec, n_terms: int, n: int) -> list[tuple]:
     """Top-n (id, score, cosine distance to `qvec`, session_id) by the `n_terms` rarest lexemes
     of `hit_ids` not in `query` (see the module): the rows and what fusion needs of them, in the
     statement that finds them."""
     if not hit_ids or n_terms <= 0:
         return []
     m = ITEM_TYPES[type_].model
-    shape = _shape(principal, type_, f)
+    key = shape(principal, type_, f)
 
     def words():  # noqa: ANN202
         hit_lex = (select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
-                   .where(among_bound(m.id, "hits"), *_filters(principal, type_, f)).subquery())
+                   .where(among_bound(m.id, "hits"), *servable(principal, type_, f)).subquery())
         query_lex = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", bindparam("q", type_=TEXT)))))
         return (select(hit_lex.c.lex).distinct().where(hit_lex.c.lex.not_in(query_lex))
                 .order_by(hit_lex.c.lex).limit(MAX_HIT_LEXEMES))
 
-    lexemes = STATEMENTS.run(db, ("expansion_words",) + shape, words, {"hits": list(hit_ids), "q": query}).scalars().all()
+    lexemes = STATEMENTS.run(db, ("expansion_words",) + key, words, {"hits": list(hit_ids), "q": query}).scalars().all()
     if not lexemes:
         return []
     many = len(lexemes) > PER_LEXEME_TESTS
 
     def rows():  # noqa: ANN202
-        found = bm25_select(m, _filters(principal, type_, f), many=many, min_df=2, rarest=True).subquery()
+        found = bm25_select(m, servable(principal, type_, f), many=many, min_df=2, rarest=True).subquery()
         sess = m.session_id if type_ == "episode" else literal(None)
-        return (select(as_text(found.c.id).label("id"), found.c.r, m.embedding.cosine_distance(_qvec(m)).label("d"),
+        return (select(as_text(found.c.id).label("id"), found.c.r, m.embedding.cosine_distance(qvec_param(m)).label("d"),
                        sess.label("session_id"), func.length(m.tsv).label("n_lex")).join(m, m.id == found.c.id)
                 .order_by(found.c.r.desc(), found.c.id))
 
-    return STATEMENTS.run(db, ("expansion_rows", many) + shape, rows,
+    return STATEMENTS.run(db, ("expansion_rows", many) + key, rows,
                           {"qvec": qvec, **bm25_values(lexemes, n, n_terms=n_terms)}).all()

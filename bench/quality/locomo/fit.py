@@ -1,13 +1,16 @@
 """Offline fit of the hybrid ranking weights on LoCoMo dev, with leave-one-conversation-out.
 
-    .venv/bin/python -m bench.locomo_bench.fit [--data PATH] [--second-round]
+    .venv/bin/python -m bench.quality.locomo.fit [--data PATH] [--second-round]
 
-The service's fusion (app.search.service) re-done in numpy over every turn of each
-conversation's user, so that a grid of weights costs seconds instead of a service run per
-point: cosine (all-MiniLM, the configured local embedder), BM25 with binary term frequency over
-Postgres's own `to_tsvector('english', ...)` lexemes (the embedded server computes them), a pool
-of the vector top-100 and text top-100, z-scores over the pool, then the neighbour and session
-signals, and with `--second-round` the second retrieval round (rare words of the best turns).
+The service's fusion run offline over every turn of each conversation's user, so that a grid of
+weights costs a minute instead of a service run per point: cosine (all-MiniLM, the configured
+local embedder) and BM25 with binary term frequency over Postgres's own `to_tsvector('english',
+...)` lexemes (the embedded server computes them) are computed here in numpy; the pool (vector
+top-100 and text top-100) is then scored by the service's own signals (app.search.signals.fuse:
+z-scores, the neighbour and session signals), and with `--second-round` the second retrieval
+round (rare words of the best turns) joins as the service's `second_round` lift.
+`_context` is a vectorised form of the neighbour and session signals for bench/research/levers.py
+(tests/test_search_fit.py checks it against the service's).
 For each held-out conversation the grid point best on the other four is scored on it; "fit on
 all" is the point best on all five. Recall@10 by LoCoMo's evidence rule.
 """
@@ -93,27 +96,60 @@ def _context(d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session
 
 def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, session: float = 0.5,
           expand_from: int = 5, expand_terms: int = 0, expand_weight: float = 0.0, expand_depth: int = 30) -> np.ndarray:
+    """The service's fusion (app.search.signals.fuse, the vocabulary lift, length prior and time
+    window off) over this conversation's pool: -inf outside the pool."""
+    from dataclasses import replace
+
+    from app.search.signals import fuse
+    from app.search.tuning import DEFAULT_TUNING
+
+    tuning = replace(DEFAULT_TUNING, w_vector=w_vector, neighbour=neighbour, session=session, vocab_terms=0,
+                     vocab_weight=0.0, length_prior=0.0, time_weight=0.0)
     cos = d["E"] @ q["e"]
     bm = _bm25(d, set(q["l"][:32]))
-    pool = np.array(sorted(set(np.argsort(-cos)[:POOL]) | {j for j in np.argsort(-bm)[:POOL] if bm[j] > 0}))
+    pool = sorted({int(j) for j in np.argsort(-cos)[:POOL]} | {int(j) for j in np.argsort(-bm)[:POOL] if bm[j] > 0})
+    first = _pool(d, cos, bm, pool, pairs=_pairs(d, pool))
+    total, _ = fuse(first, tuning)
+    if expand_terms and expand_weight:
+        # the second round (app/search/repository/expansion.py): the rarest words of the best turns
+        n = len(d["L"])
+        idf = {x: math.log(1 + (n - c + .5) / (c + .5)) for x, c in d["df"].items()}
+        seeds = sorted(total, key=lambda j: (-total[j], j))[:expand_from]
+        words = {x for j in seeds for x in d["L"][j] if x not in set(q["l"]) and d["df"].get(x, 0) >= 2}
+        terms = sorted(words, key=lambda x: (-idf[x], x))[:expand_terms]
+        bm2 = _bm25(d, set(terms))
+        found = [int(j) for j in np.argsort(-bm2, kind="stable")[:expand_depth] if bm2[j] > 0]
+        if found:
+            rows = first.rows + [_Row(j, cos[j], d["sess"][j]) for j in found if j not in total]
+            lifts = {"second_round": {j: float(bm2[j]) for j in found}}
+            total, _ = fuse(replace(first, rows=rows, lifts=lifts), replace(tuning, expand_weight=expand_weight))
+    s = np.full(len(d["L"]), -np.inf)
+    for j, v in total.items():
+        s[j] = v
+    return s
 
-    def z(x: np.ndarray, pool: np.ndarray) -> np.ndarray:
-        return (x - x[pool].mean()) / (x[pool].std() + 1e-9)
 
-    s = _context(d, w_vector * z(cos, pool) + z(bm, pool), pool, neighbour, session)
-    if not (expand_terms and expand_weight):
-        return s
-    # the second round (app.search.repository_expansion): the rarest words of the best turns
-    n = len(d["L"])
-    idf = {x: math.log(1 + (n - c + .5) / (c + .5)) for x, c in d["df"].items()}
-    words = {x for j in np.argsort(-s, kind="stable")[:expand_from] for x in d["L"][j]
-             if x not in set(q["l"]) and d["df"].get(x, 0) >= 2}
-    terms = sorted(words, key=lambda x: (-idf[x], x))[:expand_terms]
-    bm2 = _bm25(d, set(terms))
-    added = np.array(sorted({j for j in np.argsort(-bm2)[:expand_depth] if bm2[j] > 0} - set(pool)), dtype=int)
-    pool = np.array(sorted(set(pool) | set(added)))
-    f = w_vector * z(cos, pool) + z(bm, pool) + expand_weight * np.maximum(z(bm2, pool), 0.0)
-    return _context(d, f, pool, neighbour, session, added)
+class _Row:
+    """A pooled turn as app.search.signals reads one (id: the turn's index)."""
+
+    __slots__ = ("id", "d", "session_id", "n_lex")
+
+    def __init__(self, j: int, cos: float, sess) -> None:  # noqa: ANN001
+        self.id, self.d, self.session_id, self.n_lex = int(j), 1.0 - float(cos), int(sess), 0
+
+
+def _pool(d: dict, cos: np.ndarray, bm: np.ndarray, pool: list, pairs: list):  # noqa: ANN202
+    from app.search.signals import Pool
+
+    return Pool(rows=[_Row(j, cos[j], d["sess"][j]) for j in pool], bm25={int(j): float(bm[j]) for j in pool if bm[j] > 0},
+                pairs=pairs, turns=True)
+
+
+def _pairs(d: dict, pool: list) -> list[tuple[int, int]]:
+    """(neighbour, turn) for the turns just before and after each pooled turn in its session, as
+    the service's neighbour lookup gives them."""
+    sess, n = d["sess"], len(d["L"])
+    return [(j + o, j) for j in pool for o in (-1, 1) if 0 <= j + o < n and sess[j + o] == sess[j]]
 
 
 def recall10(d: dict, q: dict, s: np.ndarray) -> float:
@@ -174,7 +210,7 @@ def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dic
 def main(argv: list[str] | None = None) -> dict:
     from bench.quality.locomo.data import load
 
-    ap = argparse.ArgumentParser(prog="python -m bench.locomo_bench.fit", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.quality.locomo.fit", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None)
     ap.add_argument("--second-round", action="store_true", help="fit the second round's settings (GRID2) "

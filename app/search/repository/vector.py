@@ -1,0 +1,121 @@
+"""Vector kNN over one item type, always under `servable`.
+
+HNSW filters *after* its graph walk, so a restrictive ACL can make `WHERE visible ORDER BY
+emb <=> q LIMIT k` come back short (NOTES.md). We plan it knowingly: a first pass lets the
+planner use HNSW with a raised `hnsw.ef_search`; if it returns fewer than k rows we run the
+exact filtered search (the `+ 0` in ORDER BY keeps HNSW out), which is cheap precisely when the
+visible set is small. Statements are never prepared (see app.kit.db.make_engine).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, literal, select, text, union_all
+from sqlalchemy.orm import Session
+
+from app.auth.principal import Principal
+from app.kit.registry import ITEM_TYPES
+from app.kit.sql import among_bound, as_text
+from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
+from app.search.schemas import SearchFilters
+
+
+SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact")
+MAX_SCAN_TUPLES = 20_000  # pgvector's default bound on an iterative walk (modes relaxed/strict)
+AUTO_SCAN_TUPLES = 10_000  # auto: a deeper walk loses recall (docs/search.md); past it, the exact search
+
+
+def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
+               ef_search: int, mode: str = "auto") -> tuple[list[tuple], bool]:
+    """Top-n (id, distance) among visible rows; returns (rows, used_exact).
+
+    Modes (bench/filtered_knn measures them side by side; docs/decisions.md has the figures):
+    `exact` — the filtered exact search (`+ 0` keeps HNSW out); `ef` — one HNSW pass at
+    `ef_search` with the planner free to choose (under an ACL filter it mostly chooses a full
+    sort); `relaxed`/`strict` — pgvector 0.8's
+    iterative index scan (`hnsw.iterative_scan`): the walk goes on until n visible rows are found
+    or `hnsw.max_scan_tuples` is spent, sorting is disabled for the statement so that the planner
+    takes the index (its row estimates for the ACL filter are ~200x low), and relaxed order is
+    re-sorted here; `auto` — relaxed at `ef_search`, the walk bounded to AUTO_SCAN_TUPLES: a
+    visible set too sparse to fill n rows within it (where a deeper walk loses recall) falls to
+    the exact search, which is what such a small
+    visible set wants. Whatever the mode, fewer than n rows is never returned as is: the exact search decides
+    whether more visible rows exist.
+    """
+    m = ITEM_TYPES[type_].model
+
+    def build(exact: bool):  # noqa: ANN202
+        dist = m.embedding.cosine_distance(qvec_param(m))
+        return (select(as_text(m.id).label("id"), dist.label("d")).where(*servable(principal, type_, f),
+                                                                         m.embedding.is_not(None))
+                .order_by(dist + 0 if exact else dist).limit(limit_param("n")))
+
+    key, values = ("vector",) + shape(principal, type_, f), {"qvec": qvec, "n": n}
+    if mode != "exact":
+        db.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+        iterative = mode in ("relaxed", "strict", "auto")
+        if iterative:
+            tuples = AUTO_SCAN_TUPLES if mode == "auto" else MAX_SCAN_TUPLES
+            db.execute(text(f"SET LOCAL hnsw.iterative_scan = {'strict' if mode == 'strict' else 'relaxed'}_order"))
+            db.execute(text(f"SET LOCAL hnsw.max_scan_tuples = {int(tuples)}"))
+            db.execute(text("SET LOCAL enable_sort = off"))
+        rows = STATEMENTS.run(db, key + (False,), lambda: build(False), values).all()
+        # Not in a `finally`: after a failed statement the transaction is aborted (its SET LOCALs
+        # die with it), and a cleanup statement there would replace the connection error that the
+        # replica reader falls back on with PendingRollbackError (a 500 while a replica stopped).
+        if iterative:
+            db.execute(text("SET LOCAL hnsw.iterative_scan = off"))
+            db.execute(text("SET LOCAL enable_sort = on"))
+            rows.sort(key=lambda r: r.d)
+        if len(rows) >= n:
+            return rows, False
+    return STATEMENTS.run(db, key + (True,), lambda: build(True), values).all(), True
+
+
+
+def exact_pool(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
+               also_ids: list) -> tuple[list[tuple], list[tuple]]:
+    """The exact vector top-n (id, distance) among visible rows and the fusion pool's rows (id,
+    distance, session_id, n_lex: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
+    where hybrid takes the exact search (few visible rows) it was two, with the same filters."""
+    m = ITEM_TYPES[type_].model
+
+    def build(also: bool):  # noqa: ANN202
+        conds = servable(principal, type_, f)
+        dist = m.embedding.cosine_distance(qvec_param(m))
+        sess = m.session_id if type_ == "episode" else literal(None)
+        cols = (as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"), func.length(m.tsv).label("n_lex"))
+        top = (select(*cols, literal(True).label("top")).where(*conds, m.embedding.is_not(None))
+               .order_by(dist + 0).limit(limit_param("n")))
+        return top if not also else union_all(top, select(*cols, literal(False).label("top"))
+                                              .where(among_bound(m.id, "also"), *conds))
+
+    also = bool(also_ids)
+    got = STATEMENTS.run(db, ("exact_pool", also) + shape(principal, type_, f), lambda: build(also),
+                         {"qvec": qvec, "n": n, **({"also": list(also_ids)} if also else {})}).all()
+    vec = sorted(((r.id, r.d) for r in got if r.top), key=lambda x: x[1])
+    pool = list({r.id: r for r in got}.values())
+    return vec, pool
+
+
+def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f: SearchFilters) -> list[tuple]:
+    """(id, cosine distance, session_id, n_lex: the row's lexeme count) of the fusion pool's rows, by
+    primary key.
+
+    Score fusion needs both scores of every candidate: a row found by text search alone gets its
+    exact cosine here (at most a few hundred rows, fetched by id, so no HNSW walk), and episodes
+    bring their session for the session signal. Same filters as the searches themselves. A row
+    without an embedding comes back with distance NULL (the caller scores it as the pool's
+    farthest) rather than dropping out of hybrid results.
+    """
+    if not ids:
+        return []
+    m = ITEM_TYPES[type_].model
+
+    def build():  # noqa: ANN202
+        sess = m.session_id if type_ == "episode" else literal(None)
+        return (select(as_text(m.id).label("id"), m.embedding.cosine_distance(qvec_param(m)).label("d"),
+                       sess.label("session_id"), func.length(m.tsv).label("n_lex"))
+                .where(among_bound(m.id, "ids"), *servable(principal, type_, f)))
+
+    return STATEMENTS.run(db, ("pool_rows",) + shape(principal, type_, f), build, {"qvec": qvec, "ids": list(ids)}).all()
+
