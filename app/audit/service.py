@@ -35,7 +35,7 @@ GENESIS = "0" * 64
 
 
 def _digest(prev_hash: str, org_id, seq: int, at: datetime, actor_id, action: str,
-            target_type, target_id, details: dict) -> str:
+            *, target_type, target_id, details: dict) -> str:
     body = json.dumps(
         {"org": str(org_id), "seq": seq, "at": at.isoformat(), "actor": str(actor_id) if actor_id else None,
          "action": action, "target_type": target_type, "target_id": target_id, "details": details},
@@ -53,7 +53,7 @@ def record(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, action
     seq, prev = (last.seq + 1, last.hash) if last else (1, GENESIS)
     at = datetime.now(timezone.utc)
     tid = str(target_id) if target_id is not None else None
-    digest = _digest(prev, org_id, seq, at, actor_id, action, target_type, tid, details)
+    digest = _digest(prev, org_id, seq, at, actor_id, action, target_type=target_type, target_id=tid, details=details)
     key = db.info.get("audit_key")
     ev = AuditEvent(org_id=org_id, seq=seq, at=at, actor_id=actor_id, action=action, target_type=target_type,
                     target_id=tid, details=details, prev_hash=prev, hash=digest,
@@ -71,7 +71,8 @@ def verify_chain(db: Session, org_id: uuid.UUID, key: bytes | None = None) -> tu
     sealed = False
     for ev in repo.chain(db, org_id):
         n += 1
-        expect = _digest(prev, ev.org_id, ev.seq, ev.at, ev.actor_id, ev.action, ev.target_type, ev.target_id, ev.details)
+        expect = _digest(prev, ev.org_id, ev.seq, ev.at, ev.actor_id, ev.action, target_type=ev.target_type,
+                         target_id=ev.target_id, details=ev.details)
         if ev.prev_hash != prev or ev.hash != expect or ev.seq != n:
             return n, ev
         if key is not None:

@@ -30,7 +30,7 @@ def visible_active(db: Session, principal: Principal, limit: int = 8) -> list:
 
 def mark_stale(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], reason: str) -> list[uuid.UUID]:
     """Cartridges trained on any of `asset_ids` are stale: never handed out again until retrained."""
-    return _mark(db, org_id, asset_ids, "stale", ("active",), "cartridge.stale", reason)
+    return _mark(db, org_id, asset_ids, status="stale", among=("active",), action="cartridge.stale", reason=reason)
 
 
 def erase(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], reason: str) -> list[uuid.UUID]:
@@ -38,10 +38,11 @@ def erase(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], reason: st
     stale: a stale one's files still hold the text): never handed out, and their files (the KV, the
     self-study conversations in plain text, checkpoints) are removed by :func:`remove_files` once
     this transaction has committed. Returns their ids."""
-    return _mark(db, org_id, asset_ids, "erased", ("active", "stale"), "cartridge.erase", reason)
+    return _mark(db, org_id, asset_ids, status="erased", among=("active", "stale"), action="cartridge.erase",
+                 reason=reason)
 
 
-def _mark(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str, among: tuple[str, ...],
+def _mark(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], *, status: str, among: tuple[str, ...],
           action: str, reason: str) -> list[uuid.UUID]:
     """Cartridges of `among` statuses trained on any of `asset_ids` get `status`, each with an
     audit event `action`; their ids."""

@@ -11,6 +11,7 @@ from app.auth.principal import Principal
 from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.cartridges.service import visible_active
 from app.search import service as search
+from app.kit.items import SEARCH_TYPES
 from app.kit.replicas import on
 from app.search.prepare import Prepared
 from app.search.schemas import SearchFilters
@@ -31,7 +32,7 @@ def retrieved_pieces(db: Session, call: RankCall, *, session_id: str | None = No
     out: list[Piece] = []
     filtered = call.filters != SearchFilters()  # an instruction's: no neighbours
     known: dict = {}  # the neighbour pairs (and rows) ranking already fetched for its pool of turns
-    for type_ in ("memory", "episode", "chunk"):
+    for type_ in SEARCH_TYPES:
         results, _ = rank(db, replace(call, types=(type_,)), neighbours_out=None if filtered else known)
         for r in results:
             if type_ == "memory":
@@ -114,7 +115,7 @@ def build(db: Session, prepared: Prepared, resources, *, budget: int, ef_search:
     pieces += [p for p in retrieved if (p.type, p.id) not in given]
     chosen = fit(pieces, budget, count, count_many=resources.gateway.count_tokens_many)
     text = render(chosen)
-    handed = [p for p in chosen if p.type in ("memory", "episode", "chunk")]
+    handed = [p for p in chosen if p.type in SEARCH_TYPES]
     rid = record_retrieval(db, principal, kind="context", query=query,
                            params={"budget_tokens": budget, "session_id": str(session.id) if session else None},
                            items=[{"type": p.type, "id": p.id, "score": round(p.score, 6), "section": p.section}

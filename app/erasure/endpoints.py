@@ -32,7 +32,7 @@ def delete_user_data(user_id: uuid.UUID, request: Request, background: Backgroun
     job_id, stats, leftovers = service.start_forget_user(db, principal, user_id)
     settings = request.app.state.settings
     background.add_task(service.drop_derived_state, request.app.state.sessions, principal.org_id, job_id, stats,
-                        leftovers, settings.data_dir, tier_client(settings))
+                        leftovers=leftovers, data_dir=settings.data_dir, tier=tier_client(settings))
     return JobRef(job_id=job_id)
 
 

@@ -158,7 +158,7 @@ def start_forget_user(db: Session, principal: Principal, user_id: uuid.UUID) -> 
     return job.id, stats, leftovers
 
 
-def drop_derived_state(sessions_: sessionmaker[Session], org_id: uuid.UUID, job_id: uuid.UUID, stats: dict,
+def drop_derived_state(sessions_: sessionmaker[Session], org_id: uuid.UUID, job_id: uuid.UUID, stats: dict, *,
                        leftovers: Leftovers, data_dir: Path, tier: TierClient | None) -> None:
     """After the commit: remove the erased cartridges' folders, drop the removed chunks' KV and the
     erased cartridges in the inference tier, then finish the job."""

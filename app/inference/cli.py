@@ -53,7 +53,7 @@ def _load_factory(spec: str):
     help="'module:factory' where factory(engine) returns resolve_cartridges(ids) -> prefix_kv "
     "(default: the cartridges trained by the service, under <data dir>/cartridges).",
 )
-def serve(host, port, model_path, data_dir, threads, recompute_ratio, selection, check_layer, query_layers, start_share,
+def serve(*, host, port, model_path, data_dir, threads, recompute_ratio, selection, check_layer, query_layers, start_share,
           mem_gb, disk_gb, cartridge_resolver):
     """Serve /healthz, /v1/chunks and /v1/generate."""
     import uvicorn

@@ -149,6 +149,7 @@ def train(
     cartridge: Cartridge,
     examples: list[DistillExample],
     config: DistillConfig = DistillConfig(),
+    *,
     checkpoint_dir: str | Path | None = None,
     progress: bool = True,
     check: Callable[[], None] | None = None,
@@ -186,7 +187,7 @@ def train(
         bar.update(1)
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         if ckpt is not None and (step % config.checkpoint_every == 0 or step == config.steps):
-            save_checkpoint(ckpt, cartridge, optim, step, losses, time.perf_counter() - started, config)
+            save_checkpoint(ckpt, cartridge, optim, step, losses=losses, elapsed=time.perf_counter() - started, config=config)
     bar.close()
     cartridge.eval()
     head = losses[: max(1, min(5, len(losses)))]
@@ -205,7 +206,7 @@ def train(
     }
 
 
-def save_checkpoint(path: Path, cartridge: Cartridge, optim: torch.optim.Optimizer, step: int,
+def save_checkpoint(path: Path, cartridge: Cartridge, optim: torch.optim.Optimizer, step: int, *,
                     losses: list[float], elapsed: float, config: DistillConfig) -> None:
     tensors = {}
     for i, (k, v) in enumerate(zip(cartridge.keys, cartridge.values)):

@@ -52,7 +52,7 @@ def replay(db: Session, principal: Principal, key: str | None, endpoint: str, di
 
 
 def remember(db: Session, principal: Principal, key: str | None, endpoint: str, digest: str,
-             status_code: int, response: dict, ttl_s: int = DEFAULT_TTL_S) -> None:
+             status_code: int, *, response: dict, ttl_s: int = DEFAULT_TTL_S) -> None:
     if key is None:
         return
     purge_expired(db, principal.org_id, ttl_s)
@@ -72,7 +72,7 @@ def idempotent(db: Session, principal: Principal, key: str | None, endpoint: str
     if prior is not None:
         return JSONResponse(prior, status_code=status_code)
     out = make()
-    remember(db, principal, key, endpoint, digest, status_code, out.model_dump(mode="json"), ttl_s)
+    remember(db, principal, key, endpoint, digest, status_code, response=out.model_dump(mode="json"), ttl_s=ttl_s)
     return out
 
 

@@ -29,7 +29,7 @@ class ItemFilters:
     limit: int = 50
 
 
-def item_filters(kind: list[str] = Query(default=[], max_length=10), owner: uuid.UUID | None = None,
+def item_filters(*, kind: list[str] = Query(default=[], max_length=10), owner: uuid.UUID | None = None,
                  visibility: str | None = Query(default=None, pattern=r"^(private|group|org)$"),
                  group: str | None = Query(default=None, pattern=TAG), label: str | None = Query(default=None, pattern=TAG),
                  since: Instant | None = None, until: Instant | None = None, cursor: uuid.UUID | None = None,

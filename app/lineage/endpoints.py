@@ -23,7 +23,7 @@ def lineage(item_type: ItemName, item_id: uuid.UUID,
             as_of: Instant | None = None, principal=require("lineage", "read")):
     """`as_of`: the graph as recorded then (edges and nodes of that instant, today's access rules)."""
     principal = principal.at(as_of)
-    return service.graph(db, principal, item_type, item_id, direction, depth, read=reads(request, db, principal))
+    return service.graph(db, principal, item_type, item_id, direction=direction, depth=depth, read=reads(request, db, principal))
 
 
 @router.get("/retrievals/{retrieval_id}", response_model=RetrievalOut, response_model_exclude_unset=True)

@@ -28,7 +28,7 @@ WHERE w.depth < :depth"""
 WALK = {"up": _WALK.format(near="from", far="to"), "down": _WALK.format(near="to", far="from")}
 
 
-def edges(db: Session, org_id: uuid.UUID, type_: str, id_: uuid.UUID, direction: str, depth: int,
+def edges(db: Session, org_id: uuid.UUID, type_: str, id_: uuid.UUID, *, direction: str, depth: int,
           as_of=None) -> list:  # noqa: ANN001
     """Edges reachable from (type, id); `as_of`: only those recorded by then. Row-level security
     keeps other branches' edges out (app/kit/view.py)."""

@@ -58,7 +58,7 @@ def _describe(type_: str, row) -> dict:  # noqa: ANN001
             "status": getattr(row, "status", None), "kind": getattr(row, "kind", None)}
 
 
-def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direction: str, depth: int,
+def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, *, direction: str, depth: int,
           read=None) -> dict:  # noqa: ANN001
     """The lineage graph around one item, read where `read` says (a read replica, app.kit.replicas);
     the retrieval event for the nodes whose text it hands out is written in `db`."""
@@ -80,7 +80,7 @@ def _graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direct
     start_visible = repo.load_visible(db, principal, model, [id_])
     if not start_visible and not (auditor and repo.existing_ids(db, principal.org_id, model, [id_])):
         raise NotFound(f"{type_} not found")
-    es = repo.edges(db, principal.org_id, type_, id_, direction, depth, as_of=principal.view.as_of)
+    es = repo.edges(db, principal.org_id, type_, id_, direction=direction, depth=depth, as_of=principal.view.as_of)
     wanted: dict[str, set] = {t: set() for t in ITEM_TYPES}
     wanted[type_].add(id_)
     for e in es:

@@ -6,9 +6,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from app.kit.items import SEARCH_TYPES, SearchType
 from app.kit.schemas import Instant, NumberOnly, StrictModel, Tag
 
-ItemType = Literal["memory", "episode", "chunk"]
+ItemType = SearchType
 
 
 class SearchFilters(StrictModel):
@@ -40,7 +41,7 @@ class Interpreted(BaseModel):
 
 class SearchIn(StrictModel):
     query: str = Field(min_length=1, max_length=2000)
-    types: list[ItemType] = Field(default_factory=lambda: ["memory", "episode", "chunk"], min_length=1)
+    types: list[ItemType] = Field(default_factory=lambda: list(SEARCH_TYPES), min_length=1)
     k: Annotated[int, Field(ge=1, le=100), NumberOnly] = 10
     mode: Literal["hybrid", "vector", "text"] = "hybrid"
     filters: SearchFilters = Field(default_factory=SearchFilters)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.kit.items import SEARCH_TYPES
 from app.kit.registry import text_of
 from app.kit.replicas import on
 from app.lineage.service import record_retrieval
@@ -55,7 +56,7 @@ class RankCall:
     principal: Principal
     query: str
     qvec: QueryVector = field(default_factory=QueryVector)  # an array or a Pending is wrapped
-    types: tuple[str, ...] = ("memory", "episode", "chunk")
+    types: tuple[str, ...] = SEARCH_TYPES
     k: int = 10
     mode: str = "hybrid"
     filters: SearchFilters = field(default_factory=SearchFilters)

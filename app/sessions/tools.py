@@ -111,7 +111,7 @@ def t_memory_delete(db, p, res, s, a: IdArgs):  # noqa: ANN001, ANN201
     return _ok(deleted=str(a.id))
 
 
-def _search(db, p, res, query: str, k: int, types: list[str], filters: SearchFilters | None = None):  # noqa: ANN001, ANN202
+def _search(db, p, res, query: str, k: int, types: list[str], *, filters: SearchFilters | None = None):  # noqa: ANN001, ANN202
     body = SearchIn(query=query, k=k, types=types, filters=filters or SearchFilters())
     # embedded here, in the tool call's transaction (it may hold the session's row lock)
     prepared = Prepared(principal=p, query=query, filters=body.filters, interpreted=None,

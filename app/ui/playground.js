@@ -6,28 +6,32 @@ import {h, field, input, select, table, itemLink, values, section, note} from ".
 
 const last = {form: {query: "", instruction: "", mode: "hybrid", k: "10", budget: "2000", explain: "on"}, search: null, context: null, info: ""};
 
-// The signals' shares of the score, largest first: contribution / score (they sum to the score).
+// The closing entry of an explanation takes the signals' raw sum to the score (the logistic squash of
+// hybrid fusion, or the rounding); it is shown apart, not as a signal.
+const CLOSING = new Set(["logistic", "rounding"]);
+
+// The signals' shares of their raw sum, largest first; the closing entry last, with no share.
 export function shares(result) {
   const s = (result.explain && result.explain.signals) || {};
-  const total = Object.values(s).reduce((a, b) => a + b, 0) || result.score || 1;
-  return Object.entries(s).map(([name, c]) => ({name, contribution: c, share: c / total})).sort((a, b) => b.share - a.share);
+  const signals = Object.entries(s).filter(([name]) => !CLOSING.has(name));
+  const raw = signals.reduce((a, [, c]) => a + c, 0);
+  const rows = signals.map(([name, c]) => ({name, contribution: c, share: raw > 0 ? c / raw : null}))
+    .sort((a, b) => Math.abs(b.contribution) - Math.abs(a.contribution));
+  const closing = Object.entries(s).filter(([name]) => CLOSING.has(name)).map(([name, c]) => ({name, contribution: c, share: null}));
+  return rows.concat(closing);
 }
 
 function why(result) {
   const rows = shares(result);
   if (!rows.length) return h("span", {class: "muted"}, "—");
   return h("table", {class: "explain", "aria-label": "signal shares"}, h("tbody", {}, rows.map((r) =>
-    h("tr", {"data-signal": r.name}, h("th", {scope: "row"}, r.name), h("td", {}, `${(100 * r.share).toFixed(1)}%`),
-      h("td", {}, h("meter", {min: 0, max: 1, value: Math.max(0, r.share), "aria-label": r.name}))))));
+    h("tr", {"data-signal": r.name}, h("th", {scope: "row"}, CLOSING.has(r.name) ? `${r.name} (to the score)` : r.name),
+      h("td", {}, r.share === null ? "" : `${(100 * r.share).toFixed(1)}%`), h("td", {}, r.contribution.toFixed(4)),
+      h("td", {}, r.share === null ? "" : h("meter", {min: 0, max: 1, value: Math.max(0, r.share), "aria-label": r.name}))))));
 }
 
 async function search(body, explain) {
-  try {
-    return [await post("/v1/search", explain ? {...body, explain: true} : body), ""];
-  } catch (e) {
-    if (!explain || e.status !== 422) throw e;
-    return [await post("/v1/search", body), "This server gives no explanations (explain): scores only."];
-  }
+  return [await post("/v1/search", explain ? {...body, explain: true} : body), ""];
 }
 
 async function run(form, ctx) {
