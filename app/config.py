@@ -89,13 +89,13 @@ class Settings(BaseSettings):
 
     # Signed into each /v1/context handoff token (app/context/handoff.py): the most one request on
     # the token may prefill (system + chunks + prompt, in the tier model's tokens) and generate.
-    # The tier refuses more (400); a bearer cannot raise them (issue 41).
+    # The tier refuses more (400); a bearer cannot raise them.
     handoff_max_prompt_tokens: int = 3072
     handoff_max_new_tokens: int = 512
 
     # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto the server believes (addresses or
     # CIDRs, comma-separated or a JSON list); none by default, so the client address that the
-    # failed-key limit counts is the connection's own (issue 41: uvicorn trusted loopback, and a
+    # failed-key limit counts is the connection's own (uvicorn trusted loopback, and a
     # rotating header escaped the limit). `memscale serve` hands this list to uvicorn.
     trusted_proxies: Annotated[list[str], NoDecode] = []
 

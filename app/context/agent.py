@@ -1,4 +1,4 @@
-"""An agent's profile in its context (issue 18, "agent as memory"): the agent's identity lives in
+"""An agent's profile in its context ("agent as memory"): the agent's identity lives in
 memscale, not in a model's weights or a prompt file. Its instructions (its system prompt) and
 skills are memories of kinds `instruction` and `skill` with its `agent_id`: versioned, scoped and
 branchable like any memory, read in the request's view (main, a branch, as of an instant). So

@@ -57,12 +57,12 @@ Selection = Literal["deviation", "chunk_start", "query"]
 @dataclass(frozen=True)
 class BlendConfig:
     check_layer: int = 1  # deviation: layers 0..check_layer are computed for every chunk token
-    # budget: share of chunk tokens computed through every layer. 0.25 since issue 19's second
-    # round: on 4 pilot examples it lowered the KL to full prefill from 0.14 (0.15) to 0.09 at
+    # budget: share of chunk tokens computed through every layer. 0.25 (docs/inference.md,
+    # the second round): on 4 pilot examples it lowered the KL to full prefill from 0.14 (0.15) to 0.09 at
     # 3.2x; on the held-out run it kept >= 3x, but still loses gold likelihood (docs/inference.md)
     recompute_ratio: float = 0.25
-    # Round 3 of issue 19 (docs/inference.md): half the budget on chunk starts (EPIC, the
-    # default of round 2), half on the tokens the query attends to. Paired against EPIC 0.25 on
+    # docs/inference.md, the third round: half the budget on chunk starts (EPIC, the
+    # second round's default), half on the tokens the query attends to. Paired against EPIC 0.25 on
     # the held-out examples: gold log-likelihood +0.11 nats/token (CI above 0), KL to full
     # prefill -0.03 (not worse), 3% slower (3.3x full prefill)
     selection: Selection = "query"

@@ -56,7 +56,7 @@ class DistillExample:
 class DistillConfig:
     steps: int = 200
     batch_size: int = 8
-    # 2e-3 since issue 19's third cartridge round (docs/cartridges.md): with fill-the-gap data
+    # 2e-3 (docs/cartridges.md, the third training round): with fill-the-gap data
     # it lifts multiple choice and the gold-vs-distractor margin over the untrained cartridge in
     # 30 steps; 2e-2 lost on every score in every run
     lr: float = 2e-3

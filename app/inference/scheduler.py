@@ -1,4 +1,4 @@
-"""Fair sharing of the one engine between the tier's callers (issue 41, M4: one member's token ran
+"""Fair sharing of the one engine between the tier's callers (one member's token ran
 a 3,952-token prompt for 67.6 s under a global lock, and another tenant's 1 s request waited 101 s).
 
 Design choices:

@@ -4,7 +4,7 @@ Design choices:
 - ``create_app(config)`` builds the app; the model and the chunk store are created in the
   lifespan (or handed in, for tests), never at import.
 - Engine work runs in FastAPI's thread pool, one request at a time (a forward pass already uses
-  every core), under the fair scheduler (``scheduler.py``, issue 41): a request holds the engine
+  every core), under the fair scheduler (``scheduler.py``): a request holds the engine
   for at most a quantum when others wait, the next turn goes to the least served org, then token,
   and requests beyond the per-token, per-org or total bounds, or over their rate, are 429
   ``rate_limited`` with ``Retry-After`` at once. ``/v1/generate`` admits on the event loop (so a

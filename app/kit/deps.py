@@ -47,7 +47,7 @@ def get_principal(request: Request, db: SessionDep) -> Principal:
         if failures is not None:
             failures.check(client)
         raise Unauthorized("invalid or revoked key", code="invalid_key")
-    if branch := request.headers.get(BRANCH_HEADER):  # work in a branch of the org's memory (issue 18)
+    if branch := request.headers.get(BRANCH_HEADER):  # work in a branch of the org's memory
         principal = principal.in_view(branches.view_named(db, principal.org_id, branch.strip()))
         bind_principal(db, principal)
     request.state.principal = principal

@@ -1,6 +1,6 @@
 """Access survives derivation (DESIGN.md §4): a derived item's scope is the most restrictive
 combination of its sources. Used by manual memories with sources, distillation and consolidation.
-Narrowing reaches a memory's history (issue 41, `meet`): every version keeps the narrowest scope
+Narrowing reaches a memory's history (`meet`): every version keeps the narrowest scope
 its memory has been given since."""
 
 from __future__ import annotations

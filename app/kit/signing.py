@@ -12,7 +12,7 @@ processes of a single-machine install read. The key never appears in a response 
 
 Token: `mst1.<base64url(json grant)>.<base64url(hmac)>`; grant = {org, sub, chunks, cartridges, exp}
 and, when the service sets them, `max_prompt_tokens` and `max_new_tokens`: the most a request on
-this token may prefill and generate (issue 41). Being signed, no bearer can raise them; the tier
+this token may prefill and generate. Being signed, no bearer can raise them; the tier
 keys its fairness by `org` (opaque to it) and by the token itself (`Grant.token_id`).
 """
 

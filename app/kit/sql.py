@@ -57,7 +57,7 @@ class Compiled:
     driver) and the processors of the values bound when it runs. Running it hands the text and
     the values straight to the driver (`exec_driver_sql`): per execution SQLAlchemy no longer
     walks the construct, looks up its compiled form or processes the ~40 constant values an
-    access filter holds (~25% of a LoCoMo ranking's time in-process, twelfth stop). Rows come
+    access filter holds (~25% of a LoCoMo ranking's time in-process; docs/decisions/latency.md). Rows come
     back as the driver types them (uuid, text, float, jsonb as Python objects), labelled as in
     the statement."""
 
@@ -109,7 +109,7 @@ class StatementCache:
     Building a search statement (the access filter, the CTEs), SQLAlchemy's cache key for a fresh
     construct and its per-execution processing cost more Python than PostgreSQL spends running
     it: at LoCoMo scale ~40% of a hybrid ranking's time in-process went to building alone
-    (docs/decisions.md, twelfth stop). A key names everything the statement bakes in, so it must
+    (docs/decisions/latency.md, "Statements"). A key names everything the statement bakes in, so it must
     hold the whole principal (its org, user, groups, clearances and view) whenever the statement
     holds an access filter: a statement built for one caller is never run for another. Bounded
     (least recently used out)."""

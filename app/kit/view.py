@@ -1,5 +1,5 @@
 """Which state of an org's memory a request reads: main now, main as of an instant, or a branch
-(issue 18). The one place that turns a view into SQL, used by the access helper (`visible_to`)
+. The one place that turns a view into SQL, used by the access helper (`visible_to`)
 and by the org-level reads of pipelines.
 
 A view is a stack of layers, nearest first. Each layer is the rows written in one branch (main's

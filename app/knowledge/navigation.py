@@ -1,4 +1,4 @@
-"""Navigation of the knowledge tree (issue 17): GET /v1/knowledge/tree and /v1/knowledge/nodes/{id}.
+"""Navigation of the knowledge tree: GET /v1/knowledge/tree and /v1/knowledge/nodes/{id}.
 
 Paths: `<catalog>/<schema>/<table>/<column>` for database sources (the catalog is the source's
 database name), `docs/<folder>/<file>/<section>` for documents, `glossary/<file>/<term>`.

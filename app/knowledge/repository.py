@@ -62,7 +62,7 @@ def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
                           .returning(KnowledgeAsset.id)).all())
 
 
-# --- knowledge tree (issue 17): every read under visible_to; nodes carry their asset's scope ---
+# --- knowledge tree: every read under visible_to; nodes carry their asset's scope ---
 
 def replace_nodes(db: Session, org_id: uuid.UUID, asset_id: uuid.UUID, nodes: list) -> None:
     """An asset's nodes, rebuilt whole when the asset is (re-)enriched."""

@@ -60,7 +60,7 @@ _ADD_RETRIEVAL = insert(RetrievalEvent.__table__)
 
 def add_retrieval(db: Session, **values) -> None:  # noqa: ANN003
     """One retrieval event, as one INSERT: every search and context call writes one, and the
-    ORM's unit of work for it cost ~10% of a LoCoMo search in Python (twelfth stop)."""
+    ORM's unit of work for it cost ~10% of a LoCoMo search in Python (docs/decisions/latency.md)."""
     db.execute(_ADD_RETRIEVAL, values)
 
 

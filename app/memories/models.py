@@ -10,7 +10,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.kit.base import AccessMixin, Base, access_check, branch_col, tenant_fk, embedding_col, tsv_col, uuid_pk
 
 MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill")
-AGENT_KINDS = ("instruction", "skill")  # an agent's profile (issue 18): its system prompt and skills
+AGENT_KINDS = ("instruction", "skill")  # an agent's profile: its system prompt and skills
 MEMORY_STATUSES = ("active", "superseded", "quarantined", "deleted")
 
 

@@ -1,4 +1,4 @@
-"""Narrowing reaches a memory's history (issue 41, H1; docs/security.md "Narrowing propagates").
+"""Narrowing reaches a memory's history (docs/security.md "Narrowing propagates").
 
 Every version row is checked against its own scope on every read path (`visible_to`, row-level
 security, as-of reads, status filters, lineage, branches). So when a version is written with a

@@ -1,6 +1,6 @@
 """What promoting a branch does to main's memories (app/branches/service.py): the same
 versioning path as every other write (`app.memories.versioning`), checked against everything main
-holds of the memory (issue 41, H2): never a second root, never wider than main, never a revival."""
+holds of the memory: never a second root, never wider than main, never a revival."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _main_current(db: Session, principal: Principal, root_id: uuid.UUID) -> Memo
 def promote_version(db: Session, principal: Principal, row: Memory, *, branch: str, now: datetime) -> Memory:
     """A branch's memory version applied to main (the transaction is bound to main): version n+1
     of main's current version of its root, else (a memory begun in the branch) a new memory;
-    `promoted_from` lineage to it. Never wider than main's current version (issue 41, H2): the
+    `promoted_from` lineage to it. Never wider than main's current version: the
     promoted scope is the meet of the branch row's and main's (`app.kit.scope.meet`), so a branch
     forked before its owner narrowed it cannot re-publish it; widening is `declassify`'s, audited."""
     old = _main_current(db, principal, row.root_id)

@@ -72,8 +72,8 @@ def delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID, *, branch: u
 
 
 def scopes_of_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID, *, branch_id: uuid.UUID | None) -> list:
-    """(id, owner_id, visibility, groups, labels) of the versions of a root a narrowing reaches
-    (issue 41), locked: written in main (`branch_id` None), every version in main and in every
+    """(id, owner_id, visibility, groups, labels) of the versions of a root a narrowing reaches,
+    locked: written in main (`branch_id` None), every version in main and in every
     branch; written in a branch, that branch's own versions only (a branch write never changes
     main). The caller binds `every_scope` (as erasure does): the narrowing must reach rows it
     cannot see, and ids and scopes are all it reads."""

@@ -63,11 +63,11 @@ class ContextIn(StrictModel):
     query: str = Field(min_length=1, max_length=2000)
     session_id: uuid.UUID | None = None
     budget_tokens: Annotated[int, Field(ge=64, le=128_000), NumberOnly] = 2000
-    instruction: str | None = Field(default=None, max_length=1000)  # constraints in words (issue 17)
-    # The stored memory as recorded then (issue 18); a session's own state (working context,
+    instruction: str | None = Field(default=None, max_length=1000)  # constraints in words
+    # The stored memory as recorded then; a session's own state (working context,
     # summary, recent messages) is always today's.
     as_of: Instant | None = None
-    # Assemble this agent's profile first: its instructions (pinned) and its skills (issue 18).
+    # Assemble this agent's profile first: its instructions (pinned) and its skills.
     agent_id: AgentId | None = None
 
 
@@ -120,7 +120,7 @@ class Handoff(BaseModel):
     prompt: str
     token: str
     token_expires_in_s: int
-    # The caps signed into `token` (the tier refuses a request beyond them; issue 41).
+    # The caps signed into `token` (the tier refuses a request beyond them).
     max_prompt_tokens: int | None = None
     max_new_tokens: int | None = None
 
