@@ -1,4 +1,4 @@
-"""`memscale` command line. Admin commands print only what they name, on one line (API.md)."""
+"""`memscale` command line. Admin commands print only what they name, on one line (the REST contract)."""
 
 from __future__ import annotations
 

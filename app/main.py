@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
             engine.dispose()
 
     app = FastAPI(title="memscale", version="1.0.0", lifespan=lifespan,
-                  description="Memory service for AI agents (REST contract v1, see API.md).")
+                  description="Memory service for AI agents (REST contract v1, served at /openapi.json).")
     app.state.tuning = DEFAULT_TUNING  # the ranking's settings (app/search/tuning.py); a benchmark may set its own
     install_error_handlers(app)
     install_request_middleware(app)

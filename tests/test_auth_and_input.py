@@ -1,4 +1,4 @@
-"""401/403/409/413/422: clear errors in the API.md shape, and nothing changes."""
+"""401/403/409/413/422: clear errors in the the REST contract shape, and nothing changes."""
 
 from __future__ import annotations
 

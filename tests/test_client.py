@@ -1,6 +1,6 @@
 """The typed client (app/client.py) against the real app: the sync client over the TestClient, the
 async one over httpx.ASGITransport. Endpoints still being written (sessions, context, tools,
-outcome, lineage, audit) are tested against API.md and skipped until their routes exist."""
+outcome, lineage, audit) are tested against the REST contract and skipped until their routes exist."""
 
 from __future__ import annotations
 

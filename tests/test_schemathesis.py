@@ -10,7 +10,7 @@ response must:
 - match the documented status codes, content types, headers and response schema, accept
   schema-valid input and refuse schema-invalid input (schemathesis' default checks, including
   `positive_data_acceptance` and `negative_data_rejection`);
-- for every 4xx/5xx, carry the API.md error shape `{"error": {"code": str, "message": str}}` with
+- for every 4xx/5xx, carry the the REST contract error shape `{"error": {"code": str, "message": str}}` with
   a snake_case code (`error_shape`); for a 405, name exactly the path's methods in `Allow`
   (`allow_header`).
 
@@ -137,7 +137,7 @@ def _session_may_exceed_budget(case) -> bool:  # noqa: ANN001
 
 
 def error_shape(ctx, response, case) -> None:  # noqa: ANN001, ARG001
-    """API.md: every error is `{"error": {"code": "<snake_case>", "message": "<text>"}}`."""
+    """the REST contract: every error is `{"error": {"code": "<snake_case>", "message": "<text>"}}`."""
     if response.status_code < 400:
         return
     try:
@@ -193,7 +193,7 @@ def _call_and_check(case, live_base_url: str, headers: dict):  # noqa: ANN001, A
 
 
 def test_fuzzed_schema_is_the_served_one(live_base_url):
-    """The document schemathesis fuzzes is the one served, and it names the API.md endpoints."""
+    """The document schemathesis fuzzes is the one served, and it names the the REST contract endpoints."""
     import httpx
 
     doc = httpx.get(f"{live_base_url}/openapi.json", timeout=30).json()

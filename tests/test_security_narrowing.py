@@ -290,7 +290,7 @@ def test_a_steward_may_narrow_a_memory_beyond_its_own_sight(client, world):
 
 
 def test_a_narrowing_written_in_a_branch_stays_in_the_branch(client, world, admin_engine):
-    """Writes in a branch never change main (API.md): alice's narrowing in a branch hides the old
+    """Writes in a branch never change main (the REST contract): alice's narrowing in a branch hides the old
     text in that branch, main keeps its scope until the narrowing is promoted, and the promotion
     (a write in main) then narrows main's history too."""
     _, bob, steward, _ = _people(world)

@@ -1,4 +1,4 @@
-"""Who is asking: a principal resolved from a Bearer key (API.md "Principals and keys")."""
+"""Who is asking: a principal resolved from a Bearer key (the REST contract, "Principals and keys")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What every `memscale` command group shares: the two ways to open the database from the command
-line, and one way to fail (API.md: an error is one line on stderr and exit status 2)."""
+line, and one way to fail (the REST contract: an error is one line on stderr and exit status 2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One error type with a status code and a stable code; one handler renders it (API.md)."""
+"""One error type with a status code and a stable code; one handler renders it (the REST contract)."""
 
 from __future__ import annotations
 

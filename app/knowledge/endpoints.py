@@ -1,4 +1,4 @@
-"""Knowledge navigation (API.md v1 additions): the tree and its nodes, only of visible assets."""
+"""Knowledge navigation (the REST contract, v1 additions): the tree and its nodes, only of visible assets."""
 
 from __future__ import annotations
 

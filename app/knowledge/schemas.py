@@ -1,4 +1,4 @@
-"""Response bodies of knowledge navigation (API.md v1 additions: Knowledge navigation)."""
+"""Response bodies of knowledge navigation (the REST contract, v1 additions: Knowledge navigation)."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
     ap = argparse.ArgumentParser(prog="memscale bench locomo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=None, help="LoCoMo JSON (default ../shared/data/locomo/locomo_dev.json)")
+    ap.add_argument("--data", default=None, help="LoCoMo JSON (default: DEFAULT in bench/quality/locomo/data.py)")
     ap.add_argument("--quick", action="store_true", help="one conversation, 3 sessions, 10 questions, 1 read")
     ap.add_argument("--budget", default="1000", help="/v1/context budget_tokens; several comma-separated")
     ap.add_argument("--reader-questions", type=int, default=None, help="questions answered by the reader "
