@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, tuple_, update
+from sqlalchemy import delete, func, insert as insert_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -22,6 +22,17 @@ def get_visible(db: Session, principal: Principal, episode_id: uuid.UUID) -> Epi
 def add_all(db: Session, episodes: list[Episode]) -> None:
     db.add_all(episodes)
     db.flush()
+
+
+_COLUMNS = [a.key for a in Episode.__mapper__.column_attrs if a.key != "tsv"]
+
+
+def insert(db: Session, episodes: list[Episode]) -> None:
+    """New episodes in one statement (multi-row VALUES), not one ORM flush each: no identity map
+    and nothing read back (every value is set; `tsv` is computed by the table). The objects stay
+    outside the session, complete for a reply."""
+    if episodes:
+        db.execute(insert_(Episode), [{k: getattr(e, k) for k in _COLUMNS} for e in episodes])
 
 
 def hard_delete(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> None:
