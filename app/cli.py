@@ -98,6 +98,33 @@ def create_key(org_name: str, user: str) -> None:
         click.echo(key)
 
 
+@admin.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--org", "org_name", required=True)
+@click.option("--user", "user", required=True, help="the episodes' owner, whose right to each scope is checked")
+def import_episodes(path: str, org_name: str, user: str) -> None:
+    """Episodes from a JSONL file (one API body a line), all or nothing; prints how many."""
+    from tqdm import tqdm
+
+    from app.episodes import bulk
+    from app.kit.db import bind_principal, transaction
+    from app.kit.embedding import make_embedder
+
+    settings = Settings()
+    with open(path, encoding="utf-8") as f:
+        items = _run(lambda: bulk.parse_lines(f))  # a bad line refuses the file before the model loads
+    with _admin_session(settings) as db:
+        principal = _run(lambda: bulk.principal_of(db, org_name, user))
+    embedder = make_embedder(settings)
+    bar = tqdm(total=len(items), desc="import", unit="episode", file=sys.stderr)
+    with transaction(_app_sessions(settings)) as db:
+        bind_principal(db, principal)
+        ids = _run(lambda: bulk.import_items(db, embedder, principal, items,
+                                             on_progress=lambda done, _: bar.update(done - bar.n)))
+    bar.close()
+    click.echo(str(len(ids)))
+
+
 def _run(fn):  # noqa: ANN001
     from app.kit.errors import AppError
 

@@ -136,3 +136,74 @@ def test_a_slice_failing_half_way_writes_nothing(client, app, world, admin_engin
     assert _counts(admin_engine, alice.org_id) == before == {"episodes": 0, "lexicon": 0, "audit_log": before["audit_log"]}
     ok = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": "after"}]}, headers=alice.h)
     assert ok.status_code == 201  # the pipeline's place and the lane's queue were given back
+
+
+def _cli(settings, *args):  # noqa: ANN001, ANN202
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url}
+    return subprocess.run([sys.executable, "-m", "app", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_import_with_a_bad_line_writes_nothing_and_names_the_line(settings, world, admin_engine, tmp_path):
+    import json
+
+    org = world.org()
+    alice = world.user(org, "alice")
+    lines = [json.dumps({"kind": "note", "content": "first"}), "", json.dumps({"kind": "note", "content": "second"}),
+             json.dumps({"kind": "memo", "content": "third"})]
+    f = tmp_path / "episodes.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    before = _counts(admin_engine, alice.org_id)
+    r = _cli(settings, "admin", "import", str(f), "--org", org, "--user", "alice")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "line 4: kind:" in r.stderr, r.stderr
+    assert _counts(admin_engine, alice.org_id) == before
+
+
+def test_import_checks_scope_like_the_api_and_writes_in_one_pass(app, world, admin_engine, embedder, client):
+    import pytest
+
+    from app.episodes import bulk
+    from app.kit.db import bind_principal, transaction
+    from app.kit.errors import AppError
+
+    org = world.org()
+    alice = world.user(org, "alice", groups=("ops",))
+    bob = world.user(org, "bob")
+    from sqlalchemy.orm import Session
+
+    with Session(admin_engine) as db:
+        principal = bulk.principal_of(db, org, "alice")
+    body = [{"kind": "note", "content": "the glacier camera froze at dawn"},
+            {"kind": "note", "content": "ops rotated the harbour keys", "visibility": "group", "groups": ["ops"]},
+            {"kind": "feedback", "content": "everyone liked the orchard offsite", "visibility": "org"}]
+    import json
+
+    bad = bulk.parse_lines([json.dumps(b) for b in body] + [json.dumps({"kind": "note", "content": "x",
+                                                                         "visibility": "group", "groups": ["finance"]})])
+    before = _counts(admin_engine, alice.org_id)
+    with pytest.raises(AppError), transaction(app.state.sessions) as db:  # not in group finance: refused, like the API
+        bind_principal(db, principal)
+        bulk.import_items(db, embedder, principal, bad)
+    assert _counts(admin_engine, alice.org_id) == before
+    seen = []
+    with transaction(app.state.sessions) as db:
+        bind_principal(db, principal)
+        ids = bulk.import_items(db, embedder, principal, bulk.parse_lines([json.dumps(b) for b in body]),
+                                on_progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (3, 3) and len(ids) == 3
+    after = _counts(admin_engine, alice.org_id)
+    assert after["episodes"] == 3 and after["lexicon"] > 0 and after["audit_log"] == before["audit_log"] + 1
+    with admin_engine.connect() as c:
+        rows = {r.id: r for r in c.execute(text("SELECT id, content, visibility, owner_id, embedding::text AS v "
+                                                 "FROM episodes WHERE org_id = :o"), {"o": alice.org_id})}
+    want = embedder.embed([b["content"] for b in body])
+    for i, b, w in zip(ids, body, want):
+        row = rows[i]
+        assert (row.content, row.visibility, row.owner_id) == (b["content"], b.get("visibility", "private"), alice.user_id)
+        assert np.allclose([float(x) for x in row.v.strip("[]").split(",")], w, atol=1e-4)
+    assert client.get(f"/v1/episodes/{ids[0]}", headers=bob.h).status_code == 404  # alice's private row
+    assert client.get(f"/v1/episodes/{ids[2]}", headers=bob.h).status_code == 200  # the org-wide one

@@ -105,7 +105,7 @@ def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Ite
                 lexicon.remember(db, principal.org_id, value)
             continue
         idx, vectors = value
-        part = [_row(principal, owner, items[i], v, now, branch) for i, v in zip(idx, vectors)]
+        part = [new_row(principal, owner, items[i], v, now, branch) for i, v in zip(idx, vectors)]
         with stage("rows"):
             repo.insert(db, part)
         for i, r in zip(idx, part):
@@ -128,7 +128,7 @@ def check(db: Session, principal: Principal, owner: uuid.UUID, items: list[Episo
     _check_sessions(db, principal, owner, items)
 
 
-def _row(principal: Principal, owner: uuid.UUID, i: EpisodeIn, vector, now: datetime, branch) -> Episode:  # noqa: ANN001
+def new_row(principal: Principal, owner: uuid.UUID, i: EpisodeIn, vector, now: datetime, branch) -> Episode:  # noqa: ANN001
     return Episode(id=uuid.uuid4(), org_id=principal.org_id, owner_id=owner, kind=i.kind, content=i.content,
                    messages=[m.model_dump(mode="json") for m in i.messages] if i.messages else None,
                    session_id=i.session_id, outcome=i.outcome, metadata_=i.metadata, occurred_at=i.occurred_at or now,

@@ -1,0 +1,93 @@
+"""Bulk import of episodes (`memscale admin import FILE.jsonl`): one-off loads of many items.
+
+The same rules as the API, for one named user as if it had posted every line: each line is an
+episode body (app/episodes/schemas.py `EpisodeIn`), the user's right to share into each scope and
+to name each session is checked, and the org's vocabulary gains the new words; nothing is written
+unless every line passes (a bad line names its number). Then one embedding pass over every text,
+longest first (batches of one length pad little), with no transaction open; then one transaction:
+the rows COPYed into a staging table and moved with one INSERT ... SELECT, the vocabulary in one
+statement, one audit event (`episode.import`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+
+import numpy as np
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from app.audit.service import record
+from app.auth.principal import Principal
+from app.episodes import repository as repo
+from app.episodes.schemas import EpisodeIn
+from app.episodes.service import check, embed_text, embed_vocabulary, new_row, vocabulary
+from app.kit.db import released, view_of
+from app.kit.errors import BadRequest
+from app.kit.stages import stage
+from app.search import lexicon
+
+EMBED_CHUNK = 256  # texts per embedding call (one progress step)
+
+
+def parse_lines(lines: Iterable[str]) -> list[EpisodeIn]:
+    """Every non-blank line as an episode body; the first bad one refuses the whole import."""
+    items = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(EpisodeIn.model_validate_json(line))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "body"
+            raise BadRequest(f"line {n}: {where}: {err.get('msg', 'invalid')}", code="invalid_import_line") from None
+    if not items:
+        raise BadRequest("nothing to import: the file holds no episode", code="empty_import")
+    return items
+
+
+def principal_of(db: Session, org_name: str, user_name: str) -> Principal:
+    """The named user of the named org, as its API key would stand for it."""
+    from app.orgs import service as orgs
+
+    u = orgs.user_by_name(db, orgs.org_by_name(db, org_name), user_name)
+    return Principal(org_id=u.org_id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups),
+                     clearances=tuple(u.clearances))
+
+
+def import_items(db: Session, embedder, principal: Principal, items: list[EpisodeIn], *,  # noqa: ANN001
+                 on_progress: Callable[[int, int], None] | None = None) -> list[uuid.UUID]:
+    """Check, embed (no transaction open meanwhile), then write in the caller's transaction; the
+    caller commits. Returns the new ids in the order of `items`."""
+    check(db, principal, principal.user_id, items)
+    words = vocabulary(db, principal, items)
+    texts = [embed_text(i) for i in items]
+    with released(db, principal):
+        vectors = embed_pass(embedder, texts, on_progress)
+        embedded_words = embed_vocabulary(embedder, words)
+    now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+    rows = [new_row(principal, principal.user_id, i, v, now, branch) for i, v in zip(items, vectors)]
+    with stage("rows"):
+        repo.copy_in(db, rows)
+    with stage("vocabulary.write"):
+        lexicon.remember(db, principal.org_id, embedded_words)
+    with stage("audit"):
+        record(db, org_id=principal.org_id, actor_id=principal.user_id, action="episode.import", target_type="episode",
+               details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]})
+    return [r.id for r in rows]
+
+
+def embed_pass(embedder, texts: list[str], on_progress: Callable[[int, int], None] | None = None) -> np.ndarray:  # noqa: ANN001
+    """Every text embedded once, longest first in chunks of EMBED_CHUNK; rows in the order of `texts`."""
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out = np.empty((len(texts), embedder.dim), dtype=np.float32)
+    for start in range(0, len(order), EMBED_CHUNK):
+        idx = order[start:start + EMBED_CHUNK]
+        with stage("embed"):
+            out[idx] = embedder.embed([texts[i] for i in idx])
+        if on_progress is not None:
+            on_progress(min(start + EMBED_CHUNK, len(order)), len(order))
+    return out
