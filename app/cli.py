@@ -104,25 +104,13 @@ def create_key(org_name: str, user: str) -> None:
 @click.option("--user", "user", required=True, help="the episodes' owner, whose right to each scope is checked")
 def import_episodes(path: str, org_name: str, user: str) -> None:
     """Episodes from a JSONL file (one API body a line), all or nothing; prints how many."""
-    from tqdm import tqdm
-
     from app.episodes import bulk
-    from app.kit.db import bind_principal, transaction
-    from app.kit.embedding import make_embedder
 
-    settings = Settings()
     with open(path, encoding="utf-8") as f:
         items = _run(lambda: bulk.parse_lines(f))  # a bad line refuses the file before the model loads
-    with _admin_session(settings) as db:
+    with _admin_session(settings := Settings()) as db:
         principal = _run(lambda: bulk.principal_of(db, org_name, user))
-    embedder = make_embedder(settings)
-    bar = tqdm(total=len(items), desc="import", unit="episode", file=sys.stderr)
-    with transaction(_app_sessions(settings)) as db:
-        bind_principal(db, principal)
-        ids = _run(lambda: bulk.import_items(db, embedder, principal, items,
-                                             on_progress=lambda done, _: bar.update(done - bar.n)))
-    bar.close()
-    click.echo(str(len(ids)))
+    click.echo(str(len(_run(lambda: bulk.run(_app_sessions(settings), settings, principal, items)))))
 
 
 def _run(fn):  # noqa: ANN001

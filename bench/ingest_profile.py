@@ -1,6 +1,6 @@
 """Where one batch write goes, stage by stage, beside the embedder alone on the same texts.
 
-    .venv/bin/python -m bench.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3]
+    .venv/bin/python -m bench.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3] [--import-items N]
 
 For each org size (episodes already in the org) and batch size, fresh LoCoMo turns are written
 through the real write path (`app.episodes.service.ingest`, what POST /v1/episodes/batch calls,
@@ -10,6 +10,7 @@ new vocabulary, row and index writes, vocabulary upkeep, audit, idempotency, com
 is the request body's parse (pydantic, as FastAPI does it); lineage has no stage because a new
 episode derives from nothing. Stages in a pipeline overlap, so they may add up to more than the
 wall time (`total`). `embedder alone` embeds the same texts in one call of the bare model.
+`--import-items N` also times `memscale admin import`'s path (app/episodes/bulk.py) for N turns.
 
 An org is filled with its first `--real` turns through the same write path (so its vocabulary is
 real), then up to its size with rows derived in SQL (text of one seed turn plus words of another,
@@ -38,6 +39,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batches", default="25,250", help="items per measured batch")
     ap.add_argument("--repeats", type=int, default=3, help="measured batches per (org, batch size)")
     ap.add_argument("--real", type=int, default=600, help="seed turns written through the service per org")
+    ap.add_argument("--import-items", type=int, default=0, dest="import_items",
+                    help="also time a bulk import (app/episodes/bulk.py) of this many turns into a new org")
     ap.add_argument("--data", default=None, help="LoCoMo json (default: bench.locomo's)")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
@@ -105,6 +108,27 @@ class Harness:
             rec.add("commit", time.perf_counter() - t_commit)
         return time.perf_counter() - t0
 
+    def bulk_import(self, principal, texts: list[str], stages) -> float:  # noqa: ANN001
+        """`memscale admin import` of `texts`, committed; wall seconds (the file's parse included)."""
+        import json
+
+        from app.episodes import bulk
+        from app.kit.db import bind_principal, transaction
+        from app.kit.stages import recording, stage
+
+        lines = [json.dumps(i) for i in _items(texts)]
+        t0 = time.perf_counter()
+        with recording(stages) as rec:
+            with stage("validate"):
+                items = bulk.parse_lines(lines)
+            bare = getattr(self.state.embedder, "inner", self.state.embedder)
+            with transaction(self.state.sessions) as db:
+                bind_principal(db, principal)
+                bulk.import_items(db, bare, principal, items)
+                t_commit = time.perf_counter()
+            rec.add("commit", time.perf_counter() - t_commit)
+        return time.perf_counter() - t0
+
     def fill(self, principal, size: int) -> None:  # noqa: ANN001
         """Derived rows up to `size` episodes in the org (see the module docstring)."""
         from app.kit.pg import admin_url
@@ -168,6 +192,18 @@ def main(argv: list[str] | None = None) -> dict:
                 case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
                 out["cases"].append(case)
                 _print(case)
+        if a.import_items:
+            p, rec = h.principal("import"), Stages()
+            texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})")
+                     for i in range(a.import_items)]
+            alone = _alone(bare, texts)
+            wall = h.bulk_import(p, texts, rec)
+            case = {"org": 0, "batch": len(texts), "repeats": 1, "import": True, "total_ms": round(1000 * wall, 1),
+                    "embedder_alone_ms": round(1000 * alone, 1),
+                    "stages_ms": {k: round(1000 * v, 1) for k, v in rec.seconds.items()}}
+            case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
+            out["cases"].append(case)
+            _print(case)
     finally:
         h.close()
     out["load_after"] = load_average()
@@ -177,7 +213,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _print(case: dict) -> None:
     st = case["stages_ms"]
-    print(f"\norg {case['org']:>7} episodes, batch {case['batch']:>4}: {case['total_ms']:8.1f} ms per batch, "
+    what = f"bulk import of {case['batch']}" if case.get("import") else \
+        f"org {case['org']:>7} episodes, batch {case['batch']:>4}"
+    print(f"\n{what}: {case['total_ms']:8.1f} ms per batch, "
           f"embedder alone {case['embedder_alone_ms']:8.1f} ms  (x{case['ratio']})")
     for k in [s for s in STAGES if s in st] + sorted(set(st) - set(STAGES)):
         print(f"  {k:28s} {st[k]:8.1f} ms  {100 * st[k] / case['total_ms']:5.1f} %")

@@ -80,6 +80,22 @@ def import_items(db: Session, embedder, principal: Principal, items: list[Episod
     return [r.id for r in rows]
 
 
+def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> list[uuid.UUID]:  # noqa: ANN001
+    """The CLI's import: the model loaded, a progress bar on stderr, one transaction committed."""
+    import sys
+
+    from tqdm import tqdm
+
+    from app.kit.db import bind_principal, transaction
+    from app.kit.embedding import make_embedder
+
+    embedder = make_embedder(settings)
+    with tqdm(total=len(items), desc="import", unit="episode", file=sys.stderr) as bar:
+        with transaction(sessions) as db:
+            bind_principal(db, principal)
+            return import_items(db, embedder, principal, items, on_progress=lambda done, _: bar.update(done - bar.n))
+
+
 def embed_pass(embedder, texts: list[str], on_progress: Callable[[int, int], None] | None = None) -> np.ndarray:  # noqa: ANN001
     """Every text embedded once, longest first in chunks of EMBED_CHUNK; rows in the order of `texts`."""
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
