@@ -4,9 +4,9 @@ The same rules as the API, for one named user as if it had posted every line: ea
 episode body (app/episodes/schemas.py `EpisodeIn`), the user's right to share into each scope and
 to name each session is checked, and the org's vocabulary gains the new words; nothing is written
 unless every line passes (a bad line names its number). Then one embedding pass over every text,
-longest first (batches of one length pad little), with no transaction open; then one transaction:
-the rows COPYed into a staging table and moved with one INSERT ... SELECT, the vocabulary in one
-statement, one audit event (`episode.import`).
+longest first (batches of one length pad little), in chunks; each chunk is COPYed into a staging
+table and moved with one INSERT ... SELECT while the next chunk embeds, all in one transaction,
+with the vocabulary in one statement and one audit event (`episode.import`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
-import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal
 from app.episodes import repository as repo
+from app.episodes.feed import Feed
 from app.episodes.schemas import EpisodeIn
 from app.episodes.service import check, embed_text, embed_vocabulary, new_row, vocabulary
 from app.kit.db import released, view_of
@@ -60,20 +60,35 @@ def principal_of(db: Session, org_name: str, user_name: str) -> Principal:
 
 def import_items(db: Session, embedder, principal: Principal, items: list[EpisodeIn], *,  # noqa: ANN001
                  on_progress: Callable[[int, int], None] | None = None) -> list[uuid.UUID]:
-    """Check, embed (no transaction open meanwhile), then write in the caller's transaction; the
-    caller commits. Returns the new ids in the order of `items`."""
+    """Check, then embed and write in the caller's transaction (the caller commits): each chunk of
+    EMBED_CHUNK texts is COPYed in while the next one embeds (app/episodes/feed.py). Returns the
+    new ids in the order of `items`."""
     check(db, principal, principal.user_id, items)
     words = vocabulary(db, principal, items)
-    texts = [embed_text(i) for i in items]
-    with released(db, principal):
-        vectors = embed_pass(embedder, texts, on_progress)
-        embedded_words = embed_vocabulary(embedder, words)
-    now, branch = datetime.now(timezone.utc), view_of(db).branch_id
-    rows = [new_row(principal, principal.user_id, i, v, now, branch) for i, v in zip(items, vectors)]
-    with stage("rows"):
-        repo.copy_in(db, rows)
-    with stage("vocabulary.write"):
-        lexicon.remember(db, principal.org_id, embedded_words)
+    feed = Feed(embedder, None, [embed_text(i) for i in items], words, lambda ws: embed_vocabulary(embedder, ws),
+                chunk=EMBED_CHUNK)
+    try:
+        with released(db, principal):
+            feed.ready()
+        now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+        rows: list = [None] * len(items)
+        for kind, value in feed:
+            if kind == "words":
+                with stage("vocabulary.write"):
+                    lexicon.remember(db, principal.org_id, value)
+                continue
+            idx, vectors = value
+            part = [new_row(principal, principal.user_id, items[i], v, now, branch) for i, v in zip(idx, vectors)]
+            with stage("rows"):
+                repo.copy_in(db, part)
+            for i, r in zip(idx, part):
+                rows[i] = r
+            if on_progress is not None:
+                on_progress(sum(r is not None for r in rows), len(rows))
+    finally:
+        feed.close()
+    if any(r is None for r in rows):
+        raise RuntimeError("an episode of the import was not embedded")
     with stage("audit"):
         record(db, org_id=principal.org_id, actor_id=principal.user_id, action="episode.import", target_type="episode",
                details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]})
@@ -94,16 +109,3 @@ def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> lis
         with transaction(sessions) as db:
             bind_principal(db, principal)
             return import_items(db, embedder, principal, items, on_progress=lambda done, _: bar.update(done - bar.n))
-
-
-def embed_pass(embedder, texts: list[str], on_progress: Callable[[int, int], None] | None = None) -> np.ndarray:  # noqa: ANN001
-    """Every text embedded once, longest first in chunks of EMBED_CHUNK; rows in the order of `texts`."""
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    out = np.empty((len(texts), embedder.dim), dtype=np.float32)
-    for start in range(0, len(order), EMBED_CHUNK):
-        idx = order[start:start + EMBED_CHUNK]
-        with stage("embed"):
-            out[idx] = embedder.embed([texts[i] for i in idx])
-        if on_progress is not None:
-            on_progress(min(start + EMBED_CHUNK, len(order)), len(order))
-    return out

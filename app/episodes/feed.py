@@ -27,35 +27,40 @@ PIPELINED = 2
 _GATE = threading.BoundedSemaphore(PIPELINED)
 
 
-def item_slices(embedder, who: str | None, texts: list[str]) -> Iterator[tuple[list[int], np.ndarray]]:  # noqa: ANN001
+def item_slices(embedder, who: str | None, texts: list[str], chunk: int | None = None,  # noqa: ANN001
+                ) -> Iterator[tuple[list[int], np.ndarray]]:
     """(indices, vectors) of `texts`: the fair lane's slices when `who` and the embedder has one,
-    else one call."""
+    else chunks of `chunk` texts, longest first (one call when None)."""
     if who is not None and hasattr(embedder, "write_slices"):
         yield from embedder.write_slices(who, texts)
-    elif texts:
-        yield list(range(len(texts))), embedder.embed(texts)
+        return
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    step = chunk or max(1, len(texts))
+    for start in range(0, len(order), step):
+        idx = order[start:start + step]
+        yield idx, embedder.embed([texts[i] for i in idx])
 
 
 class Feed:
     """Pieces ("words", embedded vocabulary) then ("items", (indices, vectors)) per slice, in order."""
 
     def __init__(self, embedder, who: str | None, texts: list[str], words: list,  # noqa: ANN001
-                 embed_words: Callable[[list], list]):
+                 embed_words: Callable[[list], list], *, chunk: int | None = None):
         self._cv = threading.Condition()
         self._pieces: list[tuple[str, object]] = []
         self._items = 0
         self._finished, self._error, self._stop = False, None, threading.Event()
         self.pipelined = _GATE.acquire(blocking=False)
         work = carried(self._run)
-        threading.Thread(target=work, args=(embedder, who, texts, words, embed_words), daemon=True,
+        threading.Thread(target=work, args=(embedder, who, texts, words, embed_words, chunk), daemon=True,
                          name="memscale-ingest").start()
 
-    def _run(self, embedder, who, texts, words, embed_words) -> None:  # noqa: ANN001
+    def _run(self, embedder, who, texts, words, embed_words, chunk) -> None:  # noqa: ANN001
         try:
             with stage("vocabulary.embed", scope=True):
                 self._put("words", embed_words(words) if words else [])
             with stage("embed", scope=True):
-                slices = item_slices(embedder, who, texts)
+                slices = item_slices(embedder, who, texts, chunk)
                 try:
                     for piece in slices:
                         self._put("items", piece)
