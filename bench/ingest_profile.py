@@ -146,8 +146,8 @@ class Harness:
                            a.content || ' ' || array_to_string((string_to_array(b.content, ' '))[1:8], ' '),
                            'fill', now(), now(), 'private', '{}', '{}', '{}', a.embedding + b.embedding
                     FROM generate_series(1, :n) g CROSS JOIN k
-                    JOIN seed a ON a.n = 1 + (g * 7919) % k.k
-                    JOIN seed b ON b.n = 1 + (g * 104729 + g / k.k) % k.k"""),
+                    JOIN seed a ON a.n = 1 + (g::bigint * 7919) % k.k
+                    JOIN seed b ON b.n = 1 + (g::bigint * 104729 + g / k.k) % k.k"""),
                           {"o": principal.org_id, "u": principal.user_id, "n": size - have})
             c.execute(text("ANALYZE episodes"))
         eng.dispose()
