@@ -23,7 +23,13 @@ from app.auth.principal import Principal
 from app.episodes import repository as repo
 from app.episodes.feed import Feed
 from app.episodes.schemas import EpisodeIn
-from app.episodes.service import check, embed_text, embed_vocabulary, new_row, vocabulary
+from app.episodes.service import (
+    check,
+    embed_text,
+    embed_vocabulary,
+    new_row,
+    vocabulary,
+)
 from app.kit.db import released, view_of
 from app.kit.errors import BadRequest
 from app.kit.stages import stage
@@ -105,7 +111,6 @@ def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> lis
     from app.kit.embedding import make_embedder
 
     embedder = make_embedder(settings)
-    with tqdm(total=len(items), desc="import", unit="episode", file=sys.stderr) as bar:
-        with transaction(sessions) as db:
-            bind_principal(db, principal)
-            return import_items(db, embedder, principal, items, on_progress=lambda done, _: bar.update(done - bar.n))
+    with tqdm(total=len(items), desc="import", unit="episode", file=sys.stderr) as bar, transaction(sessions) as db:
+        bind_principal(db, principal)
+        return import_items(db, embedder, principal, items, on_progress=lambda done, _: bar.update(done - bar.n))

@@ -94,7 +94,7 @@ class Feed:
         at = 0
         while True:
             with stage("embed.wait"), self._cv:
-                self._cv.wait_for(lambda: self._finished or len(self._pieces) > at)
+                self._cv.wait_for(lambda at=at: self._finished or len(self._pieces) > at)
                 if len(self._pieces) > at:
                     piece = self._pieces[at]
                 elif self._error is not None:

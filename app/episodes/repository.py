@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 
-import json
-
 import numpy as np
-from sqlalchemy import delete, func, insert as insert_, select, text, tuple_, update
+from sqlalchemy import delete, func, select, text, tuple_, update
+from sqlalchemy import insert as insert_
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal

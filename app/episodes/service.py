@@ -14,9 +14,9 @@ from app.episodes import repository as repo
 from app.episodes.feed import Feed
 from app.episodes.models import Episode
 from app.episodes.schemas import EpisodeIn, EpisodeOut
-from app.kit.embedding import Embedder
 from app.kit.access import assert_may_modify, assert_may_share
 from app.kit.db import released, view_of
+from app.kit.embedding import Embedder
 from app.kit.errors import NotFound
 from app.kit.stages import stage
 from app.lineage.service import add_edge
