@@ -1,6 +1,6 @@
 """Where one batch write goes, stage by stage, beside the embedder alone on the same texts.
 
-    .venv/bin/python -m bench.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3] [--import-items N]
+    .venv/bin/python -m bench.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3] [--import-items N] [--locomo 2]
 
 For each org size (episodes already in the org) and batch size, fresh LoCoMo turns are written
 through the real write path (`app.episodes.service.ingest`, what POST /v1/episodes/batch calls,
@@ -10,7 +10,8 @@ new vocabulary, row and index writes, vocabulary upkeep, audit, idempotency, com
 is the request body's parse (pydantic, as FastAPI does it); lineage has no stage because a new
 episode derives from nothing. Stages in a pipeline overlap, so they may add up to more than the
 wall time (`total`). `embedder alone` embeds the same texts in one call of the bare model.
-`--import-items N` also times `memscale admin import`'s path (app/episodes/bulk.py) for N turns.
+`--import-items N` also times `memscale admin import`'s path (app/episodes/bulk.py) for N turns;
+`--locomo N` the LoCoMo ingest rate through the API, as `memscale bench locomo` ingests.
 
 An org is filled with its first `--real` turns through the same write path (so its vocabulary is
 real), then up to its size with rows derived in SQL (text of one seed turn plus words of another,
@@ -41,6 +42,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--real", type=int, default=600, help="seed turns written through the service per org")
     ap.add_argument("--import-items", type=int, default=0, dest="import_items",
                     help="also time a bulk import (app/episodes/bulk.py) of this many turns into a new org")
+    ap.add_argument("--locomo", type=int, default=0,
+                    help="also ingest this many LoCoMo conversations through the API (bench.locomo_bench's Service), "
+                         "each beside the embedder alone on its turns")
     ap.add_argument("--data", default=None, help="LoCoMo json (default: bench.locomo's)")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
@@ -159,6 +163,40 @@ def _alone(embedder, texts: list[str]) -> float:  # noqa: ANN001
     return time.perf_counter() - t0
 
 
+def locomo_rate(path: str | None, n: int) -> dict:
+    """LoCoMo's first `n` conversations through POST /v1/episodes/batch in process (one batch per
+    conversation, as `memscale bench locomo` ingests them), each conversation's turns first
+    embedded alone in batches of 250 by the bare model: turns/s both ways and the ratio."""
+    from app.config import Settings
+    from app.kit.embedding import make_embedder
+    from bench.locomo import load
+    from bench.locomo_bench.run import Service
+
+    convs = (load(path) if path else load())[:n]
+    emb = make_embedder(Settings())
+    svc = Service("memscale_bench_ingest_locomo", convs, model=Settings().llm_model, embedder=emb)
+    alone = took = 0.0
+    try:
+        svc.clients[convs[0].sample_id].search("warm up")
+        for c in convs:
+            texts = [t.text for t in c.turns]
+            t0 = time.perf_counter()
+            for i in range(0, len(texts), 250):
+                emb.embed(texts[i:i + 250])
+            alone += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            svc.ingest(c)
+            took += time.perf_counter() - t0
+    finally:
+        svc.close()
+    turns = sum(len(c.turns) for c in convs)
+    out = {"conversations": n, "turns": turns, "embedder_alone_turns_s": round(turns / alone, 1),
+           "ingest_turns_s": round(turns / took, 1), "ingest_over_embedder": round(alone / took, 3)}
+    print(f"\nLoCoMo ingest, {n} conversations ({turns} turns): embedder alone {out['embedder_alone_turns_s']} turns/s, "
+          f"through the API {out['ingest_turns_s']} turns/s = {100 * out['ingest_over_embedder']:.0f} %", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     from app.kit.stages import Stages
     from bench.common import load_average, write_result
@@ -206,6 +244,8 @@ def main(argv: list[str] | None = None) -> dict:
             _print(case)
     finally:
         h.close()
+    if a.locomo:
+        out["locomo"] = locomo_rate(a.data, a.locomo)
     out["load_after"] = load_average()
     write_result("ingest_profile", out, a.out)
     return out
