@@ -90,6 +90,22 @@ def create_key(org_name: str, user: str) -> None:
         click.echo(key)
 
 
+@admin.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--org", "org_name", required=True)
+@click.option("--user", "user", required=True, help="the episodes' owner, whose right to each scope is checked")
+def import_episodes(path: str, org_name: str, user: str) -> None:
+    """Episodes from a JSONL file (one API body a line), all or nothing; prints how many."""
+    from app.episodes import bulk
+
+    with open(path, encoding="utf-8") as f:
+        items = _run(lambda: bulk.parse_lines(f))  # a bad line refuses the file before the model loads
+    with _admin_session(settings := Settings()) as db:
+        principal = _run(lambda: bulk.principal_of(db, org_name, user))
+    click.echo(str(len(_run(lambda: bulk.run(_app_sessions(settings), settings, principal, items)))))
+
+
+
 @main.command()
 @click.option("--kind", "kinds", multiple=True, help="only these job kinds (default: all)")
 @click.option("--lease", default=60, show_default=True, help="seconds a claimed job stays ours without progress")

@@ -45,17 +45,10 @@ router = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ER
 @router.post("", status_code=201, response_model=EpisodeOut)
 def create_episode(body: EpisodeIn, request: Request, db: SessionDep, principal=require("episode", "write"),
                    idempotency_key: str | None = Header(default=None, min_length=1, max_length=200)):
-    # Embed first, with no pooled connection held; then the idempotency lock, held to the commit.
     _charge(request, principal, 1)
-    embedder, who = request.app.state.embedder, str(principal.user_id)
-    words = service.vocabulary(db, principal, [body])
-    with released(db, principal):
-        vectors = service.embed_all(embedder, [body], who=who)
-        words = service.embed_vocabulary(embedder, words, who=who)
-    return idempotency.idempotent(
-        db, principal, idempotency_key, "episodes.create", body,
-        lambda: service.to_out(service.create_many(db, embedder, principal, [body], vectors=vectors, words=words)[0]),
-        ttl_s=request.app.state.settings.idempotency_ttl_s)
+    return service.ingest(db, request.app.state.embedder, principal, [body], endpoint="episodes.create", body=body,
+                          idempotency_key=idempotency_key, ttl_s=request.app.state.settings.idempotency_ttl_s,
+                          reply=lambda rows: service.to_out(rows[0]))
 
 
 @router.post("/batch", status_code=201, response_model=BatchOut)
@@ -64,19 +57,10 @@ def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, princip
     limit = request.app.state.settings.max_batch_items
     if len(body.items) > limit:
         raise PayloadTooLarge(f"a batch holds at most {limit} items", code="batch_too_large")
-    # A batch embeds for seconds: first, with no pooled connection held; then the idempotency
-    # lock (transaction-scoped, so it must not be taken before `released`), held to the commit.
     _charge(request, principal, len(body.items))
-    embedder, who = request.app.state.embedder, str(principal.user_id)
-    words = service.vocabulary(db, principal, body.items)
-    with released(db, principal):
-        vectors = service.embed_all(embedder, body.items, who=who)
-        words = service.embed_vocabulary(embedder, words, who=who)
-    return idempotency.idempotent(
-        db, principal, idempotency_key, "episodes.batch", body,
-        lambda: BatchOut(ids=[r.id for r in service.create_many(db, embedder, principal, body.items, vectors=vectors,
-                                                                 words=words)]),
-        ttl_s=request.app.state.settings.idempotency_ttl_s)
+    return service.ingest(db, request.app.state.embedder, principal, body.items, endpoint="episodes.batch", body=body,
+                          idempotency_key=idempotency_key, ttl_s=request.app.state.settings.idempotency_ttl_s,
+                          reply=lambda rows: BatchOut(ids=[r.id for r in rows]))
 
 
 @router.get("", response_model=EpisodePage)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, tuple_, update
+import numpy as np
+from sqlalchemy import delete, func, select, text, tuple_, update
+from sqlalchemy import insert as insert_
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -30,6 +33,46 @@ def page_visible(db: Session, principal: Principal, f: ItemFilters) -> list[Epis
 def add_all(db: Session, episodes: list[Episode]) -> None:
     db.add_all(episodes)
     db.flush()
+
+
+_COLUMNS = [a.key for a in Episode.__mapper__.column_attrs if a.key != "tsv"]
+
+
+def insert(db: Session, episodes: list[Episode]) -> None:
+    """New episodes in one statement (multi-row VALUES), not one ORM flush each: no identity map
+    and nothing read back (every value is set; `tsv` is computed by the table). The objects stay
+    outside the session, complete for a reply."""
+    if episodes:
+        db.execute(insert_(Episode), [{k: getattr(e, k) for k in _COLUMNS} for e in episodes])
+
+
+_STAGING = "episodes_import"
+
+
+def copy_in(db: Session, episodes: list[Episode]) -> None:
+    """Many new episodes: COPY into a staging table (dropped at commit), then one INSERT ... SELECT,
+    so the rows cross the socket in COPY's stream and the table's indexes and row-level policies
+    see one statement. Every value is set, as for `insert`."""
+    if not episodes:
+        return
+    cols = [Episode.__mapper__.column_attrs[k].columns[0].name for k in _COLUMNS]
+    listed = ", ".join(cols)
+    db.execute(text(f"CREATE TEMP TABLE {_STAGING} ON COMMIT DROP AS SELECT {listed} FROM episodes WITH NO DATA"))
+    raw = db.connection().connection.driver_connection  # psycopg: the session's own transaction
+    with raw.cursor() as cur, cur.copy(f"COPY {_STAGING} ({listed}) FROM STDIN") as copy:
+        for e in episodes:
+            copy.write_row([_copy_value(getattr(e, k)) for k in _COLUMNS])
+    db.execute(text(f"INSERT INTO episodes ({listed}) SELECT {listed} FROM {_STAGING}"))
+    db.execute(text(f"DROP TABLE {_STAGING}"))
+
+
+def _copy_value(v):  # noqa: ANN001, ANN202
+    """A value in COPY's text form where psycopg has no dumper for it (JSON, a vector)."""
+    if isinstance(v, (dict, list)) and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+        return json.dumps(v)
+    if isinstance(v, np.ndarray):
+        return "[" + ",".join(v.astype(str)) + "]"
+    return v
 
 
 def hard_delete(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> None:

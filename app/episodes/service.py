@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 from sqlalchemy.orm import Session
@@ -10,13 +11,15 @@ from sqlalchemy.orm import Session
 from app.audit.service import record
 from app.auth.principal import Principal
 from app.episodes import repository as repo
+from app.episodes.feed import Feed
 from app.episodes.models import Episode
 from app.episodes.schemas import EpisodeIn, EpisodeOut, EpisodePage
+from app.kit.access import assert_may_modify, assert_may_share
+from app.kit.db import released, view_of
 from app.kit.embedding import Embedder
-from app.kit.access import assert_may_share
-from app.kit.db import view_of
 from app.kit.errors import NotFound
 from app.kit.listing import ItemFilters, next_cursor
+from app.kit.stages import stage
 from app.lineage.service import add_edge
 from app.search import lexicon
 
@@ -49,34 +52,89 @@ def embed_vocabulary(embedder: Embedder, words: list[tuple[str, str]], who: str 
     return lexicon.embed_words(embedder, words, who)
 
 
+def ingest(db: Session, embedder: Embedder, principal: Principal, items: list[EpisodeIn], *, endpoint: str,
+           body, idempotency_key: str | None, ttl_s: int, reply: Callable[[list[Episode]], object]):  # noqa: ANN001
+    """POST /v1/episodes and /batch. The embeddings are made beside the storage (app/episodes/feed.py):
+    the first slice with no pooled connection held, then the idempotency lock (held to the commit)
+    and each slice stored while the next is embedded, all in the caller's transaction; `reply`
+    makes the response. A replayed request stops embedding at once."""
+    from app.orgs import idempotency
+
+    who = str(principal.user_id)
+    with stage("validation"):
+        check(db, principal, principal.user_id, items)
+    with stage("vocabulary"):
+        words = vocabulary(db, principal, items)
+    feed = Feed(embedder, who, [embed_text(i) for i in items], words,
+                lambda ws: embed_vocabulary(embedder, ws, who=who))
+    try:
+        with released(db, principal):
+            feed.ready()
+        with stage("idempotency"):
+            return idempotency.idempotent(db, principal, idempotency_key, endpoint, body,
+                                          lambda: reply(store(db, principal, items, feed, checked=True)),
+                                          ttl_s=ttl_s)
+    finally:
+        feed.close()
+
+
 def create_many(db: Session, embedder: Embedder, principal: Principal, items: list[EpisodeIn],
-                *, owner_id: uuid.UUID | None = None, audit: bool = True, vectors: list | None = None,
-                words: list | None = None) -> list[Episode]:
-    """All or nothing: embeddings first (no lock held; `vectors` and the embedded new vocabulary
-    `words` if the caller computed them), then one flush in the caller's transaction."""
+                *, owner_id: uuid.UUID | None = None, audit: bool = True) -> list[Episode]:
+    """All or nothing, in the caller's transaction, embedded inline (paths that hold no request of
+    their own, such as a session's evicted messages); the org's vocabulary gains their new words."""
+    check(db, principal, owner_id or principal.user_id, items)
+    vectors = embed_all(embedder, items)
+    words = embed_vocabulary(embedder, vocabulary(db, principal, items))
+    pieces = [("words", words), ("items", (list(range(len(items))), vectors))]
+    return store(db, principal, items, pieces, owner_id=owner_id, audit=audit, checked=True)
+
+
+def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Iterable[tuple[str, object]], *,
+          owner_id: uuid.UUID | None = None, audit: bool = True, checked: bool = False) -> list[Episode]:
+    """Check (unless `checked`), then write the episodes as their embeddings arrive (`pieces`: ("words", embedded new
+    vocabulary) and ("items", (indices into `items`, vectors))): one INSERT per slice, one
+    vocabulary statement, one audit event. Nothing is committed here."""
+    owner = owner_id or principal.user_id
+    if not checked:
+        with stage("validation"):
+            check(db, principal, owner, items)
+    now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+    rows: list[Episode | None] = [None] * len(items)
+    for kind, value in pieces:
+        if kind == "words":
+            with stage("vocabulary.write"):
+                lexicon.remember(db, principal.org_id, value)
+            continue
+        idx, vectors = value
+        part = [new_row(principal, owner, items[i], v, now, branch) for i, v in zip(idx, vectors)]
+        with stage("rows"):
+            repo.insert(db, part)
+        for i, r in zip(idx, part):
+            rows[i] = r
+    if any(r is None for r in rows):
+        raise RuntimeError("an episode of the write was not embedded")
+    if audit:
+        with stage("audit"):
+            record(db, org_id=principal.org_id, actor_id=principal.user_id, action="episode.create",
+                   target_type="episode", target_id=rows[0].id if len(rows) == 1 else None,
+                   details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]})
+    return rows
+
+
+def check(db: Session, principal: Principal, owner: uuid.UUID, items: list[EpisodeIn]) -> None:
+    """What the API refuses before anything is embedded: a scope the caller may not share into, a
+    session that is not the owner's."""
     for i in items:
         assert_may_share(principal, i.visibility, i.groups)
-    _check_sessions(db, principal, owner_id or principal.user_id, items)
-    vectors = vectors if vectors is not None else embed_all(embedder, items)
-    now = datetime.now(timezone.utc)
-    rows = [
-        Episode(id=uuid.uuid4(), org_id=principal.org_id, owner_id=owner_id or principal.user_id, kind=i.kind,
-                content=i.content, messages=[m.model_dump(mode="json") for m in i.messages] if i.messages else None,
-                session_id=i.session_id, outcome=i.outcome, metadata_=i.metadata, occurred_at=i.occurred_at or now,
-                created_at=now, visibility=i.visibility, groups=i.groups, labels=i.labels, embedding=v,
-                branch_id=view_of(db).branch_id)
-        for i, v in zip(items, vectors)
-    ]
-    repo.add_all(db, rows)
-    if words is not None:
-        lexicon.remember(db, principal.org_id, words)
-    else:
-        lexicon.add_for(db, embedder, principal.org_id, [embed_text(i) for i in items])
-    if audit:
-        record(db, org_id=principal.org_id, actor_id=principal.user_id, action="episode.create",
-               target_type="episode", target_id=rows[0].id if len(rows) == 1 else None,
-               details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]})
-    return rows
+    _check_sessions(db, principal, owner, items)
+
+
+def new_row(principal: Principal, owner: uuid.UUID, i: EpisodeIn, vector, now: datetime, branch) -> Episode:  # noqa: ANN001
+    return Episode(id=uuid.uuid4(), org_id=principal.org_id, owner_id=owner, kind=i.kind, content=i.content,
+                   messages=[m.model_dump(mode="json") for m in i.messages] if i.messages else None,
+                   session_id=i.session_id, outcome=i.outcome, metadata_=i.metadata, occurred_at=i.occurred_at or now,
+                   created_at=now, visibility=i.visibility, groups=i.groups, labels=i.labels, embedding=vector,
+                   branch_id=branch)
 
 
 def _check_sessions(db: Session, principal: Principal, owner_id: uuid.UUID, items: list[EpisodeIn]) -> None:

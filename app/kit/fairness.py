@@ -32,6 +32,7 @@ from collections import deque
 import numpy as np
 
 from app.kit.errors import RateLimited
+from app.kit.stages import stage
 
 
 READ_TOKEN_S = 0.0005  # a read's place in line moves back by its estimated embedding time (~0.5 ms a token)
@@ -92,28 +93,44 @@ class FairEmbedder:
     def embed_write(self, who: str, texts: list[str]) -> np.ndarray:
         if not texts:
             return self.inner.embed(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for idx, vecs in self.write_slices(who, texts):
+            out[idx] = vecs
+        return out
+
+    def write_slices(self, who: str, texts: list[str]):  # noqa: ANN201 - Iterator[(list[int], np.ndarray)]
+        """`embed_write` one slice at a time, as each is done: (indices into `texts`, their vectors),
+        so that a caller can store a slice while the next is embedded. The texts are taken longest
+        first: each slice holds texts of about one length and the model pads little (slices of a
+        batch in arrival order cost up to twice the whole batch embedded at once). All admitted at
+        once (a 429 before anything is embedded); what is not embedded is released on exit."""
+        if not texts:
+            return
         self._admit(who, len(texts))
-        out, done = [], 0
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        done = 0
         try:
-            for sl in self._slices(texts):
-                self._take_turn(who)
+            for idx in self._slices(order, texts):
+                with stage("fairness"):
+                    self._take_turn(who)
                 t0 = time.perf_counter()
                 try:
-                    out.append(self.inner.embed(sl))
+                    with stage("model"):
+                        vecs = self.inner.embed([texts[i] for i in idx])
                 finally:
                     dt = time.perf_counter() - t0
                     with self._cv:
                         if dt > 0:
-                            self._rate = 0.8 * self._rate + 0.2 * (len(sl) / dt)
-                        self._pending[who] -= len(sl)
-                        done += len(sl)
+                            self._rate = 0.8 * self._rate + 0.2 * (len(idx) / dt)
+                        self._pending[who] -= len(idx)
+                        done += len(idx)
                     self._release()
+                yield idx, vecs
         finally:
             with self._cv:
                 self._pending[who] -= len(texts) - done
                 if self._pending[who] <= 0:
                     del self._pending[who]
-        return np.concatenate(out, axis=0)
 
     def _admit(self, who: str, n: int) -> None:
         with self._cv:
@@ -124,14 +141,15 @@ class FairEmbedder:
                                   retry_after_s=wait, code="queue_full")
             self._pending[who] = mine + n
 
-    def _slices(self, texts: list[str]):  # noqa: ANN202
+    def _slices(self, order: list[int], texts: list[str]):  # noqa: ANN202
+        """Indices of `order`, cut into slices of at most `slice_tokens` estimated tokens."""
         cur, cost = [], 0
-        for t in texts:
-            c = _tokens(t)
+        for i in order:
+            c = _tokens(texts[i])
             if cur and cost + c > self.slice_tokens:
                 yield cur
                 cur, cost = [], 0
-            cur.append(t)
+            cur.append(i)
             cost += c
         if cur:
             yield cur

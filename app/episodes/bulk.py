@@ -1,0 +1,116 @@
+"""Bulk import of episodes (`memscale admin import FILE.jsonl`): one-off loads of many items.
+
+The same rules as the API, for one named user as if it had posted every line: each line is an
+episode body (app/episodes/schemas.py `EpisodeIn`), the user's right to share into each scope and
+to name each session is checked, and the org's vocabulary gains the new words; nothing is written
+unless every line passes (a bad line names its number). Then one embedding pass over every text,
+longest first (batches of one length pad little), in chunks; each chunk is COPYed into a staging
+table and moved with one INSERT ... SELECT while the next chunk embeds, all in one transaction,
+with the vocabulary in one statement and one audit event (`episode.import`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from app.audit.service import record
+from app.auth.principal import Principal
+from app.episodes import repository as repo
+from app.episodes.feed import Feed
+from app.episodes.schemas import EpisodeIn
+from app.episodes.service import (
+    check,
+    embed_text,
+    embed_vocabulary,
+    new_row,
+    vocabulary,
+)
+from app.kit.db import released, view_of
+from app.kit.errors import BadRequest
+from app.kit.stages import stage
+from app.search import lexicon
+
+EMBED_CHUNK = 256  # texts per embedding call (one progress step)
+
+
+def parse_lines(lines: Iterable[str]) -> list[EpisodeIn]:
+    """Every non-blank line as an episode body; the first bad one refuses the whole import."""
+    items = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(EpisodeIn.model_validate_json(line))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "body"
+            raise BadRequest(f"line {n}: {where}: {err.get('msg', 'invalid')}", code="invalid_import_line") from None
+    if not items:
+        raise BadRequest("nothing to import: the file holds no episode", code="empty_import")
+    return items
+
+
+def principal_of(db: Session, org_name: str, user_name: str) -> Principal:
+    """The named user of the named org, as its API key would stand for it."""
+    from app.orgs import service as orgs
+
+    u = orgs.user_by_name(db, orgs.org_by_name(db, org_name), user_name)
+    return Principal(org_id=u.org_id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups),
+                     clearances=tuple(u.clearances))
+
+
+def import_items(db: Session, embedder, principal: Principal, items: list[EpisodeIn], *,  # noqa: ANN001
+                 on_progress: Callable[[int, int], None] | None = None) -> list[uuid.UUID]:
+    """Check, then embed and write in the caller's transaction (the caller commits): each chunk of
+    EMBED_CHUNK texts is COPYed in while the next one embeds (app/episodes/feed.py). Returns the
+    new ids in the order of `items`."""
+    check(db, principal, principal.user_id, items)
+    words = vocabulary(db, principal, items)
+    feed = Feed(embedder, None, [embed_text(i) for i in items], words, lambda ws: embed_vocabulary(embedder, ws),
+                chunk=EMBED_CHUNK)
+    try:
+        with released(db, principal):
+            feed.ready()
+        now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+        rows: list = [None] * len(items)
+        for kind, value in feed:
+            if kind == "words":
+                with stage("vocabulary.write"):
+                    lexicon.remember(db, principal.org_id, value)
+                continue
+            idx, vectors = value
+            part = [new_row(principal, principal.user_id, items[i], v, now, branch) for i, v in zip(idx, vectors)]
+            with stage("rows"):
+                repo.copy_in(db, part)
+            for i, r in zip(idx, part):
+                rows[i] = r
+            if on_progress is not None:
+                on_progress(sum(r is not None for r in rows), len(rows))
+    finally:
+        feed.close()
+    if any(r is None for r in rows):
+        raise RuntimeError("an episode of the import was not embedded")
+    with stage("audit"):
+        record(db, org_id=principal.org_id, actor_id=principal.user_id, action="episode.import", target_type="episode",
+               details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]})
+    return [r.id for r in rows]
+
+
+def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> list[uuid.UUID]:  # noqa: ANN001
+    """The CLI's import: the model loaded, a progress bar on stderr, one transaction committed."""
+    import sys
+
+    from tqdm import tqdm
+
+    from app.kit.db import bind_principal, transaction
+    from app.kit.embedding import make_embedder
+
+    embedder = make_embedder(settings)
+    with tqdm(total=len(items), desc="import", unit="episode", file=sys.stderr) as bar, transaction(sessions) as db:
+        bind_principal(db, principal)
+        return import_items(db, embedder, principal, items, on_progress=lambda done, _: bar.update(done - bar.n))
