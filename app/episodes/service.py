@@ -58,7 +58,7 @@ def ingest(db: Session, embedder: Embedder, principal: Principal, items: list[Ep
     the first slice with no pooled connection held, then the idempotency lock (held to the commit)
     and each slice stored while the next is embedded, all in the caller's transaction; `reply`
     makes the response. A replayed request stops embedding at once."""
-    from app.orgs import idempotency
+    from app.kit import idempotency
 
     who = str(principal.user_id)
     with stage("validation"):
