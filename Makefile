@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE = 1
 export LITELLM_LOCAL_MODEL_COST_MAP = True
 export TOKENIZERS_PARALLELISM = false
 
-.PHONY: setup browser run test test-fast test-long bench-service bench-fairness stop clean
+.PHONY: setup browser lint run test test-fast test-long bench-service bench-fairness stop clean
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY)"; exit 1; }
@@ -40,7 +40,12 @@ run: setup
 TEST_WORKERS ?= 2
 PYTEST_PAR := -n $(TEST_WORKERS) --dist loadfile
 
-test: setup browser
+# ruff (pyproject.toml [tool.ruff]): the lint rules and the formatter, checked before the tests.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: setup browser lint
 	$(BIN)/python -m pytest tests $(PYTEST_PAR)
 
 test-fast: setup

@@ -180,7 +180,8 @@ def test_a_forged_well_formed_event_fails_the_seal(settings, client, world, admi
                               {"o": alice.org_id}).one()
         at = datetime.now(timezone.utc)
         details = {"count": 1}
-        h = _digest(prev, alice.org_id, seq + 1, at, alice.user_id, "episode.delete", "episode", "x", details)
+        h = _digest(prev, alice.org_id, seq + 1, at, alice.user_id, "episode.delete", target_type="episode",
+                    target_id="x", details=details)
         c.execute(text("INSERT INTO audit_log (org_id, seq, at, actor_id, action, target_type, target_id, details, "
                        "prev_hash, hash, mac) VALUES (:o, :s, :at, :a, 'episode.delete', 'episode', 'x', "
                        "'{\"count\": 1}', :p, :h, :m)"),

@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 
 from app.kit.items import SEARCH_TYPES, SearchType
 from app.kit.schemas import Instant, NumberOnly, StrictModel, Tag
@@ -49,7 +49,7 @@ class SearchIn(StrictModel):
     # The memory state as recorded at that instant, under today's access rules.
     as_of: Instant | None = None
     # Each result's score broken down by ranking signal (app/search/signals.py); off by default.
-    explain: bool = False
+    explain: StrictBool = False  # a JSON boolean only (0 or "true" are refused, as the schema says)
 
 
 class Explanation(BaseModel):

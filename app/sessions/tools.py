@@ -126,7 +126,7 @@ def t_memory_retrieve(db, p, res, s, a: QueryArgs):  # noqa: ANN001, ANN201
 
 def t_recall_search(db, p, res, s, a: QueryArgs):  # noqa: ANN001, ANN201
     """The session's own history: evicted messages live on as its episodes; live ones are matched too."""
-    out = _search(db, p, res, a.query, a.k, ["episode"], SearchFilters(session_id=str(s.id)))
+    out = _search(db, p, res, a.query, a.k, ["episode"], filters=SearchFilters(session_id=str(s.id)))
     words = [w for w in a.query.lower().split() if len(w) > 2]
     live = [m for m in sessions.messages(db, s) if any(w in m.content.lower() for w in words)]
     out["messages"] = [{"id": str(m.id), "seq": m.seq, "role": m.role, "content": m.content} for m in live[: a.k]]
