@@ -7,7 +7,6 @@ import sys
 import click
 
 from app.config import Settings
-from app.jobs.kinds import KIND_NAMES
 from app.kit.items import RETAINED_TYPES
 from app.kit.cli import admin_session as _admin_session
 from app.kit.cli import app_sessions as _app_sessions
@@ -17,11 +16,11 @@ from app.kit.cli import run_or_fail as _run
 
 class _LazyGroup(click.Group):
     """`memscale inference ...` loads the torch tier only when asked (the API never imports it);
-    `memscale bench ...` loads the benchmarks only when asked; `memscale branch ...` lives with
-    its domain (app/branches/cli.py)."""
+    `memscale bench ...` loads the benchmarks only when asked; `memscale branch ...` and
+    `memscale jobs ...` live with their domains (app/branches/cli.py, app/jobs/cli.py)."""
 
     def list_commands(self, ctx):  # noqa: ANN001
-        return sorted(set(super().list_commands(ctx)) | {"inference", "bench", "branch"})
+        return sorted(set(super().list_commands(ctx)) | {"inference", "bench", "branch", "jobs"})
 
     def get_command(self, ctx, name):  # noqa: ANN001
         if name == "inference":
@@ -36,6 +35,10 @@ class _LazyGroup(click.Group):
             from app.branches.cli import branch
 
             return branch
+        if name == "jobs":
+            from app.jobs.cli import jobs
+
+            return jobs
         return super().get_command(ctx, name)
 
 
@@ -129,66 +132,6 @@ def worker(kinds, lease: int, no_schedule: bool, org_names) -> None:  # noqa: AN
             orgs = [_run(lambda n=n: org_service.org_by_name(db, n)).id for n in org_names]
     worker_loop(settings, _app_sessions(settings), kinds=list(kinds) or None, orgs=orgs, lease_s=lease,
                 schedule=not no_schedule)
-
-
-@main.group()
-def jobs() -> None:
-    """Run pipeline jobs in the foreground."""
-
-
-@jobs.command("run")
-@click.argument("kind", type=click.Choice(KIND_NAMES))
-@click.option("--org", "org_name", required=True)
-@click.option("--param", "params", multiple=True, help="key=value (JSON values allowed), repeatable")
-@click.option("--branch", default=None, help="run in this branch of the org's memory (distill, consolidate)")
-def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:  # noqa: ANN001
-    """Run one job now with a progress bar; prints the job's final JSON."""
-    import json
-
-    from tqdm import tqdm
-
-    from app.auth.principal import Principal
-    from app.jobs import service as jobs_service
-    from app.jobs.runner import JobContext, run_job
-    from app.resources import Resources
-    from app.kit.db import bind_principal
-    from app.orgs import service as orgs
-
-    settings = Settings()
-    parsed = {}
-    for p in params:
-        k, _, v = p.partition("=")
-        try:
-            parsed[k] = json.loads(v)
-        except json.JSONDecodeError:
-            parsed[k] = v
-    with _admin_session(settings) as db:
-        org = _run(lambda: orgs.org_by_name(db, org_name))
-        org_id = org.id
-    operator = Principal(org_id=org_id, user_id=None, name="cli", roles=("admin",), groups=(), clearances=())
-    clean = _run(lambda: jobs_service.validate_params(operator, kind, parsed))
-    sessions = _app_sessions(settings)
-    with sessions() as db:
-        bind_principal(db, None, org_id=org_id, all_scopes=True)
-        from app.branches.service import view_named
-
-        view = _run(lambda: view_named(db, org_id, branch))
-        job = _run(lambda: jobs_service.create(db, org_id=org_id, actor_id=None, kind=kind, params=clean,
-                                               status="running", branch_id=view.branch_id))
-        job_id = job.id
-        db.commit()
-    bar = tqdm(total=100, desc=kind, unit="%", file=sys.stderr)
-
-    def progress(frac: float, stats: dict) -> None:
-        bar.n = int(frac * 100)
-        bar.set_postfix({k: v for k, v in list(stats.items())[:4]})
-        bar.refresh()
-
-    job = run_job(JobContext(settings=settings, sessions=sessions, org_id=org_id, job_id=job_id,
-                             resources=Resources(settings), on_progress=progress))
-    bar.close()
-    click.echo(json.dumps({"id": str(job.id), "status": job.status, "stats": job.stats, "error": job.error}))
-    sys.exit(0 if job.status == "succeeded" else 1)
 
 
 @main.command("mcp")

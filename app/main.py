@@ -21,7 +21,7 @@ from app.kit.repository import ping
 from app.kit.replicas import LsnHeaderMiddleware, replica_set
 from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
 from app.resources import Resources
-from app.search import instruction
+from app.search.dates import warm_up
 from app.search.tuning import DEFAULT_TUNING
 
 
@@ -52,7 +52,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.replicas = replica_set(settings, engine)  # None without MEMSCALE_READ_REPLICA_URLS
         if app.state.replicas is not None:
             app.state.replicas.start()
-        instruction.warm_up()  # dateparser's language data, so the first instructed search is not slow
+        warm_up()  # dateparser's language data, so the first instructed search is not slow
         try:
             yield
         finally:

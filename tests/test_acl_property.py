@@ -468,7 +468,8 @@ class ACLMachine(RuleBasedStateMachine):
             return
         with self.admin_engine.connect() as c:
             rows = c.execute(text(
-                "SELECT m.id, m.owner_id, m.visibility, m.labels, e.owner_id AS s_owner, e.visibility AS s_vis, e.labels AS s_labels "
+                "SELECT m.id, m.owner_id, m.visibility, m.labels, "
+                "e.owner_id AS s_owner, e.visibility AS s_vis, e.labels AS s_labels "
                 "FROM memories m JOIN lineage_edges l ON l.from_id = m.id AND l.relation = 'distilled_from' "
                 "JOIN episodes e ON e.id = l.to_id WHERE m.org_id = ANY(:o) AND m.provenance->>'origin' = 'distill'"),
                 {"o": list({a.org_id for a in self.actors})}).all()

@@ -76,7 +76,7 @@ def test_body_too_large_is_413(client, world, admin_engine, app):
     org = world.org()
     alice = world.user(org)
     big = "x" * (app.state.settings.max_body_bytes + 10)
-    r = client.post("/v1/episodes", content=('{"kind":"note","content":"%s"}' % big).encode(),
+    r = client.post("/v1/episodes", content=f'{{"kind":"note","content":"{big}"}}'.encode(),
                     headers={**alice.h, "content-type": "application/json"})
     _assert_error(r, 413, "payload_too_large")
     assert count(admin_engine, "episodes", alice.org_id) == 0

@@ -108,7 +108,7 @@ def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, wor
         ids = eng.tokenizer("\n\n".join(texts))["input_ids"]
         cart = Cartridge.from_tokens(eng.model, ids, 4, model_id=eng.model_id, content_hashes=hashes)
         (out_dir / "selfstudy").mkdir(parents=True, exist_ok=True)
-        (out_dir / "selfstudy" / "shard-0.jsonl").write_text('{"text": "%s"}\n' % texts[0])
+        (out_dir / "selfstudy" / "shard-0.jsonl").write_text(f'{{"text": "{texts[0]}"}}\n')
         return cart.save(out_dir / "cartridge.safetensors"), {"model_id": eng.model_id, "p": 4}
 
     monkeypatch.setattr(trainer, "train_cartridge", train)

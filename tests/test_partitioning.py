@@ -25,8 +25,8 @@ def test_catalog_matches_the_models_and_the_naming_rule(admin_engine):
 
     with admin_engine.connect() as c:
         parents = dict(c.execute(text(
-            "SELECT c.relname, pg_get_partkeydef(c.oid) FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partrelid "
-            "WHERE c.relnamespace = 'public'::regnamespace")).all())
+            "SELECT c.relname, pg_get_partkeydef(c.oid) FROM pg_partitioned_table p "
+            "JOIN pg_class c ON c.oid = p.partrelid WHERE c.relnamespace = 'public'::regnamespace")).all())
         parts = c.execute(text(
             "SELECT c.relname, p.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_class c JOIN pg_inherits i "
             "ON i.inhrelid = c.oid JOIN pg_class p ON p.oid = i.inhparent WHERE c.relispartition AND c.relkind = 'r' "

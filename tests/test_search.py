@@ -25,8 +25,11 @@ def test_filters(client, world):
     alice = world.user(org)
     a = client.post("/v1/episodes", json=ep("rotate the api keys quarterly", session_id="s1"), headers=alice.h).json()["id"]
     b = client.post("/v1/episodes", json=ep("rotate the api keys monthly", kind="feedback"), headers=alice.h).json()["id"]
-    got = lambda f: {x["id"] for x in client.post("/v1/search", json={"query": "rotate api keys", "filters": f},  # noqa: E731
-                                                 headers=alice.h).json()["results"]}
+
+    def got(f: dict) -> set[str]:
+        r = client.post("/v1/search", json={"query": "rotate api keys", "filters": f}, headers=alice.h)
+        return {x["id"] for x in r.json()["results"]}
+
     assert got({"session_id": "s1"}) == {a}
     assert got({"kinds": ["feedback"]}) == {b}
     assert got({"since": "2999-01-01T00:00:00Z"}) == set()

@@ -37,7 +37,7 @@ def test_the_numpy_context_signals_agree_with_the_service_signals():
         finally:
             fit.POOL = old
 
-        def z(x: np.ndarray) -> np.ndarray:
+        def z(x: np.ndarray, pool: np.ndarray = pool) -> np.ndarray:
             return (x - x[pool].mean()) / x[pool].std()
 
         ref = fit._context(d, fit.DEFAULT["w_vector"] * z(cos) + z(bm), pool, fit.DEFAULT["neighbour"],

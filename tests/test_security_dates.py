@@ -200,7 +200,7 @@ DISTINCT = " ".join(f"on {d} march 2023" for d in range(1, 29)) + " " + \
 
 
 def test_one_reading_calls_dateparser_a_bounded_number_of_times(monkeypatch):
-    from app.search import dates, instruction
+    from app.search import dates, instruction, time_window
 
     calls = []
     parser = dates._date_parser()
@@ -209,7 +209,7 @@ def test_one_reading_calls_dateparser_a_bounded_number_of_times(monkeypatch):
     now = datetime(2026, 6, 1, tzinfo=timezone.utc)
     for text_ in (PATHOLOGICAL, DISTINCT[:2000]):
         calls.clear()
-        instruction.query_window(text_, now=now)
+        time_window.query_window(text_, now=now)
         assert len(calls) <= dates.MAX_PARSED, len(calls)
         calls.clear()
         _, _, ignored = instruction.interpret(text_[:1000], now=now)
@@ -220,7 +220,7 @@ def test_one_reading_calls_dateparser_a_bounded_number_of_times(monkeypatch):
     f, _, _ = instruction.interpret("rules from 2026-03-02 until 15 April", now=now)
     assert (f.since, f.until) == (datetime(2026, 3, 2, tzinfo=timezone.utc), datetime(2026, 4, 16, tzinfo=timezone.utc))
     assert calls == ["15 april"]
-    assert instruction.query_window("what happened in 2023-02-30", now=now) is None
+    assert time_window.query_window("what happened in 2023-02-30", now=now) is None
 
 
 def test_pathological_dates_cost_little_per_request(client, world):
@@ -228,13 +228,13 @@ def test_pathological_dates_cost_little_per_request(client, world):
     body = {"query": PATHOLOGICAL, "instruction": PATHOLOGICAL[:1000]}
     for path in ("/v1/search", "/v1/context"):
         assert client.post(path, json=body, headers=alice.h).status_code == 200
-    from app.search import instruction
+    from app.search import instruction, time_window
 
     t0 = time.perf_counter()
     for _ in range(5):
-        instruction.query_window(PATHOLOGICAL)
+        time_window.query_window(PATHOLOGICAL)
         instruction.interpret(PATHOLOGICAL[:1000])
-        instruction.query_window(DISTINCT[:2000])
+        time_window.query_window(DISTINCT[:2000])
         instruction.interpret(DISTINCT[:1000])
     per_request = (time.perf_counter() - t0) / 5
     assert per_request < 0.15, per_request  # was ~0.3 s for the first pair alone, ~0.5 s with the second

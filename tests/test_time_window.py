@@ -16,7 +16,7 @@ def _dated(content: str, day: str, session: str) -> dict:
 def test_query_window_reads_the_time_a_question_names():
     from datetime import datetime, timezone
 
-    from app.search.instruction import query_window
+    from app.search.time_window import query_window
 
     now = datetime(2026, 12, 3, tzinfo=timezone.utc)
 
@@ -42,7 +42,7 @@ def test_a_weekday_in_front_of_a_date_keeps_the_day_the_date_names():
     "last Friday on 23 January, 2022" as last week's Friday (the relative rule ran after the date)."""
     from datetime import datetime, timezone
 
-    from app.search.instruction import query_window
+    from app.search.time_window import query_window
 
     now = datetime(2026, 12, 3, tzinfo=timezone.utc)
     jan23 = (datetime(2022, 1, 23, tzinfo=timezone.utc), datetime(2022, 1, 24, tzinfo=timezone.utc))
@@ -128,7 +128,7 @@ def test_a_window_with_its_year_is_read_as_given_and_a_yearless_one_steps_back_o
     from datetime import datetime, timezone
 
     from app.search.repository import window as rw
-    from app.search.instruction import TimeWindow
+    from app.search.time_window import TimeWindow
 
     asked = []
 

@@ -77,7 +77,7 @@ def memory_state(view: View, model, statuses) -> ColumnElement[bool]:  # noqa: A
     it; at a cutoff c, a version superseded after c was still active then (a version recorded
     after c is already out by `in_view`). Quarantine and deletion are today's (see the module)."""
     statuses = tuple(statuses)
-    if view.every_branch or all(l.cutoff is None for l in view.layers):
+    if view.every_branch or all(layer.cutoff is None for layer in view.layers):
         return model.status.in_(statuses)
     parts = []
     for layer in view.layers:

@@ -56,15 +56,15 @@ class View:
         """The same view as it stood at `instant` (every layer cut no later than it)."""
         if instant is None:
             return self
-        return replace(self, layers=tuple(Layer(l.branch_id, instant if l.cutoff is None else min(l.cutoff, instant))
-                                          for l in self.layers))
+        return replace(self, layers=tuple(Layer(layer.branch_id, instant if layer.cutoff is None else min(layer.cutoff, instant))
+                                          for layer in self.layers))
 
     def below(self) -> "View":
         """The state this branch forked from (its layers but its own)."""
         return View(layers=self.layers[1:]) if len(self.layers) > 1 else self
 
     def branch_ids(self) -> list[uuid.UUID]:
-        return [l.branch_id for l in self.layers if l.branch_id is not None]
+        return [layer.branch_id for layer in self.layers if layer.branch_id is not None]
 
 
 MAIN = View()

@@ -19,11 +19,11 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable, Union
+from collections.abc import Callable, Iterable
 
 from app.llm.base import BaseGateway, GatewayStats, LLMError, MessagesIn, normalise_messages
 
-Answer = Union[str, Exception, Callable[[list[dict[str, str]]], str]]
+Answer = str | Exception | Callable[[list[dict[str, str]]], str]
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 

@@ -49,14 +49,28 @@ def record_block(alias: str, content: str, *, kind: str = "", outcome: str | Non
 
 _ZERO_WIDTH = re.compile(r"[\u200b-\u200f\u2060\ufeff]")
 INJECTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(rx, re.IGNORECASE)) for name, rx in [
-    ("ignore-instructions", r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}\b(previous|prior|above|earlier|all|any|your|the|system|safety)\b.{0,20}\b(instructions?|prompts?|rules?|directions?|guidelines?|messages?)"),
-    ("role-change", r"\byou are now\b|\bfrom now on,? you (are|act|become|have no|no longer|will (obey|ignore|forget)|must (obey|ignore|forget))\b|\bpretend (to be|you are)\b|\bact as (an?|the) (ai|assistant|system|admin)"),
+    ("ignore-instructions",
+     r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}"
+     r"\b(previous|prior|above|earlier|all|any|your|the|system|safety)\b.{0,20}"
+     r"\b(instructions?|prompts?|rules?|directions?|guidelines?|messages?)"),
+    ("role-change",
+     r"\byou are now\b"
+     r"|\bfrom now on,? you (are|act|become|have no|no longer|will (obey|ignore|forget)|must (obey|ignore|forget))\b"
+     r"|\bpretend (to be|you are)\b|\bact as (an?|the) (ai|assistant|system|admin)"),
     ("system-prompt", r"\b(system|developer|hidden) (prompt|message|instructions?)\b"),
     ("new-instructions", r"\bnew (instructions?|rules?|task)\s*:"),
     ("always-answer", r"\b(always|only|never)\s+(answer|respond|reply|say|output|return|refuse|mention|reveal)\b"),
-    ("destructive", r"\b(delete|erase|wipe|drop|remove|purge)\b.{0,20}\b((all|every|your|the)\b.{0,15}\b(memor(y|ies)|episodes?|databases?)|(all|every|your)\b.{0,20}\b(data|records?|tables?))\b"),
-    ("memory-write", r"\b(store|save|remember|memori[sz]e|record|add)\b.{0,25}\b(as|to|in)\b.{0,15}\b(a |an |the |your )?(rule|memory|memories|fact|instruction)s?\b.{0,10}(forever|permanently|for all users|globally)?"),
-    ("judge-tampering", r"\b(mark|rate|score|label|flag)\b.{0,15}\b(this|it|me)\b.{0,15}\b(as )?(useful|trusted|important|safe|not suspicious|10|100|1\.0|high)\b"),
+    ("destructive",
+     r"\b(delete|erase|wipe|drop|remove|purge)\b.{0,20}"
+     r"\b((all|every|your|the)\b.{0,15}\b(memor(y|ies)|episodes?|databases?)"
+     r"|(all|every|your)\b.{0,20}\b(data|records?|tables?))\b"),
+    ("memory-write",
+     r"\b(store|save|remember|memori[sz]e|record|add)\b.{0,25}\b(as|to|in)\b.{0,15}"
+     r"\b(a |an |the |your )?(rule|memory|memories|fact|instruction)s?\b"
+     r".{0,10}(forever|permanently|for all users|globally)?"),
+    ("judge-tampering",
+     r"\b(mark|rate|score|label|flag)\b.{0,15}\b(this|it|me)\b.{0,15}"
+     r"\b(as )?(useful|trusted|important|safe|not suspicious|10|100|1\.0|high)\b"),
     ("chat-markup", r"<\|?(im_start|im_end|system|endoftext)\|?>|\[/?INST\]|<</?SYS>>|^\s*#{2,}\s*(system|instruction)"),
     ("jailbreak", r"\b(jailbreak|DAN mode|developer mode|do anything now)\b"),
     ("override", r"\b(system|security|admin|policy|safety)\s+override\b|\boverride (any|all|every) (conflicting|other|previous)"),

@@ -4,9 +4,9 @@
 since/until = the previous calendar quarter, exclude_labels=[draft], visibility=[private, group],
 and "finance" goes to the query. Two interpreters:
 
-- `interpret` (always): ordered regular patterns, each consuming the span it read, with
-  `dateparser` for explicit dates ("since March 3", "until 15 April"); whatever is left, minus
-  filler words, becomes query terms. Pure Python, no I/O.
+- `interpret` (always): ordered regular patterns, each consuming the span it read (the time
+  expressions by app.search.time_window, with `dateparser` for explicit dates: "since March 3",
+  "until 15 April"); whatever is left, minus filler words, becomes query terms. Pure Python, no I/O.
 - `interpret_llm` (opt-in, `MEMSCALE_INSTRUCTION_LLM=true`): asks the configured litellm model
   for JSON validated against a schema generated from `SearchFilters`; it only fills fields the
   deterministic reading left unset, and its answer goes through the same guard.
@@ -19,18 +19,14 @@ or to get round permissions, is dropped and named in `ignored` (never an error).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
-from typing import Any, NamedTuple
+from datetime import datetime, timezone
+from typing import Any
 
 from pydantic import ValidationError
 
-from app.search.dates import (
-    DATE as _DATE, FULL_DATE as _FULL_DATE, MON as _MON, NAMED_DATE as _NAMED_DATE, NUM as _NUM, UNIT as _UNIT,
-    MAX_PARSED, WEEKDAY as _WEEKDAY, WEEKDAYS, DateReader, add_months as _add_months, ago as _ago,
-    day_start as _day, month_start as _month_start, number as _num, warm_up,
-)
+from app.search.dates import MAX_PARSED
 from app.search.schemas import Interpreted, SearchFilters
+from app.search.time_window import Reading, normalised, read_times
 
 LIST_FIELDS = ("kinds", "exclude_kinds", "labels", "exclude_labels", "visibility", "groups", "asset_kinds",
                "status", "source")
@@ -65,149 +61,16 @@ WIDENING = [
     r"\bother (?:users|people|orgs?|organi[sz]ations|tenants|companies|teams|groups)\b",
     r"\ball (?:orgs|organi[sz]ations|tenants|companies)\b", r"\b(?:whole|entire) company'?s?\b",
     r"\bfrom (?:the )?[\w-]+ (?:org|organi[sz]ation|tenant)\b",
-    r"\b(?:ignore|bypass|skip|override|disable)\w* (?:the )?(?:permissions?|access(?: control)?|acls?|security|rules on access)\b",
+    r"\b(?:ignore|bypass|skip|override|disable)\w* (?:the )?"
+    r"(?:permissions?|access(?: control)?|acls?|security|rules on access)\b",
     r"\b(?:hidden|restricted) items?(?: too)?\b", r"\bnot cleared for\b", r"\bcan'?t (?:normally )?see\b",
     r"\bgroups? i'?m not in\b", r"\bas an? (?:admin|administrator|superuser|root)\b",
     r"\bincluding private ones\b", r"\b(?:items|memories|notes|things|stuff) of [a-z]+\b",
 ]
-_YEAR = re.compile(r"\d{4}")
 TIME_POSSESSIVE = {"today", "yesterday", "tomorrow", "week", "month", "quarter", "year"}
 
 
-@dataclass
-class _State:
-    text: str  # lower-cased instruction; consumed spans are blanked out
-    now: datetime
-    f: dict = field(default_factory=dict)
-    ignored: list[str] = field(default_factory=list)
-    yearless: bool = False  # the last date read named a month or day but no year ("in June")
-    dates: DateReader | None = None  # reads explicit dates, a bounded number per reading (set by _times)
-
-    def take(self, m: re.Match) -> None:
-        s, e = m.span()
-        self.text = self.text[:s] + " " * (e - s) + self.text[e:]
-
-    def each(self, pattern: str, fn) -> None:  # noqa: ANN001
-        """`fn` on every match of `pattern`; the match is consumed unless `fn` returns False."""
-        for m in list(re.finditer(pattern, self.text)):
-            try:
-                used = fn(m) is not False
-            except (ValueError, OverflowError):  # "in the past 99999999999 days", "q4 9999"
-                self.ignored.append(f"{m.group(0).strip()!r}: a date out of range")
-                used = True
-            if used:
-                self.take(m)
-
-    def add(self, name: str, *values: str) -> None:
-        cur = self.f.setdefault(name, [])
-        cur.extend(v for v in values if v not in cur)
-
-
-def _window(st: _State, since: date | datetime | None, until: date | datetime | None) -> None:
-    for name, v in (("since", since), ("until", until)):
-        if v is not None:
-            st.f[name] = v if isinstance(v, datetime) else _day(v)
-
-
-def _times(st: _State) -> None:  # noqa: C901 - one pattern per branch, in order
-    now, today = st.now, st.now.date()
-    parse_date = st.dates = DateReader(now)
-    q_start = _month_start(today.year, (today.month - 1) // 3 * 3 + 1)
-
-    sub = st.each
-
-    def between(m: re.Match) -> bool:
-        first, year = m.group(2), _YEAR.search(m.group(3))  # "August 11 and August 15 2023": one year
-        first = f"{first} {year.group(0)}" if year and not _YEAR.search(first) else first
-        a, b = parse_date(first), parse_date(m.group(3))
-        if not a or not b:
-            return False
-        _window(st, a[0], b[1])
-        return True
-
-    sub(rf"\b(between|from) {_DATE} (?:and|to|until|through|till) {_DATE}\b", between)
-
-    def half(m: re.Match) -> None:
-        y = int(m.group(2)) if m.group(2) else today.year
-        first = m.group(1) == "first"
-        _window(st, date(y, 1 if first else 7, 1), date(y, 7, 1) if first else date(y + 1, 1, 1))
-
-    sub(r"\b(?:in )?(?:the )?(first|second) half(?: of (\d{4}))?\b", half)
-
-    def quarter(m: re.Match) -> None:
-        q, y = int(m.group(1)), int(m.group(2)) if m.group(2) else today.year
-        _window(st, date(y, 3 * q - 2, 1), _month_start(y, 3 * q + 1))
-
-    sub(r"\bq([1-4])(?: of)? (\d{4})\b", quarter)
-    sub(r"\b(?:in |during |from )?q([1-4])()\b(?! (?:board|meeting|results|report|plan|review|okr))", quarter)
-
-    def period(m: re.Match) -> None:
-        which, unit = m.group(1), m.group(2)
-        last = which in ("last", "previous", "past", "prior")
-        if unit == "week":
-            start = today - timedelta(days=today.weekday())
-            _window(st, start - timedelta(days=7) if last else start, start if last else None)
-        elif unit == "month":
-            start = date(today.year, today.month, 1)
-            _window(st, _add_months(start, -1) if last else start, start if last else None)
-        elif unit == "quarter":
-            _window(st, _add_months(q_start, -3) if last else q_start, q_start if last else None)
-        else:
-            start = date(today.year, 1, 1)
-            _window(st, date(today.year - 1, 1, 1) if last else start, start if last else None)
-
-    sub(r"\b(?:from |during |in |over )?(?:the )?(last|previous|prior|this|current) (week|month|quarter|year)(?:'s)?\b",
-        period)
-    sub(r"\b(?:year to date|ytd)\b", lambda m: _window(st, date(today.year, 1, 1), None))
-
-    def past_n(m: re.Match) -> None:
-        n, unit = _num(m.group(1)), m.group(2).rstrip("s")
-        _window(st, _ago(now, n, unit), None)
-
-    sub(rf"\b(?:in |within |over |from |during )?(?:the )?(?:past|last|previous) {_NUM} {_UNIT}\b", past_n)
-
-    def older(m: re.Match) -> None:
-        _window(st, None, _ago(now, _num(m.group(1)), m.group(2).rstrip("s")))
-
-    sub(rf"\bolder than {_NUM} {_UNIT}\b", older)
-    sub(r"\b(?:over )?the past (week|month|year)\b", lambda m: _window(st, _ago(now, 1, m.group(1)), None))
-    sub(r"\b(?:from |on )?yesterday(?:'s)?\b", lambda m: _window(st, today - timedelta(days=1), today))
-    sub(r"\b(?:from |on )?today(?:'s)?\b", lambda m: _window(st, today, None))
-    sub(r"\b(?:this )?past weekend\b", lambda m: _window(st, today - timedelta(days=today.weekday() + 2),
-                                                         today - timedelta(days=today.weekday())))
-    sub(r"\b(?:recent(?:ly)?|lately|latest)\b", lambda m: _window(st, today - timedelta(days=30), None))
-
-    def bound(m: re.Match) -> bool:
-        word, span = m.group(1), parse_date(m.group(2))
-        if span is None:
-            return False
-        if word in ("since", "from", "starting"):
-            _window(st, span[0], None)
-        elif word == "after":
-            _window(st, span[1], None)
-        elif word == "before":
-            _window(st, None, span[0])
-        else:  # until, through, till, up to, by: inclusive of the named day / month
-            _window(st, None, span[1])
-        return True
-
-    sub(rf"\b(since|starting|after|before|until|till|through|up to) {_DATE}\b", bound)
-    sub(rf"\b(by) ({_FULL_DATE})\b", bound)  # "won by July 10, 2022"; "by May" may name a person
-
-    def during(m: re.Match) -> bool:
-        span = parse_date(m.group(1))
-        if span is None:
-            return False
-        _window(st, span[0], span[1])
-        st.yearless = not _YEAR.search(m.group(1)) and not m.group(1).startswith("last ")
-        return True
-
-    # "last Friday on 23 January, 2022": the weekday names the day the date gives (not last week's Friday)
-    sub(rf"\b(?:(?:last )?{_WEEKDAY},? )?(?:in|during|on|from|for) {_DATE}\b", during)
-    sub(rf"\b({_NAMED_DATE}|{_FULL_DATE}|{_MON} \d{{4}}|last {_WEEKDAY})\b", during)
-
-
-def _widening(st: _State) -> None:
+def _widening(st: Reading) -> None:
     """Requests for what the caller may not have: dropped and listed in `ignored`."""
     for pattern in WIDENING:
         for m in list(re.finditer(pattern, st.text)):
@@ -230,7 +93,7 @@ def _widening(st: _State) -> None:
             st.take(m)
 
 
-def _people_and_sharing(st: _State) -> None:
+def _people_and_sharing(st: Reading) -> None:
     sub = st.each
 
     sub(r"\bmine or my (?:team|group)s?'?s?\b", lambda m: st.add("visibility", "private", "group"))
@@ -256,7 +119,7 @@ def _people_and_sharing(st: _State) -> None:
         lambda m: st.f.__setitem__("owner", "me"))
 
 
-def _labels(st: _State) -> None:
+def _labels(st: Reading) -> None:
     def labels_in(s: str) -> list[str]:
         return [LABEL_WORDS.get(w, w) for w in re.findall(r"[a-z0-9_.:&/-]+", s) if w not in ("and", "or", "the")]
 
@@ -275,7 +138,7 @@ def _labels(st: _State) -> None:
     st.each(rf"\b({words})\b", into("labels", one))
 
 
-def _sources_status_assets(st: _State) -> None:
+def _sources_status_assets(st: Reading) -> None:
     sub = st.each
 
     sub(r"\b(?:distilled|learn(?:t|ed)|extracted|derived)(?: from (?:the )?(?:user |agent |chat )?"
@@ -292,7 +155,7 @@ def _sources_status_assets(st: _State) -> None:
         sub(rf"\b(?:in |from )?(?:the )?(?:{pattern})\b(?! (?:hints?|table))", lambda m, k=kind: st.add("asset_kinds", k))
 
 
-def _kinds(st: _State) -> None:
+def _kinds(st: Reading) -> None:
     for pattern, kind in KIND_WORDS:
         for m in list(re.finditer(rf"\b(?:({NEGATIONS}|but not|or) )?(?:{pattern})\b", st.text)):
             neg = m.group(1) and m.group(1) not in ("or",)
@@ -300,37 +163,18 @@ def _kinds(st: _State) -> None:
             st.take(m)
 
 
-def _terms(st: _State) -> list[str]:
+def _terms(st: Reading) -> list[str]:
     words = re.findall(r"[a-z0-9][a-z0-9&_.-]*", st.text)
     return [w.strip(".-") for w in words if w.strip(".-") and w.strip(".-") not in FILLER
             and w not in ("except", "excluding", "without", "not", "no", "but", "nothing", "versions", "version")]
 
 
-class TimeWindow(NamedTuple):
-    since: datetime | None
-    until: datetime | None
-    yearless: bool = False  # a month or day without a year ("in June"): read in the latest year up to now
-
-
-def query_window(query: str, *, now: datetime | None = None) -> TimeWindow | None:
-    """[since, until) of the time a plain search query names ("in May 2023", "on 3 June, 2023",
-    "last week", "before April 10, 2023"), read by the same rules as an instruction's; None when
-    it names none. Search uses it as a ranking signal, never as a filter (app.search.service)."""
-    st = _State(_normalised(query), now or datetime.now(timezone.utc))
-    _times(st)
-    since, until = st.f.get("since"), st.f.get("until")
-    return TimeWindow(since, until, st.yearless) if since is not None or until is not None else None
-
-
-def _normalised(text: str) -> str:
-    return " " + re.sub(r"\s+", " ", text.lower().replace("’", "'")).strip(" .!?") + " "
-
 
 def interpret(instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:
     """(filters, query terms, ignored) read from `instruction` by the deterministic rules."""
-    st = _State(_normalised(instruction), now or datetime.now(timezone.utc))
+    st = Reading(normalised(instruction), now or datetime.now(timezone.utc))
     _widening(st)
-    _times(st)
+    read_times(st)
     if st.dates.skipped:
         st.ignored.append(f"{st.dates.skipped} more dates: at most {MAX_PARSED} are read from one instruction")
     _sources_status_assets(st)

@@ -33,7 +33,7 @@ from app.kit.items import SEARCH_TYPES
 from app.kit.registry import text_of
 from app.kit.replicas import on
 from app.lineage.service import record_retrieval
-from app.search.instruction import query_window
+from app.search.time_window import query_window
 from app.search.prepare import Prepared, QueryVector, as_query_vector
 from app.search.repository import bm25 as text_repo, rows as rows_repo, vector as vector_repo
 from app.search.repository.expansion import expansion_rows

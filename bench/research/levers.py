@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
             for lb, wv, m in itertools.product((0.0, 0.3, 0.5), (0.0, 0.3, 0.5, 0.7), (5, 10)):
                 if wv == 0 and m == 10:
                     continue
-                pp[(lb, wv, m)] = per_question(data, lambda d, qi, lb=lb, wv=wv, m=m: combined(
+                pp[(lb, wv, m)] = per_question(data, lambda d, qi, lb=lb, wv=wv, m=m, sec=sec: combined(
                     d, qi, vocab={"m": m, "tau": 0.3} if wv else None, w_vocab=wv, len_beta=lb, second=sec))
             loo_show(f"vocab + length (len, w, m){' + second round' if sec else ''}", pp)
             _show(f"  recommended {'+ second round' if sec else ''}", summarise(pp[(0.3, 0.5, 5)]), out, sids)

@@ -96,7 +96,7 @@ def query_features(d: dict, qi: int, *, cos: np.ndarray | None = None, extra: di
 def feature_table(data: list[dict], extra_fn=None, **kw) -> list[dict]:  # noqa: ANN001, ANN003
     """query_features for every question; extra_fn(d, qi) -> {name: full-length score}."""
     out = []
-    for di, d in enumerate(data):
+    for _di, d in enumerate(data):
         for qi, q in enumerate(d["qa"]):
             pool, ev, F = query_features(d, qi, extra=extra_fn(d, qi) if extra_fn else None, **kw)
             out.append({"sid": d["sid"], "cat": q["cat"], "pool": pool, "ev": ev, "F": F,

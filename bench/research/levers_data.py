@@ -316,9 +316,14 @@ def loo_grid(per_point: dict, ks=(5, 10, 25), k_select: int = 10) -> tuple[dict,
         return float(np.mean([r[2][k_select] for r in per_point[p] if keep(r[0])]))
 
     pts = list(per_point)
+
+    def best_without(sid: str) -> object:
+        """The point with the best mean on every conversation but `sid` (the first of equals)."""
+        return max(pts, key=lambda p: (mean_on(p, lambda s: s != sid), -pts.index(p)))
+
     held, chosen = [], {}
     for sid in sids:
-        p = max(pts, key=lambda p: (mean_on(p, lambda s: s != sid), -pts.index(p)))
+        p = best_without(sid)
         chosen[sid] = p
         held += [r for r in per_point[p] if r[0] == sid]
     best = max(pts, key=lambda p: (mean_on(p, lambda s: True), -pts.index(p)))

@@ -91,7 +91,7 @@ def vocab_bm25(d: dict, qi: int, *, m: int = 10, mode: str = "query", tau: float
         chosen = [(V["lex"][j], float(sim[j])) for j in top]
     else:
         best: dict[int, float] = {}
-        for lex, e in d["QW"][qi].items():
+        for _lex, e in d["QW"][qi].items():
             sim = V["W"] @ e
             sim[~ok] = -1
             for j in np.argsort(-sim)[:per_term]:

@@ -47,7 +47,7 @@ def main() -> None:  # noqa: C901 - a linear script
         print(label, out, flush=True)
     variants = (("before (rrf, k-dependent depth)", {"fusion": "rrf", "pool": None}),
                 ("no second round", {"expand_terms": 0}), ("after (default)", {}))
-    for rep in range(2):
+    for _rep in range(2):
         for label, changes in variants:
             svc.app.state.tuning = replace(DEFAULT_TUNING, **changes)
             run(label)

@@ -1,6 +1,7 @@
 """Where one batch write goes, stage by stage, beside the embedder alone on the same texts.
 
-    .venv/bin/python -m bench.speed.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3] [--import-items N] [--locomo 2]
+    .venv/bin/python -m bench.speed.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3]
+        [--import-items N] [--locomo 2]
 
 For each org size (episodes already in the org) and batch size, fresh LoCoMo turns are written
 through the real write path (`app.episodes.service.ingest`, what POST /v1/episodes/batch calls,

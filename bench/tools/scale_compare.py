@@ -69,7 +69,7 @@ def run(args) -> dict:  # noqa: ANN001
     out: dict = {"dbs": dbs, "queries": len(qtexts), "classes": {}}
     for label, org_name in classes.items():
         lat: dict = {}
-        for name, env in envs.items():
+        for _name, env in envs.items():
             with Session(env["admin"]) as db:
                 u = orgs.user_by_name(db, orgs.org_by_name(db, org_name), "u0")
                 env["p"] = Principal(org_id=u.org_id, user_id=u.id, name="u0", roles=tuple(u.roles),

@@ -1,7 +1,7 @@
 """bench.speed.service's single-org database in both layouts, interleaved query by query: the same rows
 in one table per type (revision 0014) and hash-partitioned by org (0015), so that the partitioning
-migration's cost at 100k items in one org is measured under the same machine load (the target: the 100k bench.speed.service latencies no more
-than 10 % slower).
+migration's cost at 100k items in one org is measured under the same machine load (the target: the
+100k bench.speed.service latencies no more than 10 % slower).
 
     python -m bench.speed.service --n 100000 --queries 100          # builds memscale_bench (any revision)
     nice -n 10 .venv/bin/python -m bench.tools.scale_layouts --from memscale_bench
@@ -196,6 +196,12 @@ def run(args) -> dict:  # noqa: ANN001
     return res
 
 
+def _cell(latencies: dict, search: str) -> str:
+    """One table cell: p50 / p95 / p99 of `search` in one database's latencies."""
+    ms = latencies[search]
+    return f"{ms['p50_ms']} / {ms['p95_ms']} / {ms['p99_ms']}"
+
+
 def markdown(res: dict) -> str:
     a, b = res["dbs"]
     lines = [f"# bench/speed/scale.service_layouts: {a} vs {b}, interleaved, {res['queries']} queries (p50 / p95 / p99 ms)", "",
@@ -205,8 +211,7 @@ def markdown(res: dict) -> str:
         lines += [f"Prepared: {res['prepare']}", ""]
     lines += [f"| search | {a} | {b} | ratio p50 / p95 |", "|---|---|---|---|"]
     for k, r in res["ratio_second_over_first"].items():
-        cell = lambda d: f"{d[k]['p50_ms']} / {d[k]['p95_ms']} / {d[k]['p99_ms']}"  # noqa: E731
-        lines.append(f"| {k} | {cell(res['dbs'][a])} | {cell(res['dbs'][b])} | {r['p50']} / {r['p95']} |")
+        lines.append(f"| {k} | {_cell(res['dbs'][a], k)} | {_cell(res['dbs'][b], k)} | {r['p50']} / {r['p95']} |")
     return "\n".join(lines)
 
 

@@ -90,7 +90,7 @@ def _measure(a, s, old_tree: Path | None, procs: dict) -> dict:  # noqa: ANN001
     want = {"healthz": 200, "get_404": 404, "get_200": 200, "search_empty": 200}
     times: dict = {k: {n: [] for n in procs} for k in kinds}
     for c in clients.values():  # warm both: first requests load code and fill caches
-        for k, f in kinds.items():
+        for _k, f in kinds.items():
             for _ in range(5):
                 f(c)
     for r in range(a.rounds):

@@ -117,7 +117,8 @@ _FACT_VERBS = (r"(uses|stores|contains|lives in|works (at|on|for|as|in)|runs on|
 # (kind, confidence, pattern); the first pattern that matches a sentence decides its kind.
 RULE_PATTERNS: list[tuple[str, float, re.Pattern[str]]] = [
     ("preference", 0.7, re.compile(r"\b(prefers?|preferred|would rather|favou?rite|dislikes?|likes|loves|hates)\b|^(I|we) (really )?(like|love|hate)\b", re.I)),
-    ("rule", 0.65, re.compile(r"^(always|never|do not|don't|must|make sure|avoid)\b|\b(must( not)?|should (always|never)|always|never|(is|are) not allowed)\b", re.I)),
+    ("rule", 0.65, re.compile(r"^(always|never|do not|don't|must|make sure|avoid)\b"
+                              r"|\b(must( not)?|should (always|never)|always|never|(is|are) not allowed)\b", re.I)),
     ("procedure", 0.6, re.compile(r"\buse\b.+\b(for|to|instead|when)\b|^to\b.+,|\b(run|call|click|set|restart)\b.+\bto\b|\bfirst\b.+\bthen\b|\bstep \d", re.I)),
     ("fact", 0.5, re.compile(r"^" + _SUBJECT + r"\s" + _FACT_VERBS + r"\b", re.I)),
     ("fact", 0.5, re.compile(r"^" + _NOT_A_NAME + r"[A-Z][\w-]+(\s[A-Z][\w-]+)?\s(is|are|was|has) (the|a|an|our|\d)\b")),

@@ -104,8 +104,10 @@ def test_composed_slices_of_one_context_equal_the_whole_context(corpus, model, t
     cache = DynamicCache()
     with torch.no_grad():
         model(torch.tensor([ctx]), cache=cache, use_cache=True)
-    head = Cartridge([l.keys[0, :, :8] for l in cache.layers], [l.values[0, :, :8] for l in cache.layers], model_id="m")
-    tail = Cartridge([l.keys[0, :, 8:] for l in cache.layers], [l.values[0, :, 8:] for l in cache.layers], model_id="m")
+    head = Cartridge([layer.keys[0, :, :8] for layer in cache.layers], [layer.values[0, :, :8] for layer in cache.layers],
+                     model_id="m")
+    tail = Cartridge([layer.keys[0, :, 8:] for layer in cache.layers], [layer.values[0, :, 8:] for layer in cache.layers],
+                     model_id="m")
     whole = Cartridge.from_tokens(model, ctx, 20, model_id="m")
     query, _ = conversation_ids(tokenizer, "Where does Project Falcon launch?")
     composed = _logits_after(model, compose([head, tail]), query)

@@ -55,7 +55,7 @@ def test_selfstudy_records_teacher_topk_and_resumes(corpus, model, tokenizer, tm
     examples = load_examples(tmp_path)
     assert len(examples) == 4
     chunks = chunk_tokens(body, TINY.chunk_tokens)
-    for i, ex in enumerate(examples):
+    for _i, ex in enumerate(examples):
         answer = ex.conv_ids[ex.answer_start:]
         assert ex.topk_ids.shape == ex.topk_logprobs.shape == (answer.numel(), 20)
         assert 1 <= answer.numel() <= TINY.max_answer_tokens
@@ -70,7 +70,7 @@ def test_selfstudy_records_teacher_topk_and_resumes(corpus, model, tokenizer, tm
     rows = torch.arange(len(ctx) + ex.answer_start - 1, len(ctx) + ex.conv_ids.numel() - 1)
     lp = torch.log_softmax(logits[rows], -1).gather(-1, ex.topk_ids)
     torch.testing.assert_close(lp, ex.topk_logprobs, atol=1e-3, rtol=1e-3)
-    lines = [json.loads(l) for l in (tmp_path / "shard-00001.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "shard-00001.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and {"seed_type", "question", "answer"} <= set(lines[0])
 
     # resume: drop one shard, rerun -> only that shard is regenerated, identically

@@ -43,7 +43,8 @@ def text_scored(db: Session, principal: Principal, type_: str, query: str, f: Se
     lexeme: then nothing ran).
 
     A natural-language question ANDed term by term (websearch_to_tsquery) rarely matches one
-    row, so text search would come back empty and hybrid search be vector-only. This is BM25 with binary term frequency: rare words ("pottery",
+    row, so text search would come back empty and hybrid search be vector-only. This is BM25 with
+    binary term frequency: rare words ("pottery",
     "Sweden") outweigh names and common verbs. N and the document frequencies are counted over
     the caller's visible rows only, so other tenants' vocabulary never shapes the ranking. One
     statement, one pass over the visible rows for N and every lexeme's rows (`bm25_select`);

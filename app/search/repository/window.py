@@ -15,7 +15,7 @@ from app.kit.registry import ITEM_TYPES
 from app.kit.sql import as_text
 from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
 from app.search.dates import add_months, day_start
-from app.search.instruction import TimeWindow
+from app.search.time_window import TimeWindow
 from app.search.schemas import SearchFilters
 
 YEARS_BACK = 3

@@ -4,8 +4,9 @@ Two corpora of different texture, interleaved (wiki, locomo, wiki, ...) so that 
 list is balanced:
 - ``wiki``: the facilities wikis of ``bench/speed/inference_blend/dataset.py`` (6-10 chunks of ~200-330
   tokens; the answer needs one value from each of 2-3 chunks).
-- ``locomo``: LoCoMo conversations (the LoCoMo data folder, ``DEFAULT`` in bench/quality/locomo/data.py). For a question whose evidence lies
-  in one session (categories 1 single-hop, 2 temporal, 4 open-domain; adversarial 5 excluded), the
+- ``locomo``: LoCoMo conversations (the LoCoMo data folder, ``DEFAULT`` in bench/quality/locomo/data.py).
+  For a question whose evidence lies in one session (categories 1 single-hop, 2 temporal, 4
+  open-domain; adversarial 5 excluded), the
   context is that session cut into chunks of whole turns (≤ ~260 tokens, each headed by the
   session date) plus chunks of other sessions of the same conversation as distractors, ~2k tokens
   in all, in a seeded random order. Turns are written ``Name: text``.

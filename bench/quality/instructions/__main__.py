@@ -50,7 +50,8 @@ def score(pairs, readings: list[dict]) -> dict:  # noqa: ANN001
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from app.search.instruction import interpret, warm_up
+    from app.search.dates import warm_up
+    from app.search.instruction import interpret
     from app.search.instruction_llm import interpret_llm
     from bench.command import parser, save
     from bench.common import RESULTS

@@ -94,7 +94,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def reader_sample(items: list[tuple], n: int) -> set[int]:
     """`n` question indices, round-robin over categories, then over conversations (deterministic)."""
     by_cat: dict[int, list[int]] = defaultdict(list)
-    for i, (conv, q) in enumerate(items):
+    for i, (_conv, q) in enumerate(items):
         by_cat[q.category].append(i)
     queues = {c: _round_robin([i for i in ids], items) for c, ids in sorted(by_cat.items())}
     out: list[int] = []
@@ -258,12 +258,16 @@ def ablation_summary(per_variant: dict[str, list[dict]]) -> dict:
     def r10(v: str, keep) -> list[float]:  # noqa: ANN001
         return [r["methods"]["hybrid"]["recall@10"] for r in per_variant[v] if keep(r["conversation"])]
 
+    def best_without(c: str) -> str:
+        """The variant with the best hybrid recall@10 on every conversation but `c`."""
+        return max(per_variant, key=lambda v: mean(r10(v, lambda x: x != c)))
+
     if len(convs) > 1:
         held, chosen = [], {}
         for c in convs:
-            best = max(per_variant, key=lambda v: mean(r10(v, lambda x: x != c)))
+            best = best_without(c)
             chosen[c] = best
-            held += r10(best, lambda x: x == c)
+            held += r10(best, lambda x, c=c: x == c)
         result["leave_one_conversation_out"] = {
             "chosen": chosen, "hybrid_recall@10": round(mean(held), 4),
             "default_hybrid_recall@10": round(mean(r10(DEFAULT_VARIANT, lambda x: True)), 4)}

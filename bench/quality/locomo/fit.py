@@ -230,17 +230,21 @@ def main(argv: list[str] | None = None) -> dict:
     def mean_on(i: int, keep) -> float:  # noqa: ANN001
         return float(np.mean([r for s in sids if keep(s) for r in per[(i, s)]]))
 
+    def best_without(sid: str) -> int:
+        """The grid point with the best recall@10 on every conversation but `sid`."""
+        return max(range(len(grid)), key=lambda i: mean_on(i, lambda s: s != sid))
+
     best_all = max(range(len(grid)), key=lambda i: mean_on(i, lambda s: True))
     held, chosen = [], {}
     for sid in sids:
-        i = max(range(len(grid)), key=lambda i: mean_on(i, lambda s: s != sid))
+        i = best_without(sid)
         chosen[sid] = grid[i]
         held += per[(i, sid)]
     default = grid.index(DEFAULT2 if args.second_round else DEFAULT)
     out = {"fit_on_all": grid[best_all], "fit_on_all_recall@10": round(mean_on(best_all, lambda s: True), 4),
            "loo_recall@10": round(float(np.mean(held)), 4), "loo_chosen": chosen,
            "default_recall@10": round(mean_on(default, lambda s: True), 4),
-           "default_per_conversation": {s: round(mean_on(default, lambda x: x == s), 4) for s in sids}}
+           "default_per_conversation": {s: round(mean_on(default, lambda x, s=s: x == s), 4) for s in sids}}
     for k, v in out.items():
         print(f"{k}: {v}")
     return out

@@ -1,5 +1,6 @@
 """What each curve of the scaling bench adds to an org's memory, one shard at a time: one place
-for the main run (bench/quality/memory_scaling/__main__.py) and the run inside a branch (bench/quality/memory_scaling/in_branch.py)."""
+for the main run (bench/quality/memory_scaling/__main__.py) and the run inside a branch
+(bench/quality/memory_scaling/in_branch.py)."""
 
 from __future__ import annotations
 

@@ -86,12 +86,12 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             fork = datetime.now(timezone.utc)
             time.sleep(0.01)
             main_pts: list[dict] = []
-            run_curve(h, org, name, data, a.points, lambda k: main_pts.append(_point(h, org, data.tests, k)))
+            run_curve(h, org, name, data, a.points, lambda k, pts=main_pts, org=org: pts.append(_point(h, org, data.tests, k)))
             before = main_dump(h.admin, org.id)
             b = org.clients["steward"].create_branch("trial", at=fork)
             borg = org.in_branch("trial", b["id"])
             branch_pts: list[dict] = []
-            run_curve(h, borg, name, data, a.points, lambda k: branch_pts.append(_point(h, borg, data.tests, k)))
+            run_curve(h, borg, name, data, a.points, lambda k, pts=branch_pts, borg=borg: pts.append(_point(h, borg, data.tests, k)))
             after = main_dump(h.admin, org.id)
             curves[name] = {"points": [_same(m, x) for m, x in zip(main_pts, branch_pts)],
                             "main_unchanged": before == after, "main_rows": before,

@@ -77,7 +77,7 @@ def run(args) -> dict:  # noqa: ANN001
         ids = [str(i) for i in c.execute(text("SELECT id FROM memories WHERE org_id = :o ORDER BY random() LIMIT :n"),
                                           {"o": built["org"], "n": args.branch_ops}).scalars()]
     third = args.branch_ops // 3
-    for i in range(third):
+    for _ in range(third):
         ok(http.post("/v1/memories", json={"text": query(rng), "kind": "fact", "visibility": "org"}, headers=in_branch))
     for mid in ids[:third]:
         ok(http.patch(f"/v1/memories/{mid}", json={"text": query(rng)}, headers=in_branch))
@@ -88,7 +88,7 @@ def run(args) -> dict:  # noqa: ANN001
     time.sleep(0.05)
     for mid in ids[2 * third:]:
         ok(http.patch(f"/v1/memories/{mid}", json={"text": query(rng)}))
-    for i in range(third):
+    for _ in range(third):
         ok(http.post("/v1/memories", json={"text": query(rng), "kind": "fact", "visibility": "org"}))
     main_before_job = main_dump(admin, built["org"])
     ok(http.post("/v1/branches", json={"name": "fresh"}))  # no writes of its own: must read as main does

@@ -86,7 +86,7 @@ def _distractors(rng: random.Random, pool: list[str], answer: str, n: int = 3) -
 def build_corpus(seed: int = 7, projects: int = 12, policies: int = 5, staff: int = 18,
                  vendors: int = 8) -> BenchCorpus:
     rng = random.Random(seed)
-    people = [f"{f} {l}" for f, l in zip(rng.sample(FIRST, len(FIRST)), rng.sample(LAST, len(LAST)))]
+    people = [f"{first} {last}" for first, last in zip(rng.sample(FIRST, len(FIRST)), rng.sample(LAST, len(LAST)))]
     facts: list[Fact] = []
     part_a: list[str] = []
     part_b: list[str] = []

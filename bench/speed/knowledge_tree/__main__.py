@@ -10,9 +10,10 @@ search comparison then measures what an instruction adds, not the query's embedd
 (auth, casbin, RLS, JSON included), as a plain member: GET /v1/knowledge/tree at the top, the catalog,
 the schema (all tables) and GET /v1/knowledge/nodes/{id} of a table, `calls` times each,
 interleaved, both in-process through the TestClient (`navigation_ms`) and over a loopback socket
-to uvicorn (`navigation_http_ms`: what a client sees). Instructed search: POST /v1/search with and without an `instruction`, interleaved
-in one process, and the interpreter alone. Results: bench/results/knowledge_tree.json, with the
-load average (1/5/15 min) before and after the timed calls: the machine is shared.
+to uvicorn (`navigation_http_ms`: what a client sees). Instructed search: POST /v1/search with and
+without an `instruction`, interleaved in one process, and the interpreter alone. Results:
+bench/results/knowledge_tree.json, with the load average (1/5/15 min) before and after the timed
+calls: the machine is shared.
 
 Set-up is the bootstrap (~150 s on a quiet 2-core machine, ~16 min at load 7-9). `--reuse`
 keeps it: the database `memscale_bench_tree` survives a run, and a later run with `--reuse`

@@ -108,7 +108,8 @@ def markdown(res: dict) -> str:
              f"Orgs: {res['orgs']['sizes']}; {res['orgs']['users']:,} users. Base: {min(a['base'], a['items']):,} "
              f"real MiniLM embeddings, the rest derived (bench/speed/scale/data.py). Build {res.get('build_s', '?')} s "
              f"(tenants {res['orgs']['tenants_s']} s, base embedding {res['base_embed_s']} s, staging {res['staging_s']} s).", "",
-             "| rows after stage | insert s (ep / mem) | index build s (ep + mem) | HTTP ingest items/s | model alone items/s | ingest/model | load |",
+             "| rows after stage | insert s (ep / mem) | index build s (ep + mem) | HTTP ingest items/s "
+             "| model alone items/s | ingest/model | load |",
              "|---|---|---|---|---|---|---|"]
     for st in res.get("stages", []):
         ins, ing = st["insert_s"], st["ingest"]

@@ -61,7 +61,7 @@ def create_tenants(settings, sizes: np.ndarray, seed: int = 2) -> dict:  # noqa:
             org_ids.append(orgs.create_org(db, f"scale-{i:04d}").id)
         db.commit()
     buf = io.StringIO()
-    for i, (oid, nu) in enumerate(zip(org_ids, n_users)):
+    for _i, (oid, nu) in enumerate(zip(org_ids, n_users)):
         ng = max(2, int(nu) // 40)
         uids, ugroups = [], []
         for j in range(int(nu)):

@@ -90,7 +90,7 @@ def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> 
     recall: dict = {}
     vec_lat: dict = {}
     for t in TYPES:
-        for q, v in zip(qtexts, qvecs):
+        for _q, v in zip(qtexts, qvecs):
             with app.state.sessions() as db:
                 bind_principal(db, p)
                 t0 = time.perf_counter()
