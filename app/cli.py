@@ -117,8 +117,8 @@ def import_episodes(path: str, org_name: str, user: str) -> None:
 def worker(kinds, lease: int, no_schedule: bool, org_names) -> None:  # noqa: ANN001
     """Run queued jobs (and enqueue periodic ones) until stopped."""
     from app.jobs.runner import worker_loop
-    from app.kit.pg import admin_url, install_sigterm_handler
-    from app.kit.telemetry import setup_logging
+    from app.kit.database.pg import admin_url, install_sigterm_handler
+    from app.kit.http.telemetry import setup_logging
 
     settings = Settings()
     install_sigterm_handler()
@@ -251,7 +251,7 @@ def db() -> None:
 @click.option("--revision", default="head")
 def db_upgrade(revision: str) -> None:
     """alembic upgrade (starts the embedded Postgres when no URL is configured)."""
-    from app.kit.migrate import upgrade
+    from app.kit.database.migrate import upgrade
 
     upgrade(Settings(), revision)
     click.echo("database at " + revision)
@@ -260,7 +260,7 @@ def db_upgrade(revision: str) -> None:
 @db.command("stop")
 def db_stop() -> None:
     """Stop a stray embedded Postgres left by a killed process."""
-    from app.kit.pg import stop_embedded
+    from app.kit.database.pg import stop_embedded
 
     click.echo("stopped" if stop_embedded(Settings()) else "not running")
 
@@ -273,7 +273,7 @@ def _prepare_local_model(settings: Settings) -> None:
 
     if not is_local(settings.llm_model):
         return
-    from app.kit.localmodel import converted, local_model_dir
+    from app.kit.runtime.localmodel import converted, local_model_dir
 
     if not converted(settings.data_dir):
         click.echo("converting the bundled local model (once per data dir, ~30-60 s)", err=True)
@@ -291,9 +291,9 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
 
     import uvicorn
 
-    from app.kit.limits import proxy_options
-    from app.kit.migrate import upgrade
-    from app.kit.pg import admin_url, install_sigterm_handler
+    from app.kit.http.limits import proxy_options
+    from app.kit.database.migrate import upgrade
+    from app.kit.database.pg import admin_url, install_sigterm_handler
     from app.main import create_app
 
     settings = Settings()

@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     max_query_chars: int = 2_000
     max_k: int = 100
     idempotency_ttl_s: int = 24 * 3600  # stored Idempotency-Key replies expire (and are purged)
-    # Fair embedding (app/kit/fairness.py): write slices, bounded queue, items per key per minute.
+    # Fair embedding (app/kit/runtime/fairness.py): write slices, bounded queue, items per key per minute.
     embed_fairness: bool = True  # False: one call at a time, first come first served (the old behaviour)
     embed_slice_tokens: int = 512
     embed_queue_per_key: int = 1000
@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     ingest_items_per_minute: int = 6000  # per key holder, counted in items (a batch of 500 costs 500); 0 = off
     auth_failures_per_minute: int = 60  # failed authentications per client address; 0 = off
     # Reads (search, context) one key holder runs at once in a process; the rest wait their turn
-    # (app/kit/read_gate.py), up to read_queue_per_key waiting, then 429. 0 = no gate.
+    # (app/kit/http/read_gate.py), up to read_queue_per_key waiting, then 429. 0 = no gate.
     reads_per_key: int = 1
     read_queue_per_key: int = 8
     rate_limit_per_minute: int = 3000  # per key holder (token bucket); 0 = off
@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     rate_limit_backend: Literal["memory", "postgres"] = "memory"
     db_pool_size: int = 10
 
-    # Read replicas (app/kit/replicas.py): comma-separated URLs of streaming standbys, for the
+    # Read replicas (app/kit/database/replicas.py): comma-separated URLs of streaming standbys, for the
     # app role. Search, context, GET of one item and lineage read there; writes go to the primary.
     read_replica_urls: str = ""
     replica_max_lag_bytes: int = 16 * 1024 * 1024  # a standby further behind the primary is skipped
@@ -117,12 +117,12 @@ class Settings(BaseSettings):
 
     def audit_secret(self) -> bytes:
         """Seals audit events (app/audit/service.py); held by the service, never by the database."""
-        from app.kit.signing import load_key
+        from app.kit.runtime.signing import load_key
 
         return load_key(self.data_dir, self.audit_key, name="audit.key")
 
     def inference_secret(self) -> bytes:
-        from app.kit.signing import load_key
+        from app.kit.runtime.signing import load_key
 
         return load_key(self.data_dir, self.inference_key)
 

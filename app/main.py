@@ -9,17 +9,17 @@ from fastapi import FastAPI, Request
 import app.kit.registry  # noqa: F401  (every model mapped before the first flush)
 from app.auth.enforcer import Authorizer
 from app.config import Settings
-from app.kit.db import make_engine, make_sessionmaker
-from app.kit.pg import check_versions
-from app.kit.embedding import Embedder, make_embedder
+from app.kit.database.db import make_engine, make_sessionmaker
+from app.kit.database.pg import check_versions
+from app.kit.runtime.embedding import Embedder, make_embedder
 from app.kit.errors import install_error_handlers
-from app.kit.fairness import FairEmbedder
-from app.kit.read_gate import ReadGate
-from app.kit.limits import BodyLimitMiddleware, make_limiters
-from app.kit.pg import app_url
-from app.kit.repository import ping
-from app.kit.replicas import LsnHeaderMiddleware, replica_set
-from app.kit.telemetry import install_request_middleware, setup_logging, setup_tracing
+from app.kit.runtime.fairness import FairEmbedder
+from app.kit.http.read_gate import ReadGate
+from app.kit.http.limits import BodyLimitMiddleware, make_limiters
+from app.kit.database.pg import app_url
+from app.kit.database.repository import ping
+from app.kit.database.replicas import LsnHeaderMiddleware, replica_set
+from app.kit.http.telemetry import install_request_middleware, setup_logging, setup_tracing
 from app.resources import Resources
 from app.search.dates import warm_up
 from app.search.tuning import DEFAULT_TUNING

@@ -23,7 +23,7 @@ class Resources:
     @property
     def embedder(self):  # noqa: ANN201
         if self._embedder is None:
-            from app.kit.embedding import make_embedder
+            from app.kit.runtime.embedding import make_embedder
 
             self._embedder = make_embedder(self.settings)
         return self._embedder

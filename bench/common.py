@@ -25,7 +25,7 @@ def database_settings(name: str):
     """Settings pointing at database `name` on the server (embedded unless MEMSCALE_DATABASE_URL),
     as its owner; nothing is created or migrated."""
     from app.config import Settings
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     base = Settings()
     return base.model_copy(update={"database_url": make_url(admin_url(base)).set(database=name).render_as_string(False)})
@@ -34,7 +34,7 @@ def database_settings(name: str):
 def _server():  # noqa: ANN202
     """An autocommit engine on the server's own database (CREATE / DROP DATABASE)."""
     from app.config import Settings
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     return create_engine(admin_url(Settings()), isolation_level="AUTOCOMMIT")
 
@@ -42,7 +42,7 @@ def _server():  # noqa: ANN202
 def fresh_database(name: str, *, migrate: bool = True):
     """Settings pointing at a new database `name` (embedded server unless MEMSCALE_DATABASE_URL),
     migrated to head unless `migrate` is False (a process of another commit migrates it itself)."""
-    from app.kit.migrate import upgrade
+    from app.kit.database.migrate import upgrade
 
     s = database_settings(name)
     eng = _server()
@@ -56,12 +56,12 @@ def fresh_database(name: str, *, migrate: bool = True):
 
 
 def main_dump(eng, org_id) -> dict:  # noqa: ANN001
-    """md5 of every main row of the org, per branched table (app/kit/repository_view.py VIEWED: the
+    """md5 of every main row of the org, per branched table (app/kit/tenancy/repository_view.py VIEWED: the
     memory state and the knowledge), row text in primary-key order: work in a branch must leave
     it unchanged byte for byte."""
     import hashlib
 
-    from app.kit.repository_view import VIEWED
+    from app.kit.tenancy.repository_view import VIEWED
 
     out = {}
     with eng.connect() as c:
@@ -79,7 +79,7 @@ def main_dump(eng, org_id) -> dict:  # noqa: ANN001
 def existing_database(name: str):
     """Settings pointing at database `name` if it exists (migrated to head), else None: for a
     bench that reuses what an earlier run of itself built."""
-    from app.kit.migrate import upgrade
+    from app.kit.database.migrate import upgrade
 
     s = database_settings(name)
     eng = _server()

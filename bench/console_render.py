@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
-    from app.kit.embedding import LocalEmbedder
+    from app.kit.runtime.embedding import LocalEmbedder
     from app.main import create_app
     from app.orgs import service as orgs
 

@@ -64,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from app.kit.embedding import LocalEmbedder
+    from app.kit.runtime.embedding import LocalEmbedder
     from app.main import create_app
     from app.orgs import service as orgs
 

@@ -5,8 +5,8 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from app.config import Settings
-from app.kit.migrate import include_object as _include_object
-from app.kit.pg import admin_url
+from app.kit.database.migrate import include_object as _include_object
+from app.kit.database.pg import admin_url
 from app.kit.registry import metadata
 
 config = context.config
@@ -23,7 +23,7 @@ def run_migrations_online() -> None:
 
 
 def _run(connection) -> None:  # noqa: ANN001
-    from app.kit.pg import check_versions
+    from app.kit.database.pg import check_versions
 
     check_versions(connection)
     connection.commit()  # end the check's implicit transaction, so the migration's own one commits

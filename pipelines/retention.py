@@ -12,7 +12,7 @@ from app.episodes import service as episodes
 from app.erasure.service import forget_episode
 from app.jobs.runner import JobContext
 from app.kit.items import EPISODE
-from app.kit.view import EVERY_BRANCH
+from app.kit.tenancy.view import EVERY_BRANCH
 from app.orgs import service as orgs
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def run(ctx: JobContext, job: "Job") -> dict:
-    ctx.view = EVERY_BRANCH  # a deletion reaches every branch, as erasure does (app/kit/view.py)
+    ctx.view = EVERY_BRANCH  # a deletion reaches every branch, as erasure does (app/kit/tenancy/view.py)
     stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "vocabulary_words_removed": 0,
              "days": None}
     with ctx.tx() as db:

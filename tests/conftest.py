@@ -1,4 +1,4 @@
-"""Tests run against the real embedded PostgreSQL (18, pgvector 0.8: app/kit/embedded_pg.py), migrated with alembic.
+"""Tests run against the real embedded PostgreSQL (18, pgvector 0.8: app/kit/database/embedded_pg.py), migrated with alembic.
 
 One fresh database per test session (`memscale_test`) in the embedded server; every test makes
 its own orgs, so tests are independent of order. The API runs in-process (TestClient) as the
@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(items):  # noqa: ANN001, ANN201
 @pytest.fixture(scope="session")
 def settings():
     from app.config import Settings
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     base = Settings()
     if os.environ.get("MEMSCALE_TEST_DATABASE_URL"):
@@ -66,7 +66,7 @@ def settings():
         eng.dispose()
         url = make_url(server_url).set(database=TEST_DB).render_as_string(hide_password=False)
     s = base.model_copy(update={"database_url": url})
-    from app.kit.migrate import upgrade
+    from app.kit.database.migrate import upgrade
 
     upgrade(s, "head")  # the workers' migrations may run at once (the server-wide role tolerates it)
     return s
@@ -74,7 +74,7 @@ def settings():
 
 @pytest.fixture(scope="session")
 def admin_engine(settings):
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
     yield eng
@@ -83,7 +83,7 @@ def admin_engine(settings):
 
 @pytest.fixture(scope="session")
 def embedder():
-    from app.kit.embedding import LocalEmbedder
+    from app.kit.runtime.embedding import LocalEmbedder
 
     return LocalEmbedder()
 
@@ -182,7 +182,7 @@ def run_job(settings, app, embedder, client):
     """Create and run a job in the foreground, as `memscale jobs run` does; returns the Job row."""
     from app.jobs import service as jobs_service
     from app.jobs.runner import JobContext, Resources, run_job as _run
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
 
     def _go(org_id, kind: str, params: dict | None = None, *, created_by=None, gateway=None,  # noqa: ANN001
             branch: str | None = None, with_settings=None):

@@ -5,11 +5,11 @@ promote). After every step, for every principal, no read path returns anything t
 not see (get of any version, as-of get, search with status filters, the instruction "including
 old versions too", search and context as of a past instant, reads in every branch, context and
 its signed inference handoff, session tools, lineage, retrieval records), and nothing derived
-survives the deletion of all its sources. The oracle is the Python rule `app.kit.access.can_see`
+survives the deletion of all its sources. The oracle is the Python rule `app.kit.tenancy.access.can_see`
 applied to rows read with the owner connection (ground truth), a memory version taken at the
 narrowest scope its memory has been given since (`_narrowest`: the meet with every later
 version of its root written in main or in the version's own branch, written out here again,
-independently of app.kit.scope), so
+independently of app.kit.tenancy.scope), so
 the SQL filter, RLS and every endpoint are checked against an independent implementation.
 
 Small in `make test`; long with `make test-long` (MEMSCALE_ACL_EXAMPLES / MEMSCALE_ACL_STEPS,
@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from sqlalchemy import text
 
 from app.auth.principal import Principal
-from app.kit.access import can_see
+from app.kit.tenancy.access import can_see
 from app.llm.fake import FakeGateway
 
 GROUPS = ["finance", "ops"]

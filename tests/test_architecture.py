@@ -15,7 +15,7 @@ SQL_CALLS = {"select", "insert", "update", "delete", "text"}
 
 # Files that may build SQL besides every `repository*.py`: the engine/session plumbing (it binds the
 # RLS settings) and migrations (alembic, outside app/).
-SQL_ALLOWED = {"app/kit/db.py"}
+SQL_ALLOWED = {"app/kit/database/db.py"}
 
 
 def _sources(*tops: str) -> list[Path]:
@@ -85,7 +85,7 @@ def sql_outside_repositories() -> list[str]:
 
 
 def test_sql_lives_in_repositories():
-    """select/insert/update/delete/text( only in repository*.py files or a repository/ package (and app/kit/db.py)."""
+    """select/insert/update/delete/text( only in repository*.py files or a repository/ package (and app/kit/database/db.py)."""
     assert sql_outside_repositories() == []
 
 
@@ -98,7 +98,7 @@ def test_the_lint_catches_sql(tmp_path):
     assert sql_in(planted, "app/x/service.py") == ["app/x/service.py:2 imports select from sqlalchemy",
                                                    "app/x/service.py:6 sa.text(", "app/x/service.py:7 select("]
     assert _sql_allowed("app/search/repository/bm25.py") and _sql_allowed("app/memories/repository_pipeline.py")
-    assert not _sql_allowed("app/search/repository_helpers/x.py") and not _sql_allowed("app/kit/repository/x/y.py")
+    assert not _sql_allowed("app/search/repository_helpers/x.py") and not _sql_allowed("app/kit/database/repository/x/y.py")
     assert not _sql_allowed("app/search/service.py")
 
 
@@ -151,7 +151,7 @@ def import_violations() -> list[str]:
 # app/kit modules that wire domains together by design: the model registry (imports every model
 # so that the metadata is complete) and the request dependencies (a key resolves to a principal
 # through app.orgs.service).
-KIT_WIRING = {"app/kit/registry.py", "app/kit/deps.py"}
+KIT_WIRING = {"app/kit/registry.py", "app/kit/http/deps.py"}
 
 
 def test_imports_go_one_way():
@@ -291,7 +291,7 @@ def two_way_imports(files: dict[str, ast.Module]) -> list[str]:
 def test_no_two_way_imports_between_packages():
     """Domain packages, app/kit (but its wiring modules) and the command-line modules import each
     other one way only: what orchestrates several domains (erasure, app/erasure/) sits above them,
-    what every domain uses (idempotency, app/kit/idempotency.py) below them."""
+    what every domain uses (idempotency, app/kit/http/idempotency.py) below them."""
     assert two_way_imports({_rel(p): _tree(p) for p in _sources("app")}) == []
 
 
@@ -309,9 +309,9 @@ def test_the_two_way_rule_catches_a_cycle():
     assert cycles(app__search__repository="from app.episodes.models import Episode\n",
                   app__episodes__service="from app.search import lexicon\n") == []
     assert cycles(app__kit__registry="from app.memories.models import Memory\nfrom app.memories import service\n",
-                  app__memories__service="from app.kit.db import every_scope\n") == []
+                  app__memories__service="from app.kit.database.db import every_scope\n") == []
     assert cycles(app__kit__access="from app.auth.principal import Principal\n",
-                  app__auth__principal="from app.kit.view import View\n") == []
+                  app__auth__principal="from app.kit.tenancy.view import View\n") == []
     assert cycles(app__kit__text="from app.memories import service\n",
                   app__memories__service="from app.kit.text import x\n") == ["kit <-> memories"]
 

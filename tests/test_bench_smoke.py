@@ -142,7 +142,7 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ProgrammingError
 
-    from app.kit.pg import app_url
+    from app.kit.database.pg import app_url
     from bench.speed.scale.__main__ import main
 
     out = tmp_path / "scale.json"

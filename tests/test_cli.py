@@ -94,7 +94,7 @@ def test_branch_cli_round_trip(settings, client, world):
 def test_serve_prepares_the_bundled_model_before_listening(settings, tmp_path, monkeypatch):
     """`memscale serve` converts the bundled model before its first request (a fresh data dir's
     first /v1/context took ~55 s converting it); a configured provider model converts nothing."""
-    import app.kit.localmodel as localmodel
+    import app.kit.runtime.localmodel as localmodel
     from app.cli import _prepare_local_model
 
     calls = []

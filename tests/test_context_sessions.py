@@ -174,7 +174,7 @@ def test_context_adds_neighbouring_turns_in_order_without_leaking(client, world,
 
     # with six turns every one is also a hit; the neighbour query itself, per caller:
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search.repository import neighbour_ids
 
     def neighbours(actor, hits: list[str]) -> set[tuple[str, str]]:  # noqa: ANN001

@@ -118,9 +118,9 @@ def test_kill9_during_batch_write_leaves_no_partial_batch_and_retry_is_exactly_o
 
 
 def _pg(pgdir: Path):  # noqa: ANN202
-    """The embedded server on our private data dir, run as app/kit/pg.py runs it."""
+    """The embedded server on our private data dir, run as app/kit/database/pg.py runs it."""
     from app.config import Settings
-    from app.kit.embedded_pg import EmbeddedPostgres
+    from app.kit.database.embedded_pg import EmbeddedPostgres
 
     return EmbeddedPostgres(pgdir, Settings().data_dir.resolve() / "pginstall")
 
@@ -143,7 +143,7 @@ def private_pg():
     """A separate embedded PostgreSQL (own data dir under /tmp: short socket path), migrated;
     stopped and deleted afterwards whatever happens."""
     from app.config import Settings
-    from app.kit.migrate import upgrade
+    from app.kit.database.migrate import upgrade
 
     root = Path(tempfile.mkdtemp(prefix="mspg", dir="/tmp"))
     pgdir = root / "pg"
@@ -242,7 +242,7 @@ def _wait_for(pred, timeout: float, what: str) -> None:  # noqa: ANN001
 
 
 def test_postgres_restart_under_traffic_gives_503_then_recovers_without_api_restart(private_pg, embedder):
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
     from app.main import create_app
     from tests.conftest import World
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 
 def test_engine_versions_and_iterative_scans(admin_engine):
-    from app.kit.pg import check_versions
+    from app.kit.database.pg import check_versions
 
     with admin_engine.connect() as c:
         ver, vec = check_versions(c)
@@ -31,7 +31,7 @@ def test_off_the_network_and_not_root(admin_engine, settings):
 
 
 def test_a_server_below_the_supported_range_is_refused(admin_engine, monkeypatch):
-    from app.kit import pg
+    from app.kit.database import pg
 
     monkeypatch.setattr(pg, "MIN_VECTOR", (9, 0))
     with admin_engine.connect() as c, pytest.raises(RuntimeError, match="pgvector >= 9.0"):
@@ -45,7 +45,7 @@ ATTACH = """
 import sys, time
 from pathlib import Path
 from sqlalchemy import create_engine, text
-from app.kit.embedded_pg import EmbeddedPostgres
+from app.kit.database.embedded_pg import EmbeddedPostgres
 srv = EmbeddedPostgres(Path(sys.argv[1]), Path(sys.argv[2]))
 while time.time() < float(sys.argv[3]):  # both processes attach at the same instant
     time.sleep(0.005)
@@ -80,7 +80,7 @@ def test_processes_attaching_at_once_share_one_server_and_the_last_stops_it(sett
         assert [out.strip() for out, _ in outs] == ["1", "1"]
         assert (pg_dir / "PG_VERSION").exists() and not (pg_dir / "postmaster.pid").exists()
     finally:
-        from app.kit.embedded_pg import EmbeddedPostgres
+        from app.kit.database.embedded_pg import EmbeddedPostgres
 
         EmbeddedPostgres(root / "pg", settings.data_dir.resolve() / "pginstall").stop("immediate")
         subprocess.run(["rm", "-rf", str(root)], check=False)

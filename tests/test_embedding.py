@@ -34,7 +34,7 @@ def test_onnx_encoder_equals_sentence_transformers_encode(embedder):
 
 @pytest.fixture(scope="module")
 def torch_embedder():
-    from app.kit.embedding import LocalEmbedder
+    from app.kit.runtime.embedding import LocalEmbedder
 
     return LocalEmbedder(backend="torch")
 
@@ -54,7 +54,7 @@ def test_a_tampered_export_is_refused_and_torch_serves(tmp_path, embedder, torch
     import onnx
     from onnx import numpy_helper
 
-    from app.kit.embedding import OnnxEncoder
+    from app.kit.runtime.embedding import OnnxEncoder
 
     (session_export,) = Path(os.environ["MEMSCALE_MODEL_CACHE_DIR"]).glob("minilm-*.onnx")  # the session's
     path = tmp_path / session_export.name
@@ -74,7 +74,7 @@ def test_prune_removes_stale_exports_of_other_keys_only(tmp_path):
     import os
     import time
 
-    from app.kit.embedding import OnnxEncoder
+    from app.kit.runtime.embedding import OnnxEncoder
 
     now = time.time()
     ages = {"minilm-aaa.onnx": 40, "minilm-old.onnx": 31, "minilm-recent.onnx": 29, "minilm-aaa.123.tmp": 2,

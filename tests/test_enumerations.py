@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from app import cli, client_types
+from app.jobs import cli as jobs_cli
 from app.inference.modes import MODE_NAMES, MODES
 from app.jobs import runner
 from app.jobs.kinds import BRANCHABLE, JOB_KINDS, KIND_NAMES
@@ -126,7 +127,7 @@ def _choices(command: click.Command, param: str) -> tuple:
 
 
 def test_the_cli_and_the_client_offer_the_tables():
-    assert _choices(cli.jobs.commands["run"], "kind") == KIND_NAMES
+    assert _choices(jobs_cli.jobs.commands["run"], "kind") == KIND_NAMES
     assert _choices(cli.admin.commands["set-retention"], "kind") == RETAINED_TYPES
     assert typing.get_args(client_types.JobKind) == KIND_NAMES
     assert typing.get_args(client_types.ItemType) == SEARCH_TYPES

@@ -1,4 +1,4 @@
-"""Fair embedding (app/kit/fairness.py): reads wait for at most one write slice, writers take
+"""Fair embedding (app/kit/runtime/fairness.py): reads wait for at most one write slice, writers take
 turns, and a full queue is a 429 with Retry-After at once. The scheduling is checked with a
 recording embedder (the order of calls is the property); the real model path runs through the
 API in every other test."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.kit.errors import RateLimited
-from app.kit.fairness import FairEmbedder
+from app.kit.runtime.fairness import FairEmbedder
 
 
 class Recording:

@@ -43,7 +43,7 @@ def corpus(admin_engine, embedder, settings):
 @pytest.mark.parametrize("who,visible", [("few", 40), ("many", 360), ("outsider", 0)])
 def test_every_mode_returns_the_exact_visible_top_k(app, client, corpus, mode, who, visible):
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
 

@@ -15,7 +15,7 @@ def tier(settings, tmp_path_factory):
     from app.inference.engine import Engine, EngineConfig
     from app.inference.server import create_app
     from app.inference.store import ChunkStore, StoreConfig
-    from app.kit.localmodel import local_model_dir
+    from app.kit.runtime.localmodel import local_model_dir
 
     eng = Engine.load(EngineConfig(model_path=str(local_model_dir(settings.data_dir)), device="cpu", threads=1))
     key = settings.inference_secret()  # the same shared key the service signs handoffs with
@@ -80,7 +80,7 @@ def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tm
     assert hashes == [h["content_hash"] for h in hits["results"]]
     assert hashes
     # Route the service's call to the in-process tier (no network): the same authenticated DELETEs.
-    from app.kit.tier import TierClient
+    from app.kit.runtime.tier import TierClient
     from app.erasure import endpoints as erasure_endpoints
 
     monkeypatch.setattr(erasure_endpoints, "tier_client", lambda settings: TierClient(tier, settings.inference_secret()))
@@ -99,7 +99,7 @@ def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, wor
     on the user's assets, a stale one included. Before, erasure only marked them stale."""
     import pipelines.cartridges.trainer as trainer
     from app.inference.cartridge import Cartridge, CartridgeDirectory
-    from app.kit.tier import TierClient
+    from app.kit.runtime.tier import TierClient
     from app.erasure import endpoints as erasure_endpoints
 
     eng = tier.app.state.engine

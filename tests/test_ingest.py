@@ -11,7 +11,7 @@ import uuid
 import numpy as np
 from sqlalchemy import event, text
 
-from app.kit.fairness import FairEmbedder, _tokens
+from app.kit.runtime.fairness import FairEmbedder, _tokens
 from app.kit.stages import Stages, recording, stage
 
 
@@ -167,7 +167,7 @@ def test_import_checks_scope_like_the_api_and_writes_in_one_pass(app, world, adm
     import pytest
 
     from app.episodes import bulk
-    from app.kit.db import bind_principal, transaction
+    from app.kit.database.db import bind_principal, transaction
     from app.kit.errors import AppError
 
     org = world.org()

@@ -226,7 +226,7 @@ def test_one_worker_alternates_between_orgs_instead_of_draining_one_backlog(clie
     goes before A's next job although A's was queued first."""
     from app.jobs import service as jobs_service
     from app.jobs.runner import claim
-    from app.kit.db import bind_principal, transaction
+    from app.kit.database.db import bind_principal, transaction
 
     a, b = world.org(), world.org()
     sa, sb = world.user(a, roles=["steward"]), world.user(b, roles=["steward"])

@@ -1,4 +1,4 @@
-"""Keys generated into the data folder (app/kit/signing.load_key): processes that start at once agree."""
+"""Keys generated into the data folder (app/kit/runtime/signing.load_key): processes that start at once agree."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 LOAD = """
 import sys, time
 from pathlib import Path
-from app.kit.signing import load_key
+from app.kit.runtime.signing import load_key
 while time.time() < float(sys.argv[2]):
     pass  # spinning, not sleeping: all of them ask within microseconds of each other
 print(load_key(Path(sys.argv[1]), None, name="shared.key").decode())

@@ -46,14 +46,14 @@ def test_logs_carry_no_content_or_keys(client, world, caplog):
 
 
 def test_released_hands_the_connection_back_and_rebinds_the_caller(client, world, app):
-    """Endpoints embed with the pooled connection given back (app.kit.db.released); afterwards
+    """Endpoints embed with the pooled connection given back (app.kit.database.db.released); afterwards
     the transaction sees exactly what the caller may see again (RLS settings rebound)."""
     import pytest
     from sqlalchemy import text as sql
 
     from app.auth.principal import Principal
     from app.episodes.models import Episode
-    from app.kit.db import bind_principal, released, transaction
+    from app.kit.database.db import bind_principal, released, transaction
 
     org = world.org()
     alice = world.user(org)

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
-from app.kit.pg import app_url
+from app.kit.database.pg import app_url
 from tests.helpers import ep, scratch_database
 
 TABLES = ("episodes", "memories")
@@ -21,7 +21,7 @@ PARTITIONS = 16
 
 
 def test_catalog_matches_the_models_and_the_naming_rule(admin_engine):
-    from app.kit.migrate import is_partition, partitioned_tables
+    from app.kit.database.migrate import is_partition, partitioned_tables
 
     with admin_engine.connect() as c:
         parents = dict(c.execute(text(
@@ -147,7 +147,7 @@ def test_a_search_reads_one_partition_per_table(app, client, world, embedder):
     """Every statement a hybrid search over all types sends to episodes or memories, explained with
     its own parameters: the planner prunes to the org's partition (the service names org_id)."""
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank
 
@@ -262,7 +262,7 @@ def _fill(c) -> None:  # noqa: ANN001
 
 
 def test_rows_and_everything_else_survive_0015_down_and_up(scratch):
-    from app.kit.migrate import downgrade, upgrade
+    from app.kit.database.migrate import downgrade, upgrade
 
     s, eng = scratch
     upgrade(s, "head")
@@ -306,7 +306,7 @@ def test_rows_and_everything_else_survive_0015_down_and_up(scratch):
 def test_the_rebuild_refuses_what_it_cannot_carry(scratch):
     """A view on episodes would be lost (or block the drop): the migration stops, names it, and
     the whole downgrade rolls back."""
-    from app.kit.migrate import downgrade, upgrade
+    from app.kit.database.migrate import downgrade, upgrade
 
     s, eng = scratch
     upgrade(s, "head")

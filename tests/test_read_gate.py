@@ -1,4 +1,4 @@
-"""The per-key read gate (app/kit/read_gate.py; issue 41 M2's fairness bound): one key holder's
+"""The per-key read gate (app/kit/http/read_gate.py; issue 41 M2's fairness bound): one key holder's
 flood of searches runs `per_key` at a time, another key holder's read never waits for it, and the
 queue is bounded (429 with Retry-After)."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from app.kit.errors import RateLimited
-from app.kit.read_gate import ReadGate
+from app.kit.http.read_gate import ReadGate
 
 
 def _hold(gate: ReadGate, who: str, started: threading.Event, release: threading.Event, log: list) -> None:

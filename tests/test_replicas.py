@@ -29,7 +29,7 @@ def standby(settings):
     import os
     import tempfile
 
-    from app.kit.pg import embedded
+    from app.kit.database.pg import embedded
 
     if os.environ.get("MEMSCALE_TEST_DATABASE_URL"):
         pytest.skip("needs the embedded server (pg_basebackup over its socket)")
@@ -45,7 +45,7 @@ def standby(settings):
 
 
 def _replica_url(settings, rep) -> str:  # noqa: ANN001
-    from app.kit.pg import app_url
+    from app.kit.database.pg import app_url
 
     return make_url(app_url(settings)).update_query_dict({"host": str(rep.socket_dir)}).render_as_string(
         hide_password=False)
@@ -85,7 +85,7 @@ def test_standby_is_a_real_streaming_replica_with_rls(settings, standby, world):
     """The standby is in recovery, streams from the primary, and the app role's row-level security
     holds there exactly as on the primary: nothing without bound settings, own rows with them."""
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
 
     org = world.org()
     a, b = world.user(org), world.user(org)
@@ -113,7 +113,7 @@ def test_standby_is_a_real_streaming_replica_with_rls(settings, standby, world):
 def _count_users(eng, actor) -> bool:  # noqa: ANN001
     from sqlalchemy.orm import Session
 
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
 
     with Session(eng) as db:
         bind_principal(db, None, org_id=actor.org_id)

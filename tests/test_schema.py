@@ -8,9 +8,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-from app.kit.pg import app_url
+from app.kit.database.pg import app_url
 from app.kit.registry import metadata
-from app.kit.migrate import include_object as _include_object
+from app.kit.database.migrate import include_object as _include_object
 from tests.helpers import scratch_database
 
 
@@ -24,7 +24,7 @@ def test_models_and_migrations_agree(admin_engine):
 def test_downgrade_then_upgrade(settings, admin_engine):
     from alembic.script import ScriptDirectory
 
-    from app.kit.migrate import alembic_config, downgrade, upgrade
+    from app.kit.database.migrate import alembic_config, downgrade, upgrade
 
     with scratch_database(settings, "memscale_migtest") as (s, eng):
         upgrade(s, "head")
@@ -83,7 +83,7 @@ def test_rls_holds_in_parallel_workers(settings, client, world, admin_engine):
     from sqlalchemy.orm import Session
 
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
     from tests.helpers import ep

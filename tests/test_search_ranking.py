@@ -141,7 +141,7 @@ def test_a_text_hit_without_embedding_stays_in_hybrid_results(client, world, adm
 def _ranked(app, actor, query: str, *, second_round: bool, **tuning) -> list[tuple[str, float]]:  # noqa: ANN001, ANN003
     """Hybrid episode ranking as context assembly asks for it (the second round is not on /v1/search)."""
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank
     from app.search.tuning import DEFAULT_TUNING
@@ -246,7 +246,7 @@ def test_vector_search_takes_the_exact_search_for_a_caller_who_sees_few_rows(cli
     search (the HNSW walk can return visible rows that are not the nearest). The count it decides
     on is remembered per caller: another caller's count never stands for yours."""
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search import service as svc
     from app.search.schemas import SearchFilters
 
@@ -284,7 +284,7 @@ def test_vector_search_takes_the_exact_search_for_a_caller_who_sees_few_rows(cli
 
 
 def test_statements_kept_per_caller_never_serve_another_caller(client, world, admin_engine):
-    """The search path keeps its statements per caller and shape (app.kit.sql.StatementCache):
+    """The search path keeps its statements per caller and shape (app.kit.database.sql.StatementCache):
     asked the same question in turn, each user still gets only what they may see, in every mode
     and in context assembly; a change to a user's groups holds at their next request (a new
     principal, so a new statement), both ways."""
@@ -325,7 +325,7 @@ def test_a_bound_vector_is_rendered_once_per_value_never_for_another():
     once, another array is rendered anew, and each session keeps its own."""
     import numpy as np
 
-    from app.kit.sql import _processed
+    from app.kit.database.sql import _processed
 
     calls = []
 

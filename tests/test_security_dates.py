@@ -259,10 +259,10 @@ class _SlowByLength:
 
 def test_a_short_query_is_embedded_before_queued_long_ones():
     """Four loops of 2,000-character queries kept the embedder's read line full: another tenant's
-    short query waited behind all of them (app/kit/fairness.py orders waiting reads by cost)."""
+    short query waited behind all of them (app/kit/runtime/fairness.py orders waiting reads by cost)."""
     import threading
 
-    from app.kit.fairness import FairEmbedder
+    from app.kit.runtime.fairness import FairEmbedder
 
     inner = _SlowByLength()
     fair = FairEmbedder(inner)
@@ -282,11 +282,11 @@ def test_a_short_query_is_embedded_before_queued_long_ones():
 
 def test_a_short_query_does_not_wait_for_another_tenants_long_one():
     """With the per-key read gate, a flooding key holder has one query in the embedder at a time;
-    another tenant's short query is embedded beside it, not after it (app/kit/fairness.py
+    another tenant's short query is embedded beside it, not after it (app/kit/runtime/fairness.py
     `max_reads`; the local model runs a query on one thread)."""
     import threading
 
-    from app.kit.fairness import FairEmbedder
+    from app.kit.runtime.fairness import FairEmbedder
 
     fair = FairEmbedder(_SlowByLength())
     long = threading.Thread(target=fair.embed, args=(["x" * 2000],))
@@ -305,7 +305,7 @@ def test_a_short_query_does_not_wait_for_a_slice_of_another_tenants_batch():
     place in line behind each slice."""
     import threading
 
-    from app.kit.fairness import FairEmbedder
+    from app.kit.runtime.fairness import FairEmbedder
 
     fair = FairEmbedder(_SlowByLength(), slice_tokens=4000)  # one slice of ~0.8 s
     batch = threading.Thread(target=fair.embed_write, args=("flooder", ["y" * 400] * 10))

@@ -1,7 +1,7 @@
 """Issue 41 reproductions (H1, H2, M3 and the session tool's 500), each written as the attack:
 narrowing a memory must reach its history and its branches, promotion must not re-publish, and
 a member may not plant an agent's shared instructions. Every test here fails on the code before
-the fix (app/memories/narrowing.py, app/memories/promotion.py, app/kit/access.py)."""
+the fix (app/memories/narrowing.py, app/memories/promotion.py, app/kit/tenancy/access.py)."""
 
 from __future__ import annotations
 
@@ -239,7 +239,7 @@ def test_session_tool_memory_add_of_an_instruction_is_422_not_500(client, world)
 
 # ---- the data migration (0021) -----------------------------------------------------------------
 def test_migration_narrows_history_already_in_a_database(settings):
-    from app.kit.migrate import downgrade, upgrade
+    from app.kit.database.migrate import downgrade, upgrade
     from app.orgs import service as orgs
     from sqlalchemy.orm import Session
     from tests.helpers import scratch_database

@@ -50,7 +50,7 @@ def make_app(settings, embedder):
 
 
 def test_rotating_x_forwarded_for_still_hits_the_failed_key_limit_by_default(make_app):
-    from app.kit.limits import proxy_options
+    from app.kit.http.limits import proxy_options
 
     rotating = [f"203.0.113.{i}" for i in range(6)]
     # What `memscale serve` ran before: uvicorn's defaults, which trust forwarded headers from
@@ -63,7 +63,7 @@ def test_rotating_x_forwarded_for_still_hits_the_failed_key_limit_by_default(mak
 
 
 def test_a_listed_proxys_forwarded_address_is_the_client(make_app):
-    from app.kit.limits import proxy_options
+    from app.kit.http.limits import proxy_options
 
     with _served(make_app(trusted_proxies=["127.0.0.0/8"]), **proxy_options(["127.0.0.0/8"])) as url:
         assert _codes(url, [f"203.0.113.{i}" for i in range(6)]) == [401] * 6  # six clients, one failure each

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Query
 
 from app.audit import service
 from app.audit.schemas import AuditPage
-from app.kit.deps import SessionDep, require
+from app.kit.http.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
-from app.kit.schemas import Instant
+from app.kit.http.schemas import Instant
 
 router = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 

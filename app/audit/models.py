@@ -7,7 +7,7 @@ from sqlalchemy import BigInteger, Identity, Index, Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, created_at_col
+from app.kit.database.base import Base, TenantMixin, created_at_col
 
 
 class AuditEvent(TenantMixin, Base):

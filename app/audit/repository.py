@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.models import AuditEvent
 from app.auth.principal import Principal
-from app.kit.access import in_org
+from app.kit.tenancy.access import in_org
 
 
 def lock_chain(db: Session, org_id: uuid.UUID) -> None:

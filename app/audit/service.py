@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from app.audit import repository as repo
 from app.audit.models import AuditEvent
 from app.kit.errors import BadRequest
-from app.kit.signing import mac_hex
+from app.kit.runtime.signing import mac_hex
 
 GENESIS = "0" * 64
 

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from app.kit.view import MAIN, View
+from app.kit.tenancy.view import MAIN, View
 
 KEY_PREFIX = "msk_"
 
@@ -23,7 +23,7 @@ class Principal:
     groups: tuple[str, ...]
     clearances: tuple[str, ...]
     # Which state of the org's memory this principal reads and writes (main now, unless a request
-    # names a branch with Memscale-Branch or asks `as_of`): app/kit/view.py.
+    # names a branch with Memscale-Branch or asks `as_of`): app/kit/tenancy/view.py.
     view: View = MAIN
 
     def has_role(self, *roles: str) -> bool:

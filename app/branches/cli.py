@@ -20,7 +20,7 @@ def _as_user(org_name: str, user: str | None, act: str):  # noqa: ANN202
     from app.auth.enforcer import Authorizer
     from app.auth.principal import Principal
     from app.config import Settings
-    from app.kit.db import bind_principal, transaction
+    from app.kit.database.db import bind_principal, transaction
     from app.orgs import service as orgs
 
     settings = Settings()

@@ -7,11 +7,11 @@ from sqlalchemy import DateTime, Index, Text
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, created_at_col, tenant_fk, uuid_pk
+from app.kit.database.base import Base, TenantMixin, created_at_col, tenant_fk, uuid_pk
 
 
 class Branch(TenantMixin, Base):
-    """A copy-on-write branch of an org's memory (app/kit/view.py): its parent (NULL: main) as it
+    """A copy-on-write branch of an org's memory (app/kit/tenancy/view.py): its parent (NULL: main) as it
     stood at `fork_at`, plus the rows written with this branch's id. Nothing is copied."""
 
     __tablename__ = "branches"

@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.branches.models import Branch
-from app.kit.access import visible_to
-from app.kit.view_models import BranchMask
+from app.kit.tenancy.access import visible_to
+from app.kit.tenancy.view_models import BranchMask
 from app.memories.models import Memory
 
 

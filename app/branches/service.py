@@ -1,6 +1,6 @@
 """Branches of an org's memory: create in O(1), read and write in one with the
 `Memscale-Branch` header, diff, promote chosen changes to main, drop. How a branch reads is
-app/kit/view.py; this module turns a branch into a view and does the branch-level operations.
+app/kit/tenancy/view.py; this module turns a branch into a view and does the branch-level operations.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from app.branches.models import Branch
 from app.branches.schemas import BranchIn, BranchOut, Change, Promoted
 from app.episodes import service as episodes
 from app.episodes.models import Episode
-from app.kit.db import bind_principal
+from app.kit.database.db import bind_principal
 from app.kit.errors import AppError, Conflict, NotFound
 from app.kit.items import ASSET, BRANCH_TYPES, EPISODE, MEMORY
 from app.kit.registry import model_of
-from app.kit.view import MAIN, Layer, View
+from app.kit.tenancy.view import MAIN, Layer, View
 from app.knowledge.models import KnowledgeAsset
 from app.memories import promotion
 from app.memories.models import Memory

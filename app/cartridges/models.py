@@ -7,7 +7,7 @@ from sqlalchemy import Integer, Text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, created_at_col, tenant_fk
+from app.kit.database.base import AccessMixin, Base, access_check, created_at_col, tenant_fk
 
 
 class CartridgeRecord(AccessMixin, Base):

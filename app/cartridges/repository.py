@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.cartridges.models import CartridgeRecord
-from app.kit.access import visible_to
-from app.kit.db import view_of
-from app.kit.repository_view import in_view
-from app.kit.sql import StatementCache
+from app.kit.tenancy.access import visible_to
+from app.kit.database.db import view_of
+from app.kit.tenancy.repository_view import in_view
+from app.kit.database.sql import StatementCache
 from app.knowledge.models import Chunk, KnowledgeAsset
 
 
@@ -27,7 +27,7 @@ _STATEMENTS = StatementCache(512)
 def visible_active(db: Session, principal: Principal, limit: int) -> list:
     """Newest first: (id, p, model_id) of the cartridges a caller may be handed (every
     trained-on asset visible). Every /v1/context asks, so the statement is built once per caller
-    (the key holds the whole principal, as search's do: app.kit.sql.StatementCache); building the
+    (the key holds the whole principal, as search's do: app.kit.database.sql.StatementCache); building the
     access filter afresh was ~2 ms of Python a request at LoCoMo scale, ~1.5× what PostgreSQL spent."""
     def build():  # noqa: ANN202
         return (select(CartridgeRecord.id, CartridgeRecord.p, CartridgeRecord.model_id)

@@ -18,7 +18,7 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.cartridges import repository
 from app.cartridges.models import CartridgeRecord
-from app.kit import scope as scopes
+from app.kit.tenancy import scope as scopes
 from app.lineage.service import add_edge
 
 log = logging.getLogger(__name__)

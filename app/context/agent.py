@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.context.assemble import Piece
-from app.kit.embedding import vector
+from app.kit.runtime.embedding import vector
 from app.kit.errors import NotFound
 from app.memories import service as memories
 

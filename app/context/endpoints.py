@@ -5,9 +5,9 @@ from fastapi import APIRouter, Request
 from app.context import handoff
 from app.context.agent import agent_pieces
 from app.context.service import build
-from app.kit.deps import ReadTurn, SessionDep, require
+from app.kit.http.deps import ReadTurn, SessionDep, require
 from app.kit.errors import COMMON_ERRORS
-from app.kit.replicas import reads
+from app.kit.database.replicas import reads
 from app.search.prepare import prepare
 from app.search.schemas import SearchFilters
 from app.sessions import service as sessions

@@ -1,4 +1,4 @@
-"""The signed grant on a /v1/context handoff (app/kit/signing.py): the inference tier will serve
+"""The signed grant on a /v1/context handoff (app/kit/runtime/signing.py): the inference tier will serve
 exactly the chunk hashes and cartridge ids this handoff names, to whoever holds the token, until
 it expires. The service only ever names what the caller may see, so the token carries no more.
 It also carries the caller's org (an opaque id: the tier's fairness key) and the caps of one
@@ -7,7 +7,7 @@ request on it (`handoff_max_prompt_tokens`, `handoff_max_new_tokens`), which the
 from __future__ import annotations
 
 from app.auth.principal import Principal
-from app.kit import signing
+from app.kit.runtime import signing
 
 
 def sign(settings, principal: Principal, handoff: dict) -> dict:  # noqa: ANN001

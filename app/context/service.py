@@ -12,7 +12,7 @@ from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.cartridges.service import visible_active
 from app.search import service as search
 from app.kit.items import SEARCH_TYPES
-from app.kit.replicas import on
+from app.kit.database.replicas import on
 from app.search.prepare import Prepared
 from app.search.schemas import SearchFilters
 from app.search.service import RankCall, rank, record_retrieval, to_result
@@ -101,7 +101,7 @@ def build(db: Session, prepared: Prepared, resources, *, budget: int, ef_search:
           pinned: list[Piece] | None = None, read=None) -> dict:  # noqa: ANN001
     """The context for a prepared request (app.search.prepare). `pinned`: the session's own pieces
     (app.sessions.service.session_pieces) and an agent's profile (app.context.agent); `read`:
-    where retrieval reads (a read replica, app.kit.replicas); the session's own state and the
+    where retrieval reads (a read replica, app.kit.database.replicas); the session's own state and the
     retrieval event stay in `db`."""
     principal, query = prepared.principal, prepared.query
     count = resources.gateway.count_tokens

@@ -30,7 +30,7 @@ from app.episodes.service import (
     new_row,
     vocabulary,
 )
-from app.kit.db import released, view_of
+from app.kit.database.db import released, view_of
 from app.kit.errors import BadRequest
 from app.kit.stages import stage
 from app.search import lexicon
@@ -107,8 +107,8 @@ def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> lis
 
     from tqdm import tqdm
 
-    from app.kit.db import bind_principal, transaction
-    from app.kit.embedding import make_embedder
+    from app.kit.database.db import bind_principal, transaction
+    from app.kit.runtime.embedding import make_embedder
 
     embedder = make_embedder(settings)
     with tqdm(total=len(items), desc="import", unit="episode", file=sys.stderr) as bar, transaction(sessions) as db:

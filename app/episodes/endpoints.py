@@ -9,12 +9,12 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from app.episodes import service
 from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut, EpisodePage
-from app.kit import idempotency
-from app.kit.db import released
-from app.kit.deps import SessionDep, require
+from app.kit.http import idempotency
+from app.kit.database.db import released
+from app.kit.http.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
-from app.kit.listing import ItemFilters, item_filters
-from app.kit.replicas import reads
+from app.kit.http.listing import ItemFilters, item_filters
+from app.kit.database.replicas import reads
 
 
 class _EpisodeIdSegment(Convertor):

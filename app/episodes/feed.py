@@ -1,7 +1,7 @@
 """The embeddings of one write, made in a thread of their own while the request stores what is done.
 
 A write embeds its new vocabulary and then its items, slice by slice through the fair write lane
-(app/kit/fairness.py `write_slices`); the request's thread takes the pieces in the order they are
+(app/kit/runtime/fairness.py `write_slices`); the request's thread takes the pieces in the order they are
 done and writes each in its transaction while the model embeds the next: the database's work hides
 behind the model's instead of following it. Nothing is committed before the last piece is stored
 (the request owns one transaction), so a batch stays all or nothing; an error of the embedding

@@ -7,7 +7,7 @@ from sqlalchemy import CheckConstraint, DateTime, Index, Text, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, branch_col, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
+from app.kit.database.base import AccessMixin, Base, access_check, branch_col, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
 
 
 class Episode(AccessMixin, Base):

@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.episodes.models import Episode
-from app.kit.access import visible_to
-from app.kit.db import view_of
-from app.kit.listing import ItemFilters
-from app.kit.repository_listing import item_terms, keyset
-from app.kit.repository_view import in_layer, in_view
+from app.kit.tenancy.access import visible_to
+from app.kit.database.db import view_of
+from app.kit.http.listing import ItemFilters
+from app.kit.http.repository_listing import item_terms, keyset
+from app.kit.tenancy.repository_view import in_layer, in_view
 
 
 def get_visible(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode | None:
@@ -84,7 +84,7 @@ def hard_delete(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, *, branch
 def sessions_not_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID, ids: set[uuid.UUID]) -> list[uuid.UUID]:
     """Which of these ids are sessions of the org owned by someone else (ids only; sessions are
     private, so the check looks past the caller's row-level scope)."""
-    from app.kit.db import every_scope
+    from app.kit.database.db import every_scope
     from app.sessions.models import AgentSession
 
     with every_scope(db):

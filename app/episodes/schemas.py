@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.kit.schemas import AccessIn, AccessOut, Instant, StrictModel
+from app.kit.http.schemas import AccessIn, AccessOut, Instant, StrictModel
 
 
 class Message(StrictModel):

@@ -14,11 +14,11 @@ from app.episodes import repository as repo
 from app.episodes.feed import Feed
 from app.episodes.models import Episode
 from app.episodes.schemas import EpisodeIn, EpisodeOut, EpisodePage
-from app.kit.access import assert_may_modify, assert_may_share
-from app.kit.db import released, view_of
-from app.kit.embedding import Embedder
+from app.kit.tenancy.access import assert_may_modify, assert_may_share
+from app.kit.database.db import released, view_of
+from app.kit.runtime.embedding import Embedder
 from app.kit.errors import NotFound
-from app.kit.listing import ItemFilters, next_cursor
+from app.kit.http.listing import ItemFilters, next_cursor
 from app.kit.stages import stage
 from app.lineage.service import add_edge
 from app.search import lexicon
@@ -35,7 +35,7 @@ def embed_text(item: EpisodeIn) -> str:
 
 
 def embed_all(embedder: Embedder, items: list[EpisodeIn], who: str | None = None) -> list:
-    """Embeddings of new episodes; with `who`, through the fair write lane (app/kit/fairness.py)."""
+    """Embeddings of new episodes; with `who`, through the fair write lane (app/kit/runtime/fairness.py)."""
     texts = [embed_text(i) for i in items]
     if who is not None and hasattr(embedder, "embed_write"):
         return embedder.embed_write(who, texts)
@@ -58,7 +58,7 @@ def ingest(db: Session, embedder: Embedder, principal: Principal, items: list[Ep
     the first slice with no pooled connection held, then the idempotency lock (held to the commit)
     and each slice stored while the next is embedded, all in the caller's transaction; `reply`
     makes the response. A replayed request stops embedding at once."""
-    from app.kit import idempotency
+    from app.kit.http import idempotency
 
     who = str(principal.user_id)
     with stage("validation"):
@@ -186,7 +186,7 @@ def read(db: Session, principal: Principal, episode_id: uuid.UUID, read=None) ->
 
 def page(db: Session, principal: Principal, f: ItemFilters, read=None) -> EpisodePage:  # noqa: ANN001
     """A keyset page of the episodes the caller may see, recorded as a retrieval (it hands out content)."""
-    from app.kit.replicas import on
+    from app.kit.database.replicas import on
     from app.lineage.service import record_retrieval
 
     rows = (read or on(db))(lambda rdb: repo.page_visible(rdb, principal, f))

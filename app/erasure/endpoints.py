@@ -11,7 +11,7 @@ import app.episodes.endpoints  # noqa: F401  (registers the `episode_id` path co
 from app.erasure import service
 from app.erasure.service import tier_client
 from app.jobs.schemas import JobRef
-from app.kit.deps import PrincipalDep, SessionDep, require
+from app.kit.http.deps import PrincipalDep, SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 
 episodes = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ERRORS)

@@ -47,13 +47,13 @@ from app.auth.principal import Principal
 from app.cartridges import service as cartridges
 from app.episodes import service as episodes
 from app.jobs import service as jobs
-from app.kit import idempotency
-from app.kit.access import assert_may_modify
-from app.kit.db import bind_principal, every_scope, transaction, view_of
+from app.kit.http import idempotency
+from app.kit.tenancy.access import assert_may_modify
+from app.kit.database.db import bind_principal, every_scope, transaction, view_of
 from app.kit.errors import NotFound
-from app.kit.repository_view import add_mask
-from app.kit.tier import TierClient
-from app.kit.view import EVERY_BRANCH
+from app.kit.tenancy.repository_view import add_mask
+from app.kit.runtime.tier import TierClient
+from app.kit.tenancy.view import EVERY_BRANCH
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
 from app.memories import lifecycle
@@ -77,7 +77,7 @@ def delete_episode(db: Session, principal: Principal, episode_id: uuid.UUID) -> 
 def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, actor_id: uuid.UUID | None,
                    job_id: uuid.UUID | None, viewer: Principal | None = None) -> dict:
     """In main the episode is erased everywhere (every branch's memories derived from it too). In
-    a branch (app/kit/view.py) only the branch changes: its own rows go, main's are masked.
+    a branch (app/kit/tenancy/view.py) only the branch changes: its own rows go, main's are masked.
     `viewer`: who asked (None: a system job), whose counts the stats hold (`Reached.seen_by`)."""
     branch = view_of(db).branch_id
     with every_scope(db):

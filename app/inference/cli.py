@@ -89,7 +89,7 @@ def serve(*, host, port, model_path, data_dir, threads, recompute_ratio, selecti
         from app.inference.cartridge import directory_resolver_factory
 
         factory = directory_resolver_factory(Path(env.get("MEMSCALE_DATA_DIR", "./.memscale")) / "cartridges")
-    from app.kit.signing import load_key
+    from app.kit.runtime.signing import load_key
 
     # The shared secret of the two tiers: MEMSCALE_INFERENCE_KEY, else <data_dir>/inference.key.
     key = load_key(Path(env.get("MEMSCALE_DATA_DIR", "./.memscale")), env.get("MEMSCALE_INFERENCE_KEY"))

@@ -2,7 +2,7 @@
 
 Design choices:
 - Loaded by path (any local Llama/Qwen-family checkpoint) with the project's one loader
-  (``app.kit.localmodel.load_causal_lm``); CPU fp32 by default, CUDA bf16 when a GPU is present.
+  (``app.kit.runtime.localmodel.load_causal_lm``); CPU fp32 by default, CUDA bf16 when a GPU is present.
   Nothing is read from the environment here: :func:`config_from_env` is called by the CLI (and
   the precompute hook) at start-up.
 - ``model_id`` is the checkpoint's identity (its folder name), the id a cartridge records;
@@ -31,7 +31,7 @@ Design choices:
   * ``blend``: CacheBlend (``blend.py``).
 - ``prefix_kv`` (cartridges) is a list per layer of (K, V), each (1, kv_heads, p, head_dim),
   positioned at 0..p-1; everything else continues at p.
-- Greedy decoding with the project's one decode loop (``app.kit.localmodel.decode``); the time
+- Greedy decoding with the project's one decode loop (``app.kit.runtime.localmodel.decode``); the time
   of the first generated token is recorded for TTFT.
 - Prefill in pieces (``EngineConfig.prefill_chunk_tokens``): a segment longer than a piece (the
   chunks in ``full`` mode, a long query) is prefilled piece by piece over the growing cache, so a
@@ -68,7 +68,7 @@ from app.inference.kv import (
     stack_kv,
 )
 from app.inference.modes import MODES, Mode
-from app.kit.localmodel import DecodeTimes, decode, load_causal_lm, stop_token_ids
+from app.kit.runtime.localmodel import DecodeTimes, decode, load_causal_lm, stop_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def config_from_env(environ: dict[str, str] | None = None) -> EngineConfig:
     env = os.environ if environ is None else environ
     path = env.get("MEMSCALE_INFERENCE_MODEL")
     if not path:
-        from app.kit.localmodel import local_model_dir
+        from app.kit.runtime.localmodel import local_model_dir
 
         path = str(local_model_dir(env.get("MEMSCALE_DATA_DIR", "./.memscale")))
     return EngineConfig(model_path=path)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from app.kit.errors import RateLimited
-from app.kit.limits import RateLimiter
+from app.kit.http.limits import RateLimiter
 
 OPERATOR = "operator"  # the fairness key of the shared key's calls (org and token alike)
 

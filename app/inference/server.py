@@ -21,7 +21,7 @@ Design choices:
 - Errors all render as ``{"error": {"code", "message"}}``: 404 unknown chunk hash or cartridge,
   400 prompt too long or over a token's cap, 413 body too large, 422 malformed body, 401 no or bad
   credentials, 403 an operator call made with a handoff token, 429 over a bound or rate.
-- Authentication (app/kit/signing.py): every call but /healthz presents ``Authorization: Bearer``
+- Authentication (app/kit/runtime/signing.py): every call but /healthz presents ``Authorization: Bearer``
   with either the shared key (the operator: precompute, raw texts, deletion, benchmarks) or a
   handoff token the memory service signed, which authorises exactly its chunk hashes and
   cartridge ids until it expires. A hash or cartridge a token does not name reads exactly like
@@ -50,8 +50,8 @@ from app.inference.kv import ChunkKV, PrefixKV, prefix_length
 from app.inference.schemas import ChunkIn, ChunksIn, ChunksOut, ErrorOut, GenerateIn, GenerateOut, Timings
 from app.inference.scheduler import Busy, FairScheduler, SchedulerConfig, Ticket
 from app.inference.store import ChunkNotFound, ChunkStore, StoreConfig, content_hash
-from app.kit.limits import BodyLimitMiddleware
-from app.kit.signing import Grant, InvalidToken, verify
+from app.kit.http.limits import BodyLimitMiddleware
+from app.kit.runtime.signing import Grant, InvalidToken, verify
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class ServerConfig:
     blend: BlendConfig = field(default_factory=BlendConfig)
     max_chunk_tokens: int = 2048
     max_texts: int = 256  # per /v1/chunks call
-    key: bytes | None = None  # the shared secret (app/kit/signing.py); required
+    key: bytes | None = None  # the shared secret (app/kit/runtime/signing.py); required
     max_body_bytes: int = 4 * 2**20
     schedule: SchedulerConfig = field(default_factory=SchedulerConfig)  # fairness and bounds (scheduler.py)
     # a handoff token's request: at most these (or the token's own signed caps, if lower)

@@ -32,7 +32,7 @@ def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:  # n
     from app.branches.service import view_named
     from app.jobs import service as jobs_service
     from app.jobs.runner import JobContext, run_job
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.orgs import service as orgs
     from app.resources import Resources
 

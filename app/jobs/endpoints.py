@@ -6,9 +6,9 @@ from fastapi import APIRouter, Query, Request
 
 from app.jobs import service
 from app.jobs.schemas import JobCreated, JobIn, JobOut, JobPage
-from app.kit.deps import SessionDep, require
+from app.kit.http.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
-from app.kit.listing import next_cursor
+from app.kit.http.listing import next_cursor
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=COMMON_ERRORS)
 

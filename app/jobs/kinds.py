@@ -21,7 +21,7 @@ class JobKind:
     pipeline: str  # "module:function", imported on first use so that the API process stays light
     params: type[BaseModel]  # validated at the API (422) and again by the pipeline
     every_s: int | None = None  # default schedule in seconds (org.settings["schedules"] overrides); None: on request
-    branchable: bool = False  # may run in a branch, reading and writing the branch's view (app/kit/view.py)
+    branchable: bool = False  # may run in a branch, reading and writing the branch's view (app/kit/tenancy/view.py)
 
 
 JOB_KINDS: dict[str, JobKind] = {k.name: k for k in (

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import StrictBool, Field
 
-from app.kit.schemas import AccessIn, NumberOnly, StrictModel
+from app.kit.http.schemas import AccessIn, NumberOnly, StrictModel
 from app.memories.near_duplicates import CONFLICT_SIMILARITY, DUPLICATE_SIMILARITY
 
 

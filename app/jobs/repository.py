@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.jobs.models import Job, PipelineCursor
-from app.kit.access import in_org
+from app.kit.tenancy.access import in_org
 
 
 def get(db: Session, org_id: uuid.UUID, job_id: uuid.UUID, *, for_update: bool = False) -> Job:

@@ -34,8 +34,8 @@ from app.jobs import service as jobs_service
 from app.jobs.kinds import JOB_KINDS
 from app.jobs.models import Job
 from app.branches import service as branches
-from app.kit.db import bind_principal, transaction
-from app.kit.view import MAIN, View
+from app.kit.database.db import bind_principal, transaction
+from app.kit.tenancy.view import MAIN, View
 from app.resources import Resources
 
 log = logging.getLogger("memscale.jobs")

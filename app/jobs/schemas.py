@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.jobs.kinds import JOB_KINDS, KindName
-from app.kit.schemas import StrictModel
+from app.kit.http.schemas import StrictModel
 
 
 def _params_per_kind(schema: dict) -> None:

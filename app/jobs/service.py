@@ -12,7 +12,7 @@ from app.auth.principal import Principal
 from app.jobs import repository as repo
 from app.jobs.models import Job
 from app.jobs.kinds import BRANCHABLE, JOB_KINDS
-from app.kit.db import view_of
+from app.kit.database.db import view_of
 from app.kit.errors import AppError, Conflict, Forbidden, NotFound
 
 

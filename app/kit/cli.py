@@ -22,15 +22,15 @@ def admin_session(settings: Settings) -> Session:
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     return Session(create_engine(admin_url(settings)), info={"audit_key": settings.audit_secret()})
 
 
 def app_sessions(settings: Settings) -> sessionmaker[Session]:
     """Sessions of the service role, under row-level security like the API's."""
-    from app.kit.db import make_engine, make_sessionmaker
-    from app.kit.pg import app_url
+    from app.kit.database.db import make_engine, make_sessionmaker
+    from app.kit.database.pg import app_url
 
     return make_sessionmaker(make_engine(app_url(settings), pool_size=2), audit_key=settings.audit_secret())
 

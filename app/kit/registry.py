@@ -13,7 +13,7 @@ from app.branches import models as _branches  # noqa: F401
 from app.cartridges import models as _cartridges  # noqa: F401
 from app.episodes import models as _episodes  # noqa: F401
 from app.jobs import models as _jobs  # noqa: F401
-from app.kit.base import Base
+from app.kit.database.base import Base
 from app.kit.items import ITEM_TYPES, SOURCE_TYPES  # noqa: F401 - the table, read here with its models
 from app.knowledge import models as _knowledge  # noqa: F401
 from app.lineage import models as _lineage  # noqa: F401
@@ -21,9 +21,9 @@ from app.memories import models as _memories  # noqa: F401
 from app.orgs import models as _orgs  # noqa: F401
 from app.search import models as _search  # noqa: F401
 from app.sessions import models as _sessions  # noqa: F401
-from app.kit import idempotency_models as _idempotency  # noqa: F401
-from app.kit import ratelimit_models as _ratelimit  # noqa: F401
-from app.kit import view_models as _view  # noqa: F401
+from app.kit.http import idempotency_models as _idempotency  # noqa: F401
+from app.kit.http import ratelimit_models as _ratelimit  # noqa: F401
+from app.kit.tenancy import view_models as _view  # noqa: F401
 
 metadata = Base.metadata
 

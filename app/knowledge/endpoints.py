@@ -6,7 +6,7 @@ import uuid
 
 from fastapi import APIRouter, Query
 
-from app.kit.deps import SessionDep, require
+from app.kit.http.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.knowledge import navigation
 from app.knowledge.schemas import NodeOut, TreeOut

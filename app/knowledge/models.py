@@ -7,7 +7,7 @@ from sqlalchemy import DateTime, ForeignKey, Index, Integer, Text, func
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import (AccessMixin, Base, access_check, branch_col, created_at_col, embedding_col, tenant_fk, tsv_col,
+from app.kit.database.base import (AccessMixin, Base, access_check, branch_col, created_at_col, embedding_col, tenant_fk, tsv_col,
                           uuid_pk)
 
 

@@ -6,9 +6,9 @@ from sqlalchemy import Text, and_, cast, delete, func, literal, select, union_al
 from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.orm import Session
 
-from app.kit.db import view_of
+from app.kit.database.db import view_of
 from app.kit.items import ASSET, MEMORY
-from app.kit.repository_view import in_view
+from app.kit.tenancy.repository_view import in_view
 from app.knowledge.models import Chunk, KnowledgeAsset
 
 
@@ -91,7 +91,7 @@ def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: st
 
 
 def _visible_nodes(principal):  # noqa: ANN001, ANN202
-    from app.kit.access import visible_to
+    from app.kit.tenancy.access import visible_to
     from app.knowledge.models import KnowledgeNode
 
     live = KnowledgeNode.asset_id.in_(select(KnowledgeAsset.id).where(
@@ -151,7 +151,7 @@ def nodes_by_refs(db: Session, principal, refs: list[str], kind: str, limit: int
 
 def asset_memories(db: Session, principal, asset_id: uuid.UUID, limit: int = 20) -> list:  # noqa: ANN001
     """Active memories derived from an asset (schema hints, glossary facts) the caller may see."""
-    from app.kit.access import visible_to
+    from app.kit.tenancy.access import visible_to
     from app.lineage.models import LineageEdge
     from app.memories.models import Memory
 
@@ -165,7 +165,7 @@ def asset_memories(db: Session, principal, asset_id: uuid.UUID, limit: int = 20)
 
 def asset_lineage(db: Session, principal, asset_id: uuid.UUID) -> list:  # noqa: ANN001
     """The asset's own derivations (enriched_from) to assets the caller may see."""
-    from app.kit.access import visible_to
+    from app.kit.tenancy.access import visible_to
     from app.lineage.models import LineageEdge
 
     return list(db.execute(select(LineageEdge.relation, LineageEdge.to_type, LineageEdge.to_id, LineageEdge.job_id,
@@ -178,7 +178,7 @@ def asset_lineage(db: Session, principal, asset_id: uuid.UUID) -> list:  # noqa:
 
 
 def visible_asset(db: Session, principal, asset_id: uuid.UUID):  # noqa: ANN001, ANN201
-    from app.kit.access import visible_to
+    from app.kit.tenancy.access import visible_to
 
     return db.execute(select(KnowledgeAsset).where(KnowledgeAsset.id == asset_id,
                                                    visible_to(principal, KnowledgeAsset))).scalar_one_or_none()

@@ -1,7 +1,7 @@
 """Knowledge assets and their chunks. Re-ingesting unchanged content changes nothing; changed
 content replaces the chunks (old chunk ids stay in lineage; the audit log records the swap).
 
-In a branch (app/kit/view.py) bootstrap writes copy-on-write: a source whose asset lies below the
+In a branch (app/kit/tenancy/view.py) bootstrap writes copy-on-write: a source whose asset lies below the
 branch (main's, a parent branch's) and has changed gets a new asset of the branch's own, and the
 one below is masked with its chunks and nodes; main's rows are never touched."""
 
@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.cartridges.service import erase as erase_cartridges, mark_stale
-from app.kit.db import is_below, view_of
-from app.kit.repository_view import add_mask
-from app.kit.scope import Scope
+from app.kit.database.db import is_below, view_of
+from app.kit.tenancy.repository_view import add_mask
+from app.kit.tenancy.scope import Scope
 from app.knowledge import repository as repo
 from app.knowledge.models import Chunk, KnowledgeAsset, KnowledgeNode
 from app.lineage.service import add_edge

@@ -5,11 +5,11 @@ from typing import Literal
 
 from fastapi import APIRouter, Query, Request
 
-from app.kit.deps import SessionDep, require
+from app.kit.http.deps import SessionDep, require
 from app.kit.items import ItemName
-from app.kit.schemas import Instant
+from app.kit.http.schemas import Instant
 from app.kit.errors import COMMON_ERRORS
-from app.kit.replicas import reads
+from app.kit.database.replicas import reads
 from app.lineage import service
 from app.lineage.schemas import LineageGraph, RetrievalOut, RetrievalsOfItem
 

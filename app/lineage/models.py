@@ -7,7 +7,7 @@ from sqlalchemy import Index, Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, branch_col, created_at_col, tenant_fk, uuid_pk
+from app.kit.database.base import Base, TenantMixin, branch_col, created_at_col, tenant_fk, uuid_pk
 
 
 class LineageEdge(TenantMixin, Base):

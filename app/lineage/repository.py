@@ -8,7 +8,7 @@ from sqlalchemy import delete, insert, select, text
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.access import visible_to
+from app.kit.tenancy.access import visible_to
 from app.lineage.models import LineageEdge, RetrievalEvent
 
 # Walk the edge graph from (type, id); "up" follows derivations to their sources, "down" to
@@ -31,7 +31,7 @@ WALK = {"up": _WALK.format(near="from", far="to"), "down": _WALK.format(near="to
 def edges(db: Session, org_id: uuid.UUID, type_: str, id_: uuid.UUID, *, direction: str, depth: int,
           as_of=None) -> list:  # noqa: ANN001
     """Edges reachable from (type, id); `as_of`: only those recorded by then. Row-level security
-    keeps other branches' edges out (app/kit/view.py)."""
+    keeps other branches' edges out (app/kit/tenancy/view.py)."""
     out = []
     for d in (("up", "down") if direction == "both" else (direction,)):
         out += db.execute(text(WALK[d]), {"t": type_, "i": id_, "org": org_id, "depth": depth, "as_of": as_of}).all()
@@ -49,7 +49,7 @@ def existing_ids(db: Session, org_id: uuid.UUID, model, ids) -> set[uuid.UUID]: 
     """Which of `ids` still exist in the org, whoever may see them (ids only, never content)."""
     if not ids:
         return set()
-    from app.kit.db import existence_only
+    from app.kit.database.db import existence_only
 
     with existence_only(db):
         return set(db.execute(select(model.id).where(model.id.in_(list(ids)), model.org_id == org_id)).scalars())

@@ -11,7 +11,7 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.db import view_of
+from app.kit.database.db import view_of
 from app.kit.errors import NotFound
 from app.kit.registry import ITEM_TYPES, text_of
 from app.lineage import repository as repo
@@ -43,9 +43,9 @@ def record_read(db: Session, principal: Principal, kind: str, type_: str, id_) -
 
 
 def read_one(db: Session, principal: Principal, type_: str, fetch, read=None):  # noqa: ANN001, ANN201
-    """GET of one item: `fetch(rdb)` run where `read` says (a replica, app.kit.replicas), and a
+    """GET of one item: `fetch(rdb)` run where `read` says (a replica, app.kit.database.replicas), and a
     retrieval record that the caller read its content (written in `db`, the primary)."""
-    from app.kit.replicas import on
+    from app.kit.database.replicas import on
 
     item = (read or on(db))(fetch)
     record_read(db, principal, "get", type_, item.id)
@@ -60,9 +60,9 @@ def _describe(type_: str, row) -> dict:  # noqa: ANN001
 
 def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, *, direction: str, depth: int,
           read=None) -> dict:  # noqa: ANN001
-    """The lineage graph around one item, read where `read` says (a read replica, app.kit.replicas);
+    """The lineage graph around one item, read where `read` says (a read replica, app.kit.database.replicas);
     the retrieval event for the nodes whose text it hands out is written in `db`."""
-    from app.kit.replicas import on
+    from app.kit.database.replicas import on
 
     out = (read or on(db))(lambda rdb: _graph(rdb, principal, type_, id_, direction, depth))
     with_text = [{"type": n["type"], "id": n["id"]} for n in out["nodes"] if "text" in n]

@@ -3,7 +3,7 @@
 Design choices:
 - One model per process and model directory, loaded lazily on the first generation under a lock
   (the tokenizer alone loads for token counting, without the weights), with the project's one
-  loader and decode loop (``app.kit.localmodel``: the inference tier and cartridge training use
+  loader and decode loop (``app.kit.runtime.localmodel``: the inference tier and cartridge training use
   the same two).
 - Generations are serialised by a lock: two threads on 2 CPU cores would only slow each other.
   Waiting for the lock counts against the call's timeout.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.kit.localmodel import decode, load_causal_lm, load_tokenizer, local_model_dir, stop_token_ids
+from app.kit.runtime.localmodel import decode, load_causal_lm, load_tokenizer, local_model_dir, stop_token_ids
 
 log = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ from datetime import datetime, timezone
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.access import can_see
-from app.kit.db import every_scope, view_of
+from app.kit.tenancy.access import can_see
+from app.kit.database.db import every_scope, view_of
 from app.kit.items import MEMORY
-from app.kit.repository_view import add_mask
+from app.kit.tenancy.repository_view import add_mask
 from app.memories import repository as repo
 
 

@@ -6,11 +6,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from app.kit.deps import SessionDep, require
-from app.kit.schemas import Instant
+from app.kit.http.deps import SessionDep, require
+from app.kit.http.schemas import Instant
 from app.kit.errors import COMMON_ERRORS
-from app.kit.replicas import reads
-from app.kit.listing import ItemFilters, item_filters
+from app.kit.database.replicas import reads
+from app.kit.http.listing import ItemFilters, item_filters
 from app.memories import listing, service
 from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPage, MemoryPatch
 

@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
-from app.kit import scope as scopes
-from app.kit.db import is_below, view_of
-from app.kit.repository_view import add_mask
+from app.kit.tenancy import scope as scopes
+from app.kit.database.db import is_below, view_of
+from app.kit.tenancy.repository_view import add_mask
 from app.memories import cascade, repository as repo
 from app.memories.models import Memory
 from app.memories.versioning import supersede

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.listing import ItemFilters, next_cursor
+from app.kit.http.listing import ItemFilters, next_cursor
 from app.memories import repository as repo
 from app.memories.schemas import MemoryPage
 from app.memories.service import to_out
@@ -15,7 +15,7 @@ from app.memories.service import to_out
 
 def page(db: Session, principal: Principal, f: ItemFilters, status: str, read=None) -> MemoryPage:  # noqa: ANN001
     """Versions that had `status` in the caller's view (main, a branch, as of), in id order after `f.after`."""
-    from app.kit.replicas import on
+    from app.kit.database.replicas import on
     from app.lineage.service import record_retrieval
 
     rows = (read or on(db))(lambda rdb: repo.page_visible(rdb, principal, f, (status,)))

@@ -7,7 +7,7 @@ from sqlalchemy import CheckConstraint, DateTime, Float, Index, Integer, Text, f
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, branch_col, tenant_fk, embedding_col, tsv_col, uuid_pk
+from app.kit.database.base import AccessMixin, Base, access_check, branch_col, tenant_fk, embedding_col, tsv_col, uuid_pk
 
 MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill")
 AGENT_KINDS = ("instruction", "skill")  # an agent's profile: its system prompt and skills

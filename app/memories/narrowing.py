@@ -4,7 +4,7 @@ Every version row is checked against its own scope on every read path (`visible_
 security, as-of reads, status filters, lineage, branches). So when a version is written with a
 scope narrower than earlier rows of its root, those rows are narrowed too, at write time, in the
 same transaction: each OTHER row of the root keeps the meet of its own scope and the new one
-(`app.kit.scope.meet`). Written in main, that is every row of the root, in main and in every
+(`app.kit.tenancy.scope.meet`). Written in main, that is every row of the root, in main and in every
 branch; written in a branch, that branch's own rows only (a branch write never changes main; a
 promotion into main then narrows main's, since it is a write in main). Widening later (`declassify`) widens only the
 new version. The update reaches rows the writer cannot see (a steward narrowing, a label the
@@ -19,8 +19,8 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
-from app.kit import scope as scopes
-from app.kit.db import every_scope
+from app.kit.tenancy import scope as scopes
+from app.kit.database.db import every_scope
 from app.memories import repository as repo
 from app.memories.models import Memory
 

@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal
-from app.kit import scope as scopes
-from app.kit.access import assert_may_shape_profile, can_see
-from app.kit.db import every_scope
+from app.kit.tenancy import scope as scopes
+from app.kit.tenancy.access import assert_may_shape_profile, can_see
+from app.kit.database.db import every_scope
 from app.kit.errors import Conflict, NotFound
 from app.lineage.service import add_edge
 from app.memories import repository as repo
@@ -54,7 +54,7 @@ def promote_version(db: Session, principal: Principal, row: Memory, *, branch: s
     """A branch's memory version applied to main (the transaction is bound to main): version n+1
     of main's current version of its root, else (a memory begun in the branch) a new memory;
     `promoted_from` lineage to it. Never wider than main's current version: the
-    promoted scope is the meet of the branch row's and main's (`app.kit.scope.meet`), so a branch
+    promoted scope is the meet of the branch row's and main's (`app.kit.tenancy.scope.meet`), so a branch
     forked before its owner narrowed it cannot re-publish it; widening is `declassify`'s, audited."""
     old = _main_current(db, principal, row.root_id)
     provenance = {**row.provenance, "promoted_from": {"branch": branch, "id": str(row.id)}}

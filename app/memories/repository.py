@@ -8,13 +8,13 @@ from sqlalchemy import and_, delete, select, update
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.access import visible_to
+from app.kit.tenancy.access import visible_to
 from app.kit.registry import SOURCE_TYPES, model_of
-from app.kit.db import view_of
+from app.kit.database.db import view_of
 from app.kit.items import MEMORY
-from app.kit.listing import ItemFilters
-from app.kit.repository_listing import item_terms, keyset
-from app.kit.repository_view import in_view, memory_state
+from app.kit.http.listing import ItemFilters
+from app.kit.http.repository_listing import item_terms, keyset
+from app.kit.tenancy.repository_view import in_view, memory_state
 from app.lineage.models import LineageEdge
 from app.memories.models import Memory
 
@@ -23,7 +23,7 @@ LIVE = ("active", "quarantined")  # the current version of a memory root is in o
 
 def _state(db: Session, statuses) -> list:  # noqa: ANN001
     """Versions of `statuses` in the transaction's view (pipelines' org-level reads: main, or the
-    branch a job runs in, app/kit/view.py)."""
+    branch a job runs in, app/kit/tenancy/view.py)."""
     view = view_of(db)
     return [in_view(view, Memory), memory_state(view, Memory, statuses)]
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from app.kit.items import SourceType
-from app.kit.schemas import GROUPS_MATCH_VISIBILITY, AccessIn, AccessOut, Instant, NumberOnly, StrictModel, Tag, Visibility
+from app.kit.http.schemas import GROUPS_MATCH_VISIBILITY, AccessIn, AccessOut, Instant, NumberOnly, StrictModel, Tag, Visibility
 
 MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
 AgentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]

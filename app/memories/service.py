@@ -13,12 +13,12 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal
-from app.kit import scope as scopes
-from app.kit.embedding import Embedder
-from app.kit.access import assert_may_modify, assert_may_shape_profile, assert_may_share
-from app.kit.db import view_of
-from app.kit.repository_view import status_in
-from app.kit.view import View
+from app.kit.tenancy import scope as scopes
+from app.kit.runtime.embedding import Embedder
+from app.kit.tenancy.access import assert_may_modify, assert_may_shape_profile, assert_may_share
+from app.kit.database.db import view_of
+from app.kit.tenancy.repository_view import status_in
+from app.kit.tenancy.view import View
 from app.kit.errors import AppError, Conflict, NotFound
 from app.memories import repository as repo
 from app.memories.lifecycle import delete_root

@@ -16,11 +16,11 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal
-from app.kit import scope as scopes
-from app.kit.embedding import Embedder
-from app.kit.access import can_see
-from app.kit.db import every_scope, is_below, view_of
-from app.kit.repository_view import add_mask
+from app.kit.tenancy import scope as scopes
+from app.kit.runtime.embedding import Embedder
+from app.kit.tenancy.access import can_see
+from app.kit.database.db import every_scope, is_below, view_of
+from app.kit.tenancy.repository_view import add_mask
 from app.lineage.service import add_edge
 from app.memories import repository as repo
 from app.memories.models import Memory
@@ -62,7 +62,7 @@ def supersede(db: Session, old: Memory, now: datetime, *, close_validity: bool) 
     """Retire a version: known to the system until `now`; with `close_validity`, also no longer
     true in the world from `now` (its text was replaced or contradicted, not merely restated).
     In a branch, a version of a layer below (main, a parent branch) is not touched: the branch
-    masks its root from `now` on (app/kit/view.py), and its own new version, if any, shows."""
+    masks its root from `now` on (app/kit/tenancy/view.py), and its own new version, if any, shows."""
     if is_below(db, old):
         add_mask(db, org_id=old.org_id, branch_id=view_of(db).branch_id, item_type="memories", key=old.root_id, at=now)
         return

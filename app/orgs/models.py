@@ -7,7 +7,7 @@ from sqlalchemy import DateTime, LargeBinary, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, created_at_col, tenant_fk, uuid_pk
+from app.kit.database.base import Base, TenantMixin, created_at_col, tenant_fk, uuid_pk
 
 
 class Org(Base):

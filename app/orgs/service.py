@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal, hash_secret, new_key, parse_key
-from app.kit.db import bind_principal
+from app.kit.database.db import bind_principal
 from app.kit.errors import Conflict, NotFound
 from app.orgs import repository as repo
 from app.orgs.models import ApiKey, Org, User

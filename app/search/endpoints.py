@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from app.kit.deps import ReadTurn, SessionDep, require
+from app.kit.http.deps import ReadTurn, SessionDep, require
 from app.kit.errors import COMMON_ERRORS
-from app.kit.replicas import reads
+from app.kit.database.replicas import reads
 from app.search import service
 from app.search.prepare import prepare
 from app.search.schemas import SearchIn, SearchOut

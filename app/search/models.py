@@ -4,7 +4,7 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy import Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import EMBEDDING_DIM, Base, TenantMixin
+from app.kit.database.base import EMBEDDING_DIM, Base, TenantMixin
 
 
 class Lexeme(TenantMixin, Base):

@@ -11,8 +11,8 @@ from functools import partial
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.db import released
-from app.kit.embedding import beside, vector
+from app.kit.database.db import released
+from app.kit.runtime.embedding import beside, vector
 from app.search.instruction import apply
 from app.search.instruction_llm import interpret_llm
 from app.search.schemas import Interpreted, SearchFilters
@@ -24,7 +24,7 @@ class QueryVector:
 
     __slots__ = ("_source", "_value")
 
-    def __init__(self, source=None):  # noqa: ANN001 - an array, an app.kit.embedding.Pending or None
+    def __init__(self, source=None):  # noqa: ANN001 - an array, an app.kit.runtime.embedding.Pending or None
         self._source, self._value = source, None
 
     def get(self):  # noqa: ANN201

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.items import SEARCH_TYPES
 from app.kit.registry import text_of
-from app.kit.replicas import on
+from app.kit.database.replicas import on
 from app.lineage.service import record_retrieval
 from app.search.time_window import query_window
 from app.search.prepare import Prepared, QueryVector, as_query_vector
@@ -264,7 +264,7 @@ def search(db: Session, prepared: Prepared, body: SearchIn, *, ef_search: int, t
            read=None) -> tuple[list[SearchResult], uuid.UUID]:  # noqa: ANN001
     """Rank a prepared request (app.search.prepare: the instruction is read there, once) and record
     the retrieval event, with what the instruction was read as. `read`: where the ranking reads (a
-    read replica, app.kit.replicas); the retrieval event is written in `db`."""
+    read replica, app.kit.database.replicas); the retrieval event is written in `db`."""
     call = RankCall.of(prepared, types=tuple(body.types), k=body.k, mode=body.mode, ef_search=ef_search, tuning=tuning,
                        explain=body.explain)
     results, info = (read or on(db))(lambda rdb: rank(rdb, call))

@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 
 from app.lineage.service import record_read
-from app.kit.deps import SessionDep, require
+from app.kit.http.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
 from app.sessions import service, tools
 from app.sessions.schemas import (

@@ -7,7 +7,7 @@ from sqlalchemy import DateTime, Float, Index, Integer, Text, func
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import AccessMixin, Base, access_check, tenant_fk, created_at_col, uuid_pk
+from app.kit.database.base import AccessMixin, Base, access_check, tenant_fk, created_at_col, uuid_pk
 
 
 class AgentSession(AccessMixin, Base):

@@ -8,7 +8,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.access import visible_to
+from app.kit.tenancy.access import visible_to
 from app.sessions.models import AgentSession, SessionMessage, ToolCall
 
 

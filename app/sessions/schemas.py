@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.kit.schemas import Instant, NumberOnly, StrictModel
+from app.kit.http.schemas import Instant, NumberOnly, StrictModel
 from app.memories.schemas import AgentId
 
 Label = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\- ]+$")]

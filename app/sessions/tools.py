@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.errors import AppError, NotFound
 from app.kit.items import CHUNK, MEMORY, SearchType
-from app.kit.schemas import NumberOnly
+from app.kit.http.schemas import NumberOnly
 from app.memories import service as memories
 from app.memories.models import AGENT_KINDS
 from app.memories.schemas import AgentId, MemoryIn, MemoryKind, MemoryPatch

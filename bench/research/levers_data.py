@@ -34,7 +34,7 @@ def embedder():  # noqa: ANN201
         import torch
 
         torch.set_num_threads(1)
-        from app.kit.embedding import LocalEmbedder
+        from app.kit.runtime.embedding import LocalEmbedder
 
         _EMB = LocalEmbedder()
     return _EMB
@@ -46,7 +46,7 @@ def engine():  # noqa: ANN201
         from sqlalchemy import create_engine
 
         from app.config import Settings
-        from app.kit.pg import admin_url
+        from app.kit.database.pg import admin_url
 
         _ENG = create_engine(admin_url(Settings()))
     return _ENG

@@ -82,7 +82,7 @@ class Harness:
     def principal(self, label: str):  # noqa: ANN201
         from sqlalchemy.orm import Session
 
-        from app.kit.pg import admin_url
+        from app.kit.database.pg import admin_url
         from app.orgs import service as orgs
 
         eng = create_engine(admin_url(self.settings))
@@ -98,7 +98,7 @@ class Harness:
         """One batch through the write path, committed; wall seconds."""
         from app.episodes import service
         from app.episodes.schemas import BatchOut, EpisodeBatchIn
-        from app.kit.db import bind_principal, transaction
+        from app.kit.database.db import bind_principal, transaction
         from app.kit.stages import recording, stage
 
         t0 = time.perf_counter()
@@ -118,7 +118,7 @@ class Harness:
         import json
 
         from app.episodes import bulk
-        from app.kit.db import bind_principal, transaction
+        from app.kit.database.db import bind_principal, transaction
         from app.kit.stages import recording, stage
 
         lines = [json.dumps(i) for i in _items(texts)]
@@ -136,7 +136,7 @@ class Harness:
 
     def fill(self, principal, size: int) -> None:  # noqa: ANN001
         """Derived rows up to `size` episodes in the org (see the module docstring)."""
-        from app.kit.pg import admin_url
+        from app.kit.database.pg import admin_url
 
         eng = create_engine(admin_url(self.settings), isolation_level="AUTOCOMMIT")
         with eng.connect() as c:
@@ -169,7 +169,7 @@ def locomo_rate(path: str | None, n: int) -> dict:
     conversation, as `memscale bench locomo` ingests them), each conversation's turns first
     embedded alone in batches of 250 by the bare model: turns/s both ways and the ratio."""
     from app.config import Settings
-    from app.kit.embedding import make_embedder
+    from app.kit.runtime.embedding import make_embedder
     from bench.locomo import load
     from bench.locomo_bench.run import Service
 

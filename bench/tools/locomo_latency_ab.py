@@ -71,7 +71,7 @@ def _old_copy(s, old_tree: Path):  # noqa: ANN001, ANN202
     from sqlalchemy.engine import make_url
 
     from bench.common import _server, database_settings
-    from app.kit.migrate import downgrade
+    from app.kit.database.migrate import downgrade
 
     head = _head(old_tree)
     db = make_url(s.database_url).database

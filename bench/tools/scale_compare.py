@@ -38,9 +38,9 @@ def run(args) -> dict:  # noqa: ANN001
     from sqlalchemy.orm import Session
 
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal, make_engine, make_sessionmaker
-    from app.kit.embedding import LocalEmbedder
-    from app.kit.pg import admin_url, app_url
+    from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
+    from app.kit.runtime.embedding import LocalEmbedder
+    from app.kit.database.pg import admin_url, app_url
     from app.orgs import service as orgs
     from app.search import repository as repo
     from app.search.schemas import SearchFilters

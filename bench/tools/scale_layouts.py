@@ -35,8 +35,8 @@ SEARCHES = (("hybrid", "hybrid", ["episode"]), ("vector", "vector", ["episode"])
 def copies(source: str) -> tuple[list[str], dict]:
     """Two copies of `source`: `<source>_global` at 0014 and `<source>_hash` at head, timed. The
     source's sessions are ended first (a template database must have none)."""
-    from app.kit.migrate import downgrade, upgrade
-    from app.kit.pg import admin_url
+    from app.kit.database.migrate import downgrade, upgrade
+    from app.kit.database.pg import admin_url
     from bench.speed.scale.layout import GLOBAL_REVISION, keep_key_principal
 
     server = create_engine(make_url(admin_url(database_settings(source))).set(database="postgres"), isolation_level="AUTOCOMMIT")
@@ -102,11 +102,11 @@ def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, f
 
 
 def run(args) -> dict:  # noqa: ANN001
-    from app.kit.embedding import LocalEmbedder
+    from app.kit.runtime.embedding import LocalEmbedder
     from app.main import create_app
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from bench.speed.scale.layout import describe
     from bench.speed.scale.measure import reader
     from bench.speed.service.data import query

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 import pgvector.sqlalchemy
 from sqlalchemy.dialects import postgresql
 
-from app.kit.rls import protect
+from app.kit.tenancy.rls import protect
 
 revision = '0006'
 down_revision = '0005'

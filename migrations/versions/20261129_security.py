@@ -1,8 +1,8 @@
 """security: service role, row-level security, append-only audit log, key lookup
 
 The service connects as `memscale_app` (NOSUPERUSER, NOBYPASSRLS). Every tenant table has RLS
-keyed on transaction-local settings (app.kit.db.bind_principal): the org always, and for
-readable items the same visibility rule as app.kit.access.visible_to. A session that has not set
+keyed on transaction-local settings (app.kit.database.db.bind_principal): the org always, and for
+readable items the same visibility rule as app.kit.tenancy.access.visible_to. A session that has not set
 them sees no tenant rows. The audit log refuses UPDATE and DELETE for every role.
 
 Revision ID: 0002
@@ -12,7 +12,7 @@ import os
 
 from alembic import op
 
-from app.kit.rls import protect
+from app.kit.tenancy.rls import protect
 
 revision = "0002"
 down_revision = "0001"

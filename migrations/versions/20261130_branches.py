@@ -17,7 +17,7 @@ Revises: 0012
 import sqlalchemy as sa
 from alembic import op
 
-from app.kit.rls import protect
+from app.kit.tenancy.rls import protect
 
 revision = "0013"
 down_revision = "0012"

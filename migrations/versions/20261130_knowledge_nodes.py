@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from app.kit.rls import protect
+from app.kit.tenancy.rls import protect
 
 revision = "0012"
 down_revision = "0011"

@@ -12,7 +12,7 @@ Revises: 0017
 """
 from alembic import op
 
-from app.kit.rls import ORG_POLICY, ROLE
+from app.kit.tenancy.rls import ORG_POLICY, ROLE
 
 revision = "0018"
 down_revision = "0017"

@@ -4,7 +4,7 @@ Issue 41 (H1). From this revision on, a version written with a narrower scope na
 versions of its root at write time (app/memories/narrowing.py): written in main, every version in
 main and in every branch; written in a branch, that branch's own. This data migration applies the
 same rule to the rows already in a database: each version's scope becomes the meet
-(app.kit.scope.meet: private wins with the row's owner, groups intersect, labels union) of its own
+(app.kit.tenancy.scope.meet: private wins with the row's owner, groups intersect, labels union) of its own
 scope and the scope of every version of its root recorded at or after it in main or in its own
 branch. Run as the tables' owner, so it reaches every org, scope and branch.
 
@@ -35,7 +35,7 @@ _SET = "UPDATE memories SET visibility = :v, groups = :g, labels = :l WHERE org_
 
 def narrowed(rows) -> list[tuple]:  # noqa: ANN001
     """(org_id, id, scope) of the rows of one root whose scope the rule narrows."""
-    from app.kit.scope import meet, of
+    from app.kit.tenancy.scope import meet, of
 
     out = []
     for r in rows:

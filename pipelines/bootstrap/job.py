@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from app.jobs.params import BootstrapParams
 from app.jobs.runner import JobContext
-from app.kit.db import is_below
-from app.kit.scope import Scope
+from app.kit.database.db import is_below
+from app.kit.tenancy.scope import Scope
 from app.kit.text import sha256
-from app.kit.tier import TierClient
+from app.kit.runtime.tier import TierClient
 from app.knowledge import service as knowledge
 from app.knowledge.service import AssetIn, upsert_asset
 from app.memories import versioning

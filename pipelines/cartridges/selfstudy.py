@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from app.inference.context_distillation import DistillExample
 from app.inference.kv import compute_kv, prefix_cache, prefix_length
-from app.kit.localmodel import decode
+from app.kit.runtime.localmodel import decode
 from pipelines.cartridges.chat import CHATML, context_ids, conversation_ids, corpus_text, encode, stop_ids
 
 # Short and concrete: a 135M model follows "write a quiz question about the text above" but

@@ -20,7 +20,7 @@ import torch
 
 from app.inference.cartridge import Cartridge, kv_bytes
 from app.inference.context_distillation import DistillConfig, evaluate_loss, train
-from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
+from app.kit.runtime.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
 from pipelines.cartridges.chat import context_ids, corpus_text, encode
 from pipelines.cartridges.selfstudy import (SelfStudyConfig, cloze_examples, load_examples, load_shard, run_selfstudy,
                                             save_shard)

@@ -18,7 +18,7 @@ from app.episodes import service as episodes
 from app.jobs import service as jobs
 from app.jobs.params import DistillParams
 from app.jobs.runner import JobContext
-from app.kit import scope as scopes
+from app.kit.tenancy import scope as scopes
 from app.memories import lifecycle, near_duplicates, versioning
 from pipelines.distillation.extraction import Extracted, extract
 from pipelines.distillation.judging import judge

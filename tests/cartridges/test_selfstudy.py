@@ -11,7 +11,7 @@ from app.inference.cartridge import Cartridge, read_metadata
 from app.inference.context_distillation import DistillConfig
 from pipelines.cartridges.chat import CHATML, context_ids, conversation_ids, encode, stop_ids
 from app.inference.kv import prefix_cache, prefix_length
-from app.kit.localmodel import decode
+from app.kit.runtime.localmodel import decode
 from pipelines.cartridges.trainer import CartridgeJobConfig, train_cartridge
 from pipelines.cartridges.selfstudy import (
     SelfStudyConfig,

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from app.inference.engine import Engine, EngineConfig  # noqa: E402
 from app.inference.store import ChunkStore, StoreConfig  # noqa: E402
-from app.kit.localmodel import local_model_dir  # noqa: E402
+from app.kit.runtime.localmodel import local_model_dir  # noqa: E402
 
 TEXTS = [
     "The capital of Zorbia is Plimton. Zorbia exports copper, tea and wool to its neighbours.",

@@ -14,7 +14,7 @@ import httpx
 from click.testing import CliRunner
 
 from app.inference.cli import inference
-from app.kit.localmodel import local_model_dir
+from app.kit.runtime.localmodel import local_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 

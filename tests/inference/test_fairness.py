@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.inference.scheduler import FairScheduler, Limits, SchedulerConfig
 from app.inference.server import ServerConfig, create_app
-from app.kit.signing import sign, verify
+from app.kit.runtime.signing import sign, verify
 
 KEY = b"test-operator-key"
 OPERATOR = {"Authorization": f"Bearer {KEY.decode()}"}

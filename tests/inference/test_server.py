@@ -181,7 +181,7 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
 
 # ---- authentication (issue 15: the tier trusted anyone who could reach it) -----------------------
 def _token(chunks=(), cartridges=(), ttl_s=60, key=KEY, now=None) -> dict:  # noqa: ANN001
-    from app.kit.signing import sign
+    from app.kit.runtime.signing import sign
 
     t = sign(key, org="o", sub="u", chunks=list(chunks), cartridges=list(cartridges), ttl_s=ttl_s, now=now)
     return {"Authorization": f"Bearer {t}"}

@@ -70,12 +70,12 @@ def test_extract_end_to_end_with_the_local_model(gateway):
 
 
 def test_the_shared_decode_loop_is_greedy_generate(tmp_path):
-    """app.kit.localmodel.decode (engine, local LLM, self-study) == transformers' own greedy
+    """app.kit.runtime.localmodel.decode (engine, local LLM, self-study) == transformers' own greedy
     generate on the same prompt: one decode loop for every user of a model."""
     import torch
     from transformers import DynamicCache
 
-    from app.kit.localmodel import decode, load_causal_lm, local_model_dir, stop_token_ids
+    from app.kit.runtime.localmodel import decode, load_causal_lm, local_model_dir, stop_token_ids
 
     model, tok = load_causal_lm(local_model_dir(DATA_DIR), threads=1)
     ids = tok.apply_chat_template([{"role": "user", "content": "Name three colours."}], add_generation_prompt=True,

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
-from app.kit.sql import as_text
+from app.kit.database.sql import as_text
 from app.search.repository.filters import STATEMENTS, limit_param, servable, shape
 from app.search.schemas import SearchFilters
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
-from app.kit.sql import among_bound, as_text
+from app.kit.database.sql import among_bound, as_text
 from app.search.repository.bm25 import MAX_QUERY_LEXEMES, PER_LEXEME_TESTS, bm25_select, bm25_values
 from app.search.repository.filters import STATEMENTS, qvec_param, servable, shape
 from app.search.schemas import SearchFilters

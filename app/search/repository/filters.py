@@ -7,10 +7,10 @@ from sqlalchemy import Integer, bindparam, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 
 from app.auth.principal import Principal
-from app.kit.access import visible_to
+from app.kit.tenancy.access import visible_to
 from app.kit.registry import ITEM_TYPES
-from app.kit.repository_view import memory_state
-from app.kit.sql import StatementCache
+from app.kit.tenancy.repository_view import memory_state
+from app.kit.database.sql import StatementCache
 from app.knowledge.models import KnowledgeAsset
 from app.search.schemas import SearchFilters
 
@@ -75,7 +75,7 @@ def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list: 
     return conds
 
 
-# The search path's statements, built once per caller and shape (app.kit.sql.StatementCache):
+# The search path's statements, built once per caller and shape (app.kit.database.sql.StatementCache):
 # every key that holds an access filter holds the whole principal; the values that change
 # from call to call (the query's vector and lexemes, ids, limits) are bound when it runs.
 STATEMENTS = StatementCache()

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.episodes.models import Episode
-from app.kit.sql import among_bound, as_text
+from app.kit.database.sql import among_bound, as_text
 from app.search.models import Lexeme
 from app.search.repository.bm25 import tsquery_lexeme
 from app.search.repository.filters import STATEMENTS, qvec_param, servable, shape

@@ -7,9 +7,9 @@ from sqlalchemy.orm import Session, aliased
 
 from app.auth.principal import Principal
 from app.episodes.models import Episode
-from app.kit.access import visible_to
+from app.kit.tenancy.access import visible_to
 from app.kit.registry import ITEM_TYPES
-from app.kit.sql import among_bound, as_text
+from app.kit.database.sql import among_bound, as_text
 from app.search.repository.filters import STATEMENTS, servable
 from app.search.schemas import SearchFilters
 

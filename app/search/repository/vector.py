@@ -4,7 +4,7 @@ HNSW filters *after* its graph walk, so a restrictive ACL can make `WHERE visibl
 emb <=> q LIMIT k` come back short (NOTES.md). We plan it knowingly: a first pass lets the
 planner use HNSW with a raised `hnsw.ef_search`; if it returns fewer than k rows we run the
 exact filtered search (the `+ 0` in ORDER BY keeps HNSW out), which is cheap precisely when the
-visible set is small. Statements are never prepared (see app.kit.db.make_engine).
+visible set is small. Statements are never prepared (see app.kit.database.db.make_engine).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
-from app.kit.sql import among_bound, as_text
+from app.kit.database.sql import among_bound, as_text
 from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
 from app.search.schemas import SearchFilters
 

@@ -27,7 +27,7 @@ def run_split(harness: dict, name: str, traces, *, verbose: bool = False) -> dic
 
     from app.jobs import service as jobs_service
     from app.jobs.runner import JobContext, run_job
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.orgs import service as orgs
 
     app, admin, http, settings, resources = (harness[k] for k in ("app", "admin", "http", "settings", "resources"))

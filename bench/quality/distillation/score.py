@@ -7,7 +7,7 @@
 - **duplicate rate**: share of memories stating a lesson that an earlier memory with the same
   audience already states (what a reader sees twice).
 - **scope**: a memory is *wider* when it reveals more than the most restrictive combination of its
-  sources (``app.kit.scope.no_wider``); *exact* when the set of benchmark users who can read it is
+  sources (``app.kit.tenancy.scope.no_wider``); *exact* when the set of benchmark users who can read it is
   the set who can read all its sources.
 - **statement quality**: no speaker prefix, one sentence, self-contained (does not open with a
   pronoun that points outside the statement, no first/second person), and for memories from
@@ -64,7 +64,7 @@ def audience(visibility: str, owner: str, groups: tuple[str, ...]) -> frozenset[
 
 
 def score(traces: list[Trace], mems: list[Mem], *, seconds: float | None = None) -> dict:
-    from app.kit import scope as scopes
+    from app.kit.tenancy import scope as scopes
 
     by_id = {t.id: t for t in traces}
     cited: dict[str, list[Mem]] = {}

@@ -19,7 +19,7 @@ import time
 import torch
 
 from app.inference.blend import BlendConfig
-from app.kit.localmodel import decode
+from app.kit.runtime.localmodel import decode
 from bench.speed.inference_blend.metrics import f1 as f1_score
 
 

@@ -41,8 +41,8 @@ def features(convs) -> list[dict]:  # noqa: ANN001
     from sqlalchemy import create_engine, text
 
     from app.config import Settings
-    from app.kit.embedding import LocalEmbedder
-    from app.kit.pg import admin_url
+    from app.kit.runtime.embedding import LocalEmbedder
+    from app.kit.database.pg import admin_url
 
     eng, emb = create_engine(admin_url(Settings())), LocalEmbedder()
 

@@ -24,7 +24,7 @@ def read(db_name: str, convs: dict, pass_: int = 0) -> list[dict]:  # noqa: ANN0
     from sqlalchemy.engine import make_url
 
     from app.config import Settings
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     eng = create_engine(make_url(admin_url(Settings())).set(database=db_name))
     with eng.connect() as c:

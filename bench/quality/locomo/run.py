@@ -131,7 +131,7 @@ class Service:
         """Run the real distill job (operator run) over everything ingested; returns its stats."""
         from app.jobs import service as jobs_service
         from app.jobs.runner import JobContext, run_job
-        from app.kit.db import bind_principal
+        from app.kit.database.db import bind_principal
 
         with self.app.state.sessions() as db:
             bind_principal(db, None, org_id=self.org.id, all_scopes=True)
@@ -212,7 +212,7 @@ def model_window(settings, gateway) -> int:  # noqa: ANN001
     if gateway.is_local:
         import json
 
-        from app.kit.localmodel import local_model_dir
+        from app.kit.runtime.localmodel import local_model_dir
 
         cfg = json.loads((local_model_dir(settings.data_dir) / "config.json").read_text())
         return int(cfg.get("max_position_embeddings", 2048))

@@ -78,7 +78,7 @@ class Harness:
     def job(self, org: Org, kind: str, params: dict) -> dict:
         from app.jobs import service as jobs_service
         from app.jobs.runner import JobContext, run_job
-        from app.kit.db import bind_principal
+        from app.kit.database.db import bind_principal
 
         t0 = time.perf_counter()
         with self.app.state.sessions() as db:

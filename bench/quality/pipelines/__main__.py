@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from app.jobs import service as jobs_service
     from app.jobs.runner import JobContext, Resources, run_job
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.main import create_app
     from app.orgs import service as orgs
 

@@ -32,7 +32,7 @@ from bench.speed.filtered_knn.__main__ import load as load_rows
 
 def run(args) -> dict:  # noqa: ANN001
     from app.jobs.runner import JobContext, Resources, run_job
-    from app.kit.embedding import LocalEmbedder
+    from app.kit.runtime.embedding import LocalEmbedder
     from app.main import create_app
     from app.orgs import service as orgs
     from bench.speed.service.data import query

@@ -59,7 +59,7 @@ def embed_base(n: int, cache_dir: Path) -> np.ndarray:
     cache = cache_dir / f"filtered_knn_base_{n}.npy"
     if cache.exists():
         return np.load(cache)
-    from app.kit.embedding import LocalEmbedder
+    from app.kit.runtime.embedding import LocalEmbedder
 
     t0 = time.time()
     vecs = LocalEmbedder().embed(base_texts(n, random.Random(7))).astype(np.float32)
@@ -82,7 +82,7 @@ def derive(base: np.ndarray, n: int, seed: int = 11) -> np.ndarray:
 
 def load(settings, vecs: np.ndarray) -> dict:  # noqa: ANN001
     """One org, a writer who owns every row, four readers; memories COPYed in, HNSW built after."""
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
 
     eng = create_engine(admin_url(settings))
@@ -130,9 +130,9 @@ def load(settings, vecs: np.ndarray) -> dict:  # noqa: ANN001
 
 def run(args) -> dict:  # noqa: ANN001
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal, make_engine, make_sessionmaker
-    from app.kit.embedding import LocalEmbedder
-    from app.kit.pg import app_url
+    from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
+    from app.kit.runtime.embedding import LocalEmbedder
+    from app.kit.database.pg import app_url
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
     from bench.speed.service.data import query

@@ -17,7 +17,7 @@ import torch
 
 from app.inference.cartridge import kv_bytes
 from app.inference.kv import PrefixKV, prefix_cache, prefix_length, query_positions
-from app.kit.localmodel import DecodeTimes, decode
+from app.kit.runtime.localmodel import DecodeTimes, decode
 from pipelines.cartridges.chat import conversation_ids, encode, stop_ids
 
 from .corpus import Fact, PairQuestion

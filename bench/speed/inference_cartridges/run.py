@@ -14,7 +14,7 @@ import torch
 from app.inference.cartridge import compose
 from app.inference.context_distillation import DistillConfig, evaluate_loss, train
 from app.inference.kv import compute_kv
-from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
+from app.kit.runtime.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
 from pipelines.cartridges.chat import context_ids, corpus_text
 from pipelines.cartridges.selfstudy import SelfStudyConfig
 from pipelines.cartridges.trainer import CartridgeJobConfig, initial_cartridge, training_examples

@@ -29,7 +29,7 @@ import torch
 from bench.command import parser, save
 from app.inference.context_distillation import DistillConfig, DistillExample, train
 from app.inference.kv import PrefixKV, compute_kv
-from app.kit.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
+from app.kit.runtime.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
 from pipelines.cartridges.chat import context_ids, corpus_text, encode
 from pipelines.cartridges.selfstudy import (SelfStudyConfig, cloze_examples, load_examples, recital_examples,
                                             run_selfstudy)

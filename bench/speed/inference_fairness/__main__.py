@@ -52,7 +52,7 @@ def _serve(app):  # noqa: ANN001, ANN202
 
 
 def _bearer(org: str, sub: str) -> dict:
-    from app.kit.signing import sign
+    from app.kit.runtime.signing import sign
 
     return {"Authorization": f"Bearer {sign(KEY, org=org, sub=sub, chunks=[], cartridges=[], ttl_s=3600)}"}
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     from app.inference.engine import Engine, EngineConfig
-    from app.kit.localmodel import local_model_dir
+    from app.kit.runtime.localmodel import local_model_dir
 
     path = os.environ.get("MEMSCALE_INFERENCE_MODEL") or local_model_dir(os.environ.get("MEMSCALE_DATA_DIR", ".memscale"))
     engine = Engine.load(EngineConfig(model_path=str(path), device="cpu", threads=1))

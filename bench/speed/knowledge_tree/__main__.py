@@ -73,7 +73,7 @@ def _service_times(h, org, table_id: str, calls: int) -> dict:  # noqa: ANN001
     from sqlalchemy import text
 
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.knowledge import navigation
 
     with h.admin.connect() as c:

@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
     signal.alarm(290)  # whatever happens (slow seeding, a hung call): the finally blocks stop the API
 
     from app.config import Settings
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     settings = fresh_database(DB_NAME)
     pool_size = args.pool_size if args.pool_size is not None else Settings().db_pool_size

@@ -23,7 +23,7 @@ unloaded phase, the time per request of that body (median of 10 searches and of 
 at a time, in the one API process) and of a plain query. `--against REV` runs the same, side by
 side in one run, against an earlier commit's API (its own worktree, removed afterwards).
 `--read-gate-ab` adds an arm of this checkout with the per-key read gate off
-(`MEMSCALE_READS_PER_KEY=0`, app/kit/read_gate.py). Results: bench/results/fairness_dates.json.
+(`MEMSCALE_READS_PER_KEY=0`, app/kit/http/read_gate.py). Results: bench/results/fairness_dates.json.
 """
 
 from __future__ import annotations

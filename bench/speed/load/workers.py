@@ -29,7 +29,7 @@ def seed(settings, n: int) -> tuple[str, list[str]]:  # noqa: ANN001
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
     from bench.speed.service.data import sentence
 

@@ -21,8 +21,8 @@ from bench.common import fresh_database, summary_ms
 
 def main(argv: list[str] | None = None) -> dict:
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal, make_engine, make_sessionmaker
-    from app.kit.pg import app_url
+    from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
+    from app.kit.database.pg import app_url
     from app.orgs import service as orgs
     from app.search.repository import neighbour_ids
 

@@ -29,8 +29,8 @@ from bench.common import RESULTS, fresh_database, load_average, serve_in_thread
 
 
 def run(args, embedder=None) -> dict:  # noqa: ANN001
-    from app.kit.embedding import LocalEmbedder
-    from app.kit.pg import admin_url
+    from app.kit.runtime.embedding import LocalEmbedder
+    from app.kit.database.pg import admin_url
     from app.main import create_app
     from bench.speed.filtered_knn.__main__ import base_texts, embed_base
     from bench.speed.scale import data, layout, measure

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     import httpx
     from sqlalchemy import create_engine
 
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
     from bench.command import parser, save
     from bench.common import ApiProcess, arm_row, database_settings, load_average
     from bench.speed.scale import measure

@@ -49,7 +49,7 @@ def users_per_org(sizes: np.ndarray) -> np.ndarray:
 
 def create_tenants(settings, sizes: np.ndarray, seed: int = 2) -> dict:  # noqa: ANN001
     """Orgs through the service (audited as in production); users COPYed in (bench-only)."""
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
 
     rng = random.Random(seed)
@@ -205,7 +205,7 @@ def sizes_report(cur) -> dict:  # noqa: ANN001
 
 
 def drop_staging(settings) -> None:  # noqa: ANN001
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
     with eng.begin() as c:

@@ -44,8 +44,8 @@ def partitioning():  # noqa: ANN201
 
 def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa: ANN001
     """Turn a freshly migrated (head) bench database into `layout`."""
-    from app.kit.migrate import downgrade
-    from app.kit.pg import admin_url
+    from app.kit.database.migrate import downgrade
+    from app.kit.database.pg import admin_url
 
     if layout == "global":
         downgrade(settings, GLOBAL_REVISION)
@@ -64,7 +64,7 @@ def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa
 def keep_key_principal(settings) -> None:  # noqa: ANN001
     """0017's authentication function and 0018's vocabulary table on a database kept below them
     (its other tables are older)."""
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
     with eng.begin() as c:
@@ -76,7 +76,7 @@ def keep_key_principal(settings) -> None:  # noqa: ANN001
 
 def describe(settings) -> dict:  # noqa: ANN001
     """What the database holds: per table, partitioned or not and how many partitions."""
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
     with eng.connect() as c:
@@ -93,8 +93,8 @@ def upgrade_keeping_layout(settings) -> str:  # noqa: ANN001
     a 1M-row global database would take many minutes and change what is compared)."""
     from alembic.script import ScriptDirectory
 
-    from app.kit.migrate import alembic_config, upgrade
-    from app.kit.pg import admin_url
+    from app.kit.database.migrate import alembic_config, upgrade
+    from app.kit.database.pg import admin_url
 
     script = ScriptDirectory.from_config(alembic_config(settings))
     below = {r.revision for r in script.iterate_revisions(GLOBAL_REVISION, "base")}

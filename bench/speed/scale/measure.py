@@ -46,8 +46,8 @@ def visible_rows(app, admin, p) -> dict:  # noqa: ANN001
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session
 
-    from app.kit.access import visible_to
-    from app.kit.db import bind_principal
+    from app.kit.tenancy.access import visible_to
+    from app.kit.database.db import bind_principal
     from app.kit.registry import ITEM_TYPES
 
     out = {}
@@ -65,7 +65,7 @@ def visible_rows(app, admin, p) -> dict:  # noqa: ANN001
 
 
 def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> dict:  # noqa: ANN001
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank

@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> dict:
     rng = random.Random(args.seed)
 
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal
-    from app.kit.embedding import LocalEmbedder
+    from app.kit.database.db import bind_principal
+    from app.kit.runtime.embedding import LocalEmbedder
     from app.main import create_app
     from app.orgs import service as orgs
     from app.search.schemas import SearchFilters

@@ -309,7 +309,7 @@ def beside(embedder, text: str) -> Pending | None:  # noqa: ANN001
     """Start embedding `text` in a thread of its own when the embedder is idle (it would start at
     once), so that statements that need no vector (text search, the visible-row count) run
     meanwhile; None when it is busy or cannot tell (a remote provider): then the caller waits
-    for it without holding a pooled connection (app.kit.db.released)."""
+    for it without holding a pooled connection (app.kit.database.db.released)."""
     global _BESIDE
     idle = getattr(embedder, "idle", None)
     if idle is None or not idle():

@@ -99,7 +99,7 @@ class PgRateLimiter:
         self._calls = 0
 
     def check(self, who: str, cost: float = 1.0) -> None:
-        from app.kit.db import forget_full_buckets, take_tokens
+        from app.kit.database.db import forget_full_buckets, take_tokens
 
         need = min(cost, self.capacity)
         with self.engine.begin() as conn:
@@ -111,7 +111,7 @@ class PgRateLimiter:
             raise RateLimited("rate limit exceeded; slow down", retry_after_s=(need - level) / self.rate)
 
     def blocked(self, who: str) -> float:
-        from app.kit.db import bucket_level
+        from app.kit.database.db import bucket_level
 
         with self.engine.connect() as conn:
             tokens = bucket_level(conn, f"{self.name}:{who}", self.capacity, self.rate)

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 if TYPE_CHECKING:
     from app.auth.principal import Principal
-    from app.kit.view import View
+    from app.kit.tenancy.view import View
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
@@ -50,7 +50,7 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
 # ---- instants Python cannot hold -------------------------------------------------------------------
 # PostgreSQL's timestamptz spans 4713 BC .. 294276 AD (and +-infinity); Python's datetime only
 # years 1 .. 9999, and psycopg's loader raises DataError on the rest. Writes through the API are
-# bounded (app.kit.schemas.Instant), but a row written before that rule, or with SQL, must not make
+# bounded (app.kit.http.schemas.Instant), but a row written before that rule, or with SQL, must not make
 # every read of its org fail, nor stop its owner or an admin from deleting it: the service's
 # connections read such a value as the nearest instant Python holds, datetime.min or datetime.max
 # in UTC (docs/security.md, "Instants"). Only the value read is clamped; the row is not changed.
@@ -119,8 +119,8 @@ def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, a
                    view: "View | None" = None) -> None:
     """Set the RLS context for the current transaction (transaction-local): who asks, and which
     state of the org's memory it reads and writes (`view`, else the principal's, else main; kept
-    in `db.info["view"]` for the org-level reads of pipelines, app/kit/view.py)."""
-    from app.kit.view import MAIN
+    in `db.info["view"]` for the org-level reads of pipelines, app/kit/tenancy/view.py)."""
+    from app.kit.tenancy.view import MAIN
 
     org = str(principal.org_id if principal else org_id)
     view = view or (principal.view if principal else None) or MAIN
@@ -146,7 +146,7 @@ def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, a
 
 def view_of(db: Session) -> "View":
     """The view bound to this session's transactions (main when none was bound)."""
-    from app.kit.view import MAIN
+    from app.kit.tenancy.view import MAIN
 
     return db.info.get("view") or MAIN
 
@@ -162,7 +162,7 @@ def is_below(db: Session, row) -> bool:  # noqa: ANN001
 @contextmanager
 def transaction(factory: sessionmaker[Session], *, lsn: list | None = None) -> Iterator[Session]:
     """Commit on success, roll back on any error. `lsn`: if the transaction wrote, the primary's WAL
-    position after the commit is appended (read-your-writes on replicas, app/kit/replicas.py)."""
+    position after the commit is appended (read-your-writes on replicas, app/kit/database/replicas.py)."""
     db = factory()
     try:
         yield db
@@ -199,7 +199,7 @@ def every_scope(db: Session) -> Iterator[None]:
     """Let the RLS backstop see every scope of the bound org inside the block, then restore the
     scope that was bound before (a caller already widened stays widened). For system work that
     must reach rows the caller cannot see: a deletion cascade, an existence check. Every branch's
-    rows too (a deletion reaches every branch, app/kit/view.py). The code in the block decides
+    rows too (a deletion reaches every branch, app/kit/tenancy/view.py). The code in the block decides
     what it reads; it must never hand content it reached this way to the caller."""
     prev, branch = db.execute(text("SELECT coalesce(current_setting('memscale.scope', true), 'user'),"
                                    " coalesce(current_setting('memscale.branch', true), '')")).one()
@@ -215,7 +215,7 @@ def every_scope(db: Session) -> Iterator[None]:
 existence_only = every_scope
 
 
-# ---- replication positions (app/kit/replicas.py) ---------------------------------------------------
+# ---- replication positions (app/kit/database/replicas.py) ---------------------------------------------------
 def xact_wrote(db: Session) -> bool:
     """Whether the open transaction has written anything (it holds a transaction id only then)."""
     return db.execute(text("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")).scalar_one()
@@ -238,7 +238,7 @@ def replayed_past(db: Session, lsn: str) -> bool:
                            {"l": lsn}).scalar_one())
 
 
-# ---- shared rate limits (app/kit/limits.py PgRateLimiter) -----------------------------------------
+# ---- shared rate limits (app/kit/http/limits.py PgRateLimiter) -----------------------------------------
 _BUCKET_LEVEL = "least(:cap, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * :rate)"
 
 

@@ -39,7 +39,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from app.kit.db import bind_principal, make_engine, make_sessionmaker, replayed_past, standby_status, wal_lsn
+from app.kit.database.db import bind_principal, make_engine, make_sessionmaker, replayed_past, standby_status, wal_lsn
 from app.kit.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ def replica_set(settings: "Settings", primary: Engine) -> ReplicaSet | None:
     urls = [u.strip() for u in settings.read_replica_urls.split(",") if u.strip()]
     if not urls:
         return None
-    from app.kit.pg import _sqlalchemy_url
+    from app.kit.database.pg import _sqlalchemy_url
 
     return ReplicaSet(settings, primary, [_sqlalchemy_url(u) for u in urls])
 

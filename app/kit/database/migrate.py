@@ -9,9 +9,9 @@ from alembic import command
 from alembic.config import Config
 
 from app.config import Settings
-from app.kit.pg import admin_url
+from app.kit.database.pg import admin_url
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def partitioned_tables() -> frozenset[str]:

@@ -75,7 +75,7 @@ def access_check() -> CheckConstraint:
 
 
 def branch_col() -> Mapped[uuid.UUID | None]:
-    """The branch a row was written in (NULL: main); see app/kit/view.py. Pair it with
+    """The branch a row was written in (NULL: main); see app/kit/tenancy/view.py. Pair it with
     `tenant_fk("branch_id", "branches")` so that dropping a branch drops its rows."""
     return mapped_column(UUID(as_uuid=True), nullable=True)
 

@@ -9,7 +9,7 @@ arrival order. Another key holder's read never waits for the gate, so under one 
 shares the CPU with `per_key` of the flooder's requests instead of all of them.
 
 - A waiting read holds no pooled database connection (`while_waiting`: the endpoint passes
-  `app.kit.db.released`), so a flood cannot drain the pool by queueing.
+  `app.kit.database.db.released`), so a flood cannot drain the pool by queueing.
 - Bounded: more than `max_waiting` reads of one holder waiting, or a wait past `max_wait_s`, is a
   429 with `Retry-After` (one request's worth of time), never an unbounded queue.
 - Per process, like the embedder's queue (docs/security.md): with several API processes a holder

@@ -1,4 +1,4 @@
-"""What a branch hides of the layers below it (app/kit/view.py): one row per masked item."""
+"""What a branch hides of the layers below it (app/kit/tenancy/view.py): one row per masked item."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sqlalchemy import DateTime, Text
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, created_at_col, tenant_fk
+from app.kit.database.base import Base, TenantMixin, created_at_col, tenant_fk
 
 
 class BranchMask(TenantMixin, Base):

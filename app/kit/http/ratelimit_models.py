@@ -1,4 +1,4 @@
-"""The shared token buckets of `PgRateLimiter` (app/kit/limits.py): one row per limited holder.
+"""The shared token buckets of `PgRateLimiter` (app/kit/http/limits.py): one row per limited holder.
 
 Not tenant data (a counter keyed by limiter and key holder), so no org_id, no RLS; UNLOGGED: no
 WAL (nothing to replicate, no write amplification per request), emptied by a crash, which only
@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, Float, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base
+from app.kit.database.base import Base
 
 
 class RateBucket(Base):

@@ -1,4 +1,4 @@
-"""Row-level-security policy SQL shared by the migrations (the database twin of kit.access)."""
+"""Row-level-security policy SQL shared by the migrations (the database twin of kit.tenancy.access)."""
 
 ROLE = "memscale_app"
 

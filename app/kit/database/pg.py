@@ -1,4 +1,4 @@
-"""Where the database is: the embedded PostgreSQL 18 + pgvector 0.8 (default; app/kit/embedded_pg.py)
+"""Where the database is: the embedded PostgreSQL 18 + pgvector 0.8 (default; app/kit/database/embedded_pg.py)
 or MEMSCALE_DATABASE_URL (PostgreSQL >= 15 with pgvector >= 0.8, checked at start-up).
 
 The embedded server stops when the last process using it exits normally; a SIGKILLed process
@@ -15,7 +15,7 @@ import sys
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
-from app.kit.embedded_pg import EmbeddedPostgres
+from app.kit.database.embedded_pg import EmbeddedPostgres
 
 log = logging.getLogger("memscale.pg")
 APP_ROLE = "memscale_app"
@@ -65,7 +65,7 @@ MIN_VECTOR = (0, 8)
 
 def check_versions(conn) -> tuple[str, str]:  # noqa: ANN001
     """Refuse a server outside the supported range with a message that says what to do."""
-    from app.kit.repository import server_versions
+    from app.kit.database.repository import server_versions
 
     num, ver, vec = server_versions(conn)
     if num < MIN_SERVER:

@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.auth.principal import Principal
-from app.kit.repository_view import in_view
+from app.kit.tenancy.repository_view import in_view
 
 
 def _text_array(values) -> ColumnElement:  # noqa: ANN001

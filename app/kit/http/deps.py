@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.branches import service as branches
-from app.kit.db import bind_principal, released, transaction
+from app.kit.database.db import bind_principal, released, transaction
 from app.kit.errors import Forbidden, RateLimited, Unauthorized
 from app.orgs.service import resolve_key
 
@@ -20,7 +20,7 @@ BRANCH_HEADER = "memscale-branch"
 
 def get_db(request: Request) -> Iterator[Session]:
     """The request owns the transaction: commit after the endpoint returns, before the response.
-    A transaction that wrote leaves its WAL position for the Memscale-LSN header (app/kit/replicas.py)."""
+    A transaction that wrote leaves its WAL position for the Memscale-LSN header (app/kit/database/replicas.py)."""
     lsn: list[str] = []
     with transaction(request.app.state.sessions, lsn=lsn) as db:
         yield db
@@ -61,7 +61,7 @@ PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 def _read_turn(request: Request, db: SessionDep, principal: PrincipalDep) -> Iterator[None]:
-    """One of the caller's fair share of concurrent reads (app/kit/read_gate.py), held until the
+    """One of the caller's fair share of concurrent reads (app/kit/http/read_gate.py), held until the
     endpoint returns; a read that waits for its turn gives its pooled connection back meanwhile."""
     gate = getattr(request.app.state, "read_gate", None)
     if gate is None:

@@ -1,4 +1,4 @@
-"""The SQL of views (app/kit/view.py): which rows of a table a view holds, and which memory
+"""The SQL of views (app/kit/tenancy/view.py): which rows of a table a view holds, and which memory
 versions had which status in it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy import and_, false, inspect, literal, or_, select, true
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.kit.view import Layer, View
-from app.kit.view_models import BranchMask
+from app.kit.tenancy.view import Layer, View
+from app.kit.tenancy.view_models import BranchMask
 
 # The memory state and the org's knowledge; jobs carry a branch but are not state.
 VIEWED = ("memories", "episodes", "lineage_edges", "knowledge_assets", "chunks", "knowledge_nodes")

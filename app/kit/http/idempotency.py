@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.errors import BadRequest, Conflict
-from app.kit import repository_idempotency as repo
-from app.kit.idempotency_models import IdempotencyRecord
+from app.kit.http import repository_idempotency as repo
+from app.kit.http.idempotency_models import IdempotencyRecord
 
 DEFAULT_TTL_S = 24 * 3600
 
@@ -64,7 +64,7 @@ def remember(db: Session, principal: Principal, key: str | None, endpoint: str, 
 def idempotent(db: Session, principal: Principal, key: str | None, endpoint: str, body: BaseModel,
                make: Callable[[], BaseModel], *, status_code: int = 201, ttl_s: int = DEFAULT_TTL_S):
     """The whole sequence for one endpoint: replay a stored reply, or make the result and store it.
-    A key is per branch (app/kit/view.py): the same request in main and in a branch are two writes."""
+    A key is per branch (app/kit/tenancy/view.py): the same request in main and in a branch are two writes."""
     if principal.view.branch_id is not None:
         endpoint = f"{endpoint}@{principal.view.branch_id}"
     digest = body_hash(body.model_dump(mode="json"))

@@ -1,11 +1,11 @@
-"""The WHERE terms of a filtered keyset page over an item table (app/kit/listing.py); the caller
+"""The WHERE terms of a filtered keyset page over an item table (app/kit/http/listing.py); the caller
 adds visible_to, so a filter can only narrow what the principal may see."""
 
 from __future__ import annotations
 
 from sqlalchemy import ColumnElement, Select, literal
 
-from app.kit.listing import ItemFilters
+from app.kit.http.listing import ItemFilters
 
 
 def item_terms(model, f: ItemFilters, time_column) -> list[ColumnElement[bool]]:  # noqa: ANN001

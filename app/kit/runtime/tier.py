@@ -1,5 +1,5 @@
 """The memory service's own (operator) calls to the inference tier, authenticated with the shared
-key (app/kit/signing.py): warming chunk KV after bootstrap, dropping it and erased cartridges
+key (app/kit/runtime/signing.py): warming chunk KV after bootstrap, dropping it and erased cartridges
 after deletion. Best
 effort: the tier is a cache of computable state, so a tier that is down never fails the caller."""
 

@@ -1,4 +1,4 @@
-"""Statements over stored Idempotency-Key replies (app/kit/idempotency.py)."""
+"""Statements over stored Idempotency-Key replies (app/kit/http/idempotency.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import delete, or_, select, text
 from sqlalchemy.orm import Session
 
-from app.kit.idempotency_models import IdempotencyRecord
+from app.kit.http.idempotency_models import IdempotencyRecord
 
 
 def lock_key(db: Session, lock_key: str) -> None:

@@ -1,4 +1,4 @@
-"""The table of stored Idempotency-Key replies (app/kit/idempotency.py)."""
+"""The table of stored Idempotency-Key replies (app/kit/http/idempotency.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sqlalchemy import Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.base import Base, TenantMixin, created_at_col, tenant_fk
+from app.kit.database.base import Base, TenantMixin, created_at_col, tenant_fk
 
 
 class IdempotencyRecord(TenantMixin, Base):

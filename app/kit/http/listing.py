@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from fastapi import Query
 
-from app.kit.schemas import Instant
+from app.kit.http.schemas import Instant
 
 TAG = r"^[A-Za-z0-9_.:-]{1,64}$"
 
