@@ -23,13 +23,7 @@ from app.auth.principal import Principal
 from app.episodes import repository as repo
 from app.episodes.feed import Feed
 from app.episodes.schemas import EpisodeIn
-from app.episodes.service import (
-    check,
-    embed_text,
-    embed_vocabulary,
-    new_row,
-    vocabulary,
-)
+from app.episodes.service import check, embed_text, embed_vocabulary, store, vocabulary
 from app.kit.database.db import released, view_of
 from app.kit.errors import BadRequest
 from app.kit.stages import stage
@@ -76,28 +70,10 @@ def import_items(db: Session, embedder, principal: Principal, items: list[Episod
     try:
         with released(db, principal):
             feed.ready()
-        now, branch = datetime.now(timezone.utc), view_of(db).branch_id
-        rows: list = [None] * len(items)
-        for kind, value in feed:
-            if kind == "words":
-                with stage("vocabulary.write"):
-                    lexicon.remember(db, principal.org_id, value)
-                continue
-            idx, vectors = value
-            part = [new_row(principal, principal.user_id, items[i], v, now, branch) for i, v in zip(idx, vectors)]
-            with stage("rows"):
-                repo.copy_in(db, part)
-            for i, r in zip(idx, part):
-                rows[i] = r
-            if on_progress is not None:
-                on_progress(sum(r is not None for r in rows), len(rows))
+        rows = store(db, principal, items, feed, checked=True, insert=repo.copy_in, action="episode.import",
+                     on_progress=on_progress)
     finally:
         feed.close()
-    if any(r is None for r in rows):
-        raise RuntimeError("an episode of the import was not embedded")
-    with stage("audit"):
-        record(db, org_id=principal.org_id, actor_id=principal.user_id, action="episode.import", target_type="episode",
-               details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]})
     return [r.id for r in rows]
 
 

@@ -90,10 +90,11 @@ def create_many(db: Session, embedder: Embedder, principal: Principal, items: li
 
 
 def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Iterable[tuple[str, object]], *,
-          owner_id: uuid.UUID | None = None, audit: bool = True, checked: bool = False) -> list[Episode]:
+          owner_id: uuid.UUID | None = None, audit: bool = True, checked: bool = False, insert=repo.insert,  # noqa: ANN001
+          action: str = "episode.create", on_progress: Callable[[int, int], None] | None = None) -> list[Episode]:
     """Check (unless `checked`), then write the episodes as their embeddings arrive (`pieces`: ("words", embedded new
-    vocabulary) and ("items", (indices into `items`, vectors))): one INSERT per slice, one
-    vocabulary statement, one audit event. Nothing is committed here."""
+    vocabulary) and ("items", (indices into `items`, vectors))): one `insert` per slice (a multi-row INSERT;
+    the bulk import's COPY), one vocabulary statement, one audit event `action`. Nothing is committed here."""
     owner = owner_id or principal.user_id
     if not checked:
         with stage("validation"):
@@ -108,14 +109,16 @@ def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Ite
         idx, vectors = value
         part = [new_row(principal, owner, items[i], v, now, branch) for i, v in zip(idx, vectors)]
         with stage("rows"):
-            repo.insert(db, part)
+            insert(db, part)
         for i, r in zip(idx, part):
             rows[i] = r
+        if on_progress is not None:
+            on_progress(sum(r is not None for r in rows), len(rows))
     if any(r is None for r in rows):
         raise RuntimeError("an episode of the write was not embedded")
     if audit:
         with stage("audit"):
-            record(db, org_id=principal.org_id, actor_id=principal.user_id, action="episode.create",
+            record(db, org_id=principal.org_id, actor_id=principal.user_id, action=action,
                    target_type="episode", target_id=rows[0].id if len(rows) == 1 else None,
                    details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]})
     return rows
