@@ -56,10 +56,9 @@ def text_scored(db: Session, principal: Principal, type_: str, query: str, f: Se
     if not lexemes:
         return [], total
     if not exact and bm25_stats.served_by_stats(principal, type_, f):
-        kept = bm25_stats.caller_stats(db, principal, type_, lexemes)
-        if kept is not None:
-            quoted = {w: tsquery_lexeme(w) for w in lexemes}
-            return bm25_stats.top_scored(db, principal, type_, f, quoted=quoted, n=n, big_n=kept[0], dfs=kept[1]), kept[0]
+        big_n, dfs = bm25_stats.caller_stats(db, principal, type_, lexemes)
+        quoted = {w: tsquery_lexeme(w) for w in lexemes}
+        return bm25_stats.top_scored(db, principal, type_, f, quoted=quoted, n=n, big_n=big_n, dfs=dfs), big_n
     many, counted = len(lexemes) > PER_LEXEME_TESTS, total is not None
     rows = STATEMENTS.run(db, ("bm25", many, counted) + shape(principal, type_, f), lambda: bm25_select(
         m, servable(principal, type_, f), many=many, counted=counted, with_n=True), bm25_values(lexemes, n, total=total)).all()
@@ -80,10 +79,8 @@ def query_lexemes(db: Session, query: str) -> list[str]:
 _LEXEMES = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", bindparam("q", type_=TEXT)))))
 
 
-def tsquery_lexeme(word: str) -> str:
-    """One lexeme as tsquery input: quoted, so that nothing in it is read as an operator."""
-    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
-
+# One lexeme as tsquery input: quoted, so that nothing in it is read as an operator.
+tsquery_lexeme = bm25_stats.tsquery_text
 
 
 def bm25_values(lexemes: list[str], n: int, *, total: int | None = None, n_terms: int | None = None) -> dict:

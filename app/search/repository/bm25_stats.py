@@ -14,8 +14,9 @@ candidates (every candidate is still scored with every lexeme it holds).
 
 The statistics serve main-branch reads now with default filters (`served_by_stats`); branch and
 as-of reads, and filters that cut below a bucket (kinds, labels, times, session, owner, source,
-...) keep the exact statement, as does an owner holding shared rows that no shared bucket gives
-them (a group they left, a label they are not cleared for: `bm25_owned`).
+...) keep the exact statement. An owner's shared rows that no shared bucket gives them (a group
+they left or were never in, a label they are not cleared for; `bm25_owned` says how many) are
+counted from the item table, a few of the caller's own rows.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     func,
-    literal_column,
     select,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
@@ -56,14 +56,29 @@ def served_by_stats(principal: Principal, type_: str, f: SearchFilters) -> bool:
     return principal.view.is_plain and type_ in KEPT and rest == SearchFilters()
 
 
-def caller_stats(db: Session, principal: Principal, type_: str, lexemes: list[str]) -> tuple[int, list[int]] | None:
-    """(N, each lexeme's df) over the caller's servable rows of `type_`, from the buckets they may
-    see; None when they own shared rows that no shared bucket gives them (the exact path counts)."""
+def caller_stats(db: Session, principal: Principal, type_: str, lexemes: list[str]) -> tuple[int, list[int]]:
+    """(N, each lexeme's df) over the caller's servable rows of `type_` under the default filters:
+    the sums over the buckets they may see, plus their own shared rows that no shared bucket gives
+    them (a group they left, a label they are not cleared for), counted from the item table (a
+    few of their own rows, found by `bm25_owned`)."""
     row = STATEMENTS.run(db, ("bm25_stats",) + shape(principal, type_, SearchFilters()),
                          lambda: _stats_select(principal, type_), {"lex": list(lexemes)}).one()
+    big_n, dfs = int(row.n or 0), [int(d) for d in row.df]
     if row.odd:
-        return None
-    return int(row.n or 0), [int(d) for d in row.df]
+        extra = STATEMENTS.run(db, ("bm25_odd",) + shape(principal, type_, SearchFilters()),
+                               lambda: _odd_select(principal, type_), {"lex": list(lexemes),
+                                                                       "tsq": [tsquery_text(w) for w in lexemes]}).one()
+        big_n, dfs = big_n + int(row.odd), [d + int(e) for d, e in zip(dfs, extra.df)]
+    return big_n, dfs
+
+
+def tsquery_text(word: str) -> str:
+    """One lexeme as tsquery input: quoted, so that nothing in it is read as an operator."""
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _lexemes():  # noqa: ANN202
+    return func.unnest(bindparam("lex", type_=ARRAY(TEXT))).table_valued("lex", with_ordinality="i").render_derived("t")
 
 
 def _stats_select(principal: Principal, type_: str):  # noqa: ANN202
@@ -71,18 +86,31 @@ def _stats_select(principal: Principal, type_: str):  # noqa: ANN202
     mine = and_(b.org_id == principal.org_id, b.item_type == type_)
     vb = select(b.bucket, func.sum(b.n).label("n")).where(mine, visible_to(principal, b)).group_by(b.bucket) \
         .cte("vb").prefix_with("MATERIALIZED")
-    t = func.unnest(bindparam("lex", type_=ARRAY(TEXT))).table_valued("lex", with_ordinality="i").render_derived("t")
+    t = _lexemes()
     dfs = (select(t.c.lex, t.c.i, func.coalesce(func.sum(d.df), 0).label("df")).select_from(t)
            .outerjoin(d, and_(d.org_id == principal.org_id, d.item_type == type_, d.lexeme == t.c.lex,
                               d.bucket.in_(select(vb.c.bucket))))
            .group_by(t.c.lex, t.c.i).subquery("dfs"))
     shared_to_me = visible_to(replace(principal, user_id=_NOBODY), o)  # shared with the caller and cleared
-    odd = (select(literal_column("1")).select_from(o)
-           .where(o.org_id == principal.org_id, o.item_type == type_, o.owner_id == principal.user_id, ~shared_to_me)
-           .group_by(o.visibility, o.groups, o.labels).having(func.sum(o.n) > 0).exists())
+    odd = (select(func.coalesce(func.sum(o.n), 0))
+           .where(o.org_id == principal.org_id, o.item_type == type_, o.owner_id == principal.user_id, ~shared_to_me))
     return select(select(func.sum(vb.c.n)).scalar_subquery().label("n"),
                   select(func.array_agg(aggregate_order_by(dfs.c.df, dfs.c.i))).scalar_subquery().label("df"),
-                  odd.label("odd"))
+                  odd.scalar_subquery().label("odd"))
+
+
+def _odd_select(principal: Principal, type_: str):  # noqa: ANN202
+    """Each lexeme's rows among the caller's own shared rows that no shared bucket gives them."""
+    m = ITEM_TYPES[type_].model
+    own = (select(m.tsv.label("tsv"))
+           .where(*servable(principal, type_, SearchFilters()), m.owner_id == principal.user_id, m.visibility != "private",
+                  ~visible_to(replace(principal, user_id=_NOBODY), m))
+           .cte("own").prefix_with("MATERIALIZED"))
+    t = func.unnest(bindparam("lex", type_=ARRAY(TEXT)), bindparam("tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))) \
+        .table_valued("lex", "q", with_ordinality="i").render_derived("t")
+    per = (select(t.c.i, select(func.count()).select_from(own).where(own.c.tsv.op("@@")(t.c.q)).scalar_subquery().label("df"))
+           .select_from(t).subquery("per"))
+    return select(func.array_agg(aggregate_order_by(per.c.df, per.c.i)).label("df"))
 
 
 def _idf(big_n: int, df: int) -> float:
@@ -127,14 +155,15 @@ def _run(db: Session, principal: Principal, type_: str, f: SearchFilters, *, ter
          candidates_of: list[str]) -> list:
     values = {**terms, "s_any": " | ".join(quoted[lex] for lex in candidates_of)}
     rows = STATEMENTS.run(db, ("bm25_top",) + shape(principal, type_, f),
-                          lambda: _top_select(ITEM_TYPES[type_].model, servable(principal, type_, f)), values).all()
+                          lambda: _top_select(principal, type_, f), values).all()
     return [(r.id, r.r) for r in rows]
 
 
-def _top_select(m, conds: list):  # noqa: ANN001, ANN202
-    """Rows of `m` under `conds` holding any lexeme of `s_any` (the GIN index), each scored with
-    the summed idf of every query lexeme it holds; idf from the bound N and df, by the exact
-    statement's expression and in lexeme order (bit-equal scores)."""
+def _top_select(principal: Principal, type_: str, f: SearchFilters):  # noqa: ANN202
+    """The caller's servable rows holding any lexeme of `s_any`, each scored with the summed idf of
+    every query lexeme it holds; idf from the bound N and df, by the exact statement's expression
+    and in lexeme order (bit-equal scores)."""
+    m = ITEM_TYPES[type_].model
     terms = select(func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
                    func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
                    func.unnest(bindparam("s_df", type_=ARRAY(BigInteger))).label("df")).cte("terms").prefix_with("MATERIALIZED")
@@ -142,7 +171,7 @@ def _top_select(m, conds: list):  # noqa: ANN001, ANN202
     w = func.ln(1 + (big_n - terms.c.df + 0.5) / (terms.c.df + 0.5))
     idf = select(terms.c.lex, terms.c.q, w.label("w")).cte("idf").prefix_with("MATERIALIZED")
     cand = (select(m.id.label("id"), m.tsv.label("tsv"))
-            .where(*conds, m.tsv.op("@@")(bindparam("s_any", type_=TEXT).cast(TSQUERY)))
+            .where(*servable(principal, type_, f), m.tsv.op("@@")(bindparam("s_any", type_=TEXT).cast(TSQUERY)))
             .cte("cand").prefix_with("MATERIALIZED"))
     pairs = select(idf.c.lex, idf.c.w, cand.c.id).select_from(idf).join(cand, cand.c.tsv.op("@@")(idf.c.q)).subquery("pairs")
     score = func.sum(aggregate_order_by(pairs.c.w, pairs.c.lex))
