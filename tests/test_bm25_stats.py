@@ -12,8 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
+
+from app.kit.pg import app_url
 
 VOCAB = ["pottery", "sweden", "deploy", "cache", "cold", "river", "violin", "garden", "tax", "invoice",
          "camping", "painting", "sunset", "marathon", "piano", "adoption", "museum", "lake", "bread", "kitten"]
@@ -243,3 +245,34 @@ def test_rows_a_caller_cannot_see_never_change_their_ranking(app, admin_engine, 
     after = {(t, q): _both(app, p, t, q) for t in SERVED for q in queries}
     assert repr(after) == repr(before)
     assert all(kept == exact and kept[0] for kept, exact in after.values())
+
+
+def test_the_text_index_lookup_returns_only_what_the_policy_lets_the_caller_see(app, client, admin_engine, settings):
+    """bm25_hits_<type> runs as the table's owner (the text index is usable only there): it must
+    apply the row-level policy's rule itself, on the caller's settings."""
+    from app.kit.db import bind_principal
+
+    org, (alice, bob, carol), _ = _setup(admin_engine, settings)
+    other, (stranger, *_), _ = _setup(admin_engine, settings)
+    with admin_engine.begin() as c:
+        c.execute(text("INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups, labels) VALUES "
+                       "('note', 'pottery a', :o, :a, 'private', '{}', '{}'), ('note', 'pottery b', :o, :b, 'private', '{}', '{}'), "
+                       "('note', 'pottery c', :o, :b, 'group', '{a}', '{}'), ('note', 'pottery d', :o, :b, 'group', '{b}', '{}'), "
+                       "('note', 'pottery e', :o, :b, 'org', '{}', '{x}'), ('note', 'pottery f', :o, :b, 'org', '{}', '{}'), "
+                       "('note', 'pottery g', :x, :s, 'org', '{}', '{}')"),
+                  {"o": org, "a": alice, "b": bob, "x": other, "s": stranger})
+    with admin_engine.connect() as c:  # what the function returned, read back as the owner
+        def seen(p) -> list:  # noqa: ANN001
+            with app.state.sessions() as db:
+                bind_principal(db, p)
+                ids = db.execute(text("SELECT id FROM bm25_hits_episode(to_tsquery('english', 'pottery'))")).scalars().all()
+                db.rollback()
+            return c.execute(text("SELECT content FROM episodes WHERE id = ANY(:ids) ORDER BY 1"), {"ids": ids}).scalars().all()
+
+        assert seen(_principal(org, alice, groups=["a"])) == ["pottery a", "pottery c", "pottery f"]
+        assert seen(_principal(org, carol, groups=["b"], clearances=["x"])) == ["pottery d", "pottery e", "pottery f"]
+        assert seen(_principal(other, stranger)) == ["pottery g"]
+    eng = create_engine(app_url(settings))
+    with eng.connect() as c:  # no tenant settings: nothing
+        assert c.execute(text("SELECT count(*) FROM bm25_hits_episode(to_tsquery('english', 'pottery'))")).scalar() == 0
+    eng.dispose()

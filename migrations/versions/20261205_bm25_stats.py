@@ -16,7 +16,8 @@ retention, branch writes): one set-based upsert per statement, keys in order (no
 between two writers' statements), an update's unchanged rows skipped. Each row is split over
 `shard` = backend pid mod 4, so concurrent writers of one org rarely wait on the same counter.
 The functions are SECURITY DEFINER: a write of the service role (under row-level security)
-keeps statistics it may not read. Rows at zero stay (they add nothing).
+keeps statistics it may not read. Rows at zero stay (they add nothing). `bm25_hits_<type>`: the
+ids of the caller's servable rows holding a lexeme, by the text index (see `_hits`).
 
 Revision ID: 0024
 Revises: 0022
@@ -107,6 +108,22 @@ BEGIN
 END $f$"""
 
 
+def _hits(type_: str, table: str, served: str) -> str:
+    """The ids of the caller's servable main rows holding any lexeme of `q`, found by the text
+    index: under row-level security the planner may not use it (`@@` is not leakproof, so it may
+    not run before the policy's quals), so this function applies the policy's own rule (the
+    caller's settings, as `tenant_access`) as the table's owner. Ids only; the caller's statement
+    joins them back under `visible_to` and RLS."""
+    return f"""
+CREATE FUNCTION bm25_hits_{type_}(q tsquery) RETURNS TABLE (id uuid) LANGUAGE sql STABLE SECURITY DEFINER
+  SET search_path = public AS $f$
+  SELECT id FROM {table} WHERE org_id = (SELECT memscale_org()) AND tsv @@ q AND branch_id IS NULL AND {served}
+    AND ((SELECT memscale_all_scopes()) OR owner_id = (SELECT memscale_user())
+         OR ((visibility = 'org' OR (visibility = 'group' AND groups && (SELECT memscale_groups())))
+             AND labels <@ (SELECT memscale_clearances())))
+$f$"""
+
+
 def _backfill(type_: str, table: str, served: str) -> list[str]:
     rows = f"SELECT org_id, {BUCKET} AS bucket, owner_id, visibility, groups, labels, tsv FROM {table} " \
            f"WHERE branch_id IS NULL AND {served}"
@@ -130,6 +147,9 @@ def upgrade() -> None:
         op.execute(ORG_POLICY.format(t=t, role=ROLE))
     for type_, (table, served) in TYPES.items():
         op.execute(_function(type_, served))
+        op.execute(_hits(type_, table, served))
+        op.execute(f"REVOKE ALL ON FUNCTION bm25_hits_{type_}(tsquery) FROM PUBLIC")
+        op.execute(f"GRANT EXECUTE ON FUNCTION bm25_hits_{type_}(tsquery) TO {ROLE}")
         op.execute(f"CREATE TRIGGER bm25_keep_ins AFTER INSERT ON {table} REFERENCING NEW TABLE AS new_rows "
                    f"FOR EACH STATEMENT EXECUTE FUNCTION bm25_keep_{type_}()")
         op.execute(f"CREATE TRIGGER bm25_keep_upd AFTER UPDATE ON {table} REFERENCING OLD TABLE AS old_rows "
@@ -145,4 +165,5 @@ def downgrade() -> None:
         for trg in ("bm25_keep_ins", "bm25_keep_upd", "bm25_keep_del"):
             op.execute(f"DROP TRIGGER {trg} ON {table}")
         op.execute(f"DROP FUNCTION bm25_keep_{type_}()")
+        op.execute(f"DROP FUNCTION bm25_hits_{type_}(tsquery)")
     op.execute("DROP TABLE bm25_owned, bm25_df, bm25_buckets")

@@ -162,7 +162,9 @@ def _run(db: Session, principal: Principal, type_: str, f: SearchFilters, *, ter
 def _top_select(principal: Principal, type_: str, f: SearchFilters):  # noqa: ANN202
     """The caller's servable rows holding any lexeme of `s_any`, each scored with the summed idf of
     every query lexeme it holds; idf from the bound N and df, by the exact statement's expression
-    and in lexeme order (bit-equal scores)."""
+    and in lexeme order (bit-equal scores). The rows come from the text index (`bm25_hits_<type>`,
+    migration 0024: under row-level security the planner would read every row the access filter's
+    indexes give and test each), joined back under `servable`."""
     m = ITEM_TYPES[type_].model
     terms = select(func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
                    func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
@@ -170,8 +172,8 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):  # noqa: AN
     big_n = bindparam("s_n", type_=BigInteger)
     w = func.ln(1 + (big_n - terms.c.df + 0.5) / (terms.c.df + 0.5))
     idf = select(terms.c.lex, terms.c.q, w.label("w")).cte("idf").prefix_with("MATERIALIZED")
-    cand = (select(m.id.label("id"), m.tsv.label("tsv"))
-            .where(*servable(principal, type_, f), m.tsv.op("@@")(bindparam("s_any", type_=TEXT).cast(TSQUERY)))
+    hits = getattr(func, f"bm25_hits_{type_}")(bindparam("s_any", type_=TEXT).cast(TSQUERY)).table_valued("id")
+    cand = (select(m.id.label("id"), m.tsv.label("tsv")).where(*servable(principal, type_, f), m.id.in_(select(hits.c.id)))
             .cte("cand").prefix_with("MATERIALIZED"))
     pairs = select(idf.c.lex, idf.c.w, cand.c.id).select_from(idf).join(cand, cand.c.tsv.op("@@")(idf.c.q)).subquery("pairs")
     score = func.sum(aggregate_order_by(pairs.c.w, pairs.c.lex))
