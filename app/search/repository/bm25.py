@@ -57,8 +57,10 @@ def text_scored(db: Session, principal: Principal, type_: str, query: str, f: Se
         return [], total
     if not exact and bm25_stats.served_by_stats(principal, type_, f):
         big_n, dfs = bm25_stats.caller_stats(db, principal, type_, lexemes)
-        quoted = {w: tsquery_lexeme(w) for w in lexemes}
-        return bm25_stats.top_scored(db, principal, type_, f, quoted=quoted, n=n, big_n=big_n, dfs=dfs), big_n
+        if big_n >= bm25_stats.KEPT_FROM:  # below, one pass over the few visible rows is cheaper
+            quoted = {w: tsquery_lexeme(w) for w in lexemes}
+            return bm25_stats.top_scored(db, principal, type_, f, quoted=quoted, n=n, big_n=big_n, dfs=dfs), big_n
+        total = big_n
     many, counted = len(lexemes) > PER_LEXEME_TESTS, total is not None
     rows = STATEMENTS.run(db, ("bm25", many, counted) + shape(principal, type_, f), lambda: bm25_select(
         m, servable(principal, type_, f), many=many, counted=counted, with_n=True), bm25_values(lexemes, n, total=total)).all()
