@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import uuid
+
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import Text
+from sqlalchemy import BigInteger, SmallInteger, Text
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.kit.database.base import EMBEDDING_DIM, Base, TenantMixin
@@ -19,3 +22,52 @@ class Lexeme(TenantMixin, Base):
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
     word: Mapped[str] = mapped_column(Text, nullable=False)
     embedding = mapped_column(Vector(EMBEDDING_DIM), nullable=False)
+
+
+class Bm25Bucket(Base):
+    """BM25's N and total length of one visibility bucket of an org's item type (one user's private
+    rows, the org-visible rows of one label set, or the rows of one group set under one label
+    set), split over `shard`s; kept by triggers on the item tables (migration 0024). `owner_id`:
+    a private bucket's owner (NULL: shared), so that `visible_to` selects a caller's buckets."""
+
+    __tablename__ = "bm25_buckets"
+
+    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    item_type: Mapped[str] = mapped_column(Text, primary_key=True)
+    bucket: Mapped[str] = mapped_column(Text, primary_key=True)
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    owner_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    visibility: Mapped[str] = mapped_column(Text, nullable=False)
+    groups: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    labels: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    n: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    total_len: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Bm25Df(Base):
+    """How many rows of one bucket hold a lexeme (its share of BM25's df), split over `shard`s."""
+
+    __tablename__ = "bm25_df"
+
+    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    item_type: Mapped[str] = mapped_column(Text, primary_key=True)
+    bucket: Mapped[str] = mapped_column(Text, primary_key=True)
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    df: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Bm25Owned(Base):
+    """How many shared rows of each shape an owner has: an owner sees them all, also those no
+    shared bucket gives them (a group they left, a label they are not cleared for)."""
+
+    __tablename__ = "bm25_owned"
+
+    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    item_type: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    visibility: Mapped[str] = mapped_column(Text, primary_key=True)
+    groups: Mapped[list[str]] = mapped_column(ARRAY(Text), primary_key=True)
+    labels: Mapped[list[str]] = mapped_column(ARRAY(Text), primary_key=True)
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    n: Mapped[int] = mapped_column(BigInteger, nullable=False)

@@ -10,9 +10,9 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
 from app.kit.database.sql import as_text
+from app.search.repository import bm25_stats
 from app.search.repository.filters import STATEMENTS, limit_param, servable, shape
 from app.search.schemas import SearchFilters
-
 
 MAX_QUERY_LEXEMES = 32
 # Up to this many lexemes BM25 tests every visible row against each (cheap for a question's few
@@ -37,7 +37,7 @@ def text_ids(db: Session, principal: Principal, type_: str, query: str, f: Searc
 
 
 def text_scored(db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int, *,
-                total: int | None = None) -> tuple[list[tuple], int | None]:
+                total: int | None = None, exact: bool = False) -> tuple[list[tuple], int | None]:
     """(top-n (id, score), N): rows matching ANY of the query's lexemes, ranked by the summed IDF
     of those they match, and N, the caller's visible rows under `f` (None when the query has no
     lexeme: then nothing ran).
@@ -48,12 +48,20 @@ def text_scored(db: Session, principal: Principal, type_: str, query: str, f: Se
     "Sweden") outweigh names and common verbs. N and the document frequencies are counted over
     the caller's visible rows only, so other tenants' vocabulary never shapes the ranking. One
     statement, one pass over the visible rows for N and every lexeme's rows (`bm25_select`);
-    `total`: N when the caller counted it already.
+    `total`: N when the caller counted it already. Unless `exact`, where the statistics kept per visibility
+    bucket count exactly the caller's servable rows, N and df come from them and the rows from
+    the text index (app/search/repository/bm25_stats.py): the same scores, without the pass.
     """
     m = ITEM_TYPES[type_].model
     lexemes = query_lexemes(db, query)
     if not lexemes:
         return [], total
+    if not exact and bm25_stats.served_by_stats(principal, type_, f):
+        big_n, dfs = bm25_stats.caller_stats(db, principal, type_, lexemes)
+        if big_n >= bm25_stats.KEPT_FROM:  # below, one pass over the few visible rows is cheaper
+            quoted = {w: tsquery_lexeme(w) for w in lexemes}
+            return bm25_stats.top_scored(db, principal, type_, f, quoted=quoted, n=n, big_n=big_n, dfs=dfs), big_n
+        total = big_n
     many, counted = len(lexemes) > PER_LEXEME_TESTS, total is not None
     rows = STATEMENTS.run(db, ("bm25", many, counted) + shape(principal, type_, f), lambda: bm25_select(
         m, servable(principal, type_, f), many=many, counted=counted, with_n=True), bm25_values(lexemes, n, total=total)).all()
@@ -74,10 +82,8 @@ def query_lexemes(db: Session, query: str) -> list[str]:
 _LEXEMES = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", bindparam("q", type_=TEXT)))))
 
 
-def tsquery_lexeme(word: str) -> str:
-    """One lexeme as tsquery input: quoted, so that nothing in it is read as an operator."""
-    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
-
+# One lexeme as tsquery input: quoted, so that nothing in it is read as an operator.
+tsquery_lexeme = bm25_stats.tsquery_text
 
 
 def bm25_values(lexemes: list[str], n: int, *, total: int | None = None, n_terms: int | None = None) -> dict:
