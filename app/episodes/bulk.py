@@ -70,7 +70,7 @@ def import_items(db: Session, embedder, principal: Principal, items: list[Episod
     try:
         with released(db, principal):
             feed.ready()
-        rows = store(db, principal, items, feed, checked=True, insert=repo.copy_in, action="episode.import",
+        rows = store(db, principal, items, feed, checked=True, write_rows=repo.copy_in, action="episode.import",
                      on_progress=on_progress)
     finally:
         feed.close()

@@ -90,10 +90,10 @@ def create_many(db: Session, embedder: Embedder, principal: Principal, items: li
 
 
 def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Iterable[tuple[str, object]], *,
-          owner_id: uuid.UUID | None = None, audit: bool = True, checked: bool = False, insert=repo.insert,  # noqa: ANN001
+          owner_id: uuid.UUID | None = None, audit: bool = True, checked: bool = False, write_rows=repo.insert,  # noqa: ANN001
           action: str = "episode.create", on_progress: Callable[[int, int], None] | None = None) -> list[Episode]:
     """Check (unless `checked`), then write the episodes as their embeddings arrive (`pieces`: ("words", embedded new
-    vocabulary) and ("items", (indices into `items`, vectors))): one `insert` per slice (a multi-row INSERT;
+    vocabulary) and ("items", (indices into `items`, vectors))): one `write_rows` per slice (a multi-row INSERT;
     the bulk import's COPY), one vocabulary statement, one audit event `action`. Nothing is committed here."""
     owner = owner_id or principal.user_id
     if not checked:
@@ -109,7 +109,7 @@ def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Ite
         idx, vectors = value
         part = [new_row(principal, owner, items[i], v, now, branch) for i, v in zip(idx, vectors)]
         with stage("rows"):
-            insert(db, part)
+            write_rows(db, part)
         for i, r in zip(idx, part):
             rows[i] = r
         if on_progress is not None:
