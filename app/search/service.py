@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.feedback import service as feedback
 from app.kit.items import SEARCH_TYPES
 from app.kit.registry import text_of
 from app.kit.replicas import on
@@ -132,7 +133,8 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
     pairs = rows_repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
     if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)
         info.setdefault("neighbours", {}).update({"pairs": pairs, "looked_up": set(in_sessions)})
-    pool = Pool(rows=rows, bm25=bm25, lifts=lifts, pairs=pairs, turns=t == "episode")
+    utility = feedback.estimates(db, principal.org_id, [r.id for r in rows]) if t == "memory" and tun.utility_weight else {}
+    pool = Pool(rows=rows, bm25=bm25, lifts=lifts, pairs=pairs, turns=t == "episode", utility=utility)
     fused, parts = fuse(pool, tun, explain=call.explain)
     if call.second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
         fused, parts = _second_round(db, call, pool, fused, info) or (fused, parts)
