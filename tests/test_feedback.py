@@ -4,12 +4,15 @@ in ranking, one user's bounded influence, and erasure with the user (app/feedbac
 
 from __future__ import annotations
 
+import math
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import text
 
 from app.feedback.service import ONE_USER_BOUND, estimate
+from app.search.tuning import DEFAULT_TUNING
 
 
 def _mem(client, actor, text_, **kw) -> str:  # noqa: ANN001, ANN003
@@ -20,6 +23,12 @@ def _mem(client, actor, text_, **kw) -> str:  # noqa: ANN001, ANN003
 
 def _search(client, actor, query: str, **kw) -> dict:  # noqa: ANN001, ANN003
     r = client.post("/v1/search", json={"query": query, "types": ["memory"], "k": 10, **kw}, headers=actor.h)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _context(client, actor, query: str) -> dict:  # noqa: ANN001
+    r = client.post("/v1/context", json={"query": query}, headers=actor.h)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -120,6 +129,7 @@ def test_one_key_flooding_wrong_moves_utility_by_at_most_the_bound(client, world
     u = client.get(f"/v1/memories/{m}", headers=alice.h).json()["utility"]
     assert u["wrong"] == pytest.approx(1.0, abs=1e-3) and u["helpful"] == 0.0
     assert 0.5 - u["estimate"] <= ONE_USER_BOUND + 1e-4
+    assert m in [r["id"] for r in _search(client, alice, "how long are backups kept?")["results"]]  # not held
     # helpful and wrong of one user exclude each other: the later replaces the earlier
     rid = _search(client, mallory, "how long are backups kept?")["retrieval_id"]
     assert _say(client, mallory, rid, [{"type": "memory", "id": m, "signal": "helpful"}]).status_code == 201
@@ -153,3 +163,77 @@ def test_feedback_goes_with_the_user(client, world, admin_engine):
     assert client.delete(f"/v1/users/{bob.user_id}/data", headers=admin.h).status_code == 202
     assert _stored(admin_engine, alice.org_id) == (1, 1)  # alice's event and vote are left
     assert client.get(f"/v1/memories/{m}", headers=alice.h).json()["utility"]["wrong"] == pytest.approx(1.0, abs=1e-3)
+
+
+FACTS = ["The database failover runbook lives in the ops wiki under Databases.",
+         "Database backups run nightly at 02:00 UTC.", "The primary database is PostgreSQL 16 on db-main-1.",
+         "Database schema changes need a review from the data team.", "Read replicas of the database serve reports.",
+         "The database connection pool allows 200 connections.", "Database credentials rotate every 30 days.",
+         "Slow database queries are logged above 500 ms.", "The analytics database is refreshed every hour.",
+         "Database migrations run in the deploy pipeline before the app starts.",
+         "Database disk alerts fire at 80 percent usage.", "The database team's on-call is paged through PagerDuty.",
+         "Database restore drills happen each quarter.", "Each database table has an owner listed in the catalog.",
+         "The staging database is a nightly copy of production without personal data."]
+WRONG = "To fail over the primary database, restart db-main-1 and wait; the replica never needs promoting."
+
+
+def test_a_memory_three_users_found_wrong_leaves_the_top_10_and_is_quarantined(client, world, run_job, admin_engine):
+    """The question it misled: the wrong memory ranks first; after `wrong` from three distinct users
+    it is out of that question's top 10 (ranking alone), and consolidation quarantines it for
+    review (kept, hidden). Two users' `outdated` proposes a supersede and changes nothing else."""
+    org = world.org()
+    author = world.user(org)
+    users = [world.user(org) for _ in range(3)]
+    ids = [_mem(client, author, f, visibility="org") for f in FACTS]
+    bad = _mem(client, author, WRONG, visibility="org")
+    q = "how do I fail over the primary database?"
+    top = lambda who: [r["id"] for r in _search(client, who, q)["results"]]  # noqa: E731
+    assert top(author)[0] == bad
+    for n, u in enumerate(users, start=1):
+        rid = _search(client, u, q)["retrieval_id"]
+        assert _say(client, u, rid, [{"type": "memory", "id": bad, "signal": "wrong"}]).status_code == 201
+        if n == 1:  # one user's say demotes it by a bounded amount, never buries it
+            explained = _search(client, author, q, explain=True)["results"]
+            assert bad in [r["id"] for r in explained[:3]]
+            assert [r["explain"]["signals"]["utility"] for r in explained if r["id"] == bad] == \
+                [pytest.approx(DEFAULT_TUNING.utility_weight * math.log(estimate(0, 1) / 0.5))]
+            assert all("utility" not in r["explain"]["signals"] for r in explained if r["id"] != bad)
+    assert bad not in top(author)  # held for review from the third user's say, before consolidation
+    assert bad not in [p["id"] for s in _context(client, author, q)["sections"] for p in s["items"]]
+    # two users say a fact is outdated: a proposal, nothing else
+    for u in users[:2]:
+        rid = _search(client, u, "database credentials rotation")["retrieval_id"]
+        assert _say(client, u, rid, [{"type": "memory", "id": ids[6], "signal": "outdated"}]).status_code == 201
+    job = run_job(author.org_id, "consolidate", {})
+    assert job.status == "succeeded", job.error
+    assert (job.stats["quarantined_by_feedback"], job.stats["supersede_proposed"]) == (1, 1), job.stats
+    assert client.get(f"/v1/memories/{bad}", headers=author.h).json()["status"] == "quarantined"
+    assert client.get(f"/v1/memories/{ids[6]}", headers=author.h).json()["status"] == "active"
+    with admin_engine.connect() as c:
+        status = c.execute(text("SELECT status, provenance FROM memories WHERE org_id = :o AND id = :i"),
+                           {"o": author.org_id, "i": bad}).one()
+        proposed = c.execute(text("SELECT count(*) FROM audit_log WHERE org_id = :o AND action = 'memory.supersede_proposed'"
+                                  " AND target_id = :i"), {"o": author.org_id, "i": ids[6]}).scalar()
+    assert status[0] == "quarantined" and status[1]["review"] == "feedback" and proposed == 1
+    again = run_job(author.org_id, "consolidate", {})
+    assert (again.stats["quarantined_by_feedback"], again.stats["supersede_proposed"]) == (0, 0)
+
+
+def test_the_utility_signal_is_bounded_and_absent_without_feedback():
+    """No feedback in the pool: the fused scores are exactly those without the signal (LoCoMo and
+    every ranking without feedback unchanged); with it, a contribution in [w ln 0.2, w ln 2]."""
+    from dataclasses import replace
+
+    from app.search.signals import Pool, fuse
+
+    rows = [SimpleNamespace(id=f"m{i}", d=0.1 * i, session_id=None, n_lex=5) for i in range(6)]
+    pool = Pool(rows=rows, bm25={"m0": 3.0, "m2": 1.0})
+    off = replace(DEFAULT_TUNING, utility_weight=0.0)
+    assert fuse(pool, DEFAULT_TUNING, explain=True) == fuse(pool, off, explain=True)
+    w = DEFAULT_TUNING.utility_weight
+    judged = replace(pool, utility={"m0": 0.01, "m1": 0.99, "m9": 0.2})  # m9: not in the pool, ignored
+    (base, _), (got, parts) = fuse(pool, off), fuse(judged, DEFAULT_TUNING, explain=True)
+    assert got["m0"] - base["m0"] == pytest.approx(w * math.log(0.2))
+    assert got["m1"] - base["m1"] == pytest.approx(w * math.log(0.99 / 0.5))
+    assert {i: got[i] for i in got if i not in ("m0", "m1")} == {i: base[i] for i in base if i not in ("m0", "m1")}
+    assert "m9" not in got and "utility" not in parts["m2"]

@@ -44,13 +44,13 @@ def vote(db: Session, *, org_id: uuid.UUID, memory_id: uuid.UUID, actor_id: uuid
 
 
 def decayed_counts(db: Session, org_id: uuid.UUID, memory_ids: list, half_life_s: float) -> list:
-    """(memory_id, signal, sum of 0.5^(age / half-life) over its voters) for the memories that
-    have votes: one index range per memory on the primary key (org_id, memory_id, ...)."""
+    """(memory_id, signal, sum of 0.5^(age / half-life) over its voters, voters) for the memories
+    that have votes: one index range per memory on the primary key (org_id, memory_id, ...)."""
     if not memory_ids:
         return []
     age = func.extract("epoch", func.now() - FeedbackVote.at)
     weight = func.sum(func.power(0.5, func.greatest(age, 0.0) / half_life_s))
-    return db.execute(select(FeedbackVote.memory_id, FeedbackVote.signal, weight).where(
+    return db.execute(select(FeedbackVote.memory_id, FeedbackVote.signal, weight, func.count()).where(
         FeedbackVote.org_id == org_id, FeedbackVote.memory_id.in_(list(memory_ids)),
         FeedbackVote.signal.in_(("helpful", "wrong"))).group_by(FeedbackVote.memory_id, FeedbackVote.signal)).all()
 

@@ -13,13 +13,18 @@ So one user adds at most 1 to one side, and moves the estimate by at most ONE_US
 what the others' votes make it ((h + 1) / ((h + w + 2)(h + w + 3)) <= 1/6, at h + w <= 1).
 `used` and the retrieval's `outcome` are kept with the event (for training and audit), not
 counted; `outdated` votes feed consolidation's supersede proposals (pipelines/consolidation/).
-Feedback never changes who may see an item: the ranking reads utilities only for rows the caller
-may already be served (app/search/signals.py).
+
+Held for review: a memory that at least WRONG_USERS distinct users found wrong, and more wrong
+than helpful (decayed sums), is what consolidation quarantines; hybrid ranking leaves it out of
+the pool from the moment the rule holds, so it stops misleading before the job runs. Feedback
+never changes who may see an item: the ranking reads utilities only for rows the caller may
+already be served (app/search/signals.py), and can only remove a row, never add one.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy.orm import Session
@@ -33,6 +38,7 @@ from app.kit.items import ITEM_TYPES, MEMORY
 
 HALF_LIFE_DAYS = 90.0
 ONE_USER_BOUND = 1.0 / 6.0
+WRONG_USERS = 3  # distinct users who said `wrong` (and more wrong than helpful): held for review
 VOTED = ("helpful", "wrong", "outdated")  # the signals that leave a vote on a memory
 _OPPOSITE = {"helpful": "wrong", "wrong": "helpful"}
 
@@ -78,23 +84,55 @@ def estimate(helpful: float, wrong: float) -> float:
     return (helpful + 1.0) / (helpful + wrong + 2.0)
 
 
+@dataclass
+class Tally:
+    helpful: float = 0.0  # decayed sums over distinct users
+    wrong: float = 0.0
+    wrong_users: int = 0  # distinct users whose `wrong` stands, however old
+
+    @property
+    def held(self) -> bool:
+        """The quarantine rule: enough distinct users found it wrong, and more wrong than helpful."""
+        return self.wrong_users >= WRONG_USERS and self.wrong > self.helpful
+
+    def out(self) -> Utility:
+        return Utility(helpful=round(self.helpful, 4), wrong=round(self.wrong, 4),
+                       estimate=round(estimate(self.helpful, self.wrong), 4))
+
+
+def tallies(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[uuid.UUID, Tally]:
+    """{memory id: its tally} for the memories among `memory_ids` that have helpful or wrong votes."""
+    out: dict = {}
+    for memory_id, signal, weight, voters in repo.decayed_counts(db, org_id, memory_ids, HALF_LIFE_DAYS * 86400.0):
+        t = out.setdefault(memory_id, Tally())
+        setattr(t, signal, float(weight))
+        if signal == "wrong":
+            t.wrong_users = int(voters)
+    return out
+
+
 def utilities(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[uuid.UUID, Utility]:
     """{memory id: its utility} for the memories among `memory_ids` that have helpful or wrong votes.
     The caller passes only ids it may serve."""
-    sums: dict = {}
-    for memory_id, signal, weight in repo.decayed_counts(db, org_id, memory_ids, HALF_LIFE_DAYS * 86400.0):
-        sums.setdefault(memory_id, {"helpful": 0.0, "wrong": 0.0})[signal] = float(weight)
-    return {m: Utility(helpful=round(s["helpful"], 4), wrong=round(s["wrong"], 4),
-                       estimate=round(estimate(s["helpful"], s["wrong"]), 4)) for m, s in sums.items()}
+    return {m: t.out() for m, t in tallies(db, org_id, memory_ids).items()}
 
 
 def utility_of(db: Session, org_id: uuid.UUID, memory_id: uuid.UUID) -> Utility | None:
     return utilities(db, org_id, [memory_id]).get(memory_id)
 
 
-def estimates(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[uuid.UUID, float]:
-    """{memory id: estimate} for the ranking (app/search/signals.py `utility`); absent: no feedback."""
-    return {m: u.estimate for m, u in utilities(db, org_id, memory_ids).items()}
+def for_ranking(db: Session, org_id: uuid.UUID, memory_ids: list[str]) -> tuple[dict[str, float], set[str]]:
+    """({memory id: estimate}, ids held for review) among a ranking pool's ids (text, as the pool
+    holds them); a memory without feedback is in neither."""
+    got = tallies(db, org_id, [uuid.UUID(str(i)) for i in memory_ids])
+    return ({str(m): estimate(t.helpful, t.wrong) for m, t in got.items()},
+            {str(m) for m, t in got.items() if t.held})
+
+
+def held_for_review(db: Session, org_id: uuid.UUID) -> dict[uuid.UUID, int]:
+    """{memory id: distinct users who found it wrong} of the org's memories the quarantine rule holds for."""
+    many = repo.voters(db, org_id, "wrong", WRONG_USERS)
+    return {m: t.wrong_users for m, t in tallies(db, org_id, list(many)).items() if t.held}
 
 
 def flagged(db: Session, org_id: uuid.UUID, signal: str, at_least: int) -> dict[uuid.UUID, int]:

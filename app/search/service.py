@@ -133,7 +133,10 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
     pairs = rows_repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
     if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)
         info.setdefault("neighbours", {}).update({"pairs": pairs, "looked_up": set(in_sessions)})
-    utility = feedback.estimates(db, principal.org_id, [r.id for r in rows]) if t == "memory" and tun.utility_weight else {}
+    utility: dict = {}
+    if t == "memory" and tun.utility_weight:  # feedback: a bounded prior; a memory held for review leaves the pool
+        utility, held = feedback.for_ranking(db, principal.org_id, [r.id for r in rows])
+        rows = [r for r in rows if r.id not in held] if held else rows
     pool = Pool(rows=rows, bm25=bm25, lifts=lifts, pairs=pairs, turns=t == "episode", utility=utility)
     fused, parts = fuse(pool, tun, explain=call.explain)
     if call.second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:

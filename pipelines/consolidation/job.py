@@ -3,8 +3,8 @@ re-validate schema hints. Works within one scope at a time (same owner, visibili
 labels), so a merge never widens or mixes access. Losers are superseded (kept as history), never
 erased. Each scope group commits with its checkpoint; a re-run finds nothing left to do.
 
-Feedback first (rules.feedback_review): a memory that enough distinct users marked `wrong` is
-quarantined for review (hidden from every read path, kept, `provenance.review = "feedback"` so that
+Feedback first (rules.feedback_review): a memory held for review (enough distinct users marked
+it `wrong`, more wrong than helpful: app/feedback/service.py) is quarantined for review (hidden from every read path, kept, `provenance.review = "feedback"` so that
 no automatic rule restores it); one that enough marked `outdated` gets a supersede proposal, an
 audit event and `provenance.supersede_proposed`, for a steward to act on (nothing else changes).
 """
@@ -24,7 +24,7 @@ from app.knowledge import service as knowledge
 from app.lineage import service as lineage
 from app.memories import lifecycle, versioning
 from app.memories.near_duplicates import clusters
-from pipelines.consolidation.rules import OUTDATED_USERS, WRONG_USERS, Item, contradicts, feedback_review, winner
+from pipelines.consolidation.rules import OUTDATED_USERS, Item, contradicts, feedback_review, winner
 
 if TYPE_CHECKING:
     from app.jobs.models import Job
@@ -124,7 +124,7 @@ def _revalidate_hints(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
 
 def _review_feedback(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
     """Quarantine what distinct users found wrong; propose a supersede for what they found outdated."""
-    wrong = feedback.flagged(db, ctx.org_id, "wrong", WRONG_USERS)
+    wrong = feedback.held_for_review(db, ctx.org_id)
     outdated = feedback.flagged(db, ctx.org_id, "outdated", OUTDATED_USERS)
     if not wrong and not outdated:
         return

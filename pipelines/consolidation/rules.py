@@ -55,15 +55,16 @@ def winner(items: list[Item]) -> Item:
     return max(items, key=lambda i: (i.n_sources, i.recorded_at, i.confidence))
 
 
-# Feedback (app/feedback/service.py): distinct users, never votes, so that one key cannot trigger either.
-WRONG_USERS = 3  # users who said `wrong` before a memory is quarantined for review (never deleted)
+# Feedback: distinct users, never votes, so that one key cannot trigger either. Which memories are held
+# for review (quarantined) is app/feedback/service.py's rule (WRONG_USERS), which ranking applies too.
 OUTDATED_USERS = 2  # users who said `outdated` before a supersede is proposed (a record, no change)
 
 
 def feedback_review(wrong: dict, outdated: dict, active: set) -> tuple[list, list]:
     """(to quarantine, to propose for supersession) among the `active` memory ids, from {id:
-    distinct users} of `wrong` and of `outdated`; a memory to quarantine is not proposed as well."""
-    quarantine = sorted((i for i, n in wrong.items() if n >= WRONG_USERS and i in active), key=str)
+    distinct users} of the memories held for review and of `outdated`; a memory to quarantine is
+    not proposed as well."""
+    quarantine = sorted((i for i in wrong if i in active), key=str)
     propose = sorted((i for i, n in outdated.items() if n >= OUTDATED_USERS and i in active and i not in set(quarantine)),
                      key=str)
     return quarantine, propose
