@@ -85,7 +85,7 @@ def _cases(client, world):  # noqa: ANN001, ANN202
     assert hidden in [r["id"] for r in bobs["results"]]
     rid = mine["retrieval_id"]
     item = lambda i: [{"type": "memory", "id": i, "signal": "wrong"}]  # noqa: E731
-    return alice, [
+    return alice, item(handed), rid, [
         ("absent retrieval", alice, str(uuid.uuid4()), item(handed)),
         ("another user's retrieval", bob, rid, item(handed)),
         ("another org", mallory, rid, item(handed)),
@@ -98,7 +98,7 @@ def _cases(client, world):  # noqa: ANN001, ANN202
 
 
 def test_every_refusal_is_the_same_404_and_stores_nothing(client, world, admin_engine):
-    alice, cases = _cases(client, world)
+    alice, good, good_rid, cases = _cases(client, world)
     bodies = set()
     for name, who, rid, items in cases:
         r = _say(client, who, rid, items)
@@ -106,6 +106,9 @@ def test_every_refusal_is_the_same_404_and_stores_nothing(client, world, admin_e
         bodies.add(r.text)
     assert len(bodies) == 1, bodies
     assert _stored(admin_engine, alice.org_id) == (0, 0)
+    # the same route takes the one request that is in order
+    assert _say(client, alice, good_rid, good).status_code == 201
+    assert _stored(admin_engine, alice.org_id) == (1, 1)
 
 
 def test_a_steward_may_give_feedback_on_any_retrieval_of_the_org(client, world, admin_engine):
