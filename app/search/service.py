@@ -7,7 +7,8 @@ Fusion (hybrid mode), per item type, over a `RankCall` (the request's one carrie
    lift (app/search/lexicon.py) and, when the query names a time ("in May 2023", "last week"),
    that time's turns (a signal, never a filter).
 3. The signals of app/search/signals.py (`SIGNALS`: z-normalised cosine and BM25, the lifts,
-   a turn's neighbours and session, a length prior), each weighed by its `Tuning` setting.
+   a turn's neighbours and session, a length prior, a memory's utility from feedback), each
+   weighed by its `Tuning` setting; a memory held for review (docs/feedback.md) leaves the pool.
 4. A second round for conversation turns, no LLM, asked for by context assembly only
    (`RankCall.second_round`: it costs more than search's latency target allows): the rarest
    words (not in the query) of the `expand_from` best turns so far make a second text query;

@@ -4,9 +4,10 @@ labels), so a merge never widens or mixes access. Losers are superseded (kept as
 erased. Each scope group commits with its checkpoint; a re-run finds nothing left to do.
 
 Feedback first (rules.feedback_review): a memory held for review (enough distinct users marked
-it `wrong`, more wrong than helpful: app/feedback/service.py) is quarantined for review (hidden from every read path, kept, `provenance.review = "feedback"` so that
-no automatic rule restores it); one that enough marked `outdated` gets a supersede proposal, an
-audit event and `provenance.supersede_proposed`, for a steward to act on (nothing else changes).
+it `wrong`, more wrong than helpful: app/feedback/service.py) is quarantined (hidden from every
+read path, kept, `provenance.review = "feedback"` so that no automatic rule restores it); one
+that enough users marked `outdated` gets a supersede proposal, an audit event and
+`provenance.supersede_proposed`, for a steward to act on (nothing else changes).
 """
 
 from __future__ import annotations
