@@ -100,8 +100,9 @@ class Tally:
                        estimate=round(estimate(self.helpful, self.wrong), 4))
 
 
-def tallies(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[uuid.UUID, Tally]:
-    """{memory id: its tally} for the memories among `memory_ids` that have helpful or wrong votes."""
+def tallies(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[str, Tally]:
+    """{memory id as text: its tally} for the memories among `memory_ids` (ids or their text) that
+    have helpful or wrong votes."""
     out: dict = {}
     for memory_id, signal, weight, voters in repo.decayed_counts(db, org_id, memory_ids, HALF_LIFE_DAYS * 86400.0):
         t = out.setdefault(memory_id, Tally())
@@ -111,28 +112,27 @@ def tallies(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[uuid.UUID,
     return out
 
 
-def utilities(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[uuid.UUID, Utility]:
-    """{memory id: its utility} for the memories among `memory_ids` that have helpful or wrong votes.
-    The caller passes only ids it may serve."""
+def utilities(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[str, Utility]:
+    """{memory id as text: its utility} for the memories among `memory_ids` that have helpful or
+    wrong votes. The caller passes only ids it may serve."""
     return {m: t.out() for m, t in tallies(db, org_id, memory_ids).items()}
 
 
 def utility_of(db: Session, org_id: uuid.UUID, memory_id: uuid.UUID) -> Utility | None:
-    return utilities(db, org_id, [memory_id]).get(memory_id)
+    return utilities(db, org_id, [memory_id]).get(str(memory_id))
 
 
 def for_ranking(db: Session, org_id: uuid.UUID, memory_ids: list[str]) -> tuple[dict[str, float], set[str]]:
     """({memory id: estimate}, ids held for review) among a ranking pool's ids (text, as the pool
     holds them); a memory without feedback is in neither."""
-    got = tallies(db, org_id, [uuid.UUID(str(i)) for i in memory_ids])
-    return ({str(m): estimate(t.helpful, t.wrong) for m, t in got.items()},
-            {str(m) for m, t in got.items() if t.held})
+    got = tallies(db, org_id, memory_ids)
+    return {m: estimate(t.helpful, t.wrong) for m, t in got.items()}, {m for m, t in got.items() if t.held}
 
 
 def held_for_review(db: Session, org_id: uuid.UUID) -> dict[uuid.UUID, int]:
     """{memory id: distinct users who found it wrong} of the org's memories the quarantine rule holds for."""
     many = repo.voters(db, org_id, "wrong", WRONG_USERS)
-    return {m: t.wrong_users for m, t in tallies(db, org_id, list(many)).items() if t.held}
+    return {uuid.UUID(m): t.wrong_users for m, t in tallies(db, org_id, list(many)).items() if t.held}
 
 
 def flagged(db: Session, org_id: uuid.UUID, signal: str, at_least: int) -> dict[uuid.UUID, int]:

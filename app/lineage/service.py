@@ -67,9 +67,9 @@ def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, *, dire
 
     out = (read or on(db))(lambda rdb: _graph(rdb, principal, type_, id_, direction, depth))
     with_text = [{"type": n["type"], "id": n["id"]} for n in out["nodes"] if "text" in n]
-    useful = feedback.utilities(db, principal.org_id, [uuid.UUID(n["id"]) for n in with_text if n["type"] == "memory"])
+    useful = feedback.utilities(db, principal.org_id, [n["id"] for n in with_text if n["type"] == "memory"])
     for n in out["nodes"]:
-        if n["type"] == "memory" and "text" in n and (u := useful.get(uuid.UUID(n["id"]))) is not None:
+        if n["type"] == "memory" and "text" in n and (u := useful.get(n["id"])) is not None:
             n["utility"] = u.model_dump()
     if with_text:
         record_retrieval(db, principal, kind="lineage", query="", params={"root": {"type": type_, "id": str(id_)}},
