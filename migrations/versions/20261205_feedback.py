@@ -47,17 +47,23 @@ CREATE TABLE feedback_votes (
 )"""
 
 
-def upgrade() -> None:
-    op.execute(EVENTS)
-    op.execute("CREATE INDEX ix_feedback_events_retrieval ON feedback_events (org_id, retrieval_id)")
-    op.execute("CREATE INDEX ix_feedback_events_actor ON feedback_events (org_id, actor_id)")
-    op.execute(VOTES)
-    op.execute("CREATE INDEX ix_feedback_votes_actor ON feedback_votes (org_id, actor_id)")
+def create(execute) -> None:  # noqa: ANN001
+    """The tables, indexes, grants and policies (also used by bench/speed/scale's `global` layout,
+    kept at 0014 with today's code)."""
+    execute(EVENTS)
+    execute("CREATE INDEX ix_feedback_events_retrieval ON feedback_events (org_id, retrieval_id)")
+    execute("CREATE INDEX ix_feedback_events_actor ON feedback_events (org_id, actor_id)")
+    execute(VOTES)
+    execute("CREATE INDEX ix_feedback_votes_actor ON feedback_votes (org_id, actor_id)")
     for table, privileges in (("feedback_events", "SELECT, INSERT, DELETE"),
                               ("feedback_votes", "SELECT, INSERT, UPDATE, DELETE")):
-        op.execute(f"GRANT {privileges} ON {table} TO {ROLE}")
-        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-        op.execute(ORG_POLICY.format(t=table, role=ROLE))
+        execute(f"GRANT {privileges} ON {table} TO {ROLE}")
+        execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+        execute(ORG_POLICY.format(t=table, role=ROLE))
+
+
+def upgrade() -> None:
+    create(op.execute)
 
 
 def downgrade() -> None:
