@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.context.endpoints import router as context
     from app.episodes.endpoints import router as episodes
     from app.erasure.endpoints import router as erasure
+    from app.feedback.endpoints import router as feedback
     from app.jobs.endpoints import router as jobs
     from app.knowledge.endpoints import router as knowledge
     from app.memories.endpoints import router as memories
@@ -84,7 +85,8 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, context, sessions, lineage, audit, erasure, ui, knowledge, branches):
+    for r in (episodes, memories, search, jobs, context, sessions, lineage, audit, erasure, ui, knowledge, branches,
+              feedback):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

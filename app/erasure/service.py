@@ -46,6 +46,7 @@ from app.audit.service import record
 from app.auth.principal import Principal
 from app.cartridges import service as cartridges
 from app.episodes import service as episodes
+from app.feedback import service as feedback
 from app.jobs import service as jobs
 from app.kit.http import idempotency
 from app.kit.tenancy.access import assert_may_modify
@@ -126,6 +127,7 @@ def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id:
     stats["memories_removed"] += seen_removed
     stats["memories_quarantined"] += seen_quarantined
     stats["cartridges_erased"], stats["assets_removed"] = assets["cartridges_erased"], assets["assets_removed"]
+    stats["feedback_removed"] = feedback.forget_user(db, org_id, user_id)
     stats["retrievals_removed"] = lineage.forget_retrievals_by(db, org_id, user_id)
     stats["idempotency_replies_removed"] += idempotency.forget_user_replies(db, org_id, user_id)
     stats["keys_revoked"] = orgs.revoke_keys(db, org_id, user_id, datetime.now(timezone.utc))

@@ -12,6 +12,7 @@ from app.audit import models as _audit  # noqa: F401
 from app.branches import models as _branches  # noqa: F401
 from app.cartridges import models as _cartridges  # noqa: F401
 from app.episodes import models as _episodes  # noqa: F401
+from app.feedback import models as _feedback  # noqa: F401
 from app.jobs import models as _jobs  # noqa: F401
 from app.kit.database.base import Base
 from app.kit.items import ITEM_TYPES, SOURCE_TYPES  # noqa: F401 - the table, read here with its models

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.feedback.schemas import Utility
+
 
 class ItemRef(BaseModel):
     type: str
@@ -27,6 +29,7 @@ class LineageNode(BaseModel):
     kind: str | None = None
     redacted: bool | None = None
     deleted: bool | None = None
+    utility: Utility | None = None  # a visible memory with feedback (app/feedback/service.py)
 
 
 class LineageEdgeOut(BaseModel):
@@ -58,6 +61,7 @@ class RetrievalOut(BaseModel):
     at: str
     params: dict[str, Any]
     items: list[RetrievedItem]
+    feedback: list[dict[str, Any]] | None = None  # what was said of its items (POST /v1/feedback), when any
 
 
 class RetrievalOfItem(BaseModel):

@@ -11,6 +11,7 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.feedback import service as feedback
 from app.kit.database.db import view_of
 from app.kit.errors import NotFound
 from app.kit.registry import ITEM_TYPES, text_of
@@ -66,6 +67,10 @@ def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, *, dire
 
     out = (read or on(db))(lambda rdb: _graph(rdb, principal, type_, id_, direction, depth))
     with_text = [{"type": n["type"], "id": n["id"]} for n in out["nodes"] if "text" in n]
+    useful = feedback.utilities(db, principal.org_id, [n["id"] for n in with_text if n["type"] == "memory"])
+    for n in out["nodes"]:
+        if n["type"] == "memory" and "text" in n and (u := useful.get(n["id"])) is not None:
+            n["utility"] = u.model_dump()
     if with_text:
         record_retrieval(db, principal, kind="lineage", query="", params={"root": {"type": type_, "id": str(id_)}},
                          items=with_text)
@@ -115,8 +120,11 @@ def retrieval(db: Session, principal: Principal, retrieval_id: uuid.UUID) -> dic
     # Your own retrievals, or any in the org for auditors and admins.
     if ev is None or (ev.actor_id != principal.user_id and not principal.has_role("auditor", "admin")):
         raise NotFound("retrieval not found")
-    return {"id": str(ev.id), "actor": str(ev.actor_id), "kind": ev.kind, "query": ev.query, "at": ev.at.isoformat(),
-            "params": ev.params, "items": [{"type": i["type"], "id": i["id"], "score": i.get("score")} for i in ev.items]}
+    out = {"id": str(ev.id), "actor": str(ev.actor_id), "kind": ev.kind, "query": ev.query, "at": ev.at.isoformat(),
+           "params": ev.params, "items": [{"type": i["type"], "id": i["id"], "score": i.get("score")} for i in ev.items]}
+    if said := feedback.of_retrieval(db, principal, ev.id):
+        out["feedback"] = said
+    return out
 
 
 def retrievals_of(db: Session, principal: Principal, item_id: uuid.UUID, limit: int) -> list[dict]:

@@ -37,7 +37,7 @@ def get_memory(memory_id: uuid.UUID, request: Request, db: SessionDep, as_of: In
                principal=require("memory", "read")):
     """`as_of`: this memory version as it existed then (404 if it had not been recorded yet)."""
     principal = principal.at(as_of)
-    return service.to_out(service.read(db, principal, memory_id, read=reads(request, db, principal)), principal.view)
+    return service.read_out(db, principal, memory_id, where=reads(request, db, principal))
 
 
 @router.patch("/{memory_id}", response_model=MemoryOut)

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
+from app.feedback.schemas import Utility
 from app.kit.items import SourceType
 from app.kit.http.schemas import GROUPS_MATCH_VISIBILITY, AccessIn, AccessOut, Instant, NumberOnly, StrictModel, Tag, Visibility
 
@@ -71,6 +72,7 @@ class MemoryOut(AccessOut):
     superseded_at: datetime | None
     last_validated_at: datetime
     agent_id: str | None = None
+    utility: Utility | None = None  # on GET, once the memory has feedback (app/feedback/service.py)
 
 
 class DeclassifyIn(AccessIn):

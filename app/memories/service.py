@@ -13,6 +13,8 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal
+from app.feedback import service as feedback
+from app.feedback.schemas import Utility
 from app.kit.tenancy import scope as scopes
 from app.kit.runtime.embedding import Embedder
 from app.kit.tenancy.access import assert_may_modify, assert_may_shape_profile, assert_may_share
@@ -31,7 +33,7 @@ class ScopeTooWide(AppError):
     status_code, code = 422, "scope_wider_than_sources"
 
 
-def to_out(m: Memory, view: View | None = None) -> MemoryOut:
+def to_out(m: Memory, view: View | None = None, *, utility: Utility | None = None) -> MemoryOut:
     """The version as `view` sees it (None: as stored). In a branch, or as of an instant, a version
     superseded later is still the current one: active, not superseded, and still valid if the
     supersession was what closed its validity (`supersede` sets both instants to the same now)."""
@@ -44,7 +46,7 @@ def to_out(m: Memory, view: View | None = None) -> MemoryOut:
                      confidence=m.confidence, provenance=m.provenance, owner_id=m.owner_id,
                      valid_from=m.valid_from, valid_to=valid_to, recorded_at=m.recorded_at,
                      superseded_at=superseded_at, last_validated_at=m.last_validated_at,
-                     visibility=m.visibility, groups=m.groups, labels=m.labels, agent_id=m.agent_id)
+                     visibility=m.visibility, groups=m.groups, labels=m.labels, agent_id=m.agent_id, utility=utility)
 
 
 def _check_scope(requested: scopes.Scope, bound: scopes.Scope | None) -> None:
@@ -91,6 +93,13 @@ def read(db: Session, principal: Principal, memory_id: uuid.UUID, read=None) -> 
     from app.lineage.service import read_one
 
     return read_one(db, principal, "memory", lambda rdb: get(rdb, principal, memory_id), read)
+
+
+def read_out(db: Session, principal: Principal, memory_id: uuid.UUID, where=None) -> MemoryOut:  # noqa: ANN001
+    """GET's body: the memory as the caller's view sees it (read where `where` says, as `read`),
+    with its utility once it has feedback."""
+    m = read(db, principal, memory_id, where)
+    return to_out(m, principal.view, utility=feedback.utility_of(db, principal.org_id, m.id))
 
 
 def check_may_modify(principal: Principal, m: Memory) -> None:

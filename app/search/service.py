@@ -7,7 +7,8 @@ Fusion (hybrid mode), per item type, over a `RankCall` (the request's one carrie
    lift (app/search/lexicon.py) and, when the query names a time ("in May 2023", "last week"),
    that time's turns (a signal, never a filter).
 3. The signals of app/search/signals.py (`SIGNALS`: z-normalised cosine and BM25, the lifts,
-   a turn's neighbours and session, a length prior), each weighed by its `Tuning` setting.
+   a turn's neighbours and session, a length prior, a memory's utility from feedback), each
+   weighed by its `Tuning` setting; a memory held for review (docs/feedback.md) leaves the pool.
 4. A second round for conversation turns, no LLM, asked for by context assembly only
    (`RankCall.second_round`: it costs more than search's latency target allows): the rarest
    words (not in the query) of the `expand_from` best turns so far make a second text query;
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.feedback import service as feedback
 from app.kit.items import SEARCH_TYPES
 from app.kit.registry import text_of
 from app.kit.database.replicas import on
@@ -132,7 +134,11 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
     pairs = rows_repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
     if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)
         info.setdefault("neighbours", {}).update({"pairs": pairs, "looked_up": set(in_sessions)})
-    pool = Pool(rows=rows, bm25=bm25, lifts=lifts, pairs=pairs, turns=t == "episode")
+    utility: dict = {}
+    if t == "memory" and tun.utility_weight:  # feedback: a bounded prior; a memory held for review leaves the pool
+        utility, held = feedback.for_ranking(db, principal.org_id, [r.id for r in rows])
+        rows = [r for r in rows if r.id not in held] if held else rows
+    pool = Pool(rows=rows, bm25=bm25, lifts=lifts, pairs=pairs, turns=t == "episode", utility=utility)
     fused, parts = fuse(pool, tun, explain=call.explain)
     if call.second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
         fused, parts = _second_round(db, call, pool, fused, info) or (fused, parts)

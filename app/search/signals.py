@@ -24,13 +24,15 @@ class Pool:
     `rows`: (id, d: cosine distance or None, session_id, n_lex: the row's lexeme count);
     `bm25`: {id: BM25}; `lifts`: {signal name: {id: raw value}} for the lifts that ran (the
     vocabulary lift, the named time, the second round); `pairs`: (neighbour id, turn id) of
-    adjacent turns; `turns`: conversation turns (the context signals and the length prior apply)."""
+    adjacent turns; `turns`: conversation turns (the context signals and the length prior apply);
+    `utility`: {id: the estimate of app/feedback/service.py} of the pooled rows with feedback."""
 
     rows: list
     bm25: dict
     lifts: dict = field(default_factory=dict)
     pairs: list = field(default_factory=list)
     turns: bool = False
+    utility: dict = field(default_factory=dict)
 
 
 def z(values: dict) -> dict:
@@ -104,6 +106,18 @@ def length(pool: Pool, total: dict, w: float) -> dict:
     return {i: w * (size[i] - mean) for i in total}
 
 
+UTILITY_FLOOR = 0.1  # below this estimate a memory is demoted no further (consolidation quarantines it)
+
+
+def utility(pool: Pool, total: dict, w: float) -> dict:
+    """w x ln(estimate / 0.5), the estimate floored at UTILITY_FLOOR: a bounded prior from feedback,
+    in [w ln(0.2), w ln 2] (an odds-like factor on the uninformed 0.5); a row without feedback
+    gains 0, so a pool without any is ranked exactly as without the signal."""
+    if not pool.utility:
+        return {}
+    return {i: w * math.log(max(e, UTILITY_FLOOR) / 0.5) for i, e in pool.utility.items() if i in total}
+
+
 @dataclass(frozen=True)
 class Signal:
     fn: Callable[[Pool, dict, float], dict]
@@ -119,6 +133,7 @@ SIGNALS: dict[str, Signal] = {
     "neighbour": Signal(neighbour, "neighbour"),
     "session": Signal(session, "session"),
     "length": Signal(length, "length_prior"),
+    "utility": Signal(utility, "utility_weight"),
 }
 
 

@@ -39,6 +39,9 @@ class Tuning:
     # named day lifts far more than a named year that covers the pool). 0: off.
     time_weight: float = 1.0
     time_depth: int = 30
+    # Feedback (app/feedback/service.py): a memory with feedback gains utility_weight x ln(estimate / 0.5),
+    # the estimate floored at 0.1 (signals.utility); one user moves it by at most 1/6. 0: off.
+    utility_weight: float = 2.0
     # Hybrid: the caller's visible rows of a type are counted once (BM25's N); up to this many,
     # the vector pool is the exact search (cheaper and exact there); 0: HNSW first always.
     exact_below: int = 10_000

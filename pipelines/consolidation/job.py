@@ -1,7 +1,13 @@
-"""consolidate job: merge near-duplicates, resolve conflicts, prune the stale, re-validate
-schema hints. Works within one scope at a time (same owner, visibility, groups, labels), so a
-merge never widens or mixes access. Losers are superseded (kept as history), never erased.
-Each scope group commits with its checkpoint; a re-run finds nothing left to do.
+"""consolidate job: act on feedback, merge near-duplicates, resolve conflicts, prune the stale,
+re-validate schema hints. Works within one scope at a time (same owner, visibility, groups,
+labels), so a merge never widens or mixes access. Losers are superseded (kept as history), never
+erased. Each scope group commits with its checkpoint; a re-run finds nothing left to do.
+
+Feedback first (rules.feedback_review): a memory held for review (enough distinct users marked
+it `wrong`, more wrong than helpful: app/feedback/service.py) is quarantined (hidden from every
+read path, kept, `provenance.review = "feedback"` so that no automatic rule restores it); one
+that enough users marked `outdated` gets a supersede proposal, an audit event and
+`provenance.supersede_proposed`, for a steward to act on (nothing else changes).
 """
 
 from __future__ import annotations
@@ -11,13 +17,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.audit.service import record
+from app.feedback import service as feedback
 from app.jobs.params import ConsolidateParams
 from app.jobs.runner import JobContext
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
 from app.memories import lifecycle, versioning
 from app.memories.near_duplicates import clusters
-from pipelines.consolidation.rules import Item, contradicts, winner
+from pipelines.consolidation.rules import OUTDATED_USERS, Item, contradicts, feedback_review, winner
 
 if TYPE_CHECKING:
     from app.jobs.models import Job
@@ -30,7 +38,10 @@ def _key(m: "Memory") -> tuple:
 
 def run(ctx: JobContext, job: "Job") -> dict:
     p = ConsolidateParams.model_validate(job.params)
-    stats = {"seen": 0, "merged": 0, "superseded": 0, "pruned": 0, "quarantined": 0, "restored": 0}
+    stats = {"seen": 0, "merged": 0, "superseded": 0, "pruned": 0, "quarantined": 0, "restored": 0,
+             "quarantined_by_feedback": 0, "supersede_proposed": 0}
+    with ctx.tx() as db:
+        _review_feedback(ctx, db, stats)
     with ctx.tx() as db:
         mems = lifecycle.live_memories(db, ctx.org_id)
         sources = lineage.sources_by_relation(db, ctx.org_id, "distilled_from")
@@ -106,6 +117,31 @@ def _revalidate_hints(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
         if not ok and h.status == "active":
             lifecycle.quarantine(db, h, reason=f"table {table} changed or dropped", job_id=ctx.job_id)
             stats["quarantined"] += 1
-        elif ok and h.status == "quarantined" and not h.provenance.get("pending_rederive"):
+        elif ok and h.status == "quarantined" and not h.provenance.get("pending_rederive") \
+                and not h.provenance.get("review"):
             lifecycle.restore(h)
             stats["restored"] += 1
+
+
+def _review_feedback(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
+    """Quarantine what distinct users found wrong; propose a supersede for what they found outdated."""
+    wrong = feedback.held_for_review(db, ctx.org_id)
+    outdated = feedback.flagged(db, ctx.org_id, "outdated", OUTDATED_USERS)
+    if not wrong and not outdated:
+        return
+    live = {m.id: m for m in lifecycle.live_memories(db, ctx.org_id) if m.id in wrong or m.id in outdated}
+    active = {i for i, m in live.items() if m.status == "active"}
+    quarantine, propose = feedback_review(wrong, outdated, active)
+    for i in quarantine:
+        m = live[i]
+        m.provenance = {**m.provenance, "review": "feedback"}
+        lifecycle.quarantine(db, m, reason=f"marked wrong by {wrong[i]} users", job_id=ctx.job_id)
+        stats["quarantined_by_feedback"] += 1
+    for i in propose:
+        m = live[i]
+        if m.provenance.get("supersede_proposed"):
+            continue
+        m.provenance = {**m.provenance, "supersede_proposed": {"users": outdated[i], "job_id": str(ctx.job_id)}}
+        record(db, org_id=ctx.org_id, actor_id=None, action="memory.supersede_proposed", target_type="memory",
+               target_id=i, details={"reason": f"marked outdated by {outdated[i]} users", "job_id": str(ctx.job_id)})
+        stats["supersede_proposed"] += 1

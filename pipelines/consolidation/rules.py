@@ -1,5 +1,5 @@
-"""Pure decisions of consolidation: contradiction and who wins (which memories are near-duplicates is
-decided in app/memories/near_duplicates.py)."""
+"""Pure decisions of consolidation: contradiction, who wins (which memories are near-duplicates is
+decided in app/memories/near_duplicates.py), and what feedback asks for."""
 
 from __future__ import annotations
 
@@ -53,3 +53,18 @@ def contradicts(a: str, b: str) -> bool:
 def winner(items: list[Item]) -> Item:
     """Newer and better-sourced wins: more sources first, then more recent, then more confident."""
     return max(items, key=lambda i: (i.n_sources, i.recorded_at, i.confidence))
+
+
+# Feedback: distinct users, never votes, so that one key cannot trigger either. Which memories are held
+# for review (quarantined) is app/feedback/service.py's rule (WRONG_USERS), which ranking applies too.
+OUTDATED_USERS = 2  # users who said `outdated` before a supersede is proposed (a record, no change)
+
+
+def feedback_review(wrong: dict, outdated: dict, active: set) -> tuple[list, list]:
+    """(to quarantine, to propose for supersession) among the `active` memory ids, from {id:
+    distinct users} of the memories held for review and of `outdated`; a memory to quarantine is
+    not proposed as well."""
+    quarantine = sorted((i for i in wrong if i in active), key=str)
+    propose = sorted((i for i, n in outdated.items() if n >= OUTDATED_USERS and i in active and i not in set(quarantine)),
+                     key=str)
+    return quarantine, propose

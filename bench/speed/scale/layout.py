@@ -28,6 +28,7 @@ VERSIONS = Path(__file__).resolve().parents[3] / "migrations" / "versions"
 MIGRATION = VERSIONS / "20261201_partition_by_org.py"
 KEY_PRINCIPAL = VERSIONS / "20261201_key_principal.py"
 LEXICON = VERSIONS / "20261202_lexicon.py"
+FEEDBACK = VERSIONS / "20261205_feedback.py"
 
 
 def _migration(path: Path, name: str):  # noqa: ANN202
@@ -62,8 +63,8 @@ def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa
 
 
 def keep_key_principal(settings) -> None:  # noqa: ANN001
-    """0017's authentication function and 0018's vocabulary table on a database kept below them
-    (its other tables are older)."""
+    """0017's authentication function, 0018's vocabulary table and the feedback tables on a
+    database kept below them (its other tables are older)."""
     from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
@@ -71,6 +72,8 @@ def keep_key_principal(settings) -> None:  # noqa: ANN001
         _migration(KEY_PRINCIPAL, "memscale_migration_0017").create(lambda sql: c.exec_driver_sql(sql))
         if c.execute(text("SELECT to_regclass('lexicon')")).scalar() is None:
             _migration(LEXICON, "memscale_migration_0018").create(lambda sql: c.exec_driver_sql(sql))
+        if c.execute(text("SELECT to_regclass('feedback_votes')")).scalar() is None:
+            _migration(FEEDBACK, "memscale_migration_feedback").create(lambda sql: c.exec_driver_sql(sql))
     eng.dispose()
 
 

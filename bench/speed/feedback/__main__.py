@@ -1,0 +1,90 @@
+"""What feedback costs search and context: an org of `--n` org-visible memories, `--voters` users
+who searched and marked the memories handed out helpful or wrong (1 in 5 wrong), then the same
+queries with the utility signal on (the default) and off (`utility_weight` 0: no feedback read),
+the arms interleaved query by query in one process, so that both see the same machine load.
+
+    .venv/bin/python -m bench.speed.feedback [--n 1000] [--voters 5] [--queries 100]
+
+Results: stdout and bench/results/feedback_cost.json (or `--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from dataclasses import replace
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--voters", type=int, default=5)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    from fastapi.testclient import TestClient
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from app.main import create_app
+    from app.orgs import service as orgs
+    from app.search.tuning import DEFAULT_TUNING
+    from bench.common import arm_row, fresh_database, write_result
+    from bench.speed.service.data import query, sentence
+
+    rng = random.Random(args.seed)
+    settings = fresh_database("memscale_bench_feedback").model_copy(update={"log_level": "WARNING"})
+    admin = create_engine(settings.database_url)
+    with Session(admin) as db:
+        org = orgs.create_org(db, "feedback-bench")
+        keys = [orgs.create_key(db, orgs.create_user(db, org, f"u{i}")) for i in range(args.voters + 1)]
+        db.commit()
+    heads = [{"Authorization": f"Bearer {k}"} for k in keys]
+    app = create_app(settings)
+    votes = 0
+    with TestClient(app) as http:
+        for _ in range(args.n):
+            r = http.post("/v1/memories", json={"text": sentence(rng), "kind": "fact", "visibility": "org"},
+                          headers=heads[0])
+            assert r.status_code == 201, r.text
+        for h in heads[1:]:
+            for _ in range(20):
+                found = http.post("/v1/search", json={"query": query(rng), "types": ["memory"]}, headers=h).json()
+                items = [{"type": "memory", "id": x["id"], "signal": "wrong" if rng.random() < 0.2 else "helpful"}
+                         for x in found["results"]]
+                if items:
+                    assert http.post("/v1/feedback", json={"retrieval_id": found["retrieval_id"], "items": items},
+                                     headers=h).status_code == 201
+                    votes += len(items)
+        arms = {"on": DEFAULT_TUNING, "off": replace(DEFAULT_TUNING, utility_weight=0.0)}
+        times: dict = {f"{kind} {arm}": [] for kind in ("search", "context") for arm in arms}
+        qs = [query(rng) for _ in range(args.queries)]
+        for i, q in enumerate(qs):
+            order = list(arms) if i % 2 == 0 else list(reversed(arms))
+            for arm in order:
+                app.state.tuning = arms[arm]
+                for kind, path, body in (("search", "/v1/search", {"query": q, "types": ["memory"]}),
+                                         ("context", "/v1/context", {"query": q, "budget_tokens": 1000})):
+                    t0 = time.perf_counter()
+                    assert http.post(path, json=body, headers=heads[0]).status_code == 200
+                    times[f"{kind} {arm}"].append((time.perf_counter() - t0) * 1000)
+    admin.dispose()
+    result = {"n": args.n, "voters": args.voters, "votes_given": votes, "queries": args.queries,
+              "search": arm_row({"new": times["search on"], "old": times["search off"]}, 2),
+              "context": arm_row({"new": times["context on"], "old": times["context off"]}, 2)}
+    for kind in ("search", "context"):
+        row = result[kind]
+        print(f"{kind:8s} utility on p50/p95 {row['new']['p50_ms']}/{row['new']['p95_ms']} ms, "
+              f"off {row['old']['p50_ms']}/{row['old']['p95_ms']} ms")
+    print("written", write_result("feedback_cost", result, args.out))
+
+
+if __name__ == "__main__":
+    main()
