@@ -38,13 +38,14 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.tenancy.access import visible_to
+from app.kit.items import SEARCH_TYPES
 from app.kit.registry import ITEM_TYPES
 from app.kit.database.sql import as_text
 from app.search.models import Bm25Bucket, Bm25Df, Bm25Owned
 from app.search.repository.filters import STATEMENTS, servable, shape
 from app.search.schemas import SearchFilters
 
-KEPT = ("memory", "episode", "chunk")  # the types whose statistics the triggers keep
+KEPT = SEARCH_TYPES  # the types whose statistics the triggers keep (migration 0024: one per searched type)
 FIRST_ROWS = 2000  # the first pass scores the rarest lexemes' rows up to about this many
 # Below this many visible rows the exact statement (one pass over them, N bound from the kept
 # statistics) is cheaper than the kept path's statements (docs/search.md).
