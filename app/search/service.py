@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
@@ -37,9 +37,9 @@ from app.lineage.service import record_retrieval
 from app.search.instruction import query_window
 from app.search.prepare import Prepared, QueryVector, as_query_vector
 from app.search.repository import bm25 as text_repo, rows as rows_repo, vector as vector_repo
-from app.search.repository.sessions import binding, bound_like
 from app.search.repository.expansion import expansion_rows
 from app.search.repository.lexicon import lift_rows
+from app.search.repository.sessions import binding, bound_like
 from app.search.repository.window import named_time_rows
 from app.search.schemas import Explanation, SearchFilters, SearchIn, SearchResult
 from app.search.signals import Pool, fuse
