@@ -109,6 +109,8 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
         total = text_repo.visible_count(db, principal, t, call.filters)
     if total == 0:  # nothing of this type the caller may be served: no search to run
         return {}, None
+    # Few visible rows: the exact search. Else, at the pool's depth (~100 rows), the walk in parts for a caller
+    # in no group (vector_repo.split_ids); at k = 10 one walk is faster, and rank's vector mode keeps it.
     mode = "exact" if tun.exact_below and total is not None and total <= tun.exact_below else "split"
     bm25 = {id_: float(r) for id_, r in txt}
     if mode == "exact" and tun.fusion != "rrf":  # the exact top-n and the pool's rows: one statement
@@ -201,7 +203,7 @@ def rank(db: Session, call: RankCall, *, neighbours_out: dict | None = None) -> 
             # partition's graph can return ten visible rows that are not the nearest ten.
             few = tun.exact_below and visible_total(db, call.principal, t, call.filters) <= tun.exact_below
             rows, exact = vector_repo.vector_ids(db, call.principal, t, call.qvec.get(), call.filters, call.k,
-                                                 ef_search=call.ef_search, mode="exact" if few else "split")
+                                                 ef_search=call.ef_search, mode="exact" if few else "auto")
             info["exact_fallbacks"] += int(exact and not few)
             scored.update({(t, id_): 1.0 - float(d) for id_, d in rows})
         else:
