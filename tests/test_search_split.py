@@ -51,12 +51,13 @@ def org(admin_engine, settings):
                     rows.append({"o": o.id, "u": owner.id, "v": vis, "e": _vec(rs, centers), "t": sentence(rng), "i": i,
                                  "g": [GROUPS[int(rs.integers(0, 4))]] if vis == "group" else [],
                                  "l": ["secret"] if vis != "private" and rs.random() < 0.1 else [], "a": asset})
-                sql = {"memory": "INSERT INTO memories (org_id, root_id, owner_id, visibility, groups, labels, kind, text, embedding)"
-                                 " VALUES (:o, gen_random_uuid(), :u, :v, :g, :l, 'fact', :t, CAST(:e AS vector))",
-                       "episode": "INSERT INTO episodes (org_id, owner_id, visibility, groups, labels, kind, content, embedding)"
-                                  " VALUES (:o, :u, :v, :g, :l, 'note', :t, CAST(:e AS vector))",
-                       "chunk": "INSERT INTO chunks (org_id, asset_id, owner_id, visibility, groups, labels, ord, text, content_hash,"
-                                " token_count, embedding) VALUES (:o, :a, :u, :v, :g, :l, :i, :t, md5(:t), 10, CAST(:e AS vector))"}
+                sql = {"memory": "INSERT INTO memories (org_id, root_id, owner_id, visibility, groups, labels, kind, text,"
+                                 " embedding) VALUES (:o, gen_random_uuid(), :u, :v, :g, :l, 'fact', :t, CAST(:e AS vector))",
+                       "episode": "INSERT INTO episodes (org_id, owner_id, visibility, groups, labels, kind, content,"
+                                  " embedding) VALUES (:o, :u, :v, :g, :l, 'note', :t, CAST(:e AS vector))",
+                       "chunk": "INSERT INTO chunks (org_id, asset_id, owner_id, visibility, groups, labels, ord, text,"
+                                " content_hash, token_count, embedding)"
+                                " VALUES (:o, :a, :u, :v, :g, :l, :i, :t, md5(:t), 10, CAST(:e AS vector))"}
                 db.execute(text(sql[type_]), rows)
             out[name] = (o.id, users)
         db.commit()

@@ -34,7 +34,8 @@ from bench.common import fresh_database, load_average, pct
 from bench.speed.growth import synth
 
 INDEXES = (
-    "CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    "CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)"
+    " WITH (m = 16, ef_construction = 64)",
     "CREATE INDEX ix_memories_embedding_org_hnsw ON memories USING hnsw (embedding vector_cosine_ops)"
     " WITH (m = 16, ef_construction = 64) WHERE visibility = 'org'",
     "CREATE INDEX ix_memories_embedding_half ON memories USING hnsw ((embedding::halfvec(384)) halfvec_cosine_ops)"
@@ -55,7 +56,8 @@ def load(settings, args) -> dict:  # noqa: ANN001
         users = [orgs.create_user(db, org, f"u{i}", groups=[f"g{j}" for j in range({0: 1, 1: 3}.get(i, 0))])
                  for i in range(args.users)]
         db.commit()
-        readers = {"1 group": (users[0].id, ("g0",)), "3 groups": (users[1].id, ("g0", "g1", "g2")), "no group": (users[2].id, ())}
+        readers = {"1 group": (users[0].id, ("g0",)), "3 groups": (users[1].id, ("g0", "g1", "g2")),
+                   "no group": (users[2].id, ())}
         uids, org_id = [u.id for u in users], org.id
     raw = eng.raw_connection()
     t0 = time.time()
@@ -168,7 +170,8 @@ def markdown(res: dict) -> str:
              f"{res['queries']} queries, load {res['load']}; index builds (s): {res['index_build_s']}", "",
              "| reader (visible rows) | k | variant | recall@k | p50 ms | p95 ms |", "|---|---|---|---|---|---|"]
     for r in sorted(res["rows"], key=lambda r: (r["reader"], r["k"], VARIANTS.index(r["variant"]))):
-        lines.append(f"| {r['reader']} ({r['visible']}) | {r['k']} | {r['variant']} | {r['recall']:.3f} | {r['p50_ms']} | {r['p95_ms']} |")
+        lines.append(f"| {r['reader']} ({r['visible']}) | {r['k']} | {r['variant']} | {r['recall']:.3f} | "
+                     f"{r['p50_ms']} | {r['p95_ms']} |")
     return "\n".join(lines)
 
 

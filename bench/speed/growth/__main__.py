@@ -85,9 +85,9 @@ def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:  # noqa:
     from app.context.service import candidates, retrieved_pieces
     from app.kit.db import bind_principal
     from app.search import repository as repo
+    from app.search import service
     from app.search.repository.bm25 import visible_count
     from app.search.schemas import SearchFilters
-    from app.search import service
     from app.search.service import RankCall, rank
 
     def principal(who: str) -> Principal:

@@ -81,7 +81,8 @@ INSERTS = {
               " SELECT CAST(:org AS uuid), u.id, u.id, {acl}, 'fact', {text}, '{{\"origin\": \"bench\"}}', {vec}",
     "episode": "INSERT INTO episodes (org_id, id, owner_id, visibility, groups, kind, content, occurred_at, embedding)"
                " SELECT CAST(:org AS uuid), u.id, {acl}, 'note', {text}, now() - ({g} % 365) * interval '1 day', {vec}",
-    "chunk": "INSERT INTO chunks (org_id, id, asset_id, owner_id, visibility, groups, ord, text, content_hash, token_count, embedding)"
+    "chunk": "INSERT INTO chunks (org_id, id, asset_id, owner_id, visibility, groups, ord, text, content_hash, token_count,"
+             " embedding)"
              " SELECT CAST(:org AS uuid), u.id, CAST(:asset AS uuid), {acl}, {g}, {text}, md5({g}::text), 12, {vec}",
 }
 
@@ -91,8 +92,8 @@ def insert_sql(type_: str, n_groups: int) -> str:
     derived from (org, type, g) so that a row is the same at every size."""
     g = "(g.g::bigint)"
     body = INSERTS[type_].format(acl=_acl(g, "CAST(:users AS uuid[])", n_groups), text=text_sql(g), vec=vector_sql(g), g=g)
-    return (body + f" FROM generate_series(:lo, :hi - 1) g(g) CROSS JOIN LATERAL (SELECT md5(CAST(:org AS text) || '{type_}' || g.g)::uuid id) u"
-            + _from(g))
+    return (body + " FROM generate_series(:lo, :hi - 1) g(g)"
+            f" CROSS JOIN LATERAL (SELECT md5(CAST(:org AS text) || '{type_}' || g.g)::uuid id) u" + _from(g))
 
 
 def query_vectors(raw, n: int, start: int = 10_000_000) -> list[tuple[str, list[float]]]:  # noqa: ANN001
