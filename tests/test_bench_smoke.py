@@ -124,6 +124,20 @@ def test_scaling_inside_a_branch_matches_main(settings, embedder, tmp_path):
     assert r["all_equal"] and (tmp_path / "scaling_in_branch.md").exists()
 
 
+def test_growth_quick(settings, tmp_path):
+    """The growth curve at 1k and 5k items: every arm measured at both sizes, the vector stage's
+    recall against the exact filtered search reported, the plot drawn."""
+    from bench.speed.growth.__main__ import main
+
+    r = main(["--quick", "--out", str(tmp_path / "growth_quick.json")])
+    assert [row["items"] for row in r["rows"]] == [1000, 5000]
+    for row in r["rows"]:
+        assert all(0 < row[arm]["p50_ms"] <= row[arm]["p95_ms"] for arm in ("one type", "all types", "all types sequential", "context"))
+        assert all(v["visible_memories"] > 0 and v["recall@10"] >= 0.95 for v in row["vector_recall"].values())
+    assert (tmp_path / "growth_quick.png").stat().st_size > 10_000
+    assert "hybrid all types" in (tmp_path / "growth_quick.md").read_text()
+
+
 def test_scale_org_sizes_are_skewed_as_stated():
     from bench.speed.scale.data import org_sizes, users_per_org
 

@@ -46,6 +46,10 @@ class Chunk(AccessMixin, Base):
         Index("ix_chunks_hash", "org_id", "content_hash"),
         Index("ix_chunks_embedding_hnsw", "embedding", postgresql_using="hnsw",
               postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        # The org-visible rows' own graph: filtered kNN for a caller in no group
+        # (app/search/repository/vector.py `split_ids`).
+        Index("ix_chunks_embedding_org_hnsw", "embedding", postgresql_using="hnsw", postgresql_where="visibility = 'org'",
+              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
         Index("ix_chunks_tsv", "tsv", postgresql_using="gin"),
     )
     id: Mapped[uuid.UUID] = uuid_pk()

@@ -40,6 +40,10 @@ class Memory(AccessMixin, Base):
         Index("ix_memories_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
         Index("ix_memories_embedding_hnsw", "embedding", postgresql_using="hnsw",
               postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        # The org-visible rows' own graph: filtered kNN for a caller in no group
+        # (app/search/repository/vector.py `split_ids`).
+        Index("ix_memories_embedding_org_hnsw", "embedding", postgresql_using="hnsw", postgresql_where="visibility = 'org'",
+              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
         Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
         # Hash-partitioned by org (migration 0015, 16 partitions <table>_pNN; docs/decisions.md):
         # one HNSW and one GIN index per partition. The partitions are the migration's business.

@@ -25,6 +25,7 @@ import math
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
@@ -40,6 +41,7 @@ from app.search.prepare import Prepared, QueryVector, as_query_vector
 from app.search.repository import bm25 as text_repo, rows as rows_repo, vector as vector_repo
 from app.search.repository.expansion import expansion_rows
 from app.search.repository.lexicon import lift_rows
+from app.search.repository.sessions import binding, bound_like
 from app.search.repository.window import named_time_rows
 from app.search.schemas import Explanation, SearchFilters, SearchIn, SearchResult
 from app.search.signals import Pool, fuse
@@ -48,6 +50,13 @@ from app.search.tuning import DEFAULT_TUNING, Tuning
 RRF_K = 60
 LIFT_ROWS = 1000  # the lift's scores come for this many rows at most (the pool's z-scores read them)
 WINDOW_ROWS = 1000  # rows of a named time read at most (nearest first; a wider window's signal is weak anyway)
+# The per-type stages of a hybrid ranking over several types run at once, each on its own pooled
+# connection bound like the ranking's session: all types cost about one. At most SIDE_CONNECTIONS
+# extra connections in this process at any time (a type finding none free runs in the ranking's
+# own session, as before), so that a flood of searches cannot take the pool from the writes.
+SIDE_CONNECTIONS = 6
+_SIDE = threading.BoundedSemaphore(SIDE_CONNECTIONS)
+_SIDE_POOL = ThreadPoolExecutor(max_workers=SIDE_CONNECTIONS, thread_name_prefix="search-type")
 
 
 @dataclass(frozen=True)
@@ -102,13 +111,15 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
         total = text_repo.visible_count(db, principal, t, call.filters)
     if total == 0:  # nothing of this type the caller may be served: no search to run
         return {}, None
-    mode = "exact" if tun.exact_below and total is not None and total <= tun.exact_below else "auto"
+    # Few visible rows: the exact search. Else, at the pool's depth (~100 rows), the walk in parts for a caller
+    # in no group (vector_repo.split_ids); at k = 10 one walk is faster, and rank's vector mode keeps it.
+    mode = "exact" if tun.exact_below and total is not None and total <= tun.exact_below else "split"
     bm25 = {id_: float(r) for id_, r in txt}
     if mode == "exact" and tun.fusion != "rrf":  # the exact top-n and the pool's rows: one statement
         vec, rows = vector_repo.exact_pool(db, principal, t, qvec, call.filters, nv, also_ids=list(bm25))
     else:
         vec, exact = vector_repo.vector_ids(db, principal, t, qvec, call.filters, nv, ef_search=call.ef_search, mode=mode)
-        info["exact_fallbacks"] += int(exact and mode == "auto")
+        info["exact_fallbacks"] += int(exact and mode == "split")
         rows = None
     if tun.fusion == "rrf":
         out: dict = {}
@@ -187,9 +198,10 @@ def rank(db: Session, call: RankCall, *, neighbours_out: dict | None = None) -> 
     scored: dict[tuple[str, uuid.UUID], float] = {}
     parts: dict[tuple[str, uuid.UUID], dict] = {}
     info = {"exact_fallbacks": 0}
+    fused = _fused_types(db, call, info) if call.mode == "hybrid" else {}
     for t in call.types:
         if call.mode == "hybrid":
-            got, why = _fuse(db, call, t, info)
+            got, why = fused[t]
             scored.update({(t, id_): s for id_, s in got.items()})
             parts.update({(t, id_): p for id_, p in (why or {}).items()})
         elif call.mode == "vector":
@@ -220,6 +232,50 @@ def rank(db: Session, call: RankCall, *, neighbours_out: dict | None = None) -> 
     if call.explain:
         out = [_explained(r, parts.get((r.type, str(r.id)), {}), call) for r in out]
     return out, info
+
+
+def _fused_types(db: Session, call: RankCall, info: dict) -> dict[str, tuple[dict, dict | None]]:
+    """`_fuse` of every type of the call: the first in `db`, the others at once on side sessions
+    bound like `db` (app/search/repository/sessions.py) while side connections are free, else in
+    `db` after it. Not when `db`'s transaction has written: a side session would not see that."""
+    types = list(call.types)
+    settings = binding(db) if len(types) > 1 else None
+    side: list[str] = []
+    for t in types[1:] if settings is not None else ():
+        if not _SIDE.acquire(blocking=False):
+            break
+        side.append(t)
+    if side:
+        call.qvec.get()  # the query's embedding, awaited once here rather than in several threads at once
+    futures = {t: _SIDE_POOL.submit(_fuse_aside, db.get_bind(), settings, db.info, call, t) for t in side}
+    out, infos = {}, []
+    try:
+        for t in types:
+            if t not in futures:
+                out[t] = _fuse(db, call, t, info)
+    finally:
+        for t, fut in futures.items():  # every side stage is awaited (and its connection given back) before returning
+            try:
+                out[t], part = fut.result()
+                infos.append(part)
+            except BaseException as e:  # noqa: BLE001  (re-raised below, after the others ended)
+                out[t], part = e, None
+    for part in infos:
+        for key, value in part.items():
+            info[key] = info.get(key, 0) + value if key == "exact_fallbacks" else value
+    for value in out.values():
+        if isinstance(value, BaseException):
+            raise value
+    return out
+
+
+def _fuse_aside(engine, settings: dict, db_info: dict, call: RankCall, t: str) -> tuple[tuple, dict]:  # noqa: ANN001
+    try:
+        with bound_like(engine, settings, db_info) as side:
+            part = {"exact_fallbacks": 0}
+            return _fuse(side, call, t, part), part
+    finally:
+        _SIDE.release()
 
 
 def _explained(r: SearchResult, parts: dict, call: RankCall) -> SearchResult:

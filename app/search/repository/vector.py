@@ -19,7 +19,7 @@ from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, s
 from app.search.schemas import SearchFilters
 
 
-SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact")
+SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact", "split")
 MAX_SCAN_TUPLES = 20_000  # pgvector's default bound on an iterative walk (modes relaxed/strict)
 AUTO_SCAN_TUPLES = 10_000  # auto: a deeper walk loses recall (docs/search.md); past it, the exact search
 
@@ -41,15 +41,25 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
     visible set wants. Whatever the mode, fewer than n rows is never returned as is: the exact search decides
     whether more visible rows exist.
     """
+    if mode == "split" and not principal.groups:
+        return split_ids(db, principal, type_, qvec, f, n, ef_search=ef_search)
+    mode = "auto" if mode == "split" else mode
+    return _walk(db, principal, type_, qvec, f, n, ef_search=ef_search, mode=mode)
+
+
+def _walk(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
+          ef_search: int, mode: str, part: str = "") -> tuple[list[tuple], bool]:
+    """`vector_ids` over the rows of `part` ("" all the caller's servable rows, "org" the
+    org-visible bucket: `_bucket`)."""
     m = ITEM_TYPES[type_].model
 
     def build(exact: bool):  # noqa: ANN202
         dist = m.embedding.cosine_distance(qvec_param(m))
         return (select(as_text(m.id).label("id"), dist.label("d")).where(*servable(principal, type_, f),
-                                                                         m.embedding.is_not(None))
+                                                                         m.embedding.is_not(None), *_bucket(principal, m, part))
                 .order_by(dist + 0 if exact else dist).limit(limit_param("n")))
 
-    key, values = ("vector",) + shape(principal, type_, f), {"qvec": qvec, "n": n}
+    key, values = ("vector", part) + shape(principal, type_, f), {"qvec": qvec, "n": n}
     if mode != "exact":
         db.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
         iterative = mode in ("relaxed", "strict", "auto")
@@ -69,6 +79,41 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
         if len(rows) >= n:
             return rows, False
     return STATEMENTS.run(db, key + (True,), lambda: build(True), values).all(), True
+
+
+def _bucket(principal: Principal, m, part: str) -> list:  # noqa: ANN001
+    """The extra conditions of one part of the caller's servable rows (`split_ids`). "org": the
+    org-visible rows, in the words of the partial HNSW index `ix_<t>_embedding_org_hnsw` so that
+    the planner walks it. "own": the caller's own other rows (the (org_id, owner_id) btree)."""
+    if part == "org":
+        return [m.visibility == "org"]
+    if part == "own":
+        return [m.visibility != "org", m.org_id == principal.org_id, m.owner_id == principal.user_id]
+    return []
+
+
+def split_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
+              ef_search: int) -> tuple[list[tuple], bool]:
+    """Top-n (id, distance) among the visible rows of a caller in no group, in two parts whose
+    union is exactly them: the org-visible rows by an iterative walk of their own partial HNSW
+    index (a graph that no private or group row dilutes, so the walk finds n of them within few
+    tuples; a bucket too sparse in its graph falls to its exact search, cheap precisely then),
+    and the caller's own other rows (a small set) by the exact search. The two top-n lists merged
+    by distance are the top n of the union. Returns (rows, whether the org part took the exact
+    search). A caller in groups sees group rows besides: no small set, so `vector_ids` walks the
+    full graph for them (bench/speed/filtered_knn/variants.py measured a group part walked on
+    its own partial graph, or searched exactly, and both lost to the full walk)."""
+    shared, fell = _walk(db, principal, type_, qvec, f, n, ef_search=ef_search, mode="auto", part="org")
+    m = ITEM_TYPES[type_].model
+
+    def build():  # noqa: ANN202
+        dist = m.embedding.cosine_distance(qvec_param(m))
+        return (select(as_text(m.id).label("id"), dist.label("d"))
+                .where(*servable(principal, type_, f), m.embedding.is_not(None), *_bucket(principal, m, "own"))
+                .order_by(dist + 0).limit(limit_param("n")))
+
+    own = STATEMENTS.run(db, ("vector_own",) + shape(principal, type_, f), build, {"qvec": qvec, "n": n}).all()
+    return sorted(list(shared) + list(own), key=lambda r: (r.d, r.id))[:n], fell
 
 
 
