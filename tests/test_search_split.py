@@ -70,8 +70,8 @@ def org(admin_engine, settings):
 
 @pytest.fixture(scope="module")
 def sessions(settings):
-    from app.kit.db import make_engine, make_sessionmaker
-    from app.kit.pg import app_url
+    from app.kit.database.db import make_engine, make_sessionmaker
+    from app.kit.database.pg import app_url
 
     eng = make_engine(app_url(settings), pool_size=4)
     yield make_sessionmaker(eng)
@@ -89,8 +89,8 @@ def _principal(people, who):  # noqa: ANN001, ANN202
                                  ("other", "none")])
 @pytest.mark.parametrize("type_", ["memory", "episode", "chunk"])
 def test_split_returns_the_exact_filtered_top_k_and_nothing_else(org, sessions, admin_engine, who, type_):
-    from app.kit.access import can_see
-    from app.kit.db import bind_principal
+    from app.kit.tenancy.access import can_see
+    from app.kit.database.db import bind_principal
     from app.kit.registry import ITEM_TYPES
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
@@ -123,7 +123,7 @@ def test_split_returns_the_exact_filtered_top_k_and_nothing_else(org, sessions, 
 def test_the_org_bucket_is_walked_on_its_partial_index(org, sessions):
     """For a caller in no group the org part's statement takes the partial HNSW index (and not the
     full one): the walk never meets a private or group row."""
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
 
@@ -143,7 +143,7 @@ def test_the_org_bucket_is_walked_on_its_partial_index(org, sessions):
 
 @pytest.mark.parametrize("who", [("main", "none"), ("main", "g123"), ("main", "hoarder")])
 def test_all_types_concurrently_rank_as_one_after_the_other(org, sessions, monkeypatch, who):
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search import service
     from app.search.service import RankCall, rank
     from app.search.tuning import DEFAULT_TUNING
@@ -177,7 +177,7 @@ def test_all_types_concurrently_rank_as_one_after_the_other(org, sessions, monke
 
 
 def test_a_transaction_that_wrote_ranks_in_its_own_session(org, sessions, monkeypatch):
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search import service
     from app.search.service import RankCall, rank
 

@@ -12,13 +12,13 @@ filters that leave the org-visible rows out, walk it. Figures: docs/scale-out.md
 Only an index: a database migrated down past this revision reads the same (the org part's walk
 takes the full index).
 
-Revision ID: 0025
-Revises: 0022
+Revision ID: 0026
+Revises: 0025
 """
 from alembic import op
 
-revision = "0025"
-down_revision = "0022"
+revision = "0026"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

@@ -47,7 +47,7 @@ VARIANTS = ("today", "iter20k", "halfvec", "binary", "split", "exact")
 
 
 def load(settings, args) -> dict:  # noqa: ANN001
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
 
     eng = create_engine(admin_url(settings))
@@ -114,8 +114,8 @@ def _quantised(db, p, q, n: int, kind: str) -> list:  # noqa: ANN001
 
 def run(args) -> dict:  # noqa: ANN001
     from app.auth.principal import Principal
-    from app.kit.db import bind_principal, make_engine, make_sessionmaker
-    from app.kit.pg import app_url
+    from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
+    from app.kit.database.pg import app_url
     from app.search import repository as repo
     from app.search.repository.bm25 import visible_count
     from app.search.schemas import SearchFilters

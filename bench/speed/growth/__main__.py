@@ -37,7 +37,7 @@ USERS, GROUPS = 50, 10
 
 
 def _setup(settings) -> dict:  # noqa: ANN001
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
 
     eng = create_engine(admin_url(settings))
@@ -62,7 +62,7 @@ def _setup(settings) -> dict:  # noqa: ANN001
 
 
 def _grow(settings, world: dict, before: int, after: int) -> float:  # noqa: ANN001
-    from app.kit.pg import admin_url
+    from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
     raw = eng.raw_connection()
@@ -83,7 +83,7 @@ def _grow(settings, world: dict, before: int, after: int) -> float:  # noqa: ANN
 def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:  # noqa: ANN001
     from app.auth.principal import Principal
     from app.context.service import candidates, retrieved_pieces
-    from app.kit.db import bind_principal
+    from app.kit.database.db import bind_principal
     from app.search import repository as repo
     from app.search import service
     from app.search.repository.bm25 import visible_count
@@ -138,8 +138,8 @@ def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:  # noqa:
 
 
 def run(args) -> dict:  # noqa: ANN001
-    from app.kit.db import make_engine, make_sessionmaker
-    from app.kit.pg import app_url
+    from app.kit.database.db import make_engine, make_sessionmaker
+    from app.kit.database.pg import app_url
 
     settings = fresh_database("memscale_bench_growth_quick" if args.quick else "memscale_bench_growth")
     world = _setup(settings)
