@@ -94,7 +94,7 @@ OPS = {
 
 
 def _kept_equals_recount(c, org) -> None:  # noqa: ANN001
-    for type_, (table, col, served) in SERVED.items():
+    for type_, (table, _col, served) in SERVED.items():
         rows = f"SELECT {BUCKET} AS bucket, owner_id, visibility, groups, labels, tsv FROM {table} " \
                f"WHERE org_id = :o AND branch_id IS NULL AND {served}"
         q = {"o": org, "t": type_}

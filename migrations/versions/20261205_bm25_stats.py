@@ -84,7 +84,8 @@ def _apply(op_: str, type_: str, served: str) -> str:
              min(visibility), min(groups), min(labels), sum(s), sum(s * length(tsv))
       FROM src, (SELECT (pg_backend_pid() % {SHARDS})::smallint AS sh) p GROUP BY org_id, bucket, sh
       HAVING sum(s) <> 0 OR sum(s * length(tsv)) <> 0 ORDER BY org_id, bucket
-      ON CONFLICT (org_id, item_type, bucket, shard) DO UPDATE SET n = t.n + excluded.n, total_len = t.total_len + excluded.total_len),
+      ON CONFLICT (org_id, item_type, bucket, shard)
+      DO UPDATE SET n = t.n + excluded.n, total_len = t.total_len + excluded.total_len),
     d AS (INSERT INTO bm25_df AS t (org_id, item_type, bucket, lexeme, shard, df)
       SELECT org_id, '{type_}', bucket, lex, (pg_backend_pid() % {SHARDS})::smallint, sum(s)
       FROM src, unnest(tsvector_to_array(tsv)) lex GROUP BY org_id, bucket, lex HAVING sum(s) <> 0 ORDER BY org_id, bucket, lex
