@@ -130,7 +130,7 @@ def test_audit_verify_runs_the_services_check_for_the_callers_org_only(client, w
     r = client.post("/v1/audit/verify", json={"since_seq": 4, "checkpoint": eves}, headers=auditor.h).json()
     assert r["ok"] is False and r["first_broken"]["reason"].startswith("checkpoint mismatch")
     for body in ({"since_seq": 0}, {"limit": 0}, {"limit": 100_001}, {"checkpoint": {"seq": 1}}, {"since": 1},
-                 {"checkpoint": {**cp, "hash": "zz"}}):
+                 {"checkpoint": {**cp, "hash": "zz"}}, {"checkpoint": {**cp, "seq": False}}, {"limit": True}):
         r = client.post("/v1/audit/verify", json=body, headers=auditor.h)
         assert r.status_code == 422 and r.json()["error"]["code"], (body, r.text)
 

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from app.kit.http.schemas import NumberOnly, StrictModel
 
 
 class AuditEventOut(BaseModel):
@@ -22,22 +24,20 @@ class AuditPage(BaseModel):
     next_cursor: str | None
 
 
-class Checkpoint(BaseModel):
+class Checkpoint(StrictModel):
     """A line of `memscale audit checkpoint`: the chain's head, signed with the service's key."""
 
-    model_config = ConfigDict(extra="forbid")
     org: str = Field(max_length=36)
-    seq: int = Field(ge=0)
+    seq: Annotated[int, Field(ge=0), NumberOnly]
     hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     signature: str = Field(pattern=r"^[0-9a-f]{1,128}$")
 
 
-class VerifyIn(BaseModel):
+class VerifyIn(StrictModel):
     """A window of the chain: `limit` events from `since_seq` (the first window: 1; the next: `to_seq` + 1)."""
 
-    model_config = ConfigDict(extra="forbid")
-    since_seq: int = Field(default=1, ge=1)
-    limit: int = Field(default=10_000, ge=1, le=100_000)
+    since_seq: Annotated[int, Field(ge=1), NumberOnly] = 1
+    limit: Annotated[int, Field(ge=1, le=100_000), NumberOnly] = 10_000
     checkpoint: Checkpoint | None = None
 
 
