@@ -109,7 +109,8 @@ def main() -> None:
             page.wait_for_selector("#diff")
 
         def audit() -> None:
-            page.get_by_role("button", name="Verify chain links").click()
+            page.get_by_role("button", name="Verify chain").click()
+            page.wait_for_selector("#chain:has-text('ok: ')")
             page.evaluate("window.scrollTo(0, 0)")
 
         shot("#/browse", "browse")

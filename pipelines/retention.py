@@ -4,7 +4,7 @@ left on disk if its process stopped before removing it (erased cartridges' folde
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from app.cartridges.service import sweep_erased
@@ -29,7 +29,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
     if not days:
         return stats
     stats["days"] = days
-    cutoff = datetime.now(timezone.utc) - timedelta(days=float(days))
+    cutoff = orgs.retention_cutoff(days, datetime.now(timezone.utc))
     while True:
         with ctx.tx() as db:  # small batches: each commits with its checkpoint
             ids = episodes.ids_before(db, ctx.org_id, cutoff, 50)

@@ -10,6 +10,7 @@ import json
 import shutil
 
 import pytest
+from sqlalchemy import text
 
 from bench.common import serve_in_thread
 from bench.console_screens import GO
@@ -178,6 +179,30 @@ def test_item_page_folds_in_the_lineage_and_hides_what_the_key_may_not_see(tab, 
         assert client.get(f"/v1/memories/{s['m1']}", headers=who.h).status_code == 404
 
 
+
+def test_item_page_lists_the_versions_the_key_may_see(tab, client, seeded):
+    s = seeded
+    for name in ("alice", "bob", "eve"):
+        who = s[name]
+        r = client.get(f"/v1/memories/{s['m3']}/versions", headers=who.h)
+        t = tab(who)
+        t.go(f"#/item/memory/{s['m3']}", "item")
+        if r.status_code == 404:  # another org: no page, no versions
+            assert name == "eve" and t.page.locator("#versions").count() == 0
+            continue
+        want = [m["id"] for m in r.json()["items"]]
+        assert len(want) == 2 and t.ids("versions") == want, name
+        # every other version is a link to its own item page; this one is not
+        links = t.page.eval_on_selector_all("#versions a", "as => as.map(a => a.getAttribute('href'))")
+        assert links == [f"#/item/memory/{want[0]}"]
+        t.safe()
+    t = tab(s["alice"])  # stored markup in a version's text stays text
+    t.go(f"#/item/memory/{s['m1']}", "item")
+    api = client.get(f"/v1/memories/{s['m1']}/versions", headers=s["alice"].h).json()["items"]
+    assert t.ids("versions") == [m["id"] for m in api] and "archived after 7 years <img src=x" in t.page.inner_text("#versions")
+    t.safe()
+
+
 def test_playground_shows_why_each_result_ranked_and_the_budgeted_context(tab, client, seeded):
     s = seeded
     for name in ("alice", "bob", "eve"):
@@ -221,8 +246,10 @@ def test_compliance_page_shows_the_audit_log_to_auditors_only(tab, client, seede
         t.go("#/compliance", "compliance")
         api = client.get("/v1/audit", params={"limit": 100}, headers=who.h).json()["events"]
         assert t.ids("audit") == [str(e["seq"]) for e in api]
-        t.page.get_by_role("button", name="Verify chain links").click()
-        assert t.page.inner_text("#chain") == f"{len(api)} events: every link holds"
+        t.page.get_by_role("button", name="Verify chain").click()
+        t.page.wait_for_selector("#chain:has-text('ok: ')")
+        head = client.post("/v1/audit/verify", headers=who.h).json()["head_seq"]
+        assert t.page.inner_text("#chain") == f"ok: {head} events checked, every hash, link and seal holds"
         t.safe()
     t = tab(s["bob"])
     t.go("#/compliance", "compliance")
@@ -231,6 +258,55 @@ def test_compliance_page_shows_the_audit_log_to_auditors_only(tab, client, seede
     assert "reviewed <img src=x" in t.page.inner_text("#audit")  # the reason, as text
     t.safe()
     t.shot("compliance")
+
+
+def test_verify_chain_shows_the_services_check_of_the_callers_chain(tab, client, world, admin_engine):
+    """An edited event whose links still hold (only its details changed) is found: the page shows
+    the service's recomputed hashes, not a check of the links it loaded."""
+    org, other = world.org(), world.org()
+    alice, auditor, eve = world.user(org), world.user(org, roles=["auditor"]), world.user(other, roles=["admin"])
+    for i in range(4):
+        client.post("/v1/episodes", json={"kind": "note", "content": f"note {i}"}, headers=alice.h)
+    with admin_engine.begin() as c:  # a superuser past the append-only trigger
+        c.execute(text("SET LOCAL session_replication_role = replica"))
+        c.execute(text("UPDATE audit_log SET details = '{\"count\": 99}' WHERE org_id = :o AND seq = 3"), {"o": alice.org_id})
+    t = tab(auditor)
+    t.go("#/compliance", "compliance")
+    t.page.get_by_role("button", name="Verify chain").click()
+    t.page.wait_for_selector("#chain:has-text('broken')")
+    assert t.page.inner_text("#chain") == "broken at seq 3: hash does not match the event's fields (3 events checked)"
+    t = tab(eve)  # another org's chain is its own, and whole
+    t.go("#/compliance", "compliance")
+    t.page.get_by_label("Checkpoint (JSON)").fill("{not json")
+    t.page.get_by_role("button", name="Verify chain").click()
+    assert t.page.inner_text("#chain") == "the checkpoint is not a JSON line"
+    t.page.get_by_label("Checkpoint (JSON)").fill("")
+    t.page.get_by_role("button", name="Verify chain").click()
+    t.page.wait_for_selector("#chain:has-text('ok: ')")
+    assert "broken" not in t.page.inner_text("#chain")
+
+
+def test_retention_rules_show_what_the_next_run_removes(tab, client, seeded, admin_engine):
+    s = seeded
+    with admin_engine.begin() as c:
+        c.execute(text("UPDATE orgs SET settings = CAST(:s AS jsonb) WHERE id = :o"),
+                  {"s": json.dumps({"retention": {"episode": 3650}}), "o": s["alice"].org_id})
+    for name in ("alice", "bob", "eve"):
+        who = s[name]
+        r = client.get("/v1/retention", headers=who.h)
+        t = tab(who)
+        t.go("#/compliance", "compliance")
+        if r.status_code == 403:  # a member: the page says so, and shows no rules
+            assert name == "alice" and "Retention rules need the steward" in t.page.inner_text("#view")
+            assert t.page.locator("#retention-rules").count() == 0
+        elif not r.json()["rules"]:
+            assert name == "eve" and "No retention rules" in t.page.inner_text("#view")
+        else:
+            rules = r.json()["rules"]
+            assert t.ids("retention-rules") == [x["item_type"] for x in rules] == ["episode"]
+            cells = t.page.eval_on_selector_all("#retention-rules tbody td", "ts => ts.map(t => t.textContent)")
+            assert cells[1] == "3650" and cells[3] == str(rules[0]["due"])
+        t.safe()
 
 
 def test_erasure_requests_list_what_was_removed(tab, client, seeded, world):

@@ -1,7 +1,11 @@
-"""The list endpoints the console pages through (GET /v1/memories, /v1/episodes, /v1/jobs):
-keyset pages that only ever hold what visible_to lets the caller see, across users and orgs."""
+"""The endpoints the console reads through: the list endpoints it pages through (GET /v1/memories,
+/v1/episodes, /v1/jobs), keyset pages that only ever hold what visible_to lets the caller see, across
+users and orgs; the audit chain check, the retention rules with what each removes next, and the
+versions of a memory."""
 
 from __future__ import annotations
+
+from sqlalchemy import text
 
 from tests.helpers import ep
 
@@ -82,3 +86,102 @@ def test_job_list_follows_the_job_read_rule(client, world):
     assert _all(client, "/v1/jobs", alice.h) == [] and _all(client, "/v1/jobs", bob.h) == []  # members: their own only
     assert a not in {j["id"] for j in _all(client, "/v1/jobs", eve.h)}
     assert client.get(f"/v1/jobs/{a}", headers=eve.h).status_code == 404
+
+
+def _tamper(admin_engine, org_id, seq: int) -> None:
+    """Edit a stored event as a superuser would (past the append-only trigger), without rehashing."""
+    with admin_engine.begin() as c:
+        c.execute(text("SET LOCAL session_replication_role = replica"))
+        c.execute(text("UPDATE audit_log SET details = '{\"count\": 99}' WHERE org_id = :o AND seq = :s"),
+                  {"o": org_id, "s": seq})
+
+
+def test_audit_verify_runs_the_services_check_for_the_callers_org_only(client, world, admin_engine, settings):
+    from app.audit.service import checkpoint
+    from app.kit.cli import admin_session
+
+    org, other = world.org(), world.org()
+    alice, auditor = world.user(org), world.user(org, roles=["auditor"])
+    eve = world.user(other, roles=["admin"])
+    for i in range(4):
+        client.post("/v1/episodes", json=ep(f"note {i}"), headers=alice.h)
+    ok = client.post("/v1/audit/verify", headers=auditor.h)
+    assert ok.status_code == 200, ok.text
+    head = ok.json()["head_seq"]
+    assert ok.json() == {"ok": True, "checked": head, "from_seq": 1, "to_seq": head, "head_seq": head, "first_broken": None}
+    assert client.post("/v1/audit/verify", headers=alice.h).status_code == 403  # members do not read the audit log
+    # A window: the link into it is checked against the stored hash before it.
+    w = client.post("/v1/audit/verify", json={"since_seq": 3, "limit": 2}, headers=auditor.h).json()
+    assert (w["ok"], w["checked"], w["from_seq"], w["to_seq"]) == (True, 2, 3, 4)
+    with admin_session(settings) as db:
+        cp = checkpoint(db, alice.org_id, settings.audit_secret())
+    assert client.post("/v1/audit/verify", json={"checkpoint": cp}, headers=auditor.h).json()["ok"] is True
+    _tamper(admin_engine, alice.org_id, 3)
+    bad = client.post("/v1/audit/verify", headers=auditor.h).json()
+    assert bad["ok"] is False and bad["first_broken"] == {"seq": 3, "reason": "hash does not match the event's fields"}
+    assert bad["checked"] == 3
+    assert client.post("/v1/audit/verify", json={"since_seq": 4}, headers=auditor.h).json()["ok"] is True
+    # Another org's auditor checks its own chain: nothing of this org's break, its own head.
+    theirs = client.post("/v1/audit/verify", headers=eve.h).json()
+    assert theirs["ok"] is True and theirs["head_seq"] < head
+    # A checkpoint of another org never passes for this one (and says nothing about it).
+    with admin_session(settings) as db:
+        eves = checkpoint(db, eve.org_id, settings.audit_secret())
+    r = client.post("/v1/audit/verify", json={"since_seq": 4, "checkpoint": eves}, headers=auditor.h).json()
+    assert r["ok"] is False and r["first_broken"]["reason"].startswith("checkpoint mismatch")
+    for body in ({"since_seq": 0}, {"limit": 0}, {"limit": 100_001}, {"checkpoint": {"seq": 1}}, {"since": 1},
+                 {"checkpoint": {**cp, "hash": "zz"}}, {"checkpoint": {**cp, "seq": False}}, {"limit": True}):
+        r = client.post("/v1/audit/verify", json=body, headers=auditor.h)
+        assert r.status_code == 422 and r.json()["error"]["code"], (body, r.text)
+
+
+def test_retention_lists_the_rules_and_what_the_next_run_removes(client, world, admin_engine, run_job):
+    import json
+
+    org, other = world.org(), world.org()
+    alice, bob = world.user(org), world.user(org)
+    steward, auditor = world.user(org, roles=["steward"]), world.user(org, roles=["auditor"])
+    eve = world.user(other, roles=["admin"])
+    old = "2020-01-01T00:00:00Z"
+    client.post("/v1/episodes", json=ep("alice old private", occurred_at=old), headers=alice.h)
+    client.post("/v1/episodes", json=ep("bob old private", occurred_at=old), headers=bob.h)
+    client.post("/v1/episodes", json=ep("alice new"), headers=alice.h)
+    client.post("/v1/episodes", json=ep("eve old", occurred_at=old), headers=eve.h)
+    assert client.get("/v1/retention", headers=steward.h).json()["rules"] == []
+    with admin_engine.begin() as c:
+        c.execute(text("UPDATE orgs SET settings = CAST(:s AS jsonb) WHERE id = :o"),
+                  {"s": json.dumps({"retention": {"episode": 365}}), "o": alice.org_id})
+    for who in (steward, auditor):  # the whole org's due items, though neither may read them
+        rules = client.get("/v1/retention", headers=who.h).json()["rules"]
+        assert [(r["item_type"], r["days"], r["due"]) for r in rules] == [("episode", 365, 2)]
+    assert client.get("/v1/retention", headers=alice.h).status_code == 403
+    assert client.get("/v1/retention", headers=eve.h).json()["rules"] == []  # another org: its own rules (none)
+    job = run_job(alice.org_id, "retention")  # the run removes exactly what was announced
+    assert job.stats["episodes_removed"] == 2
+    assert client.get("/v1/retention", headers=steward.h).json()["rules"][0]["due"] == 0
+
+
+def test_versions_of_a_memory_are_those_the_caller_may_see(client, world):
+    org, other = world.org(), world.org()
+    alice, bob = world.user(org, roles=["steward"], groups=["ops"]), world.user(org, groups=["ops"])
+    eve = world.user(other, roles=["admin"])
+    v1 = client.post("/v1/memories", json={"text": "deploys on friday", "kind": "rule"}, headers=alice.h).json()
+    v2 = client.post(f"/v1/memories/{v1['id']}/declassify", json={"visibility": "group", "groups": ["ops"],
+                                                                  "reason": "ops need it"}, headers=alice.h).json()
+    v3 = client.patch(f"/v1/memories/{v2['id']}", json={"text": "deploys on wednesday"}, headers=alice.h).json()
+    got = client.get(f"/v1/memories/{v1['id']}/versions", headers=alice.h).json()
+    assert [m["id"] for m in got["items"]] == [v3["id"], v2["id"], v1["id"]] and got["next_cursor"] is None
+    assert [m["version"] for m in got["items"]] == [3, 2, 1]
+    # bob (group ops) sees the versions shared with ops, never the private first one; from any of them.
+    mine = client.get(f"/v1/memories/{v3['id']}/versions", headers=bob.h).json()["items"]
+    assert [m["id"] for m in mine] == [v3["id"], v2["id"]]
+    assert client.get(f"/v1/memories/{v1['id']}/versions", headers=bob.h).status_code == 404
+    assert client.get(f"/v1/memories/{v3['id']}/versions", headers=eve.h).status_code == 404
+    # as_of: the versions recorded by then.
+    at = client.get(f"/v1/memories/{v1['id']}/versions", params={"as_of": v2["recorded_at"]}, headers=alice.h).json()
+    assert [m["id"] for m in at["items"]] == [v2["id"], v1["id"]]
+    assert client.get(f"/v1/memories/{v1['id']}/versions", params={"limit": 1}, headers=alice.h).json()["items"][0]["id"] \
+        == v3["id"]
+    for params in ({"limit": 0}, {"limit": 501}, {"as_of": "yesterday"}):
+        assert client.get(f"/v1/memories/{v1['id']}/versions", params=params, headers=alice.h).status_code == 422
+    assert client.get("/v1/memories/not-an-id/versions", headers=alice.h).status_code == 422

@@ -25,9 +25,16 @@ def head(db: Session, org_id: uuid.UUID):  # noqa: ANN201
                       .order_by(AuditEvent.seq.desc()).limit(1)).first()
 
 
-def chain(db: Session, org_id: uuid.UUID):  # noqa: ANN201
-    """Every event of the org in chain order (streamed)."""
-    return db.execute(select(AuditEvent).where(AuditEvent.org_id == org_id).order_by(AuditEvent.seq)).scalars()
+def chain(db: Session, org_id: uuid.UUID, *, since_seq: int = 1, limit: int | None = None):  # noqa: ANN201
+    """The org's events from `since_seq` on in chain order (up to `limit`; streamed)."""
+    stmt = select(AuditEvent).where(AuditEvent.org_id == org_id, AuditEvent.seq >= since_seq).order_by(AuditEvent.seq)
+    return db.execute(stmt.limit(limit) if limit else stmt).scalars()
+
+
+def sealed_before(db: Session, org_id: uuid.UUID, seq: int) -> bool:
+    """Whether an event before `seq` carries a seal."""
+    return db.execute(select(AuditEvent.seq).where(AuditEvent.org_id == org_id, AuditEvent.seq < seq,
+                                                   AuditEvent.mac.is_not(None)).limit(1)).first() is not None
 
 
 def hash_at(db: Session, org_id: uuid.UUID, seq: int) -> str | None:

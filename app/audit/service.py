@@ -63,27 +63,43 @@ def record(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, action
     return ev
 
 
-def verify_chain(db: Session, org_id: uuid.UUID, key: bytes | None = None) -> tuple[int, AuditEvent | None]:
-    """Return (events checked, first broken event or None). With `key`, seals are checked too:
-    once an org has a sealed event, every later one must carry a valid seal."""
-    prev = GENESIS
+def verify_window(db: Session, org_id: uuid.UUID, key: bytes | None = None, *, since_seq: int = 1,
+                  limit: int | None = None) -> tuple[int, AuditEvent | None, str | None]:
+    """Check up to `limit` events from `since_seq` on: (events checked, first broken event or None,
+    why it is broken). Each event's hash is recomputed from its fields and must chain to the
+    stored hash of the event before it (the window's first: the stored hash at `since_seq` - 1).
+    With `key`, seals are checked too: once an org has a sealed event, every later one must carry
+    a valid seal (for a window, whether one came before it is read from the events before)."""
+    prev = GENESIS if since_seq <= 1 else repo.hash_at(db, org_id, since_seq - 1)
+    if prev is None:  # the window starts past the chain's head: nothing to check
+        return 0, None, None
+    sealed = key is not None and since_seq > 1 and repo.sealed_before(db, org_id, since_seq)
     n = 0
-    sealed = False
-    for ev in repo.chain(db, org_id):
+    for ev in repo.chain(db, org_id, since_seq=since_seq, limit=limit):
         n += 1
         expect = _digest(prev, ev.org_id, ev.seq, ev.at, ev.actor_id, ev.action, target_type=ev.target_type,
                          target_id=ev.target_id, details=ev.details)
-        if ev.prev_hash != prev or ev.hash != expect or ev.seq != n:
-            return n, ev
+        if ev.seq != since_seq - 1 + n:
+            return n, ev, f"sequence gap: expected seq {since_seq - 1 + n}"
+        if ev.prev_hash != prev:
+            return n, ev, "prev_hash is not the hash of the event before"
+        if ev.hash != expect:
+            return n, ev, "hash does not match the event's fields"
         if key is not None:
             if ev.mac is not None:
                 if not hmac.compare_digest(ev.mac, mac_hex(key, ev.hash)):
-                    return n, ev
+                    return n, ev, "invalid seal"
                 sealed = True
             elif sealed:
-                return n, ev
+                return n, ev, "unsealed event after sealed ones"
         prev = ev.hash
-    return n, None
+    return n, None, None
+
+
+def verify_chain(db: Session, org_id: uuid.UUID, key: bytes | None = None) -> tuple[int, AuditEvent | None]:
+    """Return (events checked, first broken event or None) over the whole chain (verify_window)."""
+    n, broken, _ = verify_window(db, org_id, key)
+    return n, broken
 
 
 def _checkpoint_signature(key: bytes, org_id, seq: int, head: str) -> str:  # noqa: ANN001
@@ -120,3 +136,21 @@ def events(db: Session, principal, *, actor, action, target_type, target_id, sin
                         "action": e.action, "target_type": e.target_type, "target_id": e.target_id,
                         "details": e.details, "prev_hash": e.prev_hash, "hash": e.hash} for e in rows],
             "next_cursor": str(rows[-1].seq) if more and rows else None}
+
+
+def verify(db: Session, principal, *, since_seq: int, limit: int, checkpoint_: dict | None) -> dict:  # noqa: ANN001
+    """POST /v1/audit/verify: `memscale audit verify` over a window of the caller's org's chain, with
+    the service's key (seals) and, when the window holds, an optional checkpoint (one lookup)."""
+    key = db.info.get("audit_key")
+    last = repo.head(db, principal.org_id)
+    head_seq = last.seq if last else 0
+    n, broken, reason = verify_window(db, principal.org_id, key, since_seq=since_seq, limit=limit)
+    first_broken = {"seq": broken.seq, "reason": reason} if broken is not None else None
+    if first_broken is None and checkpoint_ is not None:
+        if key is None:
+            raise BadRequest("this service holds no audit key to check a checkpoint with", code="no_audit_key")
+        mismatch = checkpoint_mismatch(db, principal.org_id, checkpoint_, key)
+        if mismatch:
+            first_broken = {"seq": checkpoint_["seq"], "reason": mismatch}
+    return {"ok": first_broken is None, "checked": n, "from_seq": since_seq, "to_seq": since_seq - 1 + n,
+            "head_seq": head_seq, "first_broken": first_broken}

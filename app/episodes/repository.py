@@ -96,10 +96,19 @@ def ids_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[uu
     return list(db.execute(select(Episode.id).where(Episode.org_id == org_id, Episode.owner_id == owner_id)).scalars())
 
 
+def _before(org_id: uuid.UUID, cutoff: datetime) -> list:
+    """The episodes a retention rule removes: those of the org that happened before `cutoff`."""
+    return [Episode.org_id == org_id, Episode.occurred_at < cutoff]
+
+
 def ids_before(db: Session, org_id: uuid.UUID, cutoff: datetime, limit: int) -> list[uuid.UUID]:
     """Up to `limit` episodes that happened before `cutoff` (retention)."""
-    return list(db.execute(select(Episode.id).where(Episode.org_id == org_id, Episode.occurred_at < cutoff)
-                           .limit(limit)).scalars())
+    return list(db.execute(select(Episode.id).where(*_before(org_id, cutoff)).limit(limit)).scalars())
+
+
+def count_before(db: Session, org_id: uuid.UUID, cutoff: datetime) -> int:
+    """How many episodes happened before `cutoff` (what retention would remove)."""
+    return db.execute(select(func.count()).select_from(Episode).where(*_before(org_id, cutoff))).scalar_one()
 
 
 def _after(db: Session, org_id: uuid.UUID, position: dict, before: datetime) -> list:

@@ -216,6 +216,10 @@ def ids_before(db: Session, org_id: uuid.UUID, cutoff: datetime, limit: int) -> 
     return repo.ids_before(db, org_id, cutoff, limit)
 
 
+def count_before(db: Session, org_id: uuid.UUID, cutoff: datetime) -> int:
+    return repo.count_before(db, org_id, cutoff)
+
+
 def batch_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime, limit: int) -> list[Episode]:
     """The next `limit` episodes after a pipeline's watermark, in the order they were stored."""
     return repo.batch_after(db, org_id, position, before, limit)

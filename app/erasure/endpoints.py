@@ -1,5 +1,6 @@
-"""The two erasure routes: DELETE of an episode (under /v1/episodes, beside its other routes) and a
-user's right to be forgotten (/v1/users/{id}/data)."""
+"""The erasure routes: DELETE of an episode (under /v1/episodes, beside its other routes), a user's
+right to be forgotten (/v1/users/{id}/data), and the org's retention rules with what each will
+remove next (/v1/retention)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import uuid
 from fastapi import APIRouter, BackgroundTasks, Request
 
 import app.episodes.endpoints  # noqa: F401  (registers the `episode_id` path convertor the route below uses)
-from app.erasure import service
+from app.erasure import retention, service
+from app.erasure.schemas import RetentionOut
 from app.erasure.service import tier_client
 from app.jobs.schemas import JobRef
 from app.kit.http.deps import PrincipalDep, SessionDep, require
@@ -16,6 +18,7 @@ from app.kit.errors import COMMON_ERRORS
 
 episodes = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ERRORS)
 users = APIRouter(prefix="/v1/users", tags=["compliance"], responses=COMMON_ERRORS)
+policy = APIRouter(prefix="/v1", tags=["compliance"], responses=COMMON_ERRORS)
 
 
 @episodes.delete("/{episode_id:episode_id}", status_code=202, response_model=JobRef)
@@ -36,6 +39,14 @@ def delete_user_data(user_id: uuid.UUID, request: Request, background: Backgroun
     return JobRef(job_id=job_id)
 
 
+@policy.get("/retention", response_model=RetentionOut)
+def retention_rules(db: SessionDep, principal=require("retention", "read")):
+    """The org's retention rules (`memscale admin set-retention`), each with how many items the next
+    retention run would remove (counts only)."""
+    return retention.rules(db, principal)
+
+
 router = APIRouter()
 router.include_router(episodes)
 router.include_router(users)
+router.include_router(policy)

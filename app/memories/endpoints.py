@@ -4,7 +4,7 @@ import uuid
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from app.kit.http.deps import SessionDep, require
 from app.kit.http.schemas import Instant
@@ -38,6 +38,16 @@ def get_memory(memory_id: uuid.UUID, request: Request, db: SessionDep, as_of: In
     """`as_of`: this memory version as it existed then (404 if it had not been recorded yet)."""
     principal = principal.at(as_of)
     return service.read_out(db, principal, memory_id, where=reads(request, db, principal))
+
+
+@router.get("/{memory_id}/versions", response_model=MemoryPage)
+def memory_versions(memory_id: uuid.UUID, request: Request, db: SessionDep, as_of: Instant | None = None,
+                    limit: int = Query(default=100, ge=1, le=500), principal=require("memory", "read")):
+    """The versions of this memory's root the caller may see, newest first (`as_of`: those recorded
+    by then); 404 when the caller may not see this memory. `next_cursor` is always null: `limit`
+    bounds the list to the newest versions."""
+    principal = principal.at(as_of)
+    return listing.versions(db, principal, memory_id, limit, read=reads(request, db, principal))
 
 
 @router.patch("/{memory_id}", response_model=MemoryOut)

@@ -1,12 +1,15 @@
-"""Listing memories: keyset pages of the versions the caller may see, for the console and any
-client that browses rather than searches. A page hands out content, so it is recorded as a
-retrieval like every other read path (app.lineage.service.record_retrieval)."""
+"""Listing memories: keyset pages of the versions the caller may see, and the versions of one
+memory's root, for the console and any client that browses rather than searches. A list hands out
+content, so it is recorded as a retrieval like every other read path (app.lineage.service.record_retrieval)."""
 
 from __future__ import annotations
+
+import uuid
 
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.kit.errors import NotFound
 from app.kit.http.listing import ItemFilters, next_cursor
 from app.memories import repository as repo
 from app.memories.schemas import MemoryPage
@@ -23,3 +26,21 @@ def page(db: Session, principal: Principal, f: ItemFilters, status: str, read=No
         record_retrieval(db, principal, kind="list", query="", params={"type": "memory"},
                          items=[{"type": "memory", "id": str(m.id)} for m in rows])
     return MemoryPage(items=[to_out(m, principal.view) for m in rows], next_cursor=next_cursor(rows, f.limit))
+
+
+def versions(db: Session, principal: Principal, memory_id: uuid.UUID, limit: int, read=None) -> MemoryPage:  # noqa: ANN001
+    """The versions of `memory_id`'s root that the caller may see in its view, newest first (404 when
+    the caller may not see `memory_id` itself)."""
+    from app.kit.database.replicas import on
+    from app.lineage.service import record_retrieval
+
+    def fetch(rdb: Session) -> list:
+        m = repo.get_visible(rdb, principal, memory_id)
+        if m is None:
+            raise NotFound("memory not found")
+        return repo.versions_visible(rdb, principal, m.root_id, limit)
+
+    rows = (read or on(db))(fetch)
+    record_retrieval(db, principal, kind="list", query="", params={"type": "memory", "versions_of": str(memory_id)},
+                     items=[{"type": "memory", "id": str(m.id)} for m in rows])
+    return MemoryPage(items=[to_out(m, principal.view) for m in rows], next_cursor=None)

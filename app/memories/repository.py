@@ -58,6 +58,12 @@ def page_visible(db: Session, principal: Principal, f: ItemFilters, statuses: tu
     return list(db.execute(keyset(stmt, Memory, f)).scalars())
 
 
+def versions_visible(db: Session, principal: Principal, root_id: uuid.UUID, limit: int) -> list[Memory]:
+    """The versions of a root the principal may see in its view (main, a branch, as of), newest first."""
+    return list(db.execute(select(Memory).where(Memory.root_id == root_id, visible_to(principal, Memory))
+                           .order_by(Memory.version.desc(), Memory.recorded_at.desc(), Memory.id).limit(limit)).scalars())
+
+
 def visible_sources(db: Session, principal: Principal, type_: str, ids: list[uuid.UUID]) -> list:
     model = model_of(type_)
     return list(db.execute(select(model).where(model.id.in_(ids), visible_to(principal, model))).scalars())

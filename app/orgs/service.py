@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -108,10 +108,20 @@ def job_owner(db: Session, org_id, created_by):  # noqa: ANN001, ANN201
     return users[0].id
 
 
-def retention_days(db: Session, org_id, item_type: str):  # noqa: ANN001, ANN201
-    """The org's retention policy for an item type (org.settings.retention.<type>, days), or None."""
+def retention_rules(db: Session, org_id) -> dict[str, int]:  # noqa: ANN001
+    """The org's retention policy: days per item type (org.settings.retention, `memscale admin set-retention`)."""
     org = db.get(Org, org_id)
-    return (org.settings or {}).get("retention", {}).get(item_type)
+    return dict((org.settings or {}).get("retention", {}))
+
+
+def retention_days(db: Session, org_id, item_type: str):  # noqa: ANN001, ANN201
+    """The org's retention policy for an item type (days), or None."""
+    return retention_rules(db, org_id).get(item_type)
+
+
+def retention_cutoff(days: float, now: datetime) -> datetime:
+    """What a retention rule of `days` removes at `now`: the items from before this instant."""
+    return now - timedelta(days=float(days))
 
 
 def user_in_org(db: Session, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:

@@ -1,7 +1,8 @@
 // Compliance: right-to-be-forgotten requests and retention runs (jobs, with what each removed or
-// quarantined), the audit log with filters and a check of its hash links, and a request to
-// forget a user. Only what the key may see: the API answers 403/404 for the rest.
-import {get, api} from "./api.js";
+// quarantined), the retention rules with what each will remove next, the audit log with filters
+// and the service's own chain check, and a request to forget a user. Only what the key may see:
+// the API answers 403/404 for the rest.
+import {get, post, api} from "./api.js";
 import {h, field, input, table, when, short, values, section, note} from "./dom.js";
 
 const audit = {filters: {}, cursors: [""], check: ""};
@@ -20,13 +21,49 @@ async function jobsOf(kind, caption, id) {
   } catch (e) { return note(`${caption}: ${e.message}`); }
 }
 
-// Each event's prev_hash must be the hash of the event before it: a break shows an edited or
-// removed event. The full check (recomputed hashes and seals) is `memscale audit verify`.
-export function checkLinks(events) {
-  for (let i = 1; i < events.length; i++) {
-    if (events[i].seq === events[i - 1].seq + 1 && events[i].prev_hash !== events[i - 1].hash) return `broken at seq ${events[i].seq}`;
+// The service's chain and seal check (POST /v1/audit/verify), window after window from the first
+// event to the head, stopping at the first broken one; `checkpoint`: a line of `memscale audit
+// checkpoint` the chain must still pass through.
+export async function verifyChain(checkpoint, progress) {
+  let since = 1, checked = 0;
+  for (;;) {
+    const r = await post("/v1/audit/verify", {since_seq: since, ...(checkpoint ? {checkpoint} : {})});
+    checked += r.checked;
+    if (!r.ok) return `broken at seq ${r.first_broken.seq}: ${r.first_broken.reason} (${checked} events checked)`;
+    if (r.checked === 0 || r.to_seq >= r.head_seq) {
+      const cp = checkpoint ? `; the checkpoint at seq ${checkpoint.seq} holds` : "";
+      return `ok: ${checked} events checked, every hash, link and seal holds${cp}`;
+    }
+    since = r.to_seq + 1;
+    progress(`checked up to seq ${r.to_seq} of ${r.head_seq}…`);
   }
-  return `${events.length} events: every link holds`;
+}
+
+function verifyForm() {
+  const cp = input("checkpoint", {size: 40, placeholder: "optional: a line of memscale audit checkpoint"});
+  const result = h("p", {id: "chain", role: "status"}, audit.check);
+  const say = (t) => { audit.check = t; result.textContent = t; };
+  const run = async () => {
+    let checkpoint;
+    try { checkpoint = cp.value.trim() ? JSON.parse(cp.value) : undefined; } catch (e) {
+      say("the checkpoint is not a JSON line");
+      return;
+    }
+    say("verifying…");
+    try { say(await verifyChain(checkpoint, say)); } catch (e) { say("refused: " + e.message); }
+  };
+  return [h("div", {class: "filters"}, field("Checkpoint (JSON)", cp), h("button", {type: "button", onclick: run}, "Verify chain")),
+    result];
+}
+
+async function retentionRules() {
+  try {
+    const r = await get("/v1/retention");
+    if (!r.rules.length) return note("No retention rules: nothing is removed by age (memscale admin set-retention sets one).");
+    return table(`Retention rules (as of ${when(r.at)})`, [["item type", (x) => x.item_type], ["days", (x) => String(x.days)],
+      ["removes items from before", (x) => when(x.cutoff)], ["the next run removes", (x) => x.due === null ? "" : String(x.due)]],
+    r.rules.map((x) => ({...x, id: x.item_type})), {id: "retention-rules"});
+  } catch (e) { return note(e.status === 403 ? "Retention rules need the steward, auditor or admin role." : e.message); }
 }
 
 function forgetForm(ctx) {
@@ -63,9 +100,6 @@ async function auditLog(ctx) {
   } catch (e) {
     return [form, note(e.status === 403 ? "The audit log needs the auditor or admin role." : e.message)];
   }
-  const result = h("p", {id: "chain", role: "status"}, audit.check);
-  const verify = h("button", {type: "button", onclick: () => { audit.check = checkLinks(page.events); result.textContent = audit.check; }},
-    "Verify chain links");
   const next = h("button", {type: "button", disabled: !page.next_cursor,
     onclick: () => { audit.cursors.push(page.next_cursor); ctx.rerender(); }}, "Next page");
   const prev = h("button", {type: "button", disabled: audit.cursors.length < 2, onclick: () => { audit.cursors.pop(); ctx.rerender(); }},
@@ -73,13 +107,13 @@ async function auditLog(ctx) {
   return [form, table(`Audit log (${page.events.length} events)`, [["seq", (e) => String(e.seq)], ["at", (e) => when(e.at)],
     ["actor", (e) => short(e.actor) || "system"], ["action", (e) => e.action], ["target", (e) => `${e.target_type || ""} ${short(e.target_id)}`],
     ["details", (e) => h("span", {class: "text"}, JSON.stringify(e.details))]], page.events.map((e) => ({...e, id: e.seq})), {id: "audit"}),
-  h("div", {class: "pager"}, prev, next, verify), result];
+  h("div", {class: "pager"}, prev, next), ...verifyForm()];
 }
 
 export async function render(ctx) {
   return h("div", {},
     section("Right to be forgotten", await jobsOf("forget_user", "Erasure requests", "erasures"), ...forgetForm(ctx)),
-    section("Retention", note("Retention rules are org settings; each run below says what it removed."),
+    section("Retention", await retentionRules(), note("Each run below says what it removed."),
       await jobsOf("retention", "Retention runs", "retention")),
     section("Audit log", ...await auditLog(ctx)));
 }

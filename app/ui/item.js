@@ -1,6 +1,7 @@
 // One item: its fields, what it was derived from and what was derived from it, its lineage graph
 // (click or Enter on a node to expand it), who retrieved it, its audit trail, and for memories
-// declassification as an audited act with its reason. #/item/<type>/<id>.
+// their versions (those the key may see, newest first, each a link) and declassification as an
+// audited act with its reason. #/item/<type>/<id>.
 import {get, post} from "./api.js";
 import {h, field, input, select, table, when, short, itemLink, values, section, note} from "./dom.js";
 import {lineageGraph, nodeKey} from "./graph.js";
@@ -18,6 +19,15 @@ function details(x) {
 function edgesTable(caption, edges, other, id) {
   return table(caption, [["relation", (e) => e.relation], ["item", (e) => itemLink(other(e).type, other(e).id, `${other(e).type} ${short(other(e).id)}`)],
     ["at", (e) => when(e.at)]], edges.map((e) => ({...e, id: other(e).id})), {id});
+}
+
+async function versions(id, asOf) {
+  try {
+    const r = await get(`/v1/memories/${encodeURIComponent(id)}/versions`, {as_of: asOf});
+    return table(`Versions (${r.items.length}, newest first)`, [["version", (m) => m.id === id ? `v${m.version} (this one)` :
+      itemLink("memory", m.id, `v${m.version}`)], ["status", (m) => m.status], ["recorded", (m) => when(m.recorded_at)],
+    ["visibility", (m) => m.visibility], ["text", (m) => h("span", {class: "text"}, m.text)]], r.items, {id: "versions"});
+  } catch (e) { return note(e.message); }
 }
 
 function declassifyForm(id, ctx) {
@@ -72,6 +82,7 @@ export async function render(ctx) {
     section("Sources and derived items", h("div", {class: "cols"},
       edgesTable("Sources (derived from)", sources, (e) => e.to, "sources"),
       edgesTable("Derived items", derived, (e) => e.from, "derived"))),
+    type === "memory" && x ? section("Versions", await versions(id, ctx.asOf)) : null,
     type === "memory" && x ? section("Declassify", ...declassifyForm(id, ctx)) : null,
     section("Retrievals and audit", table("Who retrieved it", [["at", (r) => when(r.at)], ["actor", (r) => short(r.actor)],
       ["kind", (r) => r.kind], ["score", (r) => r.score == null ? "" : r.score.toFixed(4)]], retrievals.retrievals, {id: "item-retrievals"}),
