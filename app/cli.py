@@ -7,11 +7,10 @@ import sys
 import click
 
 from app.config import Settings
-from app.kit.items import RETAINED_TYPES
 from app.kit.cli import admin_session as _admin_session
 from app.kit.cli import app_sessions as _app_sessions
-from app.kit.cli import fail as _fail
 from app.kit.cli import run_or_fail as _run
+from app.kit.items import RETAINED_TYPES
 
 
 class _LazyGroup(click.Group):
@@ -19,10 +18,10 @@ class _LazyGroup(click.Group):
     `memscale bench ...` loads the benchmarks only when asked; `memscale branch ...` and
     `memscale jobs ...` live with their domains (app/branches/cli.py, app/jobs/cli.py)."""
 
-    def list_commands(self, ctx):  # noqa: ANN001
+    def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | {"inference", "bench", "branch", "jobs"})
 
-    def get_command(self, ctx, name):  # noqa: ANN001
+    def get_command(self, ctx, name):
         if name == "inference":
             from app.inference.cli import inference
 
@@ -69,7 +68,7 @@ def create_org(name: str) -> None:
 @click.option("--role", "roles", multiple=True, type=click.Choice(("member", "steward", "auditor", "admin")))
 @click.option("--group", "groups", multiple=True)
 @click.option("--clearance", "clearances", multiple=True)
-def create_user(org_name: str, user: str, roles, groups, clearances) -> None:  # noqa: ANN001
+def create_user(org_name: str, user: str, roles, groups, clearances) -> None:
     from app.orgs import service
 
     with _admin_session(Settings()) as db:
@@ -108,13 +107,12 @@ def import_episodes(path: str, org_name: str, user: str) -> None:
     click.echo(str(len(_run(lambda: bulk.run(_app_sessions(settings), settings, principal, items)))))
 
 
-
 @main.command()
 @click.option("--kind", "kinds", multiple=True, help="only these job kinds (default: all)")
 @click.option("--lease", default=60, show_default=True, help="seconds a claimed job stays ours without progress")
 @click.option("--no-schedule", is_flag=True, help="do not enqueue periodic jobs from this worker")
 @click.option("--org", "org_names", multiple=True, help="only this org's jobs (name; repeatable; default: every org)")
-def worker(kinds, lease: int, no_schedule: bool, org_names) -> None:  # noqa: ANN001
+def worker(kinds, lease: int, no_schedule: bool, org_names) -> None:
     """Run queued jobs (and enqueue periodic ones) until stopped."""
     from app.jobs.runner import worker_loop
     from app.kit.database.pg import admin_url, install_sigterm_handler
@@ -130,8 +128,7 @@ def worker(kinds, lease: int, no_schedule: bool, org_names) -> None:  # noqa: AN
 
         with _admin_session(settings) as db:
             orgs = [_run(lambda n=n: org_service.org_by_name(db, n)).id for n in org_names]
-    worker_loop(settings, _app_sessions(settings), kinds=list(kinds) or None, orgs=orgs, lease_s=lease,
-                schedule=not no_schedule)
+    worker_loop(settings, _app_sessions(settings), kinds=list(kinds) or None, orgs=orgs, lease_s=lease, schedule=not no_schedule)
 
 
 @main.command("mcp")
@@ -153,7 +150,7 @@ def export() -> None:
 @export.command("trajectories")
 @click.option("--org", "org_name", required=True)
 @click.option("--out", "out", type=click.File("w"), default="-", help="JSONL file (default: stdout)")
-def export_trajectories(org_name: str, out) -> None:  # noqa: ANN001
+def export_trajectories(org_name: str, out) -> None:
     """One JSON line per session: its memory-tool calls (ids, not memory text) and the outcome/reward."""
     import json
 
@@ -178,8 +175,13 @@ def audit() -> None:
 
 @audit.command("verify")
 @click.option("--org", "org_name", required=True)
-@click.option("--checkpoint", "checkpoint_file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="a JSON checkpoint from `memscale audit checkpoint`: the chain must still pass through it")
+@click.option(
+    "--checkpoint",
+    "checkpoint_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="a JSON checkpoint from `memscale audit checkpoint`: the chain must still pass through it",
+)
 def audit_verify(org_name: str, checkpoint_file: str | None) -> None:
     """Recompute the org's audit hash chain and seals; name the first broken link (exit 1) or print ok."""
     import json
@@ -236,8 +238,15 @@ def set_retention(org_name: str, kind: str, days: int) -> None:
         else:
             retention.pop(kind, None)
         org.settings = {**org.settings, "retention": retention}
-        record(db, org_id=org.id, actor_id=None, action="policy.retention", target_type="org", target_id=org.id,
-               details={"kind": kind, "days": days})
+        record(
+            db,
+            org_id=org.id,
+            actor_id=None,
+            action="policy.retention",
+            target_type="org",
+            target_id=org.id,
+            details={"kind": kind, "days": days},
+        )
         db.commit()
         click.echo(str(days))
 
@@ -283,17 +292,22 @@ def _prepare_local_model(settings: Settings) -> None:
 @main.command()
 @click.option("--host", default=None)
 @click.option("--port", default=None, type=int)
-@click.option("--workers", default=1, type=click.IntRange(1, 64), show_default=True,
-              help="API processes on one port (uvicorn workers); > 1 keeps rate limits in PostgreSQL")
+@click.option(
+    "--workers",
+    default=1,
+    type=click.IntRange(1, 64),
+    show_default=True,
+    help="API processes on one port (uvicorn workers); > 1 keeps rate limits in PostgreSQL",
+)
 def serve(host: str | None, port: int | None, workers: int) -> None:
     """Migrate, then serve the API (docs/scale-out.md: what is per process with --workers N)."""
     import os
 
     import uvicorn
 
-    from app.kit.http.limits import proxy_options
     from app.kit.database.migrate import upgrade
     from app.kit.database.pg import admin_url, install_sigterm_handler
+    from app.kit.http.limits import proxy_options
     from app.main import create_app
 
     settings = Settings()
@@ -303,14 +317,23 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     upgrade(settings, "head")
     _prepare_local_model(settings)
     click.echo(f"memscale listening on http://{host or settings.host}:{port or settings.port}", err=True)
-    click.echo("create a key: memscale admin create-org ACME && memscale admin create-user --org ACME alice "
-               "&& memscale admin create-key --org ACME --user alice", err=True)
+    click.echo(
+        "create a key: memscale admin create-org ACME && memscale admin create-user --org ACME alice "
+        "&& memscale admin create-key --org ACME --user alice",
+        err=True,
+    )
     if workers == 1:
-        uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="warning",
-                    **proxies)
+        uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="warning", **proxies)
         return
     # Each worker is its own process that builds its app from the environment (Settings()); the
     # per-key budgets must then live in PostgreSQL, or each process would grant the whole budget.
     os.environ.setdefault("MEMSCALE_RATE_LIMIT_BACKEND", "postgres")
-    uvicorn.run("app.main:create_app", factory=True, workers=workers, host=host or settings.host,
-                port=port or settings.port, log_level="warning", **proxies)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        workers=workers,
+        host=host or settings.host,
+        port=port or settings.port,
+        log_level="warning",
+        **proxies,
+    )

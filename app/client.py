@@ -31,8 +31,21 @@ from app.client_memory import AsyncMemoryCalls, MemoryCalls
 from app.client_search import AsyncSearchCalls, SearchCalls
 from app.client_sessions import AsyncSessionCalls, SessionCalls
 from app.client_types import (  # noqa: F401 - part of the client's public names
-    JSON, TERMINAL_JOB_STATES, Access, EpisodeFields, EpisodeKind, Id, ItemType, JobKind, MemoryChanges, MemoryFields,
-    MemoryKind, Outcome, Role, SearchFilters, Visibility,
+    JSON,
+    TERMINAL_JOB_STATES,
+    Access,
+    EpisodeFields,
+    EpisodeKind,
+    Id,
+    ItemType,
+    JobKind,
+    MemoryChanges,
+    MemoryFields,
+    MemoryKind,
+    Outcome,
+    Role,
+    SearchFilters,
+    Visibility,
 )
 
 
@@ -81,8 +94,9 @@ class _Base:
         self.branch: str | None = None  # Memscale-Branch on every request (see in_branch)
         self._closes = True  # False for an in_branch view: the original owns the pool
 
-    def _req(self, method: str, path: str, *, json: Any = None, params: JSON | None = None,
-             headers: dict[str, str] | None = None) -> JSON:
+    def _req(
+        self, method: str, path: str, *, json: Any = None, params: JSON | None = None, headers: dict[str, str] | None = None
+    ) -> JSON:
         h = dict(headers or {})
         if self.branch:
             h.setdefault("Memscale-Branch", self.branch)
@@ -97,7 +111,7 @@ class _Base:
             kw["params"] = {k: str(_jsonable(v)) for k, v in params.items() if v is not None}
         return kw
 
-    def in_branch(self, name: str | None):  # noqa: ANN201
+    def in_branch(self, name: str | None):
         """The same client working in branch `name` of the org's memory (None: main); it shares
         the connection pool, so close the original, not this one."""
         view = copy.copy(self)
@@ -110,8 +124,9 @@ class MemscaleClient(MemoryCalls, SearchCalls, SessionCalls, JobCalls, AuditCall
     httpx's `request(method, url, ...)` (an `httpx.Client`, or FastAPI's TestClient, which is an
     `httpx2.Client` in Starlette ≥ 1.0); a ready client is used as is and not closed by `close()`."""
 
-    def __init__(self, base_url: str, api_key: str | None, timeout: float = 30,
-                 transport: httpx.BaseTransport | httpx.Client | Any = None):
+    def __init__(
+        self, base_url: str, api_key: str | None, timeout: float = 30, transport: httpx.BaseTransport | httpx.Client | Any = None
+    ):
         super().__init__(base_url, api_key, timeout)
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             self._http, self._owned = transport, False  # a ready client: httpx.Client, TestClient (httpx2)
@@ -140,14 +155,20 @@ class MemscaleClient(MemoryCalls, SearchCalls, SessionCalls, JobCalls, AuditCall
         return self.request("GET", "/readyz")
 
 
-class AsyncMemscaleClient(AsyncMemoryCalls, AsyncSearchCalls, AsyncSessionCalls, AsyncJobCalls, AsyncAuditCalls,
-                          AsyncBranchCalls, _Base):
+class AsyncMemscaleClient(
+    AsyncMemoryCalls, AsyncSearchCalls, AsyncSessionCalls, AsyncJobCalls, AsyncAuditCalls, AsyncBranchCalls, _Base
+):
     """Asynchronous client: the same methods as `MemscaleClient`, as coroutines. `transport` is an
     `httpx.AsyncBaseTransport` (e.g. `httpx.ASGITransport(app)`) or a ready `httpx.AsyncClient`
     (or anything with its async `request(method, url, ...)`), used as is and never closed here."""
 
-    def __init__(self, base_url: str, api_key: str | None, timeout: float = 30,
-                 transport: httpx.AsyncBaseTransport | httpx.AsyncClient | Any = None):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        timeout: float = 30,
+        transport: httpx.AsyncBaseTransport | httpx.AsyncClient | Any = None,
+    ):
         super().__init__(base_url, api_key, timeout)
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             self._http, self._owned = transport, False

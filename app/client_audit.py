@@ -9,43 +9,84 @@ from typing import Any, Literal
 from app.client_types import JSON, Id, ItemType
 
 
-def _audit_params(actor: Id | None, action: str | None, target_type: str | None, target_id: Id | None,
-                  since: datetime | str | None, until: datetime | str | None, cursor: str | None) -> JSON:
-    return {"actor": actor, "action": action, "target_type": target_type, "target_id": target_id, "since": since,
-            "until": until, "cursor": cursor}
+def _audit_params(
+    actor: Id | None,
+    action: str | None,
+    target_type: str | None,
+    target_id: Id | None,
+    since: datetime | str | None,
+    until: datetime | str | None,
+    cursor: str | None,
+) -> JSON:
+    return {
+        "actor": actor,
+        "action": action,
+        "target_type": target_type,
+        "target_id": target_id,
+        "since": since,
+        "until": until,
+        "cursor": cursor,
+    }
 
 
 class AuditCalls:
     request: Any
 
-    def get_lineage(self, type: ItemType | str, item_id: Id, *, direction: Literal["up", "down", "both"] = "both",
-                    as_of: datetime | str | None = None) -> JSON:
+    def get_lineage(
+        self,
+        type: ItemType | str,
+        item_id: Id,
+        *,
+        direction: Literal["up", "down", "both"] = "both",
+        as_of: datetime | str | None = None,
+    ) -> JSON:
         return self.request("GET", f"/v1/lineage/{type}/{item_id}", params={"direction": direction, "as_of": as_of})
 
     def get_retrieval(self, retrieval_id: Id) -> JSON:
         return self.request("GET", f"/v1/retrievals/{retrieval_id}")
 
-    def list_audit(self, *, actor: Id | None = None, action: str | None = None, target_type: str | None = None,
-                   target_id: Id | None = None, since: datetime | str | None = None,
-                   until: datetime | str | None = None, cursor: str | None = None) -> JSON:
+    def list_audit(
+        self,
+        *,
+        actor: Id | None = None,
+        action: str | None = None,
+        target_type: str | None = None,
+        target_id: Id | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        cursor: str | None = None,
+    ) -> JSON:
         """`{events: [...], next_cursor}` (auditor/admin only)."""
-        return self.request("GET", "/v1/audit",
-                            params=_audit_params(actor, action, target_type, target_id, since, until, cursor))
+        return self.request("GET", "/v1/audit", params=_audit_params(actor, action, target_type, target_id, since, until, cursor))
 
 
 class AsyncAuditCalls:
     request: Any
 
-    async def get_lineage(self, type: ItemType | str, item_id: Id, *, direction: Literal["up", "down", "both"] = "both",
-                          as_of: datetime | str | None = None) -> JSON:
-        return await self.request("GET", f"/v1/lineage/{type}/{item_id}",
-                                  params={"direction": direction, "as_of": as_of})
+    async def get_lineage(
+        self,
+        type: ItemType | str,
+        item_id: Id,
+        *,
+        direction: Literal["up", "down", "both"] = "both",
+        as_of: datetime | str | None = None,
+    ) -> JSON:
+        return await self.request("GET", f"/v1/lineage/{type}/{item_id}", params={"direction": direction, "as_of": as_of})
 
     async def get_retrieval(self, retrieval_id: Id) -> JSON:
         return await self.request("GET", f"/v1/retrievals/{retrieval_id}")
 
-    async def list_audit(self, *, actor: Id | None = None, action: str | None = None, target_type: str | None = None,
-                         target_id: Id | None = None, since: datetime | str | None = None,
-                         until: datetime | str | None = None, cursor: str | None = None) -> JSON:
-        return await self.request("GET", "/v1/audit",
-                                  params=_audit_params(actor, action, target_type, target_id, since, until, cursor))
+    async def list_audit(
+        self,
+        *,
+        actor: Id | None = None,
+        action: str | None = None,
+        target_type: str | None = None,
+        target_id: Id | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        cursor: str | None = None,
+    ) -> JSON:
+        return await self.request(
+            "GET", "/v1/audit", params=_audit_params(actor, action, target_type, target_id, since, until, cursor)
+        )

@@ -26,7 +26,7 @@ class BranchCalls:
     def branch_diff(self, name: str) -> list[JSON]:
         return self.request("GET", f"/v1/branches/{name}/diff")["changes"]
 
-    def promote(self, name: str, ids: list) -> list[JSON]:  # noqa: ANN001
+    def promote(self, name: str, ids: list) -> list[JSON]:
         """Apply chosen changes of branch `name` to main (new versions with lineage)."""
         return self.request("POST", f"/v1/branches/{name}/promote", json={"ids": [str(i) for i in ids]})["promoted"]
 
@@ -46,9 +46,8 @@ class AsyncBranchCalls:
     async def branch_diff(self, name: str) -> list[JSON]:
         return (await self.request("GET", f"/v1/branches/{name}/diff"))["changes"]
 
-    async def promote(self, name: str, ids: list) -> list[JSON]:  # noqa: ANN001
-        return (await self.request("POST", f"/v1/branches/{name}/promote",
-                                   json={"ids": [str(i) for i in ids]}))["promoted"]
+    async def promote(self, name: str, ids: list) -> list[JSON]:
+        return (await self.request("POST", f"/v1/branches/{name}/promote", json={"ids": [str(i) for i in ids]}))["promoted"]
 
     async def drop_branch(self, name: str) -> None:
         await self.request("DELETE", f"/v1/branches/{name}")

@@ -27,8 +27,9 @@ class MemoryCalls:
     request: Any
 
     # episodes
-    def create_episode(self, content: str, *, kind: EpisodeKind = "note", idempotency_key: str | None = None,
-                       **fields: Unpack[EpisodeFields]) -> JSON:
+    def create_episode(
+        self, content: str, *, kind: EpisodeKind = "note", idempotency_key: str | None = None, **fields: Unpack[EpisodeFields]
+    ) -> JSON:
         return self.request("POST", "/v1/episodes", json=_episode(content, kind, fields), headers=_idem(idempotency_key))
 
     def create_episodes(self, items: list[JSON], *, idempotency_key: str | None = None) -> list[str]:
@@ -60,14 +61,13 @@ class MemoryCalls:
 class AsyncMemoryCalls:
     request: Any
 
-    async def create_episode(self, content: str, *, kind: EpisodeKind = "note", idempotency_key: str | None = None,
-                             **fields: Unpack[EpisodeFields]) -> JSON:
-        return await self.request("POST", "/v1/episodes", json=_episode(content, kind, fields),
-                                  headers=_idem(idempotency_key))
+    async def create_episode(
+        self, content: str, *, kind: EpisodeKind = "note", idempotency_key: str | None = None, **fields: Unpack[EpisodeFields]
+    ) -> JSON:
+        return await self.request("POST", "/v1/episodes", json=_episode(content, kind, fields), headers=_idem(idempotency_key))
 
     async def create_episodes(self, items: list[JSON], *, idempotency_key: str | None = None) -> list[str]:
-        return (await self.request("POST", "/v1/episodes/batch", json={"items": items},
-                                   headers=_idem(idempotency_key)))["ids"]
+        return (await self.request("POST", "/v1/episodes/batch", json={"items": items}, headers=_idem(idempotency_key)))["ids"]
 
     async def get_episode(self, episode_id: Id) -> JSON:
         return await self.request("GET", f"/v1/episodes/{episode_id}")

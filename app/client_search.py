@@ -9,30 +9,51 @@ from typing import Any, Literal
 from app.client_types import JSON, Id, ItemType, SearchFilters
 
 
-def _search(query: str, k: int, mode: str, types: list[ItemType] | None, filters: SearchFilters | None,
-            instruction: str | None, as_of: datetime | str | None) -> JSON:
-    return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters, "instruction": instruction,
-            "as_of": as_of}
+def _search(
+    query: str,
+    k: int,
+    mode: str,
+    types: list[ItemType] | None,
+    filters: SearchFilters | None,
+    instruction: str | None,
+    as_of: datetime | str | None,
+) -> JSON:
+    return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters, "instruction": instruction, "as_of": as_of}
 
 
-def _context(query: str, session_id: str | None, budget_tokens: int | None, instruction: str | None,
-             as_of: datetime | str | None) -> JSON:
-    return {"query": query, "session_id": session_id, "as_of": as_of, "budget_tokens": budget_tokens,
-            "instruction": instruction}
+def _context(
+    query: str, session_id: str | None, budget_tokens: int | None, instruction: str | None, as_of: datetime | str | None
+) -> JSON:
+    return {"query": query, "session_id": session_id, "as_of": as_of, "budget_tokens": budget_tokens, "instruction": instruction}
 
 
 class SearchCalls:
     request: Any
 
-    def search(self, query: str, *, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
-               types: list[ItemType] | None = None, filters: SearchFilters | None = None,
-               instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        mode: Literal["hybrid", "vector", "text"] = "hybrid",
+        types: list[ItemType] | None = None,
+        filters: SearchFilters | None = None,
+        instruction: str | None = None,
+        as_of: datetime | str | None = None,
+    ) -> JSON:
         """`{results: [...], retrieval_id, interpreted?}`; `instruction` narrows in words; `as_of`
         reads the memory as recorded then."""
         return self.request("POST", "/v1/search", json=_search(query, k, mode, types, filters, instruction, as_of))
 
-    def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None,
-                instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
+    def context(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        budget_tokens: int | None = None,
+        instruction: str | None = None,
+        as_of: datetime | str | None = None,
+    ) -> JSON:
         return self.request("POST", "/v1/context", json=_context(query, session_id, budget_tokens, instruction, as_of))
 
     def knowledge_tree(self, path: str | None = None, *, limit: int | None = None, after: str | None = None) -> JSON:
@@ -48,19 +69,31 @@ class SearchCalls:
 class AsyncSearchCalls:
     request: Any
 
-    async def search(self, query: str, *, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
-                     types: list[ItemType] | None = None, filters: SearchFilters | None = None,
-                     instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
-        return await self.request("POST", "/v1/search",
-                                  json=_search(query, k, mode, types, filters, instruction, as_of))
+    async def search(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        mode: Literal["hybrid", "vector", "text"] = "hybrid",
+        types: list[ItemType] | None = None,
+        filters: SearchFilters | None = None,
+        instruction: str | None = None,
+        as_of: datetime | str | None = None,
+    ) -> JSON:
+        return await self.request("POST", "/v1/search", json=_search(query, k, mode, types, filters, instruction, as_of))
 
-    async def context(self, query: str, *, session_id: str | None = None, budget_tokens: int | None = None,
-                      instruction: str | None = None, as_of: datetime | str | None = None) -> JSON:
-        return await self.request("POST", "/v1/context",
-                                  json=_context(query, session_id, budget_tokens, instruction, as_of))
+    async def context(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        budget_tokens: int | None = None,
+        instruction: str | None = None,
+        as_of: datetime | str | None = None,
+    ) -> JSON:
+        return await self.request("POST", "/v1/context", json=_context(query, session_id, budget_tokens, instruction, as_of))
 
-    async def knowledge_tree(self, path: str | None = None, *, limit: int | None = None,
-                             after: str | None = None) -> JSON:
+    async def knowledge_tree(self, path: str | None = None, *, limit: int | None = None, after: str | None = None) -> JSON:
         return await self.request("GET", "/v1/knowledge/tree", params={"path": path, "limit": limit, "after": after})
 
     async def knowledge_node(self, node_id: Id) -> JSON:

@@ -19,8 +19,7 @@ def _outcome(outcome: Outcome, reward: float | None, note: str | None) -> JSON:
 class SessionCalls:
     request: Any
 
-    def create_session(self, *, budget_tokens: int | None = None,
-                       working_context: dict[str, str] | None = None) -> JSON:
+    def create_session(self, *, budget_tokens: int | None = None, working_context: dict[str, str] | None = None) -> JSON:
         return self.request("POST", "/v1/sessions", json=_session(budget_tokens, working_context))
 
     def add_message(self, session_id: Id, role: Role, content: str) -> JSON:
@@ -36,21 +35,18 @@ class SessionCalls:
     def call_tool(self, session_id: Id, name: str, arguments: JSON | None = None) -> Any:
         return self.request("POST", f"/v1/sessions/{session_id}/tools/{name}", json=arguments or {})
 
-    def report_outcome(self, session_id: Id, outcome: Outcome, *, reward: float | None = None,
-                       note: str | None = None) -> Any:
+    def report_outcome(self, session_id: Id, outcome: Outcome, *, reward: float | None = None, note: str | None = None) -> Any:
         return self.request("POST", f"/v1/sessions/{session_id}/outcome", json=_outcome(outcome, reward, note))
 
 
 class AsyncSessionCalls:
     request: Any
 
-    async def create_session(self, *, budget_tokens: int | None = None,
-                             working_context: dict[str, str] | None = None) -> JSON:
+    async def create_session(self, *, budget_tokens: int | None = None, working_context: dict[str, str] | None = None) -> JSON:
         return await self.request("POST", "/v1/sessions", json=_session(budget_tokens, working_context))
 
     async def add_message(self, session_id: Id, role: Role, content: str) -> JSON:
-        return await self.request("POST", f"/v1/sessions/{session_id}/messages",
-                                  json={"role": role, "content": content})
+        return await self.request("POST", f"/v1/sessions/{session_id}/messages", json={"role": role, "content": content})
 
     async def get_session_context(self, session_id: Id) -> JSON:
         return await self.request("GET", f"/v1/sessions/{session_id}/context")
@@ -61,6 +57,7 @@ class AsyncSessionCalls:
     async def call_tool(self, session_id: Id, name: str, arguments: JSON | None = None) -> Any:
         return await self.request("POST", f"/v1/sessions/{session_id}/tools/{name}", json=arguments or {})
 
-    async def report_outcome(self, session_id: Id, outcome: Outcome, *, reward: float | None = None,
-                             note: str | None = None) -> Any:
+    async def report_outcome(
+        self, session_id: Id, outcome: Outcome, *, reward: float | None = None, note: str | None = None
+    ) -> Any:
         return await self.request("POST", f"/v1/sessions/{session_id}/outcome", json=_outcome(outcome, reward, note))

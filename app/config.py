@@ -101,7 +101,7 @@ class Settings(BaseSettings):
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
-    def _proxy_list(cls, value):  # noqa: ANN001, ANN206
+    def _proxy_list(cls, value):
         import ipaddress
         import json
 

@@ -10,22 +10,21 @@ import app.kit.registry  # noqa: F401  (every model mapped before the first flus
 from app.auth.enforcer import Authorizer
 from app.config import Settings
 from app.kit.database.db import make_engine, make_sessionmaker
-from app.kit.database.pg import check_versions
-from app.kit.runtime.embedding import Embedder, make_embedder
-from app.kit.errors import install_error_handlers
-from app.kit.runtime.fairness import FairEmbedder
-from app.kit.http.read_gate import ReadGate
-from app.kit.http.limits import BodyLimitMiddleware, make_limiters
-from app.kit.database.pg import app_url
-from app.kit.database.repository import ping
+from app.kit.database.pg import app_url, check_versions
 from app.kit.database.replicas import LsnHeaderMiddleware, replica_set
+from app.kit.database.repository import ping
+from app.kit.errors import install_error_handlers
+from app.kit.http.limits import BodyLimitMiddleware, make_limiters
+from app.kit.http.read_gate import ReadGate
 from app.kit.http.telemetry import install_request_middleware, setup_logging, setup_tracing
+from app.kit.runtime.embedding import Embedder, make_embedder
+from app.kit.runtime.fairness import FairEmbedder
 from app.resources import Resources
 from app.search.dates import warm_up
 from app.search.tuning import DEFAULT_TUNING
 
 
-def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None, gateway=None) -> FastAPI:  # noqa: ANN001
+def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None, gateway=None) -> FastAPI:
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -39,11 +38,21 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.sessions = make_sessionmaker(engine, audit_key=settings.audit_secret())
         app.state.authorizer = Authorizer()
         inner = embedder or make_embedder(settings)
-        app.state.embedder = FairEmbedder(inner, slice_tokens=settings.embed_slice_tokens,
-                                          max_pending_per_key=settings.embed_queue_per_key,
-                                          max_pending=settings.embed_queue_total) if settings.embed_fairness else inner
-        app.state.read_gate = (ReadGate(per_key=settings.reads_per_key, max_waiting=settings.read_queue_per_key)
-                               if settings.reads_per_key > 0 else None)
+        app.state.embedder = (
+            FairEmbedder(
+                inner,
+                slice_tokens=settings.embed_slice_tokens,
+                max_pending_per_key=settings.embed_queue_per_key,
+                max_pending=settings.embed_queue_total,
+            )
+            if settings.embed_fairness
+            else inner
+        )
+        app.state.read_gate = (
+            ReadGate(per_key=settings.reads_per_key, max_waiting=settings.read_queue_per_key)
+            if settings.reads_per_key > 0
+            else None
+        )
         # The LLM gateway loads on first use (summaries, token counts), not at start-up.
         app.state.resources = Resources(settings, _embedder=app.state.embedder, _gateway=gateway)
         limits_engine = make_engine(app_url(settings), pool_size=4) if settings.rate_limit_backend == "postgres" else None
@@ -62,8 +71,12 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
                 limits_engine.dispose()
             engine.dispose()
 
-    app = FastAPI(title="memscale", version="1.0.0", lifespan=lifespan,
-                  description="Memory service for AI agents (REST contract v1, served at /openapi.json).")
+    app = FastAPI(
+        title="memscale",
+        version="1.0.0",
+        lifespan=lifespan,
+        description="Memory service for AI agents (REST contract v1, served at /openapi.json).",
+    )
     app.state.tuning = DEFAULT_TUNING  # the ranking's settings (app/search/tuning.py); a benchmark may set its own
     install_error_handlers(app)
     install_request_middleware(app)
@@ -71,6 +84,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     app.add_middleware(LsnHeaderMiddleware)
     setup_tracing(app, settings.otel_exporter)
 
+    from app.audit.endpoints import router as audit
     from app.branches.endpoints import router as branches
     from app.context.endpoints import router as context
     from app.episodes.endpoints import router as episodes
@@ -78,15 +92,13 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.feedback.endpoints import router as feedback
     from app.jobs.endpoints import router as jobs
     from app.knowledge.endpoints import router as knowledge
+    from app.lineage.endpoints import router as lineage
     from app.memories.endpoints import router as memories
     from app.search.endpoints import router as search
-    from app.audit.endpoints import router as audit
-    from app.lineage.endpoints import router as lineage
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, context, sessions, lineage, audit, erasure, ui, knowledge, branches,
-              feedback):
+    for r in (episodes, memories, search, jobs, context, sessions, lineage, audit, erasure, ui, knowledge, branches, feedback):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

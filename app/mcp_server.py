@@ -93,46 +93,81 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
 
     # --- search, context and writes -------------------------------------------------------------
     @server.tool()
-    async def search(ctx: Context, query: str, k: int = 10, mode: Literal["hybrid", "vector", "text"] = "hybrid",
-                     types: list[ItemType] | None = None, kinds: list[str] | None = None,
-                     session_id: str | None = None, as_of: str | None = None, branch: str | None = None) -> JSONObj:
+    async def search(
+        ctx: Context,
+        query: str,
+        k: int = 10,
+        mode: Literal["hybrid", "vector", "text"] = "hybrid",
+        types: list[ItemType] | None = None,
+        kinds: list[str] | None = None,
+        session_id: str | None = None,
+        as_of: str | None = None,
+        branch: str | None = None,
+    ) -> JSONObj:
         """Hybrid search over what the caller may see: {results: [{type, id, text, score, ...}], retrieval_id}.
         `as_of` (ISO time): the memory as recorded then; `branch`: in that branch of the org's memory."""
         filters = {k_: v for k_, v in {"kinds": kinds, "session_id": session_id}.items() if v is not None}
-        return await call(ctx, lambda api: api.search(query, k=k, mode=mode, types=types, filters=filters or None,
-                                                      as_of=as_of), branch)
+        return await call(
+            ctx, lambda api: api.search(query, k=k, mode=mode, types=types, filters=filters or None, as_of=as_of), branch
+        )
 
     @server.tool()
-    async def context(ctx: Context, query: str, session_id: str | None = None, budget_tokens: int | None = None,
-                      as_of: str | None = None, branch: str | None = None) -> JSONObj:
+    async def context(
+        ctx: Context,
+        query: str,
+        session_id: str | None = None,
+        budget_tokens: int | None = None,
+        as_of: str | None = None,
+        branch: str | None = None,
+    ) -> JSONObj:
         """Assemble the hot context for a query within budget_tokens: {text, sections, tokens, retrieval_id}.
         `as_of` (ISO time): what was known then; `branch`: in that branch of the org's memory."""
-        return await call(ctx, lambda api: api.context(query, session_id=session_id, budget_tokens=budget_tokens,
-                                                       as_of=as_of), branch)
+        return await call(
+            ctx, lambda api: api.context(query, session_id=session_id, budget_tokens=budget_tokens, as_of=as_of), branch
+        )
 
     @server.tool()
-    async def add_episode(ctx: Context, content: str,
-                          kind: Literal["conversation", "trajectory", "feedback", "note"] = "note",
-                          session_id: str | None = None,
-                          outcome: Literal["success", "failure", "unknown"] | None = None,
-                          visibility: Literal["private", "group", "org"] = "private", groups: list[str] | None = None,
-                          labels: list[str] | None = None, metadata: JSONObj | None = None,
-                          branch: str | None = None) -> JSONObj:
+    async def add_episode(
+        ctx: Context,
+        content: str,
+        kind: Literal["conversation", "trajectory", "feedback", "note"] = "note",
+        session_id: str | None = None,
+        outcome: Literal["success", "failure", "unknown"] | None = None,
+        visibility: Literal["private", "group", "org"] = "private",
+        groups: list[str] | None = None,
+        labels: list[str] | None = None,
+        metadata: JSONObj | None = None,
+        branch: str | None = None,
+    ) -> JSONObj:
         """Record an episode (episodic memory). Private to the caller unless visibility says otherwise."""
-        fields = {"session_id": session_id, "outcome": outcome, "visibility": visibility, "groups": groups,
-                  "labels": labels, "metadata": metadata}
-        return await call(ctx, lambda api: api.create_episode(
-            content, kind=kind, **{k: v for k, v in fields.items() if v is not None}), branch)
+        fields = {
+            "session_id": session_id,
+            "outcome": outcome,
+            "visibility": visibility,
+            "groups": groups,
+            "labels": labels,
+            "metadata": metadata,
+        }
+        return await call(
+            ctx, lambda api: api.create_episode(content, kind=kind, **{k: v for k, v in fields.items() if v is not None}), branch
+        )
 
     @server.tool()
-    async def add_memory(ctx: Context, text: str, kind: MemoryKind = "fact",
-                         confidence: float | None = None, visibility: Literal["private", "group", "org"] = "private",
-                         groups: list[str] | None = None, labels: list[str] | None = None,
-                         branch: str | None = None) -> JSONObj:
+    async def add_memory(
+        ctx: Context,
+        text: str,
+        kind: MemoryKind = "fact",
+        confidence: float | None = None,
+        visibility: Literal["private", "group", "org"] = "private",
+        groups: list[str] | None = None,
+        labels: list[str] | None = None,
+        branch: str | None = None,
+    ) -> JSONObj:
         """Store a semantic memory (fact, rule, preference, procedure or schema hint)."""
         fields = {"confidence": confidence, "visibility": visibility, "groups": groups, "labels": labels}
-        return await call(ctx, lambda api: api.create_memory(
-            text, kind=kind, **{k: v for k, v in fields.items() if v is not None}), branch)
+        return await call(
+            ctx, lambda api: api.create_memory(text, kind=kind, **{k: v for k, v in fields.items() if v is not None}), branch
+        )
 
     @server.tool()
     async def branches(ctx: Context) -> JSONObj:
@@ -146,11 +181,11 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
 
     # --- sessions (MemGPT main context) ---------------------------------------------------------
     @server.tool()
-    async def session_create(ctx: Context, budget_tokens: int | None = None,
-                             working_context: dict[str, str] | None = None) -> JSONObj:
+    async def session_create(
+        ctx: Context, budget_tokens: int | None = None, working_context: dict[str, str] | None = None
+    ) -> JSONObj:
         """Open a session (main context) with an optional token budget and labelled working-context blocks."""
-        return await call(ctx, lambda api: api.create_session(budget_tokens=budget_tokens,
-                                                              working_context=working_context))
+        return await call(ctx, lambda api: api.create_session(budget_tokens=budget_tokens, working_context=working_context))
 
     @server.tool()
     async def session_context(ctx: Context, session_id: str) -> JSONObj:
@@ -169,7 +204,7 @@ def build_server(client_factory: ClientFactory, *, name: str = "memscale") -> MC
 SESSION_TOOLS = tuple(SESSION_TOOL_TABLE)
 
 
-def _session_tool_fn(session_tool: Callable, name: str, args_model: type) -> Callable:  # noqa: ANN001
+def _session_tool_fn(session_tool: Callable, name: str, args_model: type) -> Callable:
     """An MCP tool function `(ctx, session_id, **<the tool's arguments>)` whose signature MCP reads
     to publish the input schema. Optional arguments default to None and are left out of the call,
     so the service's own defaults apply."""
@@ -210,8 +245,9 @@ mcp_command = click.Command(
     callback=run,
     help="Serve the MCP server (stdio, or streamable HTTP at /mcp with per-request bearer keys).",
     params=[
-        click.Option(["--transport"], type=click.Choice(["stdio", "http", "streamable-http"]), default="stdio",
-                     show_default=True),
+        click.Option(
+            ["--transport"], type=click.Choice(["stdio", "http", "streamable-http"]), default="stdio", show_default=True
+        ),
         click.Option(["--host"], default="127.0.0.1", show_default=True),
         click.Option(["--port"], type=int, default=8200, show_default=True),
     ],

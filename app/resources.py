@@ -21,7 +21,7 @@ class Resources:
     extra: dict = field(default_factory=dict)
 
     @property
-    def embedder(self):  # noqa: ANN201
+    def embedder(self):
         if self._embedder is None:
             from app.kit.runtime.embedding import make_embedder
 
@@ -29,10 +29,14 @@ class Resources:
         return self._embedder
 
     @property
-    def gateway(self):  # noqa: ANN201
+    def gateway(self):
         if self._gateway is None:
             from app.llm.gateway import Gateway
 
-            self._gateway = Gateway(self.settings.llm_model, data_dir=self.settings.data_dir,
-                                    timeout_s=self.settings.llm_timeout_s, max_retries=self.settings.llm_max_retries)
+            self._gateway = Gateway(
+                self.settings.llm_model,
+                data_dir=self.settings.data_dir,
+                timeout_s=self.settings.llm_timeout_s,
+                max_retries=self.settings.llm_max_retries,
+            )
         return self._gateway

@@ -33,13 +33,16 @@ def parser(doc: str | None, result: str | None, *, prog: str | None = None, fold
     if result is not None and folder:
         ap.add_argument("--out", type=Path, default=RESULTS, help="folder for the result files (default: bench/results)")
     elif result is not None:
-        ap.add_argument("--out", type=Path, default=RESULTS / f"{result}.json",
-                        help=f"the JSON result's path; a .md table is written beside it (default: bench/results/{result}.json)")
+        ap.add_argument(
+            "--out",
+            type=Path,
+            default=RESULTS / f"{result}.json",
+            help=f"the JSON result's path; a .md table is written beside it (default: bench/results/{result}.json)",
+        )
     return ap
 
 
-def save(out: str | Path, result: dict, markdown: str | None = None, plot=None, *, indent: int = 2,  # noqa: ANN001
-         echo: bool = True) -> dict:
+def save(out: str | Path, result: dict, markdown: str | None = None, plot=None, *, indent: int = 2, echo: bool = True) -> dict:
     """`out` (JSON), the same path with `.md` when there is a `markdown` table (printed unless
     `echo` is off, as for a checkpoint mid-run), and `.png` drawn by `plot(result, path)` when given;
     returns `result` for the caller and tests."""

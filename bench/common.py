@@ -31,7 +31,7 @@ def database_settings(name: str):
     return base.model_copy(update={"database_url": make_url(admin_url(base)).set(database=name).render_as_string(False)})
 
 
-def _server():  # noqa: ANN202
+def _server():
     """An autocommit engine on the server's own database (CREATE / DROP DATABASE)."""
     from app.config import Settings
     from app.kit.database.pg import admin_url
@@ -55,7 +55,7 @@ def fresh_database(name: str, *, migrate: bool = True):
     return s
 
 
-def main_dump(eng, org_id) -> dict:  # noqa: ANN001
+def main_dump(eng, org_id) -> dict:
     """md5 of every main row of the org, per branched table (app/kit/tenancy/repository_view.py VIEWED: the
     memory state and the knowledge), row text in primary-key order: work in a branch must leave
     it unchanged byte for byte."""
@@ -66,8 +66,9 @@ def main_dump(eng, org_id) -> dict:  # noqa: ANN001
     out = {}
     with eng.connect() as c:
         for t in VIEWED:
-            rows = c.execute(text(f"SELECT t::text FROM {t} t WHERE org_id = :o AND branch_id IS NULL ORDER BY id"),
-                             {"o": org_id}).scalars()
+            rows = c.execute(
+                text(f"SELECT t::text FROM {t} t WHERE org_id = :o AND branch_id IS NULL ORDER BY id"), {"o": org_id}
+            ).scalars()
             h, n = hashlib.md5(), 0
             for r in rows:
                 h.update(r.encode())
@@ -100,7 +101,7 @@ def free_port() -> int:
     return port
 
 
-def serve_in_thread(app, *, lifespan: str = "auto") -> str:  # noqa: ANN001
+def serve_in_thread(app, *, lifespan: str = "auto") -> str:
     """Run the app with uvicorn on a free loopback port; return its base URL. `lifespan="off"`
     for an app a TestClient already started (a second start would replace its state)."""
     import uvicorn
@@ -139,8 +140,9 @@ def worktree(rev: str | None) -> Iterator[Path | None]:
 
 def arm_row(times: dict[str, list[float]], digits: int = 1) -> dict:
     """p50 / p95 / n per arm of a side-by-side run, and the new / old ratios when both ran."""
-    row: dict = {n: {"p50_ms": round(pct(v, 50), digits), "p95_ms": round(pct(v, 95), digits), "n": len(v)}
-                 for n, v in times.items()}
+    row: dict = {
+        n: {"p50_ms": round(pct(v, 50), digits), "p95_ms": round(pct(v, 95), digits), "n": len(v)} for n, v in times.items()
+    }
     if "old" in row and "new" in row:
         row["p50_ratio"] = round(row["new"]["p50_ms"] / row["old"]["p50_ms"], 3)
         row["p95_ratio"] = round(row["new"]["p95_ms"] / row["old"]["p95_ms"], 3)
@@ -157,14 +159,14 @@ def pct(values: list[float], q: float) -> float:
 
 def summary_ms(values_s: list[float]) -> dict:
     ms = [x * 1000 for x in values_s]
-    return {"p50_ms": round(pct(ms, 50), 2), "p95_ms": round(pct(ms, 95), 2), "p99_ms": round(pct(ms, 99), 2),
-            "n": len(ms)}
+    return {"p50_ms": round(pct(ms, 50), 2), "p95_ms": round(pct(ms, 95), 2), "p99_ms": round(pct(ms, 99), 2), "n": len(ms)}
 
 
 # bench.command.save under the signatures of the commands not yet moved to bench.command (the LoCoMo
 # commands and tools/scale_compare.py); new commands call save directly.
 
-def write_report(result: dict, out_dir: Path, name: str, markdown: str, plot) -> None:  # noqa: ANN001
+
+def write_report(result: dict, out_dir: Path, name: str, markdown: str, plot) -> None:
     """`<name>.json`, `<name>.md` and `<name>.png` (drawn by `plot(result, path)`) under `out_dir`."""
     from bench.command import save
 
@@ -190,8 +192,7 @@ def write_result(name: str, data: dict, out: str | Path | None = None) -> Path:
 class ApiProcess:
     """`python -m app serve` on a free loopback port as its own process (own GIL; killable)."""
 
-    def __init__(self, settings, *, env: dict | None = None, log_path: Path | None = None,  # noqa: ANN001
-                 cwd: Path | None = None):
+    def __init__(self, settings, *, env: dict | None = None, log_path: Path | None = None, cwd: Path | None = None):
         """`cwd`: the checkout whose code serves (bench.tools.service_overhead runs an earlier commit's)."""
         import os
         import subprocess
@@ -199,12 +200,21 @@ class ApiProcess:
 
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        full_env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url,
-                    "MEMSCALE_DATA_DIR": str(settings.data_dir), "MEMSCALE_LOG_LEVEL": "WARNING", **(env or {})}
-        out = open(log_path, "wb") if log_path else subprocess.PIPE  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                                     env=full_env, stdout=subprocess.DEVNULL if log_path is None else out,
-                                     stderr=subprocess.STDOUT if log_path else out, cwd=cwd)
+        full_env = {
+            **os.environ,
+            "MEMSCALE_DATABASE_URL": settings.database_url,
+            "MEMSCALE_DATA_DIR": str(settings.data_dir),
+            "MEMSCALE_LOG_LEVEL": "WARNING",
+            **(env or {}),
+        }
+        out = open(log_path, "wb") if log_path else subprocess.PIPE
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            env=full_env,
+            stdout=subprocess.DEVNULL if log_path is None else out,
+            stderr=subprocess.STDOUT if log_path else out,
+            cwd=cwd,
+        )
         self._log = out if log_path else None
 
     def _tail(self) -> str:

@@ -22,13 +22,13 @@ from bench.common import fresh_database, serve_in_thread, summary_ms, write_resu
 
 ROWS = {
     "memories": "INSERT INTO memories (id, root_id, org_id, owner_id, visibility, text, kind) "
-                "SELECT g.id, g.id, :o, (:users)[1 + (g.i % 20)], CASE WHEN g.i % 200 = 0 THEN 'org' ELSE 'private' END, "
-                "'memory number ' || g.i || ' about invoices, deploys and refunds', "
-                "(ARRAY['fact','rule','preference','procedure'])[1 + (g.i % 4)] "
-                "FROM (SELECT gen_random_uuid() AS id, i FROM generate_series(1, :n) i) g",
+    "SELECT g.id, g.id, :o, (:users)[1 + (g.i % 20)], CASE WHEN g.i % 200 = 0 THEN 'org' ELSE 'private' END, "
+    "'memory number ' || g.i || ' about invoices, deploys and refunds', "
+    "(ARRAY['fact','rule','preference','procedure'])[1 + (g.i % 4)] "
+    "FROM (SELECT gen_random_uuid() AS id, i FROM generate_series(1, :n) i) g",
     "episodes": "INSERT INTO episodes (id, org_id, owner_id, visibility, kind, content) "
-                "SELECT gen_random_uuid(), :o, (:users)[1 + (i % 20)], CASE WHEN i % 200 = 0 THEN 'org' ELSE 'private' END, "
-                "'note', 'episode number ' || i || ' of a long-running agent' FROM generate_series(1, :n) i",
+    "SELECT gen_random_uuid(), :o, (:users)[1 + (i % 20)], CASE WHEN i % 200 = 0 THEN 'org' ELSE 'private' END, "
+    "'note', 'episode number ' || i || ' of a long-running agent' FROM generate_series(1, :n) i",
 }
 
 
@@ -54,10 +54,12 @@ def main() -> None:
             c.execute(text(sql), {"o": org.id, "users": [u.id for u in users], "n": args.n})
     with admin.connect() as c:
         c.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE memories, episodes"))
-        mid = c.execute(text("SELECT id FROM memories WHERE org_id = :o ORDER BY id OFFSET :k LIMIT 1"),
-                        {"o": org.id, "k": args.n // 2}).scalar()
-        mine = c.execute(text("SELECT id FROM memories WHERE org_id = :o AND owner_id = :u LIMIT 1"),
-                         {"o": org.id, "u": users[0].id}).scalar()
+        mid = c.execute(
+            text("SELECT id FROM memories WHERE org_id = :o ORDER BY id OFFSET :k LIMIT 1"), {"o": org.id, "k": args.n // 2}
+        ).scalar()
+        mine = c.execute(
+            text("SELECT id FROM memories WHERE org_id = :o AND owner_id = :u LIMIT 1"), {"o": org.id, "u": users[0].id}
+        ).scalar()
     print(f"{2 * args.n} rows written in {time.perf_counter() - t0:.1f} s")
 
     base = serve_in_thread(create_app(settings, embedder=LocalEmbedder()))
@@ -67,11 +69,17 @@ def main() -> None:
         "browse (memories, a page mid-org)": [("GET", "/v1/memories", {"limit": 50, "cursor": str(mid)})],
         "browse (episodes, page 1)": [("GET", "/v1/episodes", {"limit": 50})],
         "browse (a filter nothing matches: the whole org scanned)": [("GET", "/v1/memories", {"kind": "schema_hint"})],
-        "item": [("GET", f"/v1/memories/{mine}", {}), ("GET", f"/v1/lineage/memory/{mine}", {"direction": "both", "depth": 3}),
-                 ("GET", "/v1/retrievals", {"item_id": str(mine)}), ("GET", "/v1/audit", {"target_id": str(mine), "limit": 200})],
-        "compliance": [("GET", "/v1/jobs", {"kind": "forget_user", "limit": 100}),
-                       ("GET", "/v1/jobs", {"kind": "retention", "limit": 100}),
-                       ("GET", "/v1/audit", {"limit": 100})],
+        "item": [
+            ("GET", f"/v1/memories/{mine}", {}),
+            ("GET", f"/v1/lineage/memory/{mine}", {"direction": "both", "depth": 3}),
+            ("GET", "/v1/retrievals", {"item_id": str(mine)}),
+            ("GET", "/v1/audit", {"target_id": str(mine), "limit": 200}),
+        ],
+        "compliance": [
+            ("GET", "/v1/jobs", {"kind": "forget_user", "limit": 100}),
+            ("GET", "/v1/jobs", {"kind": "retention", "limit": 100}),
+            ("GET", "/v1/audit", {"limit": 100}),
+        ],
         "branches": [("GET", "/v1/branches", {})],
         "jobs": [("GET", "/openapi.json", {}), ("GET", "/v1/jobs", {"limit": 50})],
     }
@@ -87,8 +95,12 @@ def main() -> None:
                 for m, path, params in calls:
                     http.request(m, path, params=params).raise_for_status()
                 times[name].append(time.perf_counter() - t)
-    result = {"n_memories": args.n, "n_episodes": args.n, "rounds": args.rounds,
-              "pages": {k: summary_ms(v) for k, v in times.items()}}
+    result = {
+        "n_memories": args.n,
+        "n_episodes": args.n,
+        "rounds": args.rounds,
+        "pages": {k: summary_ms(v) for k, v in times.items()},
+    }
     for k, v in result["pages"].items():
         print(f"{k:58s} p50 {v['p50_ms']:7.1f} ms  p95 {v['p95_ms']:7.1f} ms")
     write_result("console_render", result)

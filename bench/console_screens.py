@@ -39,17 +39,28 @@ MEMORIES = [
 def seed(http: httpx.Client, keys: dict[str, str]) -> dict:
     h = {n: {"Authorization": f"Bearer {k}"} for n, k in keys.items()}
     ops = lambda v: {"visibility": v, **({"groups": ["ops"]} if v == "group" else {})}  # noqa: E731
-    eps = [http.post("/v1/episodes", json={"kind": k, "content": c, **ops(v)},
-                     headers=h["dana"]).json()["id"] for k, c, v in EPISODES]
-    mems = [http.post("/v1/memories", json={"text": t, "kind": k, **ops(v),
-                                            "sources": [{"type": "episode", "id": eps[i]} for i in src]},
-                      headers=h["dana"]).json()["id"] for t, k, v, src in MEMORIES]
+    eps = [
+        http.post("/v1/episodes", json={"kind": k, "content": c, **ops(v)}, headers=h["dana"]).json()["id"]
+        for k, c, v in EPISODES
+    ]
+    mems = [
+        http.post(
+            "/v1/memories",
+            json={"text": t, "kind": k, **ops(v), "sources": [{"type": "episode", "id": eps[i]} for i in src]},
+            headers=h["dana"],
+        ).json()["id"]
+        for t, k, v, src in MEMORIES
+    ]
     http.patch(f"/v1/memories/{mems[2]}", json={"text": "The refund window is 30 days (since March)."}, headers=h["dana"])
-    http.post(f"/v1/memories/{mems[1]}/declassify", json={"visibility": "org", "reason": "reviewed by the SRE lead"},
-              headers=h["sam"])
+    http.post(
+        f"/v1/memories/{mems[1]}/declassify", json={"visibility": "org", "reason": "reviewed by the SRE lead"}, headers=h["sam"]
+    )
     http.post("/v1/branches", json={"name": "refund-policy-2027"}, headers=h["sam"])
-    http.post("/v1/memories", json={"text": "From 2027 the refund window is 45 days.", "kind": "rule", "visibility": "org"},
-              headers={**h["sam"], "Memscale-Branch": "refund-policy-2027"})
+    http.post(
+        "/v1/memories",
+        json={"text": "From 2027 the refund window is 45 days.", "kind": "rule", "visibility": "org"},
+        headers={**h["sam"], "Memscale-Branch": "refund-policy-2027"},
+    )
     http.post("/v1/jobs", json={"kind": "distill"}, headers=h["sam"])
     http.post("/v1/jobs", json={"kind": "consolidate"}, headers=h["sam"])
     http.delete(f"/v1/users/{keys['leaver_id']}/data", headers=h["leaver"])
@@ -74,8 +85,12 @@ def main() -> None:
         dana = orgs.create_user(db, org, "dana", groups=["ops"])
         sam = orgs.create_user(db, org, "sam", roles=["steward", "auditor"], groups=["ops"])
         leaver = orgs.create_user(db, org, "leaver")
-        keys = {"dana": orgs.create_key(db, dana), "sam": orgs.create_key(db, sam), "leaver": orgs.create_key(db, leaver),
-                "leaver_id": str(leaver.id)}
+        keys = {
+            "dana": orgs.create_key(db, dana),
+            "sam": orgs.create_key(db, sam),
+            "leaver": orgs.create_key(db, leaver),
+            "leaver_id": str(leaver.id),
+        }
         db.commit()
     base = serve_in_thread(create_app(settings, embedder=LocalEmbedder()))
     with httpx.Client(base_url=base, timeout=300) as http:
@@ -91,7 +106,7 @@ def main() -> None:
         page.get_by_role("button", name="Sign in").click()
         page.wait_for_selector('#view[data-page="browse"][aria-busy="false"]')
 
-        def shot(hash_: str, name: str, then=None) -> None:  # noqa: ANN001
+        def shot(hash_: str, name: str, then=None) -> None:
             page.evaluate(GO, hash_)
             page.wait_for_selector(f'#view[data-page="{name.split("-")[0]}"][aria-busy="false"]')
             if then:

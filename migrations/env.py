@@ -22,13 +22,12 @@ def run_migrations_online() -> None:
         _run(connectable)
 
 
-def _run(connection) -> None:  # noqa: ANN001
+def _run(connection) -> None:
     from app.kit.database.pg import check_versions
 
     check_versions(connection)
     connection.commit()  # end the check's implicit transaction, so the migration's own one commits
-    context.configure(connection=connection, target_metadata=metadata, include_object=_include_object,
-                      compare_type=True)
+    context.configure(connection=connection, target_metadata=metadata, include_object=_include_object, compare_type=True)
     with context.begin_transaction():
         context.run_migrations()
 

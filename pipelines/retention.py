@@ -4,7 +4,7 @@ left on disk if its process stopped before removing it (erased cartridges' folde
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from app.cartridges.service import sweep_erased
@@ -19,17 +19,16 @@ if TYPE_CHECKING:
     from app.jobs.models import Job
 
 
-def run(ctx: JobContext, job: "Job") -> dict:
+def run(ctx: JobContext, job: Job) -> dict:
     ctx.view = EVERY_BRANCH  # a deletion reaches every branch, as erasure does (app/kit/tenancy/view.py)
-    stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "vocabulary_words_removed": 0,
-             "days": None}
+    stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "vocabulary_words_removed": 0, "days": None}
     with ctx.tx() as db:
         stats["cartridge_folders_removed"] = sweep_erased(db, ctx.org_id, ctx.settings.data_dir)
         days = orgs.retention_days(db, ctx.org_id, EPISODE)
     if not days:
         return stats
     stats["days"] = days
-    cutoff = orgs.retention_cutoff(days, datetime.now(timezone.utc))
+    cutoff = orgs.retention_cutoff(days, datetime.now(UTC))
     while True:
         with ctx.tx() as db:  # small batches: each commits with its checkpoint
             ids = episodes.ids_before(db, ctx.org_id, cutoff, 50)

@@ -32,7 +32,7 @@ if "MEMSCALE_MODEL_CACHE_DIR" not in os.environ:  # the ONNX export of the embed
 TEST_DB = "memscale_test" + (f"_{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else "")
 
 
-def pytest_collection_modifyitems(items):  # noqa: ANN001, ANN201
+def pytest_collection_modifyitems(items):
     """schemathesis names one item per API operation (`test_openapi_conformance[GET /healthz]`),
     but under pytest 9.2 they all get the bare function's node id. pytest-xdist keys its work by
     node id, so all but one operation would silently not run (33 of 34 did not, the first time
@@ -133,7 +133,7 @@ class World:
             db.commit()
         return name
 
-    def user(self, org: str, name: str | None = None, *, roles=(), groups=(), clearances=()) -> Actor:  # noqa: ANN001
+    def user(self, org: str, name: str | None = None, *, roles=(), groups=(), clearances=()) -> Actor:
         from app.orgs import service
 
         name = name or f"user-{uuid.uuid4().hex[:6]}"
@@ -158,8 +158,7 @@ def episode(content: str = "the deploy failed because the cache was cold", **kw)
 def here(settings, tmp_path):
     """The service's settings with its data dir (where jobs write cartridges) under tmp; the same
     keys, so handoff tokens and operator calls still verify."""
-    return settings.model_copy(update={"data_dir": tmp_path / "data",
-                                       "inference_key": settings.inference_secret().decode()})
+    return settings.model_copy(update={"data_dir": tmp_path / "data", "inference_key": settings.inference_secret().decode()})
 
 
 @pytest.fixture
@@ -168,7 +167,7 @@ def swap_state():
     cannot restore an attribute of a Starlette ``State``: its undo deletes it.)"""
     done = []
 
-    def swap(state, name: str, value) -> None:  # noqa: ANN001
+    def swap(state, name: str, value) -> None:
         done.append((state, name, getattr(state, name)))
         setattr(state, name, value)
 
@@ -181,19 +180,29 @@ def swap_state():
 def run_job(settings, app, embedder, client):
     """Create and run a job in the foreground, as `memscale jobs run` does; returns the Job row."""
     from app.jobs import service as jobs_service
-    from app.jobs.runner import JobContext, Resources, run_job as _run
+    from app.jobs.runner import JobContext, Resources
+    from app.jobs.runner import run_job as _run
     from app.kit.database.db import bind_principal
 
-    def _go(org_id, kind: str, params: dict | None = None, *, created_by=None, gateway=None,  # noqa: ANN001
-            branch: str | None = None, with_settings=None):
+    def _go(
+        org_id,
+        kind: str,
+        params: dict | None = None,
+        *,
+        created_by=None,
+        gateway=None,
+        branch: str | None = None,
+        with_settings=None,
+    ):
         from app.branches import service as branches
 
         sessions = app.state.sessions
         with sessions() as db:
             bind_principal(db, None, org_id=org_id, all_scopes=True)
             branch_id = branches.view_named(db, org_id, branch).branch_id
-            job = jobs_service.create(db, org_id=org_id, actor_id=created_by, kind=kind, params=params or {},
-                                      status="running", branch_id=branch_id)
+            job = jobs_service.create(
+                db, org_id=org_id, actor_id=created_by, kind=kind, params=params or {}, status="running", branch_id=branch_id
+            )
             db.commit()
             job_id = job.id
         s = with_settings or settings  # e.g. another data dir

@@ -6,7 +6,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 
-def count(engine, table: str, org_id) -> int:  # noqa: ANN001
+def count(engine, table: str, org_id) -> int:
     with engine.connect() as c:
         return c.execute(text(f"SELECT count(*) FROM {table} WHERE org_id = :o"), {"o": org_id}).scalar()
 
@@ -16,7 +16,7 @@ def ep(content: str = "the deploy failed because the cache was cold", **kw) -> d
 
 
 @contextmanager
-def scratch_database(settings, name: str):  # noqa: ANN001, ANN201
+def scratch_database(settings, name: str):
     """(settings, engine) for a new empty database `name` on the test server, dropped afterwards
     (and first, should an interrupted run have left it): for migration tests."""
     url = make_url(settings.database_url)

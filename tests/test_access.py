@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.helpers import ep
 
 
-def _search_ids(client, actor, query: str, **kw) -> set[str]:  # noqa: ANN001
+def _search_ids(client, actor, query: str, **kw) -> set[str]:
     r = client.post("/v1/search", json={"query": query, "k": 50, **kw}, headers=actor.h)
     assert r.status_code == 200, r.text
     return {x["id"] for x in r.json()["results"]}
@@ -15,8 +15,9 @@ def test_private_item_of_another_user(client, world):
     org = world.org()
     alice, bob = world.user(org), world.user(org)
     eid = client.post("/v1/episodes", json=ep("alice's secret salary negotiation notes"), headers=alice.h).json()["id"]
-    mid = client.post("/v1/memories", json={"text": "alice's secret salary is negotiable", "kind": "fact"},
-                      headers=alice.h).json()["id"]
+    mid = client.post(
+        "/v1/memories", json={"text": "alice's secret salary is negotiable", "kind": "fact"}, headers=alice.h
+    ).json()["id"]
     assert client.get(f"/v1/episodes/{eid}", headers=bob.h).status_code == 404
     assert client.get(f"/v1/memories/{mid}", headers=bob.h).status_code == 404
     for mode in ("hybrid", "vector", "text"):
@@ -42,8 +43,9 @@ def test_group_items_only_for_members(client, world):
     owner = world.user(org, groups=["finance"])
     member = world.user(org, groups=["finance", "ops"])
     outsider = world.user(org, groups=["ops"])
-    eid = client.post("/v1/episodes", json=ep("finance closes the books on day three", visibility="group",
-                                             groups=["finance"]), headers=owner.h).json()["id"]
+    eid = client.post(
+        "/v1/episodes", json=ep("finance closes the books on day three", visibility="group", groups=["finance"]), headers=owner.h
+    ).json()["id"]
     assert client.get(f"/v1/episodes/{eid}", headers=member.h).status_code == 200
     assert client.get(f"/v1/episodes/{eid}", headers=outsider.h).status_code == 404
     assert eid in _search_ids(client, member, "finance closes the books")
@@ -55,8 +57,11 @@ def test_labels_need_clearance(client, world):
     writer = world.user(org, clearances=["confidential:m&a"])
     cleared = world.user(org, clearances=["confidential:m&a", "pii"])
     uncleared = world.user(org, clearances=["pii"])
-    eid = client.post("/v1/episodes", json=ep("the merger with initech closes in march", visibility="org",
-                                             labels=["confidential:m&a"]), headers=writer.h).json()["id"]
+    eid = client.post(
+        "/v1/episodes",
+        json=ep("the merger with initech closes in march", visibility="org", labels=["confidential:m&a"]),
+        headers=writer.h,
+    ).json()["id"]
     assert client.get(f"/v1/episodes/{eid}", headers=cleared.h).status_code == 200
     assert client.get(f"/v1/episodes/{eid}", headers=uncleared.h).status_code == 404
     assert eid in _search_ids(client, cleared, "merger initech")
@@ -69,14 +74,26 @@ def test_memory_cannot_be_wider_than_its_sources(client, world):
     org = world.org()
     alice = world.user(org)
     eid = client.post("/v1/episodes", json=ep("I prefer dark mode in every tool"), headers=alice.h).json()["id"]
-    r = client.post("/v1/memories", json={"text": "alice prefers dark mode", "kind": "preference", "visibility": "org",
-                                          "sources": [{"type": "episode", "id": eid}]}, headers=alice.h)
+    r = client.post(
+        "/v1/memories",
+        json={
+            "text": "alice prefers dark mode",
+            "kind": "preference",
+            "visibility": "org",
+            "sources": [{"type": "episode", "id": eid}],
+        },
+        headers=alice.h,
+    )
     assert r.status_code == 422 and r.json()["error"]["code"] == "scope_wider_than_sources"
-    ok = client.post("/v1/memories", json={"text": "alice prefers dark mode", "kind": "preference",
-                                           "sources": [{"type": "episode", "id": eid}]}, headers=alice.h)
+    ok = client.post(
+        "/v1/memories",
+        json={"text": "alice prefers dark mode", "kind": "preference", "sources": [{"type": "episode", "id": eid}]},
+        headers=alice.h,
+    )
     assert ok.status_code == 201 and ok.json()["visibility"] == "private"
     # A source the caller cannot see is a 404, not a way to probe.
     bob = world.user(org)
-    r = client.post("/v1/memories", json={"text": "x", "kind": "fact", "sources": [{"type": "episode", "id": eid}]},
-                    headers=bob.h)
+    r = client.post(
+        "/v1/memories", json={"text": "x", "kind": "fact", "sources": [{"type": "episode", "id": eid}]}, headers=bob.h
+    )
     assert r.status_code == 404

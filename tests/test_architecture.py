@@ -69,14 +69,17 @@ def sql_in(p: Path, rel: str) -> list[str]:
     imports of those names from SQLAlchemy (so that an alias is caught too)."""
     found = []
     for node in ast.walk(_tree(p)):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SQL_CALLS:
-                found.append(f"{rel}:{node.lineno} {node.func.id}(")
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    node.func.attr in SQL_CALLS and ast.unparse(node.func.value) in ("sa", "sqlalchemy"):
-                found.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}(")
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy"):
-                found += [f"{rel}:{node.lineno} imports {a.name} from {node.module}"
-                          for a in node.names if a.name in SQL_CALLS]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SQL_CALLS:
+            found.append(f"{rel}:{node.lineno} {node.func.id}(")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in SQL_CALLS
+            and ast.unparse(node.func.value) in ("sa", "sqlalchemy")
+        ):
+            found.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}(")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy"):
+            found += [f"{rel}:{node.lineno} imports {a.name} from {node.module}" for a in node.names if a.name in SQL_CALLS]
     return sorted(found, key=lambda f: int(f.split(":")[1].split(" ")[0]))
 
 
@@ -93,10 +96,15 @@ def test_the_lint_catches_sql(tmp_path):
     """The lint is not vacuous: statements written outside a repository are reported, method calls
     of the same name (`stats.update(...)`, `session.delete(row)`) are not."""
     planted = tmp_path / "service.py"
-    planted.write_text("import sqlalchemy as sa\nfrom sqlalchemy import select as s\n\ndef f(db, m, stats):\n"
-                       "    stats.update(a=1)\n    db.execute(sa.text('SELECT 1'))\n    return db.execute(select(m))\n")
-    assert sql_in(planted, "app/x/service.py") == ["app/x/service.py:2 imports select from sqlalchemy",
-                                                   "app/x/service.py:6 sa.text(", "app/x/service.py:7 select("]
+    planted.write_text(
+        "import sqlalchemy as sa\nfrom sqlalchemy import select as s\n\ndef f(db, m, stats):\n"
+        "    stats.update(a=1)\n    db.execute(sa.text('SELECT 1'))\n    return db.execute(select(m))\n"
+    )
+    assert sql_in(planted, "app/x/service.py") == [
+        "app/x/service.py:2 imports select from sqlalchemy",
+        "app/x/service.py:6 sa.text(",
+        "app/x/service.py:7 select(",
+    ]
     assert _sql_allowed("app/search/repository/bm25.py") and _sql_allowed("app/memories/repository_pipeline.py")
     assert not _sql_allowed("app/search/repository_helpers/x.py") and not _sql_allowed("app/kit/database/repository/x/y.py")
     assert not _sql_allowed("app/search/service.py")
@@ -106,8 +114,7 @@ NOT_DOMAINS = {"kit", "auth", "llm", "inference", "ui"}  # plumbing, the LLM gat
 
 
 def _domains() -> set[str]:
-    return {p.name for p in (ROOT / "app").iterdir() if p.is_dir() and (p / "__init__.py").exists()
-            and p.name not in NOT_DOMAINS}
+    return {p.name for p in (ROOT / "app").iterdir() if p.is_dir() and (p / "__init__.py").exists() and p.name not in NOT_DOMAINS}
 
 
 def _layer(module: str) -> tuple[str, str] | None:
@@ -127,15 +134,23 @@ def violations_in(rel: str, tree: ast.Module, domains: set[str]) -> list[str]:
         layer = _layer(mod)
         if rel.startswith("app/") and (mod == "pipelines" or mod.startswith("pipelines.")):
             bad.append(f"{where} (the app never imports pipelines)")
-        if rel.startswith("pipelines/") and layer and layer[0] in domains \
-                and (layer[1] == "models" or layer[1].startswith("repository")):
+        if (
+            rel.startswith("pipelines/")
+            and layer
+            and layer[0] in domains
+            and (layer[1] == "models" or layer[1].startswith("repository"))
+        ):
             bad.append(f"{where} (pipelines call domain services, never models or repositories)")
         if rel.startswith("app/kit/") and rel not in KIT_WIRING and layer and layer[0] in domains:
             bad.append(f"{where} (app/kit is plumbing below every domain)")
         if own in domains and layer and layer[0] in domains and layer[0] != own and layer[1].startswith("repository"):
             bad.append(f"{where} (another domain's repository: call its service)")
-        if rel.endswith("/endpoints.py") and layer and layer[0] in domains and \
-                (layer[1] == "models" or layer[1].startswith("repository")):
+        if (
+            rel.endswith("/endpoints.py")
+            and layer
+            and layer[0] in domains
+            and (layer[1] == "models" or layer[1].startswith("repository"))
+        ):
             bad.append(f"{where} (endpoints call services)")
         # context's endpoint (the HTTP surface) may read a session for the request; its logic may not
         if rel.startswith("app/context/") and rel != "app/context/endpoints.py" and layer and layer[0] == "sessions":
@@ -167,17 +182,24 @@ def test_the_import_rules_catch_what_they_name():
     def check(rel: str, src: str) -> list[str]:
         return [v.split(" (")[1].rstrip(")") for v in violations_in(rel, ast.parse(src), domains)]
 
-    assert check("pipelines/x/job.py", "from app.memories.models import Memory\n") == \
-        ["pipelines call domain services, never models or repositories"] * 2
-    assert check("pipelines/x/job.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                       "    from app.jobs.models import Job\n") == []
+    assert (
+        check("pipelines/x/job.py", "from app.memories.models import Memory\n")
+        == ["pipelines call domain services, never models or repositories"] * 2
+    )
+    assert (
+        check("pipelines/x/job.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app.jobs.models import Job\n")
+        == []
+    )
     assert check("app/search/service.py", "import pipelines.distillation.steps\n") == ["the app never imports pipelines"]
     assert check("app/kit/text.py", "from app.orgs import models\n") == ["app/kit is plumbing below every domain"]
-    assert check("app/erasure/service.py", "from app.memories import repository\n") == \
-        ["another domain's repository: call its service"]
+    assert check("app/erasure/service.py", "from app.memories import repository\n") == [
+        "another domain's repository: call its service"
+    ]
     assert check("app/memories/endpoints.py", "from app.memories.models import Memory\n") == ["endpoints call services"] * 2
-    assert check("app/context/service.py", "from app.sessions.service import session_pieces\n") == \
-        ["sessions build on context, not the reverse"] * 2
+    assert (
+        check("app/context/service.py", "from app.sessions.service import session_pieces\n")
+        == ["sessions build on context, not the reverse"] * 2
+    )
 
 
 # Domains without tables of their own: search and context query the item tables (through
@@ -194,8 +216,11 @@ def test_every_domain_has_the_same_files(domain):
     have = {p.name for p in (ROOT / "app" / domain).glob("*.py")}
     if (ROOT / "app" / domain / "repository" / "__init__.py").exists():  # a repository split by concern
         have.add("repository.py")
-    want = {"service.py"} | ({"repository.py"} if domain not in NO_REPOSITORY else set()) | \
-        ({"models.py"} if domain not in NO_MODELS else set())
+    want = (
+        {"service.py"}
+        | ({"repository.py"} if domain not in NO_REPOSITORY else set())
+        | ({"models.py"} if domain not in NO_MODELS else set())
+    )
     assert sorted(want - have) == []
 
 
@@ -213,8 +238,13 @@ def _routes_without_response_model(source: str) -> list[str]:
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for d in fn.decorator_list:
-            if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and isinstance(d.func.value, ast.Name)
-                    and d.func.value.id == "router" and d.func.attr in ("get", "post", "put", "patch", "delete")):
+            if not (
+                isinstance(d, ast.Call)
+                and isinstance(d.func, ast.Attribute)
+                and isinstance(d.func.value, ast.Name)
+                and d.func.value.id == "router"
+                and d.func.attr in ("get", "post", "put", "patch", "delete")
+            ):
                 continue
             kw = {k.arg: k.value for k in d.keywords}
             no_body = isinstance(kw.get("status_code"), ast.Constant) and kw["status_code"].value == 204
@@ -224,15 +254,15 @@ def _routes_without_response_model(source: str) -> list[str]:
 
 
 def _redirects(fn: ast.FunctionDef) -> bool:
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "RedirectResponse"
-               for n in ast.walk(fn))
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "RedirectResponse" for n in ast.walk(fn))
 
 
 def test_every_endpoint_has_a_response_model():
     """Clients and schemathesis read the OpenAPI schema: an endpoint returning a bare dict
     publishes no response shape."""
-    bad = {_rel(p): names for p in (ROOT / "app").rglob("endpoints.py")
-           if (names := _routes_without_response_model(p.read_text()))}
+    bad = {
+        _rel(p): names for p in (ROOT / "app").rglob("endpoints.py") if (names := _routes_without_response_model(p.read_text()))
+    }
     assert bad == {}
 
 
@@ -298,22 +328,44 @@ def test_no_two_way_imports_between_packages():
 def test_the_two_way_rule_catches_a_cycle():
     """Not vacuous: a lazy import back is a cycle too; a table, the wiring modules and the plumbing
     layer are not."""
-    def cycles(**files: str) -> list[str]:
-        return [c.split(":")[0] for c in two_way_imports({rel.replace("__", "/") + ".py": ast.parse(src)
-                                                          for rel, src in files.items()})]
 
-    assert cycles(app__cli="def f():\n    from app.branches.cli import branch\n",
-                  app__branches__cli="from app.cli import _fail\n") == ["branches <-> cli"]
-    assert cycles(app__episodes__service="from app.orgs import service\n",
-                  app__orgs__service="from app.episodes.service import ids_owned_by\n") == ["episodes <-> orgs"]
-    assert cycles(app__search__repository="from app.episodes.models import Episode\n",
-                  app__episodes__service="from app.search import lexicon\n") == []
-    assert cycles(app__kit__registry="from app.memories.models import Memory\nfrom app.memories import service\n",
-                  app__memories__service="from app.kit.database.db import every_scope\n") == []
-    assert cycles(app__kit__access="from app.auth.principal import Principal\n",
-                  app__auth__principal="from app.kit.tenancy.view import View\n") == []
-    assert cycles(app__kit__text="from app.memories import service\n",
-                  app__memories__service="from app.kit.text import x\n") == ["kit <-> memories"]
+    def cycles(**files: str) -> list[str]:
+        return [
+            c.split(":")[0]
+            for c in two_way_imports({rel.replace("__", "/") + ".py": ast.parse(src) for rel, src in files.items()})
+        ]
+
+    assert cycles(
+        app__cli="def f():\n    from app.branches.cli import branch\n", app__branches__cli="from app.cli import _fail\n"
+    ) == ["branches <-> cli"]
+    assert cycles(
+        app__episodes__service="from app.orgs import service\n",
+        app__orgs__service="from app.episodes.service import ids_owned_by\n",
+    ) == ["episodes <-> orgs"]
+    assert (
+        cycles(
+            app__search__repository="from app.episodes.models import Episode\n",
+            app__episodes__service="from app.search import lexicon\n",
+        )
+        == []
+    )
+    assert (
+        cycles(
+            app__kit__registry="from app.memories.models import Memory\nfrom app.memories import service\n",
+            app__memories__service="from app.kit.database.db import every_scope\n",
+        )
+        == []
+    )
+    assert (
+        cycles(
+            app__kit__access="from app.auth.principal import Principal\n",
+            app__auth__principal="from app.kit.tenancy.view import View\n",
+        )
+        == []
+    )
+    assert cycles(app__kit__text="from app.memories import service\n", app__memories__service="from app.kit.text import x\n") == [
+        "kit <-> memories"
+    ]
 
 
 def module_level_imports_of(top: str, tree: ast.Module) -> list[int]:
@@ -323,8 +375,13 @@ def module_level_imports_of(top: str, tree: ast.Module) -> list[int]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         for n in ast.walk(node):
-            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
-                [n.module or ""] if isinstance(n, ast.ImportFrom) and n.level == 0 else []
+            names = (
+                [a.name for a in n.names]
+                if isinstance(n, ast.Import)
+                else [n.module or ""]
+                if isinstance(n, ast.ImportFrom) and n.level == 0
+                else []
+            )
             if any(name == top or name.startswith(top + ".") for name in names):
                 lines.append(n.lineno)
     return lines
@@ -345,8 +402,12 @@ POSITIONAL_EXEMPT_FILES = ("app/client_types.py", "app/mcp_server.py")  # and ev
 
 
 def _is_endpoint(fn: ast.FunctionDef) -> bool:
-    return any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr in
-               ("get", "post", "put", "patch", "delete", "api_route", "websocket") for d in fn.decorator_list)
+    return any(
+        isinstance(d, ast.Call)
+        and isinstance(d.func, ast.Attribute)
+        and d.func.attr in ("get", "post", "put", "patch", "delete", "api_route", "websocket")
+        for d in fn.decorator_list
+    )
 
 
 def too_many_positional(rel: str, tree: ast.Module) -> list[str]:
@@ -365,8 +426,12 @@ def too_many_positional(rel: str, tree: ast.Module) -> list[str]:
 
 
 def positional_offenders() -> set[str]:
-    return {o for p in _sources("app") if _rel(p) not in POSITIONAL_EXEMPT_FILES and not _rel(p).startswith("app/client")
-            for o in too_many_positional(_rel(p), _tree(p))}
+    return {
+        o
+        for p in _sources("app")
+        if _rel(p) not in POSITIONAL_EXEMPT_FILES and not _rel(p).startswith("app/client")
+        for o in too_many_positional(_rel(p), _tree(p))
+    }
 
 
 def test_no_function_takes_more_than_six_positional_parameters():
@@ -376,9 +441,11 @@ def test_no_function_takes_more_than_six_positional_parameters():
 
 
 def test_the_positional_rule_catches_a_parameter_train():
-    planted = ast.parse("def f(a, b, c, d, e, g, h):\n    pass\n\ndef g(a, b, c, d, e, f, *, h):\n    pass\n\n"
-                        "class C:\n    def m(self, a, b, c, d, e, f):\n        pass\n\n"
-                        "@router.post('/x')\ndef x(a, b, c, d, e, f, g):\n    pass\n")
+    planted = ast.parse(
+        "def f(a, b, c, d, e, g, h):\n    pass\n\ndef g(a, b, c, d, e, f, *, h):\n    pass\n\n"
+        "class C:\n    def m(self, a, b, c, d, e, f):\n        pass\n\n"
+        "@router.post('/x')\ndef x(a, b, c, d, e, f, g):\n    pass\n"
+    )
     assert too_many_positional("app/x/service.py", planted) == ["app/x/service.py:f"]
 
 

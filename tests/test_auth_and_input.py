@@ -15,8 +15,15 @@ def _assert_error(r, status: int, code: str | None = None):
         assert body["error"]["code"] == code
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"},
-                                     {"Authorization": "Bearer msk_" + "0" * 32 + "_forged"}])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer nope"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": "Bearer msk_" + "0" * 32 + "_forged"},
+    ],
+)
 def test_401_changes_nothing(client, world, admin_engine, headers):
     org = world.org()
     world.user(org)
@@ -30,20 +37,26 @@ def test_tampered_key_secret_is_rejected(client, world):
     org = world.org()
     alice = world.user(org)
     forged = alice.key[:-4] + ("AAAA" if not alice.key.endswith("AAAA") else "BBBB")
-    _assert_error(client.get("/v1/jobs/00000000-0000-0000-0000-000000000000",
-                             headers={"Authorization": f"Bearer {forged}"}), 401, "invalid_key")
+    _assert_error(
+        client.get("/v1/jobs/00000000-0000-0000-0000-000000000000", headers={"Authorization": f"Bearer {forged}"}),
+        401,
+        "invalid_key",
+    )
 
 
-@pytest.mark.parametrize("body", [
-    {"kind": "diary", "content": "x"},
-    {"kind": "note", "content": ""},
-    {"kind": "note"},
-    {"kind": "note", "content": "x", "visibility": "public"},
-    {"kind": "note", "content": "x", "visibility": "group"},
-    {"kind": "note", "content": "x", "labels": ["has space"]},
-    {"kind": "note", "content": "x", "unknown_field": 1},
-    {"kind": "note", "content": "x", "outcome": "maybe"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"kind": "diary", "content": "x"},
+        {"kind": "note", "content": ""},
+        {"kind": "note"},
+        {"kind": "note", "content": "x", "visibility": "public"},
+        {"kind": "note", "content": "x", "visibility": "group"},
+        {"kind": "note", "content": "x", "labels": ["has space"]},
+        {"kind": "note", "content": "x", "unknown_field": 1},
+        {"kind": "note", "content": "x", "outcome": "maybe"},
+    ],
+)
 def test_422_changes_nothing(client, world, admin_engine, body):
     org = world.org()
     alice = world.user(org)
@@ -76,8 +89,11 @@ def test_body_too_large_is_413(client, world, admin_engine, app):
     org = world.org()
     alice = world.user(org)
     big = "x" * (app.state.settings.max_body_bytes + 10)
-    r = client.post("/v1/episodes", content=f'{{"kind":"note","content":"{big}"}}'.encode(),
-                    headers={**alice.h, "content-type": "application/json"})
+    r = client.post(
+        "/v1/episodes",
+        content=f'{{"kind":"note","content":"{big}"}}'.encode(),
+        headers={**alice.h, "content-type": "application/json"},
+    )
     _assert_error(r, 413, "payload_too_large")
     assert count(admin_engine, "episodes", alice.org_id) == 0
 

@@ -11,7 +11,7 @@ import pytest
 HEAD = "0026"  # the newest migration (the hash layout is at head)
 
 
-def _unit(x) -> bool:  # noqa: ANN001
+def _unit(x) -> bool:
     return isinstance(x, (int, float)) and 0.0 <= x <= 1.0
 
 
@@ -114,8 +114,22 @@ def test_scaling_inside_a_branch_matches_main(settings, embedder, tmp_path):
     main's run: the same keys in every context, and main's rows unchanged by the branch's run."""
     from bench.quality.memory_scaling.in_branch import main
 
-    r = main(["--quick", "--agent-scope", "none", "--curves", "labelled,bootstrap", "--shards", "0,1",
-              "--background-shards", "1", "--out", str(tmp_path)], embedder=embedder)
+    r = main(
+        [
+            "--quick",
+            "--agent-scope",
+            "none",
+            "--curves",
+            "labelled,bootstrap",
+            "--shards",
+            "0,1",
+            "--background-shards",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        embedder=embedder,
+    )
     assert set(r["curves"]) == {"labelled", "bootstrap", "bootstrap_enriched"}
     assert r["main_unchanged"] and all(c["main_rows"]["knowledge_assets"]["rows"] > 0 for c in r["curves"].values())
     for c in r["curves"].values():
@@ -132,7 +146,9 @@ def test_growth_quick(settings, tmp_path):
     r = main(["--quick", "--out", str(tmp_path / "growth_quick.json")])
     assert [row["items"] for row in r["rows"]] == [1000, 5000]
     for row in r["rows"]:
-        assert all(0 < row[arm]["p50_ms"] <= row[arm]["p95_ms"] for arm in ("one type", "all types", "all types sequential", "context"))
+        assert all(
+            0 < row[arm]["p50_ms"] <= row[arm]["p95_ms"] for arm in ("one type", "all types", "all types sequential", "context")
+        )
         assert all(v["visible_memories"] > 0 and v["recall@10"] >= 0.95 for v in row["vector_recall"].values())
     assert (tmp_path / "growth_quick.png").stat().st_size > 10_000
     assert "hybrid all types" in (tmp_path / "growth_quick.md").read_text()
@@ -160,9 +176,31 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
     from bench.speed.scale.__main__ import main
 
     out = tmp_path / "scale.json"
-    r = main(["--items", "3000", "--orgs", "15", "--base", "300", "--queries", "4", "--ingest", "20", "--layout", "hash",
-              "--partitions", "3", "--db", "memscale_bench_scale_smoke", "--cache", str(tmp_path), "--out", str(out)],
-             embedder=embedder)
+    r = main(
+        [
+            "--items",
+            "3000",
+            "--orgs",
+            "15",
+            "--base",
+            "300",
+            "--queries",
+            "4",
+            "--ingest",
+            "20",
+            "--layout",
+            "hash",
+            "--partitions",
+            "3",
+            "--db",
+            "memscale_bench_scale_smoke",
+            "--cache",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        embedder=embedder,
+    )
     assert json.loads(out.read_text())["classes"].keys() == {"largest", "2 %", "small (median)"}
     assert "| largest | 600 |" in out.with_suffix(".md").read_text()
     assert [st["rows_after"] for st in r["stages"]] == [300, 3000]
@@ -179,8 +217,9 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
     eng = create_engine(make_url(settings.database_url).set(database=db))
     with eng.connect() as c:
         parts = c.execute(text("SELECT count(*) FROM pg_inherits WHERE inhparent = 'episodes'::regclass")).scalar()
-        hnsw = c.execute(text("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%USING hnsw%' "
-                              "AND tablename LIKE 'episodes_p%'")).scalar()
+        hnsw = c.execute(
+            text("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%USING hnsw%' AND tablename LIKE 'episodes_p%'")
+        ).scalar()
         assert parts == hnsw == 3
     eng.dispose()
     eng = create_engine(make_url(app_url(settings)).set(database=db))
@@ -193,14 +232,34 @@ def test_scale_bench_tiny_hash_layout(settings, embedder, tmp_path):
     # The same database copied into both layouts and measured interleaved (bench.tools.scale_layouts).
     from bench.tools.scale_layouts import main as layouts
 
-    lay = layouts(["--from", db, "--org", "scale-0000", "--queries", "3", "--write-rounds", "1", "--write-batch", "50",
-                   "--explain", "2", "--out", str(tmp_path / "layouts.json")])
+    lay = layouts(
+        [
+            "--from",
+            db,
+            "--org",
+            "scale-0000",
+            "--queries",
+            "3",
+            "--write-rounds",
+            "1",
+            "--write-batch",
+            "50",
+            "--explain",
+            "2",
+            "--out",
+            str(tmp_path / "layouts.json"),
+        ]
+    )
     g, h = lay["dbs"].values()
     assert g["layout"] == {"episodes": 0, "memories": 0, "revision": "0014"}
     assert h["layout"] == {"episodes": 3, "memories": 3, "revision": HEAD} and g["org_rows"] == h["org_rows"] > 0
     assert lay["prepare"][f"migrate_{db}_global"]["to"] == "0014" and lay["explain_statements"] > 0
-    assert set(lay["ratio_second_over_first"]) >= {"hybrid_all_types", "http_hybrid_all_types", "insert_50_episodes",
-                                                   "explain_planning"}
+    assert set(lay["ratio_second_over_first"]) >= {
+        "hybrid_all_types",
+        "http_hybrid_all_types",
+        "insert_50_episodes",
+        "explain_planning",
+    }
     assert all(d[k]["n"] == 3 for d in (g, h) for k in ("hybrid", "http_hybrid_all_types"))
     assert all(d["explain_planning"]["n"] == 2 for d in (g, h))
     server = create_engine(make_url(settings.database_url).set(database="postgres"), isolation_level="AUTOCOMMIT")
@@ -219,8 +278,29 @@ def test_scale_bench_tiny_global_layout(settings, embedder, tmp_path):
     from bench.speed.scale.__main__ import main
 
     out = tmp_path / "scale_global.json"
-    r = main(["--items", "2000", "--orgs", "12", "--base", "300", "--queries", "4", "--ingest", "10", "--layout", "global",
-              "--db", "memscale_bench_scale_smoke_global", "--cache", str(tmp_path), "--out", str(out)], embedder=embedder)
+    r = main(
+        [
+            "--items",
+            "2000",
+            "--orgs",
+            "12",
+            "--base",
+            "300",
+            "--queries",
+            "4",
+            "--ingest",
+            "10",
+            "--layout",
+            "global",
+            "--db",
+            "memscale_bench_scale_smoke_global",
+            "--cache",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        embedder=embedder,
+    )
     assert r["tables"] == {"episodes": 0, "memories": 0, "revision": "0014"}
     assert "layout global (one table per type)" in out.with_suffix(".md").read_text()
     assert sum(s["rows"] for s in r["sizes"].values()) == 2000 + 2 * 10
@@ -230,8 +310,9 @@ def test_scale_bench_tiny_global_layout(settings, embedder, tmp_path):
     eng = create_engine(make_url(settings.database_url).set(database="memscale_bench_scale_smoke_global"))
     with eng.connect() as c:
         kinds = dict(c.execute(text("SELECT relname, relkind FROM pg_class WHERE relname IN ('episodes', 'memories')")).all())
-        hnsw = c.execute(text("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%USING hnsw%' "
-                              "AND tablename IN ('episodes', 'memories')")).scalar()
+        hnsw = c.execute(
+            text("SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%USING hnsw%' AND tablename IN ('episodes', 'memories')")
+        ).scalar()
     eng.dispose()
     assert kinds == {"episodes": "r", "memories": "r"} and hnsw == 2
 
@@ -268,8 +349,7 @@ def test_headline_commands_explain_themselves(module):
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    r = subprocess.run([sys.executable, "-m", module, "--help"], cwd=root, env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([sys.executable, "-m", module, "--help"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("usage: ") and all(s in r.stdout for s in HEADLINES[module]), r.stdout
     readme = (root / "bench" / "README.md").read_text()
@@ -286,8 +366,13 @@ def test_app_does_not_import_bench_at_import_time():
     top_level = []
     for p in sorted((root / "app").rglob("*.py")):
         for node in ast.parse(p.read_text()).body:
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             top_level += [f"{p.relative_to(root)}: {n}" for n in names if n == "bench" or n.startswith("bench.")]
     assert top_level == []
 
@@ -301,16 +386,20 @@ def test_every_bench_command_answers_help():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    commands = sorted(".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__main__")
-                      for p in (root / "bench").rglob("*.py") if 'if __name__ == "__main__"' in p.read_text())
+    commands = sorted(
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__main__")
+        for p in (root / "bench").rglob("*.py")
+        if 'if __name__ == "__main__"' in p.read_text()
+    )
     commands.remove("bench.research.locomo_ranking_latency")  # a script without options: it runs on any argument
     assert len(commands) > 30
     env = {**os.environ, "PYTHONPATH": str(root)}
-    script = ("import runpy, sys\nfailed = []\nfor m in sys.argv[1:]:\n    sys.argv = [m, '--help']\n"
-              "    try:\n        runpy.run_module(m, run_name='__main__')\n    except SystemExit as e:\n"
-              "        if e.code not in (0, None): failed.append(m)\n    except Exception:\n        failed.append(m)\n"
-              "    else:\n        failed.append(m)\n"
-              "print('FAILED', failed)\n")
-    r = subprocess.run([sys.executable, "-c", script, *commands], cwd=root, env=env, capture_output=True, text=True,
-                       timeout=300)
+    script = (
+        "import runpy, sys\nfailed = []\nfor m in sys.argv[1:]:\n    sys.argv = [m, '--help']\n"
+        "    try:\n        runpy.run_module(m, run_name='__main__')\n    except SystemExit as e:\n"
+        "        if e.code not in (0, None): failed.append(m)\n    except Exception:\n        failed.append(m)\n"
+        "    else:\n        failed.append(m)\n"
+        "print('FAILED', failed)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script, *commands], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert "FAILED []" in r.stdout, (r.stdout[-2000:], r.stderr[-3000:])

@@ -17,26 +17,51 @@ from sqlalchemy.orm import Session
 
 from app.kit.database.pg import app_url
 
-VOCAB = ["pottery", "sweden", "deploy", "cache", "cold", "river", "violin", "garden", "tax", "invoice",
-         "camping", "painting", "sunset", "marathon", "piano", "adoption", "museum", "lake", "bread", "kitten"]
+VOCAB = [
+    "pottery",
+    "sweden",
+    "deploy",
+    "cache",
+    "cold",
+    "river",
+    "violin",
+    "garden",
+    "tax",
+    "invoice",
+    "camping",
+    "painting",
+    "sunset",
+    "marathon",
+    "piano",
+    "adoption",
+    "museum",
+    "lake",
+    "bread",
+    "kitten",
+]
 GROUPS, LABELS = ["a", "b"], ["x"]
 
 # A row served by default, its bucket and its lexemes, recounted from the item tables.
-SERVED = {"memory": ("memories", "text", "status = 'active'"),
-          "episode": ("episodes", "content", "quality IS DISTINCT FROM 'quarantined'")}
-BUCKET = ("CASE WHEN visibility = 'private' THEN 'u:' || owner_id::text WHEN visibility = 'org' THEN 'o:' || labels::text "
-          "ELSE 'g:' || groups::text || '|' || labels::text END")
+SERVED = {
+    "memory": ("memories", "text", "status = 'active'"),
+    "episode": ("episodes", "content", "quality IS DISTINCT FROM 'quarantined'"),
+}
+BUCKET = (
+    "CASE WHEN visibility = 'private' THEN 'u:' || owner_id::text WHEN visibility = 'org' THEN 'o:' || labels::text "
+    "ELSE 'g:' || groups::text || '|' || labels::text END"
+)
 
 
-def _setup(admin_engine, settings, users=3):  # noqa: ANN001, ANN202
+def _setup(admin_engine, settings, users=3):
     from app.orgs import service as orgs
 
     with Session(admin_engine, info={"audit_key": settings.audit_secret()}) as db:
         org = orgs.create_org(db, f"bm25-{uuid.uuid4().hex[:8]}")
         ids = [orgs.create_user(db, org, f"u{i}").id for i in range(users)]
         branch = uuid.uuid4()
-        db.execute(text("INSERT INTO branches (org_id, id, name, fork_at) VALUES (:o, :b, 'b1', now())"),
-                   {"o": org.id, "b": branch})
+        db.execute(
+            text("INSERT INTO branches (org_id, id, name, fork_at) VALUES (:o, :b, 'b1', now())"), {"o": org.id, "b": branch}
+        )
         db.commit()
         return org.id, ids, branch
 
@@ -45,23 +70,40 @@ def _text(rng: random.Random) -> str:
     return " ".join(rng.choice(VOCAB) for _ in range(rng.randint(1, 6)))
 
 
-def _insert(c, org, rng, owners, n, *, branch=None):  # noqa: ANN001, ANN202
+def _insert(c, org, rng, owners, n, *, branch=None):
     """n memories and n episodes of random scope, text and state, one statement per table."""
-    rows = [{"o": org, "u": str(rng.choice(owners)), "t": _text(rng), "v": rng.choice(["private", "group", "org"]),
-             "g": rng.sample(GROUPS, rng.randint(0, 2)), "l": rng.sample(LABELS, rng.randint(0, 1)),
-             "s": rng.choice(["active", "active", "superseded", "quarantined"]),
-             "q": rng.choice([None, None, "ok", "quarantined"]), "b": branch if rng.random() < 0.2 else None}
-            for _ in range(n)]
-    c.execute(text("INSERT INTO memories (root_id, text, kind, org_id, owner_id, visibility, groups, labels, status, branch_id) "
-                   "SELECT gen_random_uuid(), x->>'t', 'fact', (x->>'o')::uuid, (x->>'u')::uuid, x->>'v', "
-                   "ARRAY(SELECT jsonb_array_elements_text(x->'g')), ARRAY(SELECT jsonb_array_elements_text(x->'l')), "
-                   "x->>'s', (x->>'b')::uuid FROM jsonb_array_elements(CAST(:rows AS jsonb)) x"),
-              {"rows": _json(rows)})
-    c.execute(text("INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups, labels, quality, branch_id) "
-                   "SELECT 'note', x->>'t', (x->>'o')::uuid, (x->>'u')::uuid, x->>'v', "
-                   "ARRAY(SELECT jsonb_array_elements_text(x->'g')), ARRAY(SELECT jsonb_array_elements_text(x->'l')), "
-                   "x->>'q', (x->>'b')::uuid FROM jsonb_array_elements(CAST(:rows AS jsonb)) x"),
-              {"rows": _json(rows)})
+    rows = [
+        {
+            "o": org,
+            "u": str(rng.choice(owners)),
+            "t": _text(rng),
+            "v": rng.choice(["private", "group", "org"]),
+            "g": rng.sample(GROUPS, rng.randint(0, 2)),
+            "l": rng.sample(LABELS, rng.randint(0, 1)),
+            "s": rng.choice(["active", "active", "superseded", "quarantined"]),
+            "q": rng.choice([None, None, "ok", "quarantined"]),
+            "b": branch if rng.random() < 0.2 else None,
+        }
+        for _ in range(n)
+    ]
+    c.execute(
+        text(
+            "INSERT INTO memories (root_id, text, kind, org_id, owner_id, visibility, groups, labels, status, branch_id) "
+            "SELECT gen_random_uuid(), x->>'t', 'fact', (x->>'o')::uuid, (x->>'u')::uuid, x->>'v', "
+            "ARRAY(SELECT jsonb_array_elements_text(x->'g')), ARRAY(SELECT jsonb_array_elements_text(x->'l')), "
+            "x->>'s', (x->>'b')::uuid FROM jsonb_array_elements(CAST(:rows AS jsonb)) x"
+        ),
+        {"rows": _json(rows)},
+    )
+    c.execute(
+        text(
+            "INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups, labels, quality, branch_id) "
+            "SELECT 'note', x->>'t', (x->>'o')::uuid, (x->>'u')::uuid, x->>'v', "
+            "ARRAY(SELECT jsonb_array_elements_text(x->'g')), ARRAY(SELECT jsonb_array_elements_text(x->'l')), "
+            "x->>'q', (x->>'b')::uuid FROM jsonb_array_elements(CAST(:rows AS jsonb)) x"
+        ),
+        {"rows": _json(rows)},
+    )
 
 
 def _json(rows: list) -> str:
@@ -75,52 +117,97 @@ def _some(table: str, share: float) -> str:
 
 
 OPS = {
-    "retext": ["UPDATE memories SET text = text || ' lake' WHERE org_id = :o AND id IN " + _some("memories", 0.3),
-               "UPDATE episodes SET content = 'bread ' || content WHERE org_id = :o AND id IN " + _some("episodes", 0.3)],
-    "narrow": ["UPDATE memories SET visibility = 'group', groups = '{b}', labels = '{x}' WHERE org_id = :o AND id IN "
-               + _some("memories", 0.3),
-               "UPDATE episodes SET visibility = 'private' WHERE org_id = :o AND id IN " + _some("episodes", 0.3)],
+    "retext": [
+        "UPDATE memories SET text = text || ' lake' WHERE org_id = :o AND id IN " + _some("memories", 0.3),
+        "UPDATE episodes SET content = 'bread ' || content WHERE org_id = :o AND id IN " + _some("episodes", 0.3),
+    ],
+    "narrow": [
+        "UPDATE memories SET visibility = 'group', groups = '{b}', labels = '{x}' WHERE org_id = :o AND id IN "
+        + _some("memories", 0.3),
+        "UPDATE episodes SET visibility = 'private' WHERE org_id = :o AND id IN " + _some("episodes", 0.3),
+    ],
     "declassify": ["UPDATE memories SET labels = '{}', visibility = 'org' WHERE org_id = :o AND id IN " + _some("memories", 0.3)],
-    "supersede": ["UPDATE memories SET status = 'superseded', superseded_at = now() WHERE org_id = :o AND status = 'active' "
-                  "AND id IN " + _some("memories", 0.3)],
-    "quarantine": ["UPDATE episodes SET quality = 'quarantined' WHERE org_id = :o AND id IN " + _some("episodes", 0.3),
-                   "UPDATE memories SET status = 'quarantined' WHERE org_id = :o AND id IN " + _some("memories", 0.2)],
-    "touch": ["UPDATE memories SET confidence = 0.5 WHERE org_id = :o", "UPDATE episodes SET quality = 'ok' "
-              "WHERE org_id = :o AND quality IS NULL AND id IN " + _some("episodes", 0.5)],
+    "supersede": [
+        "UPDATE memories SET status = 'superseded', superseded_at = now() WHERE org_id = :o AND status = 'active' "
+        "AND id IN " + _some("memories", 0.3)
+    ],
+    "quarantine": [
+        "UPDATE episodes SET quality = 'quarantined' WHERE org_id = :o AND id IN " + _some("episodes", 0.3),
+        "UPDATE memories SET status = 'quarantined' WHERE org_id = :o AND id IN " + _some("memories", 0.2),
+    ],
+    "touch": [
+        "UPDATE memories SET confidence = 0.5 WHERE org_id = :o",
+        "UPDATE episodes SET quality = 'ok' WHERE org_id = :o AND quality IS NULL AND id IN " + _some("episodes", 0.5),
+    ],
     "merge": ["UPDATE episodes SET branch_id = NULL WHERE org_id = :o AND branch_id IS NOT NULL"],
-    "delete": ["DELETE FROM memories WHERE org_id = :o AND id IN " + _some("memories", 0.25),
-               "DELETE FROM episodes WHERE org_id = :o AND id IN " + _some("episodes", 0.25)],
+    "delete": [
+        "DELETE FROM memories WHERE org_id = :o AND id IN " + _some("memories", 0.25),
+        "DELETE FROM episodes WHERE org_id = :o AND id IN " + _some("episodes", 0.25),
+    ],
 }
 
 
-def _kept_equals_recount(c, org) -> None:  # noqa: ANN001
+def _kept_equals_recount(c, org) -> None:
     for type_, (table, _col, served) in SERVED.items():
-        rows = f"SELECT {BUCKET} AS bucket, owner_id, visibility, groups, labels, tsv FROM {table} " \
-               f"WHERE org_id = :o AND branch_id IS NULL AND {served}"
+        rows = (
+            f"SELECT {BUCKET} AS bucket, owner_id, visibility, groups, labels, tsv FROM {table} "
+            f"WHERE org_id = :o AND branch_id IS NULL AND {served}"
+        )
         q = {"o": org, "t": type_}
         want = set(c.execute(text(f"SELECT bucket, count(*), sum(length(tsv)) FROM ({rows}) x GROUP BY bucket"), q).all())
-        got = set(c.execute(text("SELECT bucket, sum(n), sum(total_len) FROM bm25_buckets WHERE org_id = :o AND item_type = :t "
-                                 "GROUP BY bucket HAVING sum(n) <> 0 OR sum(total_len) <> 0"), q).all())
+        got = set(
+            c.execute(
+                text(
+                    "SELECT bucket, sum(n), sum(total_len) FROM bm25_buckets WHERE org_id = :o AND item_type = :t "
+                    "GROUP BY bucket HAVING sum(n) <> 0 OR sum(total_len) <> 0"
+                ),
+                q,
+            ).all()
+        )
         assert got == want, type_
-        want = set(c.execute(text(f"SELECT bucket, lex, count(*) FROM ({rows}) x, unnest(tsvector_to_array(tsv)) lex "
-                                  "GROUP BY bucket, lex"), q).all())
-        got = set(c.execute(text("SELECT bucket, lexeme, sum(df) FROM bm25_df WHERE org_id = :o AND item_type = :t "
-                                 "GROUP BY bucket, lexeme HAVING sum(df) <> 0"), q).all())
+        want = set(
+            c.execute(
+                text(f"SELECT bucket, lex, count(*) FROM ({rows}) x, unnest(tsvector_to_array(tsv)) lex GROUP BY bucket, lex"), q
+            ).all()
+        )
+        got = set(
+            c.execute(
+                text(
+                    "SELECT bucket, lexeme, sum(df) FROM bm25_df WHERE org_id = :o AND item_type = :t "
+                    "GROUP BY bucket, lexeme HAVING sum(df) <> 0"
+                ),
+                q,
+            ).all()
+        )
         assert got == want, type_
-        want = set(c.execute(text(f"SELECT owner_id, visibility, groups::text, labels::text, count(*) FROM ({rows}) x "
-                                  "WHERE visibility <> 'private' GROUP BY 1, 2, 3, 4"), q).all())
-        got = set(c.execute(text("SELECT owner_id, visibility, groups::text, labels::text, sum(n) FROM bm25_owned WHERE org_id = :o "
-                                 "AND item_type = :t GROUP BY 1, 2, 3, 4 HAVING sum(n) <> 0"), q).all())
+        want = set(
+            c.execute(
+                text(
+                    f"SELECT owner_id, visibility, groups::text, labels::text, count(*) FROM ({rows}) x "
+                    "WHERE visibility <> 'private' GROUP BY 1, 2, 3, 4"
+                ),
+                q,
+            ).all()
+        )
+        got = set(
+            c.execute(
+                text(
+                    "SELECT owner_id, visibility, groups::text, labels::text, sum(n) FROM bm25_owned WHERE org_id = :o "
+                    "AND item_type = :t GROUP BY 1, 2, 3, 4 HAVING sum(n) <> 0"
+                ),
+                q,
+            ).all()
+        )
         assert got == want, type_
 
 
-def _principal(org, uid, groups=(), clearances=()):  # noqa: ANN001, ANN202
+def _principal(org, uid, groups=(), clearances=()):
     from app.auth.principal import Principal
 
     return Principal(org_id=org, user_id=uid, name="p", roles=("member",), groups=tuple(groups), clearances=tuple(clearances))
 
 
-def _both(app, p, type_, query, n=50):  # noqa: ANN001, ANN202
+def _both(app, p, type_, query, n=50):
     """(kept path, exact path): each (top-n, N)."""
     from app.kit.database.db import bind_principal
     from app.search.repository import bm25
@@ -154,8 +241,9 @@ def test_kept_statistics_equal_a_recount_after_any_writes(app, client, admin_eng
         with admin_engine.connect() as c:
             _kept_equals_recount(c, org)
     for _ in range(3):  # random principals: the kept path answers exactly what the exact path does
-        p = _principal(org, rng.choice(users + [reader] * 3), rng.sample(GROUPS, rng.randint(0, 2)),
-                       rng.sample(LABELS, rng.randint(0, 1)))
+        p = _principal(
+            org, rng.choice(users + [reader] * 3), rng.sample(GROUPS, rng.randint(0, 2)), rng.sample(LABELS, rng.randint(0, 1))
+        )
         query = " ".join(rng.sample(VOCAB, rng.randint(1, 5)))
         for type_ in SERVED:
             kept, exact = _both(app, p, type_, query)
@@ -169,9 +257,13 @@ def test_an_owners_shared_rows_no_bucket_gives_them_are_counted(app, client, adm
 
     org, (alice, bob, _), _ = _setup(admin_engine, settings)
     with admin_engine.begin() as c:  # alice's rows shared with a group she is not in, under a label she lacks
-        c.execute(text("INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups, labels) VALUES "
-                       "('note', 'pottery in sweden', :o, :a, 'group', '{b}', '{x}'), ('note', 'pottery', :o, :b, 'org', '{}', '{}')"),
-                  {"o": org, "a": alice, "b": bob})
+        c.execute(
+            text(
+                "INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups, labels) VALUES "
+                "('note', 'pottery in sweden', :o, :a, 'group', '{b}', '{x}'), ('note', 'pottery', :o, :b, 'org', '{}', '{}')"
+            ),
+            {"o": org, "a": alice, "b": bob},
+        )
     p = _principal(org, alice, groups=["a"])
     with app.state.sessions() as db:
         bind_principal(db, p)
@@ -198,17 +290,31 @@ def seeded(app, client, admin_engine, settings):
     weights = [1 / (i + 1) for i in range(len(VOCAB))]
     with admin_engine.begin() as c:
         for _ in range(6):
-            rows = [{"o": org, "u": str(rng.choice(users[:6])), "t": " ".join(rng.choices(VOCAB, weights, k=rng.randint(2, 9))),
-                     "v": rng.choice(["private", "group", "org", "org"]), "g": rng.sample(GROUPS, rng.randint(1, 2)),
-                     "l": rng.sample(LABELS, rng.randint(0, 1)) if rng.random() < 0.3 else [],
-                     "s": "active" if rng.random() < 0.9 else "superseded", "q": None, "b": None} for _ in range(500)]
+            rows = [
+                {
+                    "o": org,
+                    "u": str(rng.choice(users[:6])),
+                    "t": " ".join(rng.choices(VOCAB, weights, k=rng.randint(2, 9))),
+                    "v": rng.choice(["private", "group", "org", "org"]),
+                    "g": rng.sample(GROUPS, rng.randint(1, 2)),
+                    "l": rng.sample(LABELS, rng.randint(0, 1)) if rng.random() < 0.3 else [],
+                    "s": "active" if rng.random() < 0.9 else "superseded",
+                    "q": None,
+                    "b": None,
+                }
+                for _ in range(500)
+            ]
             for table, col, extra in (("memories", "text", "status"), ("episodes", "content", "quality")):
-                c.execute(text(f"INSERT INTO {table} ({'root_id, ' if table == 'memories' else ''}{col}, kind, org_id, owner_id, "
-                               f"visibility, groups, labels, {extra}) SELECT {'gen_random_uuid(), ' if table == 'memories' else ''}"
-                               f"x->>'t', '{'fact' if table == 'memories' else 'note'}', (x->>'o')::uuid, (x->>'u')::uuid, x->>'v', "
-                               "ARRAY(SELECT jsonb_array_elements_text(x->'g')), ARRAY(SELECT jsonb_array_elements_text(x->'l')), "
-                               f"x->>'{'s' if table == 'memories' else 'q'}' FROM jsonb_array_elements(CAST(:rows AS jsonb)) x"),
-                          {"rows": _json(rows)})
+                c.execute(
+                    text(
+                        f"INSERT INTO {table} ({'root_id, ' if table == 'memories' else ''}{col}, kind, org_id, owner_id, "
+                        f"visibility, groups, labels, {extra}) SELECT {'gen_random_uuid(), ' if table == 'memories' else ''}"
+                        f"x->>'t', '{'fact' if table == 'memories' else 'note'}', (x->>'o')::uuid, (x->>'u')::uuid, x->>'v', "
+                        "ARRAY(SELECT jsonb_array_elements_text(x->'g')), ARRAY(SELECT jsonb_array_elements_text(x->'l')), "
+                        f"x->>'{'s' if table == 'memories' else 'q'}' FROM jsonb_array_elements(CAST(:rows AS jsonb)) x"
+                    ),
+                    {"rows": _json(rows)},
+                )
     return org, users
 
 
@@ -221,19 +327,27 @@ def test_index_driven_pruned_top_n_equals_the_exact_ranking(app, seeded, n, monk
     candidates: list = []  # how many of the lexemes each statement took its candidates from, of how many
     run = bm25_stats._run
     monkeypatch.setattr(bm25_stats, "FIRST_ROWS", 60)  # this small corpus's rarest lexemes: a first pass of a few
-    monkeypatch.setattr(bm25_stats, "_run", 
-                        lambda *a, **kw: candidates.append((len(kw["candidates_of"]), len(kw["terms"]["s_lex"]))) or run(*a, **kw))
+    monkeypatch.setattr(
+        bm25_stats,
+        "_run",
+        lambda *a, **kw: candidates.append((len(kw["candidates_of"]), len(kw["terms"]["s_lex"]))) or run(*a, **kw),
+    )
     kept_calls, top = [], bm25_stats.top_scored
     monkeypatch.setattr(bm25_stats, "top_scored", lambda *a, **kw: kept_calls.append(1) or top(*a, **kw))
     for i in range(12):  # readers of random groups and clearances; writers who see all their shared rows
-        p = _principal(org, users[6 + i % 3], rng.sample(GROUPS, rng.randint(0, 2)), rng.sample(LABELS, rng.randint(0, 1))) \
-            if i % 2 else _principal(org, users[i % 6], GROUPS, LABELS)
+        p = (
+            _principal(org, users[6 + i % 3], rng.sample(GROUPS, rng.randint(0, 2)), rng.sample(LABELS, rng.randint(0, 1)))
+            if i % 2
+            else _principal(org, users[i % 6], GROUPS, LABELS)
+        )
         query = " ".join(rng.sample(VOCAB, rng.randint(1, 8)))
         for type_ in SERVED:
             kept, exact = _both(app, p, type_, query, n=n)
             assert kept == exact, (type_, query)
             assert len(exact[0]) == n  # a full top-n: the pruning had a threshold to work with
-    assert len(kept_calls) == 24 and any(used < held for used, held in candidates), candidates  # the pruning left some lexemes' rows unread
+    assert len(kept_calls) == 24 and any(used < held for used, held in candidates), (
+        candidates
+    )  # the pruning left some lexemes' rows unread
 
 
 def test_rows_a_caller_cannot_see_never_change_their_ranking(app, admin_engine, settings, seeded):
@@ -245,11 +359,20 @@ def test_rows_a_caller_cannot_see_never_change_their_ranking(app, admin_engine, 
     words = " ".join(VOCAB)
     with admin_engine.begin() as c:  # 10,000 rows of every query word: a group the caller is not in, another org
         for o, u in ((org, users[7]), (other, stranger)):
-            c.execute(text("INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups) "
-                           "SELECT 'note', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)"), {"w": words, "o": o, "u": u})
-            c.execute(text("INSERT INTO memories (root_id, kind, text, org_id, owner_id, visibility, groups) "
-                           "SELECT gen_random_uuid(), 'fact', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)"),
-                      {"w": words, "o": o, "u": u})
+            c.execute(
+                text(
+                    "INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups) "
+                    "SELECT 'note', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)"
+                ),
+                {"w": words, "o": o, "u": u},
+            )
+            c.execute(
+                text(
+                    "INSERT INTO memories (root_id, kind, text, org_id, owner_id, visibility, groups) "
+                    "SELECT gen_random_uuid(), 'fact', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)"
+                ),
+                {"w": words, "o": o, "u": u},
+            )
     after = {(t, q): _both(app, p, t, q) for t in SERVED for q in queries}
     assert repr(after) == repr(before)
     assert all(kept == exact and kept[0] for kept, exact in after.values())
@@ -263,14 +386,19 @@ def test_the_text_index_lookup_returns_only_what_the_policy_lets_the_caller_see(
     org, (alice, bob, carol), _ = _setup(admin_engine, settings)
     other, (stranger, *_), _ = _setup(admin_engine, settings)
     with admin_engine.begin() as c:
-        c.execute(text("INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups, labels) VALUES "
-                       "('note', 'pottery a', :o, :a, 'private', '{}', '{}'), ('note', 'pottery b', :o, :b, 'private', '{}', '{}'), "
-                       "('note', 'pottery c', :o, :b, 'group', '{a}', '{}'), ('note', 'pottery d', :o, :b, 'group', '{b}', '{}'), "
-                       "('note', 'pottery e', :o, :b, 'org', '{}', '{x}'), ('note', 'pottery f', :o, :b, 'org', '{}', '{}'), "
-                       "('note', 'pottery g', :x, :s, 'org', '{}', '{}')"),
-                  {"o": org, "a": alice, "b": bob, "x": other, "s": stranger})
+        c.execute(
+            text(
+                "INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups, labels) VALUES "
+                "('note', 'pottery a', :o, :a, 'private', '{}', '{}'), ('note', 'pottery b', :o, :b, 'private', '{}', '{}'), "
+                "('note', 'pottery c', :o, :b, 'group', '{a}', '{}'), ('note', 'pottery d', :o, :b, 'group', '{b}', '{}'), "
+                "('note', 'pottery e', :o, :b, 'org', '{}', '{x}'), ('note', 'pottery f', :o, :b, 'org', '{}', '{}'), "
+                "('note', 'pottery g', :x, :s, 'org', '{}', '{}')"
+            ),
+            {"o": org, "a": alice, "b": bob, "x": other, "s": stranger},
+        )
     with admin_engine.connect() as c:  # what the function returned, read back as the owner
-        def seen(p) -> list:  # noqa: ANN001
+
+        def seen(p) -> list:
             with app.state.sessions() as db:
                 bind_principal(db, p)
                 ids = db.execute(text("SELECT id FROM bm25_hits_episode(to_tsquery('english', 'pottery'))")).scalars().all()

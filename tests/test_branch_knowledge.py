@@ -12,27 +12,28 @@ from bench.common import main_dump
 from tests.test_knowledge_nav import _source
 
 
-def _h(who, branch: str | None = None) -> dict:  # noqa: ANN001
+def _h(who, branch: str | None = None) -> dict:
     return {**who.h, **({"Memscale-Branch": branch} if branch else {})}
 
 
-def _chunks(client, who, query: str, branch: str | None = None) -> str:  # noqa: ANN001
-    r = client.post("/v1/search", json={"query": query, "types": ["chunk"], "mode": "text", "k": 20},
-                    headers=_h(who, branch))
+def _chunks(client, who, query: str, branch: str | None = None) -> str:
+    r = client.post("/v1/search", json={"query": query, "types": ["chunk"], "mode": "text", "k": 20}, headers=_h(who, branch))
     assert r.status_code == 200, r.text
     return " ".join(x["text"] for x in r.json()["results"])
 
 
-def _tables(client, who, branch: str | None = None) -> list[str]:  # noqa: ANN001
+def _tables(client, who, branch: str | None = None) -> list[str]:
     r = client.get("/v1/knowledge/tree", params={"path": "shop/main"}, headers=_h(who, branch))
     assert r.status_code == 200, r.text
     return [c["name"] for c in r.json()["children"]]
 
 
-def _branch_rows(engine, org_id) -> dict:  # noqa: ANN001
+def _branch_rows(engine, org_id) -> dict:
     with engine.connect() as c:
-        return {t: c.execute(text(f"SELECT count(*) FROM {t} WHERE org_id = :o AND branch_id IS NOT NULL"),
-                             {"o": org_id}).scalar() for t in ("knowledge_assets", "chunks", "knowledge_nodes")}
+        return {
+            t: c.execute(text(f"SELECT count(*) FROM {t} WHERE org_id = :o AND branch_id IS NOT NULL"), {"o": org_id}).scalar()
+            for t in ("knowledge_assets", "chunks", "knowledge_nodes")
+        }
 
 
 def test_bootstrap_in_a_branch_is_copy_on_write(run_job, world, client, tmp_path, admin_engine):
@@ -69,8 +70,11 @@ def test_bootstrap_in_a_branch_is_copy_on_write(run_job, world, client, tmp_path
     assert _tables(client, member, "kb-trial") == ["customers", "invoices"]
     assert _tables(client, member) == ["customers", "orders"]
     assert main_dump(admin_engine, steward.org_id) == dump
-    hints = client.post("/v1/search", json={"query": "orders invoices table", "types": ["memory"], "k": 20,
-                                            "filters": {"kinds": ["schema_hint"]}}, headers=member.h).json()["results"]
+    hints = client.post(
+        "/v1/search",
+        json={"query": "orders invoices table", "types": ["memory"], "k": 20, "filters": {"kinds": ["schema_hint"]}},
+        headers=member.h,
+    ).json()["results"]
     assert not any("invoices" in h["text"] for h in hints)  # the branch's schema hints stay in it
 
     # The diff lists the knowledge changes; they are not promotable (knowledge comes from sources).
@@ -95,8 +99,7 @@ def test_bootstrap_in_a_branch_is_copy_on_write(run_job, world, client, tmp_path
     assert main_dump(admin_engine, steward.org_id) == dump
 
 
-def test_private_knowledge_in_a_branch_stays_private_and_is_erased(run_job, world, client, tmp_path,
-                                                                     admin_engine):
+def test_private_knowledge_in_a_branch_stays_private_and_is_erased(run_job, world, client, tmp_path, admin_engine):
     org = world.org()
     alice = world.user(org, roles=["admin"])  # the first admin owns operator jobs' private output
     admin, bob = world.user(org, roles=["admin"]), world.user(org)
@@ -109,5 +112,4 @@ def test_private_knowledge_in_a_branch_stays_private_and_is_erased(run_job, worl
     assert not _chunks(client, alice, "refunds approver")  # not in main
     assert client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h).status_code == 202
     with admin_engine.connect() as c:
-        assert c.execute(text("SELECT count(*) FROM knowledge_assets WHERE owner_id = :u"),
-                         {"u": alice.user_id}).scalar() == 0
+        assert c.execute(text("SELECT count(*) FROM knowledge_assets WHERE owner_id = :u"), {"u": alice.user_id}).scalar() == 0

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings as hsettings, strategies as st
+from hypothesis import HealthCheck
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 TOKEN = "quasarfjord"
@@ -41,9 +43,11 @@ class BranchMachine(RuleBasedStateMachine):
         if where == "branch" and self.state["branch"] is None:
             where = "main"
         t = self._text()
-        r = self.client.post("/v1/memories", json={"text": t, "kind": "fact",
-                                                   "visibility": "private" if private else "org"},
-                             headers=self._h(who, where))
+        r = self.client.post(
+            "/v1/memories",
+            json={"text": t, "kind": "fact", "visibility": "private" if private else "org"},
+            headers=self._h(who, where),
+        )
         assert r.status_code == 201, r.text
         m = r.json()
         self.state[where][m["root_id"]] = (t, who, "private" if private else "org")
@@ -61,7 +65,7 @@ class BranchMachine(RuleBasedStateMachine):
             if where == "main":
                 self.roots[("branch", root)] = id_
 
-    def _pick(self, where, i):  # noqa: ANN001, ANN202
+    def _pick(self, where, i):
         """(root, (text, owner, visibility)) of an item in `where`, or None (no branch, no items)."""
         items = self.state[where] or {}
         if not items:
@@ -76,8 +80,7 @@ class BranchMachine(RuleBasedStateMachine):
             return
         root, (_, who, vis) = picked
         t = self._text()
-        r = self.client.patch(f"/v1/memories/{self.roots[(where, root)]}", json={"text": t},
-                              headers=self._h(who, where))
+        r = self.client.patch(f"/v1/memories/{self.roots[(where, root)]}", json={"text": t}, headers=self._h(who, where))
         assert r.status_code == 200, r.text
         self.state[where][root] = (t, who, vis)
         self.roots[(where, root)] = r.json()["id"]
@@ -103,8 +106,11 @@ class BranchMachine(RuleBasedStateMachine):
                 continue
             for who in range(3):
                 want = {t for t, owner, vis in self.state[where].values() if vis == "org" or owner == who}
-                r = self.client.post("/v1/search", json={"query": TOKEN, "types": ["memory"], "mode": "text",
-                                                         "k": 100}, headers=self._h(who, where))
+                r = self.client.post(
+                    "/v1/search",
+                    json={"query": TOKEN, "types": ["memory"], "mode": "text", "k": 100},
+                    headers=self._h(who, where),
+                )
                 assert r.status_code == 200, r.text
                 got = {x["text"] for x in r.json()["results"]}
                 assert got == want, (where, who, got ^ want)
@@ -114,6 +120,7 @@ def test_branch_reads_equal_the_model(client, world):
     BranchMachine.client, BranchMachine.world = client, world
     examples = int(os.environ.get("MEMSCALE_BRANCH_EXAMPLES", "6"))
     run = BranchMachine.TestCase
-    run.settings = hsettings(max_examples=examples, stateful_step_count=12, deadline=None,
-                             suppress_health_check=list(HealthCheck))
+    run.settings = hsettings(
+        max_examples=examples, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     run().runTest()

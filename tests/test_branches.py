@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
@@ -15,18 +15,17 @@ from tests.helpers import count, ep
 TOKEN = "zebracrossing"  # every memory of these tests holds it, so a text search lists them all
 
 
-def _mem(client, who, words: str, *, branch: str | None = None, **kw) -> dict:  # noqa: ANN001
-    r = client.post("/v1/memories", json={"text": f"{TOKEN} {words}", "kind": "fact", **kw},
-                    headers=_h(who, branch))
+def _mem(client, who, words: str, *, branch: str | None = None, **kw) -> dict:
+    r = client.post("/v1/memories", json={"text": f"{TOKEN} {words}", "kind": "fact", **kw}, headers=_h(who, branch))
     assert r.status_code == 201, r.text
     return r.json()
 
 
-def _h(who, branch: str | None = None) -> dict:  # noqa: ANN001
+def _h(who, branch: str | None = None) -> dict:
     return {**who.h, **({"Memscale-Branch": branch} if branch else {})}
 
 
-def _texts(client, who, *, branch: str | None = None, as_of: str | None = None) -> set[str]:  # noqa: ANN001
+def _texts(client, who, *, branch: str | None = None, as_of: str | None = None) -> set[str]:
     body = {"query": TOKEN, "types": ["memory"], "mode": "text", "k": 100, **({"as_of": as_of} if as_of else {})}
     r = client.post("/v1/search", json=body, headers=_h(who, branch))
     assert r.status_code == 200, r.text
@@ -35,12 +34,12 @@ def _texts(client, who, *, branch: str | None = None, as_of: str | None = None) 
 
 def _now() -> str:
     time.sleep(0.01)  # instants on either side of a write differ
-    t = datetime.now(timezone.utc).isoformat()
+    t = datetime.now(UTC).isoformat()
     time.sleep(0.01)
     return t
 
 
-def _branch(client, who, name: str, **kw) -> dict:  # noqa: ANN001
+def _branch(client, who, name: str, **kw) -> dict:
     r = client.post("/v1/branches", json={"name": name, **kw}, headers=who.h)
     assert r.status_code == 201, r.text
     return r.json()
@@ -68,12 +67,14 @@ def test_as_of_reads_the_state_recorded_then(client, world):
     ctx = client.post("/v1/context", json={"query": f"{TOKEN} deploys", "as_of": before_patch}, headers=alice.h).json()
     assert "tuesday" in ctx["text"] and "thursday" not in ctx["text"]
     sid = client.post("/v1/sessions", json={"working_context": {"task": "plan the release"}}, headers=alice.h).json()["id"]
-    ctx = client.post("/v1/context", json={"query": f"{TOKEN} deploys", "as_of": before_patch, "session_id": sid},
-                      headers=alice.h).json()
+    ctx = client.post(
+        "/v1/context", json={"query": f"{TOKEN} deploys", "as_of": before_patch, "session_id": sid}, headers=alice.h
+    ).json()
     assert "tuesday" in ctx["text"] and "thursday" not in ctx["text"] and "plan the release" in ctx["text"]
     assert client.post("/v1/search", json={"query": "x", "as_of": 0}, headers=alice.h).status_code == 422
-    assert client.get(f"/v1/memories/{m1['id']}", params={"as_of": "2026-01-01T00:00:00"},
-                      headers=alice.h).status_code == 422  # an instant needs its offset
+    assert (
+        client.get(f"/v1/memories/{m1['id']}", params={"as_of": "2026-01-01T00:00:00"}, headers=alice.h).status_code == 422
+    )  # an instant needs its offset
     # Lineage as of before the patch has no `supersedes` edge yet.
     g = client.get(f"/v1/lineage/memory/{m1['id']}", params={"as_of": before_patch}, headers=alice.h).json()
     assert not g["edges"]
@@ -99,8 +100,7 @@ def test_branch_isolation_both_ways(client, world, admin_engine):
     assert b["name"] == "trial" and b["from"] == "main"
     # Writes in the branch: a new memory, a new version of a main memory, a deletion.
     _mem(client, steward, "branch only", branch="trial", visibility="org")
-    r = client.patch(f"/v1/memories/{m_edit['id']}", json={"text": f"{TOKEN} new wording"},
-                     headers=_h(steward, "trial"))
+    r = client.patch(f"/v1/memories/{m_edit['id']}", json={"text": f"{TOKEN} new wording"}, headers=_h(steward, "trial"))
     assert r.status_code == 200, r.text
     assert client.delete(f"/v1/memories/{m_gone['id']}", headers=_h(steward, "trial")).status_code == 204
     # Main's write after the fork.
@@ -113,9 +113,13 @@ def test_branch_isolation_both_ways(client, world, admin_engine):
     # Row-level security refuses a branch transaction's change to a main row, whatever the code does.
     with admin_engine.connect() as c:
         c.execute(text("SET ROLE memscale_app"))
-        c.execute(text("SELECT set_config('memscale.org_id', :o, false), set_config('memscale.scope', 'all', false),"
-                       " set_config('memscale.branch', :b, false), set_config('memscale.branches', :bs, false)"),
-                  {"o": str(steward.org_id), "b": b["id"], "bs": f'["{b["id"]}"]'})
+        c.execute(
+            text(
+                "SELECT set_config('memscale.org_id', :o, false), set_config('memscale.scope', 'all', false),"
+                " set_config('memscale.branch', :b, false), set_config('memscale.branches', :bs, false)"
+            ),
+            {"o": str(steward.org_id), "b": b["id"], "bs": f'["{b["id"]}"]'},
+        )
         assert c.execute(text("DELETE FROM memories WHERE id = :i"), {"i": m_keep["id"]}).rowcount == 0
         with pytest.raises(DBAPIError, match="row-level security"):
             c.execute(text("UPDATE memories SET text = 'x' WHERE id = :i"), {"i": m_keep["id"]})
@@ -132,10 +136,14 @@ def test_branch_isolation_both_ways(client, world, admin_engine):
     assert promoted["root_id"] == m_edit["root_id"] and promoted["version"] == 2
     assert promoted["provenance"]["promoted_from"] == {"branch": "trial", "id": new_version["id"]}
     with admin_engine.connect() as c:  # lineage to the branch item (shown to auditors as a placeholder)
-        assert c.execute(text("SELECT relation FROM lineage_edges WHERE from_id = :m AND to_id = :b"),
-                         {"m": main_id, "b": new_version["id"]}).scalar() == "promoted_from"
-    assert client.post("/v1/branches/trial/promote", json={"ids": [str(uuid.uuid4())]},
-                       headers=steward.h).status_code == 404
+        assert (
+            c.execute(
+                text("SELECT relation FROM lineage_edges WHERE from_id = :m AND to_id = :b"),
+                {"m": main_id, "b": new_version["id"]},
+            ).scalar()
+            == "promoted_from"
+        )
+    assert client.post("/v1/branches/trial/promote", json={"ids": [str(uuid.uuid4())]}, headers=steward.h).status_code == 404
     # Drop: the branch's rows go, main stays.
     with admin_engine.connect() as c:
         in_branch = c.execute(text("SELECT count(*) FROM memories WHERE branch_id = :b"), {"b": b["id"]}).scalar()
@@ -158,11 +166,11 @@ def test_branch_patches_a_main_memory_that_main_superseded_after_the_fork(client
     assert r.status_code == 200, r.text
     seen = client.get(f"/v1/memories/{m['id']}", headers=_h(steward, "later")).json()
     assert (seen["status"], seen["superseded_at"]) == ("active", None)  # the branch's current version
-    r = client.post(f"/v1/memories/{m['id']}/declassify", json={"visibility": "org", "reason": "review"},
-                    headers=_h(steward, "later"))
+    r = client.post(
+        f"/v1/memories/{m['id']}/declassify", json={"visibility": "org", "reason": "review"}, headers=_h(steward, "later")
+    )
     assert r.status_code == 200, r.text
-    r = client.patch(f"/v1/memories/{r.json()['id']}", json={"text": f"{TOKEN} branch v3"},
-                     headers=_h(steward, "later"))
+    r = client.patch(f"/v1/memories/{r.json()['id']}", json={"text": f"{TOKEN} branch v3"}, headers=_h(steward, "later"))
     assert r.status_code == 200, r.text
     assert _texts(client, steward, branch="later") == {"branch v3"}
     assert _texts(client, steward) == {"main v2"}
@@ -181,8 +189,7 @@ def test_branch_api_rules(client, world):
     assert client.post("/v1/branches", json={"name": "main"}, headers=steward.h).status_code == 409
     assert client.post("/v1/branches", json={"name": "b", "from": "nope"}, headers=steward.h).status_code == 404
     assert client.post("/v1/branches", json={"name": "Bad Name"}, headers=steward.h).status_code == 422
-    assert client.post("/v1/branches", json={"name": "c", "at": "2999-01-01T00:00:00Z"},
-                       headers=steward.h).status_code == 422
+    assert client.post("/v1/branches", json={"name": "c", "at": "2999-01-01T00:00:00Z"}, headers=steward.h).status_code == 422
     assert client.post("/v1/search", json={"query": "x"}, headers=_h(member, "nope")).status_code == 404
     assert [b["name"] for b in client.get("/v1/branches", headers=member.h).json()["branches"]] == ["a"]
     # A branch of a branch, and the parent cannot be dropped under it.
@@ -235,8 +242,9 @@ def test_erasure_reaches_every_branch(client, world, admin_engine):
     assert r.status_code == 201
     _mem(client, bob, "bob in branch", branch="lab")
     with admin_engine.connect() as c:
-        before = c.execute(text("SELECT count(*) FROM episodes WHERE owner_id = :u AND branch_id IS NOT NULL"),
-                           {"u": bob.user_id}).scalar()
+        before = c.execute(
+            text("SELECT count(*) FROM episodes WHERE owner_id = :u AND branch_id IS NOT NULL"), {"u": bob.user_id}
+        ).scalar()
     assert before == 1
     assert client.delete(f"/v1/users/{bob.user_id}/data", headers=admin.h).status_code == 202
     with admin_engine.connect() as c:
@@ -254,8 +262,13 @@ def test_a_job_runs_in_its_branch(client, world, settings, app, embedder):
     _branch(client, steward, "consolidate-trial")
     r = client.post("/v1/jobs", json={"kind": "consolidate"}, headers=_h(steward, "consolidate-trial"))
     assert r.status_code == 202
-    ctx = JobContext(settings=settings, sessions=app.state.sessions, org_id=steward.org_id, job_id=r.json()["id"],
-                     resources=Resources(settings, _embedder=embedder))
+    ctx = JobContext(
+        settings=settings,
+        sessions=app.state.sessions,
+        org_id=steward.org_id,
+        job_id=r.json()["id"],
+        resources=Resources(settings, _embedder=embedder),
+    )
     job = run_job(ctx)
     assert job.status == "succeeded", job.error
     assert job.stats["merged"] == 1
@@ -271,9 +284,12 @@ def test_agent_profile_is_memory(client, world):
     member = world.user(org)
     outsider = world.user(other_org)
 
-    def profile(text_: str, kind: str, **kw) -> dict:  # noqa: ANN003
-        r = client.post("/v1/memories", json={"text": text_, "kind": kind, "agent_id": "support-bot",
-                                              "visibility": "org", **kw}, headers=steward.h)
+    def profile(text_: str, kind: str, **kw) -> dict:
+        r = client.post(
+            "/v1/memories",
+            json={"text": text_, "kind": kind, "agent_id": "support-bot", "visibility": "org", **kw},
+            headers=steward.h,
+        )
         assert r.status_code == 201, r.text
         return r.json()
 
@@ -282,8 +298,7 @@ def test_agent_profile_is_memory(client, world):
     profile("Password resets: send the self-service link, never reset by hand.", "skill")
     # Kinds and agent_id go together.
     assert client.post("/v1/memories", json={"text": "x", "kind": "instruction"}, headers=steward.h).status_code == 422
-    assert client.post("/v1/memories", json={"text": "x", "kind": "fact", "agent_id": "a"},
-                       headers=steward.h).status_code == 422
+    assert client.post("/v1/memories", json={"text": "x", "kind": "fact", "agent_id": "a"}, headers=steward.h).status_code == 422
     body = {"query": "a customer wants a refund for order 1234", "agent_id": "support-bot", "budget_tokens": 400}
     ctx = client.post("/v1/context", json=body, headers=member.h).json()
     names = [s["name"] for s in ctx["sections"]]
@@ -293,8 +308,11 @@ def test_agent_profile_is_memory(client, world):
     assert ctx["tokens"] <= 400
     # Versioned: the new instruction replaces the old; in a branch a trial prompt leaves main alone.
     client.post("/v1/branches", json={"name": "prompt-trial"}, headers=steward.h)
-    r = client.patch(f"/v1/memories/{instr['id']}", json={"text": "You are the support bot. Be brief."},
-                     headers={**steward.h, "Memscale-Branch": "prompt-trial"})
+    r = client.patch(
+        f"/v1/memories/{instr['id']}",
+        json={"text": "You are the support bot. Be brief."},
+        headers={**steward.h, "Memscale-Branch": "prompt-trial"},
+    )
     assert r.status_code == 200, r.text
     in_branch = client.post("/v1/context", json=body, headers={**member.h, "Memscale-Branch": "prompt-trial"}).json()
     assert "Be brief." in in_branch["text"] and "two sentences" not in in_branch["text"]
@@ -313,28 +331,47 @@ def test_distillation_in_a_branch_writes_only_there(client, world, settings, app
 
     org = world.org()
     steward = world.user(org, roles=("steward",))
-    before = client.post("/v1/episodes", json=ep("I always use the staging cluster for load tests.",
-                                                 kind="conversation", visibility="org"), headers=steward.h)
+    before = client.post(
+        "/v1/episodes",
+        json=ep("I always use the staging cluster for load tests.", kind="conversation", visibility="org"),
+        headers=steward.h,
+    )
     assert before.status_code == 201
     _branch(client, steward, "distil-trial")
-    r = client.post("/v1/episodes", json=ep("We never deploy on Fridays.", kind="conversation", visibility="org"),
-                    headers=_h(steward, "distil-trial"))
+    r = client.post(
+        "/v1/episodes",
+        json=ep("We never deploy on Fridays.", kind="conversation", visibility="org"),
+        headers=_h(steward, "distil-trial"),
+    )
     assert r.status_code == 201
-    job = client.post("/v1/jobs", json={"kind": "distill", "params": {"min_age_s": 0}},
-                      headers=_h(steward, "distil-trial")).json()
+    job = client.post(
+        "/v1/jobs", json={"kind": "distill", "params": {"min_age_s": 0}}, headers=_h(steward, "distil-trial")
+    ).json()
     fake = FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok", "memories": []}))
-    done = run_job(JobContext(settings=settings, sessions=app.state.sessions, org_id=steward.org_id,
-                              job_id=job["id"], resources=Resources(settings, _embedder=embedder, _gateway=fake)))
+    done = run_job(
+        JobContext(
+            settings=settings,
+            sessions=app.state.sessions,
+            org_id=steward.org_id,
+            job_id=job["id"],
+            resources=Resources(settings, _embedder=embedder, _gateway=fake),
+        )
+    )
     assert done.status == "succeeded", done.error
     with admin_engine.connect() as c:
-        rows = c.execute(text("SELECT branch_id IS NULL AS main, count(*) FROM memories WHERE org_id = :o GROUP BY 1"),
-                         {"o": steward.org_id}).all()
+        rows = c.execute(
+            text("SELECT branch_id IS NULL AS main, count(*) FROM memories WHERE org_id = :o GROUP BY 1"), {"o": steward.org_id}
+        ).all()
         quality = c.execute(text("SELECT quality FROM episodes WHERE id = :i"), {"i": before.json()["id"]}).scalar()
     assert dict(rows) == {False: done.stats["memories_created"]} and done.stats["memories_created"] >= 2
     assert quality is None  # the base episode's judgement stays the branch's business
     # Main's own distillation has not run: its watermark is untouched by the branch's.
-    assert client.post("/v1/search", json={"query": "deploy Fridays staging", "types": ["memory"]},
-                       headers=steward.h).json()["results"] == []
+    assert (
+        client.post("/v1/search", json={"query": "deploy Fridays staging", "types": ["memory"]}, headers=steward.h).json()[
+            "results"
+        ]
+        == []
+    )
 
 
 def test_idempotency_key_is_per_branch(client, world, admin_engine):
@@ -350,6 +387,7 @@ def test_idempotency_key_is_per_branch(client, world, admin_engine):
     assert first.status_code == again.status_code == 201
     assert first.json()["id"] == again.json()["id"] != main_id
     with admin_engine.connect() as c:
-        rows = c.execute(text("SELECT branch_id IS NULL, count(*) FROM episodes WHERE org_id = :o GROUP BY 1"),
-                         {"o": steward.org_id}).all()
+        rows = c.execute(
+            text("SELECT branch_id IS NULL, count(*) FROM episodes WHERE org_id = :o GROUP BY 1"), {"o": steward.org_id}
+        ).all()
     assert dict(rows) == {True: 1, False: 1}

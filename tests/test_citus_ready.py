@@ -37,10 +37,13 @@ FROM pg_class c WHERE c.relkind IN ('r', 'p') AND c.relnamespace = CAST(:schema 
 """
 
 
-def violations(conn, schema: str = "public", reference=REFERENCE, local=LOCAL) -> list[str]:  # noqa: ANN001
+def violations(conn, schema: str = "public", reference=REFERENCE, local=LOCAL) -> list[str]:
     tables = dict(conn.execute(text(TABLES), {"schema": schema}).all())
-    out = [f"{t}: no org_id and not listed as a reference or local table"
-           for t, has in tables.items() if not has and t not in reference | local]
+    out = [
+        f"{t}: no org_id and not listed as a reference or local table"
+        for t, has in tables.items()
+        if not has and t not in reference | local
+    ]
     tenant = {t for t, has in tables.items() if has and t not in reference | local}
     for r in conn.execute(text(CONSTRAINTS), {"schema": schema}).mappings():
         if r["tbl"] in tenant and r["kind"] in ("p", "u") and "org_id" not in r["cols"]:
@@ -62,8 +65,12 @@ def violations(conn, schema: str = "public", reference=REFERENCE, local=LOCAL) -
 def test_every_tenant_key_includes_org_id(admin_engine):
     with admin_engine.connect() as c:
         found = violations(c)
-        tenant = [t for (t,) in c.execute(text("SELECT table_name FROM information_schema.columns WHERE column_name = "
-                                               "'org_id' AND table_schema = 'public'"))]
+        tenant = [
+            t
+            for (t,) in c.execute(
+                text("SELECT table_name FROM information_schema.columns WHERE column_name = 'org_id' AND table_schema = 'public'")
+            )
+        ]
     assert found == []
     assert {"episodes", "memories", "chunks", "users", "audit_log", "retrieval_events"} <= set(tenant)
     # The hash partitions of episodes and memories (migration 0015) are checked like any table:
@@ -76,15 +83,24 @@ def test_the_check_catches_what_citus_would_refuse(admin_engine):
     with admin_engine.connect() as c:
         c.execute(text("CREATE SCHEMA citus_probe"))
         c.execute(text("CREATE TABLE citus_probe.orgs (id uuid PRIMARY KEY)"))
-        c.execute(text("CREATE TABLE citus_probe.users (org_id uuid REFERENCES citus_probe.orgs, id uuid, "
-                       "PRIMARY KEY (org_id, id))"))
-        c.execute(text("CREATE TABLE citus_probe.good (org_id uuid, id uuid, owner_id uuid, PRIMARY KEY (org_id, id), "
-                       "FOREIGN KEY (org_id, owner_id) REFERENCES citus_probe.users (org_id, id))"))
+        c.execute(
+            text("CREATE TABLE citus_probe.users (org_id uuid REFERENCES citus_probe.orgs, id uuid, PRIMARY KEY (org_id, id))")
+        )
+        c.execute(
+            text(
+                "CREATE TABLE citus_probe.good (org_id uuid, id uuid, owner_id uuid, PRIMARY KEY (org_id, id), "
+                "FOREIGN KEY (org_id, owner_id) REFERENCES citus_probe.users (org_id, id))"
+            )
+        )
         c.execute(text("CREATE TABLE citus_probe.bad_pk (org_id uuid, id uuid PRIMARY KEY)"))
-        c.execute(text("CREATE TABLE citus_probe.bad_fk (org_id uuid, id uuid, user_id uuid, PRIMARY KEY (org_id, id), "
-                       "UNIQUE (user_id))"))
-        c.execute(text("ALTER TABLE citus_probe.bad_fk ADD FOREIGN KEY (org_id, user_id) "
-                       "REFERENCES citus_probe.users (id, org_id)"))  # org_id paired with id: crosses shards
+        c.execute(
+            text(
+                "CREATE TABLE citus_probe.bad_fk (org_id uuid, id uuid, user_id uuid, PRIMARY KEY (org_id, id), UNIQUE (user_id))"
+            )
+        )
+        c.execute(
+            text("ALTER TABLE citus_probe.bad_fk ADD FOREIGN KEY (org_id, user_id) REFERENCES citus_probe.users (id, org_id)")
+        )  # org_id paired with id: crosses shards
         c.execute(text("CREATE UNIQUE INDEX ON citus_probe.good (owner_id)"))
         c.execute(text("CREATE TABLE citus_probe.loose (id uuid PRIMARY KEY)"))
         found = violations(c, "citus_probe")
@@ -108,21 +124,43 @@ def test_a_reference_across_orgs_is_refused(admin_engine, world, table):
     ua, ub = world.user(a), world.user(b)
     with admin_engine.connect() as c:
         if table == "episodes":
-            stmt = ("INSERT INTO episodes (org_id, owner_id, kind, content) VALUES (:o, :u, 'note', 'x')")
+            stmt = "INSERT INTO episodes (org_id, owner_id, kind, content) VALUES (:o, :u, 'note', 'x')"
         else:
-            c.execute(text("INSERT INTO sessions (id, org_id, owner_id, budget_tokens) VALUES (gen_random_uuid(), :o, :mine, 1000)"),
-                      {"o": ua.org_id, "mine": ua.user_id})
-            stmt = ("INSERT INTO session_messages (org_id, owner_id, session_id, seq, role, content, tokens) "
-                    "SELECT :o, :u, id, 1, 'user', 'x', 1 FROM sessions WHERE org_id = :o LIMIT 1")
+            c.execute(
+                text("INSERT INTO sessions (id, org_id, owner_id, budget_tokens) VALUES (gen_random_uuid(), :o, :mine, 1000)"),
+                {"o": ua.org_id, "mine": ua.user_id},
+            )
+            stmt = (
+                "INSERT INTO session_messages (org_id, owner_id, session_id, seq, role, content, tokens) "
+                "SELECT :o, :u, id, 1, 'user', 'x', 1 FROM sessions WHERE org_id = :o LIMIT 1"
+            )
         with pytest.raises(IntegrityError):
             c.execute(text(stmt), {"o": ua.org_id, "u": ub.user_id})
         c.rollback()
 
 
 # Tables whose statements need not name an org: the reference table and coordinator bookkeeping.
-TENANT_TABLES = ("episodes", "memories", "chunks", "knowledge_assets", "knowledge_nodes", "lineage_edges",
-                 "retrieval_events", "audit_log", "jobs", "users", "api_keys", "idempotency_keys", "sessions",
-                 "session_messages", "tool_calls", "cartridges", "branches", "branch_masks", "pipeline_cursors")
+TENANT_TABLES = (
+    "episodes",
+    "memories",
+    "chunks",
+    "knowledge_assets",
+    "knowledge_nodes",
+    "lineage_edges",
+    "retrieval_events",
+    "audit_log",
+    "jobs",
+    "users",
+    "api_keys",
+    "idempotency_keys",
+    "sessions",
+    "session_messages",
+    "tool_calls",
+    "cartridges",
+    "branches",
+    "branch_masks",
+    "pipeline_cursors",
+)
 
 
 def test_every_statement_names_the_org(client, world, app, run_job):
@@ -140,17 +178,19 @@ def test_every_statement_names_the_org(client, world, app, run_job):
     eng = app.state.sessions.kw["bind"]
     seen: list[str] = []
 
-    def capture(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
+    def capture(conn, cursor, statement, params, context, executemany):
         seen.append(statement)
 
     event.listen(eng, "before_cursor_execute", capture)
     try:
         org = world.org()
         steward, alice = world.user(org, roles=("steward",)), world.user(org)
-        e = client.post("/v1/episodes", json=ep("I always use the staging cluster for load tests.", kind="conversation"),
-                        headers=alice.h).json()
-        m = client.post("/v1/memories", json={"text": "deploys on tuesday", "kind": "fact", "visibility": "org"},
-                        headers=steward.h).json()
+        e = client.post(
+            "/v1/episodes", json=ep("I always use the staging cluster for load tests.", kind="conversation"), headers=alice.h
+        ).json()
+        m = client.post(
+            "/v1/memories", json={"text": "deploys on tuesday", "kind": "fact", "visibility": "org"}, headers=steward.h
+        ).json()
         client.patch(f"/v1/memories/{m['id']}", json={"text": "deploys on thursday"}, headers=steward.h)
         client.post("/v1/search", json={"query": "deploy"}, headers=alice.h)
         client.post("/v1/context", json={"query": "deploy", "as_of": m["recorded_at"]}, headers=alice.h)
@@ -161,8 +201,7 @@ def test_every_statement_names_the_org(client, world, app, run_job):
         client.post("/v1/branches", json={"name": "b"}, headers=steward.h)
         client.post("/v1/memories", json={"text": "x", "kind": "fact"}, headers={**steward.h, "Memscale-Branch": "b"})
         client.get("/v1/branches/b/diff", headers=steward.h)
-        fake = FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok",
-                                               "memories": []}))
+        fake = FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok", "memories": []}))
         assert run_job(alice.org_id, "distill", {"min_age_s": 0}, gateway=fake).status == "succeeded"
         assert run_job(alice.org_id, "consolidate", {}).status == "succeeded"
         client.delete(f"/v1/memories/{m['id']}", headers=steward.h)

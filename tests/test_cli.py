@@ -11,7 +11,7 @@ import uuid
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-def _cli(settings, *args) -> subprocess.CompletedProcess:  # noqa: ANN001
+def _cli(settings, *args) -> subprocess.CompletedProcess:
     env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url}
     return subprocess.run([sys.executable, "-m", "app", *args], env=env, capture_output=True, text=True, timeout=120)
 
@@ -21,15 +21,16 @@ def test_admin_cli_round_trip(settings, client):
     r = _cli(settings, "admin", "create-org", org)
     assert r.returncode == 0, r.stderr
     assert UUID_RE.match(r.stdout.strip()) and r.stdout.count("\n") == 1 and r.stderr == ""
-    r = _cli(settings, "admin", "create-user", "--org", org, "carol", "--role", "steward", "--group", "ops",
-             "--clearance", "pii")
+    r = _cli(settings, "admin", "create-user", "--org", org, "carol", "--role", "steward", "--group", "ops", "--clearance", "pii")
     assert r.returncode == 0 and UUID_RE.match(r.stdout.strip())
     r = _cli(settings, "admin", "create-key", "--org", org, "--user", "carol")
     key = r.stdout.strip()
     assert r.returncode == 0 and key.startswith("msk_") and r.stdout.count("\n") == 1
-    resp = client.post("/v1/episodes", json={"kind": "note", "content": "hello", "visibility": "group",
-                                             "groups": ["ops"], "labels": ["pii"]},
-                       headers={"Authorization": f"Bearer {key}"})
+    resp = client.post(
+        "/v1/episodes",
+        json={"kind": "note", "content": "hello", "visibility": "group", "groups": ["ops"], "labels": ["pii"]},
+        headers={"Authorization": f"Bearer {key}"},
+    )
     assert resp.status_code == 201
 
 
@@ -78,8 +79,11 @@ def test_branch_cli_round_trip(settings, client, world):
     r = _cli(settings, "branch", "create", "trial", "--org", org)  # acts as the org's first steward
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["name"] == "trial"
-    m = client.post("/v1/memories", json={"text": "cli branch memory", "kind": "fact", "visibility": "org"},
-                    headers={**steward.h, "Memscale-Branch": "trial"}).json()
+    m = client.post(
+        "/v1/memories",
+        json={"text": "cli branch memory", "kind": "fact", "visibility": "org"},
+        headers={**steward.h, "Memscale-Branch": "trial"},
+    ).json()
     assert [b["name"] for b in json.loads(_cli(settings, "branch", "list", "--org", org).stdout)] == ["trial"]
     diff = json.loads(_cli(settings, "branch", "diff", "trial", "--org", org).stdout)
     assert [(c["change"], c["id"]) for c in diff] == [("created", m["id"])]

@@ -55,8 +55,14 @@ def test_ops_and_errors(client, world):
 
 def test_episodes_round_trip(ms):
     c, actor = ms
-    ep = c.create_episode("the deploy failed because the cache was cold", kind="trajectory", outcome="failure",
-                          session_id="s-1", metadata={"ticket": 42}, labels=[])
+    ep = c.create_episode(
+        "the deploy failed because the cache was cold",
+        kind="trajectory",
+        outcome="failure",
+        session_id="s-1",
+        metadata={"ticket": 42},
+        labels=[],
+    )
     assert ep["kind"] == "trajectory" and ep["outcome"] == "failure" and ep["owner_id"] == str(actor.user_id)
     assert c.get_episode(ep["id"]) == ep
     # Idempotency: same key and body → the first result; same key, other body → 409.
@@ -139,11 +145,11 @@ def test_async_client_over_asgi(client, app, world):
 
 # --- contract tests for routes in progress (run as soon as they are served) -----------------------
 
+
 @needs("/v1/context")
 def test_context(ms):
     c, _ = ms
-    ep = c.create_episode("the billing service retries failed charges three times", kind="trajectory",
-                          outcome="success")
+    ep = c.create_episode("the billing service retries failed charges three times", kind="trajectory", outcome="success")
     ctx = c.context("how does billing retry charges", budget_tokens=300)
     assert ctx["tokens"] <= 300 and isinstance(ctx["sections"], list) and ctx["retrieval_id"]
     ids = {i["id"] for s in ctx["sections"] for i in s["items"]}

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC
 
 from sqlalchemy import text
 
 from tests.helpers import ep
 
 
-def _cli(settings, *args):  # noqa: ANN001
+def _cli(settings, *args):
     env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url}
     return subprocess.run([sys.executable, "-m", "app", *args], env=env, capture_output=True, text=True, timeout=120)
 
@@ -22,8 +23,11 @@ def test_lineage_up_and_down_with_redaction(client, world):
     bob = world.user(org)
     auditor = world.user(org, roles=["auditor"])
     e = client.post("/v1/episodes", json=ep("I always double-check wire transfers over 10k"), headers=alice.h).json()["id"]
-    m = client.post("/v1/memories", json={"text": "alice double-checks large wires", "kind": "procedure",
-                                          "sources": [{"type": "episode", "id": e}]}, headers=alice.h).json()["id"]
+    m = client.post(
+        "/v1/memories",
+        json={"text": "alice double-checks large wires", "kind": "procedure", "sources": [{"type": "episode", "id": e}]},
+        headers=alice.h,
+    ).json()["id"]
     up = client.get(f"/v1/lineage/memory/{m}?direction=up", headers=alice.h).json()
     assert {n["id"] for n in up["nodes"]} == {m, e}
     assert up["edges"][0]["relation"] == "distilled_from" and up["edges"][0]["to"]["id"] == e
@@ -44,9 +48,15 @@ def test_lineage_omits_hidden_nodes_for_non_auditors(client, world):
     alice, bob = world.user(org), world.user(org)
     mine = client.post("/v1/episodes", json=ep("deploy notes", visibility="org"), headers=alice.h).json()["id"]
     secret = client.post("/v1/episodes", json=ep("bob's private deploy notes"), headers=bob.h).json()["id"]
-    m = client.post("/v1/memories", json={"text": "deploys need notes", "kind": "rule",
-                                          "sources": [{"type": "episode", "id": mine}, {"type": "episode", "id": secret}]},
-                    headers=bob.h).json()["id"]
+    m = client.post(
+        "/v1/memories",
+        json={
+            "text": "deploys need notes",
+            "kind": "rule",
+            "sources": [{"type": "episode", "id": mine}, {"type": "episode", "id": secret}],
+        },
+        headers=bob.h,
+    ).json()["id"]
     # bob's memory is private to bob (a private source); alice cannot reach it from her episode.
     down = client.get(f"/v1/lineage/episode/{mine}?direction=down", headers=alice.h).json()
     assert {n["id"] for n in down["nodes"]} == {mine} and down["edges"] == []
@@ -91,8 +101,11 @@ def test_declassify_is_stewards_only_and_recorded(client, world, admin_engine):
     alice = world.user(org)
     steward = world.user(org, roles=["steward"])
     bob = world.user(org)
-    m = client.post("/v1/memories", json={"text": "use the blue deploy pipeline", "kind": "rule", "visibility": "org",
-                                          "labels": ["internal"]}, headers=alice.h).json()["id"]
+    m = client.post(
+        "/v1/memories",
+        json={"text": "use the blue deploy pipeline", "kind": "rule", "visibility": "org", "labels": ["internal"]},
+        headers=alice.h,
+    ).json()["id"]
     body = {"visibility": "org", "labels": [], "reason": "not sensitive after launch"}
     assert client.post(f"/v1/memories/{m}/declassify", json=body, headers=alice.h).status_code == 403
     assert client.get(f"/v1/memories/{m}", headers=bob.h).status_code == 404
@@ -104,8 +117,9 @@ def test_declassify_is_stewards_only_and_recorded(client, world, admin_engine):
     up = client.get(f"/v1/lineage/memory/{new['id']}?direction=up", headers=steward2.h).json()
     assert [e["relation"] for e in up["edges"]] == ["declassified_from"]
     with admin_engine.connect() as c:
-        d = c.execute(text("SELECT details FROM audit_log WHERE action = 'memory.declassify' AND target_id = :i"),
-                      {"i": new["id"]}).scalar()
+        d = c.execute(
+            text("SELECT details FROM audit_log WHERE action = 'memory.declassify' AND target_id = :i"), {"i": new["id"]}
+        ).scalar()
     assert d["reason"] == "not sensitive after launch" and d["from"]["labels"] == ["internal"]
     assert steward  # a steward without the label's clearance cannot even see it: 404
     assert client.post(f"/v1/memories/{new['id']}/declassify", json=body, headers=bob.h).status_code == 403
@@ -116,9 +130,19 @@ def test_right_to_be_forgotten(client, world, admin_engine):
     alice = world.user(org)
     admin = world.user(org, roles=["admin"])
     bob = world.user(org)
-    e = client.post("/v1/episodes", json=ep("alice's home address is 12 Elm Street", visibility="org"), headers=alice.h).json()["id"]
-    client.post("/v1/memories", json={"text": "alice lives on Elm Street", "kind": "fact", "visibility": "org",
-                                      "sources": [{"type": "episode", "id": e}]}, headers=alice.h)
+    e = client.post("/v1/episodes", json=ep("alice's home address is 12 Elm Street", visibility="org"), headers=alice.h).json()[
+        "id"
+    ]
+    client.post(
+        "/v1/memories",
+        json={
+            "text": "alice lives on Elm Street",
+            "kind": "fact",
+            "visibility": "org",
+            "sources": [{"type": "episode", "id": e}],
+        },
+        headers=alice.h,
+    )
     client.post("/v1/search", json={"query": "Elm Street"}, headers=alice.h)
     client.post("/v1/sessions", json={}, headers=alice.h)
     assert client.delete(f"/v1/users/{alice.user_id}/data", headers=bob.h).status_code == 404
@@ -128,12 +152,20 @@ def test_right_to_be_forgotten(client, world, admin_engine):
     assert job["status"] == "succeeded" and job["stats"]["episodes_removed"] == 1 and job["stats"]["keys_revoked"] == 1
     with admin_engine.connect() as c:
         for table, col in (("episodes", "content"), ("memories", "text"), ("retrieval_events", "query")):
-            n = c.execute(text(f"SELECT count(*) FROM {table} WHERE org_id = :o AND {col} ILIKE '%elm%'"),
-                          {"o": alice.org_id}).scalar()
+            n = c.execute(
+                text(f"SELECT count(*) FROM {table} WHERE org_id = :o AND {col} ILIKE '%elm%'"), {"o": alice.org_id}
+            ).scalar()
             assert n == 0, table
-        assert c.execute(text("SELECT count(*) FROM audit_log WHERE org_id = :o AND action = 'user.forget'"),
-                         {"o": alice.org_id}).scalar() == 1
-        assert "elm" not in str(c.execute(text("SELECT details FROM audit_log WHERE org_id = :o"), {"o": alice.org_id}).all()).lower()
+        assert (
+            c.execute(
+                text("SELECT count(*) FROM audit_log WHERE org_id = :o AND action = 'user.forget'"), {"o": alice.org_id}
+            ).scalar()
+            == 1
+        )
+        assert (
+            "elm"
+            not in str(c.execute(text("SELECT details FROM audit_log WHERE org_id = :o"), {"o": alice.org_id}).all()).lower()
+        )
     assert client.post("/v1/search", json={"query": "Elm Street home address"}, headers=bob.h).json()["results"] == []
     assert client.get("/healthz").status_code == 200
     assert client.post("/v1/episodes", json=ep("x"), headers=alice.h).status_code == 401
@@ -153,8 +185,9 @@ def test_retention_job(client, world, run_job, settings):
     steward = world.user(org, roles=("steward",))
     assert client.post("/v1/branches", json={"name": "keep-old"}, headers=steward.h).status_code == 201
     in_branch = {**alice.h, "Memscale-Branch": "keep-old"}
-    old_b = client.post("/v1/episodes", json=ep("old branch note", occurred_at="2020-01-01T00:00:00Z"),
-                        headers=in_branch).json()["id"]
+    old_b = client.post("/v1/episodes", json=ep("old branch note", occurred_at="2020-01-01T00:00:00Z"), headers=in_branch).json()[
+        "id"
+    ]
     assert client.get(f"/v1/episodes/{old_b}", headers=in_branch).status_code == 200
     job = run_job(alice.org_id, "retention")
     assert job.status == "succeeded" and job.stats["episodes_removed"] == 1
@@ -164,7 +197,7 @@ def test_retention_job(client, world, run_job, settings):
 def test_a_forged_well_formed_event_fails_the_seal(settings, client, world, admin_engine, tmp_path):
     """An attacker with only database credentials (here: the owner connection) appends an event
     whose chain hash is right: `audit verify` names it, because its seal needs the service's key."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from app.audit.service import _digest
 
@@ -176,22 +209,35 @@ def test_a_forged_well_formed_event_fails_the_seal(settings, client, world, admi
     (tmp_path / "cp.json").write_text(cp.stdout)
     assert _cli(settings, "audit", "verify", "--org", org, "--checkpoint", str(tmp_path / "cp.json")).returncode == 0
     with admin_engine.begin() as c:
-        seq, prev = c.execute(text("SELECT seq, hash FROM audit_log WHERE org_id = :o ORDER BY seq DESC LIMIT 1"),
-                              {"o": alice.org_id}).one()
-        at = datetime.now(timezone.utc)
+        seq, prev = c.execute(
+            text("SELECT seq, hash FROM audit_log WHERE org_id = :o ORDER BY seq DESC LIMIT 1"), {"o": alice.org_id}
+        ).one()
+        at = datetime.now(UTC)
         details = {"count": 1}
-        h = _digest(prev, alice.org_id, seq + 1, at, alice.user_id, "episode.delete", target_type="episode",
-                    target_id="x", details=details)
-        c.execute(text("INSERT INTO audit_log (org_id, seq, at, actor_id, action, target_type, target_id, details, "
-                       "prev_hash, hash, mac) VALUES (:o, :s, :at, :a, 'episode.delete', 'episode', 'x', "
-                       "'{\"count\": 1}', :p, :h, :m)"),
-                  {"o": alice.org_id, "s": seq + 1, "at": at, "a": alice.user_id, "p": prev, "h": h, "m": "0" * 64})
+        h = _digest(
+            prev,
+            alice.org_id,
+            seq + 1,
+            at,
+            alice.user_id,
+            "episode.delete",
+            target_type="episode",
+            target_id="x",
+            details=details,
+        )
+        c.execute(
+            text(
+                "INSERT INTO audit_log (org_id, seq, at, actor_id, action, target_type, target_id, details, "
+                "prev_hash, hash, mac) VALUES (:o, :s, :at, :a, 'episode.delete', 'episode', 'x', "
+                "'{\"count\": 1}', :p, :h, :m)"
+            ),
+            {"o": alice.org_id, "s": seq + 1, "at": at, "a": alice.user_id, "p": prev, "h": h, "m": "0" * 64},
+        )
     bad = _cli(settings, "audit", "verify", "--org", org)
     assert bad.returncode == 1 and bad.stdout.startswith(f"broken at seq {seq + 1}")
 
 
-def test_forgetting_calls_the_inference_tier_only_after_the_commit(client, world, run_job, admin_engine, tmp_path,
-                                                                      monkeypatch):
+def test_forgetting_calls_the_inference_tier_only_after_the_commit(client, world, run_job, admin_engine, tmp_path, monkeypatch):
     """The tier's chunk-KV drop is a network call: it happens once the deletion is committed (a
     separate connection already sees the assets gone), never inside the request's transaction."""
     from app.erasure import endpoints as erasure_endpoints
@@ -207,8 +253,7 @@ def test_forgetting_calls_the_inference_tier_only_after_the_commit(client, world
 
     def assets_of_alice() -> int:
         with admin_engine.connect() as c:  # the owner role, outside the request's transaction
-            return c.execute(text("SELECT count(*) FROM knowledge_assets WHERE owner_id = :u"),
-                             {"u": alice.user_id}).scalar()
+            return c.execute(text("SELECT count(*) FROM knowledge_assets WHERE owner_id = :u"), {"u": alice.user_id}).scalar()
 
     seen: dict = {}
 

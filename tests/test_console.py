@@ -49,16 +49,25 @@ def seeded(admin_engine, settings, client):
     eve = w.user(b, roles=["admin"])
     post = lambda path, body, who, **kw: client.post(path, json=body, headers=who.h, **kw)  # noqa: E731
     e1 = post("/v1/episodes", ep(f"invoice archive policy {XSS}", visibility="org"), alice).json()["id"]
-    m1 = post("/v1/memories", {"text": f"invoices are archived after 7 years {XSS}", "kind": "rule",
-                               "sources": [{"type": "episode", "id": e1}]}, alice).json()["id"]
-    m2 = post("/v1/memories", {"text": "ops rotate the invoice bucket keys monthly", "kind": "procedure",
-                               "visibility": "group", "groups": ["ops"]}, alice).json()["id"]
+    m1 = post(
+        "/v1/memories",
+        {"text": f"invoices are archived after 7 years {XSS}", "kind": "rule", "sources": [{"type": "episode", "id": e1}]},
+        alice,
+    ).json()["id"]
+    m2 = post(
+        "/v1/memories",
+        {"text": "ops rotate the invoice bucket keys monthly", "kind": "procedure", "visibility": "group", "groups": ["ops"]},
+        alice,
+    ).json()["id"]
     m3 = post("/v1/memories", {"text": "bob's org-wide note on invoices", "kind": "fact", "visibility": "org"}, bob).json()["id"]
     post("/v1/memories", {"text": "eve's invoices live elsewhere", "kind": "fact", "visibility": "org"}, eve)
     post(f"/v1/memories/{m3}/declassify", {"visibility": "org", "reason": f"reviewed {XSS}"}, bob)
     post("/v1/branches", {"name": "trial"}, bob)
-    client.post("/v1/memories", json={"text": f"branch-only rule {XSS}", "kind": "rule", "visibility": "org"},
-                headers={**bob.h, "Memscale-Branch": "trial"})
+    client.post(
+        "/v1/memories",
+        json={"text": f"branch-only rule {XSS}", "kind": "rule", "visibility": "org"},
+        headers={**bob.h, "Memscale-Branch": "trial"},
+    )
     post("/v1/jobs", {"kind": "distill"}, bob)
     post("/v1/jobs", {"kind": "consolidate"}, eve)
     post("/v1/context", {"query": "warm up", "budget_tokens": 300}, eve)  # loads the token counter once, here
@@ -78,7 +87,7 @@ def pages(client, path: str, who, **params) -> list[dict]:
 class Tab:
     """One signed-in browser tab; fails on any dialog, console error from a blocked script, or XSS flag."""
 
-    def __init__(self, browser, base_url: str, who, shots):  # noqa: ANN001
+    def __init__(self, browser, base_url: str, who, shots):
         self.ctx = browser.new_context(viewport={"width": 1280, "height": 860})
         self.ctx.set_default_timeout(60_000)  # two cores shared by the whole suite
         self.page, self.base, self.shots, self.dialogs = self.ctx.new_page(), base_url, shots, []
@@ -118,9 +127,10 @@ class Tab:
 def tab(browser, base_url, tmp_path):
     opened = []
 
-    def open_(who):  # noqa: ANN001, ANN202
+    def open_(who):
         opened.append(Tab(browser, base_url, who, tmp_path))
         return opened[-1]
+
     yield open_
     for t in opened:
         t.close()
@@ -179,7 +189,6 @@ def test_item_page_folds_in_the_lineage_and_hides_what_the_key_may_not_see(tab, 
         assert client.get(f"/v1/memories/{s['m1']}", headers=who.h).status_code == 404
 
 
-
 def test_item_page_lists_the_versions_the_key_may_see(tab, client, seeded):
     s = seeded
     for name in ("alice", "bob", "eve"):
@@ -216,8 +225,10 @@ def test_playground_shows_why_each_result_ranked_and_the_budgeted_context(tab, c
         assert t.page.locator("#results").count() == 1, (t.page.inner_text("#view"), t.errors)
         api = client.post("/v1/search", json={"query": "invoice archive", "k": 10, "mode": "hybrid"}, headers=who.h).json()
         assert t.ids("results") == [r["id"] for r in api["results"]], name
-        shares = t.page.eval_on_selector_all("#results tbody tr:first-child table.explain tr",
-                                             "rs => rs.map(r => [r.dataset.signal, r.cells[1].textContent, r.cells[2].textContent])")
+        shares = t.page.eval_on_selector_all(
+            "#results tbody tr:first-child table.explain tr",
+            "rs => rs.map(r => [r.dataset.signal, r.cells[1].textContent, r.cells[2].textContent])",
+        )
         signal_shares = [float(p.rstrip("%")) for n, p, _ in shares if n not in ("logistic", "rounding") and p]
         if api["results"] and signal_shares:
             assert sum(signal_shares) == pytest.approx(100, abs=0.2)
@@ -226,8 +237,9 @@ def test_playground_shows_why_each_result_ranked_and_the_budgeted_context(tab, c
         assert f"{ctx['tokens']} of 300 tokens" in t.page.inner_text("#view")
         t.safe()
         if api["results"]:  # the page shows the server's own explanation of the first result
-            first = client.post("/v1/search", json={"query": "invoice archive", "k": 10, "mode": "hybrid", "explain": True},
-                                headers=who.h).json()["results"][0]["explain"]["signals"]
+            first = client.post(
+                "/v1/search", json={"query": "invoice archive", "k": 10, "mode": "hybrid", "explain": True}, headers=who.h
+            ).json()["results"][0]["explain"]["signals"]
             assert {n: float(c) for n, _, c in shares} == pytest.approx({n: round(c, 4) for n, c in first.items()}, abs=1e-4)
             assert shares[-1][0] == "logistic" and sum(first.values()) == pytest.approx(api["results"][0]["score"], abs=1e-9)
         if name == "alice":
@@ -289,8 +301,10 @@ def test_verify_chain_shows_the_services_check_of_the_callers_chain(tab, client,
 def test_retention_rules_show_what_the_next_run_removes(tab, client, seeded, admin_engine):
     s = seeded
     with admin_engine.begin() as c:
-        c.execute(text("UPDATE orgs SET settings = CAST(:s AS jsonb) WHERE id = :o"),
-                  {"s": json.dumps({"retention": {"episode": 3650}}), "o": s["alice"].org_id})
+        c.execute(
+            text("UPDATE orgs SET settings = CAST(:s AS jsonb) WHERE id = :o"),
+            {"s": json.dumps({"retention": {"episode": 3650}}), "o": s["alice"].org_id},
+        )
     for name in ("alice", "bob", "eve"):
         who = s[name]
         r = client.get("/v1/retention", headers=who.h)

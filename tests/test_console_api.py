@@ -27,12 +27,16 @@ def test_memory_and_episode_lists_hold_only_what_each_caller_may_see(client, wor
     org, other = world.org(), world.org()
     alice, bob = world.user(org, groups=["ops"]), world.user(org, groups=["ops"])
     eve = world.user(other, roles=["admin"])
-    mine = [client.post("/v1/memories", json={"text": f"alice private {i}", "kind": "fact"}, headers=alice.h).json()["id"]
-            for i in range(5)]
-    shared = client.post("/v1/memories", json={"text": "ops runbook", "kind": "rule", "visibility": "group",
-                                               "groups": ["ops"]}, headers=alice.h).json()["id"]
-    bobs = client.post("/v1/memories", json={"text": "bob org note", "kind": "fact", "visibility": "org"},
-                       headers=bob.h).json()["id"]
+    mine = [
+        client.post("/v1/memories", json={"text": f"alice private {i}", "kind": "fact"}, headers=alice.h).json()["id"]
+        for i in range(5)
+    ]
+    shared = client.post(
+        "/v1/memories", json={"text": "ops runbook", "kind": "rule", "visibility": "group", "groups": ["ops"]}, headers=alice.h
+    ).json()["id"]
+    bobs = client.post("/v1/memories", json={"text": "bob org note", "kind": "fact", "visibility": "org"}, headers=bob.h).json()[
+        "id"
+    ]
     client.post("/v1/memories", json={"text": "eve elsewhere", "kind": "fact", "visibility": "org"}, headers=eve.h)
     # Pages of 2: the union of the pages is exactly the visible set, in id order, no repeats.
     got = _all(client, "/v1/memories", alice.h, limit=2)
@@ -57,8 +61,9 @@ def test_memory_and_episode_lists_hold_only_what_each_caller_may_see(client, wor
     assert {e["id"] for e in _all(client, "/v1/episodes", bob.h)} == {e_org}
     assert {e["content"] for e in _all(client, "/v1/episodes", eve.h)} == {"eve episode"}
     # A cursor taken from another org's page reads nothing of this org.
-    assert _all(client, "/v1/episodes", eve.h, cursor="00000000-0000-0000-0000-000000000000") == \
-        _all(client, "/v1/episodes", eve.h)
+    assert _all(client, "/v1/episodes", eve.h, cursor="00000000-0000-0000-0000-000000000000") == _all(
+        client, "/v1/episodes", eve.h
+    )
     # Each page handed out content, so it is recorded as a retrieval of its items.
     seen = client.get("/v1/retrievals", params={"item_id": e_priv}, headers=alice.h).json()["retrievals"]
     assert "list" in {r["kind"] for r in seen}
@@ -67,9 +72,15 @@ def test_memory_and_episode_lists_hold_only_what_each_caller_may_see(client, wor
 def test_list_parameters_are_checked(client, world):
     org = world.org()
     alice = world.user(org)
-    for path, params in (("/v1/memories", {"limit": 0}), ("/v1/memories", {"limit": 501}), ("/v1/memories", {"cursor": "x"}),
-                         ("/v1/memories", {"status": "deleted"}), ("/v1/episodes", {"visibility": "public"}),
-                         ("/v1/episodes", {"label": "a b"}), ("/v1/jobs", {"cursor": "1"})):
+    for path, params in (
+        ("/v1/memories", {"limit": 0}),
+        ("/v1/memories", {"limit": 501}),
+        ("/v1/memories", {"cursor": "x"}),
+        ("/v1/memories", {"status": "deleted"}),
+        ("/v1/episodes", {"visibility": "public"}),
+        ("/v1/episodes", {"label": "a b"}),
+        ("/v1/jobs", {"cursor": "1"}),
+    ):
         r = client.get(path, params=params, headers=alice.h)
         assert r.status_code == 422 and r.json()["error"]["code"], (path, params, r.text)
     assert client.get("/v1/memories").status_code == 401
@@ -92,8 +103,9 @@ def _tamper(admin_engine, org_id, seq: int) -> None:
     """Edit a stored event as a superuser would (past the append-only trigger), without rehashing."""
     with admin_engine.begin() as c:
         c.execute(text("SET LOCAL session_replication_role = replica"))
-        c.execute(text("UPDATE audit_log SET details = '{\"count\": 99}' WHERE org_id = :o AND seq = :s"),
-                  {"o": org_id, "s": seq})
+        c.execute(
+            text("UPDATE audit_log SET details = '{\"count\": 99}' WHERE org_id = :o AND seq = :s"), {"o": org_id, "s": seq}
+        )
 
 
 def test_audit_verify_runs_the_services_check_for_the_callers_org_only(client, world, admin_engine, settings):
@@ -129,8 +141,16 @@ def test_audit_verify_runs_the_services_check_for_the_callers_org_only(client, w
         eves = checkpoint(db, eve.org_id, settings.audit_secret())
     r = client.post("/v1/audit/verify", json={"since_seq": 4, "checkpoint": eves}, headers=auditor.h).json()
     assert r["ok"] is False and r["first_broken"]["reason"].startswith("checkpoint mismatch")
-    for body in ({"since_seq": 0}, {"limit": 0}, {"limit": 100_001}, {"checkpoint": {"seq": 1}}, {"since": 1},
-                 {"checkpoint": {**cp, "hash": "zz"}}, {"checkpoint": {**cp, "seq": False}}, {"limit": True}):
+    for body in (
+        {"since_seq": 0},
+        {"limit": 0},
+        {"limit": 100_001},
+        {"checkpoint": {"seq": 1}},
+        {"since": 1},
+        {"checkpoint": {**cp, "hash": "zz"}},
+        {"checkpoint": {**cp, "seq": False}},
+        {"limit": True},
+    ):
         r = client.post("/v1/audit/verify", json=body, headers=auditor.h)
         assert r.status_code == 422 and r.json()["error"]["code"], (body, r.text)
 
@@ -149,8 +169,10 @@ def test_retention_lists_the_rules_and_what_the_next_run_removes(client, world, 
     client.post("/v1/episodes", json=ep("eve old", occurred_at=old), headers=eve.h)
     assert client.get("/v1/retention", headers=steward.h).json()["rules"] == []
     with admin_engine.begin() as c:
-        c.execute(text("UPDATE orgs SET settings = CAST(:s AS jsonb) WHERE id = :o"),
-                  {"s": json.dumps({"retention": {"episode": 365}}), "o": alice.org_id})
+        c.execute(
+            text("UPDATE orgs SET settings = CAST(:s AS jsonb) WHERE id = :o"),
+            {"s": json.dumps({"retention": {"episode": 365}}), "o": alice.org_id},
+        )
     for who in (steward, auditor):  # the whole org's due items, though neither may read them
         rules = client.get("/v1/retention", headers=who.h).json()["rules"]
         assert [(r["item_type"], r["days"], r["due"]) for r in rules] == [("episode", 365, 2)]
@@ -166,8 +188,11 @@ def test_versions_of_a_memory_are_those_the_caller_may_see(client, world):
     alice, bob = world.user(org, roles=["steward"], groups=["ops"]), world.user(org, groups=["ops"])
     eve = world.user(other, roles=["admin"])
     v1 = client.post("/v1/memories", json={"text": "deploys on friday", "kind": "rule"}, headers=alice.h).json()
-    v2 = client.post(f"/v1/memories/{v1['id']}/declassify", json={"visibility": "group", "groups": ["ops"],
-                                                                  "reason": "ops need it"}, headers=alice.h).json()
+    v2 = client.post(
+        f"/v1/memories/{v1['id']}/declassify",
+        json={"visibility": "group", "groups": ["ops"], "reason": "ops need it"},
+        headers=alice.h,
+    ).json()
     v3 = client.patch(f"/v1/memories/{v2['id']}", json={"text": "deploys on wednesday"}, headers=alice.h).json()
     got = client.get(f"/v1/memories/{v1['id']}/versions", headers=alice.h).json()
     assert [m["id"] for m in got["items"]] == [v3["id"], v2["id"], v1["id"]] and got["next_cursor"] is None
@@ -180,8 +205,9 @@ def test_versions_of_a_memory_are_those_the_caller_may_see(client, world):
     # as_of: the versions recorded by then.
     at = client.get(f"/v1/memories/{v1['id']}/versions", params={"as_of": v2["recorded_at"]}, headers=alice.h).json()
     assert [m["id"] for m in at["items"]] == [v2["id"], v1["id"]]
-    assert client.get(f"/v1/memories/{v1['id']}/versions", params={"limit": 1}, headers=alice.h).json()["items"][0]["id"] \
-        == v3["id"]
+    assert (
+        client.get(f"/v1/memories/{v1['id']}/versions", params={"limit": 1}, headers=alice.h).json()["items"][0]["id"] == v3["id"]
+    )
     for params in ({"limit": 0}, {"limit": 501}, {"as_of": "yesterday"}):
         assert client.get(f"/v1/memories/{v1['id']}/versions", params=params, headers=alice.h).status_code == 422
     assert client.get("/v1/memories/not-an-id/versions", headers=alice.h).status_code == 422

@@ -14,7 +14,7 @@ def test_contradiction_rules():
     assert not contradicts("Deploys happen on Tuesday", "Deploys happen every Tuesday")
 
 
-def _mem(client, actor, text_, **kw):  # noqa: ANN001
+def _mem(client, actor, text_, **kw):
     r = client.post("/v1/memories", json={"text": text_, "kind": "rule", **kw}, headers=actor.h)
     assert r.status_code == 201, r.text
     return r.json()["id"]
@@ -37,8 +37,13 @@ def test_merge_duplicates_and_resolve_conflicts(client, world, run_job, admin_en
     assert status(old)["status"] == "superseded" and status(old)["valid_to"]
     assert status(new)["status"] == "active" and status(other)["status"] == "active"
     with admin_engine.connect() as c:
-        rels = c.execute(text("SELECT relation FROM lineage_edges WHERE org_id = :o AND job_id = :j"),
-                         {"o": alice.org_id, "j": job.id}).scalars().all()
+        rels = (
+            c.execute(
+                text("SELECT relation FROM lineage_edges WHERE org_id = :o AND job_id = :j"), {"o": alice.org_id, "j": job.id}
+            )
+            .scalars()
+            .all()
+        )
     assert sorted(rels) == ["merged_from", "supersedes"]
     again = run_job(alice.org_id, "consolidate", {})
     assert again.stats["merged"] == again.stats["superseded"] == 0
@@ -60,6 +65,9 @@ def test_schema_hints_revalidated_after_a_table_drop(client, world, run_job, tmp
     assert boot.stats["tables_dropped"] == 1
     job = run_job(steward.org_id, "consolidate", {})
     assert job.stats["quarantined"] == 1
-    hints = client.post("/v1/search", json={"query": "table columns", "types": ["memory"],
-                                            "filters": {"kinds": ["schema_hint"]}}, headers=steward.h).json()["results"]
+    hints = client.post(
+        "/v1/search",
+        json={"query": "table columns", "types": ["memory"], "filters": {"kinds": ["schema_hint"]}},
+        headers=steward.h,
+    ).json()["results"]
     assert [h["text"].split()[1] for h in hints] == ["a"]

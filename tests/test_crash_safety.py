@@ -38,14 +38,18 @@ def _error(r: httpx.Response) -> dict:
 # (a) kill -9 the API during a batch write
 
 
-def _writing_backends(admin_engine) -> int:  # noqa: ANN001
+def _writing_backends(admin_engine) -> int:
     """Backends of the API role with an open transaction that has written (an xid) — not committed."""
     with admin_engine.connect() as c:
-        return c.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                              "AND usename = 'memscale_app' AND backend_xid IS NOT NULL")).scalar()
+        return c.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND usename = 'memscale_app' AND backend_xid IS NOT NULL"
+            )
+        ).scalar()
 
 
-def _episodes(admin_engine, org_id) -> list[str]:  # noqa: ANN001
+def _episodes(admin_engine, org_id) -> list[str]:
     with admin_engine.connect() as c:
         return [str(x) for x in c.execute(text("SELECT id FROM episodes WHERE org_id = :o"), {"o": org_id}).scalars()]
 
@@ -54,8 +58,14 @@ def _episodes(admin_engine, org_id) -> list[str]:  # noqa: ANN001
 def test_kill9_during_batch_write_leaves_no_partial_batch_and_retry_is_exactly_once(settings, world, admin_engine):
     org = world.org()
     alice = world.user(org)
-    items = [{"kind": "note", "content": f"crash-batch item {i}: the deploy of service {i % 17} needed a cache warm-up",
-              "metadata": {"i": i}} for i in range(BATCH)]
+    items = [
+        {
+            "kind": "note",
+            "content": f"crash-batch item {i}: the deploy of service {i % 17} needed a cache warm-up",
+            "metadata": {"i": i},
+        }
+        for i in range(BATCH)
+    ]
     headers = {**alice.h, "Idempotency-Key": f"crash-{uuid.uuid4().hex}"}
 
     api = ApiProcess(settings)
@@ -65,8 +75,9 @@ def test_kill9_during_batch_write_leaves_no_partial_batch_and_retry_is_exactly_o
 
         def send() -> None:
             try:
-                outcome["response"] = httpx.post(f"{api.base}/v1/episodes/batch", json={"items": items},
-                                                 headers=headers, timeout=120)
+                outcome["response"] = httpx.post(
+                    f"{api.base}/v1/episodes/batch", json={"items": items}, headers=headers, timeout=120
+                )
             except httpx.TransportError as exc:
                 outcome["error"] = exc
 
@@ -117,7 +128,7 @@ def test_kill9_during_batch_write_leaves_no_partial_batch_and_retry_is_exactly_o
 # (b) stop and restart PostgreSQL during traffic
 
 
-def _pg(pgdir: Path):  # noqa: ANN202
+def _pg(pgdir: Path):
     """The embedded server on our private data dir, run as app/kit/database/pg.py runs it."""
     from app.config import Settings
     from app.kit.database.embedded_pg import EmbeddedPostgres
@@ -162,7 +173,7 @@ def private_pg():
 class _LiveApp:
     """The real app under uvicorn on a loopback port, in this process."""
 
-    def __init__(self, app):  # noqa: ANN001
+    def __init__(self, app):
         import uvicorn
 
         self.port = free_port()
@@ -190,7 +201,7 @@ class Traffic:
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
 
-    def _record(self, op: str, status: int, body, content=None) -> None:  # noqa: ANN001
+    def _record(self, op: str, status: int, body, content=None) -> None:
         with self._lock:
             self.log.append((time.time(), op, status, body, content))
 
@@ -232,7 +243,7 @@ class Traffic:
             return [e for e in self.log if t0 <= e[0] < t1]
 
 
-def _wait_for(pred, timeout: float, what: str) -> None:  # noqa: ANN001
+def _wait_for(pred, timeout: float, what: str) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if pred():
@@ -258,8 +269,7 @@ def test_postgres_restart_under_traffic_gives_503_then_recovers_without_api_rest
         traffic.start()
 
         t_up = time.time()
-        _wait_for(lambda: sum(1 for e in traffic.between(t_up, time.time()) if e[2] in (200, 201)) >= 10, 60,
-                  "traffic to flow")
+        _wait_for(lambda: sum(1 for e in traffic.between(t_up, time.time()) if e[2] in (200, 201)) >= 10, 60, "traffic to flow")
         before = traffic.between(t_up, time.time())
         assert all(e[2] in (200, 201) for e in before), [e[1:4] for e in before if e[2] not in (200, 201)][:5]
 
@@ -267,14 +277,19 @@ def test_postgres_restart_under_traffic_gives_503_then_recovers_without_api_rest
         t_stop = time.time()
         _pg_stop(pgdir)
         t_down = time.time()
-        _wait_for(lambda: time.time() - t_down >= 2.0 and
-                  sum(1 for e in traffic.between(t_down, time.time()) if e[1] != "ready") >= 20, 60,
-                  "two seconds of requests while PostgreSQL is down")
+        _wait_for(
+            lambda: time.time() - t_down >= 2.0 and sum(1 for e in traffic.between(t_down, time.time()) if e[1] != "ready") >= 20,
+            60,
+            "two seconds of requests while PostgreSQL is down",
+        )
         t_start = time.time()
         _pg_start(pgdir)
         t_back = time.time()
-        _wait_for(lambda: any(e[2] in (200, 201) for e in traffic.between(t_back, time.time())), 30,
-                  "the first 2xx after PostgreSQL is back")
+        _wait_for(
+            lambda: any(e[2] in (200, 201) for e in traffic.between(t_back, time.time())),
+            30,
+            "the first 2xx after PostgreSQL is back",
+        )
         t_ok = min(e[0] for e in traffic.between(t_back, time.time()) if e[2] in (200, 201))
         time.sleep(1.0)  # a second of traffic after recovery
         traffic.stop()
@@ -282,8 +297,9 @@ def test_postgres_restart_under_traffic_gives_503_then_recovers_without_api_rest
 
         everything = traffic.between(0, t_end)
         assert not [e for e in everything if e[2] == -1], "the API process must stay reachable"
-        assert not [e for e in everything if e[2] >= 500 and e[2] != 503], \
-            [e[1:4] for e in everything if e[2] >= 500 and e[2] != 503][:5]
+        assert not [e for e in everything if e[2] >= 500 and e[2] != 503], [
+            e[1:4] for e in everything if e[2] >= 500 and e[2] != 503
+        ][:5]
         # While the server is down (after pg_ctl stop returned, before start was called): only 503s.
         down = traffic.between(t_down, t_start)
         assert len(down) >= 20
@@ -293,24 +309,25 @@ def test_postgres_restart_under_traffic_gives_503_then_recovers_without_api_rest
             assert isinstance(body["error"]["message"], str)
         # Back without restarting the app: from the first 2xx on, everything succeeds.
         after = traffic.between(t_ok, t_end)
-        assert len(after) >= 5 and all(e[2] in (200, 201) for e in after), \
-            [e[1:4] for e in after if e[2] not in (200, 201)][:5]
+        assert len(after) >= 5 and all(e[2] in (200, 201) for e in after), [e[1:4] for e in after if e[2] not in (200, 201)][:5]
         assert t_ok - t_back < 10, f"recovery took {t_ok - t_back:.1f}s after PostgreSQL was back"
         # Nothing acknowledged is lost; nothing refused is stored (a COMMIT cut by the shutdown may
         # have landed although its answer was a 503: at most one such, and only during the stop).
         with admin.connect() as c:
-            stored = set(c.execute(text("SELECT content FROM episodes WHERE org_id = :o"),
-                                   {"o": actor.org_id}).scalars())
+            stored = set(c.execute(text("SELECT content FROM episodes WHERE org_id = :o"), {"o": actor.org_id}).scalars())
         acked = {e[4] for e in everything if e[1] == "write" and e[2] == 201}
         refused = {e[4] for e in everything if e[1] == "write" and e[2] != 201}
         assert acked <= stored, f"{len(acked - stored)} acknowledged writes lost"
         landed_anyway = refused & stored
-        assert len(landed_anyway) <= 1 and all(
-            t_stop <= e[0] < t_down + 1 for e in everything if e[4] in landed_anyway), landed_anyway
+        assert len(landed_anyway) <= 1 and all(t_stop <= e[0] < t_down + 1 for e in everything if e[4] in landed_anyway), (
+            landed_anyway
+        )
         assert stored <= acked | refused
-        print(f"\npg restart: {len(before)} ok before, {len(down)} x 503 while down "
-              f"({t_start - t_down:.1f}s), first 2xx {t_ok - t_back:.2f}s after start, {len(after)} ok after; "
-              f"{len(acked)} writes acknowledged, all stored; {len(landed_anyway)} refused writes stored")
+        print(
+            f"\npg restart: {len(before)} ok before, {len(down)} x 503 while down "
+            f"({t_start - t_down:.1f}s), first 2xx {t_ok - t_back:.2f}s after start, {len(after)} ok after; "
+            f"{len(acked)} writes acknowledged, all stored; {len(landed_anyway)} refused writes stored"
+        )
     finally:
         if traffic is not None:
             traffic.stop()

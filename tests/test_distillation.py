@@ -13,17 +13,21 @@ from app.llm.fake import FakeGateway
 def _fake() -> FakeGateway:
     # Judge says useful; extraction returns nothing from the "LLM", so the deterministic rule
     # extractor (documented in docs/llm.md) produces the memories. Tests the plumbing, not the model.
-    return FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok",
-                                           "memories": []}))
+    return FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok", "memories": []}))
 
 
 def _memories(admin_engine, org_id):
     with admin_engine.connect() as c:
-        return c.execute(text("SELECT id, text, owner_id, visibility, groups, labels, status FROM memories "
-                              "WHERE org_id = :o ORDER BY recorded_at"), {"o": org_id}).all()
+        return c.execute(
+            text(
+                "SELECT id, text, owner_id, visibility, groups, labels, status FROM memories "
+                "WHERE org_id = :o ORDER BY recorded_at"
+            ),
+            {"o": org_id},
+        ).all()
 
 
-def _post(client, actor, content, **kw):  # noqa: ANN001
+def _post(client, actor, content, **kw):
     r = client.post("/v1/episodes", json={"kind": "conversation", "content": content, **kw}, headers=actor.h)
     assert r.status_code == 201, r.text
     return r.json()["id"]
@@ -41,8 +45,9 @@ def test_private_episodes_give_private_memories(client, world, run_job, admin_en
     for m in mems:
         assert client.get(f"/v1/memories/{m.id}", headers=bob.h).status_code == 404
         assert client.get(f"/v1/memories/{m.id}", headers=alice.h).status_code == 200
-    lineage = client.post("/v1/search", json={"query": "staging cluster load tests", "types": ["memory"]},
-                          headers=bob.h).json()["results"]
+    lineage = client.post("/v1/search", json={"query": "staging cluster load tests", "types": ["memory"]}, headers=bob.h).json()[
+        "results"
+    ]
     assert lineage == []
 
 
@@ -73,10 +78,14 @@ def test_mixed_owners_never_share_a_memory(client, world, run_job, admin_engine)
     job = run_job(alice.org_id, "distill", {"min_age_s": 0}, gateway=_fake())
     assert job.status == "succeeded"
     with admin_engine.connect() as c:
-        rows = c.execute(text(
-            "SELECT m.id, m.owner_id, array_agg(DISTINCT e.owner_id) AS src_owners FROM memories m "
-            "JOIN lineage_edges l ON l.from_id = m.id AND l.relation = 'distilled_from' "
-            "JOIN episodes e ON e.id = l.to_id WHERE m.org_id = :o GROUP BY m.id, m.owner_id"), {"o": alice.org_id}).all()
+        rows = c.execute(
+            text(
+                "SELECT m.id, m.owner_id, array_agg(DISTINCT e.owner_id) AS src_owners FROM memories m "
+                "JOIN lineage_edges l ON l.from_id = m.id AND l.relation = 'distilled_from' "
+                "JOIN episodes e ON e.id = l.to_id WHERE m.org_id = :o GROUP BY m.id, m.owner_id"
+            ),
+            {"o": alice.org_id},
+        ).all()
     assert rows
     for r in rows:
         assert r.src_owners == [r.owner_id]
@@ -117,8 +126,12 @@ def test_end_to_end_with_the_real_local_model(client, world, run_job, admin_engi
     alice = world.user(org)
     # The statement keeps a "you", so the local model is asked to restate it; its answer is kept
     # only if verified (values kept, grounded, no first/second person), else the rule text stays.
-    _post(client, alice, "Customer asked for a refund. Always check the order status in the billing "
-                         "dashboard before you approve a refund.", outcome="success")
+    _post(
+        client,
+        alice,
+        "Customer asked for a refund. Always check the order status in the billing dashboard before you approve a refund.",
+        outcome="success",
+    )
     gw = Gateway("local/smollm2", data_dir=settings.data_dir, timeout_s=120, max_retries=1)
     job = run_job(alice.org_id, "distill", {"min_age_s": 0}, gateway=gw)
     assert job.status == "succeeded", job.error

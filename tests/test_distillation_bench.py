@@ -40,8 +40,7 @@ def test_scorer_counts_recall_precision_chatter_scope_and_quality():
     assert r["chatter_yield"] == 1.0 and r["duplicate_rate"] == round(1 / 3, 3)
     assert r["scope_wider"] == 1 and r["scope_exact"] == round(2 / 3, 3) and r["speaker_prefix"] == 1
     assert states("Deploys are frozen on Friday.", "frz") and not states("Deploys are frozen.", "frz")
-    assert quality_flags("It is frozen. Ask Bob.") == {"speaker_prefix": False, "one_sentence": False,
-                                                        "self_contained": False}
+    assert quality_flags("It is frozen. Ask Bob.") == {"speaker_prefix": False, "one_sentence": False, "self_contained": False}
 
 
 @pytest.mark.slow

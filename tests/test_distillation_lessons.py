@@ -12,10 +12,11 @@ from pipelines.distillation.extraction import rule_extract
 from pipelines.distillation.judging import usefulness_heuristic
 from pipelines.distillation.steps import EpisodeText
 
-FRIDAY = ("User: Remember that production deploys are frozen every Friday, team rule FRZ-2. "
-          "Assistant: Noted, no Friday deploys.")
-CHF = ("User: Report all revenue figures in Swiss francs, code CHF, never in dollars.\n"
-       "Assistant: Understood, I will use CHF from now on.")
+FRIDAY = "User: Remember that production deploys are frozen every Friday, team rule FRZ-2. Assistant: Noted, no Friday deploys."
+CHF = (
+    "User: Report all revenue figures in Swiss francs, code CHF, never in dollars.\n"
+    "Assistant: Understood, I will use CHF from now on."
+)
 
 
 def _stmts(content: str, kind: str = "conversation") -> list[str]:
@@ -42,29 +43,39 @@ def test_statement_rewriting():
     assert statements.statement("our fiscal year starts on 1 February") == "The fiscal year starts on 1 February."
     # rewriting never changes what a statement says: a negation stays, a region code is not a pronoun
     assert statements.statement("Heads up: no production releases on Fridays.") == "No production releases on Fridays."
-    assert statements.statement("Exports go to eu-west; the us bucket is for analytics.") == \
-        "Exports go to eu-west; the us bucket is for analytics."
+    assert (
+        statements.statement("Exports go to eu-west; the us bucket is for analytics.")
+        == "Exports go to eu-west; the us bucket is for analytics."
+    )
 
 
 def test_corrections_and_trajectory_fixes_are_lessons():
-    corr = _stmts("Assistant: Q1 covers January to March.\nUser: No, that's wrong. The fiscal year starts in "
-                  "February, so Q1 is February to April.")
+    corr = _stmts(
+        "Assistant: Q1 covers January to March.\nUser: No, that's wrong. The fiscal year starts in "
+        "February, so Q1 is February to April."
+    )
     assert corr == ["The fiscal year starts in February, so Q1 is February to April."]
-    traj = _stmts("Task: fetch invoice 7\nTool: GET /api/invoices/7 -> 404 Not Found\nAgent: The invoices endpoint "
-                  "moved under /api/v2.\nTool: GET /api/v2/invoices/7 -> 200 OK", kind="trajectory")
+    traj = _stmts(
+        "Task: fetch invoice 7\nTool: GET /api/invoices/7 -> 404 Not Found\nAgent: The invoices endpoint "
+        "moved under /api/v2.\nTool: GET /api/v2/invoices/7 -> 200 OK",
+        kind="trajectory",
+    )
     assert traj == ["The invoices endpoint moved under /api/v2."]
     # progress talk of the agent is not a lesson; a successful call with nothing learnt gives nothing
     assert _stmts("Task: ping\nTool: http_get(/health) -> 200 OK\nAgent: The service is healthy.", "trajectory") == []
 
 
-@pytest.mark.parametrize("chatter", [
-    "User: hi! how are you today?\nAssistant: I'm fine, thanks.",
-    "User: thanks, that worked!\nAssistant: Glad to help.",
-    "Heads up, I'm running 5 minutes late to the sync.",
-    "User: Should we always use the staging cluster?\nAssistant: Depends.",
-    "User: never mind, I found it myself.\nAssistant: Great!",
-    "User: What is the capital of Australia?\nAssistant: Canberra is the capital of Australia.",
-])
+@pytest.mark.parametrize(
+    "chatter",
+    [
+        "User: hi! how are you today?\nAssistant: I'm fine, thanks.",
+        "User: thanks, that worked!\nAssistant: Glad to help.",
+        "Heads up, I'm running 5 minutes late to the sync.",
+        "User: Should we always use the staging cluster?\nAssistant: Depends.",
+        "User: never mind, I found it myself.\nAssistant: Great!",
+        "User: What is the capital of Australia?\nAssistant: Canberra is the capital of Australia.",
+    ],
+)
 def test_chatter_gives_nothing_and_scores_low(chatter):
     assert _stmts(chatter) == []
     assert usefulness_heuristic(EpisodeText("c", "conversation", chatter))[0] < 0.4
@@ -77,7 +88,8 @@ def test_injection_is_never_a_lesson():
 
 # -- through the real service, with the real local model ------------------------------------------
 
-def _post(client, actor, content, **kw):  # noqa: ANN001
+
+def _post(client, actor, content, **kw):
     r = client.post("/v1/episodes", json={"kind": "conversation", "content": content, **kw}, headers=actor.h)
     assert r.status_code == 201, r.text
     return r.json()["id"]
@@ -91,8 +103,7 @@ def local_gateway(settings):
 
 
 @pytest.mark.slow
-def test_issue_20_org_lesson_reaches_colleagues_private_stays_private(client, world, run_job, admin_engine,
-                                                                      local_gateway):
+def test_issue_20_org_lesson_reaches_colleagues_private_stays_private(client, world, run_job, admin_engine, local_gateway):
     org = world.org()
     alice, bob = world.user(org), world.user(org)
     for _ in range(2):  # repeated traces give one memory each, not duplicates
@@ -103,8 +114,13 @@ def test_issue_20_org_lesson_reaches_colleagues_private_stays_private(client, wo
     assert job.status == "succeeded", job.error
     assert job.stats["kept"] == 4 and job.stats["skipped"] == 1, job.stats
     with admin_engine.connect() as c:
-        mems = c.execute(text("SELECT text, visibility, owner_id, provenance FROM memories WHERE org_id = :o "
-                              "AND status = 'active' ORDER BY text"), {"o": alice.org_id}).all()
+        mems = c.execute(
+            text(
+                "SELECT text, visibility, owner_id, provenance FROM memories WHERE org_id = :o "
+                "AND status = 'active' ORDER BY text"
+            ),
+            {"o": alice.org_id},
+        ).all()
     assert [(m.text, m.visibility) for m in mems] == [
         ("Production deploys are frozen every Friday, team rule FRZ-2.", "org"),
         ("Report all revenue figures in Swiss francs, code CHF, never in dollars.", "private"),
@@ -112,7 +128,7 @@ def test_issue_20_org_lesson_reaches_colleagues_private_stays_private(client, wo
     assert all(m.owner_id == alice.user_id for m in mems)
     assert all(len(m.provenance["sources"]) == 2 and m.provenance["sources"][0]["turns"] == [0] for m in mems)
 
-    def found(actor, query: str) -> tuple[set[str], str]:  # noqa: ANN001
+    def found(actor, query: str) -> tuple[set[str], str]:
         s = client.post("/v1/search", json={"query": query, "types": ["memory"]}, headers=actor.h)
         ctx = client.post("/v1/context", json={"query": query, "budget_tokens": 600}, headers=actor.h)
         assert s.status_code == 200 and ctx.status_code == 200, (s.text, ctx.text)

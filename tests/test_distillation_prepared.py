@@ -19,7 +19,7 @@ def _fake() -> FakeGateway:
     return FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok"}))
 
 
-def _post(client, actor, content: str, **kw) -> str:  # noqa: ANN001
+def _post(client, actor, content: str, **kw) -> str:
     r = client.post("/v1/episodes", json={"kind": "conversation", "content": content, **kw}, headers=actor.h)
     assert r.status_code == 201, r.text
     return r.json()["id"]
@@ -39,7 +39,7 @@ def test_each_episode_is_screened_and_searched_for_lessons_once(client, world, r
             screened.append(t)
         return real_screen(t)
 
-    def candidates(content: str, **kw) -> list:  # noqa: ANN003
+    def candidates(content: str, **kw) -> list:
         searched.append(content)
         return real_candidates(content, **kw)
 
@@ -61,13 +61,13 @@ def test_episode_ids_stay_uuids_until_the_json(client, world, run_job, admin_eng
     found: list = []
     real_judge, real_extract = distill.judge, distill.extract
 
-    def judge(gateway, episodes, **kw):  # noqa: ANN001, ANN003, ANN202
+    def judge(gateway, episodes, **kw):
         ids.extend(e.id for e in episodes)
         verdicts = real_judge(gateway, episodes, **kw)
         ids.extend(v.id for v in verdicts)
         return verdicts
 
-    def extract(gateway, episodes, **kw):  # noqa: ANN001, ANN003, ANN202
+    def extract(gateway, episodes, **kw):
         ids.extend(e.id for e in episodes)
         out = real_extract(gateway, episodes, **kw)
         found.extend(out)

@@ -43,8 +43,10 @@ def _exists(path: str) -> bool:
 
 
 def test_the_path_pattern_reads_paths_and_skips_templates():
-    text = ("see `app/search/service.py`, docs/branches.md. and `app/<domain>/schemas.py`, `bench/results/x.*`, "
-            "https://example.org/docs/x.md, ../app/y.py")
+    text = (
+        "see `app/search/service.py`, docs/branches.md. and `app/<domain>/schemas.py`, `bench/results/x.*`, "
+        "https://example.org/docs/x.md, ../app/y.py"
+    )
     assert _cited(text) == {"app/search/service.py", "docs/branches.md"}
 
 

@@ -73,8 +73,15 @@ def test_processes_attaching_at_once_share_one_server_and_the_last_stops_it(sett
     try:
         pg_dir, install = root / "pg", settings.data_dir.resolve() / "pginstall"
         at = str(time.time() + 3)
-        procs = [subprocess.Popen([sys.executable, "-c", ATTACH, str(pg_dir), str(install), at],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", ATTACH, str(pg_dir), str(install), at],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         outs = [p.communicate(timeout=300) for p in procs]
         assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in outs]
         assert [out.strip() for out, _ in outs] == ["1", "1"]

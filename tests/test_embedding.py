@@ -7,22 +7,31 @@ import numpy as np
 import pytest
 
 LONG = "the kiln log of the glaze firing, cone six, held for twenty minutes; " * 40  # > 256 tokens: truncated
-TEXTS = ["When did Caroline go to the LGBTQ support group?", "", "a", LONG, "Pottery class on Sunday.",
-         "Melanie painted a lake sunrise in 2022 and showed it at the local gallery.", "a"]
+TEXTS = [
+    "When did Caroline go to the LGBTQ support group?",
+    "",
+    "a",
+    LONG,
+    "Pottery class on Sunday.",
+    "Melanie painted a lake sunrise in 2022 and showed it at the local gallery.",
+    "a",
+]
 
 
-def _equals_encode(embedder) -> None:  # noqa: ANN001
+def _equals_encode(embedder) -> None:
     got = embedder.embed(TEXTS)
-    ref = embedder._model.encode(TEXTS, batch_size=3, normalize_embeddings=True, convert_to_numpy=True,
-                                 show_progress_bar=False)
+    ref = embedder._model.encode(TEXTS, batch_size=3, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
     assert got.shape == (len(TEXTS), 384) and got.dtype == np.float32
     np.testing.assert_allclose(got, ref, atol=2e-6)
     # the order of the input is the order of the output, whatever the length-sorted batching did
     np.testing.assert_array_equal(got[2], got[6])
     np.testing.assert_allclose(embedder.embed([TEXTS[4]])[0], got[4], atol=2e-6)  # one query: one thread
     many = [f"turn {i}: {TEXTS[i % len(TEXTS)]}" for i in range(40)]  # several batches, the many-thread path
-    np.testing.assert_allclose(embedder.embed(many), embedder._model.encode(
-        many, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False), atol=2e-6)
+    np.testing.assert_allclose(
+        embedder.embed(many),
+        embedder._model.encode(many, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False),
+        atol=2e-6,
+    )
     assert embedder.embed([]).shape == (0, 384)
 
 
@@ -77,12 +86,22 @@ def test_prune_removes_stale_exports_of_other_keys_only(tmp_path):
     from app.kit.runtime.embedding import OnnxEncoder
 
     now = time.time()
-    ages = {"minilm-aaa.onnx": 40, "minilm-old.onnx": 31, "minilm-recent.onnx": 29, "minilm-aaa.123.tmp": 2,
-            "minilm-bbb.456.tmp": 0.5, "notes.txt": 400}  # days
+    ages = {
+        "minilm-aaa.onnx": 40,
+        "minilm-old.onnx": 31,
+        "minilm-recent.onnx": 29,
+        "minilm-aaa.123.tmp": 2,
+        "minilm-bbb.456.tmp": 0.5,
+        "notes.txt": 400,
+    }  # days
     for name, days in ages.items():
         (tmp_path / name).write_bytes(b"x")
         os.utime(tmp_path / name, (now - days * 86400,) * 2)
     gone = OnnxEncoder.prune(tmp_path, keep=tmp_path / "minilm-aaa.onnx", now=now)
     assert sorted(p.name for p in gone) == ["minilm-aaa.123.tmp", "minilm-old.onnx"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["minilm-aaa.onnx", "minilm-bbb.456.tmp",
-                                                          "minilm-recent.onnx", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "minilm-aaa.onnx",
+        "minilm-bbb.456.tmp",
+        "minilm-recent.onnx",
+        "notes.txt",
+    ]

@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 
 from app import cli, client_types
-from app.jobs import cli as jobs_cli
 from app.inference.modes import MODE_NAMES, MODES
+from app.jobs import cli as jobs_cli
 from app.jobs import runner
 from app.jobs.kinds import BRANCHABLE, JOB_KINDS, KIND_NAMES
 from app.kit.items import BRANCH_TYPES, ITEM_NAMES, ITEM_TYPES, RETAINED_TYPES, SEARCH_TYPES, SOURCE_TYPES
@@ -54,13 +54,19 @@ def test_no_enumeration_is_written_out_twice():
 
 def test_the_copy_check_catches_copies():
     """Not vacuous: the shapes the enumerations used to be copied in are reported; two names are not."""
-    planted = ('Kind = Literal["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]\n'
-               'PIPELINES = {"bootstrap": "a", "distill": "b", "consolidate": "c"}\n'
-               'for t in ("memory", "episode", "chunk"):\n    pass\n'
-               'mode: Literal["blend", "full", "prefix", "reuse"] = "blend"\n'
-               'pair = ["memory", "episode"]\n')
-    assert copies_in("x.py", ast.parse(planted)) == ["x.py:1 job kinds", "x.py:2 job kinds", "x.py:3 item types",
-                                                     "x.py:5 inference modes"]
+    planted = (
+        'Kind = Literal["bootstrap", "distill", "consolidate", "train_cartridge", "retention"]\n'
+        'PIPELINES = {"bootstrap": "a", "distill": "b", "consolidate": "c"}\n'
+        'for t in ("memory", "episode", "chunk"):\n    pass\n'
+        'mode: Literal["blend", "full", "prefix", "reuse"] = "blend"\n'
+        'pair = ["memory", "episode"]\n'
+    )
+    assert copies_in("x.py", ast.parse(planted)) == [
+        "x.py:1 job kinds",
+        "x.py:2 job kinds",
+        "x.py:3 item types",
+        "x.py:5 inference modes",
+    ]
 
 
 def test_each_item_type_names_a_model_with_its_columns():
@@ -95,8 +101,10 @@ def test_the_api_publishes_the_tables(app):
     assert _enum(schemas["Change"]["properties"]["type"]) == list(BRANCH_TYPES)
     assert _enum(schemas["Promoted"]["properties"]["type"]) == ["memory", "episode"]
     assert _enum(schemas["JobIn"]["properties"]["kind"]) == list(KIND_NAMES)
-    per_kind = {rule["if"]["properties"]["kind"]["const"]: rule["then"]["properties"]["params"]["title"]
-                for rule in schemas["JobIn"]["allOf"]}
+    per_kind = {
+        rule["if"]["properties"]["kind"]["const"]: rule["then"]["properties"]["params"]["title"]
+        for rule in schemas["JobIn"]["allOf"]
+    }
     assert per_kind == {n: k.params.__name__ for n, k in JOB_KINDS.items()}
 
 

@@ -23,7 +23,7 @@ class Recording:
         self.per_item_s = per_item_s
         self.lock = threading.Lock()
 
-    def embed(self, texts):  # noqa: ANN001
+    def embed(self, texts):
         with self.lock:
             self.calls.append(list(texts))
         time.sleep(self.per_item_s * len(texts))
@@ -81,7 +81,7 @@ def test_a_full_queue_is_refused_at_once_with_retry_after():
 
 def test_a_failing_slice_releases_its_items():
     class Failing(Recording):
-        def embed(self, texts):  # noqa: ANN001
+        def embed(self, texts):
             raise RuntimeError("model crashed")
 
     fair = FairEmbedder(Failing(), slice_tokens=10)

@@ -15,32 +15,34 @@ from app.feedback.service import ONE_USER_BOUND, estimate
 from app.search.tuning import DEFAULT_TUNING
 
 
-def _mem(client, actor, text_, **kw) -> str:  # noqa: ANN001, ANN003
+def _mem(client, actor, text_, **kw) -> str:
     r = client.post("/v1/memories", json={"text": text_, "kind": "fact", **kw}, headers=actor.h)
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
 
-def _search(client, actor, query: str, **kw) -> dict:  # noqa: ANN001, ANN003
+def _search(client, actor, query: str, **kw) -> dict:
     r = client.post("/v1/search", json={"query": query, "types": ["memory"], "k": 10, **kw}, headers=actor.h)
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def _context(client, actor, query: str) -> dict:  # noqa: ANN001
+def _context(client, actor, query: str) -> dict:
     r = client.post("/v1/context", json={"query": query}, headers=actor.h)
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def _say(client, actor, rid: str, items: list, **kw):  # noqa: ANN001, ANN003, ANN202
+def _say(client, actor, rid: str, items: list, **kw):
     return client.post("/v1/feedback", json={"retrieval_id": rid, "items": items, **kw}, headers=actor.h)
 
 
-def _stored(admin_engine, org_id) -> tuple[int, int]:  # noqa: ANN001
+def _stored(admin_engine, org_id) -> tuple[int, int]:
     with admin_engine.connect() as c:
-        return (c.execute(text("SELECT count(*) FROM feedback_events WHERE org_id = :o"), {"o": org_id}).scalar(),
-                c.execute(text("SELECT count(*) FROM feedback_votes WHERE org_id = :o"), {"o": org_id}).scalar())
+        return (
+            c.execute(text("SELECT count(*) FROM feedback_events WHERE org_id = :o"), {"o": org_id}).scalar(),
+            c.execute(text("SELECT count(*) FROM feedback_votes WHERE org_id = :o"), {"o": org_id}).scalar(),
+        )
 
 
 def test_feedback_is_stored_with_the_retrieval_audited_and_shown_as_utility(client, world, admin_engine):
@@ -50,26 +52,33 @@ def test_feedback_is_stored_with_the_retrieval_audited_and_shown_as_utility(clie
     assert client.get(f"/v1/memories/{m}", headers=alice.h).json()["utility"] is None
     found = _search(client, alice, "when is the staging cluster rebuilt?")
     assert m in [r["id"] for r in found["results"]]
-    body = {"retrieval_id": found["retrieval_id"], "items": [{"type": "memory", "id": m, "signal": "helpful"}],
-            "outcome": "success"}
+    body = {
+        "retrieval_id": found["retrieval_id"],
+        "items": [{"type": "memory", "id": m, "signal": "helpful"}],
+        "outcome": "success",
+    }
     first = client.post("/v1/feedback", json=body, headers={**alice.h, "Idempotency-Key": "fb-1"})
     assert first.status_code == 201, first.text
     again = client.post("/v1/feedback", json=body, headers={**alice.h, "Idempotency-Key": "fb-1"})
     assert again.status_code == 201 and again.json() == first.json() and set(first.json()) == {"id"}
     assert _stored(admin_engine, alice.org_id) == (1, 1)
-    assert client.get(f"/v1/memories/{m}", headers=alice.h).json()["utility"] == \
-        {"helpful": 1.0, "wrong": 0.0, "estimate": round(2 / 3, 4)}
+    assert client.get(f"/v1/memories/{m}", headers=alice.h).json()["utility"] == {
+        "helpful": 1.0,
+        "wrong": 0.0,
+        "estimate": round(2 / 3, 4),
+    }
     graph = client.get(f"/v1/lineage/memory/{m}", headers=alice.h).json()
     assert [n["utility"]["helpful"] for n in graph["nodes"] if n["id"] == m] == [1.0]
     rec = client.get(f"/v1/retrievals/{found['retrieval_id']}", headers=alice.h).json()
     assert rec["feedback"][0]["items"] == body["items"] and rec["feedback"][0]["outcome"] == "success"
     with admin_engine.connect() as c:
-        d = c.execute(text("SELECT details FROM audit_log WHERE org_id = :o AND action = 'feedback.create'"),
-                      {"o": alice.org_id}).scalar_one()
+        d = c.execute(
+            text("SELECT details FROM audit_log WHERE org_id = :o AND action = 'feedback.create'"), {"o": alice.org_id}
+        ).scalar_one()
     assert d["feedback_id"] == first.json()["id"] and d["signals"] == {"helpful": 1}
 
 
-def _cases(client, world):  # noqa: ANN001, ANN202
+def _cases(client, world):
     """(name, who, retrieval id, items) for every case that must read as absent."""
     org = world.org()
     alice, bob = world.user(org), world.user(org)
@@ -85,16 +94,21 @@ def _cases(client, world):  # noqa: ANN001, ANN202
     assert hidden in [r["id"] for r in bobs["results"]]
     rid = mine["retrieval_id"]
     item = lambda i: [{"type": "memory", "id": i, "signal": "wrong"}]  # noqa: E731
-    return alice, item(handed), rid, [
-        ("absent retrieval", alice, str(uuid.uuid4()), item(handed)),
-        ("another user's retrieval", bob, rid, item(handed)),
-        ("another org", mallory, rid, item(handed)),
-        ("item not in the retrieval", alice, rid, item(not_handed)),
-        ("absent item", alice, rid, item(str(uuid.uuid4()))),
-        ("one good item, one not handed out", alice, rid, item(handed) + item(not_handed)),
-        ("item of another type", alice, rid, [{"type": "episode", "id": handed, "signal": "wrong"}]),
-        ("steward, an item hidden from them", steward, bobs["retrieval_id"], item(hidden)),
-    ]
+    return (
+        alice,
+        item(handed),
+        rid,
+        [
+            ("absent retrieval", alice, str(uuid.uuid4()), item(handed)),
+            ("another user's retrieval", bob, rid, item(handed)),
+            ("another org", mallory, rid, item(handed)),
+            ("item not in the retrieval", alice, rid, item(not_handed)),
+            ("absent item", alice, rid, item(str(uuid.uuid4()))),
+            ("one good item, one not handed out", alice, rid, item(handed) + item(not_handed)),
+            ("item of another type", alice, rid, [{"type": "episode", "id": handed, "signal": "wrong"}]),
+            ("steward, an item hidden from them", steward, bobs["retrieval_id"], item(hidden)),
+        ],
+    )
 
 
 def test_every_refusal_is_the_same_404_and_stores_nothing(client, world, admin_engine):
@@ -168,15 +182,23 @@ def test_feedback_goes_with_the_user(client, world, admin_engine):
     assert client.get(f"/v1/memories/{m}", headers=alice.h).json()["utility"]["wrong"] == pytest.approx(1.0, abs=1e-3)
 
 
-FACTS = ["The database failover runbook lives in the ops wiki under Databases.",
-         "Database backups run nightly at 02:00 UTC.", "The primary database is PostgreSQL 16 on db-main-1.",
-         "Database schema changes need a review from the data team.", "Read replicas of the database serve reports.",
-         "The database connection pool allows 200 connections.", "Database credentials rotate every 30 days.",
-         "Slow database queries are logged above 500 ms.", "The analytics database is refreshed every hour.",
-         "Database migrations run in the deploy pipeline before the app starts.",
-         "Database disk alerts fire at 80 percent usage.", "The database team's on-call is paged through PagerDuty.",
-         "Database restore drills happen each quarter.", "Each database table has an owner listed in the catalog.",
-         "The staging database is a nightly copy of production without personal data."]
+FACTS = [
+    "The database failover runbook lives in the ops wiki under Databases.",
+    "Database backups run nightly at 02:00 UTC.",
+    "The primary database is PostgreSQL 16 on db-main-1.",
+    "Database schema changes need a review from the data team.",
+    "Read replicas of the database serve reports.",
+    "The database connection pool allows 200 connections.",
+    "Database credentials rotate every 30 days.",
+    "Slow database queries are logged above 500 ms.",
+    "The analytics database is refreshed every hour.",
+    "Database migrations run in the deploy pipeline before the app starts.",
+    "Database disk alerts fire at 80 percent usage.",
+    "The database team's on-call is paged through PagerDuty.",
+    "Database restore drills happen each quarter.",
+    "Each database table has an owner listed in the catalog.",
+    "The staging database is a nightly copy of production without personal data.",
+]
 WRONG = "To fail over the primary database, restart db-main-1 and wait; the replica never needs promoting."
 
 
@@ -198,8 +220,9 @@ def test_a_memory_three_users_found_wrong_leaves_the_top_10_and_is_quarantined(c
         if n == 1:  # one user's say demotes it by a bounded amount, never buries it
             explained = _search(client, author, q, explain=True)["results"]
             assert bad in [r["id"] for r in explained[:3]]
-            assert [r["explain"]["signals"]["utility"] for r in explained if r["id"] == bad] == \
-                [pytest.approx(DEFAULT_TUNING.utility_weight * math.log(estimate(0, 1) / 0.5))]
+            assert [r["explain"]["signals"]["utility"] for r in explained if r["id"] == bad] == [
+                pytest.approx(DEFAULT_TUNING.utility_weight * math.log(estimate(0, 1) / 0.5))
+            ]
             assert all("utility" not in r["explain"]["signals"] for r in explained if r["id"] != bad)
     assert bad not in top(author)  # held for review from the third user's say, before consolidation
     assert bad not in [p["id"] for s in _context(client, author, q)["sections"] for p in s["items"]]
@@ -213,10 +236,13 @@ def test_a_memory_three_users_found_wrong_leaves_the_top_10_and_is_quarantined(c
     assert client.get(f"/v1/memories/{bad}", headers=author.h).json()["status"] == "quarantined"
     assert client.get(f"/v1/memories/{ids[6]}", headers=author.h).json()["status"] == "active"
     with admin_engine.connect() as c:
-        status = c.execute(text("SELECT status, provenance FROM memories WHERE org_id = :o AND id = :i"),
-                           {"o": author.org_id, "i": bad}).one()
-        proposed = c.execute(text("SELECT count(*) FROM audit_log WHERE org_id = :o AND action = 'memory.supersede_proposed'"
-                                  " AND target_id = :i"), {"o": author.org_id, "i": ids[6]}).scalar()
+        status = c.execute(
+            text("SELECT status, provenance FROM memories WHERE org_id = :o AND id = :i"), {"o": author.org_id, "i": bad}
+        ).one()
+        proposed = c.execute(
+            text("SELECT count(*) FROM audit_log WHERE org_id = :o AND action = 'memory.supersede_proposed' AND target_id = :i"),
+            {"o": author.org_id, "i": ids[6]},
+        ).scalar()
     assert status[0] == "quarantined" and status[1]["review"] == "feedback" and proposed == 1
     again = run_job(author.org_id, "consolidate", {})
     assert (again.stats["quarantined_by_feedback"], again.stats["supersede_proposed"]) == (0, 0)

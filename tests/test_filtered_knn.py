@@ -12,11 +12,12 @@ from tests.helpers import count
 @pytest.fixture(scope="module")
 def corpus(admin_engine, embedder, settings):
     """400 memories of one org owned by a writer: 40 shared with group `few`, the rest with `many`."""
+    import random
+
     from sqlalchemy.orm import Session
 
     from app.orgs import service as orgs
     from bench.speed.service.data import sentence
-    import random
 
     rng = random.Random(4)
     texts = [sentence(rng) for _ in range(400)]
@@ -28,13 +29,23 @@ def corpus(admin_engine, embedder, settings):
         many = orgs.create_user(db, org, "many", groups=["many"])
         outsider = orgs.create_user(db, orgs.create_org(db, f"other-{rng.randrange(10**9)}"), "outsider", groups=["few", "many"])
         for i, (t, v) in enumerate(zip(texts, vecs)):
-            db.execute(text("INSERT INTO memories (root_id, text, kind, org_id, owner_id, visibility, groups, embedding)"
-                            " VALUES (gen_random_uuid(), :t, 'fact', :o, :w, 'group', :g, CAST(:e AS vector))"),
-                       {"t": t, "o": org.id, "w": writer.id, "g": ["few"] if i % 10 == 0 else ["many"],
-                        "e": "[" + ",".join(f"{x:.6f}" for x in v) + "]"})
+            db.execute(
+                text(
+                    "INSERT INTO memories (root_id, text, kind, org_id, owner_id, visibility, groups, embedding)"
+                    " VALUES (gen_random_uuid(), :t, 'fact', :o, :w, 'group', :g, CAST(:e AS vector))"
+                ),
+                {
+                    "t": t,
+                    "o": org.id,
+                    "w": writer.id,
+                    "g": ["few"] if i % 10 == 0 else ["many"],
+                    "e": "[" + ",".join(f"{x:.6f}" for x in v) + "]",
+                },
+            )
         db.commit()
-        people = {u.name: (org.id if u is not outsider else outsider.org_id, u.id, tuple(u.groups))
-                  for u in (few, many, outsider)}
+        people = {
+            u.name: (org.id if u is not outsider else outsider.org_id, u.id, tuple(u.groups)) for u in (few, many, outsider)
+        }
     assert count(admin_engine, "memories", org.id) == 400
     return people, embedder.embed(["the payment api latency spiked", "rotated the credentials at 3am"])
 

@@ -33,8 +33,9 @@ def test_context_handoff_to_cacheblend(client, world, run_job, tier, tmp_path):
     d.mkdir()
     (d / "zorbia.md").write_text("The capital of Zorbia is Plimton.\n\nZorbia exports copper and tea.")
     assert run_job(alice.org_id, "bootstrap", {"path": str(d), "visibility": "private"}).status == "succeeded"
-    ctx = client.post("/v1/context", json={"query": "What is the capital of Zorbia?", "budget_tokens": 400},
-                      headers=alice.h).json()
+    ctx = client.post(
+        "/v1/context", json={"query": "What is the capital of Zorbia?", "budget_tokens": 400}, headers=alice.h
+    ).json()
     hashes = [c["content_hash"] for c in ctx["handoff"]["chunks"]]
     assert hashes, ctx
     texts = [i["text"] for s in ctx["sections"] if s["name"] == "knowledge" for i in s["items"]]
@@ -42,27 +43,40 @@ def test_context_handoff_to_cacheblend(client, world, run_job, tier, tmp_path):
     assert tier.post("/v1/chunks", json={"texts": texts}, headers=tier.operator).json()["content_hashes"] == hashes
     # The handoff's own token is the credential: it authorises exactly these hashes.
     bearer = {"Authorization": f"Bearer {ctx['handoff']['token']}"}
-    r = tier.post("/v1/generate", json={"prompt": ctx["handoff"]["prompt"], "chunks": [{"content_hash": h} for h in hashes],
-                                        "cartridges": ctx["handoff"]["cartridges"] and [], "max_tokens": 8, "mode": "blend"},
-                  headers=bearer)
+    r = tier.post(
+        "/v1/generate",
+        json={
+            "prompt": ctx["handoff"]["prompt"],
+            "chunks": [{"content_hash": h} for h in hashes],
+            "cartridges": ctx["handoff"]["cartridges"] and [],
+            "max_tokens": 8,
+            "mode": "blend",
+        },
+        headers=bearer,
+    )
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["prompt_tokens"] > 0 and out["timings"]["ttft_s"] > 0 and isinstance(out["text"], str)
     # bob's handoff never names alice's private chunks.
-    other = client.post("/v1/context", json={"query": "What is the capital of Zorbia?", "budget_tokens": 400},
-                        headers=bob.h).json()
+    other = client.post(
+        "/v1/context", json={"query": "What is the capital of Zorbia?", "budget_tokens": 400}, headers=bob.h
+    ).json()
     assert not set(hashes) & {c["content_hash"] for c in other["handoff"]["chunks"]}
     # bob's token cannot reach alice's stored chunks: the same 404 as a hash nobody stored.
     bob_bearer = {"Authorization": f"Bearer {other['handoff']['token']}"}
-    stolen = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2},
-                       headers=bob_bearer)
-    absent = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": "0" * 64}], "max_tokens": 2},
-                       headers=tier.operator)
+    stolen = tier.post(
+        "/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2}, headers=bob_bearer
+    )
+    absent = tier.post(
+        "/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": "0" * 64}], "max_tokens": 2}, headers=tier.operator
+    )
     assert stolen.status_code == absent.status_code == 404
     assert stolen.json()["error"]["code"] == absent.json()["error"]["code"] == "chunk_not_found"
     # Without credentials nothing is served.
-    assert tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}],
-                                           "max_tokens": 2}).status_code == 401
+    assert (
+        tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2}).status_code
+        == 401
+    )
 
 
 def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tmp_path, monkeypatch):
@@ -80,31 +94,35 @@ def test_forgetting_a_user_drops_their_chunk_kv(client, world, run_job, tier, tm
     assert hashes == [h["content_hash"] for h in hits["results"]]
     assert hashes
     # Route the service's call to the in-process tier (no network): the same authenticated DELETEs.
-    from app.kit.runtime.tier import TierClient
     from app.erasure import endpoints as erasure_endpoints
+    from app.kit.runtime.tier import TierClient
 
     monkeypatch.setattr(erasure_endpoints, "tier_client", lambda settings: TierClient(tier, settings.inference_secret()))
     r = client.delete(f"/v1/users/{alice.user_id}/data", headers=admin.h)
     job = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()
     assert job["stats"]["chunk_kv_deleted"] == len(set(hashes))
-    gen = tier.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2,
-                                          "mode": "blend"}, headers=tier.operator)
+    gen = tier.post(
+        "/v1/generate",
+        json={"prompt": "x", "chunks": [{"content_hash": hashes[0]}], "max_tokens": 2, "mode": "blend"},
+        headers=tier.operator,
+    )
     assert gen.status_code == 404
 
 
-def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, world, run_job, tier, here, tmp_path,
-                                                                     monkeypatch, swap_state):
+def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(
+    client, world, run_job, tier, here, tmp_path, monkeypatch, swap_state
+):
     """A cartridge is the user's text in another form (trained KV; self-study conversations in plain
     text on disk): erasure removes its folder, the tier's loaded copy, and every cartridge trained
     on the user's assets, a stale one included. Before, erasure only marked them stale."""
     import pipelines.cartridges.trainer as trainer
+    from app.erasure import endpoints as erasure_endpoints
     from app.inference.cartridge import Cartridge, CartridgeDirectory
     from app.kit.runtime.tier import TierClient
-    from app.erasure import endpoints as erasure_endpoints
 
     eng = tier.app.state.engine
 
-    def train(texts, hashes, out_dir, p, steps, **kw):  # noqa: ANN001, ANN003 - a real (untrained) cartridge
+    def train(texts, hashes, out_dir, p, steps, **kw):
         ids = eng.tokenizer("\n\n".join(texts))["input_ids"]
         cart = Cartridge.from_tokens(eng.model, ids, 4, model_id=eng.model_id, content_hashes=hashes)
         (out_dir / "selfstudy").mkdir(parents=True, exist_ok=True)
@@ -113,8 +131,7 @@ def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, wor
 
     monkeypatch.setattr(trainer, "train_cartridge", train)
     swap_state(client.app.state, "settings", here)
-    swap_state(tier.app.state, "resolve_cartridges",
-               CartridgeDirectory(here.data_dir / "cartridges", model_id=eng.model_id))
+    swap_state(tier.app.state, "resolve_cartridges", CartridgeDirectory(here.data_dir / "cartridges", model_id=eng.model_id))
     monkeypatch.setattr(erasure_endpoints, "tier_client", lambda s: TierClient(tier, s.inference_secret()))
     org = world.org()
     alice = world.user(org, roles=["steward"])  # the org's only steward: an operator run's assets are hers
@@ -148,8 +165,8 @@ def test_forgetting_a_user_erases_cartridges_trained_on_their_assets(client, wor
     from sqlalchemy import text as sql
 
     with world.engine.begin() as c:
-        rows = c.execute(sql("SELECT status FROM cartridges WHERE id = ANY(:ids)"),
-                         {"ids": [old.id, new.id]}).scalars().all()
-        events = c.execute(sql("SELECT count(*) FROM audit_log WHERE action = 'cartridge.erase' AND org_id = :o"),
-                           {"o": alice.org_id}).scalar()
+        rows = c.execute(sql("SELECT status FROM cartridges WHERE id = ANY(:ids)"), {"ids": [old.id, new.id]}).scalars().all()
+        events = c.execute(
+            sql("SELECT count(*) FROM audit_log WHERE action = 'cartridge.erase' AND org_id = :o"), {"o": alice.org_id}
+        ).scalar()
     assert sorted(rows) == ["erased", "erased"] and events == 2

@@ -23,7 +23,7 @@ class ByLength:
     def __init__(self):
         self.calls: list[list[str]] = []
 
-    def embed(self, texts):  # noqa: ANN001
+    def embed(self, texts):
         self.calls.append(list(texts))
         return np.array([[len(t), 0, 0, 1] for t in texts], dtype=np.float32)
 
@@ -57,12 +57,12 @@ class Slow:
     """The real model, a little slower per call, failing on a call that holds text `fail_on` if
     given; records when each call started."""
 
-    def __init__(self, real, fail_on: str | None = None):  # noqa: ANN001
+    def __init__(self, real, fail_on: str | None = None):
         self.real, self.dim, self.fail_on = real, real.dim, fail_on
         self.started: list[float] = []
         self.lock = threading.Lock()
 
-    def embed(self, texts):  # noqa: ANN001
+    def embed(self, texts):
         with self.lock:
             self.started.append(time.perf_counter())
         if self.fail_on is not None and self.fail_on in texts:
@@ -71,10 +71,10 @@ class Slow:
         return self.real.embed(texts)
 
 
-def _inserts(engine):  # noqa: ANN001, ANN202
+def _inserts(engine):
     seen: list[float] = []
 
-    def on(conn, cursor, statement, *_):  # noqa: ANN001, ANN002
+    def on(conn, cursor, statement, *_):
         if statement.lstrip().upper().startswith("INSERT INTO EPISODES"):
             seen.append(time.perf_counter())
 
@@ -83,8 +83,10 @@ def _inserts(engine):  # noqa: ANN001, ANN202
 
 
 def _turns(n: int) -> list[str]:
-    return [f"turn {i}: the {w} crew fixed the {w} pipeline before the demo" + " again" * (i % 5)
-            for i, w in enumerate(["harbour", "glacier", "orchard", "lantern", "meadow", "quarry", "canyon", "violet"][:n])]
+    return [
+        f"turn {i}: the {w} crew fixed the {w} pipeline before the demo" + " again" * (i % 5)
+        for i, w in enumerate(["harbour", "glacier", "orchard", "lantern", "meadow", "quarry", "canyon", "violet"][:n])
+    ]
 
 
 def test_a_batch_is_stored_while_its_next_slice_embeds(client, app, world, admin_engine, embedder, swap_state):
@@ -94,16 +96,19 @@ def test_a_batch_is_stored_while_its_next_slice_embeds(client, app, world, admin
     seen, stop = _inserts(app.state.engine)
     texts = _turns(8)
     try:
-        r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": t} for t in texts]},
-                        headers=alice.h)
+        r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": t} for t in texts]}, headers=alice.h)
     finally:
         stop()
     assert r.status_code == 201, r.text
     assert len(slow.started) >= 3 and len(seen) >= 2
     assert seen[0] < slow.started[-1]  # the first slice's rows went in before the last slice was embedded
     with admin_engine.connect() as c:
-        stored = {row.id: row for row in c.execute(text(
-            "SELECT id, content, embedding::text AS v FROM episodes WHERE org_id = :o"), {"o": alice.org_id})}
+        stored = {
+            row.id: row
+            for row in c.execute(
+                text("SELECT id, content, embedding::text AS v FROM episodes WHERE org_id = :o"), {"o": alice.org_id}
+            )
+        }
     ids = r.json()["ids"]
     assert [stored[uuid.UUID(i)].content for i in ids] == texts  # ids in the request's order
     want = embedder.embed(texts)
@@ -112,11 +117,13 @@ def test_a_batch_is_stored_while_its_next_slice_embeds(client, app, world, admin
         assert np.allclose(got, want[texts.index(t)], atol=1e-4)  # each row holds its own text's vector
 
 
-def _counts(engine, org_id) -> dict:  # noqa: ANN001
+def _counts(engine, org_id) -> dict:
     """Rows of the org per table that a write touches (... rolled back with the rest: none new)."""
     with engine.connect() as c:
-        return {t: c.execute(text(f"SELECT count(*) FROM {t} WHERE org_id = :o"), {"o": org_id}).scalar()
-                for t in ("episodes", "lexicon", "audit_log")}
+        return {
+            t: c.execute(text(f"SELECT count(*) FROM {t} WHERE org_id = :o"), {"o": org_id}).scalar()
+            for t in ("episodes", "lexicon", "audit_log")
+        }
 
 
 def test_a_slice_failing_half_way_writes_nothing(client, app, world, admin_engine, embedder, swap_state):
@@ -127,8 +134,7 @@ def test_a_slice_failing_half_way_writes_nothing(client, app, world, admin_engin
     before = _counts(admin_engine, alice.org_id)
     seen, stop = _inserts(app.state.engine)
     try:
-        r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": t} for t in texts]},
-                        headers=alice.h)
+        r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": t} for t in texts]}, headers=alice.h)
     finally:
         stop()
     assert r.status_code == 500
@@ -138,7 +144,7 @@ def test_a_slice_failing_half_way_writes_nothing(client, app, world, admin_engin
     assert ok.status_code == 201  # the pipeline's place and the lane's queue were given back
 
 
-def _cli(settings, *args):  # noqa: ANN001, ANN202
+def _cli(settings, *args):
     import os
     import subprocess
     import sys
@@ -152,8 +158,12 @@ def test_import_with_a_bad_line_writes_nothing_and_names_the_line(settings, worl
 
     org = world.org()
     alice = world.user(org, "alice")
-    lines = [json.dumps({"kind": "note", "content": "first"}), "", json.dumps({"kind": "note", "content": "second"}),
-             json.dumps({"kind": "memo", "content": "third"})]
+    lines = [
+        json.dumps({"kind": "note", "content": "first"}),
+        "",
+        json.dumps({"kind": "note", "content": "second"}),
+        json.dumps({"kind": "memo", "content": "third"}),
+    ]
     f = tmp_path / "episodes.jsonl"
     f.write_text("\n".join(lines) + "\n")
     before = _counts(admin_engine, alice.org_id)
@@ -177,13 +187,17 @@ def test_import_checks_scope_like_the_api_and_writes_in_one_pass(app, world, adm
 
     with Session(admin_engine) as db:
         principal = bulk.principal_of(db, org, "alice")
-    body = [{"kind": "note", "content": "the glacier camera froze at dawn"},
-            {"kind": "note", "content": "ops rotated the harbour keys", "visibility": "group", "groups": ["ops"]},
-            {"kind": "feedback", "content": "everyone liked the orchard offsite", "visibility": "org"}]
+    body = [
+        {"kind": "note", "content": "the glacier camera froze at dawn"},
+        {"kind": "note", "content": "ops rotated the harbour keys", "visibility": "group", "groups": ["ops"]},
+        {"kind": "feedback", "content": "everyone liked the orchard offsite", "visibility": "org"},
+    ]
     import json
 
-    bad = bulk.parse_lines([json.dumps(b) for b in body] + [json.dumps({"kind": "note", "content": "x",
-                                                                         "visibility": "group", "groups": ["finance"]})])
+    bad = bulk.parse_lines(
+        [json.dumps(b) for b in body]
+        + [json.dumps({"kind": "note", "content": "x", "visibility": "group", "groups": ["finance"]})]
+    )
     before = _counts(admin_engine, alice.org_id)
     with pytest.raises(AppError), transaction(app.state.sessions) as db:  # not in group finance: refused, like the API
         bind_principal(db, principal)
@@ -192,14 +206,24 @@ def test_import_checks_scope_like_the_api_and_writes_in_one_pass(app, world, adm
     seen = []
     with transaction(app.state.sessions) as db:
         bind_principal(db, principal)
-        ids = bulk.import_items(db, embedder, principal, bulk.parse_lines([json.dumps(b) for b in body]),
-                                on_progress=lambda done, total: seen.append((done, total)))
+        ids = bulk.import_items(
+            db,
+            embedder,
+            principal,
+            bulk.parse_lines([json.dumps(b) for b in body]),
+            on_progress=lambda done, total: seen.append((done, total)),
+        )
     assert seen[-1] == (3, 3) and len(ids) == 3
     after = _counts(admin_engine, alice.org_id)
     assert after["episodes"] == 3 and after["lexicon"] > 0 and after["audit_log"] == before["audit_log"] + 1
     with admin_engine.connect() as c:
-        rows = {r.id: r for r in c.execute(text("SELECT id, content, visibility, owner_id, embedding::text AS v "
-                                                 "FROM episodes WHERE org_id = :o"), {"o": alice.org_id})}
+        rows = {
+            r.id: r
+            for r in c.execute(
+                text("SELECT id, content, visibility, owner_id, embedding::text AS v FROM episodes WHERE org_id = :o"),
+                {"o": alice.org_id},
+            )
+        }
     want = embedder.embed([b["content"] for b in body])
     for i, b, w in zip(ids, body, want):
         row = rows[i]

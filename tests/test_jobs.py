@@ -32,8 +32,10 @@ def test_a_worker_for_some_orgs_claims_only_their_jobs(client, world, app, admin
     from app.jobs.runner import claim
 
     orgs = [world.org(), world.org()]
-    ids = [client.post("/v1/jobs", json={"kind": "consolidate"}, headers=world.user(o, roles=["steward"]).h).json()["id"]
-           for o in orgs]
+    ids = [
+        client.post("/v1/jobs", json={"kind": "consolidate"}, headers=world.user(o, roles=["steward"]).h).json()["id"]
+        for o in orgs
+    ]
     row = claim(app.state.sessions, "test-worker", 60, ["consolidate"], [world.orgs[orgs[1]]])
     assert str(row.id) == ids[1] and row.org_id == world.orgs[orgs[1]]
     assert claim(app.state.sessions, "test-worker", 60, ["consolidate"], [world.orgs[orgs[1]]]) is None  # none left
@@ -52,8 +54,14 @@ def test_periodic_jobs_are_enqueued_once_per_slot(app, world, admin_engine):
     enqueue_due(app.state.sessions, now, only_orgs=mine)
     enqueue_due(app.state.sessions, now + 1, only_orgs=mine)  # a second scheduler, same slot: nothing new
     with admin_engine.connect() as c:
-        kinds = c.execute(text("SELECT kind FROM jobs WHERE org_id = :o AND schedule_slot IS NOT NULL ORDER BY kind"),
-                          {"o": world.orgs[org]}).scalars().all()
+        kinds = (
+            c.execute(
+                text("SELECT kind FROM jobs WHERE org_id = :o AND schedule_slot IS NOT NULL ORDER BY kind"),
+                {"o": world.orgs[org]},
+            )
+            .scalars()
+            .all()
+        )
     assert kinds == ["consolidate", "distill", "retention"]
     enqueue_due(app.state.sessions, now + 3600, only_orgs=mine)  # the next hour: distill again, the daily ones not
     with admin_engine.begin() as c:
@@ -66,8 +74,26 @@ def test_jobs_run_in_the_foreground(settings, world, tmp_path):
     world.user(org, roles=["steward"])
     (tmp_path / "a.md").write_text("# Runbook\n\nRestart the ingest worker with systemctl.")
     env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url, "MEMSCALE_DATA_DIR": str(settings.data_dir)}
-    r = subprocess.run([sys.executable, "-m", "app", "jobs", "run", "bootstrap", "--org", org, "--param", f"path={tmp_path}",
-                        "--param", "visibility=org"], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "jobs",
+            "run",
+            "bootstrap",
+            "--org",
+            org,
+            "--param",
+            f"path={tmp_path}",
+            "--param",
+            "visibility=org",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["status"] == "succeeded" and out["stats"]["created"] == 1
@@ -76,12 +102,19 @@ def test_jobs_run_in_the_foreground(settings, world, tmp_path):
 
 # --- issue 41: bounded parameters, cancellation, fair claiming ---------------------------------
 
+
 def test_job_parameters_are_bounded(client, world):
     steward = world.user(world.org(), roles=["steward"])
-    too_big = [("train_cartridge", {"steps": 100_000}), ("train_cartridge", {"steps": 2001}),
-               ("train_cartridge", {"p": 4097}), ("train_cartridge", {"asset_ids": [str(uuid.uuid4())] * 257}),
-               ("consolidate", {"ttl_days": 1e300}), ("consolidate", {"ttl_days": 3654}),
-               ("distill", {"batch_size": 65}), ("distill", {"min_age_s": 3601})]
+    too_big = [
+        ("train_cartridge", {"steps": 100_000}),
+        ("train_cartridge", {"steps": 2001}),
+        ("train_cartridge", {"p": 4097}),
+        ("train_cartridge", {"asset_ids": [str(uuid.uuid4())] * 257}),
+        ("consolidate", {"ttl_days": 1e300}),
+        ("consolidate", {"ttl_days": 3654}),
+        ("distill", {"batch_size": 65}),
+        ("distill", {"min_age_s": 3601}),
+    ]
     for kind, params in too_big:
         r = client.post("/v1/jobs", json={"kind": kind, "params": params}, headers=steward.h)
         assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error", (kind, params, r.text)
@@ -91,10 +124,14 @@ def test_job_parameters_are_bounded(client, world):
         assert client.post(f"/v1/jobs/{r.json()['id']}/cancel", headers=steward.h).status_code == 200
 
 
-def _audit(admin_engine, job_id) -> list[tuple]:  # noqa: ANN001
+def _audit(admin_engine, job_id) -> list[tuple]:
     with admin_engine.connect() as c:
-        return [tuple(r) for r in c.execute(text("SELECT action, actor_id FROM audit_log WHERE target_id = :t ORDER BY seq"),
-                                            {"t": job_id}).all()]
+        return [
+            tuple(r)
+            for r in c.execute(
+                text("SELECT action, actor_id FROM audit_log WHERE target_id = :t ORDER BY seq"), {"t": job_id}
+            ).all()
+        ]
 
 
 def test_cancel_who_may_and_a_cancelled_job_never_runs(client, world, app, admin_engine, run_job):
@@ -127,7 +164,7 @@ def test_cancel_who_may_and_a_cancelled_job_never_runs(client, world, app, admin
     assert client.get(f"/v1/jobs/{done.id}", headers=steward.h).json()["status"] == "succeeded"
 
 
-def _two_batches(ctx, job):  # noqa: ANN001, ANN202 - a pipeline: two batches, a cancel between them
+def _two_batches(ctx, job):
     from app.jobs import service as jobs_service
 
     for i in (1, 2):
@@ -141,7 +178,8 @@ def _two_batches(ctx, job):  # noqa: ANN001, ANN202 - a pipeline: two batches, a
 
 
 def test_a_running_job_stops_at_its_next_checkpoint_and_keeps_only_whole_batches(
-        client, world, app, settings, embedder, admin_engine, monkeypatch):
+    client, world, app, settings, embedder, admin_engine, monkeypatch
+):
     from app.jobs import runner
 
     org = world.org()
@@ -156,13 +194,17 @@ def test_a_running_job_stops_at_its_next_checkpoint_and_keeps_only_whole_batches
         assert r.status_code == 200 and r.json()["status"] == "cancelled"
 
     res = runner.Resources(settings, _embedder=embedder, extra={"between_batches": cancel})
-    runner.run_job(runner.JobContext(settings=settings, sessions=app.state.sessions, org_id=row.org_id,
-                                     job_id=row.id, resources=res, worker="test-worker"))
+    runner.run_job(
+        runner.JobContext(
+            settings=settings, sessions=app.state.sessions, org_id=row.org_id, job_id=row.id, resources=res, worker="test-worker"
+        )
+    )
     got = client.get(f"/v1/jobs/{job}", headers=steward.h).json()
     assert got["status"] == "cancelled" and got["stats"] == {"batch": 1} and got["progress"] == 0.5
     with admin_engine.connect() as c:
-        position = c.execute(text("SELECT position FROM pipeline_cursors WHERE org_id = :o AND pipeline = 'two-batches'"),
-                             {"o": row.org_id}).scalar_one()
+        position = c.execute(
+            text("SELECT position FROM pipeline_cursors WHERE org_id = :o AND pipeline = 'two-batches'"), {"o": row.org_id}
+        ).scalar_one()
         lease = c.execute(text("SELECT locked_by, locked_until FROM jobs WHERE id = :i"), {"i": job}).one()
     assert position == {"batch": 1}  # the second batch rolled back with its checkpoint
     assert tuple(lease) == (None, None)
@@ -170,7 +212,8 @@ def test_a_running_job_stops_at_its_next_checkpoint_and_keeps_only_whole_batches
 
 
 def test_a_cancelled_cartridge_training_stops_between_steps_and_leaves_nothing(
-        client, world, app, settings, embedder, admin_engine, run_job, tmp_path, monkeypatch):
+    client, world, app, settings, embedder, admin_engine, run_job, tmp_path, monkeypatch
+):
     import pipelines.cartridges.job as cartridge_job
     import pipelines.cartridges.trainer as trainer
     from app.jobs import runner
@@ -179,11 +222,12 @@ def test_a_cancelled_cartridge_training_stops_between_steps_and_leaves_nothing(
     steward = world.user(org, roles=["steward"])
     (tmp_path / "doc.md").write_text("The help desk extension is 4471. Travel above 800 euros needs Ana Ruiz.")
     assert run_job(steward.org_id, "bootstrap", {"path": str(tmp_path), "visibility": "org"}).status == "succeeded"
-    job = client.post("/v1/jobs", json={"kind": "train_cartridge", "params": {"p": 16, "steps": 5}},
-                      headers=steward.h).json()["id"]
+    job = client.post("/v1/jobs", json={"kind": "train_cartridge", "params": {"p": 16, "steps": 5}}, headers=steward.h).json()[
+        "id"
+    ]
     steps = []
 
-    def train(texts, hashes, out_dir, p, n_steps, *, check, **kw):  # noqa: ANN001, ANN003 - the real trainer's contract
+    def train(texts, hashes, out_dir, p, n_steps, *, check, **kw):
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "checkpoint.safetensors").write_bytes(b"partial")
         for step in range(n_steps):
@@ -196,8 +240,15 @@ def test_a_cancelled_cartridge_training_stops_between_steps_and_leaves_nothing(
     monkeypatch.setattr(trainer, "train_cartridge", train)
     monkeypatch.setattr(cartridge_job, "CHECK_EVERY_S", 0.0)
     row = runner.claim(app.state.sessions, "test-worker", 60, ["train_cartridge"], [world.orgs[org]])
-    runner.run_job(runner.JobContext(settings=settings, sessions=app.state.sessions, org_id=row.org_id, job_id=row.id,
-                                     resources=runner.Resources(settings, _embedder=embedder)))
+    runner.run_job(
+        runner.JobContext(
+            settings=settings,
+            sessions=app.state.sessions,
+            org_id=row.org_id,
+            job_id=row.id,
+            resources=runner.Resources(settings, _embedder=embedder),
+        )
+    )
     assert steps == [0, 1]
     assert client.get(f"/v1/jobs/{job}", headers=steward.h).json()["status"] == "cancelled"
     from app.cartridges.service import folder

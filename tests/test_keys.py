@@ -23,8 +23,12 @@ def test_processes_generating_the_key_at_once_all_get_the_one_written(tmp_path):
     open(O_EXCL) after an exists() check failed here in 5 of 8 rounds: FileExistsError, or an
     empty key read before the writer had written it.)"""
     at = str(time.time() + 1.5)
-    procs = [subprocess.Popen([sys.executable, "-c", LOAD, str(tmp_path), at], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD, str(tmp_path), at], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(6)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, [err[-800:] for _, err in outs]
     keys = {out.strip() for out, _ in outs}

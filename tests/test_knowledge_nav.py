@@ -5,8 +5,6 @@ from __future__ import annotations
 import sqlite3
 import uuid
 
-from sqlalchemy import text
-
 from pipelines.bootstrap import enrich
 from pipelines.bootstrap.sources import TableInfo
 
@@ -18,33 +16,45 @@ def _source(tmp_path, name: str = "shop"):
         "CREATE TABLE customers (customer_id INTEGER PRIMARY KEY, rg TEXT NOT NULL);"
         "CREATE TABLE orders (order_id INTEGER PRIMARY KEY, customer_id INTEGER, amt REAL, st TEXT);"
         "INSERT INTO customers VALUES (1, 'R1'), (2, 'R2'), (3, 'R1');"
-        "INSERT INTO orders VALUES (1, 1, 10.5, 'OK'), (2, 2, 20, 'X'), (3, 3, 7, 'OK');")
+        "INSERT INTO orders VALUES (1, 1, 10.5, 'OK'), (2, 2, 20, 'X'), (3, 3, 7, 'OK');"
+    )
     con.close()
     gl = tmp_path / f"{name}_glossary.csv"
-    gl.write_text("term,meaning,mapping\nrevenue,sum of order amounts,SUM(orders.amt)\n"
-                  "EMEA,customers in the EMEA region,customers.rg = 'R1'\n")
+    gl.write_text(
+        "term,meaning,mapping\nrevenue,sum of order amounts,SUM(orders.amt)\n"
+        "EMEA,customers in the EMEA region,customers.rg = 'R1'\n"
+    )
     docs = tmp_path / f"{name}_docs"
     docs.mkdir()
-    (docs / "runbook.md").write_text("# Runbook\n\nIntro line.\n\n## Refunds\n\nRefunds above 500 EUR need a "
-                                     "second approver. They are booked on the next business day.\n\n"
-                                     "## Outages\n\nPage the platform team first.")
+    (docs / "runbook.md").write_text(
+        "# Runbook\n\nIntro line.\n\n## Refunds\n\nRefunds above 500 EUR need a "
+        "second approver. They are booked on the next business day.\n\n"
+        "## Outages\n\nPage the platform team first."
+    )
     return {"schema_url": f"sqlite:///{db}", "glossary": str(gl), "path": str(docs)}, db
 
 
-def _tree(client, actor, path=None, **page):  # noqa: ANN001
+def _tree(client, actor, path=None, **page):
     params = {"path": path} if path else {}
     return client.get("/v1/knowledge/tree", params={**params, **page}, headers=actor.h)
 
 
 def test_pure_enrichment_steps():
-    t = TableInfo(None, "orders", None, [{"name": "customer_id", "type": "INTEGER", "nullable": True},
-                                         {"name": "order_dt", "type": "TEXT", "nullable": False}], [])
-    c = TableInfo(None, "customers", None, [{"name": "customer_id", "type": "INTEGER", "nullable": False,
-                                             "primary_key": True}], [])
+    t = TableInfo(
+        None,
+        "orders",
+        None,
+        [{"name": "customer_id", "type": "INTEGER", "nullable": True}, {"name": "order_dt", "type": "TEXT", "nullable": False}],
+        [],
+    )
+    c = TableInfo(
+        None, "customers", None, [{"name": "customer_id", "type": "INTEGER", "nullable": False, "primary_key": True}], []
+    )
     joins = enrich.join_paths([t, c])
     assert joins["orders"] == [{"from": "orders.customer_id", "to": "customers.customer_id", "via": "matching names"}]
-    assert "order date" in enrich.describe_column(t.columns[1], {"rows": 3, "distinct": 2, "nulls": 0,
-                                                                 "values": ["a", "b"]}, primary=False)
+    assert "order date" in enrich.describe_column(
+        t.columns[1], {"rows": 3, "distinct": 2, "nulls": 0, "values": ["a", "b"]}, primary=False
+    )
     secs = enrich.sections("Runbook", "# Runbook\n\nIntro.\n\n## Refunds\n\nOne. Two.")
     assert [s.title for s in secs] == ["Runbook", "Refunds"] and secs[1].abstract == "One. Two."
     assert enrich.term_refs("SUM(orders.amt) where t.x = 1", {"orders.amt"}) == ["orders.amt"]
@@ -180,14 +190,18 @@ def test_tree_pages_hold_only_visible_children(run_job, world, client, tmp_path)
     private = tmp_path / "b"
     private.mkdir()
     con = sqlite3.connect(private / "shop.db")  # the same catalog and schema path: shop/main
-    con.executescript("CREATE TABLE bonus (id INTEGER PRIMARY KEY); CREATE TABLE payroll (id INTEGER PRIMARY KEY);"
-                      "CREATE TABLE zeta (id INTEGER PRIMARY KEY);")
+    con.executescript(
+        "CREATE TABLE bonus (id INTEGER PRIMARY KEY); CREATE TABLE payroll (id INTEGER PRIMARY KEY);"
+        "CREATE TABLE zeta (id INTEGER PRIMARY KEY);"
+    )
     con.close()
     assert run_job(owner.org_id, "bootstrap", {"schema_url": shared["schema_url"], "visibility": "org"}).status == "succeeded"
-    assert run_job(owner.org_id, "bootstrap", {"schema_url": f"sqlite:///{private / 'shop.db'}",
-                                               "visibility": "private"}).status == "succeeded"
+    assert (
+        run_job(owner.org_id, "bootstrap", {"schema_url": f"sqlite:///{private / 'shop.db'}", "visibility": "private"}).status
+        == "succeeded"
+    )
 
-    def pages(actor, limit, after=None):  # noqa: ANN001, ANN202
+    def pages(actor, limit, after=None):
         out = []
         while True:
             r = _tree(client, actor, "shop/main", limit=limit, after=after)

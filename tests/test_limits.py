@@ -85,8 +85,9 @@ def test_rate_limit_in_postgres_holds_across_processes(settings, embedder, world
     for backend, who, allowed in (("postgres", shared, 5), ("memory", alone, 10)):
         s = settings.model_copy(update={"rate_limit_per_minute": 5, "rate_limit_backend": backend})
         with TestClient(create_app(s, embedder=embedder)) as a, TestClient(create_app(s, embedder=embedder)) as b:
-            codes = [(a if i % 2 else b).post("/v1/episodes", json=ep(f"{backend} {i}"), headers=who.h).status_code
-                     for i in range(12)]
+            codes = [
+                (a if i % 2 else b).post("/v1/episodes", json=ep(f"{backend} {i}"), headers=who.h).status_code for i in range(12)
+            ]
         assert codes.count(201) == allowed and set(codes) == {201, 429}, (backend, codes)
         limited = [i for i, c in enumerate(codes) if c == 429]
         assert limited == list(range(allowed, 12))  # refusals only once the budget is spent

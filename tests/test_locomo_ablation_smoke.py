@@ -12,8 +12,22 @@ def test_locomo_quick_ablation_and_merge(settings, embedder, tmp_path):
     from bench.quality.locomo.__main__ import DEFAULT_VARIANT, main
     from bench.tools.locomo_merge import main as merge
 
-    r = main(["--quick", "--reader-questions", "0", "--ablate", "before: rrf at k-dependent depth,score fusion",
-              "--only", "conv-26", "--name", "part", "--out", str(tmp_path)], embedder=embedder)
+    r = main(
+        [
+            "--quick",
+            "--reader-questions",
+            "0",
+            "--ablate",
+            "before: rrf at k-dependent depth,score fusion",
+            "--only",
+            "conv-26",
+            "--name",
+            "part",
+            "--out",
+            str(tmp_path),
+        ],
+        embedder=embedder,
+    )
     ab = r["ablation"]
     assert list(ab["variants"]) == [DEFAULT_VARIANT, "before: rrf at k-dependent depth", "score fusion"]
     # the default row is the main run's own figures; the variant without /v1/context has hybrid only
@@ -29,6 +43,7 @@ def test_locomo_quick_ablation_and_merge(settings, embedder, tmp_path):
 
     merged = merge(["merged", str(tmp_path / "part.json"), "--out", str(tmp_path)])
     again = json.loads((tmp_path / "merged.json").read_text())
-    assert merged["methods"]["hybrid"]["recall@10"] == r["methods"]["hybrid"]["recall@10"] \
-        == again["methods"]["hybrid"]["recall@10"]
+    assert (
+        merged["methods"]["hybrid"]["recall@10"] == r["methods"]["hybrid"]["recall@10"] == again["methods"]["hybrid"]["recall@10"]
+    )
     assert again["ablation"]["variants"]["score fusion"]["hybrid"] == ab["variants"]["score fusion"]["hybrid"]

@@ -23,11 +23,20 @@ from mcp.client.streamable_http import streamable_http_client
 from app.mcp_server import SESSION_TOOLS, build_server, rest_client_factory
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = {"search", "context", "add_episode", "add_memory", "session_create", "session_context", "branches",
-         "branch_diff", *SESSION_TOOLS}
+TOOLS = {
+    "search",
+    "context",
+    "add_episode",
+    "add_memory",
+    "session_create",
+    "session_context",
+    "branches",
+    "branch_diff",
+    *SESSION_TOOLS,
+}
 
 
-def _serve(asgi_app, **kw):  # noqa: ANN001, ANN003, ANN202
+def _serve(asgi_app, **kw):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -51,17 +60,17 @@ def api_url(app, client):
     thread.join(10)
 
 
-def data(result) -> dict:  # noqa: ANN001
+def data(result) -> dict:
     assert not result.is_error, result.content
     return result.structured_content
 
 
-def error_text(result) -> str:  # noqa: ANN001
+def error_text(result) -> str:
     assert result.is_error, result.structured_content
     return " ".join(c.text for c in result.content)
 
 
-async def _add_and_find(mcp: Client, text: str, **kw) -> str:  # noqa: ANN003
+async def _add_and_find(mcp: Client, text: str, **kw) -> str:
     ep = data(await mcp.call_tool("add_episode", {"content": text, **kw}))
     hits = data(await mcp.call_tool("search", {"query": text, "types": ["episode"]}))["results"]
     assert ep["id"] in [h["id"] for h in hits], hits
@@ -78,8 +87,11 @@ def test_in_process_round_trip_and_no_leak(api_url, world):
             assert {t.name for t in (await mcp.list_tools()).tools} == TOOLS
             secret = await _add_and_find(mcp, f"alice private note {word}: the vault pin is 4417")
             shared = await _add_and_find(mcp, f"team note {word}: the vault opens at nine", visibility="org")
-            mem = data(await mcp.call_tool("add_memory", {"text": f"vault {word} audits are on fridays",
-                                                          "kind": "rule", "confidence": 0.9}))
+            mem = data(
+                await mcp.call_tool(
+                    "add_memory", {"text": f"vault {word} audits are on fridays", "kind": "rule", "confidence": 0.9}
+                )
+            )
             assert mem["kind"] == "rule" and mem["version"] == 1
             bad = await mcp.call_tool("add_memory", {"text": "x", "confidence": 5.0})
             assert "422" in error_text(bad)  # the service's validation, surfaced as a tool error
@@ -102,18 +114,29 @@ def test_session_tools_through_mcp(api_url, world):
 
     async def go():
         async with Client(build_server(rest_client_factory(api_url, alice.key))) as mcp:
-            s = data(await mcp.call_tool("session_create", {"budget_tokens": 2000,
-                                                            "working_context": {"persona": "a terse SRE"}}))
+            s = data(
+                await mcp.call_tool("session_create", {"budget_tokens": 2000, "working_context": {"persona": "a terse SRE"}})
+            )
             sid = s["id"]
-            added = data(await mcp.call_tool("memory_add", {"session_id": sid, "text": "warm the cache before deploys",
-                                                            "kind": "procedure", "request_heartbeat": True}))
+            added = data(
+                await mcp.call_tool(
+                    "memory_add",
+                    {"session_id": sid, "text": "warm the cache before deploys", "kind": "procedure", "request_heartbeat": True},
+                )
+            )
             assert added["heartbeat"] is True
             got = data(await mcp.call_tool("memory_retrieve", {"session_id": sid, "query": "cache before deploys"}))
             assert added["id"] in [r["id"] for r in got["results"]]
-            team = data(await mcp.call_tool("add_memory", {"text": "team policy: warm the cache before deploys",
-                                                           "kind": "rule", "visibility": "org"}))
-            rep = data(await mcp.call_tool("working_context_replace", {"session_id": sid, "label": "persona",
-                                                                      "old": "terse", "new": "patient"}))
+            team = data(
+                await mcp.call_tool(
+                    "add_memory", {"text": "team policy: warm the cache before deploys", "kind": "rule", "visibility": "org"}
+                )
+            )
+            rep = data(
+                await mcp.call_tool(
+                    "working_context_replace", {"session_id": sid, "label": "persona", "old": "terse", "new": "patient"}
+                )
+            )
             assert rep["text"] == "a patient SRE"
             ctx = data(await mcp.call_tool("session_context", {"session_id": sid}))
             assert "a patient SRE" in ctx["text"] and ctx["tokens"] <= 2000
@@ -123,8 +146,7 @@ def test_session_tools_through_mcp(api_url, world):
             other = await mcp.call_tool("archival_search", {"session_id": sid, "query": "cache"})
             assert "404" in error_text(other)  # bob cannot drive alice's session
             s2 = data(await mcp.call_tool("session_create", {}))["id"]
-            hits = data(await mcp.call_tool("archival_search", {"session_id": s2,
-                                                                "query": "warm the cache before deploys"}))
+            hits = data(await mcp.call_tool("archival_search", {"session_id": s2, "query": "warm the cache before deploys"}))
             ids = [r["id"] for r in hits["results"]]
             assert team["id"] in ids and added["id"] not in ids  # alice's private memory stays hers
 
@@ -138,8 +160,11 @@ def test_session_tool_arguments_match_the_service(client, world):
 
     async def mcp_params():
         async with Client(build_server(rest_client_factory("http://unused", "k"))) as mcp:
-            return {t.name: set(t.input_schema.get("properties", {})) - {"session_id"}
-                    for t in (await mcp.list_tools()).tools if t.name in SESSION_TOOLS}
+            return {
+                t.name: set(t.input_schema.get("properties", {})) - {"session_id"}
+                for t in (await mcp.list_tools()).tools
+                if t.name in SESSION_TOOLS
+            }
 
     assert asyncio.run(mcp_params()) == rest
 
@@ -177,8 +202,11 @@ def test_streamable_http_forwards_each_requests_bearer_key(api_url, world):
 def test_stdio_subprocess(api_url, world):
     alice = world.user(world.org())
     params = StdioServerParameters(
-        command=sys.executable, args=["-c", "from app.mcp_server import run; run('stdio')"], cwd=str(REPO),
-        env={"MEMSCALE_API_KEY": alice.key, "MEMSCALE_API_URL": api_url})
+        command=sys.executable,
+        args=["-c", "from app.mcp_server import run; run('stdio')"],
+        cwd=str(REPO),
+        env={"MEMSCALE_API_KEY": alice.key, "MEMSCALE_API_URL": api_url},
+    )
 
     async def go():
         async with Client(params, read_timeout_seconds=60) as mcp:

@@ -24,13 +24,21 @@ def test_catalog_matches_the_models_and_the_naming_rule(admin_engine):
     from app.kit.database.migrate import is_partition, partitioned_tables
 
     with admin_engine.connect() as c:
-        parents = dict(c.execute(text(
-            "SELECT c.relname, pg_get_partkeydef(c.oid) FROM pg_partitioned_table p "
-            "JOIN pg_class c ON c.oid = p.partrelid WHERE c.relnamespace = 'public'::regnamespace")).all())
-        parts = c.execute(text(
-            "SELECT c.relname, p.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_class c JOIN pg_inherits i "
-            "ON i.inhrelid = c.oid JOIN pg_class p ON p.oid = i.inhparent WHERE c.relispartition AND c.relkind = 'r' "
-            "AND c.relnamespace = 'public'::regnamespace ORDER BY 1")).all()
+        parents = dict(
+            c.execute(
+                text(
+                    "SELECT c.relname, pg_get_partkeydef(c.oid) FROM pg_partitioned_table p "
+                    "JOIN pg_class c ON c.oid = p.partrelid WHERE c.relnamespace = 'public'::regnamespace"
+                )
+            ).all()
+        )
+        parts = c.execute(
+            text(
+                "SELECT c.relname, p.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_class c JOIN pg_inherits i "
+                "ON i.inhrelid = c.oid JOIN pg_class p ON p.oid = i.inhparent WHERE c.relispartition AND c.relkind = 'r' "
+                "AND c.relnamespace = 'public'::regnamespace ORDER BY 1"
+            )
+        ).all()
         tables = [n for (n,) in c.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))]
     assert parents == {t: "HASH (org_id)" for t in TABLES}
     assert partitioned_tables() == set(TABLES)
@@ -46,32 +54,45 @@ def test_every_partition_has_every_index(admin_engine):
         for t in TABLES:
             parent = dict(c.execute(text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = :t"), {"t": t}).all())
             assert f"ix_{t}_embedding_hnsw" in parent and f"ix_{t}_tsv" in parent and f"pk_{t}" in parent
-            attached = c.execute(text(
-                "SELECT p.relname, count(*), count(*) FILTER (WHERE pg_get_indexdef(i.inhrelid) LIKE "
-                "'%USING hnsw (embedding vector_cosine_ops) WITH (m=''16'', ef_construction=''64'')%'), "
-                "count(*) FILTER (WHERE pg_get_indexdef(i.inhrelid) LIKE '%USING gin (tsv)%'), bool_and(x.indisvalid) "
-                "FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid JOIN pg_class p ON p.oid = x.indrelid "
-                "WHERE i.inhparent = ANY(SELECT CAST(n AS regclass) FROM unnest(CAST(:names AS text[])) n) GROUP BY 1"),
-                {"names": list(parent)}).all()
+            attached = c.execute(
+                text(
+                    "SELECT p.relname, count(*), count(*) FILTER (WHERE pg_get_indexdef(i.inhrelid) LIKE "
+                    "'%USING hnsw (embedding vector_cosine_ops) WITH (m=''16'', ef_construction=''64'')%'), "
+                    "count(*) FILTER (WHERE pg_get_indexdef(i.inhrelid) LIKE '%USING gin (tsv)%'), bool_and(x.indisvalid) "
+                    "FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid JOIN pg_class p ON p.oid = x.indrelid "
+                    "WHERE i.inhparent = ANY(SELECT CAST(n AS regclass) FROM unnest(CAST(:names AS text[])) n) GROUP BY 1"
+                ),
+                {"names": list(parent)},
+            ).all()
             assert len(attached) == PARTITIONS
             assert all(n == len(parent) and hnsw == gin == 1 and valid for _, n, hnsw, gin, valid in attached), attached
         # The unique key on versions carries over with NULLS NOT DISTINCT, in every partition.
-        root = c.execute(text("SELECT pg_get_indexdef(i.inhrelid) FROM pg_inherits i "
-                              "WHERE i.inhparent = 'ix_memories_root'::regclass")).scalars().all()
+        root = (
+            c.execute(
+                text("SELECT pg_get_indexdef(i.inhrelid) FROM pg_inherits i WHERE i.inhparent = 'ix_memories_root'::regclass")
+            )
+            .scalars()
+            .all()
+        )
         assert len(root) == PARTITIONS and all("UNIQUE" in d and "NULLS NOT DISTINCT" in d for d in root)
 
 
-def _partition_of(admin_engine, table: str, org_id) -> str:  # noqa: ANN001
+def _partition_of(admin_engine, table: str, org_id) -> str:
     with admin_engine.connect() as c:
-        return c.execute(text(f"SELECT tableoid::regclass::text FROM {table} WHERE org_id = :o LIMIT 1"),
-                         {"o": org_id}).scalar_one()
+        return c.execute(
+            text(f"SELECT tableoid::regclass::text FROM {table} WHERE org_id = :o LIMIT 1"), {"o": org_id}
+        ).scalar_one()
 
 
-def _hash_partition(admin_engine, org_id) -> int:  # noqa: ANN001
+def _hash_partition(admin_engine, org_id) -> int:
     with admin_engine.connect() as c:
-        return c.execute(text("SELECT r FROM generate_series(0, :n - 1) r WHERE "
-                              "satisfies_hash_partition('episodes'::regclass, :n, r, CAST(:o AS uuid))"),
-                         {"n": PARTITIONS, "o": str(org_id)}).scalar_one()
+        return c.execute(
+            text(
+                "SELECT r FROM generate_series(0, :n - 1) r WHERE "
+                "satisfies_hash_partition('episodes'::regclass, :n, r, CAST(:o AS uuid))"
+            ),
+            {"n": PARTITIONS, "o": str(org_id)},
+        ).scalar_one()
 
 
 def test_the_app_role_reads_a_partition_only_through_its_parent(settings, admin_engine, client, world):
@@ -79,8 +100,10 @@ def test_the_app_role_reads_a_partition_only_through_its_parent(settings, admin_
     alice = world.user(org)
     assert client.post("/v1/episodes", json=ep(visibility="org"), headers=alice.h).status_code == 201
     part = _partition_of(admin_engine, "episodes", alice.org_id)
-    bind = ("SELECT set_config('memscale.org_id', :o, true), set_config('memscale.user_id', :u, true), "
-            "set_config('memscale.scope', 'all', true)")
+    bind = (
+        "SELECT set_config('memscale.org_id', :o, true), set_config('memscale.user_id', :u, true), "
+        "set_config('memscale.scope', 'all', true)"
+    )
     eng = create_engine(app_url(settings))
     with eng.connect() as c:
         c.execute(text(bind), {"o": str(alice.org_id), "u": str(alice.user_id)})
@@ -98,9 +121,12 @@ def test_the_app_role_reads_a_partition_only_through_its_parent(settings, admin_
         assert c.execute(text(f"SELECT count(*) FROM {part}")).scalar() == 0
         c.rollback()
     with admin_engine.connect() as c:  # and the grants are what the migration left: none on a partition
-        granted = c.execute(text(
-            "SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = 'memscale_app' "
-            "AND table_name ~ '^(episodes|memories)_p[0-9]+$'")).scalar()
+        granted = c.execute(
+            text(
+                "SELECT count(*) FROM information_schema.role_table_grants WHERE grantee = 'memscale_app' "
+                "AND table_name ~ '^(episodes|memories)_p[0-9]+$'"
+            )
+        ).scalar()
     assert granted == 0
 
 
@@ -119,27 +145,33 @@ def test_another_org_sharing_the_partition_sees_nothing(settings, admin_engine, 
     word = f"zebra{uuid.uuid4().hex[:6]}"
     mine = client.post("/v1/episodes", json=ep(f"the {word} cluster restarts nightly", visibility="org"), headers=alice.h)
     assert mine.status_code == 201
-    m = client.post("/v1/memories", json={"text": f"{word} restarts nightly", "kind": "fact", "visibility": "org"},
-                    headers=alice.h)
+    m = client.post(
+        "/v1/memories", json={"text": f"{word} restarts nightly", "kind": "fact", "visibility": "org"}, headers=alice.h
+    )
     assert m.status_code == 201
     client.post("/v1/episodes", json=ep(f"bob's own {word} note", visibility="private"), headers=bob.h)
     assert _partition_of(admin_engine, "episodes", alice.org_id) == _partition_of(admin_engine, "episodes", bob.org_id)
     for mode in ("hybrid", "vector", "text"):
         got = client.post("/v1/search", json={"query": f"{word} cluster", "mode": mode, "k": 50}, headers=bob.h).json()
         assert mine.json()["id"] not in {x["id"] for x in got["results"]} and m.json()["id"] not in {
-            x["id"] for x in got["results"]}, mode
+            x["id"] for x in got["results"]
+        }, mode
     assert client.get(f"/v1/episodes/{mine.json()['id']}", headers=bob.h).status_code == 404
     assert client.get(f"/v1/memories/{m.json()['id']}", headers=bob.h).status_code == 404
     eng = create_engine(app_url(settings))
     with eng.connect() as c:
-        c.execute(text("SELECT set_config('memscale.org_id', :o, true), set_config('memscale.scope', 'all', true)"),
-                  {"o": str(bob.org_id)})
+        c.execute(
+            text("SELECT set_config('memscale.org_id', :o, true), set_config('memscale.scope', 'all', true)"),
+            {"o": str(bob.org_id)},
+        )
         for t in TABLES:
             assert c.execute(text(f"SELECT count(*) FROM {t} WHERE org_id = :a"), {"a": alice.org_id}).scalar() == 0
         assert c.execute(text("SELECT count(DISTINCT org_id) FROM episodes")).scalar() == 1
         with pytest.raises(DBAPIError, match="row-level security"):  # the parent's WITH CHECK holds on routing
-            c.execute(text("INSERT INTO episodes (org_id, owner_id, kind, content) VALUES (:a, :u, 'note', 'x')"),
-                      {"a": alice.org_id, "u": alice.user_id})
+            c.execute(
+                text("INSERT INTO episodes (org_id, owner_id, kind, content) VALUES (:a, :u, 'note', 'x')"),
+                {"a": alice.org_id, "u": alice.user_id},
+            )
     eng.dispose()
 
 
@@ -155,13 +187,14 @@ def test_a_search_reads_one_partition_per_table(app, client, world, embedder):
     alice = world.user(org)
     items = [ep(f"the deploy of service {i} failed on a cold cache", session_id="s1") for i in range(6)]
     assert client.post("/v1/episodes/batch", json={"items": items}, headers=alice.h).status_code in (200, 201)
-    assert client.post("/v1/memories", json={"text": "deploys need a warm cache", "kind": "rule"},
-                       headers=alice.h).status_code == 201
-    p = Principal(org_id=alice.org_id, user_id=alice.user_id, name=alice.name, roles=("member",), groups=(),
-                  clearances=())
+    assert (
+        client.post("/v1/memories", json={"text": "deploys need a warm cache", "kind": "rule"}, headers=alice.h).status_code
+        == 201
+    )
+    p = Principal(org_id=alice.org_id, user_id=alice.user_id, name=alice.name, roles=("member",), groups=(), clearances=())
     captured: list[tuple[str, object]] = []
 
-    def capture(conn, cursor, statement, params, context, executemany):  # noqa: ANN001, ARG001
+    def capture(conn, cursor, statement, params, context, executemany):
         if re.search(r"\b(episodes|memories)\b", statement):
             captured.append((statement, params))
 
@@ -171,8 +204,19 @@ def test_a_search_reads_one_partition_per_table(app, client, world, embedder):
         conn = db.connection()
         event.listen(conn, "before_cursor_execute", capture)
         try:
-            got, _ = rank(db, RankCall(principal=p, query=q, qvec=embedder.embed([q])[0], types=["memory", "episode", "chunk"],
-                                       k=10, mode="hybrid", filters=SearchFilters(), ef_search=40))
+            got, _ = rank(
+                db,
+                RankCall(
+                    principal=p,
+                    query=q,
+                    qvec=embedder.embed([q])[0],
+                    types=["memory", "episode", "chunk"],
+                    k=10,
+                    mode="hybrid",
+                    filters=SearchFilters(),
+                    ef_search=40,
+                ),
+            )
         finally:
             event.remove(conn, "before_cursor_execute", capture)
         assert got
@@ -233,7 +277,7 @@ def scratch(settings):
         yield s, eng
 
 
-def _fill(c) -> None:  # noqa: ANN001
+def _fill(c) -> None:
     """Three orgs, a branch, episodes and versioned memories (main and branch), embeddings and
     NULL embeddings, through the owner role (RLS does not apply to it)."""
     import random
@@ -243,22 +287,44 @@ def _fill(c) -> None:  # noqa: ANN001
     for o in range(3):
         org = c.execute(text("INSERT INTO orgs (name) VALUES (:n) RETURNING id"), {"n": f"p{o}"}).scalar()
         user = c.execute(text("INSERT INTO users (org_id, name) VALUES (:o, 'u') RETURNING id"), {"o": org}).scalar()
-        br = c.execute(text("INSERT INTO branches (org_id, name, fork_at) VALUES (:o, 'b', now()) RETURNING id"),
-                       {"o": org}).scalar()
+        br = c.execute(
+            text("INSERT INTO branches (org_id, name, fork_at) VALUES (:o, 'b', now()) RETURNING id"), {"o": org}
+        ).scalar()
         for i in range(40):
-            c.execute(text("INSERT INTO episodes (org_id, owner_id, kind, content, visibility, groups, labels, session_id, "
-                           "branch_id, embedding) VALUES (:o, :u, 'conversation', :x, 'group', '{g1}', '{pii}', 's', :b, "
-                           "CAST(:v AS vector))"),
-                      {"o": org, "u": user, "x": f"episode {o}.{i} about deploys", "b": br if i % 5 == 0 else None,
-                       "v": vec() if i % 7 else None})
+            c.execute(
+                text(
+                    "INSERT INTO episodes (org_id, owner_id, kind, content, visibility, groups, labels, session_id, "
+                    "branch_id, embedding) VALUES (:o, :u, 'conversation', :x, 'group', '{g1}', '{pii}', 's', :b, "
+                    "CAST(:v AS vector))"
+                ),
+                {
+                    "o": org,
+                    "u": user,
+                    "x": f"episode {o}.{i} about deploys",
+                    "b": br if i % 5 == 0 else None,
+                    "v": vec() if i % 7 else None,
+                },
+            )
             root = uuid.uuid4()
             for version in (1, 2):
-                c.execute(text("INSERT INTO memories (org_id, owner_id, root_id, version, text, kind, status, branch_id, "
-                               "agent_id, embedding) VALUES (:o, :u, :r, :ver, :x, :k, :s, :b, :a, CAST(:v AS vector))"),
-                          {"o": org, "u": user, "r": root, "ver": version, "x": f"memory {o}.{i}.{version}",
-                           "k": "skill" if i % 9 == 0 else "fact", "a": "agent" if i % 9 == 0 else None,
-                           "s": "superseded" if version == 1 else "active", "b": br if i % 6 == 0 else None,
-                           "v": vec()})
+                c.execute(
+                    text(
+                        "INSERT INTO memories (org_id, owner_id, root_id, version, text, kind, status, branch_id, "
+                        "agent_id, embedding) VALUES (:o, :u, :r, :ver, :x, :k, :s, :b, :a, CAST(:v AS vector))"
+                    ),
+                    {
+                        "o": org,
+                        "u": user,
+                        "r": root,
+                        "ver": version,
+                        "x": f"memory {o}.{i}.{version}",
+                        "k": "skill" if i % 9 == 0 else "fact",
+                        "a": "agent" if i % 9 == 0 else None,
+                        "s": "superseded" if version == 1 else "active",
+                        "b": br if i % 6 == 0 else None,
+                        "v": vec(),
+                    },
+                )
 
 
 def test_rows_and_everything_else_survive_0015_down_and_up(scratch):
@@ -275,9 +341,19 @@ def test_rows_and_everything_else_survive_0015_down_and_up(scratch):
         prints = {t: c.execute(text(FINGERPRINT.format(t=t))).one() for t in TABLES}
         state = c.execute(text(STATE)).one()
     assert prints["episodes"][0] == 120 and prints["memories"][0] == 240
-    assert state[:2] == ("p", "p") and state[2] == 1 and state[3:9] == (
-        "probe table comment", "probe column comment", "probe index comment", "probe policy comment",
-        "probe trigger", "probe fk comment")
+    assert (
+        state[:2] == ("p", "p")
+        and state[2] == 1
+        and state[3:9]
+        == (
+            "probe table comment",
+            "probe column comment",
+            "probe index comment",
+            "probe policy comment",
+            "probe trigger",
+            "probe fk comment",
+        )
+    )
     assert state[10] == 10 and state[11] == "episodes:true,memories:true" and state[12] and state[13]
 
     downgrade(s, "0014")
@@ -294,8 +370,10 @@ def test_rows_and_everything_else_survive_0015_down_and_up(scratch):
         assert c.execute(text("SELECT count(*) FROM probe_refs")).scalar() == 1
     with eng.begin() as c:  # the carried trigger fires, the carried foreign key holds and cascades
         org, user = c.execute(text("SELECT org_id, owner_id FROM episodes LIMIT 1")).one()
-        q = c.execute(text("INSERT INTO episodes (org_id, owner_id, kind, content) VALUES (:o, :u, 'note', 'x') "
-                           "RETURNING quality"), {"o": org, "u": user}).scalar()
+        q = c.execute(
+            text("INSERT INTO episodes (org_id, owner_id, kind, content) VALUES (:o, :u, 'note', 'x') RETURNING quality"),
+            {"o": org, "u": user},
+        ).scalar()
         assert q == "probe"
         c.execute(text("DELETE FROM episodes WHERE org_id = :o AND id = :i"), {"o": ep_row.org_id, "i": ep_row.id})
         assert c.execute(text("SELECT count(*) FROM probe_refs")).scalar() == 0

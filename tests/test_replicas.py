@@ -44,14 +44,13 @@ def standby(settings):
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _replica_url(settings, rep) -> str:  # noqa: ANN001
+def _replica_url(settings, rep) -> str:
     from app.kit.database.pg import app_url
 
-    return make_url(app_url(settings)).update_query_dict({"host": str(rep.socket_dir)}).render_as_string(
-        hide_password=False)
+    return make_url(app_url(settings)).update_query_dict({"host": str(rep.socket_dir)}).render_as_string(hide_password=False)
 
 
-def _wait(cond, timeout: float, what: str) -> None:  # noqa: ANN001
+def _wait(cond, timeout: float, what: str) -> None:
     deadline = time.time() + timeout
     while not cond():
         assert time.time() < deadline, f"timed out waiting for {what}"
@@ -62,8 +61,13 @@ def _wait(cond, timeout: float, what: str) -> None:  # noqa: ANN001
 def rapp(settings, embedder, standby):
     from app.main import create_app
 
-    s = settings.model_copy(update={"read_replica_urls": _replica_url(settings, standby),
-                                    "replica_check_interval_s": 0.1, "replica_backoff_max_s": 1.0})
+    s = settings.model_copy(
+        update={
+            "read_replica_urls": _replica_url(settings, standby),
+            "replica_check_interval_s": 0.1,
+            "replica_backoff_max_s": 1.0,
+        }
+    )
     return create_app(s, embedder=embedder)
 
 
@@ -76,7 +80,7 @@ def rclient(rapp):
         yield c
 
 
-def _su(rep):  # noqa: ANN001
+def _su(rep):
     """A superuser connection to the standby (replay pause/resume)."""
     return create_engine(rep.url, isolation_level="AUTOCOMMIT")
 
@@ -110,7 +114,7 @@ def test_standby_is_a_real_streaming_replica_with_rls(settings, standby, world):
         eng.dispose()
 
 
-def _count_users(eng, actor) -> bool:  # noqa: ANN001
+def _count_users(eng, actor) -> bool:
     from sqlalchemy.orm import Session
 
     from app.kit.database.db import bind_principal
@@ -171,7 +175,7 @@ def test_standby_lost_right_after_a_read_keeps_the_answer(rapp, rclient, standby
     su = _su(standby)
     calls: list[str] = []
 
-    def read_then_lose_connection(rdb) -> str:  # noqa: ANN001
+    def read_then_lose_connection(rdb) -> str:
         in_recovery, pid = rdb.execute(text("SELECT pg_is_in_recovery(), pg_backend_pid()")).one()
         calls.append("standby" if in_recovery else "primary")
         if in_recovery:
@@ -224,7 +228,7 @@ def test_paused_replay_lsn_read_goes_to_primary_then_lag_skips_replica(rapp, rcl
     _wait(lambda: reps.replicas[0].healthy, 30, "the standby to catch up and come back")
 
 
-def _serve(app):  # noqa: ANN001
+def _serve(app):
     import socket
 
     import uvicorn
@@ -247,8 +251,13 @@ def test_replica_stopped_and_restarted_under_load(settings, embedder, standby, w
 
     org = world.org()
     actors = [world.user(org) for _ in range(3)]
-    s = settings.model_copy(update={"read_replica_urls": _replica_url(settings, standby),
-                                    "replica_check_interval_s": 0.1, "replica_backoff_max_s": 1.0})
+    s = settings.model_copy(
+        update={
+            "read_replica_urls": _replica_url(settings, standby),
+            "replica_check_interval_s": 0.1,
+            "replica_backoff_max_s": 1.0,
+        }
+    )
     app = create_app(s, embedder=embedder)
     base, server, th = _serve(app)
     reps = app.state.replicas
@@ -257,7 +266,7 @@ def test_replica_stopped_and_restarted_under_load(settings, embedder, standby, w
     done = {"writes": 0, "reads": 0}
     stop = threading.Event()
 
-    def writer(actor) -> None:  # noqa: ANN001
+    def writer(actor) -> None:
         with httpx.Client(base_url=base, headers=actor.h, timeout=60) as c:
             i = 0
             while not stop.is_set():
@@ -279,7 +288,7 @@ def test_replica_stopped_and_restarted_under_load(settings, embedder, standby, w
                     misses.append(("search", word))
                 done["writes"] += 1
 
-    def reader(actor) -> None:  # noqa: ANN001
+    def reader(actor) -> None:
         with httpx.Client(base_url=base, headers=actor.h, timeout=60) as c:
             while not stop.is_set():
                 r = c.post("/v1/search", json={"query": "load note number", "k": 5})
@@ -287,8 +296,12 @@ def test_replica_stopped_and_restarted_under_load(settings, embedder, standby, w
                     failures.append(("read", r.status_code, r.text[:200]))
                 done["reads"] += 1
 
-    threads = [threading.Thread(target=writer, args=(actors[0],)), threading.Thread(target=writer, args=(actors[1],)),
-               threading.Thread(target=reader, args=(actors[2],)), threading.Thread(target=reader, args=(actors[2],))]
+    threads = [
+        threading.Thread(target=writer, args=(actors[0],)),
+        threading.Thread(target=writer, args=(actors[1],)),
+        threading.Thread(target=reader, args=(actors[2],)),
+        threading.Thread(target=reader, args=(actors[2],)),
+    ]
     try:
         _wait(lambda: reps.replicas[0].healthy, 30, "the standby to be healthy")
         for t in threads:
@@ -297,8 +310,11 @@ def test_replica_stopped_and_restarted_under_load(settings, embedder, standby, w
         _wait(lambda: reps.stats["replica_reads"] >= 20 and done["writes"] >= 5, 120, "reads on the standby under load")
         standby.stop("immediate")
         at_stop = dict(done)
-        _wait(lambda: done["writes"] >= at_stop["writes"] + 5 and done["reads"] >= at_stop["reads"] + 10, 120,
-              "traffic while the standby is down")
+        _wait(
+            lambda: done["writes"] >= at_stop["writes"] + 5 and done["reads"] >= at_stop["reads"] + 10,
+            120,
+            "traffic while the standby is down",
+        )
         assert not reps.replicas[0].healthy
         standby.start()
         _wait(lambda: reps.replicas[0].healthy, 60, "the standby back in use")

@@ -8,9 +8,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
+from app.kit.database.migrate import include_object as _include_object
 from app.kit.database.pg import app_url
 from app.kit.registry import metadata
-from app.kit.database.migrate import include_object as _include_object
 from tests.helpers import scratch_database
 
 
@@ -30,8 +30,9 @@ def test_downgrade_then_upgrade(settings, admin_engine):
         upgrade(s, "head")
         downgrade(s, "base")
         with eng.connect() as c:
-            left = c.execute(text("SELECT count(*) FROM pg_tables WHERE schemaname='public' "
-                                  "AND tablename <> 'alembic_version'")).scalar()
+            left = c.execute(
+                text("SELECT count(*) FROM pg_tables WHERE schemaname='public' AND tablename <> 'alembic_version'")
+            ).scalar()
         assert left == 0
         upgrade(s, "head")
         with eng.connect() as c:
@@ -89,18 +90,27 @@ def test_rls_holds_in_parallel_workers(settings, client, world, admin_engine):
     from tests.helpers import ep
 
     with admin_engine.connect() as c:  # every function any policy calls, not a list kept by hand
-        called = set(c.execute(text(
-            "SELECT DISTINCT m[1] FROM pg_policy, regexp_matches(coalesce(pg_get_expr(polqual, polrelid), '') || ' ' "
-            "|| coalesce(pg_get_expr(polwithcheck, polrelid), ''), '(memscale_\\w+)\\(', 'g') AS m")).scalars())
-        labels = dict(c.execute(text("SELECT proname, proparallel FROM pg_proc WHERE proname = ANY(:n)"),
-                                {"n": sorted(called)}).all())
+        called = set(
+            c.execute(
+                text(
+                    "SELECT DISTINCT m[1] FROM pg_policy, regexp_matches(coalesce(pg_get_expr(polqual, polrelid), '') || ' ' "
+                    "|| coalesce(pg_get_expr(polwithcheck, polrelid), ''), '(memscale_\\w+)\\(', 'g') AS m"
+                )
+            ).scalars()
+        )
+        labels = dict(
+            c.execute(text("SELECT proname, proparallel FROM pg_proc WHERE proname = ANY(:n)"), {"n": sorted(called)}).all()
+        )
     assert len(called) >= 7 and labels == {f: "s" for f in called}
     org, other = world.org(), world.org()
     alice, bob, carol = world.user(org), world.user(org), world.user(other)
-    mine = {client.post("/v1/episodes", json=ep(content=f"alice's pottery class note {i}"), headers=alice.h).json()["id"]
-            for i in range(3)}
-    shared = client.post("/v1/episodes", json=ep(content="the org's pottery kiln schedule", visibility="org"),
-                         headers=bob.h).json()["id"]
+    mine = {
+        client.post("/v1/episodes", json=ep(content=f"alice's pottery class note {i}"), headers=alice.h).json()["id"]
+        for i in range(3)
+    }
+    shared = client.post(
+        "/v1/episodes", json=ep(content="the org's pottery kiln schedule", visibility="org"), headers=bob.h
+    ).json()["id"]
     client.post("/v1/episodes", json=ep(content="bob's private pottery glaze recipe"), headers=bob.h)
     client.post("/v1/episodes", json=ep(content="carol's pottery note", visibility="org"), headers=carol.h)
     p = Principal(org_id=alice.org_id, user_id=alice.user_id, name=alice.name, roles=(), groups=(), clearances=())

@@ -45,7 +45,7 @@ ALL_ROLES = ["member", "steward", "auditor", "admin"]
 BATCH_MARKER = "valid item of a batch refused for a NUL in another item"
 
 
-def _serve(app):  # noqa: ANN001
+def _serve(app):
     """Start uvicorn on a free loopback port in a thread; return (base_url, stop)."""
     import uvicorn
 
@@ -117,7 +117,7 @@ schema.config.generation.update(max_examples=MAX_EXAMPLES, deterministic=True, d
 schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
 
 
-def _session_may_exceed_budget(case) -> bool:  # noqa: ANN001
+def _session_may_exceed_budget(case) -> bool:
     """POST /v1/sessions has one rule JSON Schema cannot state: the working context may take at most
     half of `budget_tokens` in model tokens (422 `working_context_too_large` otherwise). True when a
     schema-valid body might break it; the bound is conservative (a byte-level BPE token covers at
@@ -136,13 +136,13 @@ def _session_may_exceed_budget(case) -> bool:  # noqa: ANN001
     return len(rendered.encode()) > budget // 2
 
 
-def error_shape(ctx, response, case) -> None:  # noqa: ANN001, ARG001
+def error_shape(ctx, response, case) -> None:
     """the REST contract: every error is `{"error": {"code": "<snake_case>", "message": "<text>"}}`."""
     if response.status_code < 400:
         return
     try:
         body = response.json()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise AssertionError(f"{response.status_code} body is not JSON: {response.content[:200]!r}") from exc
     err = body.get("error") if isinstance(body, dict) else None
     if not (isinstance(err, dict) and isinstance(err.get("code"), str) and isinstance(err.get("message"), str)):
@@ -151,7 +151,7 @@ def error_shape(ctx, response, case) -> None:  # noqa: ANN001, ARG001
         raise AssertionError(f"error code {err['code']!r} is not snake_case")
 
 
-def allow_header(ctx, response, case) -> None:  # noqa: ANN001, ARG001
+def allow_header(ctx, response, case) -> None:
     """A 405 names, in `Allow`, exactly the methods the document lists for the path (RFC 9110)."""
     if response.status_code != 405:
         return
@@ -176,20 +176,22 @@ def test_openapi_conformance(case, fuzz_actor, live_base_url):
     STATS[case.operation.label][response.status_code] += 1
 
 
-def _call_and_check(case, live_base_url: str, headers: dict):  # noqa: ANN001, ANN202
+def _call_and_check(case, live_base_url: str, headers: dict):
     if _session_may_exceed_budget(case):
         # Every check but `positive_data_acceptance`, and the rule itself: created, or refused for it.
         from schemathesis.specs.openapi.checks import positive_data_acceptance
 
         response = case.call(base_url=live_base_url, headers=headers, timeout=60)
-        case.validate_response(response, headers=headers, additional_checks=[error_shape, allow_header],
-                               excluded_checks=[positive_data_acceptance])
+        case.validate_response(
+            response, headers=headers, additional_checks=[error_shape, allow_header], excluded_checks=[positive_data_acceptance]
+        )
         assert response.status_code == 201 or (
             response.status_code == 422 and response.json()["error"]["code"] == "working_context_too_large"
         ), response.text
         return response
-    return case.call_and_validate(base_url=live_base_url, headers=headers,
-                                  additional_checks=[error_shape, allow_header], timeout=60)
+    return case.call_and_validate(
+        base_url=live_base_url, headers=headers, additional_checks=[error_shape, allow_header], timeout=60
+    )
 
 
 def test_fuzzed_schema_is_the_served_one(live_base_url):
@@ -199,23 +201,41 @@ def test_fuzzed_schema_is_the_served_one(live_base_url):
     doc = httpx.get(f"{live_base_url}/openapi.json", timeout=30).json()
     assert doc == OPENAPI
     paths = doc["paths"]
-    for path, method in [("/v1/episodes", "post"), ("/v1/episodes/batch", "post"), ("/v1/episodes/{episode_id}", "get"),
-                         ("/v1/memories", "post"), ("/v1/memories/{memory_id}", "patch"), ("/v1/search", "post"),
-                         ("/v1/context", "post"), ("/v1/sessions", "post"), ("/v1/jobs", "post"),
-                         ("/v1/jobs/{job_id}", "get"), ("/v1/audit", "get"), ("/healthz", "get"), ("/readyz", "get")]:
+    for path, method in [
+        ("/v1/episodes", "post"),
+        ("/v1/episodes/batch", "post"),
+        ("/v1/episodes/{episode_id}", "get"),
+        ("/v1/memories", "post"),
+        ("/v1/memories/{memory_id}", "patch"),
+        ("/v1/search", "post"),
+        ("/v1/context", "post"),
+        ("/v1/sessions", "post"),
+        ("/v1/jobs", "post"),
+        ("/v1/jobs/{job_id}", "get"),
+        ("/v1/audit", "get"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+    ]:
         assert method in paths.get(path, {}), f"{method.upper()} {path} missing from /openapi.json"
 
 
-@pytest.mark.parametrize("method, path, body", [
-    ("POST", "/v1/episodes", {"kind": "note", "content": "nul \x00 in content"}),
-    ("POST", "/v1/episodes", {"kind": "note", "content": "ok", "metadata": {"k\x00": "v"}}),
-    ("POST", "/v1/episodes", {"kind": "note", "content": "ok", "messages": [{"role": "user", "content": "a\x00b"}]}),
-    ("POST", "/v1/episodes/batch", {"items": [{"kind": "note", "content": BATCH_MARKER}, {"kind": "note", "content": "\x00"}]}),
-    ("POST", "/v1/memories", {"kind": "fact", "text": "nul \x00 in text"}),
-    ("POST", "/v1/search", {"query": "nul \x00 query"}),
-    ("POST", "/v1/context", {"query": "nul \x00 query"}),
-    ("GET", "/v1/audit?action=a%00b", None),
-])
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("POST", "/v1/episodes", {"kind": "note", "content": "nul \x00 in content"}),
+        ("POST", "/v1/episodes", {"kind": "note", "content": "ok", "metadata": {"k\x00": "v"}}),
+        ("POST", "/v1/episodes", {"kind": "note", "content": "ok", "messages": [{"role": "user", "content": "a\x00b"}]}),
+        (
+            "POST",
+            "/v1/episodes/batch",
+            {"items": [{"kind": "note", "content": BATCH_MARKER}, {"kind": "note", "content": "\x00"}]},
+        ),
+        ("POST", "/v1/memories", {"kind": "fact", "text": "nul \x00 in text"}),
+        ("POST", "/v1/search", {"query": "nul \x00 query"}),
+        ("POST", "/v1/context", {"query": "nul \x00 query"}),
+        ("GET", "/v1/audit?action=a%00b", None),
+    ],
+)
 def test_nul_characters_are_refused_not_500(client, fuzz_actor, admin_engine, method, path, body):
     """U+0000 anywhere in a request is bad input (422/400 in the error shape), never a 500, and a
     refused batch writes nothing (not even its valid items)."""
@@ -227,5 +247,9 @@ def test_nul_characters_are_refused_not_500(client, fuzz_actor, admin_engine, me
     err = r.json()["error"]
     assert SNAKE.match(err["code"]) and err["message"]
     with admin_engine.connect() as c:
-        assert c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o AND content = :m"),
-                         {"o": actor.org_id, "m": BATCH_MARKER}).scalar() == 0
+        assert (
+            c.execute(
+                text("SELECT count(*) FROM episodes WHERE org_id = :o AND content = :m"), {"o": actor.org_id, "m": BATCH_MARKER}
+            ).scalar()
+            == 0
+        )

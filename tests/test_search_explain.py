@@ -9,19 +9,36 @@ from app.search.signals import SIGNALS, Pool, fuse
 from app.search.tuning import DEFAULT_TUNING
 from tests.test_search_ranking import _tuned, _turn
 
-RESULT_KEYS = {"type", "id", "text", "score", "visibility", "labels", "groups", "created_at", "kind", "owner_id",
-               "confidence", "session_id", "content_hash", "outcome", "occurred_at"}
+RESULT_KEYS = {
+    "type",
+    "id",
+    "text",
+    "score",
+    "visibility",
+    "labels",
+    "groups",
+    "created_at",
+    "kind",
+    "owner_id",
+    "confidence",
+    "session_id",
+    "content_hash",
+    "outcome",
+    "occurred_at",
+}
 
 
-def _conversation(client, actor) -> list[str]:  # noqa: ANN001
-    conv = [_turn("Melanie: How was the pottery workshop in Lisbon in May?", "s1", 0),
-            _turn("Caroline: A blue bowl! I adored every minute of it.", "s1", 1),
-            _turn("Caroline: Next I want to try the wheel, not only hand building.", "s1", 2)]
+def _conversation(client, actor) -> list[str]:
+    conv = [
+        _turn("Melanie: How was the pottery workshop in Lisbon in May?", "s1", 0),
+        _turn("Caroline: A blue bowl! I adored every minute of it.", "s1", 1),
+        _turn("Caroline: Next I want to try the wheel, not only hand building.", "s1", 2),
+    ]
     noise = [_turn(f"Caroline: I make pancakes at the workshop cafe on Sundays {i}.", f"n{i}", 10 + i) for i in range(12)]
     return client.post("/v1/episodes/batch", json={"items": conv + noise}, headers=actor.h).json()["ids"]
 
 
-def _post(client, actor, **body):  # noqa: ANN001, ANN003, ANN202
+def _post(client, actor, **body):
     r = client.post("/v1/search", json={"types": ["episode"], "k": 10, **body}, headers=actor.h)
     assert r.status_code == 200, r.text
     return r.json()
@@ -53,8 +70,11 @@ def test_explain_is_off_by_default_and_changes_no_result(client, world):
     alice = world.user(org)
     _conversation(client, alice)
     q = "pottery workshop bowl"
-    plain, off, on = _post(client, alice, query=q), _post(client, alice, query=q, explain=False), \
-        _post(client, alice, query=q, explain=True)
+    plain, off, on = (
+        _post(client, alice, query=q),
+        _post(client, alice, query=q, explain=False),
+        _post(client, alice, query=q, explain=True),
+    )
     assert all(set(r) == RESULT_KEYS for r in plain["results"]) and "explain" not in str(plain)
     strip = lambda out: [{k: v for k, v in r.items() if k != "explain"} for r in out["results"]]  # noqa: E731
     assert plain["results"] == off["results"] == strip(on)
@@ -82,8 +102,7 @@ def test_fuse_adds_the_table_in_order_and_its_parts_are_the_total():
     """`fuse` over a hand-made pool: the parts of each row sum exactly to its total, and a turn's
     neighbour support reads the running total (a turn next to a strong one gains)."""
     rows = [_Row("a", 0.1, "s", 3), _Row("b", 0.9, "s", 8), _Row("c", 0.5, None, 1), _Row("d", None, "t", 0)]
-    pool = Pool(rows=rows, bm25={"a": 2.0, "c": 0.5}, lifts={"time": {"b": 1.0}}, pairs=[("a", "b"), ("b", "a")],
-                turns=True)
+    pool = Pool(rows=rows, bm25={"a": 2.0, "c": 0.5}, lifts={"time": {"b": 1.0}}, pairs=[("a", "b"), ("b", "a")], turns=True)
     total, parts = fuse(pool, DEFAULT_TUNING, explain=True)
     for i, t in total.items():
         assert sum(parts[i].values()) == t

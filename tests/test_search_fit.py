@@ -18,8 +18,14 @@ def _conversation(seed: int) -> tuple[dict, dict]:
     for s in lx:
         for x in s:
             df[x] = df.get(x, 0) + 1
-    d = {"sid": "c", "dia": [f"D{i}" for i in range(n)], "sess": np.repeat(np.arange(6), 10),
-         "E": e / np.linalg.norm(e, axis=1, keepdims=True), "L": lx, "df": df}
+    d = {
+        "sid": "c",
+        "dia": [f"D{i}" for i in range(n)],
+        "sess": np.repeat(np.arange(6), 10),
+        "E": e / np.linalg.norm(e, axis=1, keepdims=True),
+        "L": lx,
+        "df": df,
+    }
     qe = rng.normal(size=8)
     q = {"e": qe / np.linalg.norm(qe), "l": list(rng.choice(vocab, size=3, replace=False)), "ev": ["D1"], "cat": 1}
     return d, q
@@ -33,15 +39,14 @@ def test_the_numpy_context_signals_agree_with_the_service_signals():
         try:
             s = fit.score(d, q, **fit.DEFAULT)
             cos, bm = d["E"] @ q["e"], fit._bm25(d, set(q["l"]))
-            pool = np.array(sorted(set(np.argsort(-cos)[:fit.POOL]) | {j for j in np.argsort(-bm)[:fit.POOL] if bm[j] > 0}))
+            pool = np.array(sorted(set(np.argsort(-cos)[: fit.POOL]) | {j for j in np.argsort(-bm)[: fit.POOL] if bm[j] > 0}))
         finally:
             fit.POOL = old
 
         def z(x: np.ndarray, pool: np.ndarray = pool) -> np.ndarray:
             return (x - x[pool].mean()) / x[pool].std()
 
-        ref = fit._context(d, fit.DEFAULT["w_vector"] * z(cos) + z(bm), pool, fit.DEFAULT["neighbour"],
-                           fit.DEFAULT["session"])
+        ref = fit._context(d, fit.DEFAULT["w_vector"] * z(cos) + z(bm), pool, fit.DEFAULT["neighbour"], fit.DEFAULT["session"])
         assert np.isfinite(s).sum() == len(pool)
         assert np.allclose(s[pool], ref[pool], atol=1e-9)
         assert list(np.argsort(-s, kind="stable")[:10]) == list(np.argsort(-ref, kind="stable")[:10])

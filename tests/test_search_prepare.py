@@ -7,10 +7,12 @@ from __future__ import annotations
 from tests.test_search_ranking import _turn
 
 
-def _seed(client, actor) -> list[str]:  # noqa: ANN001
-    items = [{"kind": "feedback", "content": "deploys need two approvals", "labels": ["ops"]},
-             {"kind": "note", "content": "the deploy on friday went fine"},
-             _turn("Caroline: the deploy checklist is in the wiki", "s1", 0)]
+def _seed(client, actor) -> list[str]:
+    items = [
+        {"kind": "feedback", "content": "deploys need two approvals", "labels": ["ops"]},
+        {"kind": "note", "content": "the deploy on friday went fine"},
+        _turn("Caroline: the deploy checklist is in the wiki", "s1", 0),
+    ]
     return client.post("/v1/episodes/batch", json={"items": items}, headers=actor.h).json()["ids"]
 
 
@@ -23,7 +25,7 @@ def test_the_instruction_is_read_once_per_request(client, world, monkeypatch):
     _seed(client, alice)
     calls, real = [], instruction.interpret
 
-    def counted(text, **kw):  # noqa: ANN001, ANN003, ANN202
+    def counted(text, **kw):
         calls.append(text)
         return real(text, **kw)
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 GROUPS = ("g1", "g2", "g3", "g4")
 
 
-def _vec(rs, centers) -> str:  # noqa: ANN001
+def _vec(rs, centers) -> str:
     v = centers[rs.integers(0, len(centers))] + rs.normal(0, 0.25, centers.shape[1])
     return "[" + ",".join(f"{x:.6f}" for x in v / np.linalg.norm(v)) + "]"
 
@@ -35,29 +35,48 @@ def org(admin_engine, settings):
         out = {}
         for name, n_mem in (("main", 900), ("other", 300)):
             o = orgs.create_org(db, f"split-{name}-{rng.randrange(10**9)}")
-            users = [orgs.create_user(db, o, "none"), orgs.create_user(db, o, "g1", groups=["g1"]),
-                     orgs.create_user(db, o, "g123", groups=["g1", "g2", "g3"], clearances=["secret"]),
-                     orgs.create_user(db, o, "hoarder")]
+            users = [
+                orgs.create_user(db, o, "none"),
+                orgs.create_user(db, o, "g1", groups=["g1"]),
+                orgs.create_user(db, o, "g123", groups=["g1", "g2", "g3"], clearances=["secret"]),
+                orgs.create_user(db, o, "hoarder"),
+            ]
             db.flush()
-            asset = db.execute(text("INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
-                                    " VALUES (:o, :u, 'document', 'mem://doc', 'h', 'org') RETURNING id"),
-                               {"o": o.id, "u": users[0].id}).scalar_one()
+            asset = db.execute(
+                text(
+                    "INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
+                    " VALUES (:o, :u, 'document', 'mem://doc', 'h', 'org') RETURNING id"
+                ),
+                {"o": o.id, "u": users[0].id},
+            ).scalar_one()
             for type_, n in (("memory", n_mem), ("episode", 2 * n_mem // 3), ("chunk", 200)):
                 rows = []
                 for i in range(n):
                     r = rs.random()
                     vis = "private" if r < 0.4 else "group" if r < 0.7 else "org"
                     owner = users[3] if vis == "private" and rs.random() < 0.7 else users[int(rs.integers(0, 4))]
-                    rows.append({"o": o.id, "u": owner.id, "v": vis, "e": _vec(rs, centers), "t": sentence(rng), "i": i,
-                                 "g": [GROUPS[int(rs.integers(0, 4))]] if vis == "group" else [],
-                                 "l": ["secret"] if vis != "private" and rs.random() < 0.1 else [], "a": asset})
-                sql = {"memory": "INSERT INTO memories (org_id, root_id, owner_id, visibility, groups, labels, kind, text,"
-                                 " embedding) VALUES (:o, gen_random_uuid(), :u, :v, :g, :l, 'fact', :t, CAST(:e AS vector))",
-                       "episode": "INSERT INTO episodes (org_id, owner_id, visibility, groups, labels, kind, content,"
-                                  " embedding) VALUES (:o, :u, :v, :g, :l, 'note', :t, CAST(:e AS vector))",
-                       "chunk": "INSERT INTO chunks (org_id, asset_id, owner_id, visibility, groups, labels, ord, text,"
-                                " content_hash, token_count, embedding)"
-                                " VALUES (:o, :a, :u, :v, :g, :l, :i, :t, md5(:t), 10, CAST(:e AS vector))"}
+                    rows.append(
+                        {
+                            "o": o.id,
+                            "u": owner.id,
+                            "v": vis,
+                            "e": _vec(rs, centers),
+                            "t": sentence(rng),
+                            "i": i,
+                            "g": [GROUPS[int(rs.integers(0, 4))]] if vis == "group" else [],
+                            "l": ["secret"] if vis != "private" and rs.random() < 0.1 else [],
+                            "a": asset,
+                        }
+                    )
+                sql = {
+                    "memory": "INSERT INTO memories (org_id, root_id, owner_id, visibility, groups, labels, kind, text,"
+                    " embedding) VALUES (:o, gen_random_uuid(), :u, :v, :g, :l, 'fact', :t, CAST(:e AS vector))",
+                    "episode": "INSERT INTO episodes (org_id, owner_id, visibility, groups, labels, kind, content,"
+                    " embedding) VALUES (:o, :u, :v, :g, :l, 'note', :t, CAST(:e AS vector))",
+                    "chunk": "INSERT INTO chunks (org_id, asset_id, owner_id, visibility, groups, labels, ord, text,"
+                    " content_hash, token_count, embedding)"
+                    " VALUES (:o, :a, :u, :v, :g, :l, :i, :t, md5(:t), 10, CAST(:e AS vector))",
+                }
                 db.execute(text(sql[type_]), rows)
             out[name] = (o.id, users)
         db.commit()
@@ -78,20 +97,21 @@ def sessions(settings):
     eng.dispose()
 
 
-def _principal(people, who):  # noqa: ANN001, ANN202
+def _principal(people, who):
     from app.auth.principal import Principal
 
     org_id, uid, groups, clearances = people[who]
     return Principal(org_id=org_id, user_id=uid, name=who[1], roles=("member",), groups=groups, clearances=clearances)
 
 
-@pytest.mark.parametrize("who", [("main", "none"), ("main", "g1"), ("main", "g123"), ("main", "hoarder"), ("other", "g123"),
-                                 ("other", "none")])
+@pytest.mark.parametrize(
+    "who", [("main", "none"), ("main", "g1"), ("main", "g123"), ("main", "hoarder"), ("other", "g123"), ("other", "none")]
+)
 @pytest.mark.parametrize("type_", ["memory", "episode", "chunk"])
 def test_split_returns_the_exact_filtered_top_k_and_nothing_else(org, sessions, admin_engine, who, type_):
-    from app.kit.tenancy.access import can_see
     from app.kit.database.db import bind_principal
     from app.kit.registry import ITEM_TYPES
+    from app.kit.tenancy.access import can_see
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
 
@@ -113,11 +133,18 @@ def test_split_returns_the_exact_filtered_top_k_and_nothing_else(org, sessions, 
                 if not got:
                     continue
                 with admin_engine.connect() as c:  # every row returned is the caller's to see
-                    rows = c.execute(text(f"SELECT org_id, owner_id, visibility, groups, labels FROM {table}"
-                                          " WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": [r.id for r in got]}).all()
+                    rows = c.execute(
+                        text(
+                            f"SELECT org_id, owner_id, visibility, groups, labels FROM {table}"
+                            " WHERE id = ANY(CAST(:ids AS uuid[]))"
+                        ),
+                        {"ids": [r.id for r in got]},
+                    ).all()
                 assert len(rows) == len(got)
-                assert all(can_see(p, org_id=r.org_id, owner_id=r.owner_id, visibility=r.visibility, groups=r.groups,
-                                   labels=r.labels) for r in rows)
+                assert all(
+                    can_see(p, org_id=r.org_id, owner_id=r.owner_id, visibility=r.visibility, groups=r.groups, labels=r.labels)
+                    for r in rows
+                )
 
 
 def test_the_org_bucket_is_walked_on_its_partial_index(org, sessions):
@@ -132,10 +159,15 @@ def test_the_org_bucket_is_walked_on_its_partial_index(org, sessions):
     with sessions() as db:
         bind_principal(db, p)
         repo.vector_ids(db, p, "memory", np.array(queries[0]), SearchFilters(), 10, ef_search=40, mode="split")
-        used = dict(db.execute(text(
-            "SELECT parent.relname, sum(pg_stat_get_xact_numscans(i.inhrelid)) FROM pg_inherits i"
-            " JOIN pg_class parent ON parent.oid = i.inhparent WHERE parent.relname LIKE 'ix_memories_embedding%'"
-            " GROUP BY parent.relname")).all())
+        used = dict(
+            db.execute(
+                text(
+                    "SELECT parent.relname, sum(pg_stat_get_xact_numscans(i.inhrelid)) FROM pg_inherits i"
+                    " JOIN pg_class parent ON parent.oid = i.inhparent WHERE parent.relname LIKE 'ix_memories_embedding%'"
+                    " GROUP BY parent.relname"
+                )
+            ).all()
+        )
         db.rollback()
     assert used.get("ix_memories_embedding_org_hnsw", 0) >= 1
     assert used.get("ix_memories_embedding_hnsw", 0) == 0
@@ -188,9 +220,13 @@ def test_a_transaction_that_wrote_ranks_in_its_own_session(org, sessions, monkey
     monkeypatch.setattr(service, "_fuse_aside", lambda *a: aside.append(a[-1]) or original(*a))
     with sessions() as db:
         bind_principal(db, p)
-        db.execute(text("INSERT INTO memories (org_id, root_id, owner_id, visibility, kind, text, embedding)"
-                        " VALUES (:o, gen_random_uuid(), :u, 'private', 'fact', 'zyxwv unseen elsewhere', CAST(:e AS vector))"),
-                   {"o": p.org_id, "u": p.user_id, "e": "[" + ",".join(map(str, queries[0])) + "]"})
+        db.execute(
+            text(
+                "INSERT INTO memories (org_id, root_id, owner_id, visibility, kind, text, embedding)"
+                " VALUES (:o, gen_random_uuid(), :u, 'private', 'fact', 'zyxwv unseen elsewhere', CAST(:e AS vector))"
+            ),
+            {"o": p.org_id, "u": p.user_id, "e": "[" + ",".join(map(str, queries[0])) + "]"},
+        )
         got, _ = rank(db, RankCall(principal=p, query="zyxwv", qvec=np.array(queries[0]), k=5))
         db.rollback()
     assert aside == []

@@ -12,32 +12,37 @@ from sqlalchemy import text
 from tests.helpers import ep
 
 
-def _status(admin_engine, memory_id) -> str | None:  # noqa: ANN001
+def _status(admin_engine, memory_id) -> str | None:
     with admin_engine.connect() as c:
         return c.execute(text("SELECT status FROM memories WHERE id = :i"), {"i": memory_id}).scalar()
 
 
-def _mem(client, actor, text_: str, sources=(), headers=None, **scope) -> str:  # noqa: ANN001
-    r = client.post("/v1/memories", json={"text": text_, "kind": "fact", **scope,
-                                          "sources": [{"type": t, "id": i} for t, i in sources]},
-                    headers=headers or actor.h)
+def _mem(client, actor, text_: str, sources=(), headers=None, **scope) -> str:
+    r = client.post(
+        "/v1/memories",
+        json={"text": text_, "kind": "fact", **scope, "sources": [{"type": t, "id": i} for t, i in sources]},
+        headers=headers or actor.h,
+    )
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
 
-def _episode(client, actor, content: str, **kw) -> str:  # noqa: ANN001
+def _episode(client, actor, content: str, **kw) -> str:
     r = client.post("/v1/episodes", json=ep(content, **kw), headers=actor.h)
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
 
-def _audit(admin_engine, action: str, org_id) -> list[dict]:  # noqa: ANN001
+def _audit(admin_engine, action: str, org_id) -> list[dict]:
     with admin_engine.connect() as c:
-        return list(c.execute(text("SELECT details FROM audit_log WHERE org_id = :o AND action = :a ORDER BY seq"),
-                              {"o": org_id, "a": action}).scalars())
+        return list(
+            c.execute(
+                text("SELECT details FROM audit_log WHERE org_id = :o AND action = :a ORDER BY seq"), {"o": org_id, "a": action}
+            ).scalars()
+        )
 
 
-def _searchable(client, actor, query: str) -> set[str]:  # noqa: ANN001
+def _searchable(client, actor, query: str) -> set[str]:
     return {h["id"] for h in client.post("/v1/search", json={"query": query, "k": 50}, headers=actor.h).json()["results"]}
 
 
@@ -137,19 +142,21 @@ def test_a_member_erasing_herself_learns_nothing_of_what_others_derived(client, 
 def test_retention_reaches_memories_derived_from_derived_memories(client, world, admin_engine, run_job):
     org = world.org()
     alice, bob = world.user(org), world.user(org)
-    old = _episode(client, alice, "the 2020 deploy freeze was in December", visibility="org",
-                   occurred_at="2020-01-01T00:00:00Z")
+    old = _episode(client, alice, "the 2020 deploy freeze was in December", visibility="org", occurred_at="2020-01-01T00:00:00Z")
     m1 = _mem(client, bob, "deploys freeze in December", [("episode", old)])
     m2 = _mem(client, bob, "plan releases before December", [("memory", m1)])
     with admin_engine.begin() as c:
-        c.execute(text("""UPDATE orgs SET settings = jsonb_set(coalesce(settings, '{}'::jsonb), '{retention}',
-                          '{"episode": 365}') WHERE id = :o"""), {"o": alice.org_id})
+        c.execute(
+            text("""UPDATE orgs SET settings = jsonb_set(coalesce(settings, '{}'::jsonb), '{retention}',
+                          '{"episode": 365}') WHERE id = :o"""),
+            {"o": alice.org_id},
+        )
     job = run_job(alice.org_id, "retention")
     assert job.status == "succeeded" and job.stats["episodes_removed"] == 1
     assert _status(admin_engine, m1) is None and _status(admin_engine, m2) is None
 
 
-def _bootstrap_doc(run_job, tmp_path, steward, body: str) -> None:  # noqa: ANN001
+def _bootstrap_doc(run_job, tmp_path, steward, body: str) -> None:
     d = tmp_path / "docs"
     d.mkdir(exist_ok=True)
     (d / "handbook.md").write_text(body)
@@ -157,7 +164,7 @@ def _bootstrap_doc(run_job, tmp_path, steward, body: str) -> None:  # noqa: ANN0
     assert job.status == "succeeded", job.error
 
 
-def _knowledge(admin_engine, org_id) -> tuple[str, list[str]]:  # noqa: ANN001
+def _knowledge(admin_engine, org_id) -> tuple[str, list[str]]:
     with admin_engine.connect() as c:
         asset = c.execute(text("SELECT id FROM knowledge_assets WHERE org_id = :o"), {"o": org_id}).scalar_one()
         chunks = c.execute(text("SELECT id FROM chunks WHERE asset_id = :a ORDER BY ord"), {"a": asset}).scalars().all()
@@ -165,7 +172,8 @@ def _knowledge(admin_engine, org_id) -> tuple[str, list[str]]:  # noqa: ANN001
 
 
 def test_forgetting_an_assets_owner_reaches_memories_derived_from_its_asset_and_chunks(
-        client, world, admin_engine, run_job, tmp_path):
+    client, world, admin_engine, run_job, tmp_path
+):
     org = world.org()
     alice, bob = world.user(org, roles=["steward"]), world.user(org)
     _bootstrap_doc(run_job, tmp_path, alice, "The expense policy: taxis are refunded after 10pm only.")
@@ -186,7 +194,8 @@ def test_forgetting_an_assets_owner_reaches_memories_derived_from_its_asset_and_
 
 
 def test_reingesting_a_changed_document_reaches_memories_derived_from_its_old_chunks(
-        client, world, admin_engine, run_job, tmp_path):
+    client, world, admin_engine, run_job, tmp_path
+):
     org = world.org()
     alice, bob = world.user(org, roles=["steward"]), world.user(org)
     _bootstrap_doc(run_job, tmp_path, alice, "Badge office hours: 9 to 5 on weekdays.")

@@ -11,8 +11,7 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
@@ -27,7 +26,7 @@ NAIVE = "2026-01-31T12:00:00"
 BAD = [LOW, HIGH, NAIVE]
 
 
-def _counts(admin_engine, org_id) -> tuple:  # noqa: ANN001
+def _counts(admin_engine, org_id) -> tuple:
     return tuple(count(admin_engine, t, org_id) for t in ("episodes", "memories", "branches"))
 
 
@@ -68,9 +67,11 @@ def test_the_bounds_themselves_are_accepted_and_read_back(client, world):
         got = client.get(f"/v1/episodes/{r.json()['id']}", headers=alice.h)
         assert got.status_code == 200
         assert datetime.fromisoformat(got.json()["occurred_at"]) == datetime.fromisoformat(at)
-    def found(**window) -> int:  # noqa: ANN003
-        r = client.post("/v1/search", json={"query": TOKEN, "types": ["episode"], "mode": "text", "k": 10,
-                                            "filters": window}, headers=alice.h)
+
+    def found(**window) -> int:
+        r = client.post(
+            "/v1/search", json={"query": TOKEN, "types": ["episode"], "mode": "text", "k": 10, "filters": window}, headers=alice.h
+        )
         assert r.status_code == 200, r.text
         return len(r.json()["results"])
 
@@ -83,23 +84,30 @@ def test_a_naive_since_beside_an_instruction_date_is_a_422_not_a_500(client, wor
     """The instruction's window (aware) and the caller's naive `since` used to be compared: TypeError, 500."""
     alice = world.user(world.org())
     for path in ("/v1/search", "/v1/context"):
-        r = client.post(path, json={"query": TOKEN, "instruction": "notes since March 3, 2024",
-                                    "filters": {"since": "2024-01-01T00:00:00"}} if path == "/v1/search" else
-                        {"query": TOKEN, "instruction": "notes since March 3, 2024", "as_of": NAIVE}, headers=alice.h)
+        r = client.post(
+            path,
+            json={"query": TOKEN, "instruction": "notes since March 3, 2024", "filters": {"since": "2024-01-01T00:00:00"}}
+            if path == "/v1/search"
+            else {"query": TOKEN, "instruction": "notes since March 3, 2024", "as_of": NAIVE},
+            headers=alice.h,
+        )
         assert r.status_code == 422, r.text
-    r = client.post("/v1/search", json={"query": TOKEN, "instruction": "notes since March 3, 2024",
-                                        "filters": {"since": "2024-01-01T00:00:00+00:00"}}, headers=alice.h)
+    r = client.post(
+        "/v1/search",
+        json={"query": TOKEN, "instruction": "notes since March 3, 2024", "filters": {"since": "2024-01-01T00:00:00+00:00"}},
+        headers=alice.h,
+    )
     assert r.status_code == 200
     assert r.json()["interpreted"]["filters"]["since"].startswith("2024-03-03")
 
 
 # ---- rows written before the rule (or with SQL) -----------------------------------------------------
-def _poison(admin_engine, sql: str, **params) -> None:  # noqa: ANN001
+def _poison(admin_engine, sql: str, **params) -> None:
     with admin_engine.begin() as c:
         c.execute(text(sql), params)
 
 
-def _cli(settings, *args) -> subprocess.CompletedProcess:  # noqa: ANN001
+def _cli(settings, *args) -> subprocess.CompletedProcess:
     env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url}
     return subprocess.run([sys.executable, "-m", "app", *args], env=env, capture_output=True, text=True, timeout=180)
 
@@ -108,17 +116,17 @@ def test_reads_and_deletes_survive_rows_at_year_0_and_10000(client, world, admin
     org = world.org()
     alice, bob = world.user(org), world.user(org)
     admin = world.user(org, roles=("admin",))
-    old = client.post("/v1/memories", json={"text": f"{TOKEN} deploys on friday", "kind": "fact",
-                                            "visibility": "org"}, headers=alice.h).json()
-    late = client.post("/v1/memories", json={"text": f"{TOKEN} rollback on monday", "kind": "fact",
-                                             "visibility": "org"}, headers=alice.h).json()
+    old = client.post(
+        "/v1/memories", json={"text": f"{TOKEN} deploys on friday", "kind": "fact", "visibility": "org"}, headers=alice.h
+    ).json()
+    late = client.post(
+        "/v1/memories", json={"text": f"{TOKEN} rollback on monday", "kind": "fact", "visibility": "org"}, headers=alice.h
+    ).json()
     e_old = client.post("/v1/episodes", json=ep(f"{TOKEN} the cache was cold", visibility="org"), headers=alice.h).json()
-    e_late = client.post("/v1/episodes", json=ep(f"{TOKEN} the cache was warm", visibility="org"),
-                         headers=alice.h).json()
+    e_late = client.post("/v1/episodes", json=ep(f"{TOKEN} the cache was warm", visibility="org"), headers=alice.h).json()
     # What the issue's requests stored, written the way the old code let them through.
     _poison(admin_engine, "UPDATE memories SET valid_from = CAST(:v AS timestamptz) WHERE id = :i", v=LOW, i=old["id"])
-    _poison(admin_engine, "UPDATE memories SET valid_from = CAST(:v AS timestamptz) WHERE id = :i", v=HIGH,
-            i=late["id"])
+    _poison(admin_engine, "UPDATE memories SET valid_from = CAST(:v AS timestamptz) WHERE id = :i", v=HIGH, i=late["id"])
     _poison(admin_engine, "UPDATE episodes SET occurred_at = CAST(:v AS timestamptz) WHERE id = :i", v=LOW, i=e_old["id"])
     _poison(admin_engine, "UPDATE episodes SET occurred_at = 'infinity' WHERE id = :i", i=e_late["id"])
 
@@ -131,14 +139,15 @@ def test_reads_and_deletes_survive_rows_at_year_0_and_10000(client, world, admin
         assert "deploys on friday" in r.json()["text"] and "the cache was warm" in r.json()["text"]
     got = client.get(f"/v1/memories/{old['id']}", headers=bob.h)
     assert got.status_code == 200
-    assert got.json()["valid_from"] == "0001-01-01T00:00:00Z" or \
-        datetime.fromisoformat(got.json()["valid_from"]) == datetime.min.replace(tzinfo=timezone.utc)
+    assert got.json()["valid_from"] == "0001-01-01T00:00:00Z" or datetime.fromisoformat(
+        got.json()["valid_from"]
+    ) == datetime.min.replace(tzinfo=UTC)
     got = client.get(f"/v1/memories/{late['id']}", headers=bob.h)
     assert got.status_code == 200
-    assert datetime.fromisoformat(got.json()["valid_from"]) == datetime.max.replace(tzinfo=timezone.utc)
+    assert datetime.fromisoformat(got.json()["valid_from"]) == datetime.max.replace(tzinfo=UTC)
     got = client.get(f"/v1/episodes/{e_late['id']}", headers=alice.h)
     assert got.status_code == 200
-    assert datetime.fromisoformat(got.json()["occurred_at"]) == datetime.max.replace(tzinfo=timezone.utc)
+    assert datetime.fromisoformat(got.json()["occurred_at"]) == datetime.max.replace(tzinfo=UTC)
     # The owner deletes one, an admin the other (both were 422 before).
     assert client.delete(f"/v1/memories/{old['id']}", headers=alice.h).status_code == 204
     assert client.delete(f"/v1/memories/{late['id']}", headers=admin.h).status_code == 204
@@ -148,8 +157,9 @@ def test_reads_and_deletes_survive_rows_at_year_0_and_10000(client, world, admin
         assert client.get(f"/v1/jobs/{r.json()['job_id']}", headers=admin.h).json()["status"] == "succeeded"
         assert client.get(f"/v1/episodes/{e['id']}", headers=alice.h).status_code == 404
     with admin_engine.connect() as c:
-        left = c.execute(text("SELECT count(*) FROM memories WHERE root_id IN (:a, :b)"),
-                         {"a": old["root_id"], "b": late["root_id"]}).scalar()
+        left = c.execute(
+            text("SELECT count(*) FROM memories WHERE root_id IN (:a, :b)"), {"a": old["root_id"], "b": late["root_id"]}
+        ).scalar()
     assert left == 0
     assert client.get(f"/v1/memories/{old['id']}", headers=alice.h).status_code == 404
     r = client.post("/v1/search", json={"query": TOKEN, "k": 20}, headers=bob.h)
@@ -161,10 +171,18 @@ def test_branches_survive_a_fork_instant_out_of_range(client, world, admin_engin
     steward = world.user(org, "stew", roles=("steward",))
     for name in ("past", "future"):
         assert client.post("/v1/branches", json={"name": name}, headers=steward.h).status_code == 201
-    _poison(admin_engine, "UPDATE branches SET fork_at = CAST(:v AS timestamptz) WHERE org_id = :o AND name = 'past'",
-            v=LOW, o=steward.org_id)
-    _poison(admin_engine, "UPDATE branches SET fork_at = CAST(:v AS timestamptz) WHERE org_id = :o AND name = 'future'",
-            v=HIGH, o=steward.org_id)
+    _poison(
+        admin_engine,
+        "UPDATE branches SET fork_at = CAST(:v AS timestamptz) WHERE org_id = :o AND name = 'past'",
+        v=LOW,
+        o=steward.org_id,
+    )
+    _poison(
+        admin_engine,
+        "UPDATE branches SET fork_at = CAST(:v AS timestamptz) WHERE org_id = :o AND name = 'future'",
+        v=HIGH,
+        o=steward.org_id,
+    )
     r = client.get("/v1/branches", headers=steward.h)
     assert r.status_code == 200, r.text
     assert {b["name"] for b in r.json()["branches"]} == {"past", "future"}
@@ -181,22 +199,28 @@ def test_branches_survive_a_fork_instant_out_of_range(client, world, admin_engin
 
 def test_the_tolerant_loader_clamps_only_what_python_cannot_hold(app):
     """The service's own connections: in-range instants unchanged, the rest clamped to min/max UTC."""
-    lo, hi = datetime.min.replace(tzinfo=timezone.utc), datetime.max.replace(tzinfo=timezone.utc)
+    lo, hi = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
     with app.state.sessions() as db:
-        row = db.execute(text(
-            "SELECT CAST('2026-03-01 10:00:00+02' AS timestamptz), CAST('0001-01-01 00:00:00+14' AS timestamptz),"
-            " CAST('10000-01-01 00:00:00+00' AS timestamptz), CAST('infinity' AS timestamptz),"
-            " CAST('-infinity' AS timestamptz), CAST('0005-06-01 00:00:00 BC' AS timestamp),"
-            " CAST('12000-01-01 00:00:00' AS timestamp)")).one()
-    assert row[0] == datetime(2026, 3, 1, 8, tzinfo=timezone.utc)
+        row = db.execute(
+            text(
+                "SELECT CAST('2026-03-01 10:00:00+02' AS timestamptz), CAST('0001-01-01 00:00:00+14' AS timestamptz),"
+                " CAST('10000-01-01 00:00:00+00' AS timestamptz), CAST('infinity' AS timestamptz),"
+                " CAST('-infinity' AS timestamptz), CAST('0005-06-01 00:00:00 BC' AS timestamp),"
+                " CAST('12000-01-01 00:00:00' AS timestamp)"
+            )
+        ).one()
+    assert row[0] == datetime(2026, 3, 1, 8, tzinfo=UTC)
     assert list(row[1:5]) == [lo, hi, hi, lo]
     assert list(row[5:]) == [datetime.min, datetime.max]
 
 
 # ---- M2: parsing cost ---------------------------------------------------------------------------
 PATHOLOGICAL = ("in 2023-02-30 " * 200)[:2000]
-DISTINCT = " ".join(f"on {d} march 2023" for d in range(1, 29)) + " " + \
-    " ".join(f"in {m} {y}" for y in range(1990, 2030) for m in ("may", "june", "july"))
+DISTINCT = (
+    " ".join(f"on {d} march 2023" for d in range(1, 29))
+    + " "
+    + " ".join(f"in {m} {y}" for y in range(1990, 2030) for m in ("may", "june", "july"))
+)
 
 
 def test_one_reading_calls_dateparser_a_bounded_number_of_times(monkeypatch):
@@ -206,7 +230,7 @@ def test_one_reading_calls_dateparser_a_bounded_number_of_times(monkeypatch):
     parser = dates._date_parser()
     real = parser.get_date_data
     monkeypatch.setattr(parser, "get_date_data", lambda expr: calls.append(expr) or real(expr))
-    now = datetime(2026, 6, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 6, 1, tzinfo=UTC)
     for text_ in (PATHOLOGICAL, DISTINCT[:2000]):
         calls.clear()
         time_window.query_window(text_, now=now)
@@ -218,7 +242,7 @@ def test_one_reading_calls_dateparser_a_bounded_number_of_times(monkeypatch):
     # What a normal instruction names is still read, ISO dates without dateparser.
     calls.clear()
     f, _, _ = instruction.interpret("rules from 2026-03-02 until 15 April", now=now)
-    assert (f.since, f.until) == (datetime(2026, 3, 2, tzinfo=timezone.utc), datetime(2026, 4, 16, tzinfo=timezone.utc))
+    assert (f.since, f.until) == (datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 4, 16, tzinfo=UTC))
     assert calls == ["15 april"]
     assert time_window.query_window("what happened in 2023-02-30", now=now) is None
 
@@ -249,7 +273,7 @@ class _SlowByLength:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def embed(self, texts):  # noqa: ANN001, ANN201
+    def embed(self, texts):
         import numpy as np
 
         self.calls.append(texts[0][:5])

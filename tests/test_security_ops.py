@@ -19,7 +19,7 @@ BAD_KEY = {"Authorization": "Bearer msk_not-a-key"}
 
 
 @contextmanager
-def _served(app, **options) -> Iterator[str]:  # noqa: ANN001, ANN003
+def _served(app, **options) -> Iterator[str]:
     import uvicorn
 
     port = free_port()
@@ -37,16 +37,14 @@ def _served(app, **options) -> Iterator[str]:  # noqa: ANN001, ANN003
 
 def _codes(url: str, forwarded_for: list[str]) -> list[int]:
     with httpx.Client(base_url=url, timeout=30) as c:
-        return [c.get(f"/v1/jobs/{uuid.uuid4()}", headers={**BAD_KEY, "X-Forwarded-For": ip}).status_code
-                for ip in forwarded_for]
+        return [c.get(f"/v1/jobs/{uuid.uuid4()}", headers={**BAD_KEY, "X-Forwarded-For": ip}).status_code for ip in forwarded_for]
 
 
 @pytest.fixture
 def make_app(settings, embedder):
     from app.main import create_app
 
-    return lambda **update: create_app(settings.model_copy(update={"auth_failures_per_minute": 3, **update}),
-                                       embedder=embedder)
+    return lambda **update: create_app(settings.model_copy(update={"auth_failures_per_minute": 3, **update}), embedder=embedder)
 
 
 def test_rotating_x_forwarded_for_still_hits_the_failed_key_limit_by_default(make_app):

@@ -45,8 +45,10 @@ def test_request_id_and_one_access_line_per_request(client, world):
     assert mine.headers["x-request-id"] == "trace-me-42"
     assert len(new.headers["x-request-id"]) == 32 and new.headers["x-request-id"] != denied.headers["x-request-id"]
     got = [(r.method, r.path, r.status, r.user_id, r.request_id) for r in lines]
-    assert got == [("GET", "/healthz", 200, None, "trace-me-42"),
-                   ("POST", "/v1/episodes", 201, str(alice.user_id), new.headers["x-request-id"]),
-                   ("GET", f"/v1/episodes/{new.json()['id']}", 401, None, denied.headers["x-request-id"])]
+    assert got == [
+        ("GET", "/healthz", 200, None, "trace-me-42"),
+        ("POST", "/v1/episodes", 201, str(alice.user_id), new.headers["x-request-id"]),
+        ("GET", f"/v1/episodes/{new.json()['id']}", 401, None, denied.headers["x-request-id"]),
+    ]
     assert all(isinstance(r.ms, float) and r.ms >= 0 for r in lines)
     assert not any("canary" in r.getMessage() or "nope" in str(r.__dict__) for r in lines)

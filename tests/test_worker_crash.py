@@ -13,14 +13,22 @@ import pytest
 from sqlalchemy import text
 
 
-def _worker(settings, org: str) -> subprocess.Popen:  # noqa: ANN001
-    env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url, "MEMSCALE_DATA_DIR": str(settings.data_dir),
-           "MEMSCALE_LOG_LEVEL": "WARNING"}
-    return subprocess.Popen([sys.executable, "-m", "app", "worker", "--kind", "distill", "--lease", "3", "--no-schedule", "--org", org],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def _worker(settings, org: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "MEMSCALE_DATABASE_URL": settings.database_url,
+        "MEMSCALE_DATA_DIR": str(settings.data_dir),
+        "MEMSCALE_LOG_LEVEL": "WARNING",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", "worker", "--kind", "distill", "--lease", "3", "--no-schedule", "--org", org],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
-def _job(admin_engine, job_id):  # noqa: ANN001
+def _job(admin_engine, job_id):
     with admin_engine.connect() as c:
         return c.execute(text("SELECT status, progress, stats, error, attempts FROM jobs WHERE id = :i"), {"i": job_id}).one()
 
@@ -34,8 +42,7 @@ def test_worker_killed_mid_job_resumes_without_duplicates(client, world, setting
     # poll could see the job half done.
     systems = ["billing", "search", "payments", "auth", "exports", "ingest", "reports", "mobile", "crm", "etl"]
     contents = [f"Always run the {s} linter before pushing change set {i}." for i in range(6) for s in systems]
-    r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": c} for c in contents]},
-                    headers=steward.h)
+    r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": c} for c in contents]}, headers=steward.h)
     assert r.status_code == 201, r.text
     time.sleep(0.2)
     r = client.post("/v1/jobs", json={"kind": "distill", "params": {"batch_size": 1, "min_age_s": 0}}, headers=steward.h)
@@ -65,13 +72,23 @@ def test_worker_killed_mid_job_resumes_without_duplicates(client, world, setting
     assert final.status == "succeeded", final
     assert final.attempts == 2 and final.stats["seen"] == len(contents)
     with admin_engine.connect() as c:
-        unjudged = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o AND quality IS NULL"),
-                             {"o": steward.org_id}).scalar()
-        dups = c.execute(text("SELECT text, count(*) FROM memories WHERE org_id = :o AND status = 'active' "
-                              "GROUP BY owner_id, text HAVING count(*) > 1"), {"o": steward.org_id}).all()
-        per_episode = c.execute(text(
-            "SELECT e.id, count(l.id) FROM episodes e LEFT JOIN lineage_edges l ON l.to_id = e.id "
-            "AND l.relation = 'distilled_from' WHERE e.org_id = :o GROUP BY e.id"), {"o": steward.org_id}).all()
+        unjudged = c.execute(
+            text("SELECT count(*) FROM episodes WHERE org_id = :o AND quality IS NULL"), {"o": steward.org_id}
+        ).scalar()
+        dups = c.execute(
+            text(
+                "SELECT text, count(*) FROM memories WHERE org_id = :o AND status = 'active' "
+                "GROUP BY owner_id, text HAVING count(*) > 1"
+            ),
+            {"o": steward.org_id},
+        ).all()
+        per_episode = c.execute(
+            text(
+                "SELECT e.id, count(l.id) FROM episodes e LEFT JOIN lineage_edges l ON l.to_id = e.id "
+                "AND l.relation = 'distilled_from' WHERE e.org_id = :o GROUP BY e.id"
+            ),
+            {"o": steward.org_id},
+        ).all()
     assert unjudged == 0 and dups == []
     # Every episode states a rule, so each one is the source of at least one memory: none is missing.
     assert all(n >= 1 for _, n in per_episode), per_episode

@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
@@ -34,37 +34,67 @@ from app.kit.runtime.signing import mac_hex
 GENESIS = "0" * 64
 
 
-def _digest(prev_hash: str, org_id, seq: int, at: datetime, actor_id, action: str,
-            *, target_type, target_id, details: dict) -> str:
+def _digest(
+    prev_hash: str, org_id, seq: int, at: datetime, actor_id, action: str, *, target_type, target_id, details: dict
+) -> str:
     body = json.dumps(
-        {"org": str(org_id), "seq": seq, "at": at.isoformat(), "actor": str(actor_id) if actor_id else None,
-         "action": action, "target_type": target_type, "target_id": target_id, "details": details},
-        sort_keys=True, separators=(",", ":"), default=str,
+        {
+            "org": str(org_id),
+            "seq": seq,
+            "at": at.isoformat(),
+            "actor": str(actor_id) if actor_id else None,
+            "action": action,
+            "target_type": target_type,
+            "target_id": target_id,
+            "details": details,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
     )
     return hashlib.sha256((prev_hash + body).encode()).hexdigest()
 
 
-def record(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, action: str,
-           target_type: str | None = None, target_id=None, details: dict | None = None) -> AuditEvent:
+def record(
+    db: Session,
+    *,
+    org_id: uuid.UUID,
+    actor_id: uuid.UUID | None,
+    action: str,
+    target_type: str | None = None,
+    target_id=None,
+    details: dict | None = None,
+) -> AuditEvent:
     """Append one event. Never put memory content or secrets in `details` (ids, counts, reasons)."""
     details = json.loads(json.dumps(details or {}, default=str))
     repo.lock_chain(db, org_id)
     last = repo.head(db, org_id)
     seq, prev = (last.seq + 1, last.hash) if last else (1, GENESIS)
-    at = datetime.now(timezone.utc)
+    at = datetime.now(UTC)
     tid = str(target_id) if target_id is not None else None
     digest = _digest(prev, org_id, seq, at, actor_id, action, target_type=target_type, target_id=tid, details=details)
     key = db.info.get("audit_key")
-    ev = AuditEvent(org_id=org_id, seq=seq, at=at, actor_id=actor_id, action=action, target_type=target_type,
-                    target_id=tid, details=details, prev_hash=prev, hash=digest,
-                    mac=mac_hex(key, digest) if key else None)
+    ev = AuditEvent(
+        org_id=org_id,
+        seq=seq,
+        at=at,
+        actor_id=actor_id,
+        action=action,
+        target_type=target_type,
+        target_id=tid,
+        details=details,
+        prev_hash=prev,
+        hash=digest,
+        mac=mac_hex(key, digest) if key else None,
+    )
     db.add(ev)
     db.flush()
     return ev
 
 
-def verify_window(db: Session, org_id: uuid.UUID, key: bytes | None = None, *, since_seq: int = 1,
-                  limit: int | None = None) -> tuple[int, AuditEvent | None, str | None]:
+def verify_window(
+    db: Session, org_id: uuid.UUID, key: bytes | None = None, *, since_seq: int = 1, limit: int | None = None
+) -> tuple[int, AuditEvent | None, str | None]:
     """Check up to `limit` events from `since_seq` on: (events checked, first broken event or None,
     why it is broken). Each event's hash is recomputed from its fields and must chain to the
     stored hash of the event before it (the window's first: the stored hash at `since_seq` - 1).
@@ -77,8 +107,17 @@ def verify_window(db: Session, org_id: uuid.UUID, key: bytes | None = None, *, s
     n = 0
     for ev in repo.chain(db, org_id, since_seq=since_seq, limit=limit):
         n += 1
-        expect = _digest(prev, ev.org_id, ev.seq, ev.at, ev.actor_id, ev.action, target_type=ev.target_type,
-                         target_id=ev.target_id, details=ev.details)
+        expect = _digest(
+            prev,
+            ev.org_id,
+            ev.seq,
+            ev.at,
+            ev.actor_id,
+            ev.action,
+            target_type=ev.target_type,
+            target_id=ev.target_id,
+            details=ev.details,
+        )
         if ev.seq != since_seq - 1 + n:
             return n, ev, f"sequence gap: expected seq {since_seq - 1 + n}"
         if ev.prev_hash != prev:
@@ -102,7 +141,7 @@ def verify_chain(db: Session, org_id: uuid.UUID, key: bytes | None = None) -> tu
     return n, broken
 
 
-def _checkpoint_signature(key: bytes, org_id, seq: int, head: str) -> str:  # noqa: ANN001
+def _checkpoint_signature(key: bytes, org_id, seq: int, head: str) -> str:
     return mac_hex(key, f"checkpoint:{org_id}:{seq}:{head}")
 
 
@@ -123,22 +162,46 @@ def checkpoint_mismatch(db: Session, org_id: uuid.UUID, cp: dict, key: bytes) ->
     return None
 
 
-def events(db: Session, principal, *, actor, action, target_type, target_id, since, until,  # noqa: ANN001
-           cursor: str | None, limit: int) -> dict:
+def events(
+    db: Session, principal, *, actor, action, target_type, target_id, since, until, cursor: str | None, limit: int
+) -> dict:
     """GET /v1/audit: one page of the caller's org's events (the endpoint checked the role)."""
     if cursor and not cursor.isdigit():
         raise BadRequest("cursor must be the next_cursor of a previous page", code="invalid_cursor")
-    rows = repo.page(db, principal, actor=actor, action=action, target_type=target_type, target_id=target_id,
-                     since=since, until=until, after_seq=int(cursor) if cursor else None, limit=limit + 1)
+    rows = repo.page(
+        db,
+        principal,
+        actor=actor,
+        action=action,
+        target_type=target_type,
+        target_id=target_id,
+        since=since,
+        until=until,
+        after_seq=int(cursor) if cursor else None,
+        limit=limit + 1,
+    )
     more = len(rows) > limit
     rows = rows[:limit]
-    return {"events": [{"seq": e.seq, "at": e.at.isoformat(), "actor": str(e.actor_id) if e.actor_id else None,
-                        "action": e.action, "target_type": e.target_type, "target_id": e.target_id,
-                        "details": e.details, "prev_hash": e.prev_hash, "hash": e.hash} for e in rows],
-            "next_cursor": str(rows[-1].seq) if more and rows else None}
+    return {
+        "events": [
+            {
+                "seq": e.seq,
+                "at": e.at.isoformat(),
+                "actor": str(e.actor_id) if e.actor_id else None,
+                "action": e.action,
+                "target_type": e.target_type,
+                "target_id": e.target_id,
+                "details": e.details,
+                "prev_hash": e.prev_hash,
+                "hash": e.hash,
+            }
+            for e in rows
+        ],
+        "next_cursor": str(rows[-1].seq) if more and rows else None,
+    }
 
 
-def verify(db: Session, principal, *, since_seq: int, limit: int, checkpoint_: dict | None) -> dict:  # noqa: ANN001
+def verify(db: Session, principal, *, since_seq: int, limit: int, checkpoint_: dict | None) -> dict:
     """POST /v1/audit/verify: `memscale audit verify` over a window of the caller's org's chain, with
     the service's key (seals) and, when the window holds, an optional checkpoint (one lookup)."""
     key = db.info.get("audit_key")
@@ -152,5 +215,11 @@ def verify(db: Session, principal, *, since_seq: int, limit: int, checkpoint_: d
         mismatch = checkpoint_mismatch(db, principal.org_id, checkpoint_, key)
         if mismatch:
             first_broken = {"seq": checkpoint_["seq"], "reason": mismatch}
-    return {"ok": first_broken is None, "checked": n, "from_seq": since_seq, "to_seq": since_seq - 1 + n,
-            "head_seq": head_seq, "first_broken": first_broken}
+    return {
+        "ok": first_broken is None,
+        "checked": n,
+        "from_seq": since_seq,
+        "to_seq": since_seq - 1 + n,
+        "head_seq": head_seq,
+        "first_broken": first_broken,
+    }

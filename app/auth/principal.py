@@ -29,11 +29,11 @@ class Principal:
     def has_role(self, *roles: str) -> bool:
         return any(r in self.roles for r in roles)
 
-    def at(self, as_of: datetime | None) -> "Principal":
+    def at(self, as_of: datetime | None) -> Principal:
         """The same principal reading the state as recorded at `as_of` (None: unchanged)."""
         return self if as_of is None else replace(self, view=self.view.at(as_of))
 
-    def in_view(self, view: View) -> "Principal":
+    def in_view(self, view: View) -> Principal:
         return replace(self, view=view)
 
 
@@ -53,7 +53,7 @@ def hash_secret(salt: bytes, secret: str) -> bytes:
 def parse_key(key: str) -> tuple[uuid.UUID, str] | None:
     if not key.startswith(KEY_PREFIX):
         return None
-    body = key[len(KEY_PREFIX):]
+    body = key[len(KEY_PREFIX) :]
     key_hex, sep, secret = body.partition("_")
     if not sep or not secret or len(key_hex) != 32:
         return None

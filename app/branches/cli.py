@@ -14,7 +14,7 @@ from app.kit.cli import admin_session, app_sessions, fail, run_or_fail
 
 
 @contextmanager
-def _as_user(org_name: str, user: str | None, act: str):  # noqa: ANN202
+def _as_user(org_name: str, user: str | None, act: str):
     """A transaction of the service role bound to the acting user (committed on success), once
     the casbin policy allows that user to `act` on branches (as the API's `require`)."""
     from app.auth.enforcer import Authorizer
@@ -26,10 +26,16 @@ def _as_user(org_name: str, user: str | None, act: str):  # noqa: ANN202
     settings = Settings()
     with admin_session(settings) as adb:  # names to ids (the service role sees no org before one is bound)
         org = run_or_fail(lambda: orgs.org_by_name(adb, org_name))
-        u = run_or_fail(lambda: orgs.user_by_name(adb, org, user) if user else
-                        orgs.user_by_name(adb, org, orgs.user_name(adb, org.id, orgs.job_owner(adb, org.id, None))))
-        p = Principal(org_id=org.id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups),
-                      clearances=tuple(u.clearances))
+        u = run_or_fail(
+            lambda: (
+                orgs.user_by_name(adb, org, user)
+                if user
+                else orgs.user_by_name(adb, org, orgs.user_name(adb, org.id, orgs.job_owner(adb, org.id, None)))
+            )
+        )
+        p = Principal(
+            org_id=org.id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups), clearances=tuple(u.clearances)
+        )
     if not Authorizer().allowed(p, "branch", act):
         fail(f"{u.name}'s roles may not {act} branches")
     with transaction(app_sessions(settings)) as db:
@@ -37,14 +43,13 @@ def _as_user(org_name: str, user: str | None, act: str):  # noqa: ANN202
         yield db, p
 
 
-def _echo(obj) -> None:  # noqa: ANN001
+def _echo(obj) -> None:
     click.echo(json.dumps(obj, default=str))
 
 
-def _acting(command):  # noqa: ANN001, ANN202
+def _acting(command):
     """The options every branch command takes: the org, and who acts in it."""
-    command = click.option("--user", default=None, help="act as this user (default: the org's first admin "
-                                                        "or steward)")(command)
+    command = click.option("--user", default=None, help="act as this user (default: the org's first admin or steward)")(command)
     return click.option("--org", "org_name", required=True)(command)
 
 
@@ -90,7 +95,7 @@ def diff(name: str, org_name: str, user: str | None) -> None:
 @click.argument("name")
 @click.argument("ids", nargs=-1, required=True)
 @_acting
-def promote(name: str, ids, org_name: str, user: str | None) -> None:  # noqa: ANN001
+def promote(name: str, ids, org_name: str, user: str | None) -> None:
     from app.branches import service
 
     with _as_user(org_name, user, "write") as (db, p):

@@ -4,8 +4,8 @@ from fastapi import APIRouter, Response
 
 from app.branches import service
 from app.branches.schemas import BranchDiff, BranchIn, BranchList, BranchOut, PromoteIn, PromoteOut
-from app.kit.http.deps import SessionDep, require
 from app.kit.errors import COMMON_ERRORS
+from app.kit.http.deps import SessionDep, require
 
 router = APIRouter(prefix="/v1/branches", tags=["branches"], responses=COMMON_ERRORS)
 

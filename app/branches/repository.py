@@ -32,8 +32,9 @@ def add(db: Session, b: Branch) -> None:
 
 
 def children(db: Session, org_id: uuid.UUID, branch_id: uuid.UUID) -> int:
-    return db.execute(select(func.count()).select_from(Branch).where(
-        Branch.org_id == org_id, Branch.parent_id == branch_id)).scalar_one()
+    return db.execute(
+        select(func.count()).select_from(Branch).where(Branch.org_id == org_id, Branch.parent_id == branch_id)
+    ).scalar_one()
 
 
 def drop(db: Session, org_id: uuid.UUID, branch_id: uuid.UUID) -> None:
@@ -41,7 +42,7 @@ def drop(db: Session, org_id: uuid.UUID, branch_id: uuid.UUID) -> None:
     db.execute(delete(Branch).where(Branch.org_id == org_id, Branch.id == branch_id))
 
 
-def written(db: Session, principal: Principal, branch_id: uuid.UUID, model, ids=None) -> list:  # noqa: ANN001
+def written(db: Session, principal: Principal, branch_id: uuid.UUID, model, ids=None) -> list:
     """Rows of `model` written in the branch that the principal (reading in the branch) may see."""
     stmt = select(model).where(model.branch_id == branch_id, visible_to(principal, model))
     if ids is not None:
@@ -50,16 +51,19 @@ def written(db: Session, principal: Principal, branch_id: uuid.UUID, model, ids=
     return list(db.execute(stmt.order_by(order, model.id)).scalars())
 
 
-def masks(db: Session, org_id: uuid.UUID, branch_id: uuid.UUID, keys=None) -> list[BranchMask]:  # noqa: ANN001
+def masks(db: Session, org_id: uuid.UUID, branch_id: uuid.UUID, keys=None) -> list[BranchMask]:
     stmt = select(BranchMask).where(BranchMask.org_id == org_id, BranchMask.branch_id == branch_id)
     if keys is not None:
         stmt = stmt.where(BranchMask.key.in_(list(keys)))
     return list(db.execute(stmt.order_by(BranchMask.at)).scalars())
 
 
-def visible_keys(db: Session, principal: Principal, model, keys) -> set:  # noqa: ANN001
+def visible_keys(db: Session, principal: Principal, model, keys) -> set:
     """Which of these keys (memory roots, episode ids) name rows the principal may see in its view
     (the base a branch masked), in one statement."""
     key = model.root_id if model is Memory else model.id
-    return set(db.execute(select(key).where(model.org_id == principal.org_id, key.in_(list(keys)),
-                                            visible_to(principal, model))).scalars())
+    return set(
+        db.execute(
+            select(key).where(model.org_id == principal.org_id, key.in_(list(keys)), visible_to(principal, model))
+        ).scalars()
+    )

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from app.kit.items import EPISODE, MEMORY, BranchType
 from app.kit.http.schemas import Instant, StrictModel
+from app.kit.items import EPISODE, MEMORY, BranchType
 
 BranchName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
 

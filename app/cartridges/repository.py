@@ -14,12 +14,11 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.cartridges.models import CartridgeRecord
-from app.kit.tenancy.access import visible_to
 from app.kit.database.db import view_of
-from app.kit.tenancy.repository_view import in_view
 from app.kit.database.sql import StatementCache
+from app.kit.tenancy.access import visible_to
+from app.kit.tenancy.repository_view import in_view
 from app.knowledge.models import Chunk, KnowledgeAsset
-
 
 _STATEMENTS = StatementCache(512)
 
@@ -29,34 +28,51 @@ def visible_active(db: Session, principal: Principal, limit: int) -> list:
     trained-on asset visible). Every /v1/context asks, so the statement is built once per caller
     (the key holds the whole principal, as search's do: app.kit.database.sql.StatementCache); building the
     access filter afresh was ~2 ms of Python a request at LoCoMo scale, ~1.5× what PostgreSQL spent."""
-    def build():  # noqa: ANN202
-        return (select(CartridgeRecord.id, CartridgeRecord.p, CartridgeRecord.model_id)
-                .where(visible_to(principal, CartridgeRecord), CartridgeRecord.status == "active")
-                .order_by(CartridgeRecord.created_at.desc(), CartridgeRecord.id).limit(bindparam("lim", type_=Integer)))
+
+    def build():
+        return (
+            select(CartridgeRecord.id, CartridgeRecord.p, CartridgeRecord.model_id)
+            .where(visible_to(principal, CartridgeRecord), CartridgeRecord.status == "active")
+            .order_by(CartridgeRecord.created_at.desc(), CartridgeRecord.id)
+            .limit(bindparam("lim", type_=Integer))
+        )
 
     return _STATEMENTS.run(db, ("active", principal), build, {"lim": limit}).all()
 
 
-def mark(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str,
-         among: tuple[str, ...]) -> list[uuid.UUID]:
+def mark(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str, among: tuple[str, ...]) -> list[uuid.UUID]:
     """Cartridges of the org in one of the `among` statuses trained on any of ``asset_ids`` get
     `status`; their ids."""
-    return list(db.execute(update(CartridgeRecord).where(
-        CartridgeRecord.org_id == org_id, CartridgeRecord.status.in_(among),
-        CartridgeRecord.asset_ids.overlap(list(asset_ids))).values(status=status)
-        .returning(CartridgeRecord.id)).scalars())
+    return list(
+        db.execute(
+            update(CartridgeRecord)
+            .where(
+                CartridgeRecord.org_id == org_id,
+                CartridgeRecord.status.in_(among),
+                CartridgeRecord.asset_ids.overlap(list(asset_ids)),
+            )
+            .values(status=status)
+            .returning(CartridgeRecord.id)
+        ).scalars()
+    )
 
 
 def erased_ids(db: Session, org_id: uuid.UUID) -> list[uuid.UUID]:
-    return list(db.execute(select(CartridgeRecord.id).where(CartridgeRecord.org_id == org_id,
-                                                            CartridgeRecord.status == "erased")).scalars())
+    return list(
+        db.execute(
+            select(CartridgeRecord.id).where(CartridgeRecord.org_id == org_id, CartridgeRecord.status == "erased")
+        ).scalars()
+    )
 
 
 def current_state(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str]]:
     """{asset id: (content hash, status)} of those still there, share-locked until the caller
     commits, so an erasure cannot delete them between this check and the caller's write."""
-    rows = db.execute(select(KnowledgeAsset.id, KnowledgeAsset.content_hash, KnowledgeAsset.status).where(
-        KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(list(asset_ids))).with_for_update(read=True))
+    rows = db.execute(
+        select(KnowledgeAsset.id, KnowledgeAsset.content_hash, KnowledgeAsset.status)
+        .where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(list(asset_ids)))
+        .with_for_update(read=True)
+    )
     return {i: (h, st) for i, h, st in rows}
 
 

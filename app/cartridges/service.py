@@ -38,20 +38,21 @@ def erase(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], reason: st
     stale: a stale one's files still hold the text): never handed out, and their files (the KV, the
     self-study conversations in plain text, checkpoints) are removed by :func:`remove_files` once
     this transaction has committed. Returns their ids."""
-    return _mark(db, org_id, asset_ids, status="erased", among=("active", "stale"), action="cartridge.erase",
-                 reason=reason)
+    return _mark(db, org_id, asset_ids, status="erased", among=("active", "stale"), action="cartridge.erase", reason=reason)
 
 
-def _mark(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], *, status: str, among: tuple[str, ...],
-          action: str, reason: str) -> list[uuid.UUID]:
+def _mark(
+    db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], *, status: str, among: tuple[str, ...], action: str, reason: str
+) -> list[uuid.UUID]:
     """Cartridges of `among` statuses trained on any of `asset_ids` get `status`, each with an
     audit event `action`; their ids."""
     if not asset_ids:
         return []
     ids = repository.mark(db, org_id, asset_ids, status, among)
     for cid in ids:
-        record(db, org_id=org_id, actor_id=None, action=action, target_type="cartridge", target_id=cid,
-               details={"reason": reason})
+        record(
+            db, org_id=org_id, actor_id=None, action=action, target_type="cartridge", target_id=cid, details={"reason": reason}
+        )
     return ids
 
 
@@ -114,9 +115,19 @@ def training_inputs(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID] |
     )
 
 
-def record_trained(db: Session, *, org_id: uuid.UUID, cartridge_id: uuid.UUID, actor_id: uuid.UUID | None,
-                   owner_id: uuid.UUID, inputs: TrainingInputs, path: str, model_id: str, p: int,
-                   stats: dict) -> CartridgeRecord:
+def record_trained(
+    db: Session,
+    *,
+    org_id: uuid.UUID,
+    cartridge_id: uuid.UUID,
+    actor_id: uuid.UUID | None,
+    owner_id: uuid.UUID,
+    inputs: TrainingInputs,
+    path: str,
+    model_id: str,
+    p: int,
+    stats: dict,
+) -> CartridgeRecord:
     """The record of a trained cartridge (scope of its assets), ``trained_on`` lineage to each
     asset and an audit event, in the caller's transaction. Rerunning a job replaces its record.
 
@@ -125,18 +136,46 @@ def record_trained(db: Session, *, org_id: uuid.UUID, cartridge_id: uuid.UUID, a
     changed or was dropped makes the new record ``stale`` at once."""
     now = repository.current_state(db, org_id, inputs.asset_ids)
     if len(now) != len(set(inputs.asset_ids)):
-        raise ErasedDuringTraining("assets this cartridge was trained on were erased while it trained; "
-                                   "its files were deleted and nothing was recorded")
+        raise ErasedDuringTraining(
+            "assets this cartridge was trained on were erased while it trained; its files were deleted and nothing was recorded"
+        )
     fresh = all(now[a] == state for a, state in zip(inputs.asset_ids, zip(inputs.content_hashes, inputs.statuses)))
     scope = inputs.scope
-    rec = repository.save(db, CartridgeRecord(
-        id=cartridge_id, org_id=org_id, owner_id=owner_id, status="active" if fresh else "stale",
-        visibility=scope.visibility,
-        groups=list(scope.groups), labels=list(scope.labels), path=path, model_id=model_id, p=p,
-        asset_ids=list(inputs.asset_ids), stats={k: v for k, v in stats.items() if isinstance(v, (int, float, str))}))
+    rec = repository.save(
+        db,
+        CartridgeRecord(
+            id=cartridge_id,
+            org_id=org_id,
+            owner_id=owner_id,
+            status="active" if fresh else "stale",
+            visibility=scope.visibility,
+            groups=list(scope.groups),
+            labels=list(scope.labels),
+            path=path,
+            model_id=model_id,
+            p=p,
+            asset_ids=list(inputs.asset_ids),
+            stats={k: v for k, v in stats.items() if isinstance(v, (int, float, str))},
+        ),
+    )
     for asset_id in inputs.asset_ids:
-        add_edge(db, org_id=org_id, from_type="cartridge", from_id=cartridge_id, to_type="asset", to_id=asset_id,
-                 relation="trained_on", job_id=cartridge_id)
-    record(db, org_id=org_id, actor_id=actor_id, action="cartridge.train", target_type="cartridge",
-           target_id=cartridge_id, details={"assets": len(inputs.asset_ids), "p": p, "visibility": scope.visibility})
+        add_edge(
+            db,
+            org_id=org_id,
+            from_type="cartridge",
+            from_id=cartridge_id,
+            to_type="asset",
+            to_id=asset_id,
+            relation="trained_on",
+            job_id=cartridge_id,
+        )
+    record(
+        db,
+        org_id=org_id,
+        actor_id=actor_id,
+        action="cartridge.train",
+        target_type="cartridge",
+        target_id=cartridge_id,
+        details={"assets": len(inputs.asset_ids), "p": p, "visibility": scope.visibility},
+    )
     return rec

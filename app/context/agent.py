@@ -12,14 +12,14 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.context.assemble import Piece
-from app.kit.runtime.embedding import vector
 from app.kit.errors import NotFound
+from app.kit.runtime.embedding import vector
 from app.memories import service as memories
 
 SKILL_BASE = 2.0  # above any retrieval score: relevant skills are placed before retrieved items
 
 
-def agent_pieces(db: Session, principal: Principal, agent_id: str, qvec) -> list[Piece]:  # noqa: ANN001
+def agent_pieces(db: Session, principal: Principal, agent_id: str, qvec) -> list[Piece]:
     """Instructions pinned (never dropped for retrieved items), skills ranked by relevance to
     the query. 404 when the caller can see no profile of that agent."""
     rows = memories.agent_profile(db, principal, agent_id)

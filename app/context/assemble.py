@@ -11,14 +11,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-SECTION_ORDER = ("instructions", "skills", "working_context", "summary", "memories", "examples", "knowledge",
-                 "recent_messages")
-TITLES = {"instructions": "Instructions", "skills": "Skills", "working_context": "Working context",
-          "summary": "Conversation summary",
-          "memories": "Relevant memories", "examples": "Examples from past episodes", "knowledge": "Knowledge",
-          "recent_messages": "Recent messages"}
+SECTION_ORDER = ("instructions", "skills", "working_context", "summary", "memories", "examples", "knowledge", "recent_messages")
+TITLES = {
+    "instructions": "Instructions",
+    "skills": "Skills",
+    "working_context": "Working context",
+    "summary": "Conversation summary",
+    "memories": "Relevant memories",
+    "examples": "Examples from past episodes",
+    "knowledge": "Knowledge",
+    "recent_messages": "Recent messages",
+}
 HALF_LIFE_DAYS = 90.0
 
 
@@ -101,8 +106,14 @@ def group_header(group: tuple[str, str | None]) -> str:
     return f"{day}:" if day else f"Session {session}:"
 
 
-def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent_share: float = 0.35,
-        count_many: Callable[[list[str]], list[int]] | None = None) -> list[Piece]:
+def fit(
+    pieces: list[Piece],
+    budget: int,
+    count: Callable[[str], int],
+    *,
+    recent_share: float = 0.35,
+    count_many: Callable[[list[str]], list[int]] | None = None,
+) -> list[Piece]:
     """Greedy fill by priority using per-piece token counts (each text is tokenised once, all in
     one batch with `count_many`; a section's or a conversation group's header is paid by the
     piece that opens it), then an exact count of the rendered text, trimming the lowest-scored
@@ -120,8 +131,11 @@ def fit(pieces: list[Piece], budget: int, count: Callable[[str], int], *, recent
         g = conversation_group(p)
         if g is not None and g not in group_cost:
             group_cost[g] = count(group_header(g)) + 1
-        extra = cost[id(p)] + (0 if p.section in open_sections else header[p.section]) + \
-            (group_cost[g] if g is not None and g not in open_groups else 0)
+        extra = (
+            cost[id(p)]
+            + (0 if p.section in open_sections else header[p.section])
+            + (group_cost[g] if g is not None and g not in open_groups else 0)
+        )
         if used + extra > limit:
             return False
         chosen.append(p)
@@ -165,11 +179,15 @@ def sections(chosen: list[Piece], count: Callable[[str], int]) -> list[dict]:
     for name in SECTION_ORDER:
         items = in_order(chosen, name)
         if items:
-            out.append({"name": name, "tokens": count(render(items)),
-                        "items": [{"type": p.type, "id": p.id, "text": p.text, "score": round(p.score, 6), **p.extra}
-                                  for p in items]})
+            out.append(
+                {
+                    "name": name,
+                    "tokens": count(render(items)),
+                    "items": [{"type": p.type, "id": p.id, "text": p.text, "score": round(p.score, 6), **p.extra} for p in items],
+                }
+            )
     return out
 
 
 def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

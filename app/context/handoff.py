@@ -10,12 +10,22 @@ from app.auth.principal import Principal
 from app.kit.runtime import signing
 
 
-def sign(settings, principal: Principal, handoff: dict) -> dict:  # noqa: ANN001
+def sign(settings, principal: Principal, handoff: dict) -> dict:
     """The handoff with its `token` (and `token_expires_in_s`) added."""
-    token = signing.sign(settings.inference_secret(), org=str(principal.org_id), sub=str(principal.user_id),
-                         chunks=[c["content_hash"] for c in handoff.get("chunks", [])],
-                         cartridges=[str(c["id"]) for c in handoff.get("cartridges", [])],
-                         ttl_s=settings.handoff_ttl_s, max_prompt_tokens=settings.handoff_max_prompt_tokens,
-                         max_new_tokens=settings.handoff_max_new_tokens)
-    return {**handoff, "token": token, "token_expires_in_s": settings.handoff_ttl_s,
-            "max_prompt_tokens": settings.handoff_max_prompt_tokens, "max_new_tokens": settings.handoff_max_new_tokens}
+    token = signing.sign(
+        settings.inference_secret(),
+        org=str(principal.org_id),
+        sub=str(principal.user_id),
+        chunks=[c["content_hash"] for c in handoff.get("chunks", [])],
+        cartridges=[str(c["id"]) for c in handoff.get("cartridges", [])],
+        ttl_s=settings.handoff_ttl_s,
+        max_prompt_tokens=settings.handoff_max_prompt_tokens,
+        max_new_tokens=settings.handoff_max_new_tokens,
+    )
+    return {
+        **handoff,
+        "token": token,
+        "token_expires_in_s": settings.handoff_ttl_s,
+        "max_prompt_tokens": settings.handoff_max_prompt_tokens,
+        "max_new_tokens": settings.handoff_max_new_tokens,
+    }

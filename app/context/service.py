@@ -8,11 +8,11 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.cartridges.service import visible_active
-from app.search import service as search
-from app.kit.items import SEARCH_TYPES
+from app.context.assemble import Piece, fit, now_utc, recency, render, sections
 from app.kit.database.replicas import on
+from app.kit.items import SEARCH_TYPES
+from app.search import service as search
 from app.search.prepare import Prepared
 from app.search.schemas import SearchFilters
 from app.search.service import RankCall, rank, record_retrieval, to_result
@@ -44,8 +44,7 @@ def retrieved_pieces(db: Session, call: RankCall, *, session_id: str | None = No
                     continue  # the session's own history is in the summary / recent messages
                 out.append(_episode_piece(r, r.score * recency(r.created_at, now)))
             else:
-                out.append(Piece("knowledge", "chunk", str(r.id), r.text, r.score,
-                                 extra={"content_hash": r.content_hash}))
+                out.append(Piece("knowledge", "chunk", str(r.id), r.text, r.score, extra={"content_hash": r.content_hash}))
     if filtered:
         return out  # an instruction's filters hold for every piece; neighbours are not filtered
     return out + _neighbours(db, principal, [p for p in out if p.type == "episode"], known)
@@ -62,13 +61,24 @@ def candidates(budget: int) -> int:
 EPISODE_CHARS = 1200
 
 
-def _episode_piece(r, score: float, **extra) -> Piece:  # noqa: ANN001
+def _episode_piece(r, score: float, **extra) -> Piece:
     """An episode (a SearchResult) as context; long ones cut. Its date goes in when rendered."""
     text = r.text if len(r.text) <= EPISODE_CHARS else r.text[:EPISODE_CHARS] + " …"
     at = r.occurred_at
-    return Piece("examples", "episode", str(r.id), text, score,
-                 extra={"kind": r.kind, "outcome": r.outcome, "session_id": r.session_id,
-                        "occurred_at": at.isoformat() if at else None, **extra})
+    return Piece(
+        "examples",
+        "episode",
+        str(r.id),
+        text,
+        score,
+        extra={
+            "kind": r.kind,
+            "outcome": r.outcome,
+            "session_id": r.session_id,
+            "occurred_at": at.isoformat() if at else None,
+            **extra,
+        },
+    )
 
 
 def _neighbours(db: Session, principal: Principal, hits: list[Piece], known: dict | None = None) -> list[Piece]:
@@ -92,13 +102,26 @@ def _neighbours(db: Session, principal: Principal, hits: list[Piece], known: dic
     rows = dict(known.get("rows", {}))
     missing = [i for i in best if i not in rows]
     rows.update(search.load(db, principal, "episode", missing) if missing else {})
-    return [_episode_piece(to_result("episode", rows[i], score), score, neighbour_of=hid)
-            for i, (score, hid) in best.items() if i in rows]
+    return [
+        _episode_piece(to_result("episode", rows[i], score), score, neighbour_of=hid)
+        for i, (score, hid) in best.items()
+        if i in rows
+    ]
 
 
-def build(db: Session, prepared: Prepared, resources, *, budget: int, ef_search: int,  # noqa: ANN001
-          tuning: Tuning = DEFAULT_TUNING, session=None, k: int | None = None,  # noqa: ANN001
-          pinned: list[Piece] | None = None, read=None) -> dict:  # noqa: ANN001
+def build(
+    db: Session,
+    prepared: Prepared,
+    resources,
+    *,
+    budget: int,
+    ef_search: int,
+    tuning: Tuning = DEFAULT_TUNING,
+    session=None,
+    k: int | None = None,
+    pinned: list[Piece] | None = None,
+    read=None,
+) -> dict:
     """The context for a prepared request (app.search.prepare). `pinned`: the session's own pieces
     (app.sessions.service.session_pieces) and an agent's profile (app.context.agent); `read`:
     where retrieval reads (a read replica, app.kit.database.replicas); the session's own state and the
@@ -107,26 +130,40 @@ def build(db: Session, prepared: Prepared, resources, *, budget: int, ef_search:
     count = resources.gateway.count_tokens
     k = k or candidates(budget)
     pieces = list(pinned or [])
-    retrieved, cartridges = (read or on(db))(lambda rdb: (
-        retrieved_pieces(rdb, RankCall.of(prepared, k=k, ef_search=ef_search, tuning=tuning, second_round=True),
-                         session_id=str(session.id) if session is not None else None),
-        visible_active(rdb, principal)))
+    retrieved, cartridges = (read or on(db))(
+        lambda rdb: (
+            retrieved_pieces(
+                rdb,
+                RankCall.of(prepared, k=k, ef_search=ef_search, tuning=tuning, second_round=True),
+                session_id=str(session.id) if session is not None else None,
+            ),
+            visible_active(rdb, principal),
+        )
+    )
     given = {(p.type, p.id) for p in pieces}  # an agent's profile item is not served twice
     pieces += [p for p in retrieved if (p.type, p.id) not in given]
     chosen = fit(pieces, budget, count, count_many=resources.gateway.count_tokens_many)
     text = render(chosen)
     handed = [p for p in chosen if p.type in SEARCH_TYPES]
-    rid = record_retrieval(db, principal, kind="context", query=query,
-                           params={"budget_tokens": budget, "session_id": str(session.id) if session else None},
-                           items=[{"type": p.type, "id": p.id, "score": round(p.score, 6), "section": p.section}
-                                  for p in handed])
+    rid = record_retrieval(
+        db,
+        principal,
+        kind="context",
+        query=query,
+        params={"budget_tokens": budget, "session_id": str(session.id) if session else None},
+        items=[{"type": p.type, "id": p.id, "score": round(p.score, 6), "section": p.section} for p in handed],
+    )
     chunks = [p for p in chosen if p.type == "chunk"]
     prompt = render([p for p in chosen if p.type != "chunk"])
     return {
-        "text": text, "tokens": count(text), "budget_tokens": budget, "sections": sections(chosen, count),
+        "text": text,
+        "tokens": count(text),
+        "budget_tokens": budget,
+        "sections": sections(chosen, count),
         "retrieval_id": rid,
-        "handoff": {"cartridges": [{"id": str(c.id), "p": c.p, "model_id": c.model_id}
-                                   for c in cartridges], "chunks": [{"content_hash": p.extra["content_hash"], "chunk_id": p.id}
-                                                 for p in chunks],
-                    "prompt": (prompt + "\n\n" if prompt else "") + f"Question: {query}"},
+        "handoff": {
+            "cartridges": [{"id": str(c.id), "p": c.p, "model_id": c.model_id} for c in cartridges],
+            "chunks": [{"content_hash": p.extra["content_hash"], "chunk_id": p.id} for p in chunks],
+            "prompt": (prompt + "\n\n" if prompt else "") + f"Question: {query}",
+        },
     }

@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from app.audit.service import record
 from app.auth.principal import Principal
 from app.episodes import repository as repo
 from app.episodes.feed import Feed
 from app.episodes.schemas import EpisodeIn
 from app.episodes.service import check, embed_text, embed_vocabulary, store, vocabulary
-from app.kit.database.db import released, view_of
+from app.kit.database.db import released
 from app.kit.errors import BadRequest
-from app.kit.stages import stage
-from app.search import lexicon
 
 EMBED_CHUNK = 256  # texts per embedding call (one progress step)
 
@@ -54,30 +50,34 @@ def principal_of(db: Session, org_name: str, user_name: str) -> Principal:
     from app.orgs import service as orgs
 
     u = orgs.user_by_name(db, orgs.org_by_name(db, org_name), user_name)
-    return Principal(org_id=u.org_id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups),
-                     clearances=tuple(u.clearances))
+    return Principal(
+        org_id=u.org_id, user_id=u.id, name=u.name, roles=tuple(u.roles), groups=tuple(u.groups), clearances=tuple(u.clearances)
+    )
 
 
-def import_items(db: Session, embedder, principal: Principal, items: list[EpisodeIn], *,  # noqa: ANN001
-                 on_progress: Callable[[int, int], None] | None = None) -> list[uuid.UUID]:
+def import_items(
+    db: Session, embedder, principal: Principal, items: list[EpisodeIn], *, on_progress: Callable[[int, int], None] | None = None
+) -> list[uuid.UUID]:
     """Check, then embed and write in the caller's transaction (the caller commits): each chunk of
     EMBED_CHUNK texts is COPYed in while the next one embeds (app/episodes/feed.py). Returns the
     new ids in the order of `items`."""
     check(db, principal, principal.user_id, items)
     words = vocabulary(db, principal, items)
-    feed = Feed(embedder, None, [embed_text(i) for i in items], words, lambda ws: embed_vocabulary(embedder, ws),
-                chunk=EMBED_CHUNK)
+    feed = Feed(
+        embedder, None, [embed_text(i) for i in items], words, lambda ws: embed_vocabulary(embedder, ws), chunk=EMBED_CHUNK
+    )
     try:
         with released(db, principal):
             feed.ready()
-        rows = store(db, principal, items, feed, checked=True, write_rows=repo.copy_in, action="episode.import",
-                     on_progress=on_progress)
+        rows = store(
+            db, principal, items, feed, checked=True, write_rows=repo.copy_in, action="episode.import", on_progress=on_progress
+        )
     finally:
         feed.close()
     return [r.id for r in rows]
 
 
-def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> list[uuid.UUID]:  # noqa: ANN001
+def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> list[uuid.UUID]:
     """The CLI's import: the model loaded, a progress bar on stderr, one transaction committed."""
     import sys
 

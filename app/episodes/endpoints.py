@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import uuid
-
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request
@@ -9,12 +8,10 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from app.episodes import service
 from app.episodes.schemas import BatchOut, EpisodeBatchIn, EpisodeIn, EpisodeOut, EpisodePage
-from app.kit.http import idempotency
-from app.kit.database.db import released
-from app.kit.http.deps import SessionDep, require
-from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
-from app.kit.http.listing import ItemFilters, item_filters
 from app.kit.database.replicas import reads
+from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
+from app.kit.http.deps import SessionDep, require
+from app.kit.http.listing import ItemFilters, item_filters
 
 
 class _EpisodeIdSegment(Convertor):
@@ -26,13 +23,14 @@ class _EpisodeIdSegment(Convertor):
     def convert(self, value: str) -> str:
         return value
 
-    def to_string(self, value) -> str:  # noqa: ANN001
+    def to_string(self, value) -> str:
         return str(value)
 
 
 register_url_convertor("episode_id", _EpisodeIdSegment())
 
-def _charge(request: Request, principal, items: int) -> None:  # noqa: ANN001
+
+def _charge(request: Request, principal, items: int) -> None:
     """Writes cost what they embed: the per-key ingest budget is counted in items."""
     limiter = getattr(request.app.state, "ingest_limiter", None)
     if limiter is not None:
@@ -43,29 +41,56 @@ router = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ER
 
 
 @router.post("", status_code=201, response_model=EpisodeOut)
-def create_episode(body: EpisodeIn, request: Request, db: SessionDep, principal=require("episode", "write"),
-                   idempotency_key: str | None = Header(default=None, min_length=1, max_length=200)):
+def create_episode(
+    body: EpisodeIn,
+    request: Request,
+    db: SessionDep,
+    principal=require("episode", "write"),
+    idempotency_key: str | None = Header(default=None, min_length=1, max_length=200),
+):
     _charge(request, principal, 1)
-    return service.ingest(db, request.app.state.embedder, principal, [body], endpoint="episodes.create", body=body,
-                          idempotency_key=idempotency_key, ttl_s=request.app.state.settings.idempotency_ttl_s,
-                          reply=lambda rows: service.to_out(rows[0]))
+    return service.ingest(
+        db,
+        request.app.state.embedder,
+        principal,
+        [body],
+        endpoint="episodes.create",
+        body=body,
+        idempotency_key=idempotency_key,
+        ttl_s=request.app.state.settings.idempotency_ttl_s,
+        reply=lambda rows: service.to_out(rows[0]),
+    )
 
 
 @router.post("/batch", status_code=201, response_model=BatchOut)
-def create_batch(body: EpisodeBatchIn, request: Request, db: SessionDep, principal=require("episode", "write"),
-                 idempotency_key: str | None = Header(default=None, min_length=1, max_length=200)):
+def create_batch(
+    body: EpisodeBatchIn,
+    request: Request,
+    db: SessionDep,
+    principal=require("episode", "write"),
+    idempotency_key: str | None = Header(default=None, min_length=1, max_length=200),
+):
     limit = request.app.state.settings.max_batch_items
     if len(body.items) > limit:
         raise PayloadTooLarge(f"a batch holds at most {limit} items", code="batch_too_large")
     _charge(request, principal, len(body.items))
-    return service.ingest(db, request.app.state.embedder, principal, body.items, endpoint="episodes.batch", body=body,
-                          idempotency_key=idempotency_key, ttl_s=request.app.state.settings.idempotency_ttl_s,
-                          reply=lambda rows: BatchOut(ids=[r.id for r in rows]))
+    return service.ingest(
+        db,
+        request.app.state.embedder,
+        principal,
+        body.items,
+        endpoint="episodes.batch",
+        body=body,
+        idempotency_key=idempotency_key,
+        ttl_s=request.app.state.settings.idempotency_ttl_s,
+        reply=lambda rows: BatchOut(ids=[r.id for r in rows]),
+    )
 
 
 @router.get("", response_model=EpisodePage)
-def list_episodes(request: Request, db: SessionDep, f: Annotated[ItemFilters, Depends(item_filters)],
-                  principal=require("episode", "read")):
+def list_episodes(
+    request: Request, db: SessionDep, f: Annotated[ItemFilters, Depends(item_filters)], principal=require("episode", "read")
+):
     """The episodes the caller may see, a keyset page at a time (`cursor` = the last page's `next_cursor`)."""
     return service.page(db, principal, f, read=reads(request, db, principal))
 

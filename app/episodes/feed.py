@@ -27,8 +27,7 @@ PIPELINED = 2
 _GATE = threading.BoundedSemaphore(PIPELINED)
 
 
-def item_slices(embedder, who: str | None, texts: list[str], chunk: int | None = None,  # noqa: ANN001
-                ) -> Iterator[tuple[list[int], np.ndarray]]:
+def item_slices(embedder, who: str | None, texts: list[str], chunk: int | None = None) -> Iterator[tuple[list[int], np.ndarray]]:
     """(indices, vectors) of `texts`: the fair lane's slices when `who` and the embedder has one,
     else chunks of `chunk` texts, longest first (one call when None)."""
     if who is not None and hasattr(embedder, "write_slices"):
@@ -37,25 +36,34 @@ def item_slices(embedder, who: str | None, texts: list[str], chunk: int | None =
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     step = chunk or max(1, len(texts))
     for start in range(0, len(order), step):
-        idx = order[start:start + step]
+        idx = order[start : start + step]
         yield idx, embedder.embed([texts[i] for i in idx])
 
 
 class Feed:
     """Pieces ("words", embedded vocabulary) then ("items", (indices, vectors)) per slice, in order."""
 
-    def __init__(self, embedder, who: str | None, texts: list[str], words: list,  # noqa: ANN001
-                 embed_words: Callable[[list], list], *, chunk: int | None = None):
+    def __init__(
+        self,
+        embedder,
+        who: str | None,
+        texts: list[str],
+        words: list,
+        embed_words: Callable[[list], list],
+        *,
+        chunk: int | None = None,
+    ):
         self._cv = threading.Condition()
         self._pieces: list[tuple[str, object]] = []
         self._items = 0
         self._finished, self._error, self._stop = False, None, threading.Event()
         self.pipelined = _GATE.acquire(blocking=False)
         work = carried(self._run)
-        threading.Thread(target=work, args=(embedder, who, texts, words, embed_words, chunk), daemon=True,
-                         name="memscale-ingest").start()
+        threading.Thread(
+            target=work, args=(embedder, who, texts, words, embed_words, chunk), daemon=True, name="memscale-ingest"
+        ).start()
 
-    def _run(self, embedder, who, texts, words, embed_words, chunk) -> None:  # noqa: ANN001
+    def _run(self, embedder, who, texts, words, embed_words, chunk) -> None:
         try:
             with stage("vocabulary.embed", scope=True):
                 self._put("words", embed_words(words) if words else [])
@@ -68,7 +76,7 @@ class Feed:
                             break
                 finally:
                     slices.close()  # releases the fair lane's count of what was not embedded
-        except BaseException as exc:  # noqa: BLE001 - raised again in the request's thread
+        except BaseException as exc:
             with self._cv:
                 self._error = exc
         finally:

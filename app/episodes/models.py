@@ -7,7 +7,17 @@ from sqlalchemy import CheckConstraint, DateTime, Index, Text, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.database.base import AccessMixin, Base, access_check, branch_col, tenant_fk, created_at_col, embedding_col, tsv_col, uuid_pk
+from app.kit.database.base import (
+    AccessMixin,
+    Base,
+    access_check,
+    branch_col,
+    created_at_col,
+    embedding_col,
+    tenant_fk,
+    tsv_col,
+    uuid_pk,
+)
 
 
 class Episode(AccessMixin, Base):
@@ -24,12 +34,23 @@ class Episode(AccessMixin, Base):
         Index("ix_episodes_org_owner", "org_id", "owner_id"),
         Index("ix_episodes_org_visibility", "org_id", "visibility"),
         Index("ix_episodes_session_time", "org_id", "session_id", "occurred_at", "id"),
-        Index("ix_episodes_embedding_hnsw", "embedding", postgresql_using="hnsw",
-              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index(
+            "ix_episodes_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
         # The org-visible rows' own graph: filtered kNN for a caller in no group
         # (app/search/repository/vector.py `split_ids`).
-        Index("ix_episodes_embedding_org_hnsw", "embedding", postgresql_using="hnsw", postgresql_where="visibility = 'org'",
-              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index(
+            "ix_episodes_embedding_org_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_where="visibility = 'org'",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
         Index("ix_episodes_tsv", "tsv", postgresql_using="gin"),
         # Hash-partitioned by org (migration 0015, 16 partitions <table>_pNN; docs/decisions.md):
         # one HNSW and one GIN index per partition. The partitions are the migration's business.

@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.episodes.models import Episode
-from app.kit.tenancy.access import visible_to
 from app.kit.database.db import view_of
 from app.kit.http.listing import ItemFilters
 from app.kit.http.repository_listing import item_terms, keyset
+from app.kit.tenancy.access import visible_to
 from app.kit.tenancy.repository_view import in_layer, in_view
 
 
@@ -66,7 +66,7 @@ def copy_in(db: Session, episodes: list[Episode]) -> None:
     db.execute(text(f"DROP TABLE {_STAGING}"))
 
 
-def _copy_value(v):  # noqa: ANN001, ANN202
+def _copy_value(v):
     """A value in COPY's text form where psycopg has no dumper for it (JSON, a vector)."""
     if isinstance(v, (dict, list)) and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
         return json.dumps(v)
@@ -88,8 +88,13 @@ def sessions_not_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID, i
     from app.sessions.models import AgentSession
 
     with every_scope(db):
-        return list(db.execute(select(AgentSession.id).where(
-            AgentSession.org_id == org_id, AgentSession.id.in_(ids), AgentSession.owner_id != owner_id)).scalars())
+        return list(
+            db.execute(
+                select(AgentSession.id).where(
+                    AgentSession.org_id == org_id, AgentSession.id.in_(ids), AgentSession.owner_id != owner_id
+                )
+            ).scalars()
+        )
 
 
 def ids_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[uuid.UUID]:
@@ -121,15 +126,20 @@ def _after(db: Session, org_id: uuid.UUID, position: dict, before: datetime) -> 
 
 
 def batch_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime, limit: int) -> list[Episode]:
-    return list(db.execute(select(Episode).where(*_after(db, org_id, position, before))
-                           .order_by(Episode.created_at, Episode.id).limit(limit)).scalars())
+    return list(
+        db.execute(
+            select(Episode).where(*_after(db, org_id, position, before)).order_by(Episode.created_at, Episode.id).limit(limit)
+        ).scalars()
+    )
 
 
 def count_after(db: Session, org_id: uuid.UUID, position: dict, before: datetime) -> int:
     return db.execute(select(func.count()).select_from(Episode).where(*_after(db, org_id, position, before))).scalar_one()
 
 
-def set_quality(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, quality: str, *,
-                branch: uuid.UUID | None) -> None:
-    db.execute(update(Episode).where(Episode.org_id == org_id, Episode.id == episode_id, in_layer(Episode, branch))
-               .values(quality=quality))
+def set_quality(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, quality: str, *, branch: uuid.UUID | None) -> None:
+    db.execute(
+        update(Episode)
+        .where(Episode.org_id == org_id, Episode.id == episode_id, in_layer(Episode, branch))
+        .values(quality=quality)
+    )

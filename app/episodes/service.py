@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
@@ -14,20 +14,32 @@ from app.episodes import repository as repo
 from app.episodes.feed import Feed
 from app.episodes.models import Episode
 from app.episodes.schemas import EpisodeIn, EpisodeOut, EpisodePage
-from app.kit.tenancy.access import assert_may_modify, assert_may_share
 from app.kit.database.db import released, view_of
-from app.kit.runtime.embedding import Embedder
 from app.kit.errors import NotFound
 from app.kit.http.listing import ItemFilters, next_cursor
+from app.kit.runtime.embedding import Embedder
 from app.kit.stages import stage
+from app.kit.tenancy.access import assert_may_share
 from app.lineage.service import add_edge
 from app.search import lexicon
 
 
 def to_out(e: Episode) -> EpisodeOut:
-    return EpisodeOut(id=e.id, kind=e.kind, content=e.content, messages=e.messages, session_id=e.session_id,
-                      outcome=e.outcome, metadata=e.metadata_, occurred_at=e.occurred_at, created_at=e.created_at,
-                      visibility=e.visibility, groups=e.groups, labels=e.labels, owner_id=e.owner_id)
+    return EpisodeOut(
+        id=e.id,
+        kind=e.kind,
+        content=e.content,
+        messages=e.messages,
+        session_id=e.session_id,
+        outcome=e.outcome,
+        metadata=e.metadata_,
+        occurred_at=e.occurred_at,
+        created_at=e.created_at,
+        visibility=e.visibility,
+        groups=e.groups,
+        labels=e.labels,
+        owner_id=e.owner_id,
+    )
 
 
 def embed_text(item: EpisodeIn) -> str:
@@ -52,8 +64,18 @@ def embed_vocabulary(embedder: Embedder, words: list[tuple[str, str]], who: str 
     return lexicon.embed_words(embedder, words, who)
 
 
-def ingest(db: Session, embedder: Embedder, principal: Principal, items: list[EpisodeIn], *, endpoint: str,
-           body, idempotency_key: str | None, ttl_s: int, reply: Callable[[list[Episode]], object]):  # noqa: ANN001
+def ingest(
+    db: Session,
+    embedder: Embedder,
+    principal: Principal,
+    items: list[EpisodeIn],
+    *,
+    endpoint: str,
+    body,
+    idempotency_key: str | None,
+    ttl_s: int,
+    reply: Callable[[list[Episode]], object],
+):
     """POST /v1/episodes and /batch. The embeddings are made beside the storage (app/episodes/feed.py):
     the first slice with no pooled connection held, then the idempotency lock (held to the commit)
     and each slice stored while the next is embedded, all in the caller's transaction; `reply`
@@ -65,21 +87,33 @@ def ingest(db: Session, embedder: Embedder, principal: Principal, items: list[Ep
         check(db, principal, principal.user_id, items)
     with stage("vocabulary"):
         words = vocabulary(db, principal, items)
-    feed = Feed(embedder, who, [embed_text(i) for i in items], words,
-                lambda ws: embed_vocabulary(embedder, ws, who=who))
+    feed = Feed(embedder, who, [embed_text(i) for i in items], words, lambda ws: embed_vocabulary(embedder, ws, who=who))
     try:
         with released(db, principal):
             feed.ready()
         with stage("idempotency"):
-            return idempotency.idempotent(db, principal, idempotency_key, endpoint, body,
-                                          lambda: reply(store(db, principal, items, feed, checked=True)),
-                                          ttl_s=ttl_s)
+            return idempotency.idempotent(
+                db,
+                principal,
+                idempotency_key,
+                endpoint,
+                body,
+                lambda: reply(store(db, principal, items, feed, checked=True)),
+                ttl_s=ttl_s,
+            )
     finally:
         feed.close()
 
 
-def create_many(db: Session, embedder: Embedder, principal: Principal, items: list[EpisodeIn],
-                *, owner_id: uuid.UUID | None = None, audit: bool = True) -> list[Episode]:
+def create_many(
+    db: Session,
+    embedder: Embedder,
+    principal: Principal,
+    items: list[EpisodeIn],
+    *,
+    owner_id: uuid.UUID | None = None,
+    audit: bool = True,
+) -> list[Episode]:
     """All or nothing, in the caller's transaction, embedded inline (paths that hold no request of
     their own, such as a session's evicted messages); the org's vocabulary gains their new words."""
     check(db, principal, owner_id or principal.user_id, items)
@@ -89,9 +123,19 @@ def create_many(db: Session, embedder: Embedder, principal: Principal, items: li
     return store(db, principal, items, pieces, owner_id=owner_id, audit=audit, checked=True)
 
 
-def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Iterable[tuple[str, object]], *,
-          owner_id: uuid.UUID | None = None, audit: bool = True, checked: bool = False, write_rows=repo.insert,  # noqa: ANN001
-          action: str = "episode.create", on_progress: Callable[[int, int], None] | None = None) -> list[Episode]:
+def store(
+    db: Session,
+    principal: Principal,
+    items: list[EpisodeIn],
+    pieces: Iterable[tuple[str, object]],
+    *,
+    owner_id: uuid.UUID | None = None,
+    audit: bool = True,
+    checked: bool = False,
+    write_rows=repo.insert,
+    action: str = "episode.create",
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[Episode]:
     """Check (unless `checked`), then write the episodes as their embeddings arrive (`pieces`: ("words", embedded new
     vocabulary) and ("items", (indices into `items`, vectors))): one `write_rows` per slice (a multi-row INSERT;
     the bulk import's COPY), one vocabulary statement, one audit event `action`. Nothing is committed here."""
@@ -99,7 +143,7 @@ def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Ite
     if not checked:
         with stage("validation"):
             check(db, principal, owner, items)
-    now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+    now, branch = datetime.now(UTC), view_of(db).branch_id
     rows: list[Episode | None] = [None] * len(items)
     for kind, value in pieces:
         if kind == "words":
@@ -118,9 +162,15 @@ def store(db: Session, principal: Principal, items: list[EpisodeIn], pieces: Ite
         raise RuntimeError("an episode of the write was not embedded")
     if audit:
         with stage("audit"):
-            record(db, org_id=principal.org_id, actor_id=principal.user_id, action=action,
-                   target_type="episode", target_id=rows[0].id if len(rows) == 1 else None,
-                   details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]})
+            record(
+                db,
+                org_id=principal.org_id,
+                actor_id=principal.user_id,
+                action=action,
+                target_type="episode",
+                target_id=rows[0].id if len(rows) == 1 else None,
+                details={"count": len(rows), "ids": [str(r.id) for r in rows][:1000]},
+            )
     return rows
 
 
@@ -132,12 +182,25 @@ def check(db: Session, principal: Principal, owner: uuid.UUID, items: list[Episo
     _check_sessions(db, principal, owner, items)
 
 
-def new_row(principal: Principal, owner: uuid.UUID, i: EpisodeIn, vector, now: datetime, branch) -> Episode:  # noqa: ANN001
-    return Episode(id=uuid.uuid4(), org_id=principal.org_id, owner_id=owner, kind=i.kind, content=i.content,
-                   messages=[m.model_dump(mode="json") for m in i.messages] if i.messages else None,
-                   session_id=i.session_id, outcome=i.outcome, metadata_=i.metadata, occurred_at=i.occurred_at or now,
-                   created_at=now, visibility=i.visibility, groups=i.groups, labels=i.labels, embedding=vector,
-                   branch_id=branch)
+def new_row(principal: Principal, owner: uuid.UUID, i: EpisodeIn, vector, now: datetime, branch) -> Episode:
+    return Episode(
+        id=uuid.uuid4(),
+        org_id=principal.org_id,
+        owner_id=owner,
+        kind=i.kind,
+        content=i.content,
+        messages=[m.model_dump(mode="json") for m in i.messages] if i.messages else None,
+        session_id=i.session_id,
+        outcome=i.outcome,
+        metadata_=i.metadata,
+        occurred_at=i.occurred_at or now,
+        created_at=now,
+        visibility=i.visibility,
+        groups=i.groups,
+        labels=i.labels,
+        embedding=vector,
+        branch_id=branch,
+    )
 
 
 def _check_sessions(db: Session, principal: Principal, owner_id: uuid.UUID, items: list[EpisodeIn]) -> None:
@@ -160,16 +223,35 @@ def _session_uuid(session_id: str | None) -> uuid.UUID | None:
 def promote(db: Session, principal: Principal, e: Episode, *, branch: str) -> Episode:
     """A branch's episode copied into main (the transaction is bound to main): same content and
     scope, a new id, `promoted_from` lineage to the branch's row."""
-    row = Episode(id=uuid.uuid4(), org_id=e.org_id, owner_id=e.owner_id, kind=e.kind, content=e.content,
-                  messages=e.messages, session_id=e.session_id, outcome=e.outcome,
-                  metadata_={**e.metadata_, "promoted_from": {"branch": branch, "id": str(e.id)}},
-                  occurred_at=e.occurred_at, created_at=datetime.now(timezone.utc), visibility=e.visibility,
-                  groups=list(e.groups), labels=list(e.labels), embedding=e.embedding, branch_id=view_of(db).branch_id)
+    row = Episode(
+        id=uuid.uuid4(),
+        org_id=e.org_id,
+        owner_id=e.owner_id,
+        kind=e.kind,
+        content=e.content,
+        messages=e.messages,
+        session_id=e.session_id,
+        outcome=e.outcome,
+        metadata_={**e.metadata_, "promoted_from": {"branch": branch, "id": str(e.id)}},
+        occurred_at=e.occurred_at,
+        created_at=datetime.now(UTC),
+        visibility=e.visibility,
+        groups=list(e.groups),
+        labels=list(e.labels),
+        embedding=e.embedding,
+        branch_id=view_of(db).branch_id,
+    )
     repo.add_all(db, [row])
-    add_edge(db, org_id=e.org_id, from_type="episode", from_id=row.id, to_type="episode", to_id=e.id,
-             relation="promoted_from")
-    record(db, org_id=e.org_id, actor_id=principal.user_id, action="episode.promote", target_type="episode",
-           target_id=row.id, details={"branch": branch, "from": str(e.id)})
+    add_edge(db, org_id=e.org_id, from_type="episode", from_id=row.id, to_type="episode", to_id=e.id, relation="promoted_from")
+    record(
+        db,
+        org_id=e.org_id,
+        actor_id=principal.user_id,
+        action="episode.promote",
+        target_type="episode",
+        target_id=row.id,
+        details={"branch": branch, "from": str(e.id)},
+    )
     return row
 
 
@@ -180,27 +262,33 @@ def get(db: Session, principal: Principal, episode_id: uuid.UUID) -> Episode:
     return ep
 
 
-def read(db: Session, principal: Principal, episode_id: uuid.UUID, read=None) -> Episode:  # noqa: ANN001
+def read(db: Session, principal: Principal, episode_id: uuid.UUID, read=None) -> Episode:
     """GET: the episode, read where `read` says, and recorded as read (app.lineage.service.read_one)."""
     from app.lineage.service import read_one
 
     return read_one(db, principal, "episode", lambda rdb: get(rdb, principal, episode_id), read)
 
 
-def page(db: Session, principal: Principal, f: ItemFilters, read=None) -> EpisodePage:  # noqa: ANN001
+def page(db: Session, principal: Principal, f: ItemFilters, read=None) -> EpisodePage:
     """A keyset page of the episodes the caller may see, recorded as a retrieval (it hands out content)."""
     from app.kit.database.replicas import on
     from app.lineage.service import record_retrieval
 
     rows = (read or on(db))(lambda rdb: repo.page_visible(rdb, principal, f))
     if rows:
-        record_retrieval(db, principal, kind="list", query="", params={"type": "episode"},
-                         items=[{"type": "episode", "id": str(e.id)} for e in rows])
+        record_retrieval(
+            db,
+            principal,
+            kind="list",
+            query="",
+            params={"type": "episode"},
+            items=[{"type": "episode", "id": str(e.id)} for e in rows],
+        )
     return EpisodePage(items=[to_out(e) for e in rows], next_cursor=next_cursor(rows, f.limit))
 
 
-
 # --- for pipelines (whole-org work: the job binds `all_scopes`) ---
+
 
 def hard_delete(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> None:
     """Remove the row (`branch`: only if that branch wrote it); erasure (app/erasure/) follows what

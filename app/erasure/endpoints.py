@@ -13,8 +13,8 @@ from app.erasure import retention, service
 from app.erasure.schemas import RetentionOut
 from app.erasure.service import tier_client
 from app.jobs.schemas import JobRef
-from app.kit.http.deps import PrincipalDep, SessionDep, require
 from app.kit.errors import COMMON_ERRORS
+from app.kit.http.deps import PrincipalDep, SessionDep, require
 
 episodes = APIRouter(prefix="/v1/episodes", tags=["episodes"], responses=COMMON_ERRORS)
 users = APIRouter(prefix="/v1/users", tags=["compliance"], responses=COMMON_ERRORS)
@@ -27,15 +27,22 @@ def delete_episode(episode_id: uuid.UUID, db: SessionDep, principal=require("epi
 
 
 @users.delete("/{user_id}/data", status_code=202, response_model=JobRef)
-def delete_user_data(user_id: uuid.UUID, request: Request, background: BackgroundTasks, db: SessionDep,
-                     principal: PrincipalDep):
+def delete_user_data(user_id: uuid.UUID, request: Request, background: BackgroundTasks, db: SessionDep, principal: PrincipalDep):
     """Right to be forgotten: admins for anyone in their org, any user for themselves. The data is
     gone when the 202 arrives; cartridges trained on it are removed from disk and the inference
     tier's copies (chunk KV, loaded cartridges) dropped right after the commit."""
     job_id, stats, leftovers = service.start_forget_user(db, principal, user_id)
     settings = request.app.state.settings
-    background.add_task(service.drop_derived_state, request.app.state.sessions, principal.org_id, job_id, stats,
-                        leftovers=leftovers, data_dir=settings.data_dir, tier=tier_client(settings))
+    background.add_task(
+        service.drop_derived_state,
+        request.app.state.sessions,
+        principal.org_id,
+        job_id,
+        stats,
+        leftovers=leftovers,
+        data_dir=settings.data_dir,
+        tier=tier_client(settings),
+    )
     return JobRef(job_id=job_id)
 
 

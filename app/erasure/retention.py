@@ -3,7 +3,7 @@ job would delete, counted by the predicate that job deletes by (counts only, nev
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
@@ -22,12 +22,18 @@ def rules(db: Session, principal: Principal, now: datetime | None = None) -> dic
     """GET /v1/retention: the caller's org's rules, each with its cutoff and the items it would remove now.
     The job removes items whoever may see them and in every branch, so the count is over the whole
     org (every_scope); the items the cascade then re-derives or removes are not predicted."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     out = []
     with every_scope(db):
         for item_type, days in sorted(orgs.retention_rules(db, principal.org_id).items()):
             cutoff = orgs.retention_cutoff(days, now)
             count = _DUE.get(item_type)
-            out.append({"item_type": item_type, "days": days, "cutoff": cutoff.isoformat(),
-                        "due": count(db, principal.org_id, cutoff) if count else None})
+            out.append(
+                {
+                    "item_type": item_type,
+                    "days": days,
+                    "cutoff": cutoff.isoformat(),
+                    "due": count(db, principal.org_id, cutoff) if count else None,
+                }
+            )
     return {"rules": out, "at": now.isoformat()}

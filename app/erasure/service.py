@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -48,12 +48,12 @@ from app.cartridges import service as cartridges
 from app.episodes import service as episodes
 from app.feedback import service as feedback
 from app.jobs import service as jobs
-from app.kit.http import idempotency
-from app.kit.tenancy.access import assert_may_modify
 from app.kit.database.db import bind_principal, every_scope, transaction, view_of
 from app.kit.errors import NotFound
-from app.kit.tenancy.repository_view import add_mask
+from app.kit.http import idempotency
 from app.kit.runtime.tier import TierClient
+from app.kit.tenancy.access import assert_may_modify
+from app.kit.tenancy.repository_view import add_mask
 from app.kit.tenancy.view import EVERY_BRANCH
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
@@ -68,15 +68,27 @@ def delete_episode(db: Session, principal: Principal, episode_id: uuid.UUID) -> 
     (finished when this returns: the cascade is cheap, ids and lineage, so when the 202 arrives the
     content is already gone; re-derivation of quarantined memories is queued work). Returns the job id."""
     assert_may_modify(principal, episodes.get(db, principal, episode_id), "episode")
-    job = jobs.run_now(db, principal, kind="delete_episode", params={"episode_id": str(episode_id)},
-                       work=lambda job_id: forget_episode(db, org_id=principal.org_id, episode_id=episode_id,
-                                                          actor_id=principal.user_id, job_id=job_id,
-                                                          viewer=principal))
+    job = jobs.run_now(
+        db,
+        principal,
+        kind="delete_episode",
+        params={"episode_id": str(episode_id)},
+        work=lambda job_id: forget_episode(
+            db, org_id=principal.org_id, episode_id=episode_id, actor_id=principal.user_id, job_id=job_id, viewer=principal
+        ),
+    )
     return job.id
 
 
-def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, actor_id: uuid.UUID | None,
-                   job_id: uuid.UUID | None, viewer: Principal | None = None) -> dict:
+def forget_episode(
+    db: Session,
+    *,
+    org_id: uuid.UUID,
+    episode_id: uuid.UUID,
+    actor_id: uuid.UUID | None,
+    job_id: uuid.UUID | None,
+    viewer: Principal | None = None,
+) -> dict:
     """In main the episode is erased everywhere (every branch's memories derived from it too). In
     a branch (app/kit/tenancy/view.py) only the branch changes: its own rows go, main's are masked.
     `viewer`: who asked (None: a system job), whose counts the stats hold (`Reached.seen_by`)."""
@@ -86,38 +98,72 @@ def forget_episode(db: Session, *, org_id: uuid.UUID, episode_id: uuid.UUID, act
         held = lexicon.lexemes_of(db, org_id, episode_id)
         episodes.hard_delete(db, org_id, episode_id, branch=branch)
         if branch is not None:
-            add_mask(db, org_id=org_id, branch_id=branch, item_type="episodes", key=episode_id,
-                     at=datetime.now(timezone.utc))
+            add_mask(db, org_id=org_id, branch_id=branch, item_type="episodes", key=episode_id, at=datetime.now(UTC))
         replies = idempotency.forget_replies(db, org_id, [episode_id]) if branch is None else 0
         db.flush()
         reached = lifecycle.remove_or_quarantine(db, org_id, roots, removed_source=episode_id)
         # Its words leave the org's vocabulary once no row holds them (a masked main row still does).
         words = lexicon.forget_unheld(db, org_id, held)
     seen_removed, seen_quarantined = reached.seen_by(viewer)
-    stats = {"episodes_removed": 1, "memories_removed": seen_removed, "memories_quarantined": seen_quarantined,
-             "idempotency_replies_removed": replies, "vocabulary_words_removed": words}
-    record(db, org_id=org_id, actor_id=actor_id, action="episode.delete", target_type="episode",
-           target_id=episode_id, details={**stats, "memories_removed": len(reached.removed),
-                                          "memories_quarantined": len(reached.quarantined),
-                                          "job_id": str(job_id) if job_id else None,
-                                          "memory_ids": [str(i) for i in reached.removed + reached.quarantined],
-                                          **reached.audit()})
+    stats = {
+        "episodes_removed": 1,
+        "memories_removed": seen_removed,
+        "memories_quarantined": seen_quarantined,
+        "idempotency_replies_removed": replies,
+        "vocabulary_words_removed": words,
+    }
+    record(
+        db,
+        org_id=org_id,
+        actor_id=actor_id,
+        action="episode.delete",
+        target_type="episode",
+        target_id=episode_id,
+        details={
+            **stats,
+            "memories_removed": len(reached.removed),
+            "memories_quarantined": len(reached.quarantined),
+            "job_id": str(job_id) if job_id else None,
+            "memory_ids": [str(i) for i in reached.removed + reached.quarantined],
+            **reached.audit(),
+        },
+    )
     return stats
 
 
-def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id: uuid.UUID,
-                job_id: uuid.UUID | None, viewer: Principal | None = None) -> tuple[dict, "Leftovers"]:
+def forget_user(
+    db: Session,
+    *,
+    org_id: uuid.UUID,
+    user_id: uuid.UUID,
+    actor_id: uuid.UUID,
+    job_id: uuid.UUID | None,
+    viewer: Principal | None = None,
+) -> tuple[dict, Leftovers]:
     """Delete everything the user owns; returns (stats, what to remove after the commit). `viewer`:
     who asked, whose counts the stats hold (None: every one)."""
     # An admin action over every scope and every branch: erasure reaches them all.
     bind_principal(db, None, org_id=org_id, all_scopes=True, view=EVERY_BRANCH)
-    stats = {"episodes_removed": 0, "memories_removed": 0, "memories_quarantined": 0, "sessions_removed": 0,
-             "assets_removed": 0, "retrievals_removed": 0, "keys_revoked": 0, "idempotency_replies_removed": 0,
-             "vocabulary_words_removed": 0}
+    stats = {
+        "episodes_removed": 0,
+        "memories_removed": 0,
+        "memories_quarantined": 0,
+        "sessions_removed": 0,
+        "assets_removed": 0,
+        "retrievals_removed": 0,
+        "keys_revoked": 0,
+        "idempotency_replies_removed": 0,
+        "vocabulary_words_removed": 0,
+    }
     for eid in episodes.ids_owned_by(db, org_id, user_id):
         s = forget_episode(db, org_id=org_id, episode_id=eid, actor_id=actor_id, job_id=job_id, viewer=viewer)
-        for k in ("episodes_removed", "memories_removed", "memories_quarantined", "idempotency_replies_removed",
-                  "vocabulary_words_removed"):
+        for k in (
+            "episodes_removed",
+            "memories_removed",
+            "memories_quarantined",
+            "idempotency_replies_removed",
+            "vocabulary_words_removed",
+        ):
             stats[k] += s[k]
     reached = lifecycle.delete_owned_by(db, org_id, user_id)
     stats["sessions_removed"] = sessions.delete_owned_by(db, org_id, user_id)
@@ -130,10 +176,16 @@ def forget_user(db: Session, *, org_id: uuid.UUID, user_id: uuid.UUID, actor_id:
     stats["feedback_removed"] = feedback.forget_user(db, org_id, user_id)
     stats["retrievals_removed"] = lineage.forget_retrievals_by(db, org_id, user_id)
     stats["idempotency_replies_removed"] += idempotency.forget_user_replies(db, org_id, user_id)
-    stats["keys_revoked"] = orgs.revoke_keys(db, org_id, user_id, datetime.now(timezone.utc))
-    record(db, org_id=org_id, actor_id=actor_id, action="user.forget", target_type="user", target_id=user_id,
-           details={**stats, "job_id": str(job_id) if job_id else None, "asset_hashes": assets["asset_hashes"],
-                    **reached.audit()})
+    stats["keys_revoked"] = orgs.revoke_keys(db, org_id, user_id, datetime.now(UTC))
+    record(
+        db,
+        org_id=org_id,
+        actor_id=actor_id,
+        action="user.forget",
+        target_type="user",
+        target_id=user_id,
+        details={**stats, "job_id": str(job_id) if job_id else None, "asset_hashes": assets["asset_hashes"], **reached.audit()},
+    )
     return stats, Leftovers(assets["chunk_hashes"], assets["cartridge_ids"])
 
 
@@ -151,17 +203,32 @@ def start_forget_user(db: Session, principal: Principal, user_id: uuid.UUID) -> 
     target = orgs.user_in_org(db, principal.org_id, user_id)
     if target is None or (user_id != principal.user_id and not principal.has_role("admin")):
         raise NotFound("user not found")
-    job = jobs.create(db, org_id=principal.org_id, actor_id=principal.user_id, kind="forget_user",
-                      params={"user_id": str(user_id)}, status="running")
-    stats, leftovers = forget_user(db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id,
-                                   job_id=job.id, viewer=principal)
+    job = jobs.create(
+        db,
+        org_id=principal.org_id,
+        actor_id=principal.user_id,
+        kind="forget_user",
+        params={"user_id": str(user_id)},
+        status="running",
+    )
+    stats, leftovers = forget_user(
+        db, org_id=principal.org_id, user_id=user_id, actor_id=principal.user_id, job_id=job.id, viewer=principal
+    )
     bind_principal(db, principal)  # back to the caller's own scope for the rest of the request
     job.stats = stats
     return job.id, stats, leftovers
 
 
-def drop_derived_state(sessions_: sessionmaker[Session], org_id: uuid.UUID, job_id: uuid.UUID, stats: dict, *,
-                       leftovers: Leftovers, data_dir: Path, tier: TierClient | None) -> None:
+def drop_derived_state(
+    sessions_: sessionmaker[Session],
+    org_id: uuid.UUID,
+    job_id: uuid.UUID,
+    stats: dict,
+    *,
+    leftovers: Leftovers,
+    data_dir: Path,
+    tier: TierClient | None,
+) -> None:
     """After the commit: remove the erased cartridges' folders, drop the removed chunks' KV and the
     erased cartridges in the inference tier, then finish the job."""
     try:
@@ -173,11 +240,18 @@ def drop_derived_state(sessions_: sessionmaker[Session], org_id: uuid.UUID, job_
             tier.close()
     with transaction(sessions_) as db:
         bind_principal(db, None, org_id=org_id, all_scopes=True)
-        jobs.finish(db, jobs.get_for_update(db, org_id, job_id),
-                    stats={**stats, "chunk_kv_deleted": dropped, "cartridge_folders_removed": folders,
-                           "tier_cartridges_dropped": tier_carts})
+        jobs.finish(
+            db,
+            jobs.get_for_update(db, org_id, job_id),
+            stats={
+                **stats,
+                "chunk_kv_deleted": dropped,
+                "cartridge_folders_removed": folders,
+                "tier_cartridges_dropped": tier_carts,
+            },
+        )
 
 
-def tier_client(settings) -> TierClient | None:  # noqa: ANN001
+def tier_client(settings) -> TierClient | None:
     """The inference tier to reach with the deletion (None when none is configured)."""
     return TierClient.from_settings(settings)

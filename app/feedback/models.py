@@ -39,10 +39,7 @@ class FeedbackVote(TenantMixin, Base):
     (utilities are read for ids the caller is served)."""
 
     __tablename__ = "feedback_votes"
-    __table_args__ = (
-        Index("ix_feedback_votes_actor", "org_id", "actor_id"),
-        tenant_fk("actor_id", "users"),
-    )
+    __table_args__ = (Index("ix_feedback_votes_actor", "org_id", "actor_id"), tenant_fk("actor_id", "users"))
     memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     signal: Mapped[str] = mapped_column(Text, primary_key=True)  # helpful | wrong | outdated
     actor_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

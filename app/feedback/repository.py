@@ -12,37 +12,46 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.feedback.models import FeedbackEvent, FeedbackVote
-from app.kit.tenancy.access import visible_to
 from app.kit.database.sql import IdList, as_text
+from app.kit.tenancy.access import visible_to
 from app.lineage.models import RetrievalEvent
 
 
 def retrieval(db: Session, org_id: uuid.UUID, retrieval_id: uuid.UUID) -> RetrievalEvent | None:
-    return db.execute(select(RetrievalEvent).where(RetrievalEvent.org_id == org_id,
-                                                   RetrievalEvent.id == retrieval_id)).scalar_one_or_none()
+    return db.execute(
+        select(RetrievalEvent).where(RetrievalEvent.org_id == org_id, RetrievalEvent.id == retrieval_id)
+    ).scalar_one_or_none()
 
 
-def visible_ids(db: Session, principal: Principal, model, ids: list[uuid.UUID]) -> set[uuid.UUID]:  # noqa: ANN001
+def visible_ids(db: Session, principal: Principal, model, ids: list[uuid.UUID]) -> set[uuid.UUID]:
     """Which of `ids` the caller may see now (the one access helper, as every read path)."""
     if not ids:
         return set()
     return set(db.execute(select(model.id).where(model.id.in_(ids), visible_to(principal, model))).scalars())
 
 
-def add_event(db: Session, **values) -> None:  # noqa: ANN003
+def add_event(db: Session, **values) -> None:
     db.execute(insert(FeedbackEvent), values)
 
 
-def vote(db: Session, *, org_id: uuid.UUID, memory_id: uuid.UUID, actor_id: uuid.UUID, signal: str, at: datetime,
-         replaces: str | None) -> None:
+def vote(
+    db: Session, *, org_id: uuid.UUID, memory_id: uuid.UUID, actor_id: uuid.UUID, signal: str, at: datetime, replaces: str | None
+) -> None:
     """The user's one vote of `signal` on the memory, at `at` (a repeat only moves its time); the
     vote it `replaces` (helpful <-> wrong) goes."""
     if replaces is not None:
-        db.execute(delete(FeedbackVote).where(FeedbackVote.org_id == org_id, FeedbackVote.memory_id == memory_id,
-                                              FeedbackVote.actor_id == actor_id, FeedbackVote.signal == replaces))
+        db.execute(
+            delete(FeedbackVote).where(
+                FeedbackVote.org_id == org_id,
+                FeedbackVote.memory_id == memory_id,
+                FeedbackVote.actor_id == actor_id,
+                FeedbackVote.signal == replaces,
+            )
+        )
     stmt = pg_insert(FeedbackVote).values(org_id=org_id, memory_id=memory_id, actor_id=actor_id, signal=signal, at=at)
-    db.execute(stmt.on_conflict_do_update(index_elements=["org_id", "memory_id", "signal", "actor_id"],
-                                          set_={"at": stmt.excluded.at}))
+    db.execute(
+        stmt.on_conflict_do_update(index_elements=["org_id", "memory_id", "signal", "actor_id"], set_={"at": stmt.excluded.at})
+    )
 
 
 # One statement for every pool: the ids bound as one array literal (app/kit/database/sql.py `IdList`), so its
@@ -52,9 +61,15 @@ _IDS = select(func.unnest(cast(bindparam("ids", type_=IdList()), ARRAY(UUID(as_u
 # In double precision: EXTRACT returns numeric, and numeric power() costs ~0.5 ms a row.
 _AGE = func.greatest(cast(func.extract("epoch", func.now() - FeedbackVote.at), Float), 0.0)
 _WEIGHT = func.power(cast(0.5, Float), _AGE / bindparam("half_life_s", type_=Float))
-_DECAYED = select(as_text(FeedbackVote.memory_id).label("memory_id"), FeedbackVote.signal, func.sum(_WEIGHT), func.count()).where(
-    FeedbackVote.org_id == bindparam("org_id"), FeedbackVote.memory_id.in_(_IDS),
-    FeedbackVote.signal.in_(("helpful", "wrong"))).group_by(FeedbackVote.memory_id, FeedbackVote.signal)
+_DECAYED = (
+    select(as_text(FeedbackVote.memory_id).label("memory_id"), FeedbackVote.signal, func.sum(_WEIGHT), func.count())
+    .where(
+        FeedbackVote.org_id == bindparam("org_id"),
+        FeedbackVote.memory_id.in_(_IDS),
+        FeedbackVote.signal.in_(("helpful", "wrong")),
+    )
+    .group_by(FeedbackVote.memory_id, FeedbackVote.signal)
+)
 
 
 def decayed_counts(db: Session, org_id: uuid.UUID, memory_ids: list, half_life_s: float) -> list:
@@ -68,22 +83,35 @@ def decayed_counts(db: Session, org_id: uuid.UUID, memory_ids: list, half_life_s
 def voters(db: Session, org_id: uuid.UUID, signal: str, at_least: int) -> dict:
     """{memory_id: distinct users} for the memories at least `at_least` users gave `signal`."""
     n = func.count(FeedbackVote.actor_id)
-    rows = db.execute(select(FeedbackVote.memory_id, n).where(FeedbackVote.org_id == org_id,
-                                                              FeedbackVote.signal == signal)
-                      .group_by(FeedbackVote.memory_id).having(n >= at_least)).all()
+    rows = db.execute(
+        select(FeedbackVote.memory_id, n)
+        .where(FeedbackVote.org_id == org_id, FeedbackVote.signal == signal)
+        .group_by(FeedbackVote.memory_id)
+        .having(n >= at_least)
+    ).all()
     return {m: c for m, c in rows}
 
 
 def delete_by_actor(db: Session, org_id: uuid.UUID, actor_id: uuid.UUID) -> tuple[int, int]:
     """(events, votes) of one user removed."""
-    events = db.execute(delete(FeedbackEvent).where(FeedbackEvent.org_id == org_id, FeedbackEvent.actor_id == actor_id)
-                        .returning(FeedbackEvent.id)).all()
-    votes = db.execute(delete(FeedbackVote).where(FeedbackVote.org_id == org_id, FeedbackVote.actor_id == actor_id)
-                       .returning(FeedbackVote.memory_id)).all()
+    events = db.execute(
+        delete(FeedbackEvent)
+        .where(FeedbackEvent.org_id == org_id, FeedbackEvent.actor_id == actor_id)
+        .returning(FeedbackEvent.id)
+    ).all()
+    votes = db.execute(
+        delete(FeedbackVote)
+        .where(FeedbackVote.org_id == org_id, FeedbackVote.actor_id == actor_id)
+        .returning(FeedbackVote.memory_id)
+    ).all()
     return len(events), len(votes)
 
 
 def events_of(db: Session, org_id: uuid.UUID, retrieval_id: uuid.UUID) -> list[FeedbackEvent]:
-    return list(db.execute(select(FeedbackEvent).where(FeedbackEvent.org_id == org_id,
-                                                       FeedbackEvent.retrieval_id == retrieval_id)
-                           .order_by(FeedbackEvent.at)).scalars())
+    return list(
+        db.execute(
+            select(FeedbackEvent)
+            .where(FeedbackEvent.org_id == org_id, FeedbackEvent.retrieval_id == retrieval_id)
+            .order_by(FeedbackEvent.at)
+        ).scalars()
+    )

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from app.kit.items import ItemName
 from app.kit.http.schemas import StrictModel
+from app.kit.items import ItemName
 
 Signal = Literal["used", "helpful", "wrong", "outdated"]
 Outcome = Literal["success", "failure", "unknown"]

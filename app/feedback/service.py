@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
@@ -61,21 +61,46 @@ def give(db: Session, principal: Principal, body: FeedbackIn) -> uuid.UUID:
     for type_, ids in wanted.items():
         if repo.visible_ids(db, principal, ITEM_TYPES[type_].model, list(ids)) != ids:
             raise _absent()
-    fid, now = uuid.uuid4(), datetime.now(timezone.utc)
+    fid, now = uuid.uuid4(), datetime.now(UTC)
     items = [{"type": it.type, "id": str(it.id), "signal": it.signal} for it in body.items]
-    repo.add_event(db, id=fid, org_id=principal.org_id, retrieval_id=ev.id, actor_id=principal.user_id, items=items,
-                   outcome=body.outcome, at=now)
+    repo.add_event(
+        db,
+        id=fid,
+        org_id=principal.org_id,
+        retrieval_id=ev.id,
+        actor_id=principal.user_id,
+        items=items,
+        outcome=body.outcome,
+        at=now,
+    )
     votes = {(it.id, it.signal) for it in body.items if it.type == MEMORY and it.signal in VOTED}
     for memory_id, signal in sorted(votes, key=str):
-        repo.vote(db, org_id=principal.org_id, memory_id=memory_id, actor_id=principal.user_id, signal=signal, at=now,
-                  replaces=_OPPOSITE.get(signal))
+        repo.vote(
+            db,
+            org_id=principal.org_id,
+            memory_id=memory_id,
+            actor_id=principal.user_id,
+            signal=signal,
+            at=now,
+            replaces=_OPPOSITE.get(signal),
+        )
     counts: dict[str, int] = {}
     for it in body.items:
         counts[it.signal] = counts.get(it.signal, 0) + 1
-    record(db, org_id=principal.org_id, actor_id=principal.user_id, action="feedback.create",
-           target_type="retrieval", target_id=ev.id,
-           details={"feedback_id": str(fid), "signals": counts, "outcome": body.outcome,
-                    "items": [{"type": i["type"], "id": i["id"], "signal": i["signal"]} for i in items]})
+    record(
+        db,
+        org_id=principal.org_id,
+        actor_id=principal.user_id,
+        action="feedback.create",
+        target_type="retrieval",
+        target_id=ev.id,
+        details={
+            "feedback_id": str(fid),
+            "signals": counts,
+            "outcome": body.outcome,
+            "items": [{"type": i["type"], "id": i["id"], "signal": i["signal"]} for i in items],
+        },
+    )
     return fid
 
 
@@ -96,8 +121,9 @@ class Tally:
         return self.wrong_users >= WRONG_USERS and self.wrong > self.helpful
 
     def out(self) -> Utility:
-        return Utility(helpful=round(self.helpful, 4), wrong=round(self.wrong, 4),
-                       estimate=round(estimate(self.helpful, self.wrong), 4))
+        return Utility(
+            helpful=round(self.helpful, 4), wrong=round(self.wrong, 4), estimate=round(estimate(self.helpful, self.wrong), 4)
+        )
 
 
 def tallies(db: Session, org_id: uuid.UUID, memory_ids: list) -> dict[str, Tally]:
@@ -142,8 +168,10 @@ def flagged(db: Session, org_id: uuid.UUID, signal: str, at_least: int) -> dict[
 
 def of_retrieval(db: Session, principal: Principal, retrieval_id: uuid.UUID) -> list[dict]:
     """The feedback events on one retrieval the caller may read (app.lineage.service.retrieval checks that)."""
-    return [{"id": str(e.id), "actor": str(e.actor_id), "at": e.at.isoformat(), "outcome": e.outcome, "items": e.items}
-            for e in repo.events_of(db, principal.org_id, retrieval_id)]
+    return [
+        {"id": str(e.id), "actor": str(e.actor_id), "at": e.at.isoformat(), "outcome": e.outcome, "items": e.items}
+        for e in repo.events_of(db, principal.org_id, retrieval_id)
+    ]
 
 
 def forget_user(db: Session, org_id: uuid.UUID, user_id: uuid.UUID) -> int:

@@ -41,15 +41,7 @@ from typing import Literal
 
 import torch
 
-from app.inference.kv import (
-    ChunkKV,
-    PrefixKV,
-    causal_position_mask,
-    place_chunks,
-    prefix_length,
-    stack_kv,
-    unstack_kv,
-)
+from app.inference.kv import ChunkKV, PrefixKV, causal_position_mask, place_chunks, prefix_length, stack_kv, unstack_kv
 
 Selection = Literal["deviation", "chunk_start", "query"]
 
@@ -158,7 +150,7 @@ def select_top(scores: torch.Tensor, chunks: list[ChunkKV], config: BlendConfig)
     starts = _start_ratio(config)
     if config.sink_tokens or starts:
         for a, b in _chunk_bounds(chunks):
-            forced[a:min(b, a + max(config.sink_tokens, n_recompute(b - a, starts)))] = True
+            forced[a : min(b, a + max(config.sink_tokens, n_recompute(b - a, starts)))] = True
         score[forced] = float("inf")
     if config.per_chunk:
         picks = []
@@ -188,8 +180,9 @@ class _PeekKV:
         return self.seen_keys, torch.cat((self.values, value_states), dim=2)
 
 
-def query_attention(model: torch.nn.Module, full: PrefixKV, query_ids: torch.Tensor, span: tuple[int, int],
-                    n_layers: int) -> torch.Tensor:
+def query_attention(
+    model: torch.nn.Module, full: PrefixKV, query_ids: torch.Tensor, span: tuple[int, int], n_layers: int
+) -> torch.Tensor:
     """(span length,) attention mass the query's tokens put on the keys at ``span`` = [a, b) of
     ``full`` (per layer (K, V), (1, H_kv, N, D), positions 0..N-1), summed over heads, query
     tokens and layers ``0..n_layers-1``; the query sits at positions N.. and sees all of ``full``."""
@@ -211,8 +204,9 @@ def query_attention(model: torch.nn.Module, full: PrefixKV, query_ids: torch.Ten
         q = attn.q_proj(layer.input_layernorm(hidden)).view(1, n, -1, head_dim).transpose(1, 2)  # (1, Hq, n, D)
         q, _ = apply_rotary_pos_emb(q, q, *rope)
         adapter = _PeekKV(full[i][0], full[i][1])
-        hidden = layer(hidden, attention_mask=mask, position_ids=pos[None], position_embeddings=rope,
-                       cache=adapter, use_cache=True)
+        hidden = layer(
+            hidden, attention_mask=mask, position_ids=pos[None], position_embeddings=rope, cache=adapter, use_cache=True
+        )
         keys = adapter.seen_keys.repeat_interleave(q.shape[1] // adapter.seen_keys.shape[1], dim=1)  # (1, Hq, N+n, D)
         probs = torch.softmax((q.float() @ keys.float().transpose(-1, -2)) * attn.scaling + mask.float(), dim=-1)
         mass += probs[0, :, :, a:b].sum(dim=(0, 1))
@@ -268,12 +262,7 @@ def blend(
         measure = deviation_check and i == config.check_layer
         adapter = _ScatterKV(full[i][0], full[i][1], slots, measure)
         hidden = layer(
-            hidden,
-            attention_mask=mask,
-            position_ids=slots[None],
-            position_embeddings=rope,
-            cache=adapter,
-            use_cache=True,
+            hidden, attention_mask=mask, position_ids=slots[None], position_embeddings=rope, cache=adapter, use_cache=True
         )  # (1, n, hidden)
         if measure:
             top = select_top(adapter.deviation, chunks, config)  # (keep,) into sel

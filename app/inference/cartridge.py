@@ -123,8 +123,7 @@ class Cartridge(nn.Module):
             raise ValueError(f"need at least p={p} tokens to initialise, got {ids.numel()}")
         kv = compute_kv(model, ids)  # per layer (1, kv_heads, p, head_dim) x 2
         keys, values = [k[0] for k, _ in kv], [v[0] for _, v in kv]
-        return cls(keys, values, model_id=model_id, content_hashes=content_hashes, init=init,
-                   frozen_tokens=frozen_tokens)
+        return cls(keys, values, model_id=model_id, content_hashes=content_hashes, init=init, frozen_tokens=frozen_tokens)
 
     # -- serving -----------------------------------------------------------------------------
     def as_prefix_kv(self) -> PrefixKV:
@@ -167,9 +166,15 @@ class Cartridge(nn.Module):
         with safe_open(str(path), framework="pt", device=str(device)) as f:
             keys = [f.get_tensor(f"layers.{i}.keys") for i in range(n)]
             values = [f.get_tensor(f"layers.{i}.values") for i in range(n)]
-        cart = cls(keys, values, model_id=meta["model_id"],
-                   content_hashes=json.loads(meta["content_hashes"]), init=meta["init"],
-                   frozen_tokens=int(meta["frozen_tokens"]), stats=json.loads(meta["stats"]))
+        cart = cls(
+            keys,
+            values,
+            model_id=meta["model_id"],
+            content_hashes=json.loads(meta["content_hashes"]),
+            init=meta["init"],
+            frozen_tokens=int(meta["frozen_tokens"]),
+            stats=json.loads(meta["stats"]),
+        )
         if cart.p != int(meta["p"]):
             raise CartridgeFormatError(f"{path}: metadata p={meta['p']} but tensors have {cart.p}")
         return cart
@@ -187,8 +192,7 @@ def read_metadata(path: str | Path) -> dict[str, str]:
     return meta
 
 
-def kv_bytes(num_layers: int, kv_heads: int, head_dim: int, tokens: int,
-             dtype: torch.dtype = torch.float32) -> int:
+def kv_bytes(num_layers: int, kv_heads: int, head_dim: int, tokens: int, dtype: torch.dtype = torch.float32) -> int:
     """Bytes of a KV cache of ``tokens`` positions (keys and values, every layer)."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     return 2 * num_layers * kv_heads * head_dim * tokens * itemsize
@@ -201,12 +205,15 @@ def compose(cartridges: Sequence[Cartridge]) -> PrefixKV:
     first = cartridges[0]
     for c in cartridges[1:]:
         if (c.model_id, c.num_layers, c.kv_heads, c.head_dim) != (
-                first.model_id, first.num_layers, first.kv_heads, first.head_dim):
+            first.model_id,
+            first.num_layers,
+            first.kv_heads,
+            first.head_dim,
+        ):
             raise ValueError("cartridges for different models cannot be composed")
     prefixes = [c.as_prefix_kv() for c in cartridges]
     return [
-        (torch.cat([pre[i][0] for pre in prefixes], dim=2),
-         torch.cat([pre[i][1] for pre in prefixes], dim=2))
+        (torch.cat([pre[i][0] for pre in prefixes], dim=2), torch.cat([pre[i][1] for pre in prefixes], dim=2))
         for i in range(first.num_layers)
     ]
 
@@ -224,8 +231,7 @@ class CartridgeDirectory:
     for another model raises ``ValueError``. The returned tensors carry no autograd history.
     """
 
-    def __init__(self, root: str | Path, model_id: str | None = None,
-                 device: str | torch.device = "cpu", max_cached: int = 8):
+    def __init__(self, root: str | Path, model_id: str | None = None, device: str | torch.device = "cpu", max_cached: int = 8):
         self.root, self.model_id, self.device = Path(root), model_id, device
         self.max_cached = max_cached
         self._cache: OrderedDict[str, Cartridge] = OrderedDict()
@@ -233,8 +239,7 @@ class CartridgeDirectory:
     def path(self, cartridge_id: str) -> Path:
         if not _ID.fullmatch(cartridge_id):
             raise KeyError(cartridge_id)
-        for candidate in (self.root / f"{cartridge_id}.safetensors",
-                          self.root / cartridge_id / "cartridge.safetensors"):
+        for candidate in (self.root / f"{cartridge_id}.safetensors", self.root / cartridge_id / "cartridge.safetensors"):
             if candidate.is_file():
                 return candidate
         raise KeyError(cartridge_id)
@@ -278,7 +283,7 @@ def directory_resolver_factory(root: str | Path):
     they are. Only cartridges trained for the served checkpoint (``engine.model_id``, its folder
     name) are accepted."""
 
-    def factory(engine) -> CartridgeDirectory:  # noqa: ANN001
+    def factory(engine) -> CartridgeDirectory:
         return CartridgeDirectory(root, model_id=engine.model_id, device=engine.device)
 
     return factory

@@ -36,12 +36,20 @@ def _load_factory(spec: str):
 @click.option("--threads", default=None, type=int, help="torch intra-op threads.")
 # The CacheBlend options default to None: whatever is not given comes from BlendConfig(), the one
 # place the defaults live (and are argued for), so the server and the engine cannot disagree.
-@click.option("--recompute-ratio", default=None, type=click.FloatRange(0.0, 1.0),
-              help="Share of chunk tokens recomputed [default: BlendConfig's].")
-@click.option("--selection", default=None, type=click.Choice(["query", "chunk_start", "deviation"]),
-              help="CacheBlend token selection: --start-share of the budget on the first tokens of each chunk, the "
-              "rest on the tokens the request's prompt attends to over its first --query-layers layers; only the "
-              "chunk starts (EPIC); or KV deviation at --check-layer [default: BlendConfig's].")
+@click.option(
+    "--recompute-ratio",
+    default=None,
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of chunk tokens recomputed [default: BlendConfig's].",
+)
+@click.option(
+    "--selection",
+    default=None,
+    type=click.Choice(["query", "chunk_start", "deviation"]),
+    help="CacheBlend token selection: --start-share of the budget on the first tokens of each chunk, the "
+    "rest on the tokens the request's prompt attends to over its first --query-layers layers; only the "
+    "chunk starts (EPIC); or KV deviation at --check-layer [default: BlendConfig's].",
+)
 @click.option("--check-layer", default=None, type=click.IntRange(1))
 @click.option("--query-layers", default=None, type=click.IntRange(1))
 @click.option("--start-share", default=None, type=click.FloatRange(0.0, 1.0))
@@ -53,8 +61,22 @@ def _load_factory(spec: str):
     help="'module:factory' where factory(engine) returns resolve_cartridges(ids) -> prefix_kv "
     "(default: the cartridges trained by the service, under <data dir>/cartridges).",
 )
-def serve(*, host, port, model_path, data_dir, threads, recompute_ratio, selection, check_layer, query_layers, start_share,
-          mem_gb, disk_gb, cartridge_resolver):
+def serve(
+    *,
+    host,
+    port,
+    model_path,
+    data_dir,
+    threads,
+    recompute_ratio,
+    selection,
+    check_layer,
+    query_layers,
+    start_share,
+    mem_gb,
+    disk_gb,
+    cartridge_resolver,
+):
     """Serve /healthz, /v1/chunks and /v1/generate."""
     import uvicorn
 
@@ -79,9 +101,19 @@ def serve(*, host, port, model_path, data_dir, threads, recompute_ratio, selecti
         store_root=Path(env.get("MEMSCALE_DATA_DIR", "./.memscale")) / "kv",
         mem_bytes=int(mem_gb * 2**30),
         disk_bytes=int(disk_gb * 2**30),
-        blend=BlendConfig(**{k: v for k, v in {"check_layer": check_layer, "recompute_ratio": recompute_ratio,
-                                                "selection": selection, "query_layers": query_layers,
-                                                "start_share": start_share}.items() if v is not None}),
+        blend=BlendConfig(
+            **{
+                k: v
+                for k, v in {
+                    "check_layer": check_layer,
+                    "recompute_ratio": recompute_ratio,
+                    "selection": selection,
+                    "query_layers": query_layers,
+                    "start_share": start_share,
+                }.items()
+                if v is not None
+            }
+        ),
     )
     if cartridge_resolver:
         factory = _load_factory(cartridge_resolver)

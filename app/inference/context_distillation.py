@@ -48,8 +48,7 @@ class DistillExample:
     def __post_init__(self):
         n = self.conv_ids.numel() - self.answer_start
         assert self.answer_start >= 1, "the answer must follow at least one token"
-        assert self.topk_ids.shape == self.topk_logprobs.shape and self.topk_ids.shape[0] == n, (
-            self.topk_ids.shape, n)
+        assert self.topk_ids.shape == self.topk_logprobs.shape and self.topk_ids.shape[0] == n, (self.topk_ids.shape, n)
 
 
 @dataclass(frozen=True)
@@ -77,8 +76,9 @@ def freeze(model: torch.nn.Module) -> None:
         param.requires_grad_(False)
 
 
-def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample],
-                 normalize_teacher: bool = False) -> tuple[torch.Tensor, int]:
+def distill_loss(
+    model, prefix_kv: PrefixKV, batch: list[DistillExample], normalize_teacher: bool = False
+) -> tuple[torch.Tensor, int]:
     """Mean over answer tokens of ``-sum_k p_teacher(k) * log q_student(k)``; returns (loss, n).
 
     ``normalize_teacher``: p_teacher renormalised over its top-k (else the raw probabilities,
@@ -97,8 +97,7 @@ def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample],
         top_ids.append(ex.topk_ids)
         top_lps.append(ex.topk_logprobs)
     hidden = model.get_decoder()(
-        ids, cache=prefix_cache(prefix_kv, B), use_cache=True,
-        position_ids=query_positions(prefix_kv, T, B, device),
+        ids, cache=prefix_cache(prefix_kv, B), use_cache=True, position_ids=query_positions(prefix_kv, T, B, device)
     ).last_hidden_state  # (B, T, hidden)
     picked = hidden[torch.cat(rows), torch.cat(cols)]  # (N, hidden)
     logprobs = torch.log_softmax(model.get_output_embeddings()(picked).float(), dim=-1)
@@ -110,12 +109,11 @@ def distill_loss(model, prefix_kv: PrefixKV, batch: list[DistillExample],
 
 
 @torch.no_grad()
-def evaluate_loss(model, prefix_kv: PrefixKV, examples: list[DistillExample],
-                  batch_size: int = 8) -> float:
+def evaluate_loss(model, prefix_kv: PrefixKV, examples: list[DistillExample], batch_size: int = 8) -> float:
     """Token-weighted distillation loss over ``examples`` (no gradients)."""
     total, count = 0.0, 0
     for i in range(0, len(examples), batch_size):
-        loss, n = distill_loss(model, prefix_kv, examples[i:i + batch_size])
+        loss, n = distill_loss(model, prefix_kv, examples[i : i + batch_size])
         total += float(loss) * n
         count += n
     return total / max(count, 1)
@@ -127,7 +125,7 @@ def param_groups(cartridge: Cartridge, config: DistillConfig) -> list[dict]:
     for param in cartridge.parameters():
         lr = config.lr
         if config.relative_lr:
-            body = param.detach()[:, cartridge.frozen_tokens:]
+            body = param.detach()[:, cartridge.frozen_tokens :]
             lr = config.lr * float(body.pow(2).mean().sqrt()) if body.numel() else config.lr
         groups.append({"params": [param], "lr": lr})
     return groups
@@ -140,7 +138,7 @@ def batch_indices(step: int, n_examples: int, batch_size: int, seed: int) -> lis
     while len(out) < batch_size:
         epoch, offset = divmod(start + len(out), n_examples)
         perm = torch.randperm(n_examples, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-        out.extend(perm[offset:offset + batch_size - len(out)].tolist())
+        out.extend(perm[offset : offset + batch_size - len(out)].tolist())
     return out
 
 
@@ -168,8 +166,7 @@ def train(
         log.info("resumed distillation at step %d from %s", step, ckpt)
     started, resumed_at, stopped_early = time.perf_counter() - elapsed, step, False
     tokens = 0
-    bar = tqdm(total=config.steps, initial=step, desc=f"distill p={cartridge.p}",
-               disable=not progress, leave=False)
+    bar = tqdm(total=config.steps, initial=step, desc=f"distill p={cartridge.p}", disable=not progress, leave=False)
     while step < config.steps:
         if check is not None:
             check()
@@ -191,7 +188,7 @@ def train(
     bar.close()
     cartridge.eval()
     head = losses[: max(1, min(5, len(losses)))]
-    tail = losses[-max(1, min(5, len(losses))):]
+    tail = losses[-max(1, min(5, len(losses))) :]
     return {
         "steps": step,
         "resumed_at_step": resumed_at,
@@ -206,8 +203,16 @@ def train(
     }
 
 
-def save_checkpoint(path: Path, cartridge: Cartridge, optim: torch.optim.Optimizer, step: int, *,
-                    losses: list[float], elapsed: float, config: DistillConfig) -> None:
+def save_checkpoint(
+    path: Path,
+    cartridge: Cartridge,
+    optim: torch.optim.Optimizer,
+    step: int,
+    *,
+    losses: list[float],
+    elapsed: float,
+    config: DistillConfig,
+) -> None:
     tensors = {}
     for i, (k, v) in enumerate(zip(cartridge.keys, cartridge.values)):
         tensors[f"layers.{i}.keys"] = k.detach().contiguous().cpu()
@@ -217,16 +222,20 @@ def save_checkpoint(path: Path, cartridge: Cartridge, optim: torch.optim.Optimiz
         for name in ("exp_avg", "exp_avg_sq", "step"):
             if name in state:
                 tensors[f"adam.{j}.{name}"] = torch.as_tensor(state[name]).detach().contiguous().cpu()
-    meta = {"step": str(step), "losses": json.dumps(losses), "elapsed": str(elapsed),
-            "config": json.dumps(asdict(config)), "p": str(cartridge.p)}
+    meta = {
+        "step": str(step),
+        "losses": json.dumps(losses),
+        "elapsed": str(elapsed),
+        "config": json.dumps(asdict(config)),
+        "p": str(cartridge.p),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata=meta)
     tmp.replace(path)
 
 
-def load_checkpoint(path: Path, cartridge: Cartridge,
-                    optim: torch.optim.Optimizer) -> tuple[int, list[float], float]:
+def load_checkpoint(path: Path, cartridge: Cartridge, optim: torch.optim.Optimizer) -> tuple[int, list[float], float]:
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
         if int(meta["p"]) != cartridge.p:
@@ -238,6 +247,5 @@ def load_checkpoint(path: Path, cartridge: Cartridge,
                 v.copy_(f.get_tensor(f"layers.{i}.values"))
         for j, param in enumerate(cartridge.parameters()):
             if f"adam.{j}.step" in names:
-                optim.state[param] = {name: f.get_tensor(f"adam.{j}.{name}")
-                                      for name in ("step", "exp_avg", "exp_avg_sq")}
+                optim.state[param] = {name: f.get_tensor(f"adam.{j}.{name}") for name in ("step", "exp_avg", "exp_avg_sq")}
     return int(meta["step"]), json.loads(meta["losses"]), float(meta["elapsed"])

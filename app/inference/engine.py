@@ -45,9 +45,9 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from transformers import DynamicCache
@@ -149,13 +149,11 @@ class Engine:
     @classmethod
     def load(cls, config: EngineConfig) -> Engine:
         t0 = time.perf_counter()
-        model, tok = load_causal_lm(config.model_path, device=config.device, dtype=config.dtype,
-                                    threads=config.threads)
+        model, tok = load_causal_lm(config.model_path, device=config.device, dtype=config.dtype, threads=config.threads)
         if any(t != "full_attention" for t in getattr(model.config, "layer_types", None) or []):
             raise ValueError("models with sliding-window or linear-attention layers are not supported")
         engine = cls(config, model, tok)
-        log.info("loaded %s on %s/%s in %.1fs", config.model_path, engine.device, engine.dtype,
-                 time.perf_counter() - t0)
+        log.info("loaded %s on %s/%s in %.1fs", config.model_path, engine.device, engine.dtype, time.perf_counter() - t0)
         return engine
 
     # ---- tokens -----------------------------------------------------------------------------
@@ -196,10 +194,9 @@ class Engine:
         assert ids.dim() == 1 and ids.numel() > 0
         step = max(1, self.config.prefill_chunk_tokens)
         for i in range(0, ids.numel(), step):  # pieces: each attends to the cache the earlier ones filled
-            piece = ids[i:i + step]
+            piece = ids[i : i + step]
             pos = torch.arange(start + i, start + i + piece.numel(), device=self.device)[None]  # (1, t)
-            out = self.model(piece[None].to(self.device), cache=cache, position_ids=pos, use_cache=True,
-                             logits_to_keep=1)
+            out = self.model(piece[None].to(self.device), cache=cache, position_ids=pos, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1].float()  # (vocab,)
 
     @torch.inference_mode()
@@ -249,8 +246,9 @@ class Engine:
             self.forward(torch.cat([c.token_ids for c in chunks]), cache, pos)
             return Context(cache, pos + n_chunk_tokens, recomputed_tokens=n_chunk_tokens)
         if mode == "blend":
-            kv, recomputed = blend(self.model, cache_layers(cache) if pos else [], chunks, config, self.inv_freq,
-                                  query_ids=query_ids)
+            kv, recomputed = blend(
+                self.model, cache_layers(cache) if pos else [], chunks, config, self.inv_freq, query_ids=query_ids
+            )
             return Context(DynamicCache(ddp_cache_data=kv), pos + n_chunk_tokens, recomputed_tokens=recomputed)
         n_reused = 1 if mode == "prefix" else len(chunks)
         placed = place_chunks(chunks[:n_reused], pos, self.inv_freq, self.device).to(self.dtype)  # (L, 2, H, T, D)
@@ -299,8 +297,9 @@ class Engine:
             self.forward(q_ids[:-1], ctx.cache, start)
             start, tail = start + int(q_ids.numel()) - 1, q_ids[-1:]
         times = DecodeTimes()
-        (out,) = decode(self.model, ctx.cache, [tail.tolist()], start=start, max_new_tokens=max_tokens,
-                        stop_ids=self.eos_ids, times=times)
+        (out,) = decode(
+            self.model, ctx.cache, [tail.tolist()], start=start, max_new_tokens=max_tokens, stop_ids=self.eos_ids, times=times
+        )
         tokens = out.tokens[:-1] if out.stopped else out.tokens  # the stop token is not part of the text
         return Generation(
             token_ids=tokens,

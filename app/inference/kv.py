@@ -74,11 +74,7 @@ def prefix_length(prefix_kv: PrefixKV | None) -> int:
 
 
 def prefix_cache(
-    prefix_kv: PrefixKV | None,
-    batch_size: int = 1,
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
+    prefix_kv: PrefixKV | None, batch_size: int = 1, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
 ) -> DynamicCache:
     """A fresh ``DynamicCache`` holding ``prefix_kv`` (positions 0..p-1) for ``batch_size`` rows.
 
@@ -97,8 +93,9 @@ def prefix_cache(
     return DynamicCache(ddp_cache_data=data)
 
 
-def query_positions(prefix_kv: PrefixKV | None, length: int, batch_size: int = 1,
-                    device: torch.device | str = "cpu") -> torch.Tensor:
+def query_positions(
+    prefix_kv: PrefixKV | None, length: int, batch_size: int = 1, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """Position ids ``(batch, length)`` for tokens that follow the prefix."""
     start = prefix_length(prefix_kv)
     return torch.arange(start, start + length, device=device)[None].expand(batch_size, -1)
@@ -115,8 +112,13 @@ def compute_kv(model: torch.nn.Module, ids: torch.Tensor, after: PrefixKV | None
     s = prefix_length(after)
     cache = prefix_cache(after, device=device)
     with torch.inference_mode():
-        model(ids[None].to(device), cache=cache, use_cache=True,
-              position_ids=torch.arange(s, s + ids.numel(), device=device)[None], logits_to_keep=1)
+        model(
+            ids[None].to(device),
+            cache=cache,
+            use_cache=True,
+            position_ids=torch.arange(s, s + ids.numel(), device=device)[None],
+            logits_to_keep=1,
+        )
     return [(k[:, :, s:], v[:, :, s:]) for k, v in cache_layers(cache)]
 
 
@@ -161,9 +163,7 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor | int, inv_freq: torch.T
     return (k * cos + rotated_half * sin).to(keys.dtype)
 
 
-def place_chunks(
-    chunks: list[ChunkKV], start: int, inv_freq: torch.Tensor, device: torch.device | str = "cpu"
-) -> torch.Tensor:
+def place_chunks(chunks: list[ChunkKV], start: int, inv_freq: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
     """Concatenate chunk KVs along tokens and re-rotate keys so chunk tokens sit at
     ``start, start+1, ...`` (each chunk was computed at 0..T_i-1).
 

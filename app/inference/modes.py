@@ -14,11 +14,14 @@ class ContextMode:
     doc: str
 
 
-MODES: dict[str, ContextMode] = {m.name: m for m in (
-    ContextMode("blend", True, "CacheBlend: stored KVs re-rotated, the most deviating tokens recomputed"),
-    ContextMode("full", False, "every chunk prefilled: the reference the others are checked against"),
-    ContextMode("prefix", True, "the first chunk's stored KV reused, the rest prefilled"),
-    ContextMode("reuse", True, "every chunk's stored KV reused unchanged (re-rotated to its place)"),
-)}
+MODES: dict[str, ContextMode] = {
+    m.name: m
+    for m in (
+        ContextMode("blend", True, "CacheBlend: stored KVs re-rotated, the most deviating tokens recomputed"),
+        ContextMode("full", False, "every chunk prefilled: the reference the others are checked against"),
+        ContextMode("prefix", True, "the first chunk's stored KV reused, the rest prefilled"),
+        ContextMode("reuse", True, "every chunk's stored KV reused unchanged (re-rotated to its place)"),
+    )
+}
 MODE_NAMES = tuple(MODES)
 Mode = Literal[MODE_NAMES]

@@ -31,9 +31,9 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from app.kit.errors import RateLimited
 from app.kit.http.limits import RateLimiter
@@ -59,8 +59,14 @@ class Limits:
     requests_per_minute_org: int = 600
 
 
-OPERATOR_LIMITS = Limits(active_per_token=4, active_per_org=4, queued_per_token=16, queued_per_org=16,
-                         requests_per_minute_token=0, requests_per_minute_org=0)
+OPERATOR_LIMITS = Limits(
+    active_per_token=4,
+    active_per_org=4,
+    queued_per_token=16,
+    queued_per_org=16,
+    requests_per_minute_token=0,
+    requests_per_minute_org=0,
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,7 @@ class Ticket:
 
 
 class FairScheduler:
-    def __init__(self, config: SchedulerConfig | None = None, *, clock=time.perf_counter):  # noqa: ANN001
+    def __init__(self, config: SchedulerConfig | None = None, *, clock=time.perf_counter):
         self.config = config or SchedulerConfig()
         self._clock = clock
         self._cv = threading.Condition()
@@ -230,9 +236,11 @@ class FairScheduler:
         if t.started:
             return True
         okey, tkey = t.keys
-        return (self._active.get(tkey, 0) < t.limits.active_per_token
-                and self._active.get(okey, 0) < t.limits.active_per_org
-                and sum(1 for x in self._tickets if x.started) < self.config.active_total)
+        return (
+            self._active.get(tkey, 0) < t.limits.active_per_token
+            and self._active.get(okey, 0) < t.limits.active_per_org
+            and sum(1 for x in self._tickets if x.started) < self.config.active_total
+        )
 
     def _grant_next(self) -> None:
         candidates = [t for t in self._waiting if self._eligible(t)]
@@ -255,7 +263,7 @@ class FairScheduler:
         t.granted_at = now
 
     # ---- the model's yield points -----------------------------------------------------------
-    def attach(self, model) -> list:  # noqa: ANN001
+    def attach(self, model) -> list:
         """Yield points before every decoder layer of ``model`` (its own modules, as blending
         calls them directly); returns the hook handles (:meth:`detach`)."""
         layers = getattr(getattr(model, "model", None), "layers", None)
@@ -269,5 +277,9 @@ class FairScheduler:
 
     def stats(self) -> dict:
         with self._cv:
-            return {"in_flight": len(self._tickets), "active": sum(1 for t in self._tickets if t.started),
-                    "waiting": len(self._waiting), "holder": self._holder.org if self._holder else None}
+            return {
+                "in_flight": len(self._tickets),
+                "active": sum(1 for t in self._tickets if t.started),
+                "waiting": len(self._waiting),
+                "holder": self._holder.org if self._holder else None,
+            }

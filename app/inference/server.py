@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -47,8 +47,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.inference.blend import BlendConfig
 from app.inference.engine import Engine, EngineConfig, PromptTooLong
 from app.inference.kv import ChunkKV, PrefixKV, prefix_length
-from app.inference.schemas import ChunkIn, ChunksIn, ChunksOut, ErrorOut, GenerateIn, GenerateOut, Timings
 from app.inference.scheduler import Busy, FairScheduler, SchedulerConfig, Ticket
+from app.inference.schemas import ChunkIn, ChunksIn, ChunksOut, ErrorOut, GenerateIn, GenerateOut, Timings
 from app.inference.store import ChunkNotFound, ChunkStore, StoreConfig, content_hash
 from app.kit.http.limits import BodyLimitMiddleware
 from app.kit.runtime.signing import Grant, InvalidToken, verify
@@ -136,8 +136,11 @@ def create_app(
     app = FastAPI(title="memscale inference tier", version="1", lifespan=lifespan)
     max_chunk_tokens = config.max_chunk_tokens if config else ServerConfig.max_chunk_tokens
     max_texts = config.max_texts if config else ServerConfig.max_texts
-    caps = (config.handoff_max_prompt_tokens, config.handoff_max_new_tokens) if config else \
-        (ServerConfig.handoff_max_prompt_tokens, ServerConfig.handoff_max_new_tokens)
+    caps = (
+        (config.handoff_max_prompt_tokens, config.handoff_max_new_tokens)
+        if config
+        else (ServerConfig.handoff_max_prompt_tokens, ServerConfig.handoff_max_new_tokens)
+    )
     errors = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 413, 422, 429)}
 
     async def grant(request: Request) -> Grant:
@@ -210,18 +213,22 @@ def create_app(
         t0 = time.perf_counter()
         state = request.app.state
         _authorise(g, body)
-        limit = Caps(None, None) if g.operator else Caps(
-            min(caps[0], g.max_prompt_tokens or caps[0]), min(caps[1], g.max_new_tokens or caps[1]))
+        limit = (
+            Caps(None, None)
+            if g.operator
+            else Caps(min(caps[0], g.max_prompt_tokens or caps[0]), min(caps[1], g.max_new_tokens or caps[1]))
+        )
         if limit.new_tokens is not None and body.max_tokens > limit.new_tokens:
-            raise InferenceError(400, "max_tokens_too_large",
-                                 f"max_tokens {body.max_tokens} exceeds this token's limit of {limit.new_tokens}")
+            raise InferenceError(
+                400, "max_tokens_too_large", f"max_tokens {body.max_tokens} exceeds this token's limit of {limit.new_tokens}"
+            )
         ticket = _admit(state.scheduler, g)
         try:
             return await run_in_threadpool(_generate, state, body, ticket, limit, t0)
         finally:
             state.scheduler.close(ticket)
 
-    def _generate(state, body: GenerateIn, ticket: Ticket, limit: Caps, t0: float) -> GenerateOut:  # noqa: ANN001
+    def _generate(state, body: GenerateIn, ticket: Ticket, limit: Caps, t0: float) -> GenerateOut:
         eng: Engine = state.engine
         with state.scheduler.turn(ticket):
             prefix_kv = _resolve(state.resolve_cartridges, body.cartridges)
@@ -231,8 +238,9 @@ def create_app(
                 int(r.token_ids.numel()) for r in refs
             )
             if limit.prompt_tokens is not None and n_prompt > limit.prompt_tokens:
-                raise InferenceError(400, "prompt_too_long", f"prompt of {n_prompt} tokens exceeds this token's "
-                                     f"limit of {limit.prompt_tokens}")
+                raise InferenceError(
+                    400, "prompt_too_long", f"prompt of {n_prompt} tokens exceeds this token's limit of {limit.prompt_tokens}"
+                )
             p = prefix_length(prefix_kv)
             try:
                 eng.check_length(p, n_prompt, body.max_tokens)
@@ -257,9 +265,7 @@ def create_app(
         return GenerateOut(
             text=gen.text,
             timings=Timings(
-                ttft_s=gen.first_token_at - t0,
-                total_s=total,
-                tokens_per_s=len(gen.token_ids) / total if total > 0 else 0.0,
+                ttft_s=gen.first_token_at - t0, total_s=total, tokens_per_s=len(gen.token_ids) / total if total > 0 else 0.0
             ),
             prompt_tokens=gen.prompt_tokens,
             recomputed_tokens=gen.recomputed_tokens,
@@ -283,8 +289,7 @@ def _admit(scheduler: FairScheduler, g: Grant) -> Ticket:
     try:
         return scheduler.admit(g.org or f"token:{g.token_id}", g.token_id, operator=g.operator)
     except Busy as e:
-        raise InferenceError(429, "rate_limited", e.message,
-                             {"Retry-After": str(max(1, int(e.retry_after_s + 0.999)))}) from None
+        raise InferenceError(429, "rate_limited", e.message, {"Retry-After": str(max(1, int(e.retry_after_s + 0.999)))}) from None
 
 
 @contextmanager

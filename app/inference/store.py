@@ -27,10 +27,11 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Protocol
 
 import torch
 from safetensors import safe_open
@@ -158,14 +159,15 @@ class ChunkStore:
         model = self.encoder.model_id
         for path in sorted(self._copies(h)):
             folder = path.parent.parent.name
-            if folder == self.kv_id or not (folder.startswith(f"{model}-")
-                                            and _SAME_CHECKPOINT.fullmatch(folder[len(model) + 1:])):
+            if folder == self.kv_id or not (
+                folder.startswith(f"{model}-") and _SAME_CHECKPOINT.fullmatch(folder[len(model) + 1 :])
+            ):
                 continue  # this configuration's own folder, or another checkpoint (whose name may extend this one's)
             try:
                 with safe_open(str(path), framework="pt") as f:
                     meta = f.metadata() or {}
                     ids = f.get_tensor("token_ids")
-            except Exception:  # noqa: BLE001 - unreadable or half-written: look further
+            except Exception:
                 continue
             if meta.get("format") != FORMAT or meta.get("content_hash") != h or ids.dim() != 1 or not ids.numel():
                 continue

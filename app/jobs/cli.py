@@ -22,7 +22,7 @@ def jobs() -> None:
 @click.option("--org", "org_name", required=True)
 @click.option("--param", "params", multiple=True, help="key=value (JSON values allowed), repeatable")
 @click.option("--branch", default=None, help="run in this branch of the org's memory (distill, consolidate)")
-def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:  # noqa: ANN001
+def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:
     """Run one job now with a progress bar; prints the job's final JSON."""
     import json
 
@@ -53,8 +53,11 @@ def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:  # n
     with sessions() as db:
         bind_principal(db, None, org_id=org_id, all_scopes=True)
         view = run_or_fail(lambda: view_named(db, org_id, branch))
-        job = run_or_fail(lambda: jobs_service.create(db, org_id=org_id, actor_id=None, kind=kind, params=clean,
-                                                      status="running", branch_id=view.branch_id))
+        job = run_or_fail(
+            lambda: jobs_service.create(
+                db, org_id=org_id, actor_id=None, kind=kind, params=clean, status="running", branch_id=view.branch_id
+            )
+        )
         job_id = job.id
         db.commit()
     bar = tqdm(total=100, desc=kind, unit="%", file=sys.stderr)
@@ -64,8 +67,16 @@ def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:  # n
         bar.set_postfix({k: v for k, v in list(stats.items())[:4]})
         bar.refresh()
 
-    job = run_job(JobContext(settings=settings, sessions=sessions, org_id=org_id, job_id=job_id,
-                             resources=Resources(settings), on_progress=progress))
+    job = run_job(
+        JobContext(
+            settings=settings,
+            sessions=sessions,
+            org_id=org_id,
+            job_id=job_id,
+            resources=Resources(settings),
+            on_progress=progress,
+        )
+    )
     bar.close()
     click.echo(json.dumps({"id": str(job.id), "status": job.status, "stats": job.stats, "error": job.error}))
     sys.exit(0 if job.status == "succeeded" else 1)

@@ -24,13 +24,16 @@ class JobKind:
     branchable: bool = False  # may run in a branch, reading and writing the branch's view (app/kit/tenancy/view.py)
 
 
-JOB_KINDS: dict[str, JobKind] = {k.name: k for k in (
-    JobKind("bootstrap", "pipelines.bootstrap.job:run", BootstrapParams, branchable=True),
-    JobKind("distill", "pipelines.distillation.job:run", DistillParams, every_s=HOUR, branchable=True),
-    JobKind("consolidate", "pipelines.consolidation.job:run", ConsolidateParams, every_s=DAY, branchable=True),
-    JobKind("train_cartridge", "pipelines.cartridges.job:run", TrainCartridgeParams),
-    JobKind("retention", "pipelines.retention:run", RetentionParams, every_s=DAY),
-)}
+JOB_KINDS: dict[str, JobKind] = {
+    k.name: k
+    for k in (
+        JobKind("bootstrap", "pipelines.bootstrap.job:run", BootstrapParams, branchable=True),
+        JobKind("distill", "pipelines.distillation.job:run", DistillParams, every_s=HOUR, branchable=True),
+        JobKind("consolidate", "pipelines.consolidation.job:run", ConsolidateParams, every_s=DAY, branchable=True),
+        JobKind("train_cartridge", "pipelines.cartridges.job:run", TrainCartridgeParams),
+        JobKind("retention", "pipelines.retention:run", RetentionParams, every_s=DAY),
+    )
+}
 
 KIND_NAMES = tuple(JOB_KINDS)
 KindName = Literal[KIND_NAMES]

@@ -48,8 +48,7 @@ class PipelineCursor(Base):
     """Per-org watermark of a pipeline (distillation: the last episode it has seen)."""
 
     __tablename__ = "pipeline_cursors"
-    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"),
-                                              primary_key=True)
+    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True)
     pipeline: Mapped[str] = mapped_column(Text, primary_key=True)
     position: Mapped[dict] = mapped_column(JSONB, nullable=False, server_default="{}")
     updated_at: Mapped[datetime] = created_at_col()

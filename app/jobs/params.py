@@ -11,11 +11,10 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from pydantic import StrictBool, Field
+from pydantic import Field, StrictBool
 
 from app.kit.http.schemas import AccessIn, NumberOnly, StrictModel
 from app.memories.near_duplicates import CONFLICT_SIMILARITY, DUPLICATE_SIMILARITY
-
 
 MAX_TRAIN_STEPS = 2_000
 
@@ -24,8 +23,9 @@ class BootstrapParams(AccessIn):
     path: str | None = Field(default=None, max_length=500, description="folder under MEMSCALE_BOOTSTRAP_ROOT")
     glossary: str | None = Field(default=None, max_length=500, description="CSV under MEMSCALE_BOOTSTRAP_ROOT")
     schema_url: str | None = Field(default=None, max_length=1000, description="SQLAlchemy URL (admins only)")
-    enrich: StrictBool = Field(default=True, description="run the enrich step (descriptions, joins, linked terms, "
-                                                   "sections) and build the knowledge tree")
+    enrich: StrictBool = Field(
+        default=True, description="run the enrich step (descriptions, joins, linked terms, sections) and build the knowledge tree"
+    )
 
 
 class DistillParams(StrictModel):

@@ -23,17 +23,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
 import app.kit.registry  # noqa: F401  (every model mapped before the first flush)
+from app.branches import service as branches
 from app.config import Settings
 from app.jobs import repository as repo
 from app.jobs import service as jobs_service
 from app.jobs.kinds import JOB_KINDS
 from app.jobs.models import Job
-from app.branches import service as branches
 from app.kit.database.db import bind_principal, transaction
 from app.kit.tenancy.view import MAIN, View
 from app.resources import Resources
@@ -43,6 +43,7 @@ log = logging.getLogger("memscale.jobs")
 
 class JobCancelled(Exception):
     """Raised at a checkpoint or heartbeat of a job that was cancelled meanwhile."""
+
 
 PIPELINES: dict[str, str] = {name: kind.pipeline for name, kind in JOB_KINDS.items()}  # kind -> "module:function"
 # seconds; org.settings["schedules"] overrides
@@ -58,7 +59,7 @@ class JobContext:
     sessions: sessionmaker[Session]
     org_id: uuid.UUID
     job_id: uuid.UUID
-    resources: "Resources"
+    resources: Resources
     worker: str = ""
     on_progress: Callable[[float, dict], None] | None = None
     lease_s: int = 60
@@ -89,7 +90,7 @@ class JobContext:
         job.stats = dict(stats)
         if cursor is not None:
             job.cursor = cursor
-        job.locked_until = datetime.now(timezone.utc) + timedelta(seconds=self.lease_s)
+        job.locked_until = datetime.now(UTC) + timedelta(seconds=self.lease_s)
         db.flush()
         if self.on_progress:
             self.on_progress(job.progress, job.stats)
@@ -98,7 +99,7 @@ class JobContext:
         """Between the steps of long work outside a batch: renew the lease, or raise JobCancelled."""
         with self.tx() as db:
             job = self._live(db)
-            job.locked_until = datetime.now(timezone.utc) + timedelta(seconds=self.lease_s)
+            job.locked_until = datetime.now(UTC) + timedelta(seconds=self.lease_s)
 
 
 def _pipeline(kind: str) -> Callable[[JobContext, Job], dict]:
@@ -136,8 +137,7 @@ def run_job(ctx: JobContext) -> Job:
     return job
 
 
-def claim(sessions: sessionmaker[Session], worker: str, lease_s: int, kinds: list[str],
-          orgs: list | None = None) -> tuple | None:
+def claim(sessions: sessionmaker[Session], worker: str, lease_s: int, kinds: list[str], orgs: list | None = None) -> tuple | None:
     """The oldest claimable job of `kinds` (of `orgs` only, when given), leased to `worker`."""
     with sessions() as db:
         row = repo.claim(db, worker, lease_s, kinds, orgs)
@@ -167,16 +167,32 @@ def enqueue_due(sessions: sessionmaker[Session], now: float | None = None, *, on
                 if inserted:
                     from app.audit.service import record
 
-                    record(db, org_id=org_id, actor_id=None, action="job.schedule", target_type="job",
-                           target_id=inserted, details={"kind": kind, "slot": slot})
+                    record(
+                        db,
+                        org_id=org_id,
+                        actor_id=None,
+                        action="job.schedule",
+                        target_type="job",
+                        target_id=inserted,
+                        details={"kind": kind, "slot": slot},
+                    )
                     made += 1
                 db.commit()
     return made
 
 
-def worker_loop(settings: Settings, sessions: sessionmaker[Session], *, kinds: list[str] | None = None,
-                orgs: list | None = None, lease_s: int = 60, poll_s: float = 1.0, schedule: bool = True,
-                max_jobs: int | None = None, stop: Callable[[], bool] = lambda: False) -> int:
+def worker_loop(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    *,
+    kinds: list[str] | None = None,
+    orgs: list | None = None,
+    lease_s: int = 60,
+    poll_s: float = 1.0,
+    schedule: bool = True,
+    max_jobs: int | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> int:
     """Claim and run jobs (of `orgs` only, when given) until `stop()` (or `max_jobs` done).
     Returns the number of jobs run."""
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -192,7 +208,16 @@ def worker_loop(settings: Settings, sessions: sessionmaker[Session], *, kinds: l
             time.sleep(poll_s)
             continue
         log.info("running job", extra={"request_id": str(row.id)})
-        run_job(JobContext(settings=settings, sessions=sessions, org_id=row.org_id, job_id=row.id,
-                           resources=resources, worker=worker, lease_s=lease_s))
+        run_job(
+            JobContext(
+                settings=settings,
+                sessions=sessions,
+                org_id=row.org_id,
+                job_id=row.id,
+                resources=resources,
+                worker=worker,
+                lease_s=lease_s,
+            )
+        )
         done += 1
     return done

@@ -12,9 +12,13 @@ from app.kit.http.schemas import StrictModel
 
 def _params_per_kind(schema: dict) -> None:
     """`params` is checked against the kind's model (app/jobs/kinds.py): say so in the schema."""
-    schema["allOf"] = [{"if": {"properties": {"kind": {"const": name}}, "required": ["kind"]},
-                        "then": {"properties": {"params": kind.params.model_json_schema()}}}
-                       for name, kind in JOB_KINDS.items()]
+    schema["allOf"] = [
+        {
+            "if": {"properties": {"kind": {"const": name}}, "required": ["kind"]},
+            "then": {"properties": {"params": kind.params.model_json_schema()}},
+        }
+        for name, kind in JOB_KINDS.items()
+    ]
 
 
 class JobIn(StrictModel):

@@ -1,49 +1,69 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
-
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal
 from app.jobs import repository as repo
-from app.jobs.models import Job
 from app.jobs.kinds import BRANCHABLE, JOB_KINDS
+from app.jobs.models import Job
 from app.kit.database.db import view_of
 from app.kit.errors import AppError, Conflict, Forbidden, NotFound
-
 
 CANCELLABLE = ("queued", "running")
 
 
-def create(db: Session, *, org_id: uuid.UUID, actor_id: uuid.UUID | None, kind: str, params: dict,
-           status: str = "queued", branch_id: uuid.UUID | None = None) -> Job:
+def create(
+    db: Session,
+    *,
+    org_id: uuid.UUID,
+    actor_id: uuid.UUID | None,
+    kind: str,
+    params: dict,
+    status: str = "queued",
+    branch_id: uuid.UUID | None = None,
+) -> Job:
     """`branch_id`: the job reads and writes in that branch (None: main)."""
     if branch_id is not None and kind not in BRANCHABLE:
-        raise AppError(f"{kind} jobs run in main only (in a branch: {', '.join(BRANCHABLE)})",
-                       code="not_in_a_branch", status_code=422)
-    job = Job(id=uuid.uuid4(), org_id=org_id, kind=kind, params=params, status=status, created_by=actor_id,
-              branch_id=branch_id)
+        raise AppError(
+            f"{kind} jobs run in main only (in a branch: {', '.join(BRANCHABLE)})", code="not_in_a_branch", status_code=422
+        )
+    job = Job(id=uuid.uuid4(), org_id=org_id, kind=kind, params=params, status=status, created_by=actor_id, branch_id=branch_id)
     db.add(job)
     db.flush()
-    record(db, org_id=org_id, actor_id=actor_id, action="job.create", target_type="job", target_id=job.id,
-           details={"kind": kind, **({"branch_id": str(branch_id)} if branch_id else {})})
+    record(
+        db,
+        org_id=org_id,
+        actor_id=actor_id,
+        action="job.create",
+        target_type="job",
+        target_id=job.id,
+        details={"kind": kind, **({"branch_id": str(branch_id)} if branch_id else {})},
+    )
     return job
 
 
 def finish(db: Session, job: Job, *, stats: dict, error: str | None = None) -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     job.started_at = job.started_at or now
     job.finished_at = now
     job.status = "failed" if error else "succeeded"
     job.progress = 1.0
     job.stats = stats
     job.error = error
-    record(db, org_id=job.org_id, actor_id=job.created_by, action=f"job.{job.status}", target_type="job",
-           target_id=job.id, details={"kind": job.kind, "stats": stats})
+    record(
+        db,
+        org_id=job.org_id,
+        actor_id=job.created_by,
+        action=f"job.{job.status}",
+        target_type="job",
+        target_id=job.id,
+        details={"kind": job.kind, "stats": stats},
+    )
     db.flush()
 
 
@@ -63,8 +83,9 @@ def get(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
     return job
 
 
-def page(db: Session, principal: Principal, *, kind: str | None, status: str | None, after: uuid.UUID | None,
-         limit: int) -> list[Job]:
+def page(
+    db: Session, principal: Principal, *, kind: str | None, status: str | None, after: uuid.UUID | None, limit: int
+) -> list[Job]:
     """A keyset page of the org's jobs under the rule of `get`: members list only their own."""
     mine = None if principal.has_role("steward", "admin", "auditor") else principal.user_id
     return repo.page_in_org(db, principal, kind=kind, status=status, created_by=mine, after=after, limit=limit)
@@ -83,11 +104,18 @@ def cancel(db: Session, principal: Principal, job_id: uuid.UUID) -> Job:
         raise Conflict(f"the job has already {job.status}", code="job_finished")
     was = job.status
     job.status = "cancelled"
-    job.finished_at = datetime.now(timezone.utc)
+    job.finished_at = datetime.now(UTC)
     job.locked_until = None
     db.flush()
-    record(db, org_id=job.org_id, actor_id=principal.user_id, action="job.cancel", target_type="job",
-           target_id=job.id, details={"kind": job.kind, "was": was})
+    record(
+        db,
+        org_id=job.org_id,
+        actor_id=principal.user_id,
+        action="job.cancel",
+        target_type="job",
+        target_id=job.id,
+        details={"kind": job.kind, "was": was},
+    )
     return job
 
 
@@ -110,7 +138,7 @@ def validate_params(principal: Principal, kind: str, params: dict, *, sources: d
     return model.model_dump(mode="json", exclude_none=True)
 
 
-def lock_cursor(db: Session, org_id: uuid.UUID, pipeline: str):  # noqa: ANN201
+def lock_cursor(db: Session, org_id: uuid.UUID, pipeline: str):
     """The org's watermark of a pipeline, locked to the commit (`.position` is read and written);
     a branch keeps its own (it starts from the beginning of what it sees)."""
     branch = view_of(db).branch_id

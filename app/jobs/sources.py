@@ -25,12 +25,18 @@ def _local(url: str) -> bool:
 
     try:
         u = make_url(url)
-    except Exception:  # noqa: BLE001 - any unparsable URL is refused
+    except Exception:
         return True
     host = u.host or ""
     q = {k: str(v) for k, v in u.query.items()}
-    return (u.drivername.split("+")[0] in ("sqlite", "file") or not host or host.startswith("/")
-            or "unix_socket" in q or q.get("host", "").startswith("/") or "@/" in url)
+    return (
+        u.drivername.split("+")[0] in ("sqlite", "file")
+        or not host
+        or host.startswith("/")
+        or "unix_socket" in q
+        or q.get("host", "").startswith("/")
+        or "@/" in url
+    )
 
 
 def resolve(schema_url: str, allowed: dict[str, str], *, operator: bool) -> str:

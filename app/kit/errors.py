@@ -20,8 +20,7 @@ class AppError(Exception):
     code = "bad_request"
     headers: dict | None = None
 
-    def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None,
-                 headers: dict | None = None):
+    def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None, headers: dict | None = None):
         super().__init__(message)
         self.message = message
         if headers:
@@ -93,9 +92,17 @@ ERROR_SCHEMA = {
 COMMON_ERRORS = {s: ERROR_SCHEMA for s in (400, 401, 403, 404, 409, 413, 422, 429, 503)}
 
 _HTTP_CODES = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "payload_too_large",
-    415: "unsupported_media_type", 422: "validation_error", 429: "rate_limited",
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "rate_limited",
 }
 
 
@@ -138,15 +145,17 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     async def _db_down(_: Request, exc: OperationalError):
         log.warning("database unavailable: %s", type(exc.orig).__name__)
-        return error_response(503, "database_unavailable", "the database is not reachable; retry later",
-                              headers={"Retry-After": "1"})
+        return error_response(
+            503, "database_unavailable", "the database is not reachable; retry later", headers={"Retry-After": "1"}
+        )
 
     @app.exception_handler(PoolTimeout)
     async def _pool_exhausted(_: Request, exc: PoolTimeout):
         # Every pooled connection stayed busy for pool_timeout: an overload, not a bug.
         log.warning("database connection pool exhausted")
-        return error_response(503, "database_busy", "all database connections are busy; retry later",
-                              headers={"Retry-After": "1"})
+        return error_response(
+            503, "database_busy", "all database connections are busy; retry later", headers={"Retry-After": "1"}
+        )
 
     @app.exception_handler(DataError)
     async def _bad_value(_: Request, exc: DataError):
@@ -157,8 +166,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DBAPIError)
     async def _db_error(_: Request, exc: DBAPIError):
         if exc.connection_invalidated:
-            return error_response(503, "database_unavailable", "the database connection was lost; retry later",
-                                  headers={"Retry-After": "1"})
+            return error_response(
+                503, "database_unavailable", "the database connection was lost; retry later", headers={"Retry-After": "1"}
+            )
         log.exception("database error")
         return error_response(500, "internal_error", "internal error")
 

@@ -37,14 +37,18 @@ class ItemType:
 # memories are versioned, ...).
 EPISODE, MEMORY, CHUNK, ASSET, CARTRIDGE = "episode", "memory", "chunk", "asset", "cartridge"
 
-ITEM_TYPES: dict[str, ItemType] = {t.name: t for t in (
-    ItemType(EPISODE, "app.episodes.models:Episode", "content", "occurred_at", source=True, searched=2, branched=2,
-             retained=True),
-    ItemType(MEMORY, "app.memories.models:Memory", "text", "recorded_at", source=True, searched=1, branched=1),
-    ItemType(CHUNK, "app.knowledge.models:Chunk", "text", "created_at", source=True, searched=3),
-    ItemType(ASSET, "app.knowledge.models:KnowledgeAsset", "title", "created_at", source=True, branched=3),
-    ItemType(CARTRIDGE, "app.cartridges.models:CartridgeRecord", None, "created_at"),
-)}
+ITEM_TYPES: dict[str, ItemType] = {
+    t.name: t
+    for t in (
+        ItemType(
+            EPISODE, "app.episodes.models:Episode", "content", "occurred_at", source=True, searched=2, branched=2, retained=True
+        ),
+        ItemType(MEMORY, "app.memories.models:Memory", "text", "recorded_at", source=True, searched=1, branched=1),
+        ItemType(CHUNK, "app.knowledge.models:Chunk", "text", "created_at", source=True, searched=3),
+        ItemType(ASSET, "app.knowledge.models:KnowledgeAsset", "title", "created_at", source=True, branched=3),
+        ItemType(CARTRIDGE, "app.cartridges.models:CartridgeRecord", None, "created_at"),
+    )
+}
 
 
 def _ranked(place: str) -> tuple[str, ...]:

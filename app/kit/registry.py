@@ -15,16 +15,16 @@ from app.episodes import models as _episodes  # noqa: F401
 from app.feedback import models as _feedback  # noqa: F401
 from app.jobs import models as _jobs  # noqa: F401
 from app.kit.database.base import Base
+from app.kit.http import idempotency_models as _idempotency  # noqa: F401
+from app.kit.http import ratelimit_models as _ratelimit  # noqa: F401
 from app.kit.items import ITEM_TYPES, SOURCE_TYPES  # noqa: F401 - the table, read here with its models
+from app.kit.tenancy import view_models as _view  # noqa: F401
 from app.knowledge import models as _knowledge  # noqa: F401
 from app.lineage import models as _lineage  # noqa: F401
 from app.memories import models as _memories  # noqa: F401
 from app.orgs import models as _orgs  # noqa: F401
 from app.search import models as _search  # noqa: F401
 from app.sessions import models as _sessions  # noqa: F401
-from app.kit.http import idempotency_models as _idempotency  # noqa: F401
-from app.kit.http import ratelimit_models as _ratelimit  # noqa: F401
-from app.kit.tenancy import view_models as _view  # noqa: F401
 
 metadata = Base.metadata
 
@@ -33,7 +33,7 @@ def model_of(type_: str) -> type:
     return ITEM_TYPES[type_].model
 
 
-def text_of(type_: str, row) -> str:  # noqa: ANN001
+def text_of(type_: str, row) -> str:
     """The text of a loaded row (ORM object or a row of its columns) of an item type."""
     col = ITEM_TYPES[type_].text_col
     if col is None:  # a cartridge has no text of its own

@@ -77,13 +77,13 @@ def carried(fn: Callable) -> Callable:
     if rec is None:
         return fn
 
-    def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def run(*args, **kwargs):
         ctx = contextvars.copy_context()
         return ctx.run(_run_recorded, rec, fn, args, kwargs)
 
     return run
 
 
-def _run_recorded(rec: Stages, fn: Callable, args: tuple, kwargs: dict):  # noqa: ANN202
+def _run_recorded(rec: Stages, fn: Callable, args: tuple, kwargs: dict):
     with recording(rec):
         return fn(*args, **kwargs)

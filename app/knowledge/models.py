@@ -7,8 +7,17 @@ from sqlalchemy import DateTime, ForeignKey, Index, Integer, Text, func
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.database.base import (AccessMixin, Base, access_check, branch_col, created_at_col, embedding_col, tenant_fk, tsv_col,
-                          uuid_pk)
+from app.kit.database.base import (
+    AccessMixin,
+    Base,
+    access_check,
+    branch_col,
+    created_at_col,
+    embedding_col,
+    tenant_fk,
+    tsv_col,
+    uuid_pk,
+)
 
 
 class KnowledgeAsset(AccessMixin, Base):
@@ -16,10 +25,13 @@ class KnowledgeAsset(AccessMixin, Base):
     each branch (a branch that re-bootstraps a changed source writes its own and masks main's)."""
 
     __tablename__ = "knowledge_assets"
-    __table_args__ = (access_check(), tenant_fk("owner_id", "users"), tenant_fk("branch_id", "branches"),
-                      Index("ix_knowledge_assets_source", "org_id", "source_uri", "branch_id", unique=True,
-                            postgresql_nulls_not_distinct=True),
-                      Index("ix_knowledge_assets_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"))
+    __table_args__ = (
+        access_check(),
+        tenant_fk("owner_id", "users"),
+        tenant_fk("branch_id", "branches"),
+        Index("ix_knowledge_assets_source", "org_id", "source_uri", "branch_id", unique=True, postgresql_nulls_not_distinct=True),
+        Index("ix_knowledge_assets_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
+    )
     id: Mapped[uuid.UUID] = uuid_pk()
     kind: Mapped[str] = mapped_column(Text, nullable=False)  # document | table_schema | glossary
     source_uri: Mapped[str] = mapped_column(Text, nullable=False)
@@ -44,12 +56,23 @@ class Chunk(AccessMixin, Base):
         Index("ix_chunks_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
         Index("ix_chunks_org_owner", "org_id", "owner_id"),
         Index("ix_chunks_hash", "org_id", "content_hash"),
-        Index("ix_chunks_embedding_hnsw", "embedding", postgresql_using="hnsw",
-              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index(
+            "ix_chunks_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
         # The org-visible rows' own graph: filtered kNN for a caller in no group
         # (app/search/repository/vector.py `split_ids`).
-        Index("ix_chunks_embedding_org_hnsw", "embedding", postgresql_using="hnsw", postgresql_where="visibility = 'org'",
-              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index(
+            "ix_chunks_embedding_org_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_where="visibility = 'org'",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
         Index("ix_chunks_tsv", "tsv", postgresql_using="gin"),
     )
     id: Mapped[uuid.UUID] = uuid_pk()
@@ -82,8 +105,7 @@ class KnowledgeNode(Base):
         Index("ix_knowledge_nodes_asset", "org_id", "asset_id"),
         Index("ix_knowledge_nodes_refs", "refs", postgresql_using="gin"),
     )
-    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"),
-                                              primary_key=True)
+    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True)
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     asset_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
     owner_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)  # the asset's owner

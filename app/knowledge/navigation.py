@@ -22,15 +22,14 @@ MAX_CHILDREN = 1000
 SHORT = 160
 
 
-def _child(r) -> dict:  # noqa: ANN001
+def _child(r) -> dict:
     out = {"id": str(r.id), "kind": r.kind, "name": r.name, "path": r.path}
     if r.summary:
         out["summary"] = r.summary[:SHORT]
     return out
 
 
-def tree(db: Session, principal: Principal, path: str | None, *, limit: int = MAX_CHILDREN,
-         after: str | None = None) -> dict:
+def tree(db: Session, principal: Principal, path: str | None, *, limit: int = MAX_CHILDREN, after: str | None = None) -> dict:
     """A node and one page of its children (by path, after `after`), in one statement. `next`
     is the cursor for the following page (the last path listed) when there are more."""
     path = (path or "").strip("/")
@@ -54,26 +53,50 @@ def node(db: Session, principal: Principal, node_id: uuid.UUID) -> dict:
     kids = [_child(r) for r in repo.children(db, principal, n.path, MAX_CHILDREN)]
     links: list[dict] = []
     if n.kind == "column":
-        links += [{"type": "glossary_term", "id": str(t.id), "name": t.name, "path": t.path, "text": t.text}
-                  for t in repo.nodes_by_refs(db, principal, n.refs, "term")]
+        links += [
+            {"type": "glossary_term", "id": str(t.id), "name": t.name, "path": t.path, "text": t.text}
+            for t in repo.nodes_by_refs(db, principal, n.refs, "term")
+        ]
     elif n.kind == "term":
-        links += [{"type": "column", "id": str(c.id), "name": c.name, "path": c.path}
-                  for c in repo.nodes_by_refs(db, principal, n.refs, "column")]
+        links += [
+            {"type": "column", "id": str(c.id), "name": c.name, "path": c.path}
+            for c in repo.nodes_by_refs(db, principal, n.refs, "column")
+        ]
     elif n.kind == "table":
         cols = [r for c in n.meta.get("columns", []) for r in (c.get("ref"),) if r]
-        links += [{"type": "glossary_term", "id": str(t.id), "name": t.name, "path": t.path, "text": t.text}
-                  for t in repo.nodes_by_refs(db, principal, cols, "term")]
+        links += [
+            {"type": "glossary_term", "id": str(t.id), "name": t.name, "path": t.path, "text": t.text}
+            for t in repo.nodes_by_refs(db, principal, cols, "term")
+        ]
     links += [{"type": "join", **j} for j in n.meta.get("joins", [])]
     if n.kind in ("table", "document", "glossary", "term"):
-        links += [{"type": "memory", "id": str(m.id), "kind": m.kind, "text": m.text}
-                  for m in repo.asset_memories(db, principal, n.asset_id)
-                  if n.kind != "term" or n.name.lower() in m.text.lower()]
-    links += [{"type": "lineage", "relation": e.relation, "to": {"type": e.to_type, "id": str(e.to_id)},
-               "title": e.title, "job_id": str(e.job_id) if e.job_id else None, "at": e.at.isoformat()}
-              for e in repo.asset_lineage(db, principal, n.asset_id)]
+        links += [
+            {"type": "memory", "id": str(m.id), "kind": m.kind, "text": m.text}
+            for m in repo.asset_memories(db, principal, n.asset_id)
+            if n.kind != "term" or n.name.lower() in m.text.lower()
+        ]
+    links += [
+        {
+            "type": "lineage",
+            "relation": e.relation,
+            "to": {"type": e.to_type, "id": str(e.to_id)},
+            "title": e.title,
+            "job_id": str(e.job_id) if e.job_id else None,
+            "at": e.at.isoformat(),
+        }
+        for e in repo.asset_lineage(db, principal, n.asset_id)
+    ]
     record_read(db, principal, "knowledge_node", "knowledge_node", n.id)
-    return {"id": str(n.id), "kind": n.kind, "name": n.name, "path": n.path, "text": n.text,
-            "asset_id": str(n.asset_id), "children": kids, "links": links}
+    return {
+        "id": str(n.id),
+        "kind": n.kind,
+        "name": n.name,
+        "path": n.path,
+        "text": n.text,
+        "asset_id": str(n.asset_id),
+        "children": kids,
+        "links": links,
+    }
 
 
 def render(n: dict) -> str:

@@ -12,7 +12,7 @@ from app.kit.tenancy.repository_view import in_view
 from app.knowledge.models import Chunk, KnowledgeAsset
 
 
-def _in_view(db: Session, model) -> object:  # noqa: ANN001
+def _in_view(db: Session, model) -> object:
     """Pipelines' org-level reads: the rows of the transaction's view (main, or the job's branch)."""
     return in_view(view_of(db), model)
 
@@ -20,93 +20,129 @@ def _in_view(db: Session, model) -> object:  # noqa: ANN001
 def asset_by_uri(db: Session, org_id: uuid.UUID, uri: str, *, for_update: bool = True) -> KnowledgeAsset | None:
     """The source's asset in the transaction's view: the nearest layer's (a branch's own before
     main's; at most one per layer)."""
-    stmt = select(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.source_uri == uri,
-                                        _in_view(db, KnowledgeAsset))
+    stmt = select(KnowledgeAsset).where(
+        KnowledgeAsset.org_id == org_id, KnowledgeAsset.source_uri == uri, _in_view(db, KnowledgeAsset)
+    )
     rows = list(db.execute(stmt.with_for_update() if for_update else stmt).scalars())
     order = [layer.branch_id for layer in view_of(db).layers]
     return min(rows, key=lambda a: order.index(a.branch_id) if a.branch_id in order else len(order), default=None)
 
 
 def delete_chunks(db: Session, org_id: uuid.UUID, asset_id: uuid.UUID) -> list[uuid.UUID]:
-    return list(db.execute(delete(Chunk).where(Chunk.org_id == org_id, Chunk.asset_id == asset_id)
-                           .returning(Chunk.id)).scalars())
+    return list(db.execute(delete(Chunk).where(Chunk.org_id == org_id, Chunk.asset_id == asset_id).returning(Chunk.id)).scalars())
 
 
 def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str) -> list[KnowledgeAsset]:
-    return list(db.execute(select(KnowledgeAsset).where(
-        KnowledgeAsset.org_id == org_id, KnowledgeAsset.kind == kind, KnowledgeAsset.status == "active",
-        KnowledgeAsset.source_uri.startswith(uri_prefix, autoescape=True), _in_view(db, KnowledgeAsset))).scalars())
+    return list(
+        db.execute(
+            select(KnowledgeAsset).where(
+                KnowledgeAsset.org_id == org_id,
+                KnowledgeAsset.kind == kind,
+                KnowledgeAsset.status == "active",
+                KnowledgeAsset.source_uri.startswith(uri_prefix, autoescape=True),
+                _in_view(db, KnowledgeAsset),
+            )
+        ).scalars()
+    )
 
 
 def set_status(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID], status: str) -> None:
     """Rows of the transaction's own branch (main: main's); a branch masks what lies below it."""
     if asset_ids:
-        db.execute(update(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(asset_ids))
-                   .values(status=status))
+        db.execute(
+            update(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.id.in_(asset_ids)).values(status=status)
+        )
 
 
 def owned_assets(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> list[tuple[uuid.UUID, str]]:
     """(id, content_hash) of every asset the user owns."""
-    return [tuple(r) for r in db.execute(select(KnowledgeAsset.id, KnowledgeAsset.content_hash).where(
-        KnowledgeAsset.org_id == org_id, KnowledgeAsset.owner_id == owner_id)).all()]
+    return [
+        tuple(r)
+        for r in db.execute(
+            select(KnowledgeAsset.id, KnowledgeAsset.content_hash).where(
+                KnowledgeAsset.org_id == org_id, KnowledgeAsset.owner_id == owner_id
+            )
+        ).all()
+    ]
 
 
 def chunk_hashes_of_assets(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> list[str]:
-    return list(db.execute(select(Chunk.content_hash).where(Chunk.org_id == org_id,
-                                                            Chunk.asset_id.in_(asset_ids))).scalars())
+    return list(db.execute(select(Chunk.content_hash).where(Chunk.org_id == org_id, Chunk.asset_id.in_(asset_ids))).scalars())
 
 
 def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
-    return len(db.execute(delete(KnowledgeAsset).where(KnowledgeAsset.org_id == org_id,
-                                                       KnowledgeAsset.owner_id == owner_id)
-                          .returning(KnowledgeAsset.id)).all())
+    return len(
+        db.execute(
+            delete(KnowledgeAsset)
+            .where(KnowledgeAsset.org_id == org_id, KnowledgeAsset.owner_id == owner_id)
+            .returning(KnowledgeAsset.id)
+        ).all()
+    )
 
 
 # --- knowledge tree: every read under visible_to; nodes carry their asset's scope ---
+
 
 def replace_nodes(db: Session, org_id: uuid.UUID, asset_id: uuid.UUID, nodes: list) -> None:
     """An asset's nodes, rebuilt whole when the asset is (re-)enriched."""
     from app.knowledge.models import KnowledgeNode
 
-    db.execute(delete(KnowledgeNode).where(KnowledgeNode.org_id == org_id, KnowledgeNode.asset_id == asset_id,
-                                           KnowledgeNode.branch_id.is_not_distinct_from(view_of(db).branch_id)))
+    db.execute(
+        delete(KnowledgeNode).where(
+            KnowledgeNode.org_id == org_id,
+            KnowledgeNode.asset_id == asset_id,
+            KnowledgeNode.branch_id.is_not_distinct_from(view_of(db).branch_id),
+        )
+    )
     db.add_all(nodes)
     db.flush()
 
 
-def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: str, groups, labels) -> list:  # noqa: ANN001
+def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: str, groups, labels) -> list:
     """Glossary term nodes of active glossaries whose scope equals the given one: the only terms
     an enrich step may write into a table's own text (a narrower glossary would leak into it)."""
     from app.knowledge.models import KnowledgeNode
 
     g, lab = literal(list(groups), ARRAY(Text)), literal(list(labels), ARRAY(Text))
-    conds = [KnowledgeNode.org_id == org_id, KnowledgeNode.kind == "term", KnowledgeNode.visibility == visibility,
-             KnowledgeNode.groups.contains(g), KnowledgeNode.groups.contained_by(g),
-             KnowledgeNode.labels.contains(lab), KnowledgeNode.labels.contained_by(lab),
-             _in_view(db, KnowledgeNode), KnowledgeNode.asset_id.in_(select(KnowledgeAsset.id).where(
-                 KnowledgeAsset.org_id == org_id, KnowledgeAsset.status == "active", _in_view(db, KnowledgeAsset)))]
+    conds = [
+        KnowledgeNode.org_id == org_id,
+        KnowledgeNode.kind == "term",
+        KnowledgeNode.visibility == visibility,
+        KnowledgeNode.groups.contains(g),
+        KnowledgeNode.groups.contained_by(g),
+        KnowledgeNode.labels.contains(lab),
+        KnowledgeNode.labels.contained_by(lab),
+        _in_view(db, KnowledgeNode),
+        KnowledgeNode.asset_id.in_(
+            select(KnowledgeAsset.id).where(
+                KnowledgeAsset.org_id == org_id, KnowledgeAsset.status == "active", _in_view(db, KnowledgeAsset)
+            )
+        ),
+    ]
     if visibility == "private":
         conds.append(KnowledgeNode.owner_id == owner_id)
     return list(db.execute(select(KnowledgeNode).where(*conds).order_by(KnowledgeNode.path)).scalars())
 
 
-def _visible_nodes(principal):  # noqa: ANN001, ANN202
+def _visible_nodes(principal):
     from app.kit.tenancy.access import visible_to
     from app.knowledge.models import KnowledgeNode
 
-    live = KnowledgeNode.asset_id.in_(select(KnowledgeAsset.id).where(
-        KnowledgeAsset.org_id == principal.org_id, KnowledgeAsset.status == "active"))
+    live = KnowledgeNode.asset_id.in_(
+        select(KnowledgeAsset.id).where(KnowledgeAsset.org_id == principal.org_id, KnowledgeAsset.status == "active")
+    )
     return KnowledgeNode, [visible_to(principal, KnowledgeNode), live]
 
 
-def children(db: Session, principal, parent_path: str, limit: int) -> list:  # noqa: ANN001
+def children(db: Session, principal, parent_path: str, limit: int) -> list:
     """Visible children of a path, one per path (an ancestor shared by several assets is one row
     per asset: the first visible one stands for it). Index (org_id, parent_path, path)."""
     return listing(db, principal, parent_path, limit, head=False)
 
 
-def listing(db: Session, principal, path: str, limit: int, *, after: str | None = None,  # noqa: ANN001
-            head: bool = True, short: int | None = None) -> list:
+def listing(
+    db: Session, principal, path: str, limit: int, *, after: str | None = None, head: bool = True, short: int | None = None
+) -> list:
     """One statement for a tree page: the node at `path` itself (when `head` and `path`) and up
     to `limit` of its visible children with paths after `after`, ordered by path (the head
     first). Rows (id text, kind, name, path, summary): only the summary of `meta` (a table's
@@ -133,55 +169,85 @@ def listing(db: Session, principal, path: str, limit: int, *, after: str | None 
     return sorted(rows, key=lambda r: r.path != path)
 
 
-def node(db: Session, principal, *, node_id: uuid.UUID | None = None, path: str | None = None):  # noqa: ANN001, ANN201
+def node(db: Session, principal, *, node_id: uuid.UUID | None = None, path: str | None = None):
     n, conds = _visible_nodes(principal)
     where = n.id == node_id if node_id is not None else n.path == path
     return db.execute(select(n).where(where, *conds).order_by(n.id).limit(1)).scalar_one_or_none()
 
 
-def nodes_by_refs(db: Session, principal, refs: list[str], kind: str, limit: int = 50) -> list:  # noqa: ANN001
+def nodes_by_refs(db: Session, principal, refs: list[str], kind: str, limit: int = 50) -> list:
     """Visible nodes of `kind` sharing a reference (a term and the columns it maps to)."""
     if not refs:
         return []
     n, conds = _visible_nodes(principal)
-    return list(db.execute(select(n.id, n.kind, n.name, n.path, n.text).ext(distinct_on(n.path))
-                           .where(n.kind == kind, n.refs.overlap(literal(list(refs), ARRAY(Text))), *conds)
-                           .order_by(n.path, n.id).limit(limit)).all())
+    return list(
+        db.execute(
+            select(n.id, n.kind, n.name, n.path, n.text)
+            .ext(distinct_on(n.path))
+            .where(n.kind == kind, n.refs.overlap(literal(list(refs), ARRAY(Text))), *conds)
+            .order_by(n.path, n.id)
+            .limit(limit)
+        ).all()
+    )
 
 
-def asset_memories(db: Session, principal, asset_id: uuid.UUID, limit: int = 20) -> list:  # noqa: ANN001
+def asset_memories(db: Session, principal, asset_id: uuid.UUID, limit: int = 20) -> list:
     """Active memories derived from an asset (schema hints, glossary facts) the caller may see."""
     from app.kit.tenancy.access import visible_to
     from app.lineage.models import LineageEdge
     from app.memories.models import Memory
 
     derived = select(LineageEdge.from_id).where(
-        LineageEdge.org_id == principal.org_id, LineageEdge.to_type == ASSET, LineageEdge.to_id == asset_id,
-        LineageEdge.from_type == MEMORY)
-    return list(db.execute(select(Memory.id, Memory.kind, Memory.text).where(
-        Memory.id.in_(derived), Memory.status == "active", visible_to(principal, Memory))
-        .order_by(Memory.recorded_at.desc()).limit(limit)).all())
+        LineageEdge.org_id == principal.org_id,
+        LineageEdge.to_type == ASSET,
+        LineageEdge.to_id == asset_id,
+        LineageEdge.from_type == MEMORY,
+    )
+    return list(
+        db.execute(
+            select(Memory.id, Memory.kind, Memory.text)
+            .where(Memory.id.in_(derived), Memory.status == "active", visible_to(principal, Memory))
+            .order_by(Memory.recorded_at.desc())
+            .limit(limit)
+        ).all()
+    )
 
 
-def asset_lineage(db: Session, principal, asset_id: uuid.UUID) -> list:  # noqa: ANN001
+def asset_lineage(db: Session, principal, asset_id: uuid.UUID) -> list:
     """The asset's own derivations (enriched_from) to assets the caller may see."""
     from app.kit.tenancy.access import visible_to
     from app.lineage.models import LineageEdge
 
-    return list(db.execute(select(LineageEdge.relation, LineageEdge.to_type, LineageEdge.to_id, LineageEdge.job_id,
-                                  LineageEdge.at, KnowledgeAsset.title)
-                           .join(KnowledgeAsset, KnowledgeAsset.id == LineageEdge.to_id)
-                           .where(LineageEdge.org_id == principal.org_id, LineageEdge.from_type == ASSET,
-                                  LineageEdge.from_id == asset_id, LineageEdge.relation == "enriched_from",
-                                  visible_to(principal, KnowledgeAsset))
-                           .order_by(LineageEdge.at.desc()).limit(20)).all())
+    return list(
+        db.execute(
+            select(
+                LineageEdge.relation,
+                LineageEdge.to_type,
+                LineageEdge.to_id,
+                LineageEdge.job_id,
+                LineageEdge.at,
+                KnowledgeAsset.title,
+            )
+            .join(KnowledgeAsset, KnowledgeAsset.id == LineageEdge.to_id)
+            .where(
+                LineageEdge.org_id == principal.org_id,
+                LineageEdge.from_type == ASSET,
+                LineageEdge.from_id == asset_id,
+                LineageEdge.relation == "enriched_from",
+                visible_to(principal, KnowledgeAsset),
+            )
+            .order_by(LineageEdge.at.desc())
+            .limit(20)
+        ).all()
+    )
 
 
-def visible_asset(db: Session, principal, asset_id: uuid.UUID):  # noqa: ANN001, ANN201
+def visible_asset(db: Session, principal, asset_id: uuid.UUID):
     from app.kit.tenancy.access import visible_to
 
-    return db.execute(select(KnowledgeAsset).where(KnowledgeAsset.id == asset_id,
-                                                   visible_to(principal, KnowledgeAsset))).scalar_one_or_none()
+    return db.execute(
+        select(KnowledgeAsset).where(KnowledgeAsset.id == asset_id, visible_to(principal, KnowledgeAsset))
+    ).scalar_one_or_none()
 
 
 def chunk_ids_of_assets(db: Session, org_id: uuid.UUID, asset_ids: list[uuid.UUID]) -> list[uuid.UUID]:

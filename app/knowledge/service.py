@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
-from app.cartridges.service import erase as erase_cartridges, mark_stale
+from app.cartridges.service import erase as erase_cartridges
+from app.cartridges.service import mark_stale
 from app.kit.database.db import is_below, view_of
 from app.kit.tenancy.repository_view import add_mask
 from app.kit.tenancy.scope import Scope
+from app.kit.text import sha256
 from app.knowledge import repository as repo
 from app.knowledge.models import Chunk, KnowledgeAsset, KnowledgeNode
 from app.lineage.service import add_edge
 from app.memories import lifecycle
-from app.kit.text import sha256
 
 
 @dataclass
@@ -35,20 +36,39 @@ class AssetIn:
     metadata: dict
 
 
-def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUID, scope: Scope, item: AssetIn,  # noqa: ANN001
-                 count_tokens, job_id: uuid.UUID | None = None) -> tuple[str, KnowledgeAsset]:  # noqa: ANN001
+def upsert_asset(
+    db: Session,
+    embedder,
+    *,
+    org_id: uuid.UUID,
+    owner_id: uuid.UUID,
+    scope: Scope,
+    item: AssetIn,
+    count_tokens,
+    job_id: uuid.UUID | None = None,
+) -> tuple[str, KnowledgeAsset]:
     """Returns ('created' | 'updated' | 'unchanged', asset)."""
     existing = repo.asset_by_uri(db, org_id, item.uri)
     if existing is not None and existing.content_hash == item.content_hash and existing.status == "active":
         return "unchanged", existing
-    now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+    now, branch = datetime.now(UTC), view_of(db).branch_id
     if existing is None or is_below(db, existing):
         if existing is not None:  # the branch's own copy replaces the one below, for the branch only
             add_mask(db, org_id=org_id, branch_id=branch, item_type="knowledge_assets", key=existing.id, at=now)
-        asset = KnowledgeAsset(id=uuid.uuid4(), org_id=org_id, owner_id=owner_id, kind=item.kind, source_uri=item.uri,
-                               title=item.title, content_hash=item.content_hash, metadata_=item.metadata,
-                               visibility=scope.visibility, groups=list(scope.groups), labels=list(scope.labels),
-                               branch_id=branch)
+        asset = KnowledgeAsset(
+            id=uuid.uuid4(),
+            org_id=org_id,
+            owner_id=owner_id,
+            kind=item.kind,
+            source_uri=item.uri,
+            title=item.title,
+            content_hash=item.content_hash,
+            metadata_=item.metadata,
+            visibility=scope.visibility,
+            groups=list(scope.groups),
+            labels=list(scope.labels),
+            branch_id=branch,
+        )
         db.add(asset)
         db.flush()
         outcome, old_chunks, derived = ("created" if existing is None else "updated"), [], None
@@ -62,18 +82,52 @@ def upsert_asset(db: Session, embedder, *, org_id: uuid.UUID, owner_id: uuid.UUI
         outcome = "updated"
         mark_stale(db, org_id, [asset.id], reason=f"asset {asset.id} changed")
     vecs = embedder.embed(item.chunks)
-    rows = [Chunk(id=uuid.uuid4(), org_id=org_id, owner_id=asset.owner_id, asset_id=asset.id, ord=i, text=t,
-                  content_hash=sha256(t), token_count=count_tokens(t), embedding=v, visibility=asset.visibility,
-                  groups=asset.groups, labels=asset.labels, branch_id=branch)
-            for i, (t, v) in enumerate(zip(item.chunks, vecs))]
+    rows = [
+        Chunk(
+            id=uuid.uuid4(),
+            org_id=org_id,
+            owner_id=asset.owner_id,
+            asset_id=asset.id,
+            ord=i,
+            text=t,
+            content_hash=sha256(t),
+            token_count=count_tokens(t),
+            embedding=v,
+            visibility=asset.visibility,
+            groups=asset.groups,
+            labels=asset.labels,
+            branch_id=branch,
+        )
+        for i, (t, v) in enumerate(zip(item.chunks, vecs))
+    ]
     db.add_all(rows)
     db.flush()
     for c in rows:
-        add_edge(db, org_id=org_id, from_type="chunk", from_id=c.id, to_type="asset", to_id=asset.id,
-                 relation="chunk_of", job_id=job_id)
-    record(db, org_id=org_id, actor_id=None, action=f"asset.{outcome}", target_type="asset", target_id=asset.id,
-           details={"uri": item.uri, "chunks": len(rows), "replaced_chunks": [str(c) for c in old_chunks],
-                    "job_id": str(job_id) if job_id else None, **(derived.audit() if derived else {})})
+        add_edge(
+            db,
+            org_id=org_id,
+            from_type="chunk",
+            from_id=c.id,
+            to_type="asset",
+            to_id=asset.id,
+            relation="chunk_of",
+            job_id=job_id,
+        )
+    record(
+        db,
+        org_id=org_id,
+        actor_id=None,
+        action=f"asset.{outcome}",
+        target_type="asset",
+        target_id=asset.id,
+        details={
+            "uri": item.uri,
+            "chunks": len(rows),
+            "replaced_chunks": [str(c) for c in old_chunks],
+            "job_id": str(job_id) if job_id else None,
+            **(derived.audit() if derived else {}),
+        },
+    )
     return outcome, asset
 
 
@@ -84,7 +138,7 @@ def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str = "
 def set_status(db: Session, org_id: uuid.UUID, assets: list[KnowledgeAsset], status: str) -> None:
     """E.g. `dropped` for tables gone from a bootstrapped schema; cartridges trained on them go
     stale. In a branch, an asset below it is masked instead (gone for the branch only)."""
-    now, branch = datetime.now(timezone.utc), view_of(db).branch_id
+    now, branch = datetime.now(UTC), view_of(db).branch_id
     own = []
     for a in assets:
         if is_below(db, a):
@@ -98,8 +152,9 @@ def set_status(db: Session, org_id: uuid.UUID, assets: list[KnowledgeAsset], sta
 
 def live_table_columns(db: Session, org_id: uuid.UUID) -> dict[str, set[str]]:
     """{table: its columns} of the org's active table-schema assets (what schema hints must match)."""
-    return {a.metadata_.get("table"): set(a.metadata_.get("columns", []))
-            for a in repo.active_assets(db, org_id, "table_schema", "")}
+    return {
+        a.metadata_.get("table"): set(a.metadata_.get("columns", [])) for a in repo.active_assets(db, org_id, "table_schema", "")
+    }
 
 
 def forget_owner(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> dict:
@@ -114,18 +169,38 @@ def forget_owner(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> dict:
     chunks = repo.chunk_ids_of_assets(db, org_id, ids) if owned else []
     removed = repo.delete_owned_by(db, org_id, owner_id)
     derived = lifecycle.forget_sources(db, org_id, [("asset", ids), ("chunk", chunks)], removed_source=owner_id)
-    return {"cartridges_erased": len(erased), "assets_removed": removed, "asset_hashes": len(owned),
-            "chunk_hashes": hashes, "cartridge_ids": erased, "derived": derived}
+    return {
+        "cartridges_erased": len(erased),
+        "assets_removed": removed,
+        "asset_hashes": len(owned),
+        "chunk_hashes": hashes,
+        "cartridge_ids": erased,
+        "derived": derived,
+    }
 
 
 def replace_nodes(db: Session, asset: KnowledgeAsset, nodes: list[dict]) -> None:
     """An asset's knowledge-tree nodes (bootstrap's enrich step), rebuilt whole; each node carries
     the asset's owner and scope, so `visible_to` applies to it as to the asset."""
-    repo.replace_nodes(db, asset.org_id, asset.id, [
-        KnowledgeNode(org_id=asset.org_id, asset_id=asset.id, owner_id=asset.owner_id, visibility=asset.visibility,
-                      groups=list(asset.groups), labels=list(asset.labels), branch_id=asset.branch_id, **n)
-        for n in nodes])
+    repo.replace_nodes(
+        db,
+        asset.org_id,
+        asset.id,
+        [
+            KnowledgeNode(
+                org_id=asset.org_id,
+                asset_id=asset.id,
+                owner_id=asset.owner_id,
+                visibility=asset.visibility,
+                groups=list(asset.groups),
+                labels=list(asset.labels),
+                branch_id=asset.branch_id,
+                **n,
+            )
+            for n in nodes
+        ],
+    )
 
 
-def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: str, groups, labels) -> list:  # noqa: ANN001
+def same_scope_terms(db: Session, org_id: uuid.UUID, *, owner_id, visibility: str, groups, labels) -> list:
     return repo.same_scope_terms(db, org_id, owner_id=owner_id, visibility=visibility, groups=groups, labels=labels)

@@ -16,34 +16,53 @@ from app.kit.database.db import view_of
 from app.kit.errors import NotFound
 from app.kit.registry import ITEM_TYPES, text_of
 from app.lineage import repository as repo
-from app.lineage.models import LineageEdge, RetrievalEvent
+from app.lineage.models import LineageEdge
 
 
-def add_edge(db: Session, *, org_id: uuid.UUID, from_type: str, from_id: uuid.UUID, to_type: str,
-             to_id: uuid.UUID, relation: str, job_id: uuid.UUID | None = None) -> None:
-    db.add(LineageEdge(org_id=org_id, from_type=from_type, from_id=from_id, to_type=to_type, to_id=to_id,
-                       relation=relation, job_id=job_id, branch_id=view_of(db).branch_id))
+def add_edge(
+    db: Session,
+    *,
+    org_id: uuid.UUID,
+    from_type: str,
+    from_id: uuid.UUID,
+    to_type: str,
+    to_id: uuid.UUID,
+    relation: str,
+    job_id: uuid.UUID | None = None,
+) -> None:
+    db.add(
+        LineageEdge(
+            org_id=org_id,
+            from_type=from_type,
+            from_id=from_id,
+            to_type=to_type,
+            to_id=to_id,
+            relation=relation,
+            job_id=job_id,
+            branch_id=view_of(db).branch_id,
+        )
+    )
 
 
-def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str, params: dict,
-                     items: list[dict]) -> uuid.UUID:
+def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str, params: dict, items: list[dict]) -> uuid.UUID:
     """What was handed out to whom: every read path that returns content records one (search,
     context, get, lineage, session context), so "who saw this item" is one query."""
     view = principal.view
     if not view.is_plain:  # which state shaped the answer: a branch, an instant
         params = {**params, "branch": view.branch, "as_of": view.as_of.isoformat() if view.as_of else None}
     rid = uuid.uuid4()
-    repo.add_retrieval(db, id=rid, org_id=principal.org_id, actor_id=principal.user_id, kind=kind, query=query,
-                       params=params, items=items)
+    repo.add_retrieval(
+        db, id=rid, org_id=principal.org_id, actor_id=principal.user_id, kind=kind, query=query, params=params, items=items
+    )
     return rid
 
 
-def record_read(db: Session, principal: Principal, kind: str, type_: str, id_) -> uuid.UUID:  # noqa: ANN001
+def record_read(db: Session, principal: Principal, kind: str, type_: str, id_) -> uuid.UUID:
     """A retrieval record for one item whose content a read path (GET, session context) handed out."""
     return record_retrieval(db, principal, kind=kind, query="", params={}, items=[{"type": type_, "id": str(id_)}])
 
 
-def read_one(db: Session, principal: Principal, type_: str, fetch, read=None):  # noqa: ANN001, ANN201
+def read_one(db: Session, principal: Principal, type_: str, fetch, read=None):
     """GET of one item: `fetch(rdb)` run where `read` says (a replica, app.kit.database.replicas), and a
     retrieval record that the caller read its content (written in `db`, the primary)."""
     from app.kit.database.replicas import on
@@ -53,14 +72,21 @@ def read_one(db: Session, principal: Principal, type_: str, fetch, read=None):  
     return item
 
 
-def _describe(type_: str, row) -> dict:  # noqa: ANN001
-    return {"type": type_, "id": str(row.id), "text": text_of(type_, row)[:500], "visibility": row.visibility,
-            "groups": list(row.groups), "labels": list(row.labels), "owner_id": str(row.owner_id),
-            "status": getattr(row, "status", None), "kind": getattr(row, "kind", None)}
+def _describe(type_: str, row) -> dict:
+    return {
+        "type": type_,
+        "id": str(row.id),
+        "text": text_of(type_, row)[:500],
+        "visibility": row.visibility,
+        "groups": list(row.groups),
+        "labels": list(row.labels),
+        "owner_id": str(row.owner_id),
+        "status": getattr(row, "status", None),
+        "kind": getattr(row, "kind", None),
+    }
 
 
-def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, *, direction: str, depth: int,
-          read=None) -> dict:  # noqa: ANN001
+def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, *, direction: str, depth: int, read=None) -> dict:
     """The lineage graph around one item, read where `read` says (a read replica, app.kit.database.replicas);
     the retrieval event for the nodes whose text it hands out is written in `db`."""
     from app.kit.database.replicas import on
@@ -72,8 +98,9 @@ def graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, *, dire
         if n["type"] == "memory" and "text" in n and (u := useful.get(n["id"])) is not None:
             n["utility"] = u.model_dump()
     if with_text:
-        record_retrieval(db, principal, kind="lineage", query="", params={"root": {"type": type_, "id": str(id_)}},
-                         items=with_text)
+        record_retrieval(
+            db, principal, kind="lineage", query="", params={"root": {"type": type_, "id": str(id_)}}, items=with_text
+        )
     return out
 
 
@@ -108,10 +135,17 @@ def _graph(db: Session, principal: Principal, type_: str, id_: uuid.UUID, direct
             else:
                 continue
             shown.add((t, i))
-    edges = [{"from": {"type": e.from_type, "id": str(e.from_id)}, "to": {"type": e.to_type, "id": str(e.to_id)},
-              "relation": e.relation, "job_id": str(e.job_id) if e.job_id else None, "at": e.at.isoformat()}
-             for e in sorted(es, key=lambda e: e.at)
-             if (e.from_type, e.from_id) in shown and (e.to_type, e.to_id) in shown]
+    edges = [
+        {
+            "from": {"type": e.from_type, "id": str(e.from_id)},
+            "to": {"type": e.to_type, "id": str(e.to_id)},
+            "relation": e.relation,
+            "job_id": str(e.job_id) if e.job_id else None,
+            "at": e.at.isoformat(),
+        }
+        for e in sorted(es, key=lambda e: e.at)
+        if (e.from_type, e.from_id) in shown and (e.to_type, e.to_id) in shown
+    ]
     return {"nodes": nodes, "edges": edges}
 
 
@@ -120,18 +154,34 @@ def retrieval(db: Session, principal: Principal, retrieval_id: uuid.UUID) -> dic
     # Your own retrievals, or any in the org for auditors and admins.
     if ev is None or (ev.actor_id != principal.user_id and not principal.has_role("auditor", "admin")):
         raise NotFound("retrieval not found")
-    out = {"id": str(ev.id), "actor": str(ev.actor_id), "kind": ev.kind, "query": ev.query, "at": ev.at.isoformat(),
-           "params": ev.params, "items": [{"type": i["type"], "id": i["id"], "score": i.get("score")} for i in ev.items]}
+    out = {
+        "id": str(ev.id),
+        "actor": str(ev.actor_id),
+        "kind": ev.kind,
+        "query": ev.query,
+        "at": ev.at.isoformat(),
+        "params": ev.params,
+        "items": [{"type": i["type"], "id": i["id"], "score": i.get("score")} for i in ev.items],
+    }
     if said := feedback.of_retrieval(db, principal, ev.id):
         out["feedback"] = said
     return out
 
 
 def retrievals_of(db: Session, principal: Principal, item_id: uuid.UUID, limit: int) -> list[dict]:
-    rows = repo.retrievals_with_item(db, principal, item_id, limit,
-                                     only_actor=None if principal.has_role("auditor", "admin") else principal.user_id)
-    return [{"id": str(r.id), "actor": str(r.actor_id), "kind": r.kind, "at": r.at.isoformat(),
-             "score": next((i.get("score") for i in r.items if i["id"] == str(item_id)), None)} for r in rows]
+    rows = repo.retrievals_with_item(
+        db, principal, item_id, limit, only_actor=None if principal.has_role("auditor", "admin") else principal.user_id
+    )
+    return [
+        {
+            "id": str(r.id),
+            "actor": str(r.actor_id),
+            "kind": r.kind,
+            "at": r.at.isoformat(),
+            "score": next((i.get("score") for i in r.items if i["id"] == str(item_id)), None),
+        }
+        for r in rows
+    ]
 
 
 def sources_by_relation(db: Session, org_id: uuid.UUID, relation: str) -> dict[uuid.UUID, list[tuple[str, uuid.UUID]]]:

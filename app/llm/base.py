@@ -14,8 +14,9 @@ import asyncio
 import logging
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence, get_origin
+from typing import Any, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -214,7 +215,4 @@ class BaseGateway(ABC):
 
 
 def repair_prompt(error: str, hint: str) -> str:
-    return (
-        f"Your answer could not be used: {error}. "
-        f"Reply again with only valid JSON of this shape: {hint}. No other text."
-    )
+    return f"Your answer could not be used: {error}. Reply again with only valid JSON of this shape: {hint}. No other text."

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from app.llm.base import BaseGateway, GatewayStats, LLMError, MessagesIn, normalise_messages
 
@@ -77,12 +77,7 @@ class FakeGateway(BaseGateway):
             return self._default
 
     def chat(
-        self,
-        messages: MessagesIn,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        *,
-        stop: list[str] | None = None,
+        self, messages: MessagesIn, max_tokens: int = 256, temperature: float = 0.0, *, stop: list[str] | None = None
     ) -> str:
         msgs = normalise_messages(messages)
         call = FakeCall(messages=msgs, max_tokens=max_tokens, temperature=temperature)
@@ -110,4 +105,3 @@ class FakeGateway(BaseGateway):
     def reset(self) -> None:
         with self._lock:
             self.calls.clear()
-

@@ -34,8 +34,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "local/smollm2"
 _RETRYABLE_STATUS = {408, 409, 425, 429}
-_RETRYABLE_NAMES = {"Timeout", "APITimeoutError", "APIConnectionError", "ServiceUnavailableError",
-                    "InternalServerError", "RateLimitError", "TimeoutError", "ConnectionError"}
+_RETRYABLE_NAMES = {
+    "Timeout",
+    "APITimeoutError",
+    "APIConnectionError",
+    "ServiceUnavailableError",
+    "InternalServerError",
+    "RateLimitError",
+    "TimeoutError",
+    "ConnectionError",
+}
 
 
 def _tracer() -> Any:
@@ -101,9 +109,7 @@ class Gateway(BaseGateway):
                 if self._litellm is None:
                     from app.llm import provider
 
-                    self._litellm = (
-                        provider.register_local_provider(self.data_dir) if self.is_local else provider.load_litellm()
-                    )
+                    self._litellm = provider.register_local_provider(self.data_dir) if self.is_local else provider.load_litellm()
         return self._litellm
 
     def warm_up(self) -> None:
@@ -117,12 +123,7 @@ class Gateway(BaseGateway):
     # -- chat -------------------------------------------------------------------------------
 
     def chat(
-        self,
-        messages: MessagesIn,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        *,
-        stop: list[str] | None = None,
+        self, messages: MessagesIn, max_tokens: int = 256, temperature: float = 0.0, *, stop: list[str] | None = None
     ) -> str:
         msgs = normalise_messages(messages)
         tracer = _tracer()
@@ -140,10 +141,9 @@ class Gateway(BaseGateway):
                 self.stats.add(calls=1)
                 try:
                     response = self._complete_with_deadline(msgs, max_tokens, temperature, stop)
-                except Exception as exc:  # noqa: BLE001 - classified below, never swallowed
+                except Exception as exc:
                     last = classify_error(exc)
-                    log.warning("LLM call %s failed (attempt %d/%d): %s",
-                                self.model, attempt + 1, self.max_retries + 1, last)
+                    log.warning("LLM call %s failed (attempt %d/%d): %s", self.model, attempt + 1, self.max_retries + 1, last)
                     if not last.retryable:
                         break
                     continue
@@ -185,7 +185,7 @@ class Gateway(BaseGateway):
         def run() -> None:
             try:
                 box["response"] = litellm.completion(**kwargs)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            except BaseException as exc:
                 box["error"] = exc
             finally:
                 done.set()

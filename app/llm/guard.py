@@ -11,7 +11,7 @@ memory distillation (pipelines/distillation) and session summaries (app/sessions
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 _MARKER_RUN = re.compile(r"<{3,}|>{3,}")
 _SPECIAL = re.compile(r"<\|+|\|+>|\[/?INST\]|<</?SYS>>|</?s>", re.IGNORECASE)
@@ -37,8 +37,7 @@ def clip(text: str, max_chars: int) -> str:
     return cut + " [...]"
 
 
-def record_block(alias: str, content: str, *, kind: str = "", outcome: str | None = None,
-                 max_chars: int = 500) -> str:
+def record_block(alias: str, content: str, *, kind: str = "", outcome: str | None = None, max_chars: int = 500) -> str:
     attrs = f" kind={kind}" if kind else ""
     if outcome:
         attrs += f" outcome={clip(neutralise(outcome), 40)}"
@@ -48,35 +47,57 @@ def record_block(alias: str, content: str, *, kind: str = "", outcome: str | Non
 # -- injection pre-screen (deterministic; runs before and after the model) --------------------
 
 _ZERO_WIDTH = re.compile(r"[\u200b-\u200f\u2060\ufeff]")
-INJECTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(rx, re.IGNORECASE)) for name, rx in [
-    ("ignore-instructions",
-     r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}"
-     r"\b(previous|prior|above|earlier|all|any|your|the|system|safety)\b.{0,20}"
-     r"\b(instructions?|prompts?|rules?|directions?|guidelines?|messages?)"),
-    ("role-change",
-     r"\byou are now\b"
-     r"|\bfrom now on,? you (are|act|become|have no|no longer|will (obey|ignore|forget)|must (obey|ignore|forget))\b"
-     r"|\bpretend (to be|you are)\b|\bact as (an?|the) (ai|assistant|system|admin)"),
-    ("system-prompt", r"\b(system|developer|hidden) (prompt|message|instructions?)\b"),
-    ("new-instructions", r"\bnew (instructions?|rules?|task)\s*:"),
-    ("always-answer", r"\b(always|only|never)\s+(answer|respond|reply|say|output|return|refuse|mention|reveal)\b"),
-    ("destructive",
-     r"\b(delete|erase|wipe|drop|remove|purge)\b.{0,20}"
-     r"\b((all|every|your|the)\b.{0,15}\b(memor(y|ies)|episodes?|databases?)"
-     r"|(all|every|your)\b.{0,20}\b(data|records?|tables?))\b"),
-    ("memory-write",
-     r"\b(store|save|remember|memori[sz]e|record|add)\b.{0,25}\b(as|to|in)\b.{0,15}"
-     r"\b(a |an |the |your )?(rule|memory|memories|fact|instruction)s?\b"
-     r".{0,10}(forever|permanently|for all users|globally)?"),
-    ("judge-tampering",
-     r"\b(mark|rate|score|label|flag)\b.{0,15}\b(this|it|me)\b.{0,15}"
-     r"\b(as )?(useful|trusted|important|safe|not suspicious|10|100|1\.0|high)\b"),
-    ("chat-markup", r"<\|?(im_start|im_end|system|endoftext)\|?>|\[/?INST\]|<</?SYS>>|^\s*#{2,}\s*(system|instruction)"),
-    ("jailbreak", r"\b(jailbreak|DAN mode|developer mode|do anything now)\b"),
-    ("override", r"\b(system|security|admin|policy|safety)\s+override\b|\boverride (any|all|every) (conflicting|other|previous)"),
-    ("hidden-from-user", r"\b(do not|don't|never) (tell|inform|show|let) the user\b|\bwithout (telling|informing) the user\b"),
-    ("addresses-the-ai", r"\bas an ai\b.{0,30}\b(must|should|will|obey)\b|\bupdate your (memory|memories|rules|instructions)\b"),
-]]
+INJECTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (name, re.compile(rx, re.IGNORECASE))
+    for name, rx in [
+        (
+            "ignore-instructions",
+            r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}"
+            r"\b(previous|prior|above|earlier|all|any|your|the|system|safety)\b.{0,20}"
+            r"\b(instructions?|prompts?|rules?|directions?|guidelines?|messages?)",
+        ),
+        (
+            "role-change",
+            r"\byou are now\b"
+            r"|\bfrom now on,? you (are|act|become|have no|no longer|will (obey|ignore|forget)|must (obey|ignore|forget))\b"
+            r"|\bpretend (to be|you are)\b|\bact as (an?|the) (ai|assistant|system|admin)",
+        ),
+        ("system-prompt", r"\b(system|developer|hidden) (prompt|message|instructions?)\b"),
+        ("new-instructions", r"\bnew (instructions?|rules?|task)\s*:"),
+        ("always-answer", r"\b(always|only|never)\s+(answer|respond|reply|say|output|return|refuse|mention|reveal)\b"),
+        (
+            "destructive",
+            r"\b(delete|erase|wipe|drop|remove|purge)\b.{0,20}"
+            r"\b((all|every|your|the)\b.{0,15}\b(memor(y|ies)|episodes?|databases?)"
+            r"|(all|every|your)\b.{0,20}\b(data|records?|tables?))\b",
+        ),
+        (
+            "memory-write",
+            r"\b(store|save|remember|memori[sz]e|record|add)\b.{0,25}\b(as|to|in)\b.{0,15}"
+            r"\b(a |an |the |your )?(rule|memory|memories|fact|instruction)s?\b"
+            r".{0,10}(forever|permanently|for all users|globally)?",
+        ),
+        (
+            "judge-tampering",
+            r"\b(mark|rate|score|label|flag)\b.{0,15}\b(this|it|me)\b.{0,15}"
+            r"\b(as )?(useful|trusted|important|safe|not suspicious|10|100|1\.0|high)\b",
+        ),
+        ("chat-markup", r"<\|?(im_start|im_end|system|endoftext)\|?>|\[/?INST\]|<</?SYS>>|^\s*#{2,}\s*(system|instruction)"),
+        ("jailbreak", r"\b(jailbreak|DAN mode|developer mode|do anything now)\b"),
+        (
+            "override",
+            r"\b(system|security|admin|policy|safety)\s+override\b|\boverride (any|all|every) (conflicting|other|previous)",
+        ),
+        (
+            "hidden-from-user",
+            r"\b(do not|don't|never) (tell|inform|show|let) the user\b|\bwithout (telling|informing) the user\b",
+        ),
+        (
+            "addresses-the-ai",
+            r"\bas an ai\b.{0,30}\b(must|should|will|obey)\b|\bupdate your (memory|memories|rules|instructions)\b",
+        ),
+    ]
+]
 
 
 def screen_injection(text: str) -> list[str]:
@@ -91,12 +112,16 @@ def screen_injection(text: str) -> list[str]:
 # -- word statistics --------------------------------------------------------
 
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_'’-]*")
-STOP = frozenset("""a an the and or but if of to in on at by for with from as is are was were be been
+STOP = frozenset(
+    """a an the and or but if of to in on at by for with from as is are was were be been
 it its this that these those i you he she we they me my your our their his her them us do does did
 not no so than then there here what which who whom when where why how all any some can could would
-should will shall may might must just also very into about over under up out""".split())
-SMALL_TALK = frozenset("""hi hello hey thanks thank thx ok okay bye goodbye lol yes yeah yep no nope sure
-cool great nice good fine please welcome morning evening night cheers haha""".split())
+should will shall may might must just also very into about over under up out""".split()
+)
+SMALL_TALK = frozenset(
+    """hi hello hey thanks thank thx ok okay bye goodbye lol yes yeah yep no nope sure
+cool great nice good fine please welcome morning evening night cheers haha""".split()
+)
 
 
 def words(text: str) -> list[str]:
@@ -109,9 +134,11 @@ def content_words(text: str) -> set[str]:
 
 # Key values a statement must keep verbatim: identifiers (snake_case, CODES, #channels, /paths,
 # dotted.names, camelCase, --flags, k=v), numbers and two-word names.
-VALUE = re.compile(r"\b[A-Za-z]+_[A-Za-z_]+\b|\b[A-Z]{2,}[-\w]*\b|#[\w-]+|(?<!\w)/[\w/-]+|\b[A-Z]?\d[\d.,:]*\w*|"
-                   r"\b[a-z]+\.[a-z_]+\b|(?<!^)\b[A-Z][a-z]+ [A-Z][a-z]+\b|^[A-Z][a-z]+ [A-Z][a-z]+ [a-z]+\b|"
-                   r"\b[a-z]+[A-Z]\w+\b|--?[a-z][\w-]+|\b\w+=\w+")
+VALUE = re.compile(
+    r"\b[A-Za-z]+_[A-Za-z_]+\b|\b[A-Z]{2,}[-\w]*\b|#[\w-]+|(?<!\w)/[\w/-]+|\b[A-Z]?\d[\d.,:]*\w*|"
+    r"\b[a-z]+\.[a-z_]+\b|(?<!^)\b[A-Z][a-z]+ [A-Z][a-z]+\b|^[A-Z][a-z]+ [A-Z][a-z]+ [a-z]+\b|"
+    r"\b[a-z]+[A-Z]\w+\b|--?[a-z][\w-]+|\b\w+=\w+"
+)
 
 
 def values(text: str) -> set[str]:

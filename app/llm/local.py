@@ -128,9 +128,17 @@ class LocalChatModel:
                 if time.monotonic() >= deadline:
                     raise LocalModelError("timed out before generation started", status_code=408)
             sampled = bool(temperature and temperature > 0)
-            (out,) = decode(model, DynamicCache(), [ids], start=0, max_new_tokens=max_tokens,
-                            stop_ids=self._stops, temperature=float(temperature) if sampled else 0.0,
-                            top_p=float(top_p) if sampled else 1.0, deadline=deadline)
+            (out,) = decode(
+                model,
+                DynamicCache(),
+                [ids],
+                start=0,
+                max_new_tokens=max_tokens,
+                stop_ids=self._stops,
+                temperature=float(temperature) if sampled else 0.0,
+                top_p=float(top_p) if sampled else 1.0,
+                deadline=deadline,
+            )
         finally:
             self._gen_lock.release()
         text = tok.decode(out.tokens, skip_special_tokens=True)
@@ -139,8 +147,7 @@ class LocalChatModel:
             cut = text.find(s)
             if s and cut >= 0:
                 text, finish = text[:cut], "stop"
-        return LocalGeneration(text=text.strip(), prompt_tokens=n_prompt, completion_tokens=len(out.tokens),
-                               finish_reason=finish)
+        return LocalGeneration(text=text.strip(), prompt_tokens=n_prompt, completion_tokens=len(out.tokens), finish_reason=finish)
 
 
 _MODELS: dict[Path, LocalChatModel] = {}

@@ -24,6 +24,8 @@ LOCAL_PROVIDER = "local"
 def is_local(model: str) -> bool:
     """Whether a litellm model string names the bundled model served in-process (``local/...``)."""
     return model.split("/", 1)[0] == LOCAL_PROVIDER
+
+
 _REGISTER_LOCK = threading.Lock()
 _handler: Any = None
 
@@ -50,11 +52,26 @@ def _make_handler_class(litellm: Any) -> type:
             self.data_dir = data_dir
 
         # litellm calls a custom provider with keyword arguments only.
-        def completion(self, *, model: str, messages: list, api_base: str, custom_prompt_dict: dict,
-                       model_response: Any, print_verbose: Any, encoding: Any, api_key: Any,
-                       logging_obj: Any, optional_params: dict, acompletion: Any = None,
-                       litellm_params: Any = None, logger_fn: Any = None, headers: Any = None,
-                       timeout: Any = None, client: Any = None) -> Any:
+        def completion(
+            self,
+            *,
+            model: str,
+            messages: list,
+            api_base: str,
+            custom_prompt_dict: dict,
+            model_response: Any,
+            print_verbose: Any,
+            encoding: Any,
+            api_key: Any,
+            logging_obj: Any,
+            optional_params: dict,
+            acompletion: Any = None,
+            litellm_params: Any = None,
+            logger_fn: Any = None,
+            headers: Any = None,
+            timeout: Any = None,
+            client: Any = None,
+        ) -> Any:
             name = model.split("/", 1)[-1].lower()
             if name not in LOCAL_MODEL_NAMES:
                 raise CustomLLMError(status_code=404, message=f"unknown local model {model!r}")

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.tenancy.access import can_see
 from app.kit.database.db import every_scope, view_of
 from app.kit.items import MEMORY
+from app.kit.tenancy.access import can_see
 from app.kit.tenancy.repository_view import add_mask
 from app.memories import repository as repo
 
@@ -50,7 +50,7 @@ class Reached:
     def __bool__(self) -> bool:
         return bool(self.removed or self.quarantined)
 
-    def add(self, other: "Reached") -> "Reached":
+    def add(self, other: Reached) -> Reached:
         self.removed += other.removed
         self.quarantined += other.quarantined
         self.scopes.update(other.scopes)
@@ -64,17 +64,24 @@ class Reached:
             return len(self.removed), len(self.quarantined)
 
         def seen(ids: list[uuid.UUID]) -> int:
-            return sum(1 for i in ids if i in self.scopes and can_see(principal, **dict(zip(
-                ("org_id", "owner_id", "visibility", "groups", "labels"), self.scopes[i]))))
+            return sum(
+                1
+                for i in ids
+                if i in self.scopes
+                and can_see(principal, **dict(zip(("org_id", "owner_id", "visibility", "groups", "labels"), self.scopes[i])))
+            )
+
         return seen(self.removed), seen(self.quarantined)
 
     def audit(self) -> dict:
         """What the audit event records: ids, never content."""
-        return {"removed_memory_ids": [str(i) for i in self.removed],
-                "quarantined_memory_ids": [str(i) for i in self.quarantined]}
+        return {
+            "removed_memory_ids": [str(i) for i in self.removed],
+            "quarantined_memory_ids": [str(i) for i in self.quarantined],
+        }
 
 
-def _scope(v) -> tuple:  # noqa: ANN001
+def _scope(v) -> tuple:
     """A version's scope as `Reached.scopes` keeps it."""
     return v.org_id, v.owner_id, v.visibility, v.groups, v.labels
 
@@ -86,8 +93,7 @@ def delete_versions(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> list[
     branch = view_of(db).branch_id
     ids = repo.delete_root(db, org_id, root_id, branch=branch)
     if branch is not None:
-        add_mask(db, org_id=org_id, branch_id=branch, item_type="memories", key=root_id,
-                 at=datetime.now(timezone.utc))
+        add_mask(db, org_id=org_id, branch_id=branch, item_type="memories", key=root_id, at=datetime.now(UTC))
     return ids
 
 
@@ -99,8 +105,9 @@ def delete_root(db: Session, org_id: uuid.UUID, root_id: uuid.UUID) -> tuple[lis
     return ids, from_sources(db, org_id, [(MEMORY, sorted(set(ids) | set(shown), key=str))], removed_source=root_id)
 
 
-def from_sources(db: Session, org_id: uuid.UUID, gone: list[tuple[str, list[uuid.UUID]]], *,
-                 removed_source: uuid.UUID) -> Reached:
+def from_sources(
+    db: Session, org_id: uuid.UUID, gone: list[tuple[str, list[uuid.UUID]]], *, removed_source: uuid.UUID
+) -> Reached:
     """Follow the deletion of source rows (`gone`: (type, ids), already deleted or masked)."""
     with every_scope(db):
         roots = {r for type_, ids in gone for r in repo.roots_derived_from(db, org_id, type_, list(ids))}
@@ -155,8 +162,12 @@ def _without_sources(db: Session, org_id: uuid.UUID, versions: dict[uuid.UUID, l
     root_of = {v.id: root for root, rows in versions.items() for v in rows}
     dead: set[uuid.UUID] = set()
     while True:
-        newly = {root for root in versions if root not in dead and not any(
-            (t, i) in exists and not (t == MEMORY and root_of.get(i) in dead) for t, i in edges.get(root, ()))}
+        newly = {
+            root
+            for root in versions
+            if root not in dead
+            and not any((t, i) in exists and not (t == MEMORY and root_of.get(i) in dead) for t, i in edges.get(root, ()))
+        }
         if not newly:
             return dead
         dead |= newly
@@ -166,6 +177,5 @@ def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> Reac
     """Right to be forgotten: every memory version the user owns (the transaction's scope: the
     erasure binds every scope and branch), then the cascade from them; all in one `Reached`."""
     own = repo.delete_owned_by(db, org_id, owner_id)
-    reached = Reached(removed=[v.id for v in own],
-                      scopes={v.id: _scope(v) for v in own})
+    reached = Reached(removed=[v.id for v in own], scopes={v.id: _scope(v) for v in own})
     return reached.add(from_sources(db, org_id, [(MEMORY, [v.id for v in own])], removed_source=owner_id))

@@ -1,16 +1,15 @@
 from __future__ import annotations
 
 import uuid
-
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from app.kit.http.deps import SessionDep, require
-from app.kit.http.schemas import Instant
-from app.kit.errors import COMMON_ERRORS
 from app.kit.database.replicas import reads
+from app.kit.errors import COMMON_ERRORS
+from app.kit.http.deps import SessionDep, require
 from app.kit.http.listing import ItemFilters, item_filters
+from app.kit.http.schemas import Instant
 from app.memories import listing, service
 from app.memories.schemas import DeclassifyIn, MemoryIn, MemoryOut, MemoryPage, MemoryPatch
 
@@ -23,9 +22,14 @@ def create_memory(body: MemoryIn, request: Request, db: SessionDep, principal=re
 
 
 @router.get("", response_model=MemoryPage)
-def list_memories(request: Request, db: SessionDep, f: Annotated[ItemFilters, Depends(item_filters)],
-                  status: Literal["active", "quarantined", "superseded"] = "active", as_of: Instant | None = None,
-                  principal=require("memory", "read")):
+def list_memories(
+    request: Request,
+    db: SessionDep,
+    f: Annotated[ItemFilters, Depends(item_filters)],
+    status: Literal["active", "quarantined", "superseded"] = "active",
+    as_of: Instant | None = None,
+    principal=require("memory", "read"),
+):
     """The memory versions the caller may see, a keyset page at a time (`cursor` = the last page's
     `next_cursor`); `since`/`until` on when a version was recorded; `as_of`: as the memory stood then."""
     principal = principal.at(as_of)
@@ -33,16 +37,23 @@ def list_memories(request: Request, db: SessionDep, f: Annotated[ItemFilters, De
 
 
 @router.get("/{memory_id}", response_model=MemoryOut)
-def get_memory(memory_id: uuid.UUID, request: Request, db: SessionDep, as_of: Instant | None = None,
-               principal=require("memory", "read")):
+def get_memory(
+    memory_id: uuid.UUID, request: Request, db: SessionDep, as_of: Instant | None = None, principal=require("memory", "read")
+):
     """`as_of`: this memory version as it existed then (404 if it had not been recorded yet)."""
     principal = principal.at(as_of)
     return service.read_out(db, principal, memory_id, where=reads(request, db, principal))
 
 
 @router.get("/{memory_id}/versions", response_model=MemoryPage)
-def memory_versions(memory_id: uuid.UUID, request: Request, db: SessionDep, as_of: Instant | None = None,
-                    limit: int = Query(default=100, ge=1, le=500), principal=require("memory", "read")):
+def memory_versions(
+    memory_id: uuid.UUID,
+    request: Request,
+    db: SessionDep,
+    as_of: Instant | None = None,
+    limit: int = Query(default=100, ge=1, le=500),
+    principal=require("memory", "read"),
+):
     """The versions of this memory's root the caller may see, newest first (`as_of`: those recorded
     by then); 404 when the caller may not see this memory. `next_cursor` is always null: `limit`
     bounds the list to the newest versions."""
@@ -51,8 +62,7 @@ def memory_versions(memory_id: uuid.UUID, request: Request, db: SessionDep, as_o
 
 
 @router.patch("/{memory_id}", response_model=MemoryOut)
-def patch_memory(memory_id: uuid.UUID, body: MemoryPatch, request: Request, db: SessionDep,
-                 principal=require("memory", "write")):
+def patch_memory(memory_id: uuid.UUID, body: MemoryPatch, request: Request, db: SessionDep, principal=require("memory", "write")):
     return service.to_out(service.patch(db, request.app.state.embedder, principal, memory_id, body))
 
 
@@ -63,6 +73,5 @@ def delete_memory(memory_id: uuid.UUID, db: SessionDep, principal=require("memor
 
 
 @router.post("/{memory_id}/declassify", response_model=MemoryOut)
-def declassify_memory(memory_id: uuid.UUID, body: DeclassifyIn, db: SessionDep,
-                      principal=require("memory", "declassify")):
+def declassify_memory(memory_id: uuid.UUID, body: DeclassifyIn, db: SessionDep, principal=require("memory", "declassify")):
     return service.to_out(service.declassify(db, principal, memory_id, body))

@@ -7,7 +7,7 @@ from sqlalchemy import CheckConstraint, DateTime, Float, Index, Integer, Text, f
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.database.base import AccessMixin, Base, access_check, branch_col, tenant_fk, embedding_col, tsv_col, uuid_pk
+from app.kit.database.base import AccessMixin, Base, access_check, branch_col, embedding_col, tenant_fk, tsv_col, uuid_pk
 
 MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill")
 AGENT_KINDS = ("instruction", "skill")  # an agent's profile: its system prompt and skills
@@ -25,8 +25,7 @@ class Memory(AccessMixin, Base):
         access_check(),
         tenant_fk("owner_id", "users"),
         tenant_fk("branch_id", "branches"),
-        CheckConstraint("kind IN ('fact','rule','preference','procedure','schema_hint','instruction','skill')",
-                        name="kind"),
+        CheckConstraint("kind IN ('fact','rule','preference','procedure','schema_hint','instruction','skill')", name="kind"),
         CheckConstraint("(kind IN ('instruction','skill')) = (agent_id IS NOT NULL)", name="agent_profile"),
         Index("ix_memories_agent", "org_id", "agent_id", postgresql_where="agent_id IS NOT NULL"),
         CheckConstraint("status IN ('active','superseded','quarantined','deleted')", name="status"),
@@ -35,15 +34,25 @@ class Memory(AccessMixin, Base):
         Index("ix_memories_org_status", "org_id", "status"),
         # One version n per root in main and in each branch (a branch's version n+1 of a main
         # memory and main's own later n+1 are different rows).
-        Index("ix_memories_root", "org_id", "root_id", "version", "branch_id", unique=True,
-              postgresql_nulls_not_distinct=True),
+        Index("ix_memories_root", "org_id", "root_id", "version", "branch_id", unique=True, postgresql_nulls_not_distinct=True),
         Index("ix_memories_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
-        Index("ix_memories_embedding_hnsw", "embedding", postgresql_using="hnsw",
-              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index(
+            "ix_memories_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
         # The org-visible rows' own graph: filtered kNN for a caller in no group
         # (app/search/repository/vector.py `split_ids`).
-        Index("ix_memories_embedding_org_hnsw", "embedding", postgresql_using="hnsw", postgresql_where="visibility = 'org'",
-              postgresql_with={"m": 16, "ef_construction": 64}, postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index(
+            "ix_memories_embedding_org_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_where="visibility = 'org'",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
         Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
         # Hash-partitioned by org (migration 0015, 16 partitions <table>_pNN; docs/decisions.md):
         # one HNSW and one GIN index per partition. The partitions are the migration's business.

@@ -19,8 +19,8 @@ import uuid
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
-from app.kit.tenancy import scope as scopes
 from app.kit.database.db import every_scope
+from app.kit.tenancy import scope as scopes
 from app.memories import repository as repo
 from app.memories.models import Memory
 
@@ -40,12 +40,22 @@ def narrow_history(db: Session, new: Memory, *, actor_id: uuid.UUID | None) -> i
                 continue
             kept = scopes.meet(scopes.of(r), since, owner_id=r.owner_id)
             if not _same(kept, scopes.of(r)):
-                repo.set_scope(db, new.org_id, r.id, visibility=kept.visibility, groups=list(kept.groups),
-                               labels=list(kept.labels))
+                repo.set_scope(
+                    db, new.org_id, r.id, visibility=kept.visibility, groups=list(kept.groups), labels=list(kept.labels)
+                )
                 narrowed.append(str(r.id))
     if narrowed:
-        record(db, org_id=new.org_id, actor_id=actor_id, action="memory.narrow", target_type="memory",
-               target_id=new.id, details={"rows_narrowed": len(narrowed), "versions": narrowed,
-                                          "to": {"visibility": new.visibility, "groups": list(new.groups),
-                                                 "labels": list(new.labels)}})
+        record(
+            db,
+            org_id=new.org_id,
+            actor_id=actor_id,
+            action="memory.narrow",
+            target_type="memory",
+            target_id=new.id,
+            details={
+                "rows_narrowed": len(narrowed),
+                "versions": narrowed,
+                "to": {"visibility": new.visibility, "groups": list(new.groups), "labels": list(new.labels)},
+            },
+        )
     return len(narrowed)

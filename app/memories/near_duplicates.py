@@ -11,7 +11,7 @@ pipelines). Vectors are unit length, so cosine similarity is ``1 - cosine distan
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -50,8 +50,11 @@ def repeats_stored(stored: str, distance: float, new: str) -> bool:
     distance): the vectors are near-identical, the text is the same, or they are close and the
     wording is the same statement."""
     similarity = 1.0 - distance
-    return (similarity >= DUPLICATE_SIMILARITY or stored.strip().lower() == new.strip().lower()
-            or (similarity >= NEAR_SIMILARITY and same_statement(stored, new)))
+    return (
+        similarity >= DUPLICATE_SIMILARITY
+        or stored.strip().lower() == new.strip().lower()
+        or (similarity >= NEAR_SIMILARITY and same_statement(stored, new))
+    )
 
 
 def clusters(vectors: Sequence[np.ndarray], threshold: float) -> list[list[int]]:

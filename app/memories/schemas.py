@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from app.feedback.schemas import Utility
-from app.kit.items import SourceType
 from app.kit.http.schemas import GROUPS_MATCH_VISIBILITY, AccessIn, AccessOut, Instant, NumberOnly, StrictModel, Tag, Visibility
+from app.kit.items import SourceType
 
 MemoryKind = Literal["fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill"]
 AgentId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
@@ -29,8 +29,7 @@ _AGENT_ID_WITH_AGENT_KINDS = {
 
 
 class MemoryIn(AccessIn):
-    model_config = ConfigDict(extra="forbid",
-                              json_schema_extra={"allOf": [GROUPS_MATCH_VISIBILITY, _AGENT_ID_WITH_AGENT_KINDS]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [GROUPS_MATCH_VISIBILITY, _AGENT_ID_WITH_AGENT_KINDS]})
 
     text: str = Field(min_length=1, max_length=20_000)
     kind: MemoryKind
@@ -41,7 +40,7 @@ class MemoryIn(AccessIn):
     agent_id: AgentId | None = None
 
     @model_validator(mode="after")
-    def _agent_profile(self) -> "MemoryIn":
+    def _agent_profile(self) -> MemoryIn:
         if (self.kind in ("instruction", "skill")) != (self.agent_id is not None):
             raise ValueError("kinds 'instruction' and 'skill' belong to an agent: give agent_id with them (only)")
         return self

@@ -39,17 +39,29 @@ def org_by_name(db: Session, name: str) -> Org:
     return org
 
 
-def create_user(db: Session, org: Org, name: str, *, roles=(), groups=(), clearances=()) -> User:  # noqa: ANN001
-    u = User(org_id=org.id, name=name, roles=sorted(set(roles or ("member",))), groups=sorted(set(groups)),
-             clearances=sorted(set(clearances)))
+def create_user(db: Session, org: Org, name: str, *, roles=(), groups=(), clearances=()) -> User:
+    u = User(
+        org_id=org.id,
+        name=name,
+        roles=sorted(set(roles or ("member",))),
+        groups=sorted(set(groups)),
+        clearances=sorted(set(clearances)),
+    )
     db.add(u)
     try:
         with db.begin_nested():
             db.flush()
     except IntegrityError:
         raise Conflict(f"user {name!r} already exists in {org.name!r}") from None
-    record(db, org_id=org.id, actor_id=None, action="user.create", target_type="user", target_id=u.id,
-           details={"roles": u.roles, "groups": u.groups, "clearances": u.clearances})
+    record(
+        db,
+        org_id=org.id,
+        actor_id=None,
+        action="user.create",
+        target_type="user",
+        target_id=u.id,
+        details={"roles": u.roles, "groups": u.groups, "clearances": u.clearances},
+    )
     return u
 
 
@@ -65,8 +77,15 @@ def create_key(db: Session, user: User) -> str:
     key_id, key, salt, digest = new_key()
     db.add(ApiKey(id=key_id, org_id=user.org_id, user_id=user.id, salt=salt, secret_hash=digest))
     db.flush()
-    record(db, org_id=user.org_id, actor_id=None, action="key.create", target_type="user", target_id=user.id,
-           details={"key_id": str(key_id)})
+    record(
+        db,
+        org_id=user.org_id,
+        actor_id=None,
+        action="key.create",
+        target_type="user",
+        target_id=user.id,
+        details={"key_id": str(key_id)},
+    )
     return key
 
 
@@ -80,20 +99,26 @@ def resolve_key(db: Session, key: str) -> Principal | None:
     row = repo.key_principal(db, key_id)  # the key with its user: one statement
     if row is None or not hmac.compare_digest(hash_secret(bytes(row.salt), secret), bytes(row.secret_hash)):
         return None
-    p = Principal(org_id=row.org_id, user_id=row.user_id, name=row.name, roles=tuple(row.roles),
-                  groups=tuple(row.groups), clearances=tuple(row.clearances))
+    p = Principal(
+        org_id=row.org_id,
+        user_id=row.user_id,
+        name=row.name,
+        roles=tuple(row.roles),
+        groups=tuple(row.groups),
+        clearances=tuple(row.clearances),
+    )
     bind_principal(db, p)
     return p
 
 
-def user_name(db: Session, org_id, user_id) -> str:  # noqa: ANN001
+def user_name(db: Session, org_id, user_id) -> str:
     u = repo.user_in_org(db, org_id, user_id)
     if u is None:
         raise NotFound("user not found")
     return u.name
 
 
-def job_owner(db: Session, org_id, created_by):  # noqa: ANN001, ANN201
+def job_owner(db: Session, org_id, created_by):
     """Who owns what a pipeline writes when no user asked for it (scheduled or CLI runs): the
     creator of the job, else the org's first admin, else its first steward, else its first user."""
     if created_by is not None:
@@ -108,13 +133,13 @@ def job_owner(db: Session, org_id, created_by):  # noqa: ANN001, ANN201
     return users[0].id
 
 
-def retention_rules(db: Session, org_id) -> dict[str, int]:  # noqa: ANN001
+def retention_rules(db: Session, org_id) -> dict[str, int]:
     """The org's retention policy: days per item type (org.settings.retention, `memscale admin set-retention`)."""
     org = db.get(Org, org_id)
     return dict((org.settings or {}).get("retention", {}))
 
 
-def retention_days(db: Session, org_id, item_type: str):  # noqa: ANN001, ANN201
+def retention_days(db: Session, org_id, item_type: str):
     """The org's retention policy for an item type (days), or None."""
     return retention_rules(db, org_id).get(item_type)
 

@@ -11,16 +11,45 @@ MAX_PARSED of them; the rest are not read and counted in `skipped`."""
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-          "november", "december")
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-           "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "few": 3, "couple": 2}
-MON = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|" \
-       r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "twelve": 12,
+    "few": 3,
+    "couple": 2,
+}
+MON = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
+    r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
 NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|twelve|few|couple(?: of)?)"
 UNIT = r"(hours?|days?|weeks?|months?|quarters?|years?)"
 # a date expression dateparser reads: "March", "March 3", "3 March 2026", "3 June, 2023", "December 1,2023",
@@ -35,14 +64,17 @@ _MONTH_DAY = rf"{MON} {_DAY}"  # "March 3"
 NAMED_DATE = rf"{WEEKDAY},? (?:{_DAY_FIRST}(?:{YEAR})?|(?:the )?{_MONTH_DAY}(?:{YEAR})?)"
 # a day with its month and year, read wherever it stands ("the receipt of January 23, 2022")
 FULL_DATE = rf"(?:{_ISO}|{_DAY_FIRST}{YEAR}|{_MONTH_DAY}{YEAR})"
-DATE = (rf"((?:{_ISO})|(?:{NAMED_DATE})|(?:{_DAY_FIRST}(?:{YEAR})?)|"
-         rf"(?:{MON}(?: {_DAY})?(?:{YEAR})?)|(?:last {WEEKDAY})|\d{{4}})")
+DATE = (
+    rf"((?:{_ISO})|(?:{NAMED_DATE})|(?:{_DAY_FIRST}(?:{YEAR})?)|"
+    rf"(?:{MON}(?: {_DAY})?(?:{YEAR})?)|(?:last {WEEKDAY})|\d{{4}})"
+)
 # A weekday (or "the") in front of an explicit date adds nothing to it (the date names the day) and is
 # left out of what dateparser reads; a weekday that disagrees with its date cannot move it.
 _WEEKDAY_FIRST = re.compile(rf"^(?:{WEEKDAY},? )?(?:the )?(?=\d|{MON})")
 
+
 def day_start(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+    return datetime(d.year, d.month, d.day, tzinfo=UTC)
 
 
 def month_start(y: int, m: int) -> date:
@@ -62,16 +94,18 @@ def number(word: str) -> int:
 
 
 @lru_cache(maxsize=1)
-def _date_parser():  # noqa: ANN202
+def _date_parser():
     from dateparser.date import DateDataParser
 
-    return DateDataParser(languages=["en"], settings={"PREFER_DATES_FROM": "past", "PREFER_DAY_OF_MONTH": "first",
-                                                      "RETURN_AS_TIMEZONE_AWARE": False})
+    return DateDataParser(
+        languages=["en"],
+        settings={"PREFER_DATES_FROM": "past", "PREFER_DAY_OF_MONTH": "first", "RETURN_AS_TIMEZONE_AWARE": False},
+    )
 
 
 def warm_up() -> None:
     """dateparser loads its language data on the first call (~100 ms): do it at start-up."""
-    DateReader(datetime.now(timezone.utc))("March 3")
+    DateReader(datetime.now(UTC))("March 3")
 
 
 # Distinct expressions one reading hands to dateparser. An instruction or query a person writes
@@ -120,7 +154,7 @@ class DateReader:
 
 def _dateparser_span(expr: str, now: datetime) -> Span | None:
     p = _date_parser()
-    p._settings.RELATIVE_BASE = now.replace(tzinfo=None)  # noqa: SLF001 - per-call base, parser cached
+    p._settings.RELATIVE_BASE = now.replace(tzinfo=None)
     data = p.get_date_data(expr)
     if data is None or data.date_obj is None:
         return None

@@ -19,7 +19,7 @@ or to get round permissions, is dropped and named in `ignored` (never an error).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,13 +28,11 @@ from app.search.dates import MAX_PARSED
 from app.search.schemas import Interpreted, SearchFilters
 from app.search.time_window import Reading, normalised, read_times
 
-LIST_FIELDS = ("kinds", "exclude_kinds", "labels", "exclude_labels", "visibility", "groups", "asset_kinds",
-               "status", "source")
+LIST_FIELDS = ("kinds", "exclude_kinds", "labels", "exclude_labels", "visibility", "groups", "asset_kinds", "status", "source")
 
 KIND_WORDS = [  # (pattern, kind); longer phrases first
     (r"schema[- ]hints?", "schema_hint"),
-    (r"(?:tool[- ]call |agent )?(?:trajector(?:y|ies)|runs)(?: of the agent)?|tool[- ]call runs(?: of the agent)?",
-     "trajectory"),
+    (r"(?:tool[- ]call |agent )?(?:trajector(?:y|ies)|runs)(?: of the agent)?|tool[- ]call runs(?: of the agent)?", "trajectory"),
     (r"chat(?:s| logs?)|conversations?|dialogues?", "conversation"),
     (r"rules?|policies|policy", "rule"),
     (r"(?:how[- ]to )?procedures?|runbooks?|playbooks?|how[- ]tos?", "procedure"),
@@ -50,22 +48,30 @@ ASSET_WORDS = [
     (r"docs|documentation|documents?|wiki(?: pages?)?", "document"),
 ]
 NEGATIONS = r"(?:not|no|except|excluding|exclude|without|but not|other than|apart from|minus|non)"
-FILLER = set("""a an the and or of for to in on at by with from about into any all some only just please me my
+FILLER = set(
+    """a an the and or of for to in on at by with from about into any all some only just please me my
 show find get give list what which who that this these those is are was were be been it its them they their
 anything everything something stuff things items item ones one entries entry memories memory results result
 related concerning regarding focus also too including include nothing else i we our us can normally see
-added created written wrote took take made kept stored recorded changed new old ones' s even m re ve ll d""".split())
+added created written wrote took take made kept stored recorded changed new old ones' s even m re ve ll d""".split()
+)
 WIDENING = [
     r"\b(?:everyone|everybody|anyone)(?:'s| else'?s?)?\b(?! (?:in|across) the org)",
-    r"\ball (?:the )?(?:users|people|employees|members)'?s?\b", r"\bevery (?:user|person|team|group)'?s?\b",
+    r"\ball (?:the )?(?:users|people|employees|members)'?s?\b",
+    r"\bevery (?:user|person|team|group)'?s?\b",
     r"\bother (?:users|people|orgs?|organi[sz]ations|tenants|companies|teams|groups)\b",
-    r"\ball (?:orgs|organi[sz]ations|tenants|companies)\b", r"\b(?:whole|entire) company'?s?\b",
+    r"\ball (?:orgs|organi[sz]ations|tenants|companies)\b",
+    r"\b(?:whole|entire) company'?s?\b",
     r"\bfrom (?:the )?[\w-]+ (?:org|organi[sz]ation|tenant)\b",
     r"\b(?:ignore|bypass|skip|override|disable)\w* (?:the )?"
     r"(?:permissions?|access(?: control)?|acls?|security|rules on access)\b",
-    r"\b(?:hidden|restricted) items?(?: too)?\b", r"\bnot cleared for\b", r"\bcan'?t (?:normally )?see\b",
-    r"\bgroups? i'?m not in\b", r"\bas an? (?:admin|administrator|superuser|root)\b",
-    r"\bincluding private ones\b", r"\b(?:items|memories|notes|things|stuff) of [a-z]+\b",
+    r"\b(?:hidden|restricted) items?(?: too)?\b",
+    r"\bnot cleared for\b",
+    r"\bcan'?t (?:normally )?see\b",
+    r"\bgroups? i'?m not in\b",
+    r"\bas an? (?:admin|administrator|superuser|root)\b",
+    r"\bincluding private ones\b",
+    r"\b(?:items|memories|notes|things|stuff) of [a-z]+\b",
 ]
 TIME_POSSESSIVE = {"today", "yesterday", "tomorrow", "week", "month", "quarter", "year"}
 
@@ -81,7 +87,9 @@ def _widening(st: Reading) -> None:
         name = m.group(1)
         if name in TIME_POSSESSIVE or name in ("team", "group", "org", "company", "one", "it", "that", "what"):
             continue
-        if re.search(rf"\b{re.escape(name)}'s", st.text) and re.search(rf"\b(?:the )?{re.escape(name)}'s\b(?= (?:group|team))", st.text):
+        if re.search(rf"\b{re.escape(name)}'s", st.text) and re.search(
+            rf"\b(?:the )?{re.escape(name)}'s\b(?= (?:group|team))", st.text
+        ):
             continue
         if re.search(rf"\bthe {re.escape(name)} (?:team|group)'s", st.text):
             continue
@@ -97,10 +105,15 @@ def _people_and_sharing(st: Reading) -> None:
     sub = st.each
 
     sub(r"\bmine or my (?:team|group)s?'?s?\b", lambda m: st.add("visibility", "private", "group"))
-    sub(r"\bnot shared with (?:the )?(?:whole )?(?:org|organi[sz]ation|company)\b",
-        lambda m: st.add("visibility", "private", "group"))
-    sub(r"\b(?:shared with (?:the )?(?:whole |entire )?(?:org|organi[sz]ation|company|everyone)|org[- ]wide|"
-        r"company[- ]wide|across the org|organi[sz]ation[- ]wide|public)\b", lambda m: st.add("visibility", "org"))
+    sub(
+        r"\bnot shared with (?:the )?(?:whole )?(?:org|organi[sz]ation|company)\b",
+        lambda m: st.add("visibility", "private", "group"),
+    )
+    sub(
+        r"\b(?:shared with (?:the )?(?:whole |entire )?(?:org|organi[sz]ation|company|everyone)|org[- ]wide|"
+        r"company[- ]wide|across the org|organi[sz]ation[- ]wide|public)\b",
+        lambda m: st.add("visibility", "org"),
+    )
     sub(r"\b(?:shared with my (?:groups?|teams?)|team[- ]level|group[- ]shared)\b", lambda m: st.add("visibility", "group"))
 
     def group(m: re.Match) -> None:
@@ -110,20 +123,28 @@ def _people_and_sharing(st: Reading) -> None:
         else:
             st.add("groups", name)
 
-    sub(r"\b(?:shared with (?:the )?(?:group )?|from (?:the )?|(?:the )?)([a-z0-9_.&/-]+)(?: group| team)(?:'s)?\b"
-        r"|\b(?:shared with |in )?group ([a-z0-9_.&/-]+)\b", group)
-    sub(r"\b(?:my (?:team|group)s?'?s?|team|group)\b(?! [a-z0-9_.&/-]+'s)"
-        r"(?=(?: [a-z]+)?(?:,| *$| only| items| rules| notes| procedures))", lambda m: st.add("visibility", "group"))
+    sub(
+        r"\b(?:shared with (?:the )?(?:group )?|from (?:the )?|(?:the )?)([a-z0-9_.&/-]+)(?: group| team)(?:'s)?\b"
+        r"|\b(?:shared with |in )?group ([a-z0-9_.&/-]+)\b",
+        group,
+    )
+    sub(
+        r"\b(?:my (?:team|group)s?'?s?|team|group)\b(?! [a-z0-9_.&/-]+'s)"
+        r"(?=(?: [a-z]+)?(?:,| *$| only| items| rules| notes| procedures))",
+        lambda m: st.add("visibility", "group"),
+    )
     sub(r"\bprivate(?: ones| items)?\b", lambda m: st.add("visibility", "private"))
-    sub(r"\b(?:mine|my own|i (?:wrote|created|made|added|took|saved|stored|recorded)|by me|my)\b",
-        lambda m: st.f.__setitem__("owner", "me"))
+    sub(
+        r"\b(?:mine|my own|i (?:wrote|created|made|added|took|saved|stored|recorded)|by me|my)\b",
+        lambda m: st.f.__setitem__("owner", "me"),
+    )
 
 
 def _labels(st: Reading) -> None:
     def labels_in(s: str) -> list[str]:
         return [LABEL_WORDS.get(w, w) for w in re.findall(r"[a-z0-9_.:&/-]+", s) if w not in ("and", "or", "the")]
 
-    def into(name: str, read=lambda m: labels_in(m.group(1))):  # noqa: ANN001, ANN202
+    def into(name: str, read=lambda m: labels_in(m.group(1))):
         return lambda m: st.add(name, *read(m))
 
     one = lambda m: [LABEL_WORDS.get(m.group(1), m.group(1))]  # noqa: E731
@@ -141,14 +162,21 @@ def _labels(st: Reading) -> None:
 def _sources_status_assets(st: Reading) -> None:
     sub = st.each
 
-    sub(r"\b(?:distilled|learn(?:t|ed)|extracted|derived)(?: from (?:the )?(?:user |agent |chat )?"
-        r"(?:logs?|conversations?|runs|episodes|traces|chats))?\b", lambda m: st.add("source", "distill"))
-    sub(r"\b(?:written by hand|hand[- ]written|manually(?: added| written| entered)?|added by hand|by hand)\b",
-        lambda m: st.add("source", "api"))
+    sub(
+        r"\b(?:distilled|learn(?:t|ed)|extracted|derived)(?: from (?:the )?(?:user |agent |chat )?"
+        r"(?:logs?|conversations?|runs|episodes|traces|chats))?\b",
+        lambda m: st.add("source", "distill"),
+    )
+    sub(
+        r"\b(?:written by hand|hand[- ]written|manually(?: added| written| entered)?|added by hand|by hand)\b",
+        lambda m: st.add("source", "api"),
+    )
     sub(r"\b(?:from (?:the )?)?bootstrap(?:ped)?\b", lambda m: st.add("source", "bootstrap"))
-    sub(r"\b(?:including |with |and |plus )?(?:superseded|old|previous|past|outdated|earlier) versions? too\b"
+    sub(
+        r"\b(?:including |with |and |plus )?(?:superseded|old|previous|past|outdated|earlier) versions? too\b"
         r"|\bincluding (?:superseded|old|previous|outdated|earlier) versions?\b",
-        lambda m: st.add("status", "active", "superseded"))
+        lambda m: st.add("status", "active", "superseded"),
+    )
     sub(r"\b(?:only )?(?:superseded|outdated|old|previous) versions?(?: only)?\b", lambda m: st.add("status", "superseded"))
     sub(r"\bcurrent (?:ones|versions?|items)(?: only)?\b", lambda m: st.add("status", "active"))
     for pattern, kind in ASSET_WORDS:
@@ -165,14 +193,18 @@ def _kinds(st: Reading) -> None:
 
 def _terms(st: Reading) -> list[str]:
     words = re.findall(r"[a-z0-9][a-z0-9&_.-]*", st.text)
-    return [w.strip(".-") for w in words if w.strip(".-") and w.strip(".-") not in FILLER
-            and w not in ("except", "excluding", "without", "not", "no", "but", "nothing", "versions", "version")]
-
+    return [
+        w.strip(".-")
+        for w in words
+        if w.strip(".-")
+        and w.strip(".-") not in FILLER
+        and w not in ("except", "excluding", "without", "not", "no", "but", "nothing", "versions", "version")
+    ]
 
 
 def interpret(instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:
     """(filters, query terms, ignored) read from `instruction` by the deterministic rules."""
-    st = Reading(normalised(instruction), now or datetime.now(timezone.utc))
+    st = Reading(normalised(instruction), now or datetime.now(UTC))
     _widening(st)
     read_times(st)
     if st.dates.skipped:
@@ -227,8 +259,9 @@ def set_fields(f: SearchFilters) -> dict:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in f.model_dump().items() if v is not None}
 
 
-def apply(instruction: str | None, query: str, explicit: SearchFilters, *, now: datetime | None = None,
-          interpreter=None) -> tuple[str, SearchFilters, Interpreted | None]:  # noqa: ANN001
+def apply(
+    instruction: str | None, query: str, explicit: SearchFilters, *, now: datetime | None = None, interpreter=None
+) -> tuple[str, SearchFilters, Interpreted | None]:
     """(query to rank with, filters to apply, what to echo) for a request with `instruction`.
     `interpreter(instruction, now=...)` reads it (default `interpret`; app.search.prepare passes the
     LLM's reading, app.search.instruction_llm, when it is switched on)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import get_args
 
@@ -30,8 +30,20 @@ log = logging.getLogger("memscale.instruction")
 
 MAX_TOKENS = 40  # the longest useful answer, e.g. {"kinds": ["procedure"], "since": "2026-07-01"}, is ~20
 KINDS = "rule|fact|preference|procedure|schema_hint|conversation|trajectory|feedback|note"
-ASKED = ("kinds", "exclude_kinds", "labels", "exclude_labels", "since", "until", "owner", "visibility", "groups",
-         "asset_kinds", "status", "source")  # every SearchFilters field an instruction may set (not session_id)
+ASKED = (
+    "kinds",
+    "exclude_kinds",
+    "labels",
+    "exclude_labels",
+    "since",
+    "until",
+    "owner",
+    "visibility",
+    "groups",
+    "asset_kinds",
+    "status",
+    "source",
+)  # every SearchFilters field an instruction may set (not session_id)
 LLM_PROMPT = "Filters: {fields}\nInstruction: {instruction}\nToday: {today}. Words left: {words}. JSON:"
 SHOTS = [  # a worked pair of turns before the real one: the 135M model copies a shape, not a description
     ("drafts tagged pii from me", ["tagged", "pii"], ("labels", "since", "owner"), '{"labels": ["pii"]}'),
@@ -39,7 +51,7 @@ SHOTS = [  # a worked pair of turns before the real one: the 135M model copies a
 ]
 
 
-def _literals(annotation) -> list[str]:  # noqa: ANN001
+def _literals(annotation) -> list[str]:
     return [annotation] if isinstance(annotation, str) else [v for a in get_args(annotation) for v in _literals(a)]
 
 
@@ -63,8 +75,9 @@ def unset_model(names: tuple[str, ...]) -> type[BaseModel]:
 
 
 def prompt(instruction: str, words: list[str], unset: tuple[str, ...], today: str) -> str:
-    return LLM_PROMPT.format(words=", ".join(words), instruction=instruction, today=today,
-                             fields="; ".join(f"{n}: {_values(n)}" for n in unset))
+    return LLM_PROMPT.format(
+        words=", ".join(words), instruction=instruction, today=today, fields="; ".join(f"{n}: {_values(n)}" for n in unset)
+    )
 
 
 def messages(instruction: str, words: list[str], unset: tuple[str, ...], today: str) -> list[dict]:
@@ -74,16 +87,21 @@ def messages(instruction: str, words: list[str], unset: tuple[str, ...], today: 
     return out + [{"role": "user", "content": prompt(instruction, words, unset, today)}]
 
 
-def interpret_llm(gateway, instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:  # noqa: ANN001
+def interpret_llm(gateway, instruction: str, *, now: datetime | None = None) -> tuple[SearchFilters, list[str], list[str]]:
     """The deterministic reading, with fields it left unset filled from the configured LLM when
     it left words it could not place (the query words stay the rules')."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     base, terms, ignored = interpret(instruction, now=now)
     unset = tuple(n for n in ASKED if getattr(base, n) is None)
     if not terms or not unset:
         return base, terms, ignored
-    out = gateway.chat_json(messages(instruction, terms, unset, now.date().isoformat()),
-                            schema=dict, schema_hint="{}", max_tokens=MAX_TOKENS, repair=False)
+    out = gateway.chat_json(
+        messages(instruction, terms, unset, now.date().isoformat()),
+        schema=dict,
+        schema_hint="{}",
+        max_tokens=MAX_TOKENS,
+        repair=False,
+    )
     try:
         if not isinstance(out, dict):
             raise ValueError(str(out))

@@ -45,20 +45,23 @@ def new_words(db: Session, org_id: uuid.UUID, texts: list[str]) -> list[tuple[st
         if not known and (lex not in best or (counts[word], word) > (counts[best[lex]], best[lex])):
             best[lex] = word
     order = sorted(best, key=lambda lex: (-counts[best[lex]], lex))
-    return [(lex, best[lex]) for lex in order[:WORDS_PER_ITEM * len(texts) + WORDS_EXTRA]]
+    return [(lex, best[lex]) for lex in order[: WORDS_PER_ITEM * len(texts) + WORDS_EXTRA]]
 
 
-def embed_words(embedder, words: list[tuple[str, str]], who: str | None = None) -> list[tuple[tuple[str, str], object]]:  # noqa: ANN001
+def embed_words(embedder, words: list[tuple[str, str]], who: str | None = None) -> list[tuple[tuple[str, str], object]]:
     """The words' embeddings, through the fair write lane when `who` is given (in slices). The
     vocabulary is best effort: a slice the embedding queue refuses (the key holder has a flood
     waiting) is skipped, and those words are added when they arrive again."""
     out = []
     for i in range(0, len(words), EMBED_SLICE):
-        part = words[i:i + EMBED_SLICE]
+        part = words[i : i + EMBED_SLICE]
         texts = [w for _, w in part]
         try:
-            vecs = embedder.embed_write(who, texts) if who is not None and hasattr(embedder, "embed_write") \
+            vecs = (
+                embedder.embed_write(who, texts)
+                if who is not None and hasattr(embedder, "embed_write")
                 else embedder.embed(texts)
+            )
         except RateLimited:
             log.info("embedding queue full: %d vocabulary words left for later", len(words) - i)
             break
@@ -70,7 +73,7 @@ def remember(db: Session, org_id: uuid.UUID, embedded: list[tuple[tuple[str, str
     repo.add(db, org_id, [e for e, _ in embedded], [v for _, v in embedded])
 
 
-def add_for(db: Session, embedder, org_id: uuid.UUID, texts: list[str]) -> None:  # noqa: ANN001
+def add_for(db: Session, embedder, org_id: uuid.UUID, texts: list[str]) -> None:
     """The new words of `texts`, embedded and stored in the caller's transaction (paths that embed
     inline, such as a session's episodes)."""
     remember(db, org_id, embed_words(embedder, new_words(db, org_id, texts)))

@@ -24,16 +24,16 @@ class QueryVector:
 
     __slots__ = ("_source", "_value")
 
-    def __init__(self, source=None):  # noqa: ANN001 - an array, an app.kit.runtime.embedding.Pending or None
+    def __init__(self, source=None):
         self._source, self._value = source, None
 
-    def get(self):  # noqa: ANN201
+    def get(self):
         if self._value is None and self._source is not None:
             self._value, self._source = vector(self._source), None
         return self._value
 
 
-def as_query_vector(qvec) -> QueryVector:  # noqa: ANN001
+def as_query_vector(qvec) -> QueryVector:
     return qvec if isinstance(qvec, QueryVector) else QueryVector(qvec)
 
 
@@ -49,23 +49,34 @@ class Prepared:
     qvec: QueryVector
 
 
-def prepare(db: Session, principal: Principal, *, query: str, filters: SearchFilters, instruction: str | None,
-            as_of: datetime | None, settings, resources, embed: bool = True) -> Prepared:  # noqa: ANN001
+def prepare(
+    db: Session,
+    principal: Principal,
+    *,
+    query: str,
+    filters: SearchFilters,
+    instruction: str | None,
+    as_of: datetime | None,
+    settings,
+    resources,
+    embed: bool = True,
+) -> Prepared:
     """The request's ranking inputs (see the module). Relative times in the instruction ("last
     week") are read against an as-of read's instant, as they were meant then."""
     principal = principal.at(as_of)
     interpreted = None
     if instruction and settings.instruction_llm:  # no pooled connection held while the LLM reads it
         with released(db, principal):
-            query, filters, interpreted = apply(instruction, query, filters, now=principal.view.as_of,
-                                                interpreter=partial(interpret_llm, resources.gateway))
+            query, filters, interpreted = apply(
+                instruction, query, filters, now=principal.view.as_of, interpreter=partial(interpret_llm, resources.gateway)
+            )
     elif instruction:
         query, filters, interpreted = apply(instruction, query, filters, now=principal.view.as_of)
     qvec = QueryVector(embed_query(db, principal, resources.embedder, query) if embed else None)
     return Prepared(principal=principal, query=query, filters=filters, interpreted=interpreted, qvec=qvec)
 
 
-def embed_query(db: Session, principal: Principal, embedder, query: str):  # noqa: ANN001, ANN201
+def embed_query(db: Session, principal: Principal, embedder, query: str):
     """The query's embedding for a request's ranking. With the embedder idle it is computed beside
     the ranking's first statements (text search and the visible-row count need no vector) and
     the ranking waits for it where it needs it: the request keeps its connection for at most one

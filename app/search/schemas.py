@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StrictBool
 
-from app.kit.items import SEARCH_TYPES, SearchType
 from app.kit.http.schemas import Instant, NumberOnly, StrictModel, Tag
+from app.kit.items import SEARCH_TYPES, SearchType
 
 ItemType = SearchType
 

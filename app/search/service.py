@@ -32,19 +32,21 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.feedback import service as feedback
+from app.kit.database.replicas import on
 from app.kit.items import SEARCH_TYPES
 from app.kit.registry import text_of
-from app.kit.database.replicas import on
 from app.lineage.service import record_retrieval
-from app.search.time_window import query_window
 from app.search.prepare import Prepared, QueryVector, as_query_vector
-from app.search.repository import bm25 as text_repo, rows as rows_repo, vector as vector_repo
+from app.search.repository import bm25 as text_repo
+from app.search.repository import rows as rows_repo
+from app.search.repository import vector as vector_repo
 from app.search.repository.expansion import expansion_rows
 from app.search.repository.lexicon import lift_rows
 from app.search.repository.sessions import binding, bound_like
 from app.search.repository.window import named_time_rows
 from app.search.schemas import Explanation, SearchFilters, SearchIn, SearchResult
 from app.search.signals import Pool, fuse
+from app.search.time_window import query_window
 from app.search.tuning import DEFAULT_TUNING, Tuning
 
 RRF_K = 60
@@ -81,21 +83,30 @@ class RankCall:
         object.__setattr__(self, "types", tuple(dict.fromkeys(self.types)))
 
     @classmethod
-    def of(cls, prepared: Prepared, **asked) -> RankCall:  # noqa: ANN003
+    def of(cls, prepared: Prepared, **asked) -> RankCall:
         """The call for a prepared request (app.search.prepare)."""
-        return cls(principal=prepared.principal, query=prepared.query, qvec=prepared.qvec, filters=prepared.filters,
-                   **asked)
+        return cls(principal=prepared.principal, query=prepared.query, qvec=prepared.qvec, filters=prepared.filters, **asked)
 
 
-def to_result(type_: str, row, score: float) -> SearchResult:  # noqa: ANN001
+def to_result(type_: str, row, score: float) -> SearchResult:
     """A loaded row (repository.load) as a search result."""
-    return SearchResult(type=type_, id=row.id, text=text_of(type_, row), score=round(float(score), 6),
-                        visibility=row.visibility, labels=list(row.labels), groups=list(row.groups),
-                        created_at=getattr(row, "created_at", None) or row.recorded_at, kind=getattr(row, "kind", None),
-                        owner_id=row.owner_id,
-                        confidence=getattr(row, "confidence", None), session_id=getattr(row, "session_id", None),
-                        content_hash=getattr(row, "content_hash", None), outcome=getattr(row, "outcome", None),
-                        occurred_at=getattr(row, "occurred_at", None))
+    return SearchResult(
+        type=type_,
+        id=row.id,
+        text=text_of(type_, row),
+        score=round(float(score), 6),
+        visibility=row.visibility,
+        labels=list(row.labels),
+        groups=list(row.groups),
+        created_at=getattr(row, "created_at", None) or row.recorded_at,
+        kind=getattr(row, "kind", None),
+        owner_id=row.owner_id,
+        confidence=getattr(row, "confidence", None),
+        session_id=getattr(row, "session_id", None),
+        content_hash=getattr(row, "content_hash", None),
+        outcome=getattr(row, "outcome", None),
+        occurred_at=getattr(row, "occurred_at", None),
+    )
 
 
 def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict | None]:
@@ -160,8 +171,18 @@ def _vocabulary(db: Session, call: RankCall, rows: list, total: int, info: dict)
     """The pool with the vocabulary lift's `vocab_depth` best rows added, and the lift's scores
     over the caller's servable turns (app/search/lexicon.py)."""
     tun = call.tuning
-    found = lift_rows(db, call.principal, call.filters, qvec=call.qvec.get(), own=text_repo.query_lexemes(db, call.query),
-                      pool=[r.id for r in rows], total=total, terms=tun.vocab_terms, min_sim=tun.vocab_min_sim, n=LIFT_ROWS)
+    found = lift_rows(
+        db,
+        call.principal,
+        call.filters,
+        qvec=call.qvec.get(),
+        own=text_repo.query_lexemes(db, call.query),
+        pool=[r.id for r in rows],
+        total=total,
+        terms=tun.vocab_terms,
+        min_sim=tun.vocab_min_sim,
+        n=LIFT_ROWS,
+    )
     info["vocabulary"] = len(found)
     return _joined(rows, found, tun.vocab_depth), {r.id: float(r.r) for r in found}
 
@@ -179,9 +200,18 @@ def _second_round(db: Session, call: RankCall, pool: Pool, fused: dict, info: di
     take no support from their own neighbours (no second neighbour lookup: it saves a
     statement), but lift the first-round turns they sit next to through the first round's pairs."""
     tun = call.tuning
-    seeds = sorted(fused, key=lambda i: (-fused[i], str(i)))[:tun.expand_from]
-    found = expansion_rows(db, call.principal, "episode", call.filters, hit_ids=seeds, query=call.query,
-                           qvec=call.qvec.get(), n_terms=tun.expand_terms, n=tun.expand_depth)
+    seeds = sorted(fused, key=lambda i: (-fused[i], str(i)))[: tun.expand_from]
+    found = expansion_rows(
+        db,
+        call.principal,
+        "episode",
+        call.filters,
+        hit_ids=seeds,
+        query=call.query,
+        qvec=call.qvec.get(),
+        n_terms=tun.expand_terms,
+        n=tun.expand_depth,
+    )
     info["second_round"] = len(found)
     if not found:
         return None
@@ -208,17 +238,26 @@ def rank(db: Session, call: RankCall, *, neighbours_out: dict | None = None) -> 
             # Like hybrid: the exact search where the caller sees few rows. The HNSW walk over a
             # partition's graph can return ten visible rows that are not the nearest ten.
             few = tun.exact_below and visible_total(db, call.principal, t, call.filters) <= tun.exact_below
-            rows, exact = vector_repo.vector_ids(db, call.principal, t, call.qvec.get(), call.filters, call.k,
-                                                 ef_search=call.ef_search, mode="exact" if few else "auto")
+            rows, exact = vector_repo.vector_ids(
+                db,
+                call.principal,
+                t,
+                call.qvec.get(),
+                call.filters,
+                call.k,
+                ef_search=call.ef_search,
+                mode="exact" if few else "auto",
+            )
             info["exact_fallbacks"] += int(exact and not few)
             scored.update({(t, id_): 1.0 - float(d) for id_, d in rows})
         else:
-            scored.update({(t, id_): float(r) for id_, r in text_repo.text_ids(db, call.principal, t, call.query,
-                                                                               call.filters, call.k)})
+            scored.update(
+                {(t, id_): float(r) for id_, r in text_repo.text_ids(db, call.principal, t, call.query, call.filters, call.k)}
+            )
     if call.explain and call.mode != "hybrid":  # one signal: the cosine or BM25 itself
         parts = {key: {"vector" if call.mode == "vector" else "bm25": s} for key, s in scored.items()}
     found = info.pop("neighbours", {})  # rows, not for the retrieval record: handed out on request
-    top = sorted(scored.items(), key=lambda kv: (-kv[1], str(kv[0][1])))[:call.k]
+    top = sorted(scored.items(), key=lambda kv: (-kv[1], str(kv[0][1])))[: call.k]
     by_type: dict[str, list] = {}
     for (t, id_), _ in top:
         by_type.setdefault(t, []).append(id_)
@@ -258,7 +297,7 @@ def _fused_types(db: Session, call: RankCall, info: dict) -> dict[str, tuple[dic
             try:
                 out[t], part = fut.result()
                 infos.append(part)
-            except BaseException as e:  # noqa: BLE001  (re-raised below, after the others ended)
+            except BaseException as e:
                 out[t], part = e, None
     for part in infos:
         for key, value in part.items():
@@ -269,7 +308,7 @@ def _fused_types(db: Session, call: RankCall, info: dict) -> dict[str, tuple[dic
     return out
 
 
-def _fuse_aside(engine, settings: dict, db_info: dict, call: RankCall, t: str) -> tuple[tuple, dict]:  # noqa: ANN001
+def _fuse_aside(engine, settings: dict, db_info: dict, call: RankCall, t: str) -> tuple[tuple, dict]:
     try:
         with bound_like(engine, settings, db_info) as side:
             part = {"exact_fallbacks": 0}
@@ -322,17 +361,25 @@ def load(db: Session, principal: Principal, type_: str, ids: list) -> dict:
     return rows_repo.load(db, principal, type_, ids)
 
 
-def search(db: Session, prepared: Prepared, body: SearchIn, *, ef_search: int, tuning: Tuning = DEFAULT_TUNING,
-           read=None) -> tuple[list[SearchResult], uuid.UUID]:  # noqa: ANN001
+def search(
+    db: Session, prepared: Prepared, body: SearchIn, *, ef_search: int, tuning: Tuning = DEFAULT_TUNING, read=None
+) -> tuple[list[SearchResult], uuid.UUID]:
     """Rank a prepared request (app.search.prepare: the instruction is read there, once) and record
     the retrieval event, with what the instruction was read as. `read`: where the ranking reads (a
     read replica, app.kit.database.replicas); the retrieval event is written in `db`."""
-    call = RankCall.of(prepared, types=tuple(body.types), k=body.k, mode=body.mode, ef_search=ef_search, tuning=tuning,
-                       explain=body.explain)
+    call = RankCall.of(
+        prepared, types=tuple(body.types), k=body.k, mode=body.mode, ef_search=ef_search, tuning=tuning, explain=body.explain
+    )
     results, info = (read or on(db))(lambda rdb: rank(rdb, call))
     params = {"mode": body.mode, "k": body.k, "types": body.types, **info}
     if prepared.interpreted is not None:
         params["interpreted"] = prepared.interpreted.model_dump(mode="json")
-    rid = record_retrieval(db, prepared.principal, kind="search", query=prepared.query, params=params,
-                           items=[{"type": r.type, "id": str(r.id), "score": r.score} for r in results])
+    rid = record_retrieval(
+        db,
+        prepared.principal,
+        kind="search",
+        query=prepared.query,
+        params=params,
+        items=[{"type": r.type, "id": str(r.id), "score": r.score} for r in results],
+    )
     return results, rid

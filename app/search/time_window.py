@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import NamedTuple
 
-from app.search.dates import (
-    DATE as _DATE, FULL_DATE as _FULL_DATE, MON as _MON, NAMED_DATE as _NAMED_DATE, NUM as _NUM, UNIT as _UNIT,
-    WEEKDAY as _WEEKDAY, DateReader, add_months as _add_months, ago as _ago, day_start as _day,
-    month_start as _month_start, number as _num,
-)
+from app.search.dates import DATE as _DATE
+from app.search.dates import FULL_DATE as _FULL_DATE
+from app.search.dates import MON as _MON
+from app.search.dates import NAMED_DATE as _NAMED_DATE
+from app.search.dates import NUM as _NUM
+from app.search.dates import UNIT as _UNIT
+from app.search.dates import WEEKDAY as _WEEKDAY
+from app.search.dates import DateReader
+from app.search.dates import add_months as _add_months
+from app.search.dates import ago as _ago
+from app.search.dates import day_start as _day
+from app.search.dates import month_start as _month_start
+from app.search.dates import number as _num
 
 _YEAR = re.compile(r"\d{4}")
 
@@ -37,7 +45,7 @@ class Reading:
         s, e = m.span()
         self.text = self.text[:s] + " " * (e - s) + self.text[e:]
 
-    def each(self, pattern: str, fn) -> None:  # noqa: ANN001
+    def each(self, pattern: str, fn) -> None:
         """`fn` on every match of `pattern`; the match is consumed unless `fn` returns False."""
         for m in list(re.finditer(pattern, self.text)):
             try:
@@ -59,7 +67,7 @@ def _window(st: Reading, since: date | datetime | None, until: date | datetime |
             st.f[name] = v if isinstance(v, datetime) else _day(v)
 
 
-def read_times(st: Reading) -> None:  # noqa: C901 - one pattern per branch, in order
+def read_times(st: Reading) -> None:
     """since/until into `st.f` (and `st.yearless`) from the time expressions in `st.text`, each consumed."""
     now, today = st.now, st.now.date()
     parse_date = st.dates = DateReader(now)
@@ -107,8 +115,7 @@ def read_times(st: Reading) -> None:  # noqa: C901 - one pattern per branch, in 
             start = date(today.year, 1, 1)
             _window(st, date(today.year - 1, 1, 1) if last else start, start if last else None)
 
-    sub(r"\b(?:from |during |in |over )?(?:the )?(last|previous|prior|this|current) (week|month|quarter|year)(?:'s)?\b",
-        period)
+    sub(r"\b(?:from |during |in |over )?(?:the )?(last|previous|prior|this|current) (week|month|quarter|year)(?:'s)?\b", period)
     sub(r"\b(?:year to date|ytd)\b", lambda m: _window(st, date(today.year, 1, 1), None))
 
     def past_n(m: re.Match) -> None:
@@ -124,8 +131,10 @@ def read_times(st: Reading) -> None:  # noqa: C901 - one pattern per branch, in 
     sub(r"\b(?:over )?the past (week|month|year)\b", lambda m: _window(st, _ago(now, 1, m.group(1)), None))
     sub(r"\b(?:from |on )?yesterday(?:'s)?\b", lambda m: _window(st, today - timedelta(days=1), today))
     sub(r"\b(?:from |on )?today(?:'s)?\b", lambda m: _window(st, today, None))
-    sub(r"\b(?:this )?past weekend\b", lambda m: _window(st, today - timedelta(days=today.weekday() + 2),
-                                                         today - timedelta(days=today.weekday())))
+    sub(
+        r"\b(?:this )?past weekend\b",
+        lambda m: _window(st, today - timedelta(days=today.weekday() + 2), today - timedelta(days=today.weekday())),
+    )
     sub(r"\b(?:recent(?:ly)?|lately|latest)\b", lambda m: _window(st, today - timedelta(days=30), None))
 
     def bound(m: re.Match) -> bool:
@@ -158,7 +167,6 @@ def read_times(st: Reading) -> None:  # noqa: C901 - one pattern per branch, in 
     sub(rf"\b({_NAMED_DATE}|{_FULL_DATE}|{_MON} \d{{4}}|last {_WEEKDAY})\b", during)
 
 
-
 class TimeWindow(NamedTuple):
     since: datetime | None
     until: datetime | None
@@ -169,7 +177,7 @@ def query_window(query: str, *, now: datetime | None = None) -> TimeWindow | Non
     """[since, until) of the time a plain search query names ("in May 2023", "on 3 June, 2023",
     "last week", "before April 10, 2023"), read by the same rules as an instruction's; None when
     it names none. Search uses it as a ranking signal, never as a filter (app.search.service)."""
-    st = Reading(normalised(query), now or datetime.now(timezone.utc))
+    st = Reading(normalised(query), now or datetime.now(UTC))
     read_times(st)
     since, until = st.f.get("since"), st.f.get("until")
     return TimeWindow(since, until, st.yearless) if since is not None or until is not None else None

@@ -16,7 +16,22 @@ def trajectories(db: Session, org_id: uuid.UUID) -> Iterator[dict]:
         calls = repo.tool_calls(db, s.org_id, s.id)
         if not calls:
             continue
-        yield {"session_id": str(s.id), "user_id": str(s.owner_id), "budget_tokens": s.budget_tokens,
-               "evictions": s.evictions, "outcome": s.outcome, "reward": s.reward,
-               "steps": [{"seq": c.seq, "tool": c.name, "arguments": c.arguments, "result": c.result, "status": c.status,
-                          "at": c.created_at.isoformat()} for c in calls]}
+        yield {
+            "session_id": str(s.id),
+            "user_id": str(s.owner_id),
+            "budget_tokens": s.budget_tokens,
+            "evictions": s.evictions,
+            "outcome": s.outcome,
+            "reward": s.reward,
+            "steps": [
+                {
+                    "seq": c.seq,
+                    "tool": c.name,
+                    "arguments": c.arguments,
+                    "result": c.result,
+                    "status": c.status,
+                    "at": c.created_at.isoformat(),
+                }
+                for c in calls
+            ],
+        }

@@ -7,7 +7,7 @@ from sqlalchemy import DateTime, Float, Index, Integer, Text, func
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.database.base import AccessMixin, Base, access_check, tenant_fk, created_at_col, uuid_pk
+from app.kit.database.base import AccessMixin, Base, access_check, created_at_col, tenant_fk, uuid_pk
 
 
 class AgentSession(AccessMixin, Base):
@@ -31,8 +31,12 @@ class SessionMessage(AccessMixin, Base):
     """A message in the session's main context (the FIFO). Evicted ones live on as episodes."""
 
     __tablename__ = "session_messages"
-    __table_args__ = (access_check(), tenant_fk("owner_id", "users"), tenant_fk("session_id", "sessions"),
-                      Index("ix_session_messages_seq", "org_id", "session_id", "seq", unique=True))
+    __table_args__ = (
+        access_check(),
+        tenant_fk("owner_id", "users"),
+        tenant_fk("session_id", "sessions"),
+        Index("ix_session_messages_seq", "org_id", "session_id", "seq", unique=True),
+    )
     id: Mapped[uuid.UUID] = uuid_pk()
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
     seq: Mapped[int] = mapped_column(Integer, nullable=False)
@@ -46,8 +50,12 @@ class ToolCall(AccessMixin, Base):
     """The session's trajectory of memory-tool calls, for training memory-management policies."""
 
     __tablename__ = "tool_calls"
-    __table_args__ = (access_check(), tenant_fk("owner_id", "users"), tenant_fk("session_id", "sessions"),
-                      Index("ix_tool_calls_session", "session_id", "seq"))
+    __table_args__ = (
+        access_check(),
+        tenant_fk("owner_id", "users"),
+        tenant_fk("session_id", "sessions"),
+        Index("ix_tool_calls_session", "session_id", "seq"),
+    )
     id: Mapped[uuid.UUID] = uuid_pk()
     session_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
     seq: Mapped[int] = mapped_column(Integer, nullable=False)

@@ -16,15 +16,14 @@ BlockText = Annotated[str, StringConstraints(max_length=4000)]
 def _keys_by_pattern(schema: dict) -> None:
     """pydantic states a key pattern as `patternProperties`, which lets any other key hold anything;
     say what is enforced instead: every key matches (`propertyNames`), every value is a block."""
-    (pattern, value), = schema.pop("patternProperties").items()
+    ((pattern, value),) = schema.pop("patternProperties").items()
     schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
     schema["additionalProperties"] = value
 
 
 class SessionIn(StrictModel):
     budget_tokens: Annotated[int, Field(ge=256, le=128_000), NumberOnly] = 4000
-    working_context: dict[Label, BlockText] = Field(default_factory=dict, max_length=10,
-                                                    json_schema_extra=_keys_by_pattern)
+    working_context: dict[Label, BlockText] = Field(default_factory=dict, max_length=10, json_schema_extra=_keys_by_pattern)
 
 
 class SessionOut(BaseModel):

@@ -9,7 +9,7 @@ episodes of the session, so nothing is lost and everything stays searchable.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
@@ -24,8 +24,10 @@ from app.sessions.models import AgentSession, SessionMessage
 from app.sessions.summary import summarise
 
 PRESSURE_WARNING = 0.7
-WARNING_TEXT = ("Memory pressure: the context is {pct:.0%} full. Save what matters with memory_add or "
-                "working_context_replace; the oldest messages will be summarised and evicted at 100%.")
+WARNING_TEXT = (
+    "Memory pressure: the context is {pct:.0%} full. Save what matters with memory_add or "
+    "working_context_replace; the oldest messages will be summarised and evicted at 100%."
+)
 
 
 def get(db: Session, principal: Principal, session_id: uuid.UUID, *, for_update: bool = False) -> AgentSession:
@@ -40,23 +42,34 @@ def messages(db: Session, s: AgentSession) -> list[SessionMessage]:
 
 
 def session_pieces(db: Session, s: AgentSession) -> list[Piece]:
-    pieces = [Piece("working_context", "block", label, f"{label}: {text}", pinned=True)
-              for label, text in sorted(s.working_context.items())]
+    pieces = [
+        Piece("working_context", "block", label, f"{label}: {text}", pinned=True)
+        for label, text in sorted(s.working_context.items())
+    ]
     if s.summary:
         pieces.append(Piece("summary", "summary", None, s.summary, pinned=True))
-    pieces += [Piece("recent_messages", "message", str(m.id), f"{m.role}: {m.content}", extra={"seq": m.seq})
-               for m in messages(db, s)]
+    pieces += [
+        Piece("recent_messages", "message", str(m.id), f"{m.role}: {m.content}", extra={"seq": m.seq}) for m in messages(db, s)
+    ]
     return pieces
 
 
-def main_context(db: Session, s: AgentSession, count) -> dict:  # noqa: ANN001
+def main_context(db: Session, s: AgentSession, count) -> dict:
     pieces = session_pieces(db, s)
     text = render(pieces)
     tokens = count(text)
     pressure = tokens / s.budget_tokens
-    out = {"id": s.id, "text": text, "tokens": tokens, "budget_tokens": s.budget_tokens,
-           "pressure": round(min(1.0, pressure), 4), "summary": s.summary, "sections": sections(pieces, count),
-           "evictions": s.evictions, "warning": None}
+    out = {
+        "id": s.id,
+        "text": text,
+        "tokens": tokens,
+        "budget_tokens": s.budget_tokens,
+        "pressure": round(min(1.0, pressure), 4),
+        "summary": s.summary,
+        "sections": sections(pieces, count),
+        "evictions": s.evictions,
+        "warning": None,
+    }
     if pressure >= PRESSURE_WARNING:
         out["warning"] = WARNING_TEXT.format(pct=pressure)
         out["text"] = f"[{out['warning']}]\n\n{text}"
@@ -64,35 +77,64 @@ def main_context(db: Session, s: AgentSession, count) -> dict:  # noqa: ANN001
     return out
 
 
-def check_working_context(blocks: dict[str, str], budget: int, count) -> None:  # noqa: ANN001
+def check_working_context(blocks: dict[str, str], budget: int, count) -> None:
     used = count(render([Piece("working_context", "block", k, f"{k}: {v}") for k, v in blocks.items()]))
     if used > budget // 2:
-        raise AppError(f"working context takes {used} tokens; at most half the budget ({budget // 2})",
-                       code="working_context_too_large", status_code=422)
+        raise AppError(
+            f"working context takes {used} tokens; at most half the budget ({budget // 2})",
+            code="working_context_too_large",
+            status_code=422,
+        )
 
 
-def create(db: Session, principal: Principal, budget: int, blocks: dict[str, str], count) -> AgentSession:  # noqa: ANN001
+def create(db: Session, principal: Principal, budget: int, blocks: dict[str, str], count) -> AgentSession:
     check_working_context(blocks, budget, count)
-    s = AgentSession(id=uuid.uuid4(), org_id=principal.org_id, owner_id=principal.user_id, budget_tokens=budget,
-                     working_context=blocks, visibility="private")
+    s = AgentSession(
+        id=uuid.uuid4(),
+        org_id=principal.org_id,
+        owner_id=principal.user_id,
+        budget_tokens=budget,
+        working_context=blocks,
+        visibility="private",
+    )
     db.add(s)
     db.flush()
-    record(db, org_id=principal.org_id, actor_id=principal.user_id, action="session.create", target_type="session",
-           target_id=s.id, details={"budget_tokens": budget})
+    record(
+        db,
+        org_id=principal.org_id,
+        actor_id=principal.user_id,
+        action="session.create",
+        target_type="session",
+        target_id=s.id,
+        details={"budget_tokens": budget},
+    )
     return s
 
 
-def add_message(db: Session, principal: Principal, resources, s: AgentSession, role: str, content: str) -> tuple:  # noqa: ANN001
+def add_message(db: Session, principal: Principal, resources, s: AgentSession, role: str, content: str) -> tuple:
     count = resources.gateway.count_tokens
     tokens = count(f"{role}: {content}")
     if tokens > s.budget_tokens // 2:
-        raise AppError(f"message has {tokens} tokens; at most half the session budget ({s.budget_tokens // 2})",
-                       code="message_too_large", status_code=422)
-    m = SessionMessage(id=uuid.uuid4(), org_id=s.org_id, owner_id=s.owner_id, visibility=s.visibility,
-                       groups=s.groups, labels=s.labels, session_id=s.id, seq=s.next_seq, role=role,
-                       content=content, tokens=tokens)
+        raise AppError(
+            f"message has {tokens} tokens; at most half the session budget ({s.budget_tokens // 2})",
+            code="message_too_large",
+            status_code=422,
+        )
+    m = SessionMessage(
+        id=uuid.uuid4(),
+        org_id=s.org_id,
+        owner_id=s.owner_id,
+        visibility=s.visibility,
+        groups=s.groups,
+        labels=s.labels,
+        session_id=s.id,
+        seq=s.next_seq,
+        role=role,
+        content=content,
+        tokens=tokens,
+    )
     s.next_seq += 1
-    s.updated_at = datetime.now(timezone.utc)
+    s.updated_at = datetime.now(UTC)
     db.add(m)
     db.flush()
     evicted = 0
@@ -103,29 +145,55 @@ def add_message(db: Session, principal: Principal, resources, s: AgentSession, r
         if n == 0:
             break
         evicted += n
-    record(db, org_id=principal.org_id, actor_id=principal.user_id, action="session.message", target_type="session",
-           target_id=s.id, details={"message_id": str(m.id), "seq": m.seq, "role": m.role, "evicted": evicted})
+    record(
+        db,
+        org_id=principal.org_id,
+        actor_id=principal.user_id,
+        action="session.message",
+        target_type="session",
+        target_id=s.id,
+        details={"message_id": str(m.id), "seq": m.seq, "role": m.role, "evicted": evicted},
+    )
     return m, evicted, main_context(db, s, count)["pressure"]
 
 
-def evict(db: Session, principal: Principal, resources, s: AgentSession, *, reason: str,  # noqa: ANN001
-          only: list[SessionMessage] | None = None) -> int:
+def evict(
+    db: Session, principal: Principal, resources, s: AgentSession, *, reason: str, only: list[SessionMessage] | None = None
+) -> int:
     """Fold the oldest half (or `only` these) messages into the summary; keep them as episodes."""
     msgs = messages(db, s)
     out = only if only is not None else msgs[: max(1, len(msgs) // 2)] if len(msgs) > 1 else []
     if not out:
         return 0
-    s.summary = summarise(resources.gateway, s.summary, [(m.role, m.content) for m in out],
-                          max_tokens=min(200, max(48, s.budget_tokens // 5)))
-    items = [EpisodeIn(kind="conversation", content=f"{m.role}: {m.content}", session_id=str(s.id),
-                       messages=[{"role": m.role, "content": m.content, "at": m.created_at}],
-                       occurred_at=m.created_at, metadata={"session_seq": m.seq, "evicted": reason},
-                       visibility=s.visibility, groups=list(s.groups), labels=list(s.labels)) for m in out]
+    s.summary = summarise(
+        resources.gateway, s.summary, [(m.role, m.content) for m in out], max_tokens=min(200, max(48, s.budget_tokens // 5))
+    )
+    items = [
+        EpisodeIn(
+            kind="conversation",
+            content=f"{m.role}: {m.content}",
+            session_id=str(s.id),
+            messages=[{"role": m.role, "content": m.content, "at": m.created_at}],
+            occurred_at=m.created_at,
+            metadata={"session_seq": m.seq, "evicted": reason},
+            visibility=s.visibility,
+            groups=list(s.groups),
+            labels=list(s.labels),
+        )
+        for m in out
+    ]
     episodes = create_many(db, resources.embedder, principal, items, owner_id=s.owner_id, audit=False)
     repo.delete_messages(db, s.org_id, [m.id for m in out])
     s.evictions += 1
-    record(db, org_id=s.org_id, actor_id=principal.user_id, action="session.evict", target_type="session",
-           target_id=s.id, details={"messages": len(out), "reason": reason, "episodes": [str(e.id) for e in episodes]})
+    record(
+        db,
+        org_id=s.org_id,
+        actor_id=principal.user_id,
+        action="session.evict",
+        target_type="session",
+        target_id=s.id,
+        details={"messages": len(out), "reason": reason, "episodes": [str(e.id) for e in episodes]},
+    )
     db.flush()
     return len(out)
 
@@ -133,8 +201,15 @@ def evict(db: Session, principal: Principal, resources, s: AgentSession, *, reas
 def report_outcome(db: Session, principal: Principal, s: AgentSession, outcome: str, reward: float | None) -> AgentSession:
     """The agent's verdict on the session (exported with its trajectory for policy training)."""
     s.outcome, s.reward = outcome, reward
-    record(db, org_id=s.org_id, actor_id=principal.user_id, action="session.outcome", target_type="session",
-           target_id=s.id, details={"outcome": outcome, "reward": reward})
+    record(
+        db,
+        org_id=s.org_id,
+        actor_id=principal.user_id,
+        action="session.outcome",
+        target_type="session",
+        target_id=s.id,
+        details={"outcome": outcome, "reward": reward},
+    )
     db.flush()
     return s
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from app.llm.base import BaseGateway, LLMError
 from app.llm import guard as G
+from app.llm.base import BaseGateway, LLMError
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,7 @@ def summary_messages(old_summary: str | None, lines: list[str], *, max_words: in
         parts.append("Previous summary:\n" + G.record_block("S", old_summary, max_chars=4000))
     parts.append("New messages:\n" + G.record_block("M", "\n".join(lines), max_chars=8000))
     parts.append(
-        f"Write the updated summary in at most {max_words} words. Keep names, decisions, "
-        "preferences, facts and open tasks."
+        f"Write the updated summary in at most {max_words} words. Keep names, decisions, preferences, facts and open tasks."
     )
     return [{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -57,9 +56,15 @@ class SummaryConfig:
     min_coverage: float = 0.25  # share of the new messages' words kept in the summary
 
 
-def summarise(gateway: BaseGateway, old_summary: str | None, messages: Sequence[tuple[str, str]],
-              max_tokens: int, *, config: SummaryConfig = SummaryConfig(),
-              stats=None) -> str:  # noqa: ANN001
+def summarise(
+    gateway: BaseGateway,
+    old_summary: str | None,
+    messages: Sequence[tuple[str, str]],
+    max_tokens: int,
+    *,
+    config: SummaryConfig = SummaryConfig(),
+    stats=None,
+) -> str:
     """Recursive summary: old summary + evicted messages → a new summary of ≤ ``max_tokens``.
 
     Inputs larger than ``chunk_tokens`` are folded in several calls (summary_i+1 = f(summary_i,
@@ -70,8 +75,7 @@ def summarise(gateway: BaseGateway, old_summary: str | None, messages: Sequence[
     stats = stats if stats is not None else SummaryStats()
     max_tokens = max(8, int(max_tokens))
     summary = (old_summary or "").strip() or None
-    lines = [f"{role}: {G.clip(content, config.message_chars)}" for role, content in messages
-             if content and content.strip()]
+    lines = [f"{role}: {G.clip(content, config.message_chars)}" for role, content in messages if content and content.strip()]
     if not lines:
         return fit_tokens(gateway, summary or "", max_tokens, keep="end")
     for chunk in _chunk_lines(gateway, lines, config.chunk_tokens):
@@ -92,12 +96,12 @@ def _chunk_lines(gateway: BaseGateway, lines: list[str], budget: int) -> list[li
     return chunks
 
 
-def _summarise_once(gateway: BaseGateway, old: str | None, lines: list[str], max_tokens: int,
-                    config: SummaryConfig, stats) -> str:  # noqa: ANN001
+def _summarise_once(
+    gateway: BaseGateway, old: str | None, lines: list[str], max_tokens: int, config: SummaryConfig, stats
+) -> str:
     stats.llm_calls += 1
     try:
-        raw = gateway.chat(summary_messages(old, lines, max_words=max(8, int(max_tokens * 0.7))),
-                           max_tokens=max_tokens)
+        raw = gateway.chat(summary_messages(old, lines, max_words=max(8, int(max_tokens * 0.7))), max_tokens=max_tokens)
     except LLMError as exc:
         log.warning("summary: LLM failed, using the extractive fallback: %s", exc)
         raw = ""

@@ -17,13 +17,13 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.errors import AppError, NotFound
-from app.kit.items import CHUNK, MEMORY, SearchType
 from app.kit.http.schemas import NumberOnly
+from app.kit.items import CHUNK, MEMORY, SearchType
 from app.memories import service as memories
 from app.memories.models import AGENT_KINDS
 from app.memories.schemas import AgentId, MemoryIn, MemoryKind, MemoryPatch
-from app.search.schemas import SearchFilters, SearchIn
 from app.search.prepare import Prepared, QueryVector
+from app.search.schemas import SearchFilters, SearchIn
 from app.search.service import search
 from app.sessions import service as sessions
 from app.sessions.models import AgentSession, ToolCall
@@ -38,11 +38,12 @@ class MemoryAddArgs(_Args):
     text: str = Field(min_length=1, max_length=20_000, description="the fact, rule, preference or procedure")
     kind: MemoryKind = "fact"
     confidence: Annotated[float, Field(ge=0, le=1), NumberOnly] = 0.8
-    agent_id: AgentId | None = Field(default=None, description="with kinds instruction and skill (only): the agent "
-                                                              "whose private instruction or skill this is")
+    agent_id: AgentId | None = Field(
+        default=None, description="with kinds instruction and skill (only): the agent whose private instruction or skill this is"
+    )
 
     @model_validator(mode="after")
-    def _agent_profile(self) -> "MemoryAddArgs":
+    def _agent_profile(self) -> MemoryAddArgs:
         """The rule of `MemoryIn`, checked here so that it answers 422 before the tool runs."""
         if (self.kind in AGENT_KINDS) != (self.agent_id is not None):
             raise ValueError("kinds 'instruction' and 'skill' belong to an agent: give agent_id with them (only)")
@@ -70,8 +71,11 @@ class ArchivalArgs(QueryArgs):
 
 
 class BrowseArgs(_Args):
-    path: str | None = Field(default=None, max_length=2000,
-                             description="a node path from an earlier browse (e.g. warehouse/main/orders); omit for the top")
+    path: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="a node path from an earlier browse (e.g. warehouse/main/orders); omit for the top",
+    )
     node_id: uuid.UUID | None = Field(default=None, description="a node id: its text, children and links")
 
 
@@ -90,41 +94,44 @@ def _ok(**kw) -> dict:
     return {"ok": True, **kw}
 
 
-def _hits(results) -> list[dict]:  # noqa: ANN001
+def _hits(results) -> list[dict]:
     return [{"type": r.type, "id": str(r.id), "text": r.text, "score": r.score} for r in results]
 
 
-def t_memory_add(db, p, res, s, a: MemoryAddArgs):  # noqa: ANN001, ANN201
-    m = memories.create(db, res.embedder, p, MemoryIn(text=a.text, kind=a.kind, confidence=a.confidence,
-                                                      agent_id=a.agent_id))  # private: any member may
+def t_memory_add(db, p, res, s, a: MemoryAddArgs):
+    m = memories.create(
+        db, res.embedder, p, MemoryIn(text=a.text, kind=a.kind, confidence=a.confidence, agent_id=a.agent_id)
+    )  # private: any member may
     return _ok(id=str(m.id), version=m.version)
 
 
-def t_memory_update(db, p, res, s, a: MemoryUpdateArgs):  # noqa: ANN001, ANN201
-    m = memories.patch(db, res.embedder, p, a.id, MemoryPatch(**a.model_dump(exclude={"id", "request_heartbeat"},
-                                                                              exclude_none=True)))
+def t_memory_update(db, p, res, s, a: MemoryUpdateArgs):
+    m = memories.patch(
+        db, res.embedder, p, a.id, MemoryPatch(**a.model_dump(exclude={"id", "request_heartbeat"}, exclude_none=True))
+    )
     return _ok(id=str(m.id), version=m.version, previous=str(a.id))
 
 
-def t_memory_delete(db, p, res, s, a: IdArgs):  # noqa: ANN001, ANN201
+def t_memory_delete(db, p, res, s, a: IdArgs):
     memories.delete(db, p, a.id)
     return _ok(deleted=str(a.id))
 
 
-def _search(db, p, res, query: str, k: int, types: list[str], *, filters: SearchFilters | None = None):  # noqa: ANN001, ANN202
+def _search(db, p, res, query: str, k: int, types: list[str], *, filters: SearchFilters | None = None):
     body = SearchIn(query=query, k=k, types=types, filters=filters or SearchFilters())
     # embedded here, in the tool call's transaction (it may hold the session's row lock)
-    prepared = Prepared(principal=p, query=query, filters=body.filters, interpreted=None,
-                        qvec=QueryVector(res.embedder.embed([query])[0]))
+    prepared = Prepared(
+        principal=p, query=query, filters=body.filters, interpreted=None, qvec=QueryVector(res.embedder.embed([query])[0])
+    )
     results, rid = search(db, prepared, body, ef_search=res.settings.hnsw_ef_search)
     return _ok(results=_hits(results), retrieval_id=str(rid))
 
 
-def t_memory_retrieve(db, p, res, s, a: QueryArgs):  # noqa: ANN001, ANN201
+def t_memory_retrieve(db, p, res, s, a: QueryArgs):
     return _search(db, p, res, a.query, a.k, ["memory"])
 
 
-def t_recall_search(db, p, res, s, a: QueryArgs):  # noqa: ANN001, ANN201
+def t_recall_search(db, p, res, s, a: QueryArgs):
     """The session's own history: evicted messages live on as its episodes; live ones are matched too."""
     out = _search(db, p, res, a.query, a.k, ["episode"], filters=SearchFilters(session_id=str(s.id)))
     words = [w for w in a.query.lower().split() if len(w) > 2]
@@ -133,11 +140,11 @@ def t_recall_search(db, p, res, s, a: QueryArgs):  # noqa: ANN001, ANN201
     return out
 
 
-def t_archival_search(db, p, res, s, a: ArchivalArgs):  # noqa: ANN001, ANN201
+def t_archival_search(db, p, res, s, a: ArchivalArgs):
     return _search(db, p, res, a.query, a.k, a.types)
 
 
-def t_browse(db, p, res, s, a: BrowseArgs):  # noqa: ANN001, ANN201
+def t_browse(db, p, res, s, a: BrowseArgs):
     """The knowledge tree (catalog/schema/table/column, document/section, glossary/term) as text."""
     from app.knowledge import navigation
 
@@ -147,21 +154,24 @@ def t_browse(db, p, res, s, a: BrowseArgs):  # noqa: ANN001, ANN201
     return _ok(path=(a.path or "").strip("/"), text=navigation.browse(db, p, a.path))
 
 
-def t_context_summarize(db, p, res, s, a: _Args):  # noqa: ANN001, ANN201
+def t_context_summarize(db, p, res, s, a: _Args):
     n = sessions.evict(db, p, res, s, reason="context_summarize")
     return _ok(evicted=n, summary=s.summary)
 
 
-def t_context_filter(db, p, res, s, a: FilterArgs):  # noqa: ANN001, ANN201
+def t_context_filter(db, p, res, s, a: FilterArgs):
     if not a.message_ids and not a.contains:
         raise AppError("give message_ids or contains", code="validation_error", status_code=422)
-    chosen = [m for m in sessions.messages(db, s)
-              if m.id in set(a.message_ids) or (a.contains and a.contains.lower() in m.content.lower())]
+    chosen = [
+        m
+        for m in sessions.messages(db, s)
+        if m.id in set(a.message_ids) or (a.contains and a.contains.lower() in m.content.lower())
+    ]
     n = sessions.evict(db, p, res, s, reason="context_filter", only=chosen) if chosen else 0
     return _ok(evicted=n)
 
 
-def t_working_context_replace(db, p, res, s, a: ReplaceArgs):  # noqa: ANN001, ANN201
+def t_working_context_replace(db, p, res, s, a: ReplaceArgs):
     blocks = dict(s.working_context)
     if a.old is not None:
         if a.old not in blocks.get(a.label, ""):
@@ -186,8 +196,12 @@ TOOLS = {
     "working_context_replace": (t_working_context_replace, ReplaceArgs, "Edit a labelled working-context block."),
     "recall_search": (t_recall_search, QueryArgs, "Search this session's earlier (evicted) conversation."),
     "archival_search": (t_archival_search, ArchivalArgs, "Search memories and organisational knowledge."),
-    "browse": (t_browse, BrowseArgs, "Browse organisational knowledge as a tree: databases, tables, columns, "
-                                     "documents, sections, glossary terms (omit path for the top level)."),
+    "browse": (
+        t_browse,
+        BrowseArgs,
+        "Browse organisational knowledge as a tree: databases, tables, columns, "
+        "documents, sections, glossary terms (omit path for the top level).",
+    ),
 }
 
 
@@ -200,7 +214,7 @@ def schemas() -> list[dict]:
     return out
 
 
-def execute(db: Session, principal: Principal, resources, s: AgentSession, name: str, args: dict) -> dict:  # noqa: ANN001
+def execute(db: Session, principal: Principal, resources, s: AgentSession, name: str, args: dict) -> dict:
     if name not in TOOLS:
         raise NotFound(f"no tool {name!r}")
     fn, model, _ = TOOLS[name]
@@ -217,9 +231,22 @@ def execute(db: Session, principal: Principal, resources, s: AgentSession, name:
     except AppError as exc:
         result, status = {"ok": False, "error": {"code": exc.code, "message": exc.message}}, "error"
     result["heartbeat"] = parsed.request_heartbeat
-    db.add(ToolCall(id=uuid.uuid4(), org_id=s.org_id, owner_id=s.owner_id, visibility=s.visibility, groups=s.groups,
-                    labels=s.labels, session_id=s.id, seq=seq, name=name,
-                    arguments=parsed.model_dump(mode="json"), result=_summary(result), status=status))
+    db.add(
+        ToolCall(
+            id=uuid.uuid4(),
+            org_id=s.org_id,
+            owner_id=s.owner_id,
+            visibility=s.visibility,
+            groups=s.groups,
+            labels=s.labels,
+            session_id=s.id,
+            seq=seq,
+            name=name,
+            arguments=parsed.model_dump(mode="json"),
+            result=_summary(result),
+            status=status,
+        )
+    )
     db.flush()
     return result
 

@@ -17,12 +17,21 @@ HERE = Path(__file__).parent
 PAGE = HERE / "index.html"
 JS = "text/javascript; charset=utf-8"
 # The only files served: a fixed table of names, never a path taken from the request.
-ASSETS = {"console.css": "text/css; charset=utf-8", **{f"{m}.js": JS for m in (
-    "main", "api", "dom", "graph", "browse", "item", "playground", "compliance", "branches", "jobs")}}
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
-           "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+ASSETS = {
+    "console.css": "text/css; charset=utf-8",
+    **{f"{m}.js": JS for m in ("main", "api", "dom", "graph", "browse", "item", "playground", "compliance", "branches", "jobs")},
+}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
 
 
 @router.get("/ui")

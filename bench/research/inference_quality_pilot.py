@@ -30,10 +30,17 @@ ROUNDS = {
     },
     3: {
         "epic 0.25": ("blend", BlendConfig(recompute_ratio=0.25)),
-        **{f"query@{n} 0.25": ("blend", BlendConfig(recompute_ratio=0.25, selection="query", query_layers=n,
-                                                     sink_tokens=1, start_share=0.0)) for n in (4, 8, 15)},
-        "query@8 0.15": ("blend", BlendConfig(recompute_ratio=0.15, selection="query", query_layers=8, sink_tokens=1,
-                                              start_share=0.0)),
+        **{
+            f"query@{n} 0.25": (
+                "blend",
+                BlendConfig(recompute_ratio=0.25, selection="query", query_layers=n, sink_tokens=1, start_share=0.0),
+            )
+            for n in (4, 8, 15)
+        },
+        "query@8 0.15": (
+            "blend",
+            BlendConfig(recompute_ratio=0.15, selection="query", query_layers=8, sink_tokens=1, start_share=0.0),
+        ),
     },
 }
 
@@ -46,8 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     CONFIGS = ROUNDS[args.round]
     # rounds 2 and 3 measured chunk KV computed alone (anchored chunks came in round 4)
-    engine = Engine.load(EngineConfig(model_path=config_from_env().model_path, threads=args.threads,
-                                      anchor_chunks=False))
+    engine = Engine.load(EngineConfig(model_path=config_from_env().model_path, threads=args.threads, anchor_chunks=False))
     rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="quality-pilot-") as tmp:
         store = ChunkStore(engine, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30))
@@ -58,10 +64,17 @@ def main(argv: list[str] | None = None) -> dict:
             for label, (mode, cfg) in CONFIGS.items():
                 r = measure.run(engine, store, hashes, q_ids, ans_ids, mode, cfg, full["logprobs"], ex.gold, 0)
                 rows[label].append((full["ttft_s"] / r["ttft_s"], r["ll"] - full["ll"], r["kl"]))
-            print(ex.id, f"full {full['ttft_s']:.1f}s",
-                  {k: tuple(round(x, 3) for x in v[-1]) for k, v in rows.items()}, flush=True)
-    out = {k: {"speedup_median": statistics.median(x[0] for x in v), "delta_ll": statistics.mean(x[1] for x in v),
-               "kl": statistics.mean(x[2] for x in v)} for k, v in rows.items()}
+            print(
+                ex.id, f"full {full['ttft_s']:.1f}s", {k: tuple(round(x, 3) for x in v[-1]) for k, v in rows.items()}, flush=True
+            )
+    out = {
+        k: {
+            "speedup_median": statistics.median(x[0] for x in v),
+            "delta_ll": statistics.mean(x[1] for x in v),
+            "kl": statistics.mean(x[2] for x in v),
+        }
+        for k, v in rows.items()
+    }
     for k, m in out.items():
         print(f"{k}: x{m['speedup_median']:.2f}, ΔLL {m['delta_ll']:+.3f}, KL {m['kl']:.3f}")
     return out

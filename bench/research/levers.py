@@ -48,11 +48,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from bench.research.levers_data import HEADER, build, embed_all, engine, fmt, loo_grid, summarise  # noqa: E402
-from bench.research.levers_combiner import BASE_W, FEATURES, feature_table, fit_listwise, loo  # noqa: E402
-from bench.research.levers_vocab import (attach_vocab, combined, embedding_cost, in_context, org_vocabulary,
-    per_question, ranked, vocab_bm25, vocab_bm25_org)  # noqa: E402
-
+from bench.research.levers_combiner import BASE_W, FEATURES, feature_table, fit_listwise, loo
+from bench.research.levers_data import HEADER, build, embed_all, engine, fmt, loo_grid, summarise
+from bench.research.levers_vocab import (
+    attach_vocab,
+    combined,
+    embedding_cost,
+    in_context,
+    org_vocabulary,
+    per_question,
+    ranked,
+    vocab_bm25,
+    vocab_bm25_org,
+)
 
 # -- query-time cost of the vocabulary lift in PostgreSQL (a scratch database, dropped after) --
 
@@ -101,12 +109,20 @@ def sql_cost(data: list[dict], n_questions: int = 120, repeats: int = 2) -> dict
         with eng.begin() as c:
             c.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
             c.execute(text("CREATE TABLE rows_u (id int PRIMARY KEY, tsv tsvector)"))
-            c.execute(text("INSERT INTO rows_u SELECT ord, to_tsvector('english', t) "
-                           "FROM unnest(CAST(:ts AS text[])) WITH ORDINALITY AS x(t, ord)"), {"ts": d["texts"]})
+            c.execute(
+                text(
+                    "INSERT INTO rows_u SELECT ord, to_tsvector('english', t) "
+                    "FROM unnest(CAST(:ts AS text[])) WITH ORDINALITY AS x(t, ord)"
+                ),
+                {"ts": d["texts"]},
+            )
             c.execute(text("CREATE TABLE vocab (lex text PRIMARY KEY, emb vector(384))"))
-            c.execute(text("INSERT INTO vocab SELECT l, CAST(e AS vector) FROM unnest(CAST(:l AS text[]), "
-                           "CAST(:e AS text[])) AS x(l, e)"),
-                      {"l": org["lex"], "e": ["[" + ",".join(f"{v:.6f}" for v in w) + "]" for w in org["W"]]})
+            c.execute(
+                text(
+                    "INSERT INTO vocab SELECT l, CAST(e AS vector) FROM unnest(CAST(:l AS text[]), CAST(:e AS text[])) AS x(l, e)"
+                ),
+                {"l": org["lex"], "e": ["[" + ",".join(f"{v:.6f}" for v in w) + "]" for w in org["W"]]},
+            )
             c.execute(text("ANALYZE"))
         sql = text(_BM25_SQL.format(t="u"))
         knn = text("SELECT lex, 1 - (emb <=> CAST(:qv AS vector)) FROM vocab ORDER BY emb <=> CAST(:qv AS vector) LIMIT 20")
@@ -122,8 +138,10 @@ def sql_cost(data: list[dict], n_questions: int = 120, repeats: int = 2) -> dict
                         if fetch < 0:
                             c.execute(knn, {"qv": qv}).all()
                         else:
-                            c.execute(sql, {"qv": qv, "lex": list(dict.fromkeys(q["l"])), "fetch": fetch,
-                                            "tau": 0.3, "m": 5, "depth": 30}).all()
+                            c.execute(
+                                sql,
+                                {"qv": qv, "lex": list(dict.fromkeys(q["l"])), "fetch": fetch, "tau": 0.3, "m": 5, "depth": 30},
+                            ).all()
                         times[label].append(1000 * (time.perf_counter() - t0))
         return {k: {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95))} for k, v in times.items()}
     finally:
@@ -145,11 +163,15 @@ def _show(name: str, res: dict, out: dict, sids: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.research.levers", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.research.levers", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--cache", default="/tmp/levers")
-    ap.add_argument("--only", default="base,len,vocab,together,org,ctxemb,combiner",
-                    help="comma-separated: base,len,vocab,together,org,ctxemb,combiner,context,cost")
+    ap.add_argument(
+        "--only",
+        default="base,len,vocab,together,org,ctxemb,combiner",
+        help="comma-separated: base,len,vocab,together,org,ctxemb,combiner,context,cost",
+    )
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     cache = Path(args.cache)
@@ -171,8 +193,11 @@ def main(argv: list[str] | None = None) -> dict:
         _show("base (service ranking)", summarise(per_question(data, lambda d, qi: combined(d, qi))), out, sids)
         _show("base + second round", summarise(per_question(data, lambda d, qi: combined(d, qi, second=True))), out, sids)
     if "len" in only:  # lever 4a: a length prior
-        pp = {(w, b): per_question(data, lambda d, qi, w=w, b=b: ranked(d, qi, len_beta=b, len_where=w))
-              for w in ("fused", "final") for b in (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)}
+        pp = {
+            (w, b): per_question(data, lambda d, qi, w=w, b=b: ranked(d, qi, len_beta=b, len_where=w))
+            for w in ("fused", "final")
+            for b in (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
+        }
         loo_show("length prior (where, beta)", pp)
     if "vocab" in only:  # lever 2 alone
         pp = {("off",): per_question(data, lambda d, qi: ranked(d, qi))}
@@ -180,7 +205,8 @@ def main(argv: list[str] | None = None) -> dict:
             ex = {(d["sid"], qi): vocab_bm25(d, qi, m=m, tau=tau)[0] for d in data for qi in range(len(d["qa"]))}
             for lam in (0.3, 0.5, 0.7):
                 pp[(m, tau, lam)] = per_question(
-                    data, lambda d, qi, ex=ex, lam=lam: ranked(d, qi, lift=ex[(d["sid"], qi)], w_lift=lam, lift_pool=30))
+                    data, lambda d, qi, ex=ex, lam=lam: ranked(d, qi, lift=ex[(d["sid"], qi)], w_lift=lam, lift_pool=30)
+                )
         loo_show("vocabulary lift (m, tau, w)", pp)
     if "together" in only:  # levers 2 + 4a, without and with the second round
         for sec in (False, True):
@@ -188,31 +214,66 @@ def main(argv: list[str] | None = None) -> dict:
             for lb, wv, m in itertools.product((0.0, 0.3, 0.5), (0.0, 0.3, 0.5, 0.7), (5, 10)):
                 if wv == 0 and m == 10:
                     continue
-                pp[(lb, wv, m)] = per_question(data, lambda d, qi, lb=lb, wv=wv, m=m, sec=sec: combined(
-                    d, qi, vocab={"m": m, "tau": 0.3} if wv else None, w_vocab=wv, len_beta=lb, second=sec))
+                pp[(lb, wv, m)] = per_question(
+                    data,
+                    lambda d, qi, lb=lb, wv=wv, m=m, sec=sec: combined(
+                        d, qi, vocab={"m": m, "tau": 0.3} if wv else None, w_vocab=wv, len_beta=lb, second=sec
+                    ),
+                )
             loo_show(f"vocab + length (len, w, m){' + second round' if sec else ''}", pp)
             _show(f"  recommended {'+ second round' if sec else ''}", summarise(pp[(0.3, 0.5, 5)]), out, sids)
     if "org" in only:  # lever 2 with one org-wide vocabulary table (what the service would store)
         org = org_vocabulary(data)
-        print(f"    org vocabulary: {len(org['lex'])} lexemes for {sum(len(d['L']) for d in data)} turns "
-              f"(the users' own: {sum(len(d['V']['lex']) for d in data)} in all)")
+        print(
+            f"    org vocabulary: {len(org['lex'])} lexemes for {sum(len(d['L']) for d in data)} turns "
+            f"(the users' own: {sum(len(d['V']['lex']) for d in data)} in all)"
+        )
         for fetch in (5, 20, 50):
             ex = {(d["sid"], qi): vocab_bm25_org(d, qi, org, m=5, fetch=fetch) for d in data for qi in range(len(d["qa"]))}
-            _show(f"recommended, org vocabulary, fetch {fetch}", summarise(per_question(data, lambda d, qi, ex=ex: ranked(
-                d, qi, lift=ex[(d["sid"], qi)], w_lift=0.5, lift_pool=30, len_beta=0.3, len_where="final"))), out, sids)
+            _show(
+                f"recommended, org vocabulary, fetch {fetch}",
+                summarise(
+                    per_question(
+                        data,
+                        lambda d, qi, ex=ex: ranked(
+                            d, qi, lift=ex[(d["sid"], qi)], w_lift=0.5, lift_pool=30, len_beta=0.3, len_where="final"
+                        ),
+                    )
+                ),
+                out,
+                sids,
+            )
     if "ctxemb" in only:  # lever 3
         embed_all(data, cache, variants=("prev", "date", "pdate"))
         for v in ("prev", "date", "pdate"):
-            _show(f"embedding '{v}' replaces the turn's", summarise(per_question(
-                data, lambda d, qi, v=v: ranked(d, qi, cos=d[f"E_{v}"] @ d["qa"][qi]["e"]))), out, sids)
+            _show(
+                f"embedding '{v}' replaces the turn's",
+                summarise(per_question(data, lambda d, qi, v=v: ranked(d, qi, cos=d[f"E_{v}"] @ d["qa"][qi]["e"]))),
+                out,
+                sids,
+            )
     if "combiner" in only:  # lever 1
         rows = feature_table(data, extra_fn=lambda d, qi: {"voc": vocab_bm25(d, qi, **VOCAB)[0]})
-        sets = {"4 (service's)": tuple(BASE_W),
-                "5 (+len)": (*BASE_W, "len"),
-                "19 (all row features)": FEATURES,
-                "6 (+vocab, len)": (*BASE_W, "voc_pos", "len"),
-                "15 (+vocab, len, coverage, ranks)": (*BASE_W, "voc", "voc_pos", "voc_sup", "voc_sess", "len",
-                                                      "sess2", "cover", "rare", "nmatch", "rank_c", "rank_b")}
+        sets = {
+            "4 (service's)": tuple(BASE_W),
+            "5 (+len)": (*BASE_W, "len"),
+            "19 (all row features)": FEATURES,
+            "6 (+vocab, len)": (*BASE_W, "voc_pos", "len"),
+            "15 (+vocab, len, coverage, ranks)": (
+                *BASE_W,
+                "voc",
+                "voc_pos",
+                "voc_sup",
+                "voc_sess",
+                "len",
+                "sess2",
+                "cover",
+                "rare",
+                "nmatch",
+                "rank_c",
+                "rank_b",
+            ),
+        }
         init = {**BASE_W, "voc_pos": 0.5, "len": 0.3}
         for label, names in sets.items():
             for l2 in (0.03, 0.3):
@@ -221,12 +282,19 @@ def main(argv: list[str] | None = None) -> dict:
                 _show("    fit on all", a, out, sids)
                 print("    weights (all):", {x: round(float(w), 2) for x, w in zip(names, ws["all"])})
     if "context" in only:  # in context at 1,000 / 1,800 tokens (app.context.assemble.fit)
-        for name, kw in (("base", {}), ("base + second round", {"second": True}),
-                         ("recommended", RECOMMENDED), ("recommended + second round", {**RECOMMENDED, "second": True})):
+        for name, kw in (
+            ("base", {}),
+            ("base + second round", {"second": True}),
+            ("recommended", RECOMMENDED),
+            ("recommended + second round", {**RECOMMENDED, "second": True}),
+        ):
             r = in_context(data, lambda d, qi, kw=kw: combined(d, qi, **kw))
             out[f"in context: {name}"] = r
-            print(f"in context {name:<28} 1,000: {r[1000]:.4f}  1,800: {r[1800]:.4f}  per category 1,000 "
-                  + " ".join(f"{c} {v:.3f}" for c, v in r["cats"][1000].items()), flush=True)
+            print(
+                f"in context {name:<28} 1,000: {r[1000]:.4f}  1,800: {r[1800]:.4f}  per category 1,000 "
+                + " ".join(f"{c} {v:.3f}" for c, v in r["cats"][1000].items()),
+                flush=True,
+            )
     if "cost" in only:
         out["embedding cost"] = embedding_cost(data)
         print("embedding cost:", out["embedding cost"], flush=True)

@@ -8,11 +8,29 @@ import numpy as np
 from bench.quality.locomo import fit
 from bench.research.levers_data import adjacent, bm25_vec, make_pool, summarise, zpool
 
-
 # -- lever 1: a learned linear combiner over per-row pool features ------------------------------
 
-FEATURES = ("zc", "zb", "sup", "sess", "sup_c", "sup_b", "sess_c", "sess_b", "sess2", "cover", "rare",
-            "nmatch", "len", "rank_c", "rank_b", "only_c", "only_b", "zb_x_nq", "sup_any")
+FEATURES = (
+    "zc",
+    "zb",
+    "sup",
+    "sess",
+    "sup_c",
+    "sup_b",
+    "sess_c",
+    "sess_b",
+    "sess2",
+    "cover",
+    "rare",
+    "nmatch",
+    "len",
+    "rank_c",
+    "rank_b",
+    "only_c",
+    "only_b",
+    "zb_x_nq",
+    "sup_any",
+)
 BASE_W = {"zc": 1.0, "zb": 1.0, "sup": 0.5, "sess": 0.5}  # the service's ranking in these features
 
 
@@ -21,7 +39,7 @@ def _neigh_max(d: dict, v: np.ndarray, inpool: np.ndarray) -> np.ndarray:
     prev, nxt = adjacent(d)
     out = np.full(len(v), -np.inf)
     for side in (prev, nxt):
-        ok = (side >= 0)
+        ok = side >= 0
         ok[ok] = inpool[side[ok]]
         out[ok] = np.maximum(out[ok], v[side[ok]])
     return out
@@ -39,8 +57,9 @@ def _sess_max(d: dict, v: np.ndarray, pool: np.ndarray, second: bool = False) ->
     return out
 
 
-def query_features(d: dict, qi: int, *, cos: np.ndarray | None = None, extra: dict | None = None,
-                   pool_size: int = fit.POOL, extra_pool: int = 30) -> tuple[np.ndarray, np.ndarray, dict]:
+def query_features(
+    d: dict, qi: int, *, cos: np.ndarray | None = None, extra: dict | None = None, pool_size: int = fit.POOL, extra_pool: int = 30
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """(pool, evidence mask over the pool, {feature: values over the pool}) for one question.
     `cos`: another cosine (a contextual embedding); `extra`: {name: full-length score} features
     added z-normalised over the pool (and their session/neighbour maxima as name_sess/name_sup)."""
@@ -75,8 +94,10 @@ def query_features(d: dict, qi: int, *, cos: np.ndarray | None = None, extra: di
         F["rare"] = F["nmatch"] = np.zeros(len(pool))
     ln = d["X"].sum(1)
     F["len"] = np.log1p(ln[pool]) - np.log1p(ln).mean()
-    rc = np.empty(n); rc[np.argsort(-cos, kind="stable")] = np.arange(n)
-    rb = np.empty(n); rb[np.argsort(-bm, kind="stable")] = np.arange(n)
+    rc = np.empty(n)
+    rc[np.argsort(-cos, kind="stable")] = np.arange(n)
+    rb = np.empty(n)
+    rb[np.argsort(-bm, kind="stable")] = np.arange(n)
     F["rank_c"] = 1 / np.log2(rc[pool] + 2)
     F["rank_b"] = np.where(bm[pool] > 0, 1 / np.log2(rb[pool] + 2), 0.0)
     F["only_c"] = (bm[pool] <= 0).astype(float)
@@ -93,14 +114,15 @@ def query_features(d: dict, qi: int, *, cos: np.ndarray | None = None, extra: di
     return pool, ev, F
 
 
-def feature_table(data: list[dict], extra_fn=None, **kw) -> list[dict]:  # noqa: ANN001, ANN003
+def feature_table(data: list[dict], extra_fn=None, **kw) -> list[dict]:
     """query_features for every question; extra_fn(d, qi) -> {name: full-length score}."""
     out = []
     for _di, d in enumerate(data):
         for qi, q in enumerate(d["qa"]):
             pool, ev, F = query_features(d, qi, extra=extra_fn(d, qi) if extra_fn else None, **kw)
-            out.append({"sid": d["sid"], "cat": q["cat"], "pool": pool, "ev": ev, "F": F,
-                        "n_ev": len(d["evix"][qi]), "n": len(d["L"])})
+            out.append(
+                {"sid": d["sid"], "cat": q["cat"], "pool": pool, "ev": ev, "F": F, "n_ev": len(d["evix"][qi]), "n": len(d["L"])}
+            )
     return out
 
 
@@ -108,8 +130,9 @@ def _mat(rows: list[dict], names: tuple[str, ...]) -> list[np.ndarray]:
     return [np.stack([r["F"][x] for x in names], 1) for r in rows]
 
 
-def fit_listwise(rows: list[dict], names: tuple[str, ...], l2: float = 1.0, temp: float = 1.0,
-                 init: dict | None = None) -> np.ndarray:
+def fit_listwise(
+    rows: list[dict], names: tuple[str, ...], l2: float = 1.0, temp: float = 1.0, init: dict | None = None
+) -> np.ndarray:
     """Linear weights minimising the softmax cross-entropy of the evidence rows over each
     question's pool (ListNet with the evidence as the target distribution), L2 towards `init`
     (the service's weights by default): convex, scipy's L-BFGS."""
@@ -146,8 +169,14 @@ def rank_recall(rows: list[dict], names: tuple[str, ...], w: np.ndarray, ks=(5, 
     return out
 
 
-def coord_ascent(rows: list[dict], names: tuple[str, ...], w0: np.ndarray, k: int = 10, rounds: int = 3,
-                 steps=(-.5, -.25, -.1, .1, .25, .5)) -> np.ndarray:
+def coord_ascent(
+    rows: list[dict],
+    names: tuple[str, ...],
+    w0: np.ndarray,
+    k: int = 10,
+    rounds: int = 3,
+    steps=(-0.5, -0.25, -0.1, 0.1, 0.25, 0.5),
+) -> np.ndarray:
     """Direct search on mean recall@k (the weight of the first feature stays fixed: scale)."""
     Xs = _mat(rows, names)
     ev = [r["ev"] for r in rows]
@@ -176,7 +205,7 @@ def coord_ascent(rows: list[dict], names: tuple[str, ...], w0: np.ndarray, k: in
     return w
 
 
-def loo(rows: list[dict], names: tuple[str, ...], fitter, ks=(5, 10, 25)) -> tuple[dict, dict, dict]:  # noqa: ANN001
+def loo(rows: list[dict], names: tuple[str, ...], fitter, ks=(5, 10, 25)) -> tuple[dict, dict, dict]:
     """(held-out summary, fit-on-all summary, {sid: weights}) for fitter(train_rows) -> weights."""
     sids = sorted({r["sid"] for r in rows})
     held, ws = [], {}

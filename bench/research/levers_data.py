@@ -18,8 +18,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from bench.quality.locomo import fit  # noqa: E402
-
+from bench.quality.locomo import fit
 
 CATS = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]|\d+")
@@ -28,7 +27,7 @@ _EMB = None
 _ENG = None
 
 
-def embedder():  # noqa: ANN201
+def embedder():
     global _EMB
     if _EMB is None:
         import torch
@@ -40,7 +39,7 @@ def embedder():  # noqa: ANN201
     return _EMB
 
 
-def engine():  # noqa: ANN201
+def engine():
     global _ENG
     if _ENG is None:
         from sqlalchemy import create_engine
@@ -59,15 +58,20 @@ def lexemes(texts: list[str]) -> list[list[str]]:
     out: list[list[str]] = [[] for _ in texts]
     with engine().connect() as c:
         for start in range(0, len(texts), 5000):
-            chunk = texts[start:start + 5000]
-            rows = c.execute(text("SELECT ord, tsvector_to_array(to_tsvector('english', t)) "
-                                  "FROM unnest(CAST(:ts AS text[])) WITH ORDINALITY AS x(t, ord)"), {"ts": chunk}).all()
+            chunk = texts[start : start + 5000]
+            rows = c.execute(
+                text(
+                    "SELECT ord, tsvector_to_array(to_tsvector('english', t)) "
+                    "FROM unnest(CAST(:ts AS text[])) WITH ORDINALITY AS x(t, ord)"
+                ),
+                {"ts": chunk},
+            ).all()
             for o, lex in rows:
                 out[start + o - 1] = list(lex)
     return out
 
 
-def cached(path: Path, make):  # noqa: ANN001, ANN201
+def cached(path: Path, make):
     if path.exists():
         with path.open("rb") as f:
             return pickle.load(f)
@@ -118,12 +122,22 @@ def build(cache: Path) -> list[dict]:
             X[j, [vix[w] for w in s]] = 1.0
         df = X.sum(0)
         n = len(L)
-        idf = np.log(1 + (n - df + .5) / (df + .5)).astype(np.float32)
-        d = {"sid": sid, "dia": [t.dia_id for t in c.turns], "sess": np.array([t.session for t in c.turns]),
-             "E": E, "L": L, "df": Counter(x for s in L for x in s), "texts": texts, "turns": c.turns,
-             "vocab": vocab, "vix": vix, "X": X, "idf": idf,
-             "qa": [{"e": QE[i], "l": ql[i], "ev": q.evidence, "cat": q.category, "q": q.question}
-                    for i, q in enumerate(c.qa)]}
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        d = {
+            "sid": sid,
+            "dia": [t.dia_id for t in c.turns],
+            "sess": np.array([t.session for t in c.turns]),
+            "E": E,
+            "L": L,
+            "df": Counter(x for s in L for x in s),
+            "texts": texts,
+            "turns": c.turns,
+            "vocab": vocab,
+            "vix": vix,
+            "X": X,
+            "idf": idf,
+            "qa": [{"e": QE[i], "l": ql[i], "ev": q.evidence, "cat": q.category, "q": q.question} for i, q in enumerate(c.qa)],
+        }
         d["evix"] = [np.array([d["dia"].index(e) for e in q["ev"]]) for q in d["qa"]]
         data.append(d)
     return data
@@ -132,7 +146,7 @@ def build(cache: Path) -> list[dict]:
 # -- a vectorised copy of fit.score -----------------------------------------------------------
 
 
-def bm25_vec(d: dict, terms, weights=None) -> np.ndarray:  # noqa: ANN001
+def bm25_vec(d: dict, terms, weights=None) -> np.ndarray:
     """Binary-tf BM25 (fit._bm25) over the lexeme matrix; `weights`: a factor per term."""
     idx = [d["vix"][t] for t in terms if t in d["vix"]]
     if not idx:
@@ -166,7 +180,7 @@ def recall_at(q_ev: np.ndarray, s: np.ndarray, ks=(5, 10, 25)) -> dict:
     return out
 
 
-def evaluate(data: list[dict], scorer, ks=(5, 10, 25)) -> dict:  # noqa: ANN001
+def evaluate(data: list[dict], scorer, ks=(5, 10, 25)) -> dict:
     """{'all': {k: r}, 'multi-hop': ..., per conversation 'conv-26': ...} of scorer(d, qi) -> scores."""
     rows = []
     for d in data:
@@ -196,7 +210,7 @@ def fmt(name: str, res: dict, ks=(5, 10, 25)) -> str:
 HEADER = f"{'lever':<38} | " + " | ".join(f"{g + ' @5/10/25':<17}" for g in ("all", *CATS.values()))
 
 
-def base_scorer(**kw):  # noqa: ANN003, ANN201
+def base_scorer(**kw):
     return lambda d, qi: fit.score(d, d["qa"][qi], **{**fit.DEFAULT, **kw})
 
 
@@ -244,6 +258,7 @@ def word_lexemes(words: list[str]) -> dict[str, str | None]:
 def vocabulary(d: dict, cache: Path) -> dict:
     """The user's vocabulary: one surface word per lexeme of their rows (the most frequent word
     that Postgres reduces to it), with its embedding. What a per-org vocabulary table would hold."""
+
     def make() -> dict:
         counts = Counter(w.lower() for t in d["texts"] for w in WORD.findall(t))
         words = sorted(counts)
@@ -263,6 +278,7 @@ def vocabulary(d: dict, cache: Path) -> dict:
 
 def query_words(d: dict, cache: Path) -> list[dict]:
     """Per question: {lexeme: embedding of the question's surface word for it} (term-wise expansion)."""
+
     def make() -> list:
         out = []
         for q in d["qa"]:
@@ -312,7 +328,7 @@ def loo_grid(per_point: dict, ks=(5, 10, 25), k_select: int = 10) -> tuple[dict,
     first = next(iter(per_point.values()))
     sids = sorted({r[0] for r in first})
 
-    def mean_on(p, keep) -> float:  # noqa: ANN001
+    def mean_on(p, keep) -> float:
         return float(np.mean([r[2][k_select] for r in per_point[p] if keep(r[0])]))
 
     pts = list(per_point)

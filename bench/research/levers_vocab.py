@@ -13,9 +13,20 @@ from pathlib import Path
 import numpy as np
 
 from bench.quality.locomo import fit
-from bench.research.levers_data import (CATS, WORD, adjacent, bm25_vec, cached, embedder, make_pool, query_words,
-    recall_at, vocabulary, word_lexemes, zpool)
-
+from bench.research.levers_data import (
+    CATS,
+    WORD,
+    adjacent,
+    bm25_vec,
+    cached,
+    embedder,
+    make_pool,
+    query_words,
+    recall_at,
+    vocabulary,
+    word_lexemes,
+    zpool,
+)
 
 # -- a general scorer: the service's ranking with the levers' extra terms ----------------------
 
@@ -28,10 +39,22 @@ def length_prior(d: dict) -> np.ndarray:
     return d["lenp"]
 
 
-def ranked(d: dict, qi: int, *, cos: np.ndarray | None = None, bm: np.ndarray | None = None,
-           lift: np.ndarray | None = None, w_lift: float = 0.0, lift_pool: int = 0, len_beta: float = 0.0,
-           len_where: str = "fused", w_vector: float = 1.0, neighbour: float = 0.5, session: float = 0.5,
-           pool_size: int = fit.POOL) -> np.ndarray:
+def ranked(
+    d: dict,
+    qi: int,
+    *,
+    cos: np.ndarray | None = None,
+    bm: np.ndarray | None = None,
+    lift: np.ndarray | None = None,
+    w_lift: float = 0.0,
+    lift_pool: int = 0,
+    len_beta: float = 0.0,
+    len_where: str = "fused",
+    w_vector: float = 1.0,
+    neighbour: float = 0.5,
+    session: float = 0.5,
+    pool_size: int = fit.POOL,
+) -> np.ndarray:
     """fit.score's ranking (pool, z-scores, neighbour and session signals) with
     `cos`/`bm` replacing the cosine/BM25, `lift` a score whose positive z-part adds with `w_lift`
     (its top `lift_pool` rows join the pool, as the second round's do), and the length prior
@@ -53,9 +76,8 @@ def ranked(d: dict, qi: int, *, cos: np.ndarray | None = None, bm: np.ndarray | 
     return s
 
 
-def per_question(data: list[dict], scorer, ks=(5, 10, 25)) -> list:  # noqa: ANN001
-    return [(d["sid"], q["cat"], recall_at(d["evix"][qi], scorer(d, qi), ks))
-            for d in data for qi, q in enumerate(d["qa"])]
+def per_question(data: list[dict], scorer, ks=(5, 10, 25)) -> list:
+    return [(d["sid"], q["cat"], recall_at(d["evix"][qi], scorer(d, qi), ks)) for d in data for qi, q in enumerate(d["qa"])]
 
 
 # -- lever 2: semantic term expansion of BM25 from an embedded vocabulary ----------------------
@@ -70,9 +92,20 @@ def attach_vocab(data: list[dict], cache: Path) -> None:
         d["QW"] = query_words(d, cache)
 
 
-def vocab_bm25(d: dict, qi: int, *, m: int = 10, mode: str = "query", tau: float = 0.0, gamma: float = 1.0,
-               per_term: int = 3, max_df: float = 1.0, min_df: int = 1, max_cap: float = 1.0,
-               agg: str = "idf") -> tuple[np.ndarray, list]:
+def vocab_bm25(
+    d: dict,
+    qi: int,
+    *,
+    m: int = 10,
+    mode: str = "query",
+    tau: float = 0.0,
+    gamma: float = 1.0,
+    per_term: int = 3,
+    max_df: float = 1.0,
+    min_df: int = 1,
+    max_cap: float = 1.0,
+    agg: str = "idf",
+) -> tuple[np.ndarray, list]:
     """BM25 over the expansion lexemes (weights sim^gamma over sims above tau, times their IDF)
     and the chosen (lexeme, sim). mode 'query': the m vocabulary words nearest to the question's
     embedding; 'term': for each question word, its `per_term` nearest vocabulary words (word to
@@ -147,10 +180,22 @@ def cached_word_map(d: dict) -> dict:
 # -- levers together: vocabulary lift + length prior (+ the second round) ----------------------
 
 
-def combined(d: dict, qi: int, *, vocab: dict | None = None, w_vocab: float = 0.5, vocab_pool: int = 30,
-             len_beta: float = 0.0, second: bool = False, expand_from: int = 5, expand_terms: int = 10,
-             expand_weight: float = 0.3, expand_depth: int = 30, neighbour: float = 0.5,
-             session: float = 0.5) -> np.ndarray:
+def combined(
+    d: dict,
+    qi: int,
+    *,
+    vocab: dict | None = None,
+    w_vocab: float = 0.5,
+    vocab_pool: int = 30,
+    len_beta: float = 0.0,
+    second: bool = False,
+    expand_from: int = 5,
+    expand_terms: int = 10,
+    expand_weight: float = 0.3,
+    expand_depth: int = 30,
+    neighbour: float = 0.5,
+    session: float = 0.5,
+) -> np.ndarray:
     """The service's ranking + the vocabulary lift (`vocab`: vocab_bm25's settings, None: off)
     + the length prior (added to the final score) + the second round as fit.score has it
     (its seeds are the first round's best turns with the levers in)."""
@@ -172,8 +217,12 @@ def combined(d: dict, qi: int, *, vocab: dict | None = None, w_vocab: float = 0.
     s = fit._context(d, fused(pool), pool, neighbour, session) + lp
     if not second:
         return s
-    words = {x for j in np.argsort(-s, kind="stable")[:expand_from] for x in d["L"][j]
-             if x not in set(q["l"]) and d["df"].get(x, 0) >= 2}
+    words = {
+        x
+        for j in np.argsort(-s, kind="stable")[:expand_from]
+        for x in d["L"][j]
+        if x not in set(q["l"]) and d["df"].get(x, 0) >= 2
+    }
     terms = sorted(words, key=lambda x: (-d["idf"][d["vix"][x]], x))[:expand_terms]
     bm2 = bm25_vec(d, set(terms))
     added = np.array(sorted({j for j in np.argsort(-bm2)[:expand_depth] if bm2[j] > 0} - set(pool)), dtype=int)
@@ -182,11 +231,12 @@ def combined(d: dict, qi: int, *, vocab: dict | None = None, w_vocab: float = 0.
     return fit._context(d, f, pool, neighbour, session, added) + lp
 
 
-def in_context(data: list[dict], scorer, budgets: tuple[int, ...] = (1000, 1800)) -> dict:  # noqa: ANN001
+def in_context(data: list[dict], scorer, budgets: tuple[int, ...] = (1000, 1800)) -> dict:
     """fit.in_context for any scorer(d, qi): the service's `fit` over the top budget // 30 turns
     at their logistic score and their neighbours at half of it. {budget: mean, 'cats': {...}}."""
     from app.config import Settings
-    from app.context.assemble import Piece, fit as fit_pieces
+    from app.context.assemble import Piece
+    from app.context.assemble import fit as fit_pieces
     from app.llm.gateway import Gateway
 
     settings = Settings()
@@ -196,10 +246,16 @@ def in_context(data: list[dict], scorer, budgets: tuple[int, ...] = (1000, 1800)
     for d in data:
         ts = d["turns"]
 
-        def piece(j: int, sc: float, ts=ts, sid=d["sid"]) -> Piece:  # noqa: ANN001
+        def piece(j: int, sc: float, ts=ts, sid=d["sid"]) -> Piece:
             at = ts[j].at.isoformat() + "+00:00" if ts[j].at else None
-            return Piece("examples", "episode", str(j), ts[j].text, sc, extra={
-                "kind": "conversation", "session_id": f"{sid}-s{ts[j].session}", "occurred_at": at})
+            return Piece(
+                "examples",
+                "episode",
+                str(j),
+                ts[j].text,
+                sc,
+                extra={"kind": "conversation", "session_id": f"{sid}-s{ts[j].session}", "occurred_at": at},
+            )
 
         for qi, q in enumerate(d["qa"]):
             s = scorer(d, qi)
@@ -271,6 +327,9 @@ def embedding_cost(data: list[dict], n_turns: int = 384, n_words: int = 768, rep
         seen |= s
         if i in (500, 1000, 2000, len(order)):
             growth[i] = len(seen)
-    return {"ms_per_item": {k: 1000 * v for k, v in best.items()},
-            "prev_over_plain": best["prev"] / best["plain"], "word_over_plain": best["word"] / best["plain"],
-            "lexemes_after_n_turns": growth}
+    return {
+        "ms_per_item": {k: 1000 * v for k, v in best.items()},
+        "prev_over_plain": best["prev"] / best["plain"],
+        "word_over_plain": best["word"] / best["plain"],
+        "lexemes_after_n_turns": growth,
+    }

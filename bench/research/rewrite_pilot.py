@@ -25,8 +25,10 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-SHOTS = [("When did Jon lose his job?", "Jon lost his job\nJon laid off from work\nJon unemployed looking for work"),
-         ("What pets does Anna have?", "Anna's dog\nAnna's cat\nAnna adopted a pet")]
+SHOTS = [
+    ("When did Jon lose his job?", "Jon lost his job\nJon laid off from work\nJon unemployed looking for work"),
+    ("What pets does Anna have?", "Anna's dog\nAnna's cat\nAnna adopted a pet"),
+]
 ASK = "Write three short search queries, one per line, that find what answers this question.\nQuestion: {q}"
 WEIGHTS = (1.0, 0.9, 0.8)
 
@@ -67,9 +69,12 @@ def main(argv: list[str] | None = None) -> dict:
     from bench.common import pct, write_result
     from bench.tools.locomo_latency_ab import evidence_recall, ingested
 
-    ap = argparse.ArgumentParser(prog="python -m bench.research.rewrite_pilot", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--categories", default="1,3", help="LoCoMo categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop)")
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.research.rewrite_pilot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--categories", default="1,3", help="LoCoMo categories (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop)"
+    )
     ap.add_argument("--questions", type=int, default=0, help="a random sample of this many (0: all of those categories)")
     ap.add_argument("--reuse", action="store_true", help="reuse the database of an earlier latency_ab run")
     ap.add_argument("--out", default=None)
@@ -90,8 +95,11 @@ def main(argv: list[str] | None = None) -> dict:
         gateway = app.state.resources.gateway
 
         def search(sid: str, query: str) -> list[tuple[str, float]]:
-            r = client.post("/v1/search", json={"query": query, "types": ["episode"], "k": 10},
-                            headers={"Authorization": f"Bearer {keys[sid]}"})
+            r = client.post(
+                "/v1/search",
+                json={"query": query, "types": ["episode"], "k": 10},
+                headers={"Authorization": f"Bearer {keys[sid]}"},
+            )
             if r.status_code != 200:
                 raise RuntimeError(f"{r.status_code} {r.text[:300]}")
             return [(x["id"], x["score"]) for x in r.json()["results"]]
@@ -111,9 +119,16 @@ def main(argv: list[str] | None = None) -> dict:
                 examples.append({"question": q.question, "rewrites": subs})
             if (i + 1) % 25 == 0:
                 print(i + 1, "questions", flush=True)
-    out = {"model": gateway.model, "questions": len(qs), "with_rewrites": produced,
-           "llm_s_p50": round(pct(llm_s, 50), 2), "llm_s_p95": round(pct(llm_s, 95), 2),
-           "load": " ".join(open("/proc/loadavg").read().split()[:3]), "recall_at_10": {}, "examples": examples}
+    out = {
+        "model": gateway.model,
+        "questions": len(qs),
+        "with_rewrites": produced,
+        "llm_s_p50": round(pct(llm_s, 50), 2),
+        "llm_s_p95": round(pct(llm_s, 95), 2),
+        "load": " ".join(open("/proc/loadavg").read().split()[:3]),
+        "recall_at_10": {},
+        "examples": examples,
+    }
     for c, by_arm in rec.items():
         out["recall_at_10"][str(c)] = {arm: round(sum(v) / len(v), 3) for arm, v in by_arm.items() if v}
         out["recall_at_10"][str(c)]["n"] = len(by_arm["question"])

@@ -29,9 +29,11 @@ from sqlalchemy.orm import Session
 from bench.common import fresh_database
 from bench.speed.service.data import query, sentence
 
-INSERT = ("INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups) SELECT 'note', x->>'t', "
-          "CAST(:o AS uuid), (x->>'u')::uuid, x->>'v', ARRAY(SELECT jsonb_array_elements_text(x->'g')) "
-          "FROM jsonb_array_elements(CAST(:rows AS jsonb)) x")
+INSERT = (
+    "INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups) SELECT 'note', x->>'t', "
+    "CAST(:o AS uuid), (x->>'u')::uuid, x->>'v', ARRAY(SELECT jsonb_array_elements_text(x->'g')) "
+    "FROM jsonb_array_elements(CAST(:rows AS jsonb)) x"
+)
 
 
 def _rows(rng: random.Random, users: list, n: int) -> str:
@@ -93,8 +95,11 @@ def main(argv: list[str] | None = None) -> dict:
                 c.execute(text("ALTER TABLE episodes ENABLE TRIGGER bm25_keep_ins"))
                 c.commit()
     rate = {arm: round(500 * len(ts) / sum(ts), 1) for arm, ts in times.items()}
-    out["ingest"] = {"rows_per_s_triggers_on": rate["on"], "rows_per_s_triggers_off": rate["off"],
-                     "on_vs_off": round(rate["on"] / rate["off"], 3)}
+    out["ingest"] = {
+        "rows_per_s_triggers_on": rate["on"],
+        "rows_per_s_triggers_off": rate["off"],
+        "on_vs_off": round(rate["on"] / rate["off"], 3),
+    }
     print("ingest (500-row INSERTs, DB only)", out["ingest"], flush=True)
 
     sessions = make_sessionmaker(create_engine(app_url(settings)))
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         same = 0
         for i, q in enumerate(queries):
             got = {}
-            for arm in (("exact", "kept") if i % 2 else ("kept", "exact")):
+            for arm in ("exact", "kept") if i % 2 else ("kept", "exact"):
                 with sessions() as db:
                     bind_principal(db, p)
                     t1 = time.perf_counter()
@@ -126,10 +131,15 @@ def main(argv: list[str] | None = None) -> dict:
         with sessions() as db:
             bind_principal(db, p)
             visible = bm25.visible_count(db, p, "episode", SearchFilters())
-        row = {"org_rows": size, "visible": visible, "build_s": round(build_s, 1), "same_top10_and_n": f"{same}/{len(queries)}",
-               **{f"{arm}_p50_ms": _pct(v, 0.5) for arm, v in lat.items()},
-               **{f"{arm}_p95_ms": _pct(v, 0.95) for arm, v in lat.items()},
-               "kept_mean_ms": round(1000 * statistics.mean(lat["kept"]), 2)}
+        row = {
+            "org_rows": size,
+            "visible": visible,
+            "build_s": round(build_s, 1),
+            "same_top10_and_n": f"{same}/{len(queries)}",
+            **{f"{arm}_p50_ms": _pct(v, 0.5) for arm, v in lat.items()},
+            **{f"{arm}_p95_ms": _pct(v, 0.95) for arm, v in lat.items()},
+            "kept_mean_ms": round(1000 * statistics.mean(lat["kept"]), 2),
+        }
         out["search"][size] = row
         print("text stage (top 100)", row, flush=True)
     return out
@@ -162,8 +172,10 @@ def locomo(conversations: int, path: str | None = None) -> dict:
             who = {name: orgs.create_user(db, org, name).id for name in (c["speaker_a"], c["speaker_b"])}
             db.commit()
         turns = [t for k, v in c.items() if k.startswith("session_") and isinstance(v, list) for t in v]
-        rows = [{"t": t["text"], "u": str(who[t["speaker"]]), "v": "private" if rng.random() < 1 / 3 else "org", "g": []}
-                for t in turns]
+        rows = [
+            {"t": t["text"], "u": str(who[t["speaker"]]), "v": "private" if rng.random() < 1 / 3 else "org", "g": []}
+            for t in turns
+        ]
         with admin.begin() as cx:
             cx.execute(text(INSERT), {"o": org.id, "rows": json.dumps(rows)})
         p = Principal(org_id=org.id, user_id=who[c["speaker_b"]], name="b", roles=("member",), groups=(), clearances=())

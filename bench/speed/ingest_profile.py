@@ -29,23 +29,48 @@ import time
 
 from sqlalchemy import create_engine, text
 
-STAGES = ("validate", "validation", "vocabulary", "embed.fairness", "embed.model", "embed", "embed.wait", "vocabulary.embed.fairness",
-          "vocabulary.embed.model", "vocabulary.embed", "idempotency", "rows", "vocabulary.write", "lineage", "audit",
-          "commit")
+STAGES = (
+    "validate",
+    "validation",
+    "vocabulary",
+    "embed.fairness",
+    "embed.model",
+    "embed",
+    "embed.wait",
+    "vocabulary.embed.fairness",
+    "vocabulary.embed.model",
+    "vocabulary.embed",
+    "idempotency",
+    "rows",
+    "vocabulary.write",
+    "lineage",
+    "audit",
+    "commit",
+)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.speed.ingest_profile", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.speed.ingest_profile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--orgs", default="1000,20000", help="episodes in the org before the measured writes")
     ap.add_argument("--batches", default="25,250", help="items per measured batch")
     ap.add_argument("--repeats", type=int, default=3, help="measured batches per (org, batch size)")
     ap.add_argument("--real", type=int, default=600, help="seed turns written through the service per org")
-    ap.add_argument("--import-items", type=int, default=0, dest="import_items",
-                    help="also time a bulk import (app/episodes/bulk.py) of this many turns into a new org")
-    ap.add_argument("--locomo", type=int, default=0,
-                    help="also ingest this many LoCoMo conversations through the API (bench.locomo_bench's Service), "
-                         "each beside the embedder alone on its turns")
+    ap.add_argument(
+        "--import-items",
+        type=int,
+        default=0,
+        dest="import_items",
+        help="also time a bulk import (app/episodes/bulk.py) of this many turns into a new org",
+    )
+    ap.add_argument(
+        "--locomo",
+        type=int,
+        default=0,
+        help="also ingest this many LoCoMo conversations through the API (bench.locomo_bench's Service), "
+        "each beside the embedder alone on its turns",
+    )
     ap.add_argument("--data", default=None, help="LoCoMo json (default: bench.locomo's)")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
@@ -79,7 +104,7 @@ class Harness:
     def close(self) -> None:
         self.http.__exit__(None, None, None)
 
-    def principal(self, label: str):  # noqa: ANN201
+    def principal(self, label: str):
         from sqlalchemy.orm import Session
 
         from app.kit.database.pg import admin_url
@@ -94,7 +119,7 @@ class Harness:
         with self.state.sessions() as db:
             return orgs.resolve_key(db, key)
 
-    def write(self, principal, texts: list[str], stages=None) -> float:  # noqa: ANN001
+    def write(self, principal, texts: list[str], stages=None) -> float:
         """One batch through the write path, committed; wall seconds."""
         from app.episodes import service
         from app.episodes.schemas import BatchOut, EpisodeBatchIn
@@ -107,13 +132,22 @@ class Harness:
                 body = EpisodeBatchIn.model_validate({"items": _items(texts)})
             with transaction(self.state.sessions) as db:
                 bind_principal(db, principal)
-                service.ingest(db, self.state.embedder, principal, body.items, endpoint="episodes.batch", body=body,
-                               idempotency_key=None, ttl_s=3600, reply=lambda rows: BatchOut(ids=[r.id for r in rows]))
+                service.ingest(
+                    db,
+                    self.state.embedder,
+                    principal,
+                    body.items,
+                    endpoint="episodes.batch",
+                    body=body,
+                    idempotency_key=None,
+                    ttl_s=3600,
+                    reply=lambda rows: BatchOut(ids=[r.id for r in rows]),
+                )
                 t_commit = time.perf_counter()
             rec.add("commit", time.perf_counter() - t_commit)
         return time.perf_counter() - t0
 
-    def bulk_import(self, principal, texts: list[str], stages) -> float:  # noqa: ANN001
+    def bulk_import(self, principal, texts: list[str], stages) -> float:
         """`memscale admin import` of `texts`, committed; wall seconds (the file's parse included)."""
         import json
 
@@ -134,7 +168,7 @@ class Harness:
             rec.add("commit", time.perf_counter() - t_commit)
         return time.perf_counter() - t0
 
-    def fill(self, principal, size: int) -> None:  # noqa: ANN001
+    def fill(self, principal, size: int) -> None:
         """Derived rows up to `size` episodes in the org (see the module docstring)."""
         from app.kit.database.pg import admin_url
 
@@ -142,7 +176,8 @@ class Harness:
         with eng.connect() as c:
             have = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o"), {"o": principal.org_id}).scalar()
             if size > have:
-                c.execute(text("""
+                c.execute(
+                    text("""
                     WITH seed AS (SELECT row_number() OVER (ORDER BY id) AS n, content, embedding FROM episodes
                                   WHERE org_id = :o), k AS (SELECT count(*) AS k FROM seed)
                     INSERT INTO episodes (id, org_id, owner_id, kind, content, session_id, occurred_at, created_at,
@@ -153,12 +188,13 @@ class Harness:
                     FROM generate_series(1, :n) g CROSS JOIN k
                     JOIN seed a ON a.n = 1 + (g::bigint * 7919) % k.k
                     JOIN seed b ON b.n = 1 + (g::bigint * 104729 + g / k.k) % k.k"""),
-                          {"o": principal.org_id, "u": principal.user_id, "n": size - have})
+                    {"o": principal.org_id, "u": principal.user_id, "n": size - have},
+                )
             c.execute(text("ANALYZE episodes"))
         eng.dispose()
 
 
-def _alone(embedder, texts: list[str]) -> float:  # noqa: ANN001
+def _alone(embedder, texts: list[str]) -> float:
     t0 = time.perf_counter()
     embedder.embed(texts)
     return time.perf_counter() - t0
@@ -183,7 +219,7 @@ def locomo_rate(path: str | None, n: int) -> dict:
             texts = [t.text for t in c.turns]
             t0 = time.perf_counter()
             for i in range(0, len(texts), 250):
-                emb.embed(texts[i:i + 250])
+                emb.embed(texts[i : i + 250])
             alone += time.perf_counter() - t0
             t0 = time.perf_counter()
             svc.ingest(c)
@@ -191,10 +227,18 @@ def locomo_rate(path: str | None, n: int) -> dict:
     finally:
         svc.close()
     turns = sum(len(c.turns) for c in convs)
-    out = {"conversations": n, "turns": turns, "embedder_alone_turns_s": round(turns / alone, 1),
-           "ingest_turns_s": round(turns / took, 1), "ingest_over_embedder": round(alone / took, 3)}
-    print(f"\nLoCoMo ingest, {n} conversations ({turns} turns): embedder alone {out['embedder_alone_turns_s']} turns/s, "
-          f"through the API {out['ingest_turns_s']} turns/s = {100 * out['ingest_over_embedder']:.0f} %", flush=True)
+    out = {
+        "conversations": n,
+        "turns": turns,
+        "embedder_alone_turns_s": round(turns / alone, 1),
+        "ingest_turns_s": round(turns / took, 1),
+        "ingest_over_embedder": round(alone / took, 3),
+    }
+    print(
+        f"\nLoCoMo ingest, {n} conversations ({turns} turns): embedder alone {out['embedder_alone_turns_s']} turns/s, "
+        f"through the API {out['ingest_turns_s']} turns/s = {100 * out['ingest_over_embedder']:.0f} %",
+        flush=True,
+    )
     return out
 
 
@@ -212,10 +256,10 @@ def main(argv: list[str] | None = None) -> dict:
         fresh = itertools.cycle(range(len(turns)))
         for size in orgs:
             p = h.principal(f"org{size}")
-            seed = turns[:min(a.real, size)]
+            seed = turns[: min(a.real, size)]
             t0 = time.perf_counter()
             for i in range(0, len(seed), 250):
-                h.write(p, seed[i:i + 250])
+                h.write(p, seed[i : i + 250])
             h.fill(p, size)
             print(f"org of {size} episodes ready in {time.perf_counter() - t0:.0f} s", flush=True)
             for n in batches:
@@ -224,22 +268,31 @@ def main(argv: list[str] | None = None) -> dict:
                     texts = [turns[next(fresh)] for _ in range(n)]
                     alones.append(_alone(bare, texts))
                     walls.append(h.write(p, texts, rec))
-                case = {"org": size, "batch": n, "repeats": a.repeats,
-                        "total_ms": round(1000 * statistics.mean(walls), 1),
-                        "embedder_alone_ms": round(1000 * statistics.mean(alones), 1),
-                        "stages_ms": {k: round(1000 * v / a.repeats, 1) for k, v in rec.seconds.items()}}
+                case = {
+                    "org": size,
+                    "batch": n,
+                    "repeats": a.repeats,
+                    "total_ms": round(1000 * statistics.mean(walls), 1),
+                    "embedder_alone_ms": round(1000 * statistics.mean(alones), 1),
+                    "stages_ms": {k: round(1000 * v / a.repeats, 1) for k, v in rec.seconds.items()},
+                }
                 case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
                 out["cases"].append(case)
                 _print(case)
         if a.import_items:
             p, rec = h.principal("import"), Stages()
-            texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})")
-                     for i in range(a.import_items)]
+            texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})") for i in range(a.import_items)]
             alone = _alone(bare, texts)
             wall = h.bulk_import(p, texts, rec)
-            case = {"org": 0, "batch": len(texts), "repeats": 1, "import": True, "total_ms": round(1000 * wall, 1),
-                    "embedder_alone_ms": round(1000 * alone, 1),
-                    "stages_ms": {k: round(1000 * v, 1) for k, v in rec.seconds.items()}}
+            case = {
+                "org": 0,
+                "batch": len(texts),
+                "repeats": 1,
+                "import": True,
+                "total_ms": round(1000 * wall, 1),
+                "embedder_alone_ms": round(1000 * alone, 1),
+                "stages_ms": {k: round(1000 * v, 1) for k, v in rec.seconds.items()},
+            }
             case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
             out["cases"].append(case)
             _print(case)
@@ -254,10 +307,10 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _print(case: dict) -> None:
     st = case["stages_ms"]
-    what = f"bulk import of {case['batch']}" if case.get("import") else \
-        f"org {case['org']:>7} episodes, batch {case['batch']:>4}"
-    print(f"\n{what}: {case['total_ms']:8.1f} ms per batch, "
-          f"embedder alone {case['embedder_alone_ms']:8.1f} ms  (x{case['ratio']})")
+    what = f"bulk import of {case['batch']}" if case.get("import") else f"org {case['org']:>7} episodes, batch {case['batch']:>4}"
+    print(
+        f"\n{what}: {case['total_ms']:8.1f} ms per batch, embedder alone {case['embedder_alone_ms']:8.1f} ms  (x{case['ratio']})"
+    )
     for k in [s for s in STAGES if s in st] + sorted(set(st) - set(STAGES)):
         print(f"  {k:28s} {st[k]:8.1f} ms  {100 * st[k] / case['total_ms']:5.1f} %")
     print(flush=True)

@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> dict:
     from bench.common import pct, write_result
     from bench.tools.locomo_latency_ab import evidence_recall, ingested
 
-    ap = argparse.ArgumentParser(prog="python -m bench.speed.locomo_stages", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.speed.locomo_stages", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--questions", type=int, default=200)
     ap.add_argument("--reuse", action="store_true", help="reuse the database of an earlier latency_ab run")
     ap.add_argument("--out", default=None)
@@ -65,15 +66,20 @@ def main(argv: list[str] | None = None) -> dict:
         embedder = app.state.embedder
         given = {q.question: embedder.embed([q.question])[0] for _, q in picked}
 
-        def ask(variant: str, sid: str, q) -> None:  # noqa: ANN001
+        def ask(variant: str, sid: str, q) -> None:
             changes, how = VARIANTS[variant]
             app.state.tuning = replace(base, **changes)
-            prepare.embed_query = {"beside": embed_query,
-                                             "given": lambda db, p, e, query: given[query],
-                                             "first": lambda db, p, e, query: e.embed([query])[0]}[how]
+            prepare.embed_query = {
+                "beside": embed_query,
+                "given": lambda db, p, e, query: given[query],
+                "first": lambda db, p, e, query: e.embed([query])[0],
+            }[how]
             t = time.perf_counter()
-            r = client.post("/v1/search", json={"query": q.question, "types": ["episode"], "k": 10},
-                            headers={"Authorization": f"Bearer {keys[sid]}"})
+            r = client.post(
+                "/v1/search",
+                json={"query": q.question, "types": ["episode"], "k": 10},
+                headers={"Authorization": f"Bearer {keys[sid]}"},
+            )
             ms = (time.perf_counter() - t) * 1000
             if r.status_code != 200:
                 raise RuntimeError(f"{variant}: {r.status_code} {r.text[:300]}")
@@ -90,14 +96,17 @@ def main(argv: list[str] | None = None) -> dict:
                 rec[v].clear()
             names = list(VARIANTS)
             for i, (sid, q) in enumerate(sample):
-                for v in names[i % len(names):] + names[:i % len(names)]:
+                for v in names[i % len(names) :] + names[: i % len(names)]:
                     ask(v, sid, q)
         finally:
             app.state.tuning, prepare.embed_query = base, embed_query
     out = {"questions": a.questions, "load": " ".join(open("/proc/loadavg").read().split()[:3]), "variants": {}}
     for v in VARIANTS:
-        row = {"p50_ms": round(pct(lat[v], 50), 1), "p95_ms": round(pct(lat[v], 95), 1),
-               "recall_at_10": round(sum(rec[v]) / len(rec[v]), 3)}
+        row = {
+            "p50_ms": round(pct(lat[v], 50), 1),
+            "p95_ms": round(pct(lat[v], 95), 1),
+            "recall_at_10": round(sum(rec[v]) / len(rec[v]), 3),
+        }
         out["variants"][v] = row
         print(f"{v:45s} p50 {row['p50_ms']:6.1f}  p95 {row['p95_ms']:6.1f}  r@10 {row['recall_at_10']:.3f}", flush=True)
     write_result("locomo_stages", out, a.out)

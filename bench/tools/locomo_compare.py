@@ -15,15 +15,19 @@ from bench.quality.locomo.report import CATEGORIES, label, plot_pairs
 
 def rows(before: dict, after: dict) -> list[str]:
     cats = sorted({int(c) for m in after["methods"].values() for c in m.get("per_category", {})})
-    out = ["| method | " + " | ".join(f"r@10 {c} {CATEGORIES.get(c, '')}" for c in cats)
-           + " | recall@10 | in context |", "|---" * (len(cats) + 3) + "|"]
+    out = [
+        "| method | " + " | ".join(f"r@10 {c} {CATEGORIES.get(c, '')}" for c in cats) + " | recall@10 | in context |",
+        "|---" * (len(cats) + 3) + "|",
+    ]
     for m in after["methods"]:
         if m not in before["methods"] or m == "full":
             continue
         b, a = before["methods"][m], after["methods"][m]
         cell = [f"{_r10(b, c):.3f} → {_r10(a, c):.3f}" for c in cats]
-        out.append(f"| {label(m)} | " + " | ".join(cell) + f" | {b['recall@10']:.3f} → {a['recall@10']:.3f} | "
-                   f"{b['recall_in_context']:.3f} → {a['recall_in_context']:.3f} |")
+        out.append(
+            f"| {label(m)} | " + " | ".join(cell) + f" | {b['recall@10']:.3f} → {a['recall@10']:.3f} | "
+            f"{b['recall_in_context']:.3f} → {a['recall_in_context']:.3f} |"
+        )
     return out
 
 
@@ -36,8 +40,9 @@ def plot(before: dict, after: dict, path: Path, methods: tuple[str, ...] = ("hyb
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.locomo_compare", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.tools.locomo_compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)
     ap.add_argument("--out", type=Path, default=None, help="plot path (none: table only)")

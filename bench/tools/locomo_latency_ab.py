@@ -27,7 +27,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from bench.common import ROOT  # noqa: E402
+from bench.common import ROOT
 
 DB = "memscale_bench_locomo_ab"
 KINDS = {
@@ -37,7 +37,7 @@ KINDS = {
 }
 
 
-def _database(reuse: bool, convs):  # noqa: ANN001, ANN202
+def _database(reuse: bool, convs):
     """Settings of the ingested LoCoMo database (built unless `reuse` finds it)."""
     from sqlalchemy import create_engine, text
 
@@ -63,15 +63,15 @@ def _database(reuse: bool, convs):  # noqa: ANN001, ANN202
     return svc.settings
 
 
-def _old_copy(s, old_tree: Path):  # noqa: ANN001, ANN202
+def _old_copy(s, old_tree: Path):
     """The earlier commit's database: a copy of this one (same rows, same ids), taken down to that
     commit's migration head by this checkout's migrations (the earlier code cannot read a later
     schema, and cannot downgrade what it does not know)."""
     from sqlalchemy import text
     from sqlalchemy.engine import make_url
 
-    from bench.common import _server, database_settings
     from app.kit.database.migrate import downgrade
+    from bench.common import _server, database_settings
 
     head = _head(old_tree)
     db = make_url(s.database_url).database
@@ -96,7 +96,7 @@ def _head(tree: Path) -> str:
     return ScriptDirectory.from_config(cfg).get_current_head()
 
 
-def ingested(reuse: bool):  # noqa: ANN201
+def ingested(reuse: bool):
     """(conversations, settings, a key per conversation's user, {episode id: LoCoMo dia_id}) of the
     ingested LoCoMo database, for the benches that ask it in one process (stages, rewrite_pilot)."""
     from sqlalchemy import create_engine, text
@@ -113,12 +113,12 @@ def ingested(reuse: bool):  # noqa: ANN201
     return convs, s, keys, dia
 
 
-def evidence_recall(q, handed: set) -> float:  # noqa: ANN001
+def evidence_recall(q, handed: set) -> float:
     """The share of a question's evidence turns (dia_ids) among those `handed` out."""
     return sum(e in handed for e in q.evidence) / len(q.evidence)
 
 
-def locomo_keys(s, convs, *, create: bool = False) -> dict:  # noqa: ANN001
+def locomo_keys(s, convs, *, create: bool = False) -> dict:
     """A fresh key for each conversation's user of the org `locomo` (`create`: the org and the users
     too, in an empty database)."""
     from sqlalchemy import create_engine
@@ -129,8 +129,10 @@ def locomo_keys(s, convs, *, create: bool = False) -> dict:  # noqa: ANN001
     eng = create_engine(s.database_url)
     with Session(eng, expire_on_commit=False) as db:
         org = orgs.create_org(db, "locomo") if create else orgs.org_by_name(db, "locomo")
-        users = {c.sample_id: orgs.create_user(db, org, c.sample_id) if create else orgs.user_by_name(db, org, c.sample_id)
-                 for c in convs}
+        users = {
+            c.sample_id: orgs.create_user(db, org, c.sample_id) if create else orgs.user_by_name(db, org, c.sample_id)
+            for c in convs
+        }
         keys = {sid: orgs.create_key(db, u) for sid, u in users.items()}
         db.commit()
     eng.dispose()
@@ -148,8 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
     from bench.common import worktree
     from bench.quality.locomo.data import load
 
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.locomo_latency_ab", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.tools.locomo_latency_ab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--against", default=None, help="an earlier commit to measure beside this one")
     ap.add_argument("--reuse", action="store_true", help=f"reuse the database {DB} of an earlier run")
     ap.add_argument("--questions", type=int, default=120)
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
     qs = [(c.sample_id, q.question) for c in convs for q in c.qa]
     random.seed(1)
     picked = random.sample(qs, a.questions + 8)
-    sample, warm = picked[:a.questions], picked[a.questions:]  # warm-up questions are never measured
+    sample, warm = picked[: a.questions], picked[a.questions :]  # warm-up questions are never measured
     procs: dict = {}
     with worktree(a.against) as old_tree:
         try:
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
                 p.stop()
 
 
-def measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, procs: dict, *, name: str) -> dict:  # noqa: ANN001
+def measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, procs: dict, *, name: str) -> dict:
     """Both arms started over database `s` (an earlier commit's on `_old_copy`), warmed with `warm`
     and measured on `sample` ((key name, question) pairs; `a`: against, rounds, out), the result
     written as bench/results/`name`.json unless `a.out` (`procs` holds them for the caller to stop)."""
@@ -189,7 +192,7 @@ def measure(a, s, old_tree: Path | None, keys: dict, sample: list, warm: list, p
         p.wait_ready()
     http = {n: httpx.Client(base_url=p.base, timeout=120) for n, p in procs.items()}
 
-    def ask(n: str, kind: str, sid: str, q: str):  # noqa: ANN202
+    def ask(n: str, kind: str, sid: str, q: str):
         path, body = KINDS[kind]
         t = time.perf_counter()
         r = http[n].post(path, json=body(q), headers={"Authorization": f"Bearer {keys[sid]}"})

@@ -19,8 +19,9 @@ def main(argv: list[str] | None = None) -> dict:
     from bench.quality.locomo import report
     from bench.quality.locomo.__main__ import RECALL_AT, ablation_summary
 
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.locomo_merge", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.tools.locomo_merge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("name")
     ap.add_argument("runs", nargs="+", type=Path)
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -30,15 +31,34 @@ def main(argv: list[str] | None = None) -> dict:
     first = parts[0]
     result = report.summarise(rows, methods=tuple(first["methods"]), recall_at=RECALL_AT)
     convs = sum(p["conversations"] for p in parts)
-    result.update({k: first[k] for k in ("benchmark", "quick", "data", "reader_model", "judge_model", "embedding_model",
-                                         "budget_tokens", "reader_window_tokens", "rag_k", "distill")})
-    result.update({
-        "conversations": convs, "turns": sum(p["turns"] for p in parts),
-        "full_history_tokens_mean": round(sum(p["full_history_tokens_mean"] * p["conversations"] for p in parts) / convs, 1),
-        "ingest_seconds": round(sum(p["ingest_seconds"] for p in parts), 1),
-        "seconds": max(p["seconds"] for p in parts), "merged_from": [str(p) for p in args.runs],
-        "questions_detail": rows,
-    })
+    result.update(
+        {
+            k: first[k]
+            for k in (
+                "benchmark",
+                "quick",
+                "data",
+                "reader_model",
+                "judge_model",
+                "embedding_model",
+                "budget_tokens",
+                "reader_window_tokens",
+                "rag_k",
+                "distill",
+            )
+        }
+    )
+    result.update(
+        {
+            "conversations": convs,
+            "turns": sum(p["turns"] for p in parts),
+            "full_history_tokens_mean": round(sum(p["full_history_tokens_mean"] * p["conversations"] for p in parts) / convs, 1),
+            "ingest_seconds": round(sum(p["ingest_seconds"] for p in parts), 1),
+            "seconds": max(p["seconds"] for p in parts),
+            "merged_from": [str(p) for p in args.runs],
+            "questions_detail": rows,
+        }
+    )
     if all(p.get("ablation") for p in parts):
         variants = list(first["ablation"]["rows"])
         result["ablation"] = ablation_summary({v: [r for p in parts for r in p["ablation"]["rows"][v]] for v in variants})

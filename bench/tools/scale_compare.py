@@ -21,11 +21,11 @@ from bench.common import RESULTS, database_settings, report, summary_ms
 CLASSES = {"largest": "scale-0000", "2 %": "scale-0001"}
 
 
-def _small_org(admin) -> str:  # noqa: ANN001
+def _small_org(admin) -> str:
     """The median small org, as the bench chose it (orgs 11.. by item count)."""
-    from bench.speed.scale.data import org_sizes
-
     import numpy as np
+
+    from bench.speed.scale.data import org_sizes
 
     with admin.connect() as c:
         n_orgs = c.exec_driver_sql("SELECT count(*) FROM orgs WHERE name LIKE 'scale-%%'").scalar()
@@ -34,23 +34,22 @@ def _small_org(admin) -> str:  # noqa: ANN001
     return f"scale-{11 + int(np.argsort(sizes[11:])[len(sizes[11:]) // 2]):04d}"
 
 
-def run(args) -> dict:  # noqa: ANN001
+def run(args) -> dict:
+    from dataclasses import replace
+
     from sqlalchemy.orm import Session
 
     from app.auth.principal import Principal
     from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
-    from app.kit.runtime.embedding import LocalEmbedder
     from app.kit.database.pg import admin_url, app_url
+    from app.kit.runtime.embedding import LocalEmbedder
     from app.orgs import service as orgs
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank
+    from app.search.tuning import DEFAULT_TUNING
     from bench.speed.scale.layout import upgrade_keeping_layout
     from bench.speed.scale.measure import queries
-
-    from dataclasses import replace
-
-    from app.search.tuning import DEFAULT_TUNING
 
     bounds = [int(x) for x in args.exact_below.split(",")] if args.exact_below else [None]
     arms = [(db, b) for db in args.dbs.split(",") for b in bounds]
@@ -60,8 +59,12 @@ def run(args) -> dict:  # noqa: ANN001
         s = database_settings(name)
         upgrade_keeping_layout(s)  # built before a later migration (reads name its columns); global stays global
         admin = create_engine(admin_url(s))
-        envs[label] = {"settings": s, "admin": admin, "bound": bound,
-                       "sessions": make_sessionmaker(make_engine(app_url(s), pool_size=2))}
+        envs[label] = {
+            "settings": s,
+            "admin": admin,
+            "bound": bound,
+            "sessions": make_sessionmaker(make_engine(app_url(s), pool_size=2)),
+        }
     classes = {**CLASSES, "small (median)": _small_org(envs[dbs[0]]["admin"])}
     qtexts = queries(args.queries)
     qvecs = LocalEmbedder().embed(qtexts)
@@ -72,8 +75,14 @@ def run(args) -> dict:  # noqa: ANN001
         for _name, env in envs.items():
             with Session(env["admin"]) as db:
                 u = orgs.user_by_name(db, orgs.org_by_name(db, org_name), "u0")
-                env["p"] = Principal(org_id=u.org_id, user_id=u.id, name="u0", roles=tuple(u.roles),
-                                     groups=tuple(u.groups), clearances=tuple(u.clearances))
+                env["p"] = Principal(
+                    org_id=u.org_id,
+                    user_id=u.id,
+                    name="u0",
+                    roles=tuple(u.roles),
+                    groups=tuple(u.groups),
+                    clearances=tuple(u.clearances),
+                )
         for i, (q, v) in enumerate(zip(qtexts, qvecs)):
             order = dbs if i % 2 == 0 else dbs[::-1]  # neither layout always runs first
             for name in order:
@@ -82,8 +91,20 @@ def run(args) -> dict:  # noqa: ANN001
                 with env["sessions"]() as db:
                     bind_principal(db, env["p"])
                     t0 = time.perf_counter()
-                    rank(db, RankCall(principal=env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10,
-                                      mode="hybrid", filters=f0, ef_search=env["settings"].hnsw_ef_search, tuning=tuning))
+                    rank(
+                        db,
+                        RankCall(
+                            principal=env["p"],
+                            query=q,
+                            qvec=v,
+                            types=["memory", "episode", "chunk"],
+                            k=10,
+                            mode="hybrid",
+                            filters=f0,
+                            ef_search=env["settings"].hnsw_ef_search,
+                            tuning=tuning,
+                        ),
+                    )
                     t1 = time.perf_counter()
                     for t in ("memory", "episode"):
                         repo.text_ids(db, env["p"], t, q, f0, 100)
@@ -103,9 +124,13 @@ def run(args) -> dict:  # noqa: ANN001
 
 
 def markdown(res: dict) -> str:
-    lines = [f"# bench.tools.scale_compare: {', '.join(res['dbs'])}, interleaved, {res['queries']} queries "
-             "(server-side, p50 / p95 ms)", "", "| org | database | hybrid (all types) | BM25 text, mem + ep | "
-             "vector k=100, mem + ep |", "|---|---|---|---|---|"]
+    lines = [
+        f"# bench.tools.scale_compare: {', '.join(res['dbs'])}, interleaved, {res['queries']} queries "
+        "(server-side, p50 / p95 ms)",
+        "",
+        "| org | database | hybrid (all types) | BM25 text, mem + ep | vector k=100, mem + ep |",
+        "|---|---|---|---|---|",
+    ]
     for label, per_db in res["classes"].items():
         for name, parts in per_db.items():
             cells = [f"{parts[k]['p50_ms']} / {parts[k]['p95_ms']}" for k in ("hybrid", "text_mem+ep", "vector100_mem+ep")]

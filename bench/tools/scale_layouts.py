@@ -28,8 +28,12 @@ from sqlalchemy.engine import make_url
 from bench.command import parser, save
 from bench.common import database_settings, load_average, serve_in_thread, summary_ms
 
-SEARCHES = (("hybrid", "hybrid", ["episode"]), ("vector", "vector", ["episode"]), ("text", "text", ["episode"]),
-            ("hybrid_all_types", "hybrid", ["memory", "episode", "chunk"]))
+SEARCHES = (
+    ("hybrid", "hybrid", ["episode"]),
+    ("vector", "vector", ["episode"]),
+    ("text", "text", ["episode"]),
+    ("hybrid_all_types", "hybrid", ["memory", "episode", "chunk"]),
+)
 
 
 def copies(source: str) -> tuple[list[str], dict]:
@@ -44,8 +48,10 @@ def copies(source: str) -> tuple[list[str], dict]:
     names = [f"{source}_global", f"{source}_hash"]
     with server.connect() as c:
         # A template must have no other session: end the idle ones a bench left in this process.
-        c.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :d "
-                       "AND pid <> pg_backend_pid()"), {"d": source})
+        c.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :d AND pid <> pg_backend_pid()"),
+            {"d": source},
+        )
         for name in names:
             c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             t0 = time.perf_counter()
@@ -69,7 +75,7 @@ def copies(source: str) -> tuple[list[str], dict]:
     return names, out
 
 
-def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, float, int]:  # noqa: ANN001
+def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, float, int]:
     """Planning and execution ms summed over the item-table statements of one hybrid search."""
     import re
 
@@ -79,7 +85,7 @@ def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, f
 
     seen: list = []
 
-    def capture(conn, cursor, statement, params, context, executemany):  # noqa: ANN001, ARG001
+    def capture(conn, cursor, statement, params, context, executemany):
         if re.search(r"\b(episodes|memories)\b", statement) and not statement.startswith("EXPLAIN"):
             seen.append((statement, params))
 
@@ -89,8 +95,19 @@ def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, f
         conn = db.connection()
         event.listen(conn, "before_cursor_execute", capture)
         try:
-            rank(db, RankCall(principal=env["p"], query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
-                              filters=f0, ef_search=env["settings"].hnsw_ef_search))
+            rank(
+                db,
+                RankCall(
+                    principal=env["p"],
+                    query=q,
+                    qvec=v,
+                    types=["memory", "episode", "chunk"],
+                    k=10,
+                    mode="hybrid",
+                    filters=f0,
+                    ef_search=env["settings"].hnsw_ef_search,
+                ),
+            )
         finally:
             event.remove(conn, "before_cursor_execute", capture)
         for statement, params in seen:
@@ -101,12 +118,12 @@ def _explained(env: dict, q: str, v, f0, rank, bind_principal) -> tuple[float, f
     return plan, execute, len(seen)
 
 
-def run(args) -> dict:  # noqa: ANN001
+def run(args) -> dict:
+    from app.kit.database.db import bind_principal
     from app.kit.runtime.embedding import LocalEmbedder
     from app.main import create_app
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank
-    from app.kit.database.db import bind_principal
     from bench.speed.scale.layout import describe
     from bench.speed.scale.measure import reader
     from bench.speed.service.data import query
@@ -125,9 +142,15 @@ def run(args) -> dict:  # noqa: ANN001
         with admin.connect() as c:
             rows = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o"), {"o": p.org_id}).scalar()
         app = create_app(s, embedder=embedder)
-        envs[name] = {"settings": s, "p": p, "app": app, "rows": rows, "layout": describe(s),
-                      "http": httpx.Client(base_url=serve_in_thread(app), timeout=120),
-                      "h": {"Authorization": f"Bearer {key}"}}
+        envs[name] = {
+            "settings": s,
+            "p": p,
+            "app": app,
+            "rows": rows,
+            "layout": describe(s),
+            "http": httpx.Client(base_url=serve_in_thread(app), timeout=120),
+            "h": {"Authorization": f"Bearer {key}"},
+        }
         admin.dispose()
     rng = random.Random(args.seed)
     qtexts = [query(rng) for _ in range(args.queries + 1)]
@@ -136,15 +159,26 @@ def run(args) -> dict:  # noqa: ANN001
     lat: dict = {name: {} for name in dbs}
     res["load_average"]["before_queries"] = load_average()
     for i, (q, v) in enumerate(zip(qtexts, qvecs)):
-        for name in (dbs if i % 2 == 0 else dbs[::-1]):  # neither layout always runs first
+        for name in dbs if i % 2 == 0 else dbs[::-1]:  # neither layout always runs first
             env = envs[name]
             times = {}
             for label, mode, types in SEARCHES:
                 with env["app"].state.sessions() as db:
                     bind_principal(db, env["p"])
                     t0 = time.perf_counter()
-                    rank(db, RankCall(principal=env["p"], query=q, qvec=v, types=types, k=10, mode=mode, filters=f0,
-                         ef_search=env["settings"].hnsw_ef_search))
+                    rank(
+                        db,
+                        RankCall(
+                            principal=env["p"],
+                            query=q,
+                            qvec=v,
+                            types=types,
+                            k=10,
+                            mode=mode,
+                            filters=f0,
+                            ef_search=env["settings"].hnsw_ef_search,
+                        ),
+                    )
                     times[label] = time.perf_counter() - t0
                     db.rollback()
             t0 = time.perf_counter()
@@ -156,18 +190,27 @@ def run(args) -> dict:  # noqa: ANN001
     # Writes: batches of episodes inserted as the service role under RLS (tuple routing and the
     # parent's WITH CHECK on the partitioned side), every index maintained, then rolled back so
     # the databases stay as built; vectors are the queries' (no model in the loop).
-    ins = text("INSERT INTO episodes (org_id, owner_id, kind, content, visibility, embedding) "
-               "SELECT :o, :u, 'note', 'written by the layout bench ' || g, 'private', CAST(:v AS vector) "
-               "FROM generate_series(1, :n) g")
+    ins = text(
+        "INSERT INTO episodes (org_id, owner_id, kind, content, visibility, embedding) "
+        "SELECT :o, :u, 'note', 'written by the layout bench ' || g, 'private', CAST(:v AS vector) "
+        "FROM generate_series(1, :n) g"
+    )
     for i in range(args.write_rounds + 1):
-        for name in (dbs if i % 2 == 0 else dbs[::-1]):
+        for name in dbs if i % 2 == 0 else dbs[::-1]:
             env = envs[name]
             with env["app"].state.sessions() as db:
                 bind_principal(db, env["p"])
                 t0 = time.perf_counter()
                 for j in range(args.write_batch // 50):
-                    db.execute(ins, {"o": env["p"].org_id, "u": env["p"].user_id, "n": 50,
-                                     "v": str(list(map(float, qvecs[(i + j) % len(qvecs)])))})
+                    db.execute(
+                        ins,
+                        {
+                            "o": env["p"].org_id,
+                            "u": env["p"].user_id,
+                            "n": 50,
+                            "v": str(list(map(float, qvecs[(i + j) % len(qvecs)]))),
+                        },
+                    )
                 dt = time.perf_counter() - t0
                 db.rollback()
             if i:
@@ -175,8 +218,8 @@ def run(args) -> dict:  # noqa: ANN001
     # Where a difference comes from: every statement one hybrid all-types search sends to episodes
     # or memories, run again under EXPLAIN ANALYZE with its own parameters; planning and execution
     # time summed per search (partition pruning is planning work).
-    for i, (q, v) in enumerate(zip(qtexts[:args.explain + 1], qvecs)):
-        for name in (dbs if i % 2 == 0 else dbs[::-1]):
+    for i, (q, v) in enumerate(zip(qtexts[: args.explain + 1], qvecs)):
+        for name in dbs if i % 2 == 0 else dbs[::-1]:
             env = envs[name]
             plan, execute, n = _explained(env, q, v, f0, rank, bind_principal)
             if i:
@@ -184,12 +227,18 @@ def run(args) -> dict:  # noqa: ANN001
                 lat[name].setdefault("explain_execution", []).append(execute / 1000)
                 res.setdefault("explain_statements", n)
     res["load_average"]["end"] = load_average()
-    res["dbs"] = {name: {"layout": envs[name]["layout"], "org_rows": envs[name]["rows"],
-                         **{k: summary_ms(v) for k, v in lat[name].items()}} for name in dbs}
+    res["dbs"] = {
+        name: {"layout": envs[name]["layout"], "org_rows": envs[name]["rows"], **{k: summary_ms(v) for k, v in lat[name].items()}}
+        for name in dbs
+    }
     a, b = dbs
-    res["ratio_second_over_first"] = {k: {"p50": round(res["dbs"][b][k]["p50_ms"] / res["dbs"][a][k]["p50_ms"], 3),
-                                          "p95": round(res["dbs"][b][k]["p95_ms"] / res["dbs"][a][k]["p95_ms"], 3)}
-                                      for k in lat[a]}
+    res["ratio_second_over_first"] = {
+        k: {
+            "p50": round(res["dbs"][b][k]["p50_ms"] / res["dbs"][a][k]["p50_ms"], 3),
+            "p95": round(res["dbs"][b][k]["p95_ms"] / res["dbs"][a][k]["p95_ms"], 3),
+        }
+        for k in lat[a]
+    }
     res["queries"] = args.queries
     for env in envs.values():
         env["http"].close()
@@ -204,9 +253,13 @@ def _cell(latencies: dict, search: str) -> str:
 
 def markdown(res: dict) -> str:
     a, b = res["dbs"]
-    lines = [f"# bench/speed/scale.service_layouts: {a} vs {b}, interleaved, {res['queries']} queries (p50 / p95 / p99 ms)", "",
-             f"Load average {res['load_average']}. Layouts: " + "; ".join(
-                 f"{n}: {d['layout']}, {d['org_rows']:,} episodes in the org" for n, d in res["dbs"].items()), ""]
+    lines = [
+        f"# bench/speed/scale.service_layouts: {a} vs {b}, interleaved, {res['queries']} queries (p50 / p95 / p99 ms)",
+        "",
+        f"Load average {res['load_average']}. Layouts: "
+        + "; ".join(f"{n}: {d['layout']}, {d['org_rows']:,} episodes in the org" for n, d in res["dbs"].items()),
+        "",
+    ]
     if "prepare" in res:
         lines += [f"Prepared: {res['prepare']}", ""]
     lines += [f"| search | {a} | {b} | ratio p50 / p95 |", "|---|---|---|---|"]

@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> dict:
     from app.orgs import service as orgs
     from bench.command import parser
     from bench.common import existing_database, worktree
-    from bench.tools.locomo_latency_ab import measure
     from bench.speed.service.data import query
+    from bench.tools.locomo_latency_ab import measure
 
     ap = parser(__doc__, "service_ab")
     ap.add_argument("--against", default=None, help="an earlier commit to measure beside this one")
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{DB}: {n} episodes in org bench", flush=True)
     rng = random.Random(a.seed)
     qs = [("u0", query(rng)) for _ in range(a.questions + 8)]
-    sample, warm = qs[:a.questions], qs[a.questions:]  # warm-up queries are never measured
+    sample, warm = qs[: a.questions], qs[a.questions :]  # warm-up queries are never measured
     procs: dict = {}
     with worktree(a.against) as old_tree:
         try:

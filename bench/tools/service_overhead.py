@@ -24,12 +24,12 @@ from bench.command import parser, save
 from bench.common import ROOT, ApiProcess, arm_row, fresh_database, worktree
 
 
-def _old_database(s):  # noqa: ANN001, ANN202
+def _old_database(s):
     """The earlier commit's database: created empty (its own process migrates it), same data dir."""
     return fresh_database("memscale_bench_overhead_old", migrate=False).model_copy(update={"data_dir": s.data_dir})
 
 
-def _key(s) -> str:  # noqa: ANN001
+def _key(s) -> str:
     """An org with one user in the arm's (migrated) database; that user's key."""
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
                 p.stop()
 
 
-def _measure(a, s, old_tree: Path | None, procs: dict) -> dict:  # noqa: ANN001
+def _measure(a, s, old_tree: Path | None, procs: dict) -> dict:
     """Both arms started, warmed and measured (`procs` holds them for the caller to stop)."""
     arms = {"old": old_tree, "new": ROOT} if old_tree else {"new": ROOT}
     # Each arm its own database, migrated by its own code (an earlier commit cannot start on a
@@ -73,8 +73,10 @@ def _measure(a, s, old_tree: Path | None, procs: dict) -> dict:  # noqa: ANN001
         procs[name] = ApiProcess(dbs[name], cwd=cwd, env={"MEMSCALE_RATE_LIMIT_PER_MINUTE": "0"})
     for p in procs.values():
         p.wait_ready()
-    clients = {n: httpx.Client(base_url=p.base, headers={"Authorization": f"Bearer {_key(dbs[n])}"}, timeout=30)
-               for n, p in procs.items()}
+    clients = {
+        n: httpx.Client(base_url=p.base, headers={"Authorization": f"Bearer {_key(dbs[n])}"}, timeout=30)
+        for n, p in procs.items()
+    }
     eids = {}
     for n, c in clients.items():
         c.arm = n

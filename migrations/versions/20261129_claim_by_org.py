@@ -7,6 +7,7 @@ The claim function gains an optional org filter (NULL = every org).
 Revision ID: 0007
 Revises: 0006
 """
+
 from alembic import op
 
 revision = "0007"
@@ -35,12 +36,19 @@ def _swap(drop: str, create: str, grant: str) -> None:
 
 
 def upgrade() -> None:
-    _swap("memscale_claim_job(text, int, text[])",
-          CLAIM.format(extra_arg=", p_orgs uuid[] DEFAULT NULL",
-                       extra_cond="\n                       AND (p_orgs IS NULL OR j.org_id = ANY(p_orgs))"),
-          "memscale_claim_job(text, int, text[], uuid[])")
+    _swap(
+        "memscale_claim_job(text, int, text[])",
+        CLAIM.format(
+            extra_arg=", p_orgs uuid[] DEFAULT NULL",
+            extra_cond="\n                       AND (p_orgs IS NULL OR j.org_id = ANY(p_orgs))",
+        ),
+        "memscale_claim_job(text, int, text[], uuid[])",
+    )
 
 
 def downgrade() -> None:
-    _swap("memscale_claim_job(text, int, text[], uuid[])", CLAIM.format(extra_arg="", extra_cond=""),
-          "memscale_claim_job(text, int, text[])")
+    _swap(
+        "memscale_claim_job(text, int, text[], uuid[])",
+        CLAIM.format(extra_arg="", extra_cond=""),
+        "memscale_claim_job(text, int, text[])",
+    )

@@ -6,6 +6,7 @@ them; the audit log still records that the deletion happened.
 Revision ID: 0005
 Revises: 0004
 """
+
 from alembic import op
 
 revision = "0005"

@@ -7,36 +7,37 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-29 10:19:23.408974
 """
-from alembic import op
+
 import sqlalchemy as sa
-import pgvector.sqlalchemy
+from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from app.kit.tenancy.rls import protect
 
-revision = '0003'
-down_revision = '0002'
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table('pipeline_cursors',
-    sa.Column('org_id', sa.UUID(), nullable=False),
-    sa.Column('pipeline', sa.Text(), nullable=False),
-    sa.Column('position', postgresql.JSONB(astext_type=sa.Text()), server_default='{}', nullable=False),
-    sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-    sa.ForeignKeyConstraint(['org_id'], ['orgs.id'], name=op.f('fk_pipeline_cursors_org_id_orgs'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('org_id', 'pipeline', name=op.f('pk_pipeline_cursors'))
+    op.create_table(
+        "pipeline_cursors",
+        sa.Column("org_id", sa.UUID(), nullable=False),
+        sa.Column("pipeline", sa.Text(), nullable=False),
+        sa.Column("position", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.ForeignKeyConstraint(["org_id"], ["orgs.id"], name=op.f("fk_pipeline_cursors_org_id_orgs"), ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("org_id", "pipeline", name=op.f("pk_pipeline_cursors")),
     )
-    op.add_column('episodes', sa.Column('quality', sa.Text(), nullable=True))
-    op.add_column('jobs', sa.Column('locked_by', sa.Text(), nullable=True))
-    op.add_column('jobs', sa.Column('locked_until', sa.DateTime(timezone=True), nullable=True))
-    op.add_column('jobs', sa.Column('attempts', sa.Integer(), server_default='0', nullable=False))
-    op.add_column('jobs', sa.Column('cursor', postgresql.JSONB(astext_type=sa.Text()), server_default='{}', nullable=False))
-    op.add_column('jobs', sa.Column('schedule_slot', sa.Text(), nullable=True))
-    op.create_index('ix_jobs_queue', 'jobs', ['status', 'created_at'], unique=False)
-    op.create_index('ix_jobs_slot', 'jobs', ['org_id', 'kind', 'schedule_slot'], unique=True)
+    op.add_column("episodes", sa.Column("quality", sa.Text(), nullable=True))
+    op.add_column("jobs", sa.Column("locked_by", sa.Text(), nullable=True))
+    op.add_column("jobs", sa.Column("locked_until", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("jobs", sa.Column("attempts", sa.Integer(), server_default="0", nullable=False))
+    op.add_column("jobs", sa.Column("cursor", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False))
+    op.add_column("jobs", sa.Column("schedule_slot", sa.Text(), nullable=True))
+    op.create_index("ix_jobs_queue", "jobs", ["status", "created_at"], unique=False)
+    op.create_index("ix_jobs_slot", "jobs", ["org_id", "kind", "schedule_slot"], unique=True)
     protect(op, "pipeline_cursors", access=False)
     op.execute("""
 CREATE FUNCTION memscale_claim_job(p_worker text, p_lease_s int, p_kinds text[])
@@ -61,12 +62,12 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION IF EXISTS memscale_org_schedules()")
     op.execute("DROP FUNCTION IF EXISTS memscale_claim_job(text, int, text[])")
     op.execute("DROP POLICY IF EXISTS tenant_org ON pipeline_cursors")
-    op.drop_index('ix_jobs_slot', table_name='jobs')
-    op.drop_index('ix_jobs_queue', table_name='jobs')
-    op.drop_column('jobs', 'schedule_slot')
-    op.drop_column('jobs', 'cursor')
-    op.drop_column('jobs', 'attempts')
-    op.drop_column('jobs', 'locked_until')
-    op.drop_column('jobs', 'locked_by')
-    op.drop_column('episodes', 'quality')
-    op.drop_table('pipeline_cursors')
+    op.drop_index("ix_jobs_slot", table_name="jobs")
+    op.drop_index("ix_jobs_queue", table_name="jobs")
+    op.drop_column("jobs", "schedule_slot")
+    op.drop_column("jobs", "cursor")
+    op.drop_column("jobs", "attempts")
+    op.drop_column("jobs", "locked_until")
+    op.drop_column("jobs", "locked_by")
+    op.drop_column("episodes", "quality")
+    op.drop_table("pipeline_cursors")

@@ -8,6 +8,7 @@ them sees no tenant rows. The audit log refuses UPDATE and DELETE for every role
 Revision ID: 0002
 Revises: 0001
 """
+
 import os
 
 from alembic import op
@@ -45,6 +46,7 @@ CREATE FUNCTION memscale_key_lookup(p_id uuid)
 CREATE FUNCTION memscale_audit_immutable() RETURNS trigger LANGUAGE plpgsql AS
   $$ BEGIN RAISE EXCEPTION 'audit_log is append-only (% refused)', TG_OP USING ERRCODE = 'insufficient_privilege'; END $$;
 """
+
 
 def upgrade() -> None:
     # The role is the server's, not the database's: two databases migrated at once on one server
@@ -87,7 +89,14 @@ def downgrade() -> None:
     op.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {ROLE}")
     op.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {ROLE}")
     op.execute(f"REVOKE ALL ON SCHEMA public FROM {ROLE}")
-    for fn in ("memscale_audit_immutable()", "memscale_key_lookup(uuid)", "memscale_all_scopes()",
-               "memscale_clearances()", "memscale_groups()", "memscale_user()", "memscale_org()"):
+    for fn in (
+        "memscale_audit_immutable()",
+        "memscale_key_lookup(uuid)",
+        "memscale_all_scopes()",
+        "memscale_clearances()",
+        "memscale_groups()",
+        "memscale_user()",
+        "memscale_org()",
+    ):
         op.execute(f"DROP FUNCTION IF EXISTS {fn}")
     # The role is cluster-wide and may own nothing else; keep it (harmless, NOLOGIN-free of grants).

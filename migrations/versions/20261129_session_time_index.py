@@ -8,6 +8,7 @@ alone made it read and sort the whole session. The new index serves the old one'
 Revision ID: 0008
 Revises: 0007
 """
+
 from alembic import op
 
 revision = "0008"

@@ -7,6 +7,7 @@ Existing events stay unsealed (NULL); verification accepts them only before an o
 Revision ID: 0009
 Revises: 0008
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -14,6 +14,7 @@ retention and dropping a branch reach every branch's rows.
 Revision ID: 0013
 Revises: 0012
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -59,8 +60,12 @@ def upgrade() -> None:
         sa.Column("created_by", sa.UUID(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.ForeignKeyConstraint(["org_id"], ["orgs.id"], name=op.f("fk_branches_org_id_orgs"), ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["org_id", "parent_id"], ["branches.org_id", "branches.id"],
-                                name=op.f("fk_branches_org_id_branches"), ondelete="RESTRICT"),
+        sa.ForeignKeyConstraint(
+            ["org_id", "parent_id"],
+            ["branches.org_id", "branches.id"],
+            name=op.f("fk_branches_org_id_branches"),
+            ondelete="RESTRICT",
+        ),
         sa.PrimaryKeyConstraint("org_id", "id", name=op.f("pk_branches")),
     )
     op.create_index("ix_branches_name", "branches", ["org_id", "name"], unique=True)
@@ -73,8 +78,12 @@ def upgrade() -> None:
         sa.Column("key", sa.UUID(), nullable=False),
         sa.Column("at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.ForeignKeyConstraint(["org_id"], ["orgs.id"], name=op.f("fk_branch_masks_org_id_orgs"), ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["org_id", "branch_id"], ["branches.org_id", "branches.id"],
-                                name=op.f("fk_branch_masks_org_id_branches"), ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["org_id", "branch_id"],
+            ["branches.org_id", "branches.id"],
+            name=op.f("fk_branch_masks_org_id_branches"),
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("org_id", "branch_id", "item_type", "key", name=op.f("pk_branch_masks")),
     )
     op.create_index(op.f("ix_branch_masks_org_id"), "branch_masks", ["org_id"])
@@ -82,25 +91,34 @@ def upgrade() -> None:
         protect(op, t, access=False)
     for t in BRANCHED:
         op.add_column(t, sa.Column("branch_id", sa.UUID(), nullable=True))
-        op.create_foreign_key(op.f(f"fk_{t}_org_id_branches"), t, "branches", ["org_id", "branch_id"],
-                              ["org_id", "id"], ondelete="CASCADE")
+        op.create_foreign_key(
+            op.f(f"fk_{t}_org_id_branches"), t, "branches", ["org_id", "branch_id"], ["org_id", "id"], ondelete="CASCADE"
+        )
     for t in ("memories", "episodes"):
         op.create_index(f"ix_{t}_branch", t, ["org_id", "branch_id"], postgresql_where=sa.text("branch_id IS NOT NULL"))
     op.drop_index("ix_memories_root", table_name="memories")
-    op.create_index("ix_memories_root", "memories", ["org_id", "root_id", "version", "branch_id"], unique=True,
-                    postgresql_nulls_not_distinct=True)
+    op.create_index(
+        "ix_memories_root",
+        "memories",
+        ["org_id", "root_id", "version", "branch_id"],
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+    )
     for t in VIEWED:
         for name, body in POLICIES.items():
             op.execute(f"CREATE POLICY {name} ON {t} AS RESTRICTIVE {body}")
     # Agent profiles: instructions and skills are memories of an agent (versioned, branchable).
     op.add_column("memories", sa.Column("agent_id", sa.Text(), nullable=True))
     op.drop_constraint(op.f("ck_memories_kind"), "memories", type_="check")
-    op.create_check_constraint(op.f("ck_memories_kind"), "memories",
-                               "kind IN ('fact','rule','preference','procedure','schema_hint','instruction','skill')")
-    op.create_check_constraint(op.f("ck_memories_agent_profile"), "memories",
-                               "(kind IN ('instruction','skill')) = (agent_id IS NOT NULL)")
-    op.create_index("ix_memories_agent", "memories", ["org_id", "agent_id"],
-                    postgresql_where=sa.text("agent_id IS NOT NULL"))
+    op.create_check_constraint(
+        op.f("ck_memories_kind"),
+        "memories",
+        "kind IN ('fact','rule','preference','procedure','schema_hint','instruction','skill')",
+    )
+    op.create_check_constraint(
+        op.f("ck_memories_agent_profile"), "memories", "(kind IN ('instruction','skill')) = (agent_id IS NOT NULL)"
+    )
+    op.create_index("ix_memories_agent", "memories", ["org_id", "agent_id"], postgresql_where=sa.text("agent_id IS NOT NULL"))
 
 
 def downgrade() -> None:
@@ -108,8 +126,9 @@ def downgrade() -> None:
     op.drop_index("ix_memories_agent", table_name="memories")
     op.drop_constraint(op.f("ck_memories_agent_profile"), "memories", type_="check")
     op.drop_constraint(op.f("ck_memories_kind"), "memories", type_="check")
-    op.create_check_constraint(op.f("ck_memories_kind"), "memories",
-                               "kind IN ('fact','rule','preference','procedure','schema_hint')")
+    op.create_check_constraint(
+        op.f("ck_memories_kind"), "memories", "kind IN ('fact','rule','preference','procedure','schema_hint')"
+    )
     op.drop_column("memories", "agent_id")
     for t in VIEWED:
         for name in POLICIES:

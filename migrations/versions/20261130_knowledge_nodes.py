@@ -8,6 +8,7 @@ Citus-ready (distributed by org); knowledge_assets' primary key is (org_id, id) 
 Revision ID: 0012
 Revises: 0011
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
@@ -40,8 +41,12 @@ def upgrade() -> None:
         sa.Column("meta", postgresql.JSONB(astext_type=sa.Text()), server_default="{}", nullable=False),
         sa.CheckConstraint("visibility IN ('private','group','org')", name=op.f("ck_knowledge_nodes_visibility")),
         sa.ForeignKeyConstraint(["org_id"], ["orgs.id"], name=op.f("fk_knowledge_nodes_org_id_orgs"), ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["org_id", "asset_id"], ["knowledge_assets.org_id", "knowledge_assets.id"],
-                                name=op.f("fk_knowledge_nodes_org_id_knowledge_assets"), ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["org_id", "asset_id"],
+            ["knowledge_assets.org_id", "knowledge_assets.id"],
+            name=op.f("fk_knowledge_nodes_org_id_knowledge_assets"),
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("org_id", "id", name=op.f("pk_knowledge_nodes")),
     )
     op.create_index("ix_knowledge_nodes_parent", "knowledge_nodes", ["org_id", "parent_path", "path"])

@@ -10,6 +10,7 @@ none can exist, since RLS and the service never write one.
 Revision ID: 0011
 Revises: 0010
 """
+
 from alembic import op
 
 revision = "0011"
@@ -18,22 +19,47 @@ branch_labels = None
 depends_on = None
 
 # table -> primary key columns after / before
-KEYED = ["users", "api_keys", "audit_log", "cartridges", "chunks", "episodes", "jobs", "knowledge_assets",
-         "lineage_edges", "memories", "retrieval_events", "session_messages", "sessions", "tool_calls"]
+KEYED = [
+    "users",
+    "api_keys",
+    "audit_log",
+    "cartridges",
+    "chunks",
+    "episodes",
+    "jobs",
+    "knowledge_assets",
+    "lineage_edges",
+    "memories",
+    "retrieval_events",
+    "session_messages",
+    "sessions",
+    "tool_calls",
+]
 PKS = {t: (["org_id", "id"], ["id"]) for t in KEYED}
 PKS["idempotency_keys"] = (["org_id", "user_id", "key", "endpoint"], ["user_id", "key", "endpoint"])
 
 # (table, column, referred table): references between tenant tables, all ON DELETE CASCADE
-REFS = [("api_keys", "user_id", "users"), ("idempotency_keys", "user_id", "users"),
-        ("cartridges", "owner_id", "users"), ("chunks", "owner_id", "users"), ("episodes", "owner_id", "users"),
-        ("knowledge_assets", "owner_id", "users"), ("memories", "owner_id", "users"),
-        ("session_messages", "owner_id", "users"), ("sessions", "owner_id", "users"), ("tool_calls", "owner_id", "users"),
-        ("chunks", "asset_id", "knowledge_assets"), ("session_messages", "session_id", "sessions"),
-        ("tool_calls", "session_id", "sessions")]
+REFS = [
+    ("api_keys", "user_id", "users"),
+    ("idempotency_keys", "user_id", "users"),
+    ("cartridges", "owner_id", "users"),
+    ("chunks", "owner_id", "users"),
+    ("episodes", "owner_id", "users"),
+    ("knowledge_assets", "owner_id", "users"),
+    ("memories", "owner_id", "users"),
+    ("session_messages", "owner_id", "users"),
+    ("sessions", "owner_id", "users"),
+    ("tool_calls", "owner_id", "users"),
+    ("chunks", "asset_id", "knowledge_assets"),
+    ("session_messages", "session_id", "sessions"),
+    ("tool_calls", "session_id", "sessions"),
+]
 
 # unique indexes: name -> (table, columns after, columns before)
-UNIQUE = {"ix_memories_root": ("memories", ["org_id", "root_id", "version"], ["root_id", "version"]),
-          "ix_session_messages_seq": ("session_messages", ["org_id", "session_id", "seq"], ["session_id", "seq"])}
+UNIQUE = {
+    "ix_memories_root": ("memories", ["org_id", "root_id", "version"], ["root_id", "version"]),
+    "ix_session_messages_seq": ("session_messages", ["org_id", "session_id", "seq"], ["session_id", "seq"]),
+}
 
 
 def _swap(new: bool) -> None:

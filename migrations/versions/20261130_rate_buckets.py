@@ -6,6 +6,7 @@ tenant data, so neither org_id nor RLS; the app role reads and updates it.
 Revision ID: 0010
 Revises: 0009
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -16,11 +17,13 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table("rate_buckets",
-                    sa.Column("key", sa.Text(), primary_key=True),
-                    sa.Column("tokens", sa.Float(), nullable=False),
-                    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
-                    prefixes=["UNLOGGED"])
+    op.create_table(
+        "rate_buckets",
+        sa.Column("key", sa.Text(), primary_key=True),
+        sa.Column("tokens", sa.Float(), nullable=False),
+        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        prefixes=["UNLOGGED"],
+    )
     op.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON rate_buckets TO memscale_app")
 
 

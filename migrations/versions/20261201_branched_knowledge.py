@@ -11,6 +11,7 @@ knowledge_nodes gains `created_at`, so a branch or an as-of read sees the nodes 
 Revision ID: 0014
 Revises: 0013
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -37,24 +38,30 @@ def _policies() -> dict[str, str]:
 def upgrade() -> None:
     for t in TABLES:
         op.add_column(t, sa.Column("branch_id", sa.UUID(), nullable=True))
-        op.create_foreign_key(op.f(f"fk_{t}_org_id_branches"), t, "branches", ["org_id", "branch_id"],
-                              ["org_id", "id"], ondelete="CASCADE")
+        op.create_foreign_key(
+            op.f(f"fk_{t}_org_id_branches"), t, "branches", ["org_id", "branch_id"], ["org_id", "id"], ondelete="CASCADE"
+        )
         op.create_index(f"ix_{t}_branch", t, ["org_id", "branch_id"], postgresql_where=sa.text("branch_id IS NOT NULL"))
         for name, body in _policies().items():
             op.execute(f"CREATE POLICY {name} ON {t} AS RESTRICTIVE {body}")
-    op.add_column("knowledge_nodes", sa.Column("created_at", sa.DateTime(timezone=True),
-                                               server_default=sa.text("now()"), nullable=False))
+    op.add_column(
+        "knowledge_nodes", sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False)
+    )
     op.drop_constraint(op.f("uq_knowledge_assets_org_id_source_uri"), "knowledge_assets", type_="unique")
-    op.create_index("ix_knowledge_assets_source", "knowledge_assets", ["org_id", "source_uri", "branch_id"],
-                    unique=True, postgresql_nulls_not_distinct=True)
+    op.create_index(
+        "ix_knowledge_assets_source",
+        "knowledge_assets",
+        ["org_id", "source_uri", "branch_id"],
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+    )
 
 
 def downgrade() -> None:
     op.execute("DELETE FROM knowledge_assets WHERE branch_id IS NOT NULL")  # chunks and nodes cascade
     op.execute("DELETE FROM branch_masks WHERE item_type = 'knowledge_assets'")
     op.drop_index("ix_knowledge_assets_source", table_name="knowledge_assets")
-    op.create_unique_constraint(op.f("uq_knowledge_assets_org_id_source_uri"), "knowledge_assets",
-                                ["org_id", "source_uri"])
+    op.create_unique_constraint(op.f("uq_knowledge_assets_org_id_source_uri"), "knowledge_assets", ["org_id", "source_uri"])
     op.drop_column("knowledge_nodes", "created_at")
     for t in reversed(TABLES):
         for name in _policies():

@@ -9,6 +9,7 @@ caller still checks the secret against the hash before it trusts any of it, as b
 Revision ID: 0017
 Revises: 0016
 """
+
 from alembic import op
 
 revision = "0017"
@@ -28,7 +29,7 @@ CREATE OR REPLACE FUNCTION memscale_key_principal(p_id uuid)
 """
 
 
-def create(execute) -> None:  # noqa: ANN001
+def create(execute) -> None:
     """The function and its grants (also used by bench/scale's `global` layout, kept at 0014)."""
     execute(FUNCTION)
     execute(f"GRANT EXECUTE ON FUNCTION memscale_key_principal(uuid) TO {ROLE}")

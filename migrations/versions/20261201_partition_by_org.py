@@ -29,6 +29,7 @@ denied", and even a later blanket `GRANT ... ON ALL TABLES` shows no row of one.
 Revision ID: 0015
 Revises: 0014
 """
+
 from __future__ import annotations
 
 from alembic import op
@@ -55,17 +56,19 @@ def downgrade() -> None:
         rebuild(op.get_bind(), t, None)
 
 
-def _q(conn, sql: str, **kw) -> list:  # noqa: ANN001, ANN003
+def _q(conn, sql: str, **kw) -> list:
     return conn.execute(text(sql), kw).all()
 
 
-def _ident(conn, name: str) -> str:  # noqa: ANN001
+def _ident(conn, name: str) -> str:
     return conn.execute(text("SELECT quote_ident(:n)"), {"n": name}).scalar()
 
 
-def refuse_what_cannot_be_carried(conn, table: str) -> None:  # noqa: ANN001
+def refuse_what_cannot_be_carried(conn, table: str) -> None:
     """Raise, naming the objects, if the table has something this rebuild would lose."""
-    found = _q(conn, """
+    found = _q(
+        conn,
+        """
         SELECT 'view ' || v.oid::regclass::text FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
           JOIN pg_class v ON v.oid = r.ev_class
          WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = CAST(:t AS regclass) AND v.oid <> d.refobjid
@@ -85,50 +88,88 @@ def refuse_what_cannot_be_carried(conn, table: str) -> None:  # noqa: ANN001
         UNION SELECT 'extended statistics ' || s.stxname FROM pg_statistic_ext s WHERE s.stxrelid = CAST(:t AS regclass)
         UNION SELECT 'inheritance child ' || i.inhrelid::regclass::text FROM pg_inherits i
           JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = CAST(:t AS regclass) AND NOT c.relispartition
-        ORDER BY 1""", t=table)
+        ORDER BY 1""",
+        t=table,
+    )
     if found:
-        raise RuntimeError(f"{table} cannot be rebuilt without losing: {', '.join(r[0] for r in found)}; "
-                           "drop or move these first, then run the migration again")
+        raise RuntimeError(
+            f"{table} cannot be rebuilt without losing: {', '.join(r[0] for r in found)}; "
+            "drop or move these first, then run the migration again"
+        )
 
 
-def rebuild(conn, table: str, partitions: int | None) -> None:  # noqa: ANN001
+def rebuild(conn, table: str, partitions: int | None) -> None:
     """Rebuild `table` as PARTITION BY HASH (org_id) with `partitions` partitions, or as a plain
     table (None), keeping its rows and everything the catalog says about it."""
     refuse_what_cannot_be_carried(conn, table)
     t = _ident(conn, table)
     old = _ident(conn, f"{table}_rebuilt_from")
-    cls = _q(conn, "SELECT c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner), current_user, "
-                   "obj_description(c.oid, 'pg_class') FROM pg_class c WHERE c.oid = CAST(:t AS regclass)", t=table)[0]
+    cls = _q(
+        conn,
+        "SELECT c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner), current_user, "
+        "obj_description(c.oid, 'pg_class') FROM pg_class c WHERE c.oid = CAST(:t AS regclass)",
+        t=table,
+    )[0]
     rls, force, owner, me, comment = cls
-    columns = [r[0] for r in _q(conn, "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = CAST(:t AS regclass) "
-                                      "AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum", t=table)]
+    columns = [
+        r[0]
+        for r in _q(
+            conn,
+            "SELECT quote_ident(attname) FROM pg_attribute WHERE attrelid = CAST(:t AS regclass) "
+            "AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+            t=table,
+        )
+    ]
     # Primary key first (unique constraints and foreign keys may lean on it), then unique, then foreign keys.
-    keys = _q(conn, "SELECT quote_ident(conname), pg_get_constraintdef(oid), obj_description(oid, 'pg_constraint') "
-                    "FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) AND conparentid = 0 "
-                    "AND contype IN ('p', 'u', 'f') ORDER BY array_position(ARRAY['p', 'u', 'f'], contype::text), conname",
-              t=table)
+    keys = _q(
+        conn,
+        "SELECT quote_ident(conname), pg_get_constraintdef(oid), obj_description(oid, 'pg_constraint') "
+        "FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) AND conparentid = 0 "
+        "AND contype IN ('p', 'u', 'f') ORDER BY array_position(ARRAY['p', 'u', 'f'], contype::text), conname",
+        t=table,
+    )
     if any(d.startswith("EXCLUDE") for _, d, _ in keys):
         raise RuntimeError(f"{table}: exclusion constraints are not carried")
-    incoming = _q(conn, "SELECT conrelid::regclass::text, quote_ident(conname), pg_get_constraintdef(oid), "
-                        "obj_description(oid, 'pg_constraint') FROM pg_constraint WHERE contype = 'f' "
-                        "AND confrelid = CAST(:t AS regclass) AND conrelid <> confrelid AND conparentid = 0 "
-                        "ORDER BY 1, 2", t=table)
-    indexes = _q(conn, "SELECT pg_get_indexdef(x.indexrelid), quote_ident(i.relname), obj_description(i.oid, 'pg_class') "
-                       "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = CAST(:t AS regclass) "
-                       "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid "
-                       "AND c.conrelid = x.indrelid AND c.contype IN ('p', 'u', 'x')) ORDER BY i.relname", t=table)
-    policies = _q(conn, "SELECT quote_ident(polname), polpermissive, polcmd, "
-                        "coalesce((SELECT string_agg(CASE WHEN r = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r)) END, "
-                        "', ') FROM unnest(polroles) r), 'PUBLIC'), pg_get_expr(polqual, polrelid), "
-                        "pg_get_expr(polwithcheck, polrelid), obj_description(oid, 'pg_policy') "
-                        "FROM pg_policy WHERE polrelid = CAST(:t AS regclass) ORDER BY polname", t=table)
-    grants = _q(conn, "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, "
-                      "string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type), bool_or(a.is_grantable) "
-                      "FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = CAST(:t AS regclass) AND a.grantee <> c.relowner "
-                      "GROUP BY 1, a.is_grantable ORDER BY 1", t=table)
-    triggers = _q(conn, "SELECT pg_get_triggerdef(oid), quote_ident(tgname), obj_description(oid, 'pg_trigger'), tgenabled "
-                        "FROM pg_trigger WHERE tgrelid = CAST(:t AS regclass) AND NOT tgisinternal AND tgparentid = 0 "
-                        "ORDER BY tgname", t=table)
+    incoming = _q(
+        conn,
+        "SELECT conrelid::regclass::text, quote_ident(conname), pg_get_constraintdef(oid), "
+        "obj_description(oid, 'pg_constraint') FROM pg_constraint WHERE contype = 'f' "
+        "AND confrelid = CAST(:t AS regclass) AND conrelid <> confrelid AND conparentid = 0 "
+        "ORDER BY 1, 2",
+        t=table,
+    )
+    indexes = _q(
+        conn,
+        "SELECT pg_get_indexdef(x.indexrelid), quote_ident(i.relname), obj_description(i.oid, 'pg_class') "
+        "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid WHERE x.indrelid = CAST(:t AS regclass) "
+        "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid "
+        "AND c.conrelid = x.indrelid AND c.contype IN ('p', 'u', 'x')) ORDER BY i.relname",
+        t=table,
+    )
+    policies = _q(
+        conn,
+        "SELECT quote_ident(polname), polpermissive, polcmd, "
+        "coalesce((SELECT string_agg(CASE WHEN r = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r)) END, "
+        "', ') FROM unnest(polroles) r), 'PUBLIC'), pg_get_expr(polqual, polrelid), "
+        "pg_get_expr(polwithcheck, polrelid), obj_description(oid, 'pg_policy') "
+        "FROM pg_policy WHERE polrelid = CAST(:t AS regclass) ORDER BY polname",
+        t=table,
+    )
+    grants = _q(
+        conn,
+        "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, "
+        "string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type), bool_or(a.is_grantable) "
+        "FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = CAST(:t AS regclass) AND a.grantee <> c.relowner "
+        "GROUP BY 1, a.is_grantable ORDER BY 1",
+        t=table,
+    )
+    triggers = _q(
+        conn,
+        "SELECT pg_get_triggerdef(oid), quote_ident(tgname), obj_description(oid, 'pg_trigger'), tgenabled "
+        "FROM pg_trigger WHERE tgrelid = CAST(:t AS regclass) AND NOT tgisinternal AND tgparentid = 0 "
+        "ORDER BY tgname",
+        t=table,
+    )
     # row_security off: should RLS ever apply to the migrating role, the count and the copy fail
     # instead of silently leaving rows behind.
     was = conn.execute(text("SELECT current_setting('row_security')")).scalar()
@@ -141,19 +182,29 @@ def rebuild(conn, table: str, partitions: int | None) -> None:  # noqa: ANN001
     for ref, name, _, _ in incoming:
         ex(f"ALTER TABLE {ref} DROP CONSTRAINT {name}")
     ex(f"ALTER TABLE {t} RENAME TO {old}")
-    for (part,) in _q(conn, "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-                            "WHERE i.inhparent = CAST(:t AS regclass) ORDER BY 1", t=f"{table}_rebuilt_from"):
+    for (part,) in _q(
+        conn,
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = CAST(:t AS regclass) ORDER BY 1",
+        t=f"{table}_rebuilt_from",
+    ):
         ex(f"ALTER TABLE {_ident(conn, part)} RENAME TO {_ident(conn, part + '_rebuilt_from')}")  # frees <table>_pNN
-    ex(f"CREATE TABLE {t} (LIKE {old} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE "
-       f"INCLUDING COMPRESSION INCLUDING COMMENTS)" + (f" PARTITION BY HASH ({PARTITION_KEY})" if partitions else ""))
+    ex(
+        f"CREATE TABLE {t} (LIKE {old} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE "
+        f"INCLUDING COMPRESSION INCLUDING COMMENTS)" + (f" PARTITION BY HASH ({PARTITION_KEY})" if partitions else "")
+    )
     for i in range(partitions or 0):
         part = _ident(conn, f"{table}_p{i:02d}")
         ex(f"CREATE TABLE {part} PARTITION OF {t} FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})")
         if owner != me:
             ex(f"ALTER TABLE {part} OWNER TO {_ident(conn, owner)}")
-        for (grantee,) in _q(conn, "SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE "
-                                   "quote_ident(pg_get_userbyid(a.grantee)) END FROM pg_class c, aclexplode(c.relacl) a "
-                                   "WHERE c.oid = CAST(:p AS regclass) AND a.grantee <> c.relowner", p=f"{table}_p{i:02d}"):
+        for (grantee,) in _q(
+            conn,
+            "SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE "
+            "quote_ident(pg_get_userbyid(a.grantee)) END FROM pg_class c, aclexplode(c.relacl) a "
+            "WHERE c.oid = CAST(:p AS regclass) AND a.grantee <> c.relowner",
+            p=f"{table}_p{i:02d}",
+        ):
             ex(f"REVOKE ALL ON {part} FROM {grantee}")  # default privileges, if any: a partition is reached only via its parent
         ex(f"ALTER TABLE {part} ENABLE ROW LEVEL SECURITY")  # and no policy: a stray grant still shows no row
     cols = ", ".join(columns)
@@ -176,8 +227,11 @@ def rebuild(conn, table: str, partitions: int | None) -> None:  # noqa: ANN001
     if force:
         ex(f"ALTER TABLE {t} FORCE ROW LEVEL SECURITY")
     for name, permissive, cmd, roles, qual, check, _ in policies:
-        ex(f"CREATE POLICY {name} ON {t} AS {'PERMISSIVE' if permissive else 'RESTRICTIVE'} FOR {CMDS[cmd]} TO {roles}"
-           + (f" USING ({qual})" if qual else "") + (f" WITH CHECK ({check})" if check else ""))
+        ex(
+            f"CREATE POLICY {name} ON {t} AS {'PERMISSIVE' if permissive else 'RESTRICTIVE'} FOR {CMDS[cmd]} TO {roles}"
+            + (f" USING ({qual})" if qual else "")
+            + (f" WITH CHECK ({check})" if check else "")
+        )
     for grantee, privs, grantable in grants:
         ex(f"GRANT {privs} ON {t} TO {grantee}" + (" WITH GRANT OPTION" if grantable else ""))
     for d, name, _, enabled in triggers:

@@ -9,6 +9,7 @@ migrated down past it reads the same.
 Revision ID: 0016
 Revises: 0015
 """
+
 from alembic import op
 
 revision = "0016"

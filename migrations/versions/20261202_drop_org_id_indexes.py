@@ -8,6 +8,7 @@ index entry. Only indexes: a database migrated down past this revision reads the
 Revision ID: 0019
 Revises: 0018
 """
+
 from alembic import op
 
 revision = "0019"
@@ -15,9 +16,26 @@ down_revision = "0018"
 branch_labels = None
 depends_on = None
 
-TABLES = ("api_keys", "audit_log", "branch_masks", "branches", "cartridges", "chunks", "episodes",
-          "idempotency_keys", "jobs", "knowledge_assets", "lexicon", "lineage_edges", "memories",
-          "retrieval_events", "session_messages", "sessions", "tool_calls", "users")
+TABLES = (
+    "api_keys",
+    "audit_log",
+    "branch_masks",
+    "branches",
+    "cartridges",
+    "chunks",
+    "episodes",
+    "idempotency_keys",
+    "jobs",
+    "knowledge_assets",
+    "lexicon",
+    "lineage_edges",
+    "memories",
+    "retrieval_events",
+    "session_messages",
+    "sessions",
+    "tool_calls",
+    "users",
+)
 
 
 def upgrade() -> None:

@@ -10,6 +10,7 @@ ingest; episodes stored before this revision have no words here until they are s
 Revision ID: 0018
 Revises: 0017
 """
+
 from alembic import op
 
 from app.kit.tenancy.rls import ORG_POLICY, ROLE
@@ -30,7 +31,7 @@ CREATE TABLE lexicon (
 )"""
 
 
-def create(execute) -> None:  # noqa: ANN001
+def create(execute) -> None:
     """The table, its index, grants and policy (also used by bench/scale's `global` layout, kept
     at 0014 with today's code)."""
     execute(TABLE)

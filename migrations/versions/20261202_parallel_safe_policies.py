@@ -13,6 +13,7 @@ migrated down past this revision reads the same rows, serially.
 Revision ID: 0020
 Revises: 0019
 """
+
 from alembic import op
 
 revision = "0020"
@@ -20,8 +21,15 @@ down_revision = "0019"
 branch_labels = None
 depends_on = None
 
-FUNCTIONS = ("memscale_org()", "memscale_user()", "memscale_groups()", "memscale_clearances()",
-             "memscale_all_scopes()", "memscale_branch()", "memscale_branches()")
+FUNCTIONS = (
+    "memscale_org()",
+    "memscale_user()",
+    "memscale_groups()",
+    "memscale_clearances()",
+    "memscale_all_scopes()",
+    "memscale_branch()",
+    "memscale_branches()",
+)
 
 
 def upgrade() -> None:

@@ -14,6 +14,7 @@ and nothing could stop it.
 Revision ID: 0022
 Revises: 0021
 """
+
 from alembic import op
 
 revision = "0022"
@@ -23,8 +24,10 @@ depends_on = None
 
 SIGNATURE = "memscale_claim_job(text, int, text[], uuid[])"
 
-CLAIMABLE = ("{t}.kind = ANY(p_kinds) AND (p_orgs IS NULL OR {t}.org_id = ANY(p_orgs)) "
-             "AND ({t}.status = 'queued' OR ({t}.status = 'running' AND {t}.locked_until < now()))")
+CLAIMABLE = (
+    "{t}.kind = ANY(p_kinds) AND (p_orgs IS NULL OR {t}.org_id = ANY(p_orgs)) "
+    "AND ({t}.status = 'queued' OR ({t}.status = 'running' AND {t}.locked_until < now()))"
+)
 
 # Each org's load is computed once per claim (not once per queued job): its running jobs (live
 # leases) and when it was last served; then the claimable job of the least loaded, least

@@ -15,6 +15,7 @@ explicit, audited `declassify`.
 Revision ID: 0021
 Revises: 0020
 """
+
 from collections import defaultdict
 
 import sqlalchemy as sa
@@ -33,7 +34,7 @@ ORDER BY m.org_id, m.root_id, m.recorded_at, m.id"""
 _SET = "UPDATE memories SET visibility = :v, groups = :g, labels = :l WHERE org_id = :o AND id = :i"
 
 
-def narrowed(rows) -> list[tuple]:  # noqa: ANN001
+def narrowed(rows) -> list[tuple]:
     """(org_id, id, scope) of the rows of one root whose scope the rule narrows."""
     from app.kit.tenancy.scope import meet, of
 
@@ -55,8 +56,7 @@ def upgrade() -> None:
         roots[(r.org_id, r.root_id)].append(r)
     for rows in roots.values():
         for org_id, id_, s in narrowed(rows):
-            conn.execute(sa.text(_SET), {"v": s.visibility, "g": list(s.groups), "l": list(s.labels), "o": org_id,
-                                         "i": id_})
+            conn.execute(sa.text(_SET), {"v": s.visibility, "g": list(s.groups), "l": list(s.labels), "o": org_id, "i": id_})
 
 
 def downgrade() -> None:

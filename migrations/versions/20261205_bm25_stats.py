@@ -22,6 +22,7 @@ ids of the caller's servable rows holding a lexeme, by the text index (see `_hit
 Revision ID: 0024
 Revises: 0022
 """
+
 from alembic import op
 
 from app.kit.tenancy.rls import ORG_POLICY, ROLE
@@ -33,9 +34,11 @@ depends_on = None
 
 SHARDS = 4
 # item type -> (table, what a main-branch row also needs to be served by default)
-TYPES = {"memory": ("memories", "status = 'active'"),
-         "episode": ("episodes", "quality IS DISTINCT FROM 'quarantined'"),
-         "chunk": ("chunks", "true")}
+TYPES = {
+    "memory": ("memories", "status = 'active'"),
+    "episode": ("episodes", "quality IS DISTINCT FROM 'quarantined'"),
+    "chunk": ("chunks", "true"),
+}
 
 TABLES = [
     """CREATE TABLE bm25_buckets (
@@ -53,8 +56,10 @@ TABLES = [
   CONSTRAINT pk_bm25_owned PRIMARY KEY (org_id, item_type, owner_id, visibility, groups, labels, shard))""",
 ]
 
-BUCKET = ("CASE WHEN visibility = 'private' THEN 'u:' || owner_id::text WHEN visibility = 'org' THEN 'o:' || labels::text "
-          "ELSE 'g:' || groups::text || '|' || labels::text END")
+BUCKET = (
+    "CASE WHEN visibility = 'private' THEN 'u:' || owner_id::text WHEN visibility = 'org' THEN 'o:' || labels::text "
+    "ELSE 'g:' || groups::text || '|' || labels::text END"
+)
 
 
 def _src(op_: str, served: str) -> str:
@@ -68,10 +73,14 @@ def _src(op_: str, served: str) -> str:
         return f"SELECT *, 1 AS s FROM ({new}) x"
     if op_ == "DELETE":
         return f"SELECT *, -1 AS s FROM ({old}) x"
-    same = ("y.org_id = x.org_id AND y.id = x.id AND (y.bucket, y.owner_id, y.visibility, y.groups, y.labels, y.tsv) "
-            "IS NOT DISTINCT FROM (x.bucket, x.owner_id, x.visibility, x.groups, x.labels, x.tsv)")
-    return (f"SELECT *, -1 AS s FROM ({old}) x WHERE NOT EXISTS (SELECT 1 FROM ({new}) y WHERE {same}) UNION ALL "
-            f"SELECT *, 1 AS s FROM ({new}) x WHERE NOT EXISTS (SELECT 1 FROM ({old}) y WHERE {same})")
+    same = (
+        "y.org_id = x.org_id AND y.id = x.id AND (y.bucket, y.owner_id, y.visibility, y.groups, y.labels, y.tsv) "
+        "IS NOT DISTINCT FROM (x.bucket, x.owner_id, x.visibility, x.groups, x.labels, x.tsv)"
+    )
+    return (
+        f"SELECT *, -1 AS s FROM ({old}) x WHERE NOT EXISTS (SELECT 1 FROM ({new}) y WHERE {same}) UNION ALL "
+        f"SELECT *, 1 AS s FROM ({new}) x WHERE NOT EXISTS (SELECT 1 FROM ({old}) y WHERE {same})"
+    )
 
 
 def _apply(op_: str, type_: str, served: str) -> str:
@@ -101,9 +110,9 @@ def _function(type_: str, served: str) -> str:
     return f"""
 CREATE FUNCTION bm25_keep_{type_}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = public AS $f$
 BEGIN
-  IF TG_OP = 'INSERT' THEN {_apply('INSERT', type_, served)}
-  ELSIF TG_OP = 'UPDATE' THEN {_apply('UPDATE', type_, served)}
-  ELSE {_apply('DELETE', type_, served)}
+  IF TG_OP = 'INSERT' THEN {_apply("INSERT", type_, served)}
+  ELSIF TG_OP = 'UPDATE' THEN {_apply("UPDATE", type_, served)}
+  ELSE {_apply("DELETE", type_, served)}
   END IF;
   RETURN NULL;
 END $f$"""
@@ -126,8 +135,10 @@ $f$"""
 
 
 def _backfill(type_: str, table: str, served: str) -> list[str]:
-    rows = f"SELECT org_id, {BUCKET} AS bucket, owner_id, visibility, groups, labels, tsv FROM {table} " \
-           f"WHERE branch_id IS NULL AND {served}"
+    rows = (
+        f"SELECT org_id, {BUCKET} AS bucket, owner_id, visibility, groups, labels, tsv FROM {table} "
+        f"WHERE branch_id IS NULL AND {served}"
+    )
     return [
         f"""INSERT INTO bm25_buckets SELECT org_id, '{type_}', bucket, 0,
               min(CASE WHEN visibility = 'private' THEN owner_id::text END)::uuid, min(visibility), min(groups), min(labels),
@@ -151,12 +162,18 @@ def upgrade() -> None:
         op.execute(_hits(type_, table, served))
         op.execute(f"REVOKE ALL ON FUNCTION bm25_hits_{type_}(tsquery) FROM PUBLIC")
         op.execute(f"GRANT EXECUTE ON FUNCTION bm25_hits_{type_}(tsquery) TO {ROLE}")
-        op.execute(f"CREATE TRIGGER bm25_keep_ins AFTER INSERT ON {table} REFERENCING NEW TABLE AS new_rows "
-                   f"FOR EACH STATEMENT EXECUTE FUNCTION bm25_keep_{type_}()")
-        op.execute(f"CREATE TRIGGER bm25_keep_upd AFTER UPDATE ON {table} REFERENCING OLD TABLE AS old_rows "
-                   f"NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION bm25_keep_{type_}()")
-        op.execute(f"CREATE TRIGGER bm25_keep_del AFTER DELETE ON {table} REFERENCING OLD TABLE AS old_rows "
-                   f"FOR EACH STATEMENT EXECUTE FUNCTION bm25_keep_{type_}()")
+        op.execute(
+            f"CREATE TRIGGER bm25_keep_ins AFTER INSERT ON {table} REFERENCING NEW TABLE AS new_rows "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION bm25_keep_{type_}()"
+        )
+        op.execute(
+            f"CREATE TRIGGER bm25_keep_upd AFTER UPDATE ON {table} REFERENCING OLD TABLE AS old_rows "
+            f"NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION bm25_keep_{type_}()"
+        )
+        op.execute(
+            f"CREATE TRIGGER bm25_keep_del AFTER DELETE ON {table} REFERENCING OLD TABLE AS old_rows "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION bm25_keep_{type_}()"
+        )
         for sql in _backfill(type_, table, served):
             op.execute(sql)
 

@@ -9,6 +9,7 @@ security: every read names the retrieval or the memories the caller was already 
 Revision ID: 0025
 Revises: 0024
 """
+
 from alembic import op
 
 from app.kit.tenancy.rls import ORG_POLICY, ROLE
@@ -47,7 +48,7 @@ CREATE TABLE feedback_votes (
 )"""
 
 
-def create(execute) -> None:  # noqa: ANN001
+def create(execute) -> None:
     """The tables, indexes, grants and policies (also used by bench/speed/scale's `global` layout,
     kept at 0014 with today's code)."""
     execute(EVENTS)
@@ -55,8 +56,10 @@ def create(execute) -> None:  # noqa: ANN001
     execute("CREATE INDEX ix_feedback_events_actor ON feedback_events (org_id, actor_id)")
     execute(VOTES)
     execute("CREATE INDEX ix_feedback_votes_actor ON feedback_votes (org_id, actor_id)")
-    for table, privileges in (("feedback_events", "SELECT, INSERT, DELETE"),
-                              ("feedback_votes", "SELECT, INSERT, UPDATE, DELETE")):
+    for table, privileges in (
+        ("feedback_events", "SELECT, INSERT, DELETE"),
+        ("feedback_votes", "SELECT, INSERT, UPDATE, DELETE"),
+    ):
         execute(f"GRANT {privileges} ON {table} TO {ROLE}")
         execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         execute(ORG_POLICY.format(t=table, role=ROLE))

@@ -15,6 +15,7 @@ takes the full index).
 Revision ID: 0026
 Revises: 0025
 """
+
 from alembic import op
 
 revision = "0026"
@@ -27,8 +28,10 @@ TABLES = ("episodes", "memories", "chunks")
 
 def upgrade() -> None:
     for t in TABLES:  # on the partitioned tables each partition builds its own
-        op.execute(f"CREATE INDEX ix_{t}_embedding_org_hnsw ON {t} USING hnsw (embedding vector_cosine_ops)"
-                   " WITH (m = 16, ef_construction = 64) WHERE visibility = 'org'")
+        op.execute(
+            f"CREATE INDEX ix_{t}_embedding_org_hnsw ON {t} USING hnsw (embedding vector_cosine_ops)"
+            " WITH (m = 16, ef_construction = 64) WHERE visibility = 'org'"
+        )
 
 
 def downgrade() -> None:

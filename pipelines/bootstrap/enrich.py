@@ -28,12 +28,40 @@ ENRICH_VERSION = 1
 ABSTRACT_WORDS = 40
 
 WORDS = {  # abbreviations seen in column names -> words
-    "id": "identifier", "amt": "amount", "qty": "quantity", "dt": "date", "ts": "timestamp", "num": "number",
-    "no": "number", "nr": "number", "cnt": "count", "pct": "percent", "desc": "description", "addr": "address",
-    "cust": "customer", "acct": "account", "txn": "transaction", "inv": "invoice", "prod": "product",
-    "cat": "category", "st": "status", "stat": "status", "rg": "region", "reg": "region", "seg": "segment",
-    "org": "organisation", "dept": "department", "emp": "employee", "mgr": "manager", "avg": "average",
-    "tot": "total", "rev": "revenue", "yr": "year", "mo": "month", "wk": "week", "fk": "reference",
+    "id": "identifier",
+    "amt": "amount",
+    "qty": "quantity",
+    "dt": "date",
+    "ts": "timestamp",
+    "num": "number",
+    "no": "number",
+    "nr": "number",
+    "cnt": "count",
+    "pct": "percent",
+    "desc": "description",
+    "addr": "address",
+    "cust": "customer",
+    "acct": "account",
+    "txn": "transaction",
+    "inv": "invoice",
+    "prod": "product",
+    "cat": "category",
+    "st": "status",
+    "stat": "status",
+    "rg": "region",
+    "reg": "region",
+    "seg": "segment",
+    "org": "organisation",
+    "dept": "department",
+    "emp": "employee",
+    "mgr": "manager",
+    "avg": "average",
+    "tot": "total",
+    "rev": "revenue",
+    "yr": "year",
+    "mo": "month",
+    "wk": "week",
+    "fk": "reference",
 }
 
 
@@ -87,8 +115,11 @@ def name_words(name: str) -> list[str]:
 
 def describe_column(col: dict, stats: dict | None, *, primary: bool) -> str:
     """`col`: name, type, nullable, comment (sources.TableInfo); `stats`: repository.column_stats."""
-    words = [w for w in name_words(col["name"]) if w in WORDS.values() or w in SHORT_WORDS
-             or (len(w) >= 4 and re.search(r"[aeiou]", w) and not re.search(r"\d", w))]  # opaque codes say nothing
+    words = [
+        w
+        for w in name_words(col["name"])
+        if w in WORDS.values() or w in SHORT_WORDS or (len(w) >= 4 and re.search(r"[aeiou]", w) and not re.search(r"\d", w))
+    ]  # opaque codes say nothing
     bits = []
     if col.get("comment"):
         bits.append(col["comment"])
@@ -109,7 +140,7 @@ def describe_column(col: dict, stats: dict | None, *, primary: bool) -> str:
     return "; ".join(bits)
 
 
-def join_paths(tables: list) -> dict[str, list[dict]]:  # noqa: C901
+def join_paths(tables: list) -> dict[str, list[dict]]:
     """{qualified table: [{from, to, via}]}: foreign keys, then matching names."""
     out: dict[str, list[dict]] = {t.qualified: [] for t in tables}
     seen: set[tuple[str, str]] = set()
@@ -163,7 +194,7 @@ class EnrichedTable:
     terms: list[TermRef]  # the glossary terms written into the text
 
 
-def enrich_table(t, catalog: str, stats: dict[str, dict], joins: list[dict], terms: list[TermRef]) -> EnrichedTable:  # noqa: ANN001
+def enrich_table(t, catalog: str, stats: dict[str, dict], joins: list[dict], terms: list[TermRef]) -> EnrichedTable:
     schema = t.schema or "main"
     base = ancestors(["catalog", "schema", "table"], [catalog, schema, t.name])
     table_node = base[-1]
@@ -183,17 +214,31 @@ def enrich_table(t, catalog: str, stats: dict[str, dict], joins: list[dict], ter
         linked = by_col.get(c["name"].lower(), [])
         used += [x for x in linked if x not in used]
         gloss = "; ".join(f"{x.term}: {x.mapping}" for x in linked)
-        line = f"  {c['name']} {c['type']}{'' if c['nullable'] else ' NOT NULL'}: {desc}" + \
-               (f". Glossary: {gloss}" if gloss else "")
+        line = f"  {c['name']} {c['type']}{'' if c['nullable'] else ' NOT NULL'}: {desc}" + (
+            f". Glossary: {gloss}" if gloss else ""
+        )
         col_lines.append(line)
         ref = f"{t.qualified}.{c['name']}".lower()
         meta_cols.append({"name": c["name"], "ref": ref})
-        col_nodes.append(Node("column", c["name"], f"{table_node.path}/{_seg(c['name'])}", table_node.path, i,
-                              text=line.strip(), refs=[ref], meta={"summary": desc, "type": str(c["type"])}))
+        col_nodes.append(
+            Node(
+                "column",
+                c["name"],
+                f"{table_node.path}/{_seg(c['name'])}",
+                table_node.path,
+                i,
+                text=line.strip(),
+                refs=[ref],
+                meta={"summary": desc, "type": str(c["type"])},
+            )
+        )
     join_lines = [f"  {j['from']} = {j['to']} ({j['via']})" for j in joins]
     about = "; ".join(f"{x.term}: {x.text}" for x in table_terms)
-    head = f"Table {t.qualified} in {catalog} (schema {schema})" + (f": {t.comment}" if t.comment else "") + \
-           (f". Glossary: {about}" if about else "")
+    head = (
+        f"Table {t.qualified} in {catalog} (schema {schema})"
+        + (f": {t.comment}" if t.comment else "")
+        + (f". Glossary: {about}" if about else "")
+    )
     text = "\n".join([head, "Columns:", *col_lines] + (["Joins:", *join_lines] if join_lines else []))
     summary = (t.comment or about or f"{len(t.columns)} columns")[:160]
     table_node.text, table_node.meta = text, {"summary": summary, "columns": meta_cols, "joins": joins}
@@ -234,12 +279,12 @@ def sections(title: str, text: str) -> list[Section]:
         if pre:
             out.append(Section(title, pre, abstract(pre)))
         for i, (_, head, end) in enumerate(marks):
-            body = text[end: marks[i + 1][0] if i + 1 < len(marks) else len(text)].strip()
+            body = text[end : marks[i + 1][0] if i + 1 < len(marks) else len(text)].strip()
             out.append(Section(head[:120], body, abstract(body)))
         return [s for s in out if s.text] or out
     paras = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
     for i in range(0, len(paras), 3):
-        body = "\n\n".join(paras[i: i + 3])
+        body = "\n\n".join(paras[i : i + 3])
         head = body.split("\n", 1)[0].strip()
         head = head if len(head.split()) <= 10 else " ".join(head.split()[:8]) + " …"
         out.append(Section(head, body, abstract(body)))
@@ -258,8 +303,17 @@ def document_nodes(uri: str, title: str, text: str) -> list[Node]:
     for n in nodes[:-1]:
         n.meta = {"summary": "documents"}
     for i, s in enumerate(secs):
-        nodes.append(Node("section", s.title, f"{doc.path}/{i + 1:02d} {_seg(s.title)[:80]}", doc.path, i,
-                          text=f"{s.title}: {s.abstract}", meta={"summary": s.abstract[:160]}))
+        nodes.append(
+            Node(
+                "section",
+                s.title,
+                f"{doc.path}/{i + 1:02d} {_seg(s.title)[:80]}",
+                doc.path,
+                i,
+                text=f"{s.title}: {s.abstract}",
+                meta={"summary": s.abstract[:160]},
+            )
+        )
     return nodes
 
 
@@ -268,6 +322,16 @@ def glossary_nodes(file_name: str, terms: list[TermRef]) -> list[Node]:
     nodes[-1].meta = {"summary": f"{len(terms)} terms"}
     nodes[0].meta = {"summary": "glossaries"}
     for i, t in enumerate(terms):
-        nodes.append(Node("term", t.term, f"{nodes[-1].path}/{_seg(t.term)}", nodes[-1].path, i, text=t.text,
-                          refs=t.refs, meta={"summary": t.text[:160], "mapping": t.mapping}))
+        nodes.append(
+            Node(
+                "term",
+                t.term,
+                f"{nodes[-1].path}/{_seg(t.term)}",
+                nodes[-1].path,
+                i,
+                text=t.text,
+                refs=t.refs,
+                meta={"summary": t.text[:160], "mapping": t.mapping},
+            )
+        )
     return nodes

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 from app.jobs.params import BootstrapParams
 from app.jobs.runner import JobContext
 from app.kit.database.db import is_below
+from app.kit.runtime.tier import TierClient
 from app.kit.tenancy.scope import Scope
 from app.kit.text import sha256
-from app.kit.runtime.tier import TierClient
 from app.knowledge import service as knowledge
 from app.knowledge.service import AssetIn, upsert_asset
+from app.lineage.service import add_edge
 from app.memories import versioning
 from app.orgs.service import job_owner
-from app.lineage.service import add_edge
 from pipelines.bootstrap import enrich
 from pipelines.bootstrap import sources as src
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("memscale.bootstrap")
 
 
-def _resolve(ctx: JobContext, job: "Job", rel: str) -> Path:
+def _resolve(ctx: JobContext, job: Job, rel: str) -> Path:
     """API jobs may read only under the bootstrap root; operator (CLI) jobs may name any path."""
     root = (ctx.settings.data_dir / "sources").resolve()
     path = Path(rel)
@@ -42,7 +42,7 @@ def _resolve(ctx: JobContext, job: "Job", rel: str) -> Path:
     return resolved
 
 
-def _token_counter(ctx: JobContext):  # noqa: ANN202
+def _token_counter(ctx: JobContext):
     emb = ctx.resources.embedder
     tok = getattr(getattr(emb, "_model", None), "tokenizer", None)
     if tok is None:
@@ -50,11 +50,20 @@ def _token_counter(ctx: JobContext):  # noqa: ANN202
     return lambda t: len(tok.encode(t, add_special_tokens=False))
 
 
-def run(ctx: JobContext, job: "Job") -> dict:
+def run(ctx: JobContext, job: Job) -> dict:
     p = BootstrapParams.model_validate(job.params)
     scope = Scope(p.visibility, None, tuple(p.groups), tuple(p.labels))
-    stats = {"documents": 0, "created": 0, "updated": 0, "unchanged": 0, "chunks": 0, "tables": 0,
-             "tables_dropped": 0, "schema_hints": 0, "glossary_terms": 0}
+    stats = {
+        "documents": 0,
+        "created": 0,
+        "updated": 0,
+        "unchanged": 0,
+        "chunks": 0,
+        "tables": 0,
+        "tables_dropped": 0,
+        "schema_hints": 0,
+        "glossary_terms": 0,
+    }
     count = _token_counter(ctx)
     embedder = ctx.resources.embedder
     with ctx.tx() as db:
@@ -82,10 +91,18 @@ def run(ctx: JobContext, job: "Job") -> dict:
             if what == "doc":
                 stats["documents"] += 1
                 chunks = src.chunk_text(item.text, count)
-                outcome, asset = upsert_asset(db, embedder, org_id=ctx.org_id, owner_id=owner, scope=scope,
-                                              count_tokens=count, job_id=ctx.job_id,
-                                              item=AssetIn("document", item.uri, item.title, item.content_hash, chunks,
-                                                           {"enrich_version": enrich.ENRICH_VERSION}))
+                outcome, asset = upsert_asset(
+                    db,
+                    embedder,
+                    org_id=ctx.org_id,
+                    owner_id=owner,
+                    scope=scope,
+                    count_tokens=count,
+                    job_id=ctx.job_id,
+                    item=AssetIn(
+                        "document", item.uri, item.title, item.content_hash, chunks, {"enrich_version": enrich.ENRICH_VERSION}
+                    ),
+                )
                 stats[outcome] += 1
                 if en.enabled and _needs_nodes(db, outcome, asset):
                     _save_nodes(db, asset, enrich.document_nodes(item.uri, item.title, item.text))
@@ -103,8 +120,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
         with ctx.tx() as db:
             prefix = f"schema:{src.redact_url(schema_url)}#"
             present = {f"{prefix}{t.qualified}" for t in tables}
-            gone = [a for a in knowledge.active_assets(db, ctx.org_id, "table_schema", prefix)
-                    if a.source_uri not in present]
+            gone = [a for a in knowledge.active_assets(db, ctx.org_id, "table_schema", prefix) if a.source_uri not in present]
             knowledge.set_status(db, ctx.org_id, gone, "dropped")
             stats["tables_dropped"] = len(gone)
             ctx.checkpoint(db, progress=1.0, stats=stats)
@@ -116,25 +132,24 @@ class _Enrichment:
     """What the enrich step needs across a job: the source's joins and statistics, and the
     glossary terms (this job's and earlier same-scope glossaries') to link to columns."""
 
-    def __init__(self, url: str | None, tables: list, glossary: list, *, enabled: bool = True):  # noqa: ANN001
+    def __init__(self, url: str | None, tables: list, glossary: list, *, enabled: bool = True):
         self.url, self.tables, self.enabled = url, tables, enabled
         self.catalog = _catalog(url) if url else ""
         self.joins = enrich.join_paths(tables) if tables else {}
         self.columns = {f"{t.qualified}.{c['name']}".lower() for t in tables for c in t.columns}
-        self.terms = [enrich.TermRef(e.term, e.text(), e.mapping, enrich.term_refs(e.mapping, self.columns))
-                      for e in glossary]
+        self.terms = [enrich.TermRef(e.term, e.text(), e.mapping, enrich.term_refs(e.mapping, self.columns)) for e in glossary]
         self.earlier: list[enrich.TermRef] = []
 
-    def prior_terms(self, db, org_id, owner, scope: Scope) -> None:  # noqa: ANN001
+    def prior_terms(self, db, org_id, owner, scope: Scope) -> None:
         if not self.tables or not self.enabled:
             return
         mine = {t.term.lower() for t in self.terms}
-        for n in knowledge.same_scope_terms(db, org_id, owner_id=owner, visibility=scope.visibility,
-                                                 groups=scope.groups, labels=scope.labels):
+        for n in knowledge.same_scope_terms(
+            db, org_id, owner_id=owner, visibility=scope.visibility, groups=scope.groups, labels=scope.labels
+        ):
             mapping = n.meta.get("mapping", "")
             if n.name.lower() not in mine:
-                self.earlier.append(enrich.TermRef(n.name, n.text, mapping, enrich.term_refs(mapping, self.columns),
-                                                   n.asset_id))
+                self.earlier.append(enrich.TermRef(n.name, n.text, mapping, enrich.term_refs(mapping, self.columns), n.asset_id))
 
     def stats(self, t: src.TableInfo) -> dict:
         """Column statistics where the source allows them ({} where it does not)."""
@@ -146,7 +161,7 @@ class _Enrichment:
         try:
             with eng.connect() as conn:
                 return source_repo.column_stats(conn, t.name, t.schema, [c["name"] for c in t.columns])
-        except Exception as exc:  # noqa: BLE001 - statistics are optional
+        except Exception as exc:
             log.info("no statistics for %s: %s", t.qualified, type(exc).__name__)
             return {}
         finally:
@@ -160,33 +175,54 @@ def _catalog(url: str) -> str:
     return Path(u.database).stem if u.database and u.get_backend_name() == "sqlite" else (u.database or u.host or "db")
 
 
-def _needs_nodes(db, outcome: str, asset) -> bool:  # noqa: ANN001
+def _needs_nodes(db, outcome: str, asset) -> bool:
     """A new or changed asset; or an unchanged one enriched by an older version of the step (in a
     branch, only the branch's own: an unchanged asset of main is main's to re-enrich)."""
     stale = (asset.metadata_ or {}).get("enrich_version") != enrich.ENRICH_VERSION
     return outcome != "unchanged" or (stale and not is_below(db, asset))
 
 
-def _save_nodes(db, asset, nodes: list[enrich.Node]) -> None:  # noqa: ANN001
-    knowledge.replace_nodes(db, asset, [dict(id=n.node_id(asset.id), kind=n.kind, name=n.name, path=n.path,
-                                             parent_path=n.parent_path, ord=n.ord, text=n.text, refs=n.refs,
-                                             meta=n.meta) for n in nodes])
+def _save_nodes(db, asset, nodes: list[enrich.Node]) -> None:
+    knowledge.replace_nodes(
+        db,
+        asset,
+        [
+            dict(
+                id=n.node_id(asset.id),
+                kind=n.kind,
+                name=n.name,
+                path=n.path,
+                parent_path=n.parent_path,
+                ord=n.ord,
+                text=n.text,
+                refs=n.refs,
+                meta=n.meta,
+            )
+            for n in nodes
+        ],
+    )
     asset.metadata_ = {**(asset.metadata_ or {}), "enrich_version": enrich.ENRICH_VERSION}
 
 
-def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stats: dict, en: _Enrichment) -> None:  # noqa: ANN001
+def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stats: dict, en: _Enrichment) -> None:
     uri = f"schema:{src.redact_url(url)}#{t.qualified}"
     meta = {"table": t.qualified, "columns": [c["name"] for c in t.columns]}
     if en.enabled:
         e = enrich.enrich_table(t, en.catalog, en.stats(t), en.joins.get(t.qualified, []), en.terms + en.earlier)
         text, hint, used = e.text, e.hint, e.terms
-        meta.update({"enrich_version": enrich.ENRICH_VERSION, "catalog": en.catalog,
-                     "linked_terms": [x.term for x in e.terms]})
+        meta.update({"enrich_version": enrich.ENRICH_VERSION, "catalog": en.catalog, "linked_terms": [x.term for x in e.terms]})
     else:  # the plain extract (what bootstrap wrote before the enrich step)
         e, text, hint, used = None, t.describe(), t.hint(), []
-    outcome, asset = upsert_asset(db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, scope=scope,
-                                  item=AssetIn("table_schema", uri, t.qualified, sha256(text), [text], meta),
-                                  count_tokens=count, job_id=ctx.job_id)
+    outcome, asset = upsert_asset(
+        db,
+        ctx.resources.embedder,
+        org_id=ctx.org_id,
+        owner_id=owner,
+        scope=scope,
+        item=AssetIn("table_schema", uri, t.qualified, sha256(text), [text], meta),
+        count_tokens=count,
+        job_id=ctx.job_id,
+    )
     stats[outcome] += 1
     glossaries = sorted({x.asset_id for x in used if x.asset_id is not None}, key=str)
     if e is not None and _needs_nodes(db, outcome, asset):
@@ -194,24 +230,54 @@ def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stat
         stats["enriched_tables"] += 1
         stats["linked_terms"] += len(e.terms)
         for gid in glossaries:  # the description was enriched from these glossaries
-            add_edge(db, org_id=ctx.org_id, from_type="asset", from_id=asset.id, to_type="asset", to_id=gid,
-                     relation="enriched_from", job_id=ctx.job_id)
+            add_edge(
+                db,
+                org_id=ctx.org_id,
+                from_type="asset",
+                from_id=asset.id,
+                to_type="asset",
+                to_id=gid,
+                relation="enriched_from",
+                job_id=ctx.job_id,
+            )
     hint_outcome, _ = versioning.upsert_derived(
-        db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"schema_hint:{uri}", text=hint,
-        kind="schema_hint", scope=scope, sources=[("asset", asset.id)] + [("asset", g) for g in glossaries],
+        db,
+        ctx.resources.embedder,
+        org_id=ctx.org_id,
+        owner_id=owner,
+        key=f"schema_hint:{uri}",
+        text=hint,
+        kind="schema_hint",
+        scope=scope,
+        sources=[("asset", asset.id)] + [("asset", g) for g in glossaries],
         provenance={"origin": "bootstrap", "schema": {"table": t.qualified, "columns": meta["columns"]}},
-        job_id=ctx.job_id)
+        job_id=ctx.job_id,
+    )
     stats["schema_hints"] += hint_outcome != "unchanged"
 
 
-def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope: Scope, count, stats: dict,  # noqa: ANN001
-              en: _Enrichment) -> None:
+def _glossary(
+    ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope: Scope, count, stats: dict, en: _Enrichment
+) -> None:
     lines = [e.text() for e in entries]
     uri = f"glossary:{Path(rel).name}"
-    outcome, asset = upsert_asset(db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, scope=scope,
-                                  item=AssetIn("glossary", uri, Path(rel).name, sha256("\n".join(lines)), lines,
-                                               {"terms": len(lines), "enrich_version": enrich.ENRICH_VERSION}),
-                                  count_tokens=count, job_id=ctx.job_id)
+    outcome, asset = upsert_asset(
+        db,
+        ctx.resources.embedder,
+        org_id=ctx.org_id,
+        owner_id=owner,
+        scope=scope,
+        item=AssetIn(
+            "glossary",
+            uri,
+            Path(rel).name,
+            sha256("\n".join(lines)),
+            lines,
+            {"terms": len(lines), "enrich_version": enrich.ENRICH_VERSION},
+        ),
+        count_tokens=count,
+        job_id=ctx.job_id,
+    )
     stats[outcome] += 1
     for t in en.terms:
         t.asset_id = asset.id
@@ -220,13 +286,22 @@ def _glossary(ctx, db, entries: list[src.GlossaryEntry], rel: str, owner, scope:
         _save_nodes(db, asset, enrich.glossary_nodes(Path(rel).name, refs))
     for e in entries:
         o, _ = versioning.upsert_derived(
-            db, ctx.resources.embedder, org_id=ctx.org_id, owner_id=owner, key=f"glossary:{uri}:{e.term.lower()}",
-            text=e.text(), kind="fact", scope=scope, sources=[("asset", asset.id)],
-            provenance={"origin": "bootstrap", "glossary": {"term": e.term, "mapping": e.mapping}}, job_id=ctx.job_id)
+            db,
+            ctx.resources.embedder,
+            org_id=ctx.org_id,
+            owner_id=owner,
+            key=f"glossary:{uri}:{e.term.lower()}",
+            text=e.text(),
+            kind="fact",
+            scope=scope,
+            sources=[("asset", asset.id)],
+            provenance={"origin": "bootstrap", "glossary": {"term": e.term, "mapping": e.mapping}},
+            job_id=ctx.job_id,
+        )
         stats["glossary_terms"] += o != "unchanged"
 
 
-def _source_url(ctx: JobContext, job: "Job", schema_url: str) -> str:
+def _source_url(ctx: JobContext, job: Job, schema_url: str) -> str:
     """Checked again at run time: the allow-list may have changed since the job was queued."""
     from app.jobs.sources import resolve
 
@@ -240,7 +315,7 @@ def _inspect(url: str) -> list:
 
     try:
         return src.inspect_schema(url)
-    except Exception as exc:  # noqa: BLE001 - the text of a driver error can map the network
+    except Exception as exc:
         log.warning("bootstrap source %s failed: %s", src.redact_url(url), exc)
         raise SourceRefused(REFUSED) from None
 

@@ -21,11 +21,18 @@ def column_stats(conn: Connection, table: str, schema: str | None, columns: list
     row = conn.execute(select(func.count(), *aggs).select_from(sample)).one()
     out: dict[str, dict] = {}
     for i, c in enumerate(columns):
-        distinct, nulls, lo, hi = row[1 + 4 * i: 5 + 4 * i]
+        distinct, nulls, lo, hi = row[1 + 4 * i : 5 + 4 * i]
         st = {"rows": row[0], "distinct": distinct, "nulls": nulls, "min": lo, "max": hi}
         if 0 < distinct <= TOP_VALUES:
-            st["values"] = [v for (v,) in conn.execute(
-                select(sample.c[c]).where(sample.c[c].is_not(None)).group_by(sample.c[c])
-                .order_by(func.count().desc(), sample.c[c]).limit(TOP_VALUES))]
+            st["values"] = [
+                v
+                for (v,) in conn.execute(
+                    select(sample.c[c])
+                    .where(sample.c[c].is_not(None))
+                    .group_by(sample.c[c])
+                    .order_by(func.count().desc(), sample.c[c])
+                    .limit(TOP_VALUES)
+                )
+            ]
         out[c] = st
     return out

@@ -24,19 +24,19 @@ class _TextOnly(HTMLParser):
         self.out: list[str] = []
         self._skip = 0
 
-    def handle_starttag(self, tag, attrs):  # noqa: ANN001, ARG002
+    def handle_starttag(self, tag, attrs):
         if tag in self.SKIP:
             self._skip += 1
         elif tag in self.BLOCK:
             self.out.append("\n\n")
 
-    def handle_endtag(self, tag):  # noqa: ANN001
+    def handle_endtag(self, tag):
         if tag in self.SKIP and self._skip:
             self._skip -= 1
         elif tag in self.BLOCK:
             self.out.append("\n\n")
 
-    def handle_data(self, data):  # noqa: ANN001
+    def handle_data(self, data):
         if not self._skip:
             self.out.append(data)
 
@@ -144,11 +144,24 @@ def inspect_schema(url: str) -> list[TableInfo]:
                 except NotImplementedError:
                     comment = None
                 pk = set((insp.get_pk_constraint(name, schema=schema) or {}).get("constrained_columns") or [])
-                cols = [{"name": c["name"], "type": str(c["type"]), "nullable": bool(c.get("nullable", True)),
-                         "comment": c.get("comment"), "primary_key": c["name"] in pk}
-                        for c in insp.get_columns(name, schema=schema)]
-                fks = [{"columns": fk["constrained_columns"], "ref_table": fk["referred_table"],
-                        "ref_columns": fk["referred_columns"]} for fk in insp.get_foreign_keys(name, schema=schema)]
+                cols = [
+                    {
+                        "name": c["name"],
+                        "type": str(c["type"]),
+                        "nullable": bool(c.get("nullable", True)),
+                        "comment": c.get("comment"),
+                        "primary_key": c["name"] in pk,
+                    }
+                    for c in insp.get_columns(name, schema=schema)
+                ]
+                fks = [
+                    {
+                        "columns": fk["constrained_columns"],
+                        "ref_table": fk["referred_table"],
+                        "ref_columns": fk["referred_columns"],
+                    }
+                    for fk in insp.get_foreign_keys(name, schema=schema)
+                ]
                 out.append(TableInfo(schema=schema, name=name, comment=comment, columns=cols, foreign_keys=fks))
         return out
     finally:

@@ -40,8 +40,9 @@ def context_ids(tokenizer, text: str, fmt: ChatFormat = CHATML) -> list[int]:
     return encode(tokenizer, fmt.context_open) + encode(tokenizer, text)
 
 
-def conversation_ids(tokenizer, user: str | list[int], answer: str | list[int] | None = None,
-                     fmt: ChatFormat = CHATML) -> tuple[list[int], int]:
+def conversation_ids(
+    tokenizer, user: str | list[int], answer: str | list[int] | None = None, fmt: ChatFormat = CHATML
+) -> tuple[list[int], int]:
     """Tokens that follow the context: close it, user turn, assistant turn.
 
     ``user``/``answer`` are text or already-generated token ids (spliced as they are, so the
@@ -51,13 +52,12 @@ def conversation_ids(tokenizer, user: str | list[int], answer: str | list[int] |
     and that end token is part of the answer span.
     """
     user_ids = encode(tokenizer, user.strip()) if isinstance(user, str) else list(user)
-    head = (encode(tokenizer, fmt.turn_close + fmt.user_open) + user_ids
-            + encode(tokenizer, fmt.turn_close + fmt.assistant_open))
+    head = encode(tokenizer, fmt.turn_close + fmt.user_open) + user_ids + encode(tokenizer, fmt.turn_close + fmt.assistant_open)
     if answer is None:
         return head, len(head)
     answer_ids = encode(tokenizer, answer) if isinstance(answer, str) else list(answer)
     end = encode(tokenizer, fmt.end_token)
-    if answer_ids[-len(end):] != end:
+    if answer_ids[-len(end) :] != end:
         answer_ids += end
     return head + answer_ids, len(head)
 

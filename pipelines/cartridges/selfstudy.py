@@ -40,19 +40,13 @@ SEED_PROMPTS: dict[str, list[str]] = {
         "Write a request asking to list the key facts from the text above.",
         "Write a request asking to put one item from the text above into a table.",
     ],
-    "summarization": [
-        "Write a request asking for a summary of one part of the text above.",
-    ],
+    "summarization": ["Write a request asking for a summary of one part of the text above."],
     "question": [
         "Write a quiz question about the text above.",
         "Write a question about a name, a number or a date in the text above.",
     ],
-    "use_case": [
-        "Write a question a new employee could ask about the text above.",
-    ],
-    "creative": [
-        "Write a request for a short poem about one item in the text above.",
-    ],
+    "use_case": ["Write a question a new employee could ask about the text above."],
+    "creative": ["Write a request for a short poem about one item in the text above."],
 }
 
 
@@ -78,7 +72,7 @@ def chunk_tokens(ids: list[int], size: int) -> list[list[int]]:
     """Cut ``ids`` into windows of ``size``; a short tail (< size/2) joins the previous chunk."""
     if size <= 0:
         raise ValueError("chunk size must be positive")
-    chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
+    chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
     if len(chunks) > 1 and len(chunks[-1]) < size // 2:
         tail = chunks.pop()
         chunks[-1] = chunks[-1] + tail
@@ -89,8 +83,9 @@ def _strip(ids: list[int], stops: set[int]) -> list[int]:
     return [t for t in ids if t not in stops]
 
 
-def run_shard(model, tokenizer, chunk: list[int], n: int, config: SelfStudyConfig,
-              rng_seed: int) -> tuple[list[DistillExample], list[dict]]:
+def run_shard(
+    model, tokenizer, chunk: list[int], n: int, config: SelfStudyConfig, rng_seed: int
+) -> tuple[list[DistillExample], list[dict]]:
     """``n`` conversations about one chunk; returns examples and readable records."""
     rng = random.Random(rng_seed)
     gen = torch.Generator().manual_seed(rng_seed)
@@ -99,40 +94,56 @@ def run_shard(model, tokenizer, chunk: list[int], n: int, config: SelfStudyConfi
     P = prefix_length(prefix)
     kinds = [rng.choice(sorted(SEED_PROMPTS)) for _ in range(n)]
     seeds = [rng.choice(SEED_PROMPTS[k]) for k in kinds]
-    asks = decode(model, prefix_cache(prefix, n), [conversation_ids(tokenizer, s)[0] for s in seeds],
-                  start=P, max_new_tokens=config.max_question_tokens, stop_ids=stops,
-                  temperature=config.question_temperature, generator=gen,
-                  pad_id=tokenizer.pad_token_id or 0)
+    asks = decode(
+        model,
+        prefix_cache(prefix, n),
+        [conversation_ids(tokenizer, s)[0] for s in seeds],
+        start=P,
+        max_new_tokens=config.max_question_tokens,
+        stop_ids=stops,
+        temperature=config.question_temperature,
+        generator=gen,
+        pad_id=tokenizer.pad_token_id or 0,
+    )
     questions = [_strip(a.tokens, stops) or encode(tokenizer, s) for a, s in zip(asks, seeds)]
     heads = [conversation_ids(tokenizer, q)[0] for q in questions]
-    answers = decode(model, prefix_cache(prefix, n), heads, start=P,
-                     max_new_tokens=config.max_answer_tokens, stop_ids=stops,
-                     temperature=config.answer_temperature, record_top_k=config.top_k,
-                     generator=gen, pad_id=tokenizer.pad_token_id or 0)
+    answers = decode(
+        model,
+        prefix_cache(prefix, n),
+        heads,
+        start=P,
+        max_new_tokens=config.max_answer_tokens,
+        stop_ids=stops,
+        temperature=config.answer_temperature,
+        record_top_k=config.top_k,
+        generator=gen,
+        pad_id=tokenizer.pad_token_id or 0,
+    )
     examples, records = [], []
     for kind, q, head, ans in zip(kinds, questions, heads, answers):
         conv = torch.tensor(head + ans.tokens, dtype=torch.long)
         examples.append(DistillExample(conv, len(head), ans.topk_ids.long(), ans.topk_logprobs))
-        records.append({"seed_type": kind, "question": tokenizer.decode(q),
-                        "answer": tokenizer.decode(_strip(ans.tokens, stops))})
+        records.append(
+            {"seed_type": kind, "question": tokenizer.decode(q), "answer": tokenizer.decode(_strip(ans.tokens, stops))}
+        )
     return examples, records
 
 
-def _teacher_scored(model, prefix, n_ctx: int, conv: list[int], start: int,  # noqa: ANN001
-                    top_k: int) -> DistillExample:
+def _teacher_scored(model, prefix, n_ctx: int, conv: list[int], start: int, top_k: int) -> DistillExample:
     """One teacher-forced conversation after the teacher's context `prefix` (`n_ctx` positions):
     the teacher's top-k log-probs at every answer token (`conv[start:]`), in one forward pass."""
     ids = torch.tensor(conv)
     pos = torch.arange(n_ctx, n_ctx + len(conv))[None]
     logits = model(ids[None], cache=prefix_cache(prefix), position_ids=pos, use_cache=True).logits[0]
-    lp = torch.log_softmax(logits[start - 1:len(conv) - 1].float(), -1)  # predicts conv[start:]
+    lp = torch.log_softmax(logits[start - 1 : len(conv) - 1].float(), -1)  # predicts conv[start:]
     top_lp, top_id = lp.topk(top_k, -1)
     return DistillExample(ids, start, top_id.long(), top_lp)
 
 
 @torch.inference_mode()
-def recital_examples(model, tokenizer, corpus_ids: list[int], *, chunk: int = 512, piece: int = 64,
-                     cue_tokens: int = 8, top_k: int = 20) -> list[DistillExample]:
+def recital_examples(
+    model, tokenizer, corpus_ids: list[int], *, chunk: int = 512, piece: int = 64, cue_tokens: int = 8, top_k: int = 20
+) -> list[DistillExample]:
     """Cue-and-quote conversations over every ``piece`` tokens of the corpus, no sampling.
 
     The user asks for the passage that starts with its first ``cue_tokens`` tokens; the answer is
@@ -145,7 +156,7 @@ def recital_examples(model, tokenizer, corpus_ids: list[int], *, chunk: int = 51
         prefix = compute_kv(model, torch.tensor(encode(tokenizer, CHATML.context_open) + ch))
         n_ctx = prefix_length(prefix)
         for i in range(0, len(ch) - cue_tokens - 8, piece):
-            span = ch[i:i + piece]
+            span = ch[i : i + piece]
             cue = tokenizer.decode(span[:cue_tokens]).strip()
             conv, start = conversation_ids(tokenizer, f"Quote the notes that start with: {cue}", span)
             out.append(_teacher_scored(model, prefix, n_ctx, conv, start, top_k))
@@ -157,8 +168,16 @@ def _sentences(text: str) -> list[str]:
 
 
 @torch.inference_mode()
-def cloze_examples(model, tokenizer, texts: list[str], *, chunk: int = 4096, cuts: tuple[float, ...] = (0.5, 0.75),
-                   min_words: int = 4, top_k: int = 20) -> list[DistillExample]:
+def cloze_examples(
+    model,
+    tokenizer,
+    texts: list[str],
+    *,
+    chunk: int = 4096,
+    cuts: tuple[float, ...] = (0.5, 0.75),
+    min_words: int = 4,
+    top_k: int = 20,
+) -> list[DistillExample]:
     """Fill-the-gap conversations over every sentence of every document, no sampling.
 
     The user quotes the start of a sentence, named by its document's first sentence (its title:
@@ -194,8 +213,10 @@ def cloze_examples(model, tokenizer, texts: list[str], *, chunk: int = 4096, cut
                 for cut in cuts:
                     k = min(len(words) - 1, max(1, round(cut * len(words))))
                     conv, start = conversation_ids(
-                        tokenizer, f"Complete the sentence from the notes on {title}: {' '.join(words[:k])} ...",
-                        " ".join(words[k:]))
+                        tokenizer,
+                        f"Complete the sentence from the notes on {title}: {' '.join(words[:k])} ...",
+                        " ".join(words[k:]),
+                    )
                     out.append(_teacher_scored(model, prefix, n_ctx, conv, start, top_k))
     return out
 
@@ -222,8 +243,12 @@ def load_shard(path: Path) -> list[DistillExample]:
         t = {name: f.get_tensor(name) for name in f.keys()}
     co, to = t["conv_offsets"].tolist(), t["topk_offsets"].tolist()
     return [
-        DistillExample(t["conv_ids"][co[i]:co[i + 1]].long(), int(t["answer_start"][i]),
-                       t["topk_ids"][to[i]:to[i + 1]].long(), t["topk_logprobs"][to[i]:to[i + 1]])
+        DistillExample(
+            t["conv_ids"][co[i] : co[i + 1]].long(),
+            int(t["answer_start"][i]),
+            t["topk_ids"][to[i] : to[i + 1]].long(),
+            t["topk_logprobs"][to[i] : to[i + 1]],
+        )
         for i in range(len(co) - 1)
     ]
 
@@ -236,9 +261,16 @@ def load_examples(out_dir: str | Path) -> list[DistillExample]:
     return examples
 
 
-def run_selfstudy(model, tokenizer, corpus_ids: list[int], out_dir: str | Path,
-                  config: SelfStudyConfig = SelfStudyConfig(), *, model_id: str = "",
-                  progress: bool = True) -> dict:
+def run_selfstudy(
+    model,
+    tokenizer,
+    corpus_ids: list[int],
+    out_dir: str | Path,
+    config: SelfStudyConfig = SelfStudyConfig(),
+    *,
+    model_id: str = "",
+    progress: bool = True,
+) -> dict:
     """Generate (or finish generating) self-study data for ``corpus_ids`` into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -267,8 +299,7 @@ def run_selfstudy(model, tokenizer, corpus_ids: list[int], out_dir: str | Path,
             bar.update(size)
             continue
         chunk_index = j % len(chunks)
-        examples, records = run_shard(model, tokenizer, chunks[chunk_index], size, config,
-                                      rng_seed=config.seed * 1_000_003 + j)
+        examples, records = run_shard(model, tokenizer, chunks[chunk_index], size, config, rng_seed=config.seed * 1_000_003 + j)
         with open(out / f"shard-{j:05d}.jsonl", "w") as f:
             for rec in records:
                 f.write(json.dumps({"shard": j, "chunk": chunk_index, **rec}) + "\n")

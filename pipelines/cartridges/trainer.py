@@ -22,8 +22,7 @@ from app.inference.cartridge import Cartridge, kv_bytes
 from app.inference.context_distillation import DistillConfig, evaluate_loss, train
 from app.kit.runtime.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
 from pipelines.cartridges.chat import context_ids, corpus_text, encode
-from pipelines.cartridges.selfstudy import (SelfStudyConfig, cloze_examples, load_examples, load_shard, run_selfstudy,
-                                            save_shard)
+from pipelines.cartridges.selfstudy import SelfStudyConfig, cloze_examples, load_examples, load_shard, run_selfstudy, save_shard
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +51,17 @@ class CartridgeJobConfig:
     cloze: bool = True
 
 
-def initial_cartridge(model, tokenizer, corpus_texts: list[str], p: int, *, model_id: str,
-                      content_hashes: list[str], init: str = "corpus",
-                      frozen_tokens: int = 1) -> Cartridge:
+def initial_cartridge(
+    model,
+    tokenizer,
+    corpus_texts: list[str],
+    p: int,
+    *,
+    model_id: str,
+    content_hashes: list[str],
+    init: str = "corpus",
+    frozen_tokens: int = 1,
+) -> Cartridge:
     """A cartridge before training: the KV of the first ``p`` context tokens."""
     if init == "corpus":
         ids = context_ids(tokenizer, corpus_text(corpus_texts))
@@ -67,26 +74,34 @@ def initial_cartridge(model, tokenizer, corpus_texts: list[str], p: int, *, mode
         ids = context_ids(tokenizer, text)
     else:
         raise ValueError(f"unknown init {init!r}")
-    return Cartridge.from_tokens(model, ids, p, model_id=model_id, content_hashes=content_hashes,
-                                 init=init, frozen_tokens=frozen_tokens)
+    return Cartridge.from_tokens(
+        model, ids, p, model_id=model_id, content_hashes=content_hashes, init=init, frozen_tokens=frozen_tokens
+    )
 
 
-def training_examples(model, tokenizer, corpus_texts: list[str], out: Path, selfstudy: SelfStudyConfig, *,
-                      cloze: bool, model_id: str, progress: bool = True) -> tuple[list, dict, int]:
+def training_examples(
+    model,
+    tokenizer,
+    corpus_texts: list[str],
+    out: Path,
+    selfstudy: SelfStudyConfig,
+    *,
+    cloze: bool,
+    model_id: str,
+    progress: bool = True,
+) -> tuple[list, dict, int]:
     """The recipe's training data: self-study conversations (``out/selfstudy``), plus fill-the-gap
     ones over every sentence (``out/cloze.safetensors``) when ``cloze``. Both are kept, so a rerun
     resumes. Returns (examples, self-study stats, number of fill-the-gap examples)."""
     body = encode(tokenizer, corpus_text(corpus_texts))
-    ss_stats = run_selfstudy(model, tokenizer, body, out / "selfstudy", selfstudy, model_id=model_id,
-                             progress=progress)
+    ss_stats = run_selfstudy(model, tokenizer, body, out / "selfstudy", selfstudy, model_id=model_id, progress=progress)
     examples = load_examples(out / "selfstudy")
     if not cloze:
         return examples, ss_stats, 0
     cloze_path = out / "cloze.safetensors"  # deterministic (teacher-forced), kept for a rerun
     if not cloze_path.exists():
         # the same teacher context size as self-study's (one knob: the corpus that fits is one group)
-        save_shard(cloze_path, cloze_examples(model, tokenizer, corpus_texts, chunk=selfstudy.chunk_tokens),
-                   {"kind": "cloze"})
+        save_shard(cloze_path, cloze_examples(model, tokenizer, corpus_texts, chunk=selfstudy.chunk_tokens), {"kind": "cloze"})
     extra = load_shard(cloze_path)
     return examples + extra, ss_stats, len(extra)
 
@@ -122,19 +137,26 @@ def train_cartridge(
         model, tokenizer = load_causal_lm(local_model_dir(data_dir))
     t0 = time.perf_counter()
     body = encode(tokenizer, corpus_text(corpus_texts))
-    examples, ss_stats, n_cloze = training_examples(model, tokenizer, corpus_texts, out, config.selfstudy,
-                                                    cloze=config.cloze, model_id=model_id, progress=progress)
+    examples, ss_stats, n_cloze = training_examples(
+        model, tokenizer, corpus_texts, out, config.selfstudy, cloze=config.cloze, model_id=model_id, progress=progress
+    )
     t1 = time.perf_counter()
     if check is not None:
         check()
-    cart = initial_cartridge(model, tokenizer, corpus_texts, p, model_id=model_id,
-                             content_hashes=list(content_hashes), init=config.init,
-                             frozen_tokens=config.frozen_tokens)
+    cart = initial_cartridge(
+        model,
+        tokenizer,
+        corpus_texts,
+        p,
+        model_id=model_id,
+        content_hashes=list(content_hashes),
+        init=config.init,
+        frozen_tokens=config.frozen_tokens,
+    )
     probe = examples[:32]  # fixed training subset: a fit measure, not held-out
     loss_before = evaluate_loss(model, cart.as_prefix_kv(), probe)
     distill_cfg = replace(config.distill, steps=steps)
-    train_stats = train(model, cart, examples, distill_cfg, checkpoint_dir=out / "checkpoints",
-                        progress=progress, check=check)
+    train_stats = train(model, cart, examples, distill_cfg, checkpoint_dir=out / "checkpoints", progress=progress, check=check)
     stats = {
         "model_id": model_id,
         "p": p,
@@ -142,8 +164,7 @@ def train_cartridge(
         "corpus_tokens": len(body),
         "content_hashes": list(content_hashes),
         "kv_bytes_fp32": cart.nbytes(torch.float32),
-        "kv_bytes_corpus_in_context_fp32": kv_bytes(cart.num_layers, cart.kv_heads,
-                                                    cart.head_dim, len(body)),
+        "kv_bytes_corpus_in_context_fp32": kv_bytes(cart.num_layers, cart.kv_heads, cart.head_dim, len(body)),
         "selfstudy": {k: ss_stats[k] for k in ("samples", "chunks", "resumed_samples")},
         "cloze_examples": n_cloze,
         "selfstudy_seconds": round(t1 - t0, 2),

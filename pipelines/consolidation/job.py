@@ -12,7 +12,7 @@ that enough users marked `outdated` gets a supersede proposal, an audit event an
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,14 +32,22 @@ if TYPE_CHECKING:
     from app.memories.models import Memory
 
 
-def _key(m: "Memory") -> tuple:
+def _key(m: Memory) -> tuple:
     return (m.owner_id, m.visibility, tuple(sorted(m.groups)), tuple(sorted(m.labels)), m.kind == "schema_hint")
 
 
-def run(ctx: JobContext, job: "Job") -> dict:
+def run(ctx: JobContext, job: Job) -> dict:
     p = ConsolidateParams.model_validate(job.params)
-    stats = {"seen": 0, "merged": 0, "superseded": 0, "pruned": 0, "quarantined": 0, "restored": 0,
-             "quarantined_by_feedback": 0, "supersede_proposed": 0}
+    stats = {
+        "seen": 0,
+        "merged": 0,
+        "superseded": 0,
+        "pruned": 0,
+        "quarantined": 0,
+        "restored": 0,
+        "quarantined_by_feedback": 0,
+        "supersede_proposed": 0,
+    }
     with ctx.tx() as db:
         _review_feedback(ctx, db, stats)
     with ctx.tx() as db:
@@ -51,10 +59,12 @@ def run(ctx: JobContext, job: "Job") -> dict:
     for m in mems:
         if m.status == "active":
             groups.setdefault(_key(m), []).append(m)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for gi, group in enumerate(groups.values()):
-        items = [Item(m.id, m.text, np.asarray(m.embedding, dtype=np.float32), m.confidence, m.recorded_at,
-                      len(sources.get(m.id, []))) for m in group]
+        items = [
+            Item(m.id, m.text, np.asarray(m.embedding, dtype=np.float32), m.confidence, m.recorded_at, len(sources.get(m.id, [])))
+            for m in group
+        ]
         decisions: list[tuple[str, Item, Item]] = []  # (relation, winner, loser)
         dup_ids = set()
         for comp in clusters([i.vec for i in items], p.duplicate_threshold):
@@ -69,7 +79,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
         for comp in clusters([i.vec for i in rest], p.conflict_threshold):
             members = [rest[i] for i in comp]
             for a_i, a in enumerate(members):
-                for b in members[a_i + 1:]:
+                for b in members[a_i + 1 :]:
                     if a.id in dup_ids or b.id in dup_ids or not contradicts(a.text, b.text):
                         continue
                     w = winner([a, b])
@@ -80,8 +90,9 @@ def run(ctx: JobContext, job: "Job") -> dict:
             continue
         with ctx.tx() as db:
             for relation, w, loser in decisions:
-                if versioning.resolve(db, org_id=ctx.org_id, winner_id=w.id, loser_id=loser.id, relation=relation,
-                                      job_id=ctx.job_id, now=now):
+                if versioning.resolve(
+                    db, org_id=ctx.org_id, winner_id=w.id, loser_id=loser.id, relation=relation, job_id=ctx.job_id, now=now
+                ):
                     stats["merged" if relation == "merged_from" else "superseded"] += 1
             ctx.checkpoint(db, progress=0.8 * (gi + 1) / len(groups), stats=stats)
     with ctx.tx() as db:
@@ -91,7 +102,7 @@ def run(ctx: JobContext, job: "Job") -> dict:
     return stats
 
 
-def _prune(ctx: JobContext, db, p: ConsolidateParams, sources: dict, now, stats: dict) -> None:  # noqa: ANN001
+def _prune(ctx: JobContext, db, p: ConsolidateParams, sources: dict, now, stats: dict) -> None:
     live = lifecycle.live_memories(db, ctx.org_id)
     orphans = lifecycle.without_live_sources(db, ctx.org_id, live, sources)
     for m in live:
@@ -104,7 +115,7 @@ def _prune(ctx: JobContext, db, p: ConsolidateParams, sources: dict, now, stats:
             stats["pruned"] += 1
 
 
-def _revalidate_hints(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
+def _revalidate_hints(ctx: JobContext, db, stats: dict) -> None:
     """Hints naming a dropped table, or columns it no longer has, are quarantined (and restored
     if the table comes back)."""
     live = knowledge.live_table_columns(db, ctx.org_id)
@@ -117,13 +128,12 @@ def _revalidate_hints(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
         if not ok and h.status == "active":
             lifecycle.quarantine(db, h, reason=f"table {table} changed or dropped", job_id=ctx.job_id)
             stats["quarantined"] += 1
-        elif ok and h.status == "quarantined" and not h.provenance.get("pending_rederive") \
-                and not h.provenance.get("review"):
+        elif ok and h.status == "quarantined" and not h.provenance.get("pending_rederive") and not h.provenance.get("review"):
             lifecycle.restore(h)
             stats["restored"] += 1
 
 
-def _review_feedback(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
+def _review_feedback(ctx: JobContext, db, stats: dict) -> None:
     """Quarantine what distinct users found wrong; propose a supersede for what they found outdated."""
     wrong = feedback.held_for_review(db, ctx.org_id)
     outdated = feedback.flagged(db, ctx.org_id, "outdated", OUTDATED_USERS)
@@ -142,6 +152,13 @@ def _review_feedback(ctx: JobContext, db, stats: dict) -> None:  # noqa: ANN001
         if m.provenance.get("supersede_proposed"):
             continue
         m.provenance = {**m.provenance, "supersede_proposed": {"users": outdated[i], "job_id": str(ctx.job_id)}}
-        record(db, org_id=ctx.org_id, actor_id=None, action="memory.supersede_proposed", target_type="memory",
-               target_id=i, details={"reason": f"marked outdated by {outdated[i]} users", "job_id": str(ctx.job_id)})
+        record(
+            db,
+            org_id=ctx.org_id,
+            actor_id=None,
+            action="memory.supersede_proposed",
+            target_type="memory",
+            target_id=i,
+            details={"reason": f"marked outdated by {outdated[i]} users", "job_id": str(ctx.job_id)},
+        )
         stats["supersede_proposed"] += 1

@@ -12,12 +12,27 @@ import numpy as np
 
 _NEG = re.compile(r"\b(not|never|no|don't|doesn't|isn't|aren't|won't|cannot|can't|avoid|stop|without)\b", re.I)
 _NUM = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
-_DAYS = re.compile(r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday|daily|weekly|monthly|quarterly|"
-                   r"yearly|morning|evening|night|am|pm)s?\b", re.I)
+_DAYS = re.compile(
+    r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday|daily|weekly|monthly|quarterly|"
+    r"yearly|morning|evening|night|am|pm)s?\b",
+    re.I,
+)
 _WORD = re.compile(r"[a-z0-9]+")
-_OPPOSITES = [("enable", "disable"), ("allow", "deny"), ("allow", "block"), ("increase", "decrease"),
-              ("before", "after"), ("true", "false"), ("yes", "no"), ("on", "off"), ("include", "exclude"),
-              ("prefer", "avoid"), ("dark", "light"), ("always", "never"), ("required", "optional")]
+_OPPOSITES = [
+    ("enable", "disable"),
+    ("allow", "deny"),
+    ("allow", "block"),
+    ("increase", "decrease"),
+    ("before", "after"),
+    ("true", "false"),
+    ("yes", "no"),
+    ("on", "off"),
+    ("include", "exclude"),
+    ("prefer", "avoid"),
+    ("dark", "light"),
+    ("always", "never"),
+    ("required", "optional"),
+]
 
 
 @dataclass
@@ -46,8 +61,11 @@ def contradicts(a: str, b: str) -> bool:
     def has(words: set[str], stem: str) -> bool:  # "allow" matches "allowed", "allows"
         return any(w == stem or (w.startswith(stem) and len(w) - len(stem) <= 3) for w in words)
 
-    return any((has(wa, x) and has(wb, y) and not has(wb, x) and not has(wa, y))
-               or (has(wa, y) and has(wb, x) and not has(wb, y) and not has(wa, x)) for x, y in _OPPOSITES)
+    return any(
+        (has(wa, x) and has(wb, y) and not has(wb, x) and not has(wa, y))
+        or (has(wa, y) and has(wb, x) and not has(wb, y) and not has(wa, x))
+        for x, y in _OPPOSITES
+    )
 
 
 def winner(items: list[Item]) -> Item:
@@ -65,6 +83,7 @@ def feedback_review(wrong: dict, outdated: dict, active: set) -> tuple[list, lis
     distinct users} of the memories held for review and of `outdated`; a memory to quarantine is
     not proposed as well."""
     quarantine = sorted((i for i in wrong if i in active), key=str)
-    propose = sorted((i for i, n in outdated.items() if n >= OUTDATED_USERS and i in active and i not in set(quarantine)),
-                     key=str)
+    propose = sorted(
+        (i for i, n in outdated.items() if n >= OUTDATED_USERS and i in active and i not in set(quarantine)), key=str
+    )
     return quarantine, propose

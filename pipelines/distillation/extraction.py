@@ -10,8 +10,8 @@ are kept. Counters go to ``steps.StepStats`` so a job can record what was droppe
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from app.llm.base import BaseGateway, JSONFailure, LLMError
 from app.llm.guard import values
@@ -55,13 +55,26 @@ def rule_extract(ep: EpisodeText, *, min_score: float = 0.4) -> list[Extracted]:
     out = []
     for c in ep.candidates:
         if c.score >= min_score and not P.screen_injection(c.statement):
-            out.append(Extracted(text=c.statement, kind=c.kind, confidence=round(0.5 + 0.4 * c.score, 3),
-                                 source_ids=[ep.id], method="rule", turns={ep.id: [c.turn]}))
+            out.append(
+                Extracted(
+                    text=c.statement,
+                    kind=c.kind,
+                    confidence=round(0.5 + 0.4 * c.score, 3),
+                    source_ids=[ep.id],
+                    method="rule",
+                    turns={ep.id: [c.turn]},
+                )
+            )
     return out
 
 
-def extract(gateway: BaseGateway, episodes: Sequence[EpisodeText], *, config: ExtractConfig = ExtractConfig(),
-            stats: StepStats | None = None) -> list[Extracted]:
+def extract(
+    gateway: BaseGateway,
+    episodes: Sequence[EpisodeText],
+    *,
+    config: ExtractConfig = ExtractConfig(),
+    stats: StepStats | None = None,
+) -> list[Extracted]:
     """Memories from episodes, each citing at least one episode of the batch it came from.
 
     The deterministic lesson finder always runs (``config.fallback``); the model adds memories the
@@ -103,28 +116,39 @@ def _rewrite(gateway: BaseGateway, ep: EpisodeText, item: Extracted, stats: Step
         stats.llm_failures += 1
         return item
     text = statement(P.clip(raw.strip().splitlines()[0] if raw.strip() else "", 300))
-    ok = (text and not _PERSON.search(text) and not SPEAKER_PREFIX.search(text) and not P.screen_injection(text)
-          and all(v in text.lower() for v in values(item.text)) and 3 <= len(P.words(text)) <= 45
-          and P.grounding(text, [ep.content, item.text]) >= 0.75 and not re.search(r"[.!?]\s+\S", text.rstrip(".!?")))
+    ok = (
+        text
+        and not _PERSON.search(text)
+        and not SPEAKER_PREFIX.search(text)
+        and not P.screen_injection(text)
+        and all(v in text.lower() for v in values(item.text))
+        and 3 <= len(P.words(text)) <= 45
+        and P.grounding(text, [ep.content, item.text]) >= 0.75
+        and not re.search(r"[.!?]\s+\S", text.rstrip(".!?"))
+    )
     if not ok:
         stats.llm_rewrites_rejected += 1
         return item
     stats.llm_rewrites += 1
-    return Extracted(text=text, kind=item.kind, confidence=item.confidence, source_ids=item.source_ids,
-                     method="rule+llm", turns=item.turns)
+    return Extracted(
+        text=text, kind=item.kind, confidence=item.confidence, source_ids=item.source_ids, method="rule+llm", turns=item.turns
+    )
 
 
 _PERSON = re.compile(r"\b(I|I'm|I'd|me|my|you|your|you're)\b")
 
 
-def _extract_batch(gateway: BaseGateway, batch: list[EpisodeText], config: ExtractConfig,
-                   stats: StepStats) -> list[Extracted]:
+def _extract_batch(gateway: BaseGateway, batch: list[EpisodeText], config: ExtractConfig, stats: StepStats) -> list[Extracted]:
     aliases = {f"R{i + 1}": ep for i, ep in enumerate(batch)}
     by_key = {k.lower(): ep for k, ep in aliases.items()} | {str(ep.id).lower(): ep for ep in batch}
     records = [(alias, ep.kind, ep.content, ep.outcome) for alias, ep in aliases.items()]
     stats.llm_calls += 1
-    answer = gateway.chat_json(P.extract_messages(records, max_chars=config.max_chars), list[P.RawMemory],
-                               schema_hint=P.EXTRACT_HINT, max_tokens=config.max_tokens)
+    answer = gateway.chat_json(
+        P.extract_messages(records, max_chars=config.max_chars),
+        list[P.RawMemory],
+        schema_hint=P.EXTRACT_HINT,
+        max_tokens=config.max_tokens,
+    )
     if isinstance(answer, JSONFailure):
         stats.llm_failures += 1
         answer = P.parse_lines(answer.raw)
@@ -151,8 +175,14 @@ def _extract_batch(gateway: BaseGateway, batch: list[EpisodeText], config: Extra
             stats.dropped_suspicious += 1
             continue
         confidence = to_score(item.confidence, 0.6) or 0.6
-        out.append(Extracted(text=P.clip(text, 300), kind=P.memory_kind(item.kind),
-                             confidence=round(confidence * (0.5 + 0.5 * g), 3), source_ids=ids))
+        out.append(
+            Extracted(
+                text=P.clip(text, 300),
+                kind=P.memory_kind(item.kind),
+                confidence=round(confidence * (0.5 + 0.5 * g), 3),
+                source_ids=ids,
+            )
+        )
     stats.llm_memories += len(out)
     return out
 
@@ -162,8 +192,16 @@ def _dedupe(items: list[Extracted], stats: StepStats) -> list[Extracted]:
     and the higher confidence are kept on the first."""
     kept: list[Extracted] = []
     for item in items:
-        first = next((k for k in kept if near_duplicates.repeats_in_batch(
-            k.text, item.text, shared_source=bool(set(k.source_ids) & set(item.source_ids)))), None)
+        first = next(
+            (
+                k
+                for k in kept
+                if near_duplicates.repeats_in_batch(
+                    k.text, item.text, shared_source=bool(set(k.source_ids) & set(item.source_ids))
+                )
+            ),
+            None,
+        )
         if first is None:
             kept.append(item)
             continue

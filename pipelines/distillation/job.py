@@ -10,7 +10,7 @@ uncommitted batch, which the next run redoes: no duplicate, no missing memory.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from app.audit.service import record
@@ -32,19 +32,19 @@ if TYPE_CHECKING:
     from app.jobs.models import Job
 
 
-def _scope_key(e: "Episode") -> tuple:
+def _scope_key(e: Episode) -> tuple:
     # Never one memory across owners: the owner is part of the key even for shared episodes.
     return (e.owner_id, e.visibility, tuple(sorted(e.groups)), tuple(sorted(e.labels)))
 
 
-def run(ctx: JobContext, job: "Job") -> dict:
+def run(ctx: JobContext, job: Job) -> dict:
     p = DistillParams.model_validate(job.params)
     gateway, embedder = ctx.resources.gateway, ctx.resources.embedder
     steps = StepStats()
     stats = {"seen": 0, "kept": 0, "skipped": 0, "quarantined": 0, "memories_created": 0, "merged_into_existing": 0}
     if job.cursor.get("position"):  # resumed after a crash: keep counting from the last checkpoint
         stats.update({k: v for k, v in job.stats.items() if k in stats})
-    cutoff = datetime.now(timezone.utc) - timedelta(seconds=p.min_age_s)
+    cutoff = datetime.now(UTC) - timedelta(seconds=p.min_age_s)
     with ctx.tx() as db:
         start = dict(jobs.lock_cursor(db, ctx.org_id, "distill").position)
         total = stats["seen"] + episodes.count_after(db, ctx.org_id, start, cutoff)
@@ -81,14 +81,15 @@ def run(ctx: JobContext, job: "Job") -> dict:
                 _store(ctx, db, x, vec, [by_id[i] for i in x.source_ids if i in by_id], stats)
             last = batch[-1]
             new_pos = {"at": last.created_at.isoformat(), "id": str(last.id)}
-            cursor.position, cursor.updated_at = new_pos, datetime.now(timezone.utc)
+            cursor.position, cursor.updated_at = new_pos, datetime.now(UTC)
             stats["seen"] += len(batch)
-            ctx.checkpoint(db, progress=stats["seen"] / max(1, total), stats={**stats, **steps.as_dict()},
-                           cursor={"position": new_pos})
+            ctx.checkpoint(
+                db, progress=stats["seen"] / max(1, total), stats={**stats, **steps.as_dict()}, cursor={"position": new_pos}
+            )
     return {**stats, **steps.as_dict()}
 
 
-def _store(ctx: JobContext, db: "Session", x: Extracted, vec: "np.ndarray", sources: list["Episode"], stats: dict) -> None:
+def _store(ctx: JobContext, db: Session, x: Extracted, vec: np.ndarray, sources: list[Episode], stats: dict) -> None:
     """Write one extracted memory, or confirm the scope's memory it repeats. ``sources``: the cited
     episodes of the batch, all of one owner (a scope group never mixes owners)."""
     if not sources:
@@ -102,12 +103,34 @@ def _store(ctx: JobContext, db: "Session", x: Extracted, vec: "np.ndarray", sour
         stats["merged_into_existing"] += 1
         return
     m = versioning.create_derived(
-        db, org_id=ctx.org_id, owner_id=owner, text=x.text, kind=x.kind, confidence=float(x.confidence),
-        provenance={"origin": "distill", "method": x.method, "job_id": str(ctx.job_id),
-                    "sources": [{"type": "episode", "id": str(s.id),
-                                 **({"turns": x.turns[s.id]} if x.turns.get(s.id) else {})} for s in sources]},
-        scope=derived, embedding=vec, valid_from=min(s.occurred_at for s in sources), now=datetime.now(timezone.utc),
-        sources=refs, job_id=ctx.job_id)
-    record(db, org_id=ctx.org_id, actor_id=None, action="memory.distill", target_type="memory", target_id=m.id,
-           details={"job_id": str(ctx.job_id), "sources": [str(s.id) for s in sources], "kind": x.kind})
+        db,
+        org_id=ctx.org_id,
+        owner_id=owner,
+        text=x.text,
+        kind=x.kind,
+        confidence=float(x.confidence),
+        provenance={
+            "origin": "distill",
+            "method": x.method,
+            "job_id": str(ctx.job_id),
+            "sources": [
+                {"type": "episode", "id": str(s.id), **({"turns": x.turns[s.id]} if x.turns.get(s.id) else {})} for s in sources
+            ],
+        },
+        scope=derived,
+        embedding=vec,
+        valid_from=min(s.occurred_at for s in sources),
+        now=datetime.now(UTC),
+        sources=refs,
+        job_id=ctx.job_id,
+    )
+    record(
+        db,
+        org_id=ctx.org_id,
+        actor_id=None,
+        action="memory.distill",
+        target_type="memory",
+        target_id=m.id,
+        details={"job_id": str(ctx.job_id), "sources": [str(s.id) for s in sources], "kind": x.kind},
+    )
     stats["memories_created"] += 1

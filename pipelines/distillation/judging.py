@@ -7,8 +7,8 @@ only known fields are read, and a bad answer is counted, never raised.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from app.llm.base import BaseGateway, JSONFailure
 from pipelines.distillation import prompts as P
@@ -50,8 +50,9 @@ def usefulness_heuristic(ep: EpisodeText) -> tuple[float, str]:
     return round(min(1.0, best.score), 3), f"lesson ({'+'.join(best.cues)})"
 
 
-def judge(gateway: BaseGateway, episodes: Sequence[EpisodeText], *, config: JudgeConfig = JudgeConfig(),
-          stats: StepStats | None = None) -> list[Judgement]:
+def judge(
+    gateway: BaseGateway, episodes: Sequence[EpisodeText], *, config: JudgeConfig = JudgeConfig(), stats: StepStats | None = None
+) -> list[Judgement]:
     """One judgement per episode, in input order. Never raises for a bad model answer."""
     stats = stats if stats is not None else StepStats()
     local = is_local(gateway)
@@ -74,7 +75,9 @@ def judge(gateway: BaseGateway, episodes: Sequence[EpisodeText], *, config: Judg
         stats.llm_calls += 1
         verdict = gateway.chat_json(
             P.judge_messages(ep.content, kind=ep.kind, outcome=ep.outcome, max_chars=config.max_chars),
-            P.Verdict, schema_hint=P.JUDGE_HINT, max_tokens=config.max_tokens,
+            P.Verdict,
+            schema_hint=P.JUDGE_HINT,
+            max_tokens=config.max_tokens,
         )
         llm_score, llm_susp, llm_why = None, False, ""
         if isinstance(verdict, JSONFailure):

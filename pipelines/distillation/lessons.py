@@ -28,19 +28,30 @@ from pipelines.distillation import prompts as P
 from pipelines.distillation.segment import LEAD_LABEL, sentences, turns
 from pipelines.distillation.statements import statement, strip_leads
 
-_CUE = re.compile(r"\b(remember|keep in mind|from now on|going forward|moving forward|for the record|heads[- ]up|"
-                  r"fyi|just so you know|for future reference|be aware|note that|please note|don't forget|as a rule|"
-                  r"team rule|policy|rule|glossary|definition|runbook|schema note|convention|lessons?)\b", re.I)
-_MODAL = re.compile(r"\b(always|never|must|mustn't|must not|has to|have to|need(s)? to|needs|required|requires?|"
-                    r"not allowed|only|at most|at least|no more than|make sure|do not|don't|avoid)\b", re.I)
+_CUE = re.compile(
+    r"\b(remember|keep in mind|from now on|going forward|moving forward|for the record|heads[- ]up|"
+    r"fyi|just so you know|for future reference|be aware|note that|please note|don't forget|as a rule|"
+    r"team rule|policy|rule|glossary|definition|runbook|schema note|convention|lessons?)\b",
+    re.I,
+)
+_MODAL = re.compile(
+    r"\b(always|never|must|mustn't|must not|has to|have to|need(s)? to|needs|required|requires?|"
+    r"not allowed|only|at most|at least|no more than|make sure|do not|don't|avoid)\b",
+    re.I,
+)
 _IMPERATIVE = re.compile(
     r"^(please\s+)?(always\s+|never\s+|do not\s+|don't\s+)?(use|report|send|put|keep|write|include|exclude|avoid|"
     r"cc|copy|attach|reply|run|check|restart|convert|filter|route|escalate|tag|label|ask|open|wait|add|store|post|"
     r"apply|refresh|paginate|divide|join|contact|email|notify|show|format|round|give|book|follow|make sure|"
     r"ensure|double-check|verify|review|redact|anonymi[sz]e|encrypt|archive|clean|deploy|merge|commit|call|"
-    r"mention|exclude|count|treat|read|prefer|switch|set|export|upload|save|name|sign)\b", re.I)
-_PREFERENCE = re.compile(r"\b(prefer(s|red)?|would rather|'d rather|rather than|i (really )?(like|love|hate|want|need)|wants|"
-                         r"likes|dislikes?|favou?rite|instead of|over long|not excel)\b", re.I)
+    r"mention|exclude|count|treat|read|prefer|switch|set|export|upload|save|name|sign)\b",
+    re.I,
+)
+_PREFERENCE = re.compile(
+    r"\b(prefer(s|red)?|would rather|'d rather|rather than|i (really )?(like|love|hate|want|need)|wants|"
+    r"likes|dislikes?|favou?rite|instead of|over long|not excel)\b",
+    re.I,
+)
 _DEFINE = re.compile(
     r"\b(means|mean|stands for|refers to|is defined as|counts? only|only counts?|excludes?|includes?|"
     r"(is|are) (stored|kept|retained|measured|recorded|expressed|given|reported|announced|named|called|"
@@ -49,48 +60,95 @@ _DEFINE = re.compile(
     r"owns|is responsible|runs on|run on|lives? (under|in|at)|moved (under|to)|only answers|only works|"
     r"expires?|accepts?|returns?|joins? to|starts?|starting|start on|runs? (nightly|daily|weekly|every)|"
     r"pages|gets paged|go(es)? to|belongs? to|reports? to|is our|are our|stores|store|contains|holds|"
-    r"(runs|leads|maintains|manages|operates|is in charge of) the)\b", re.I)
+    r"(runs|leads|maintains|manages|operates|is in charge of) the)\b",
+    re.I,
+)
 _WEAK_DEFINE = re.compile(r"\b(is|are|uses|use|has|have|get|gets|needs|need|requires?)\b", re.I)
 _PROCEDURE = re.compile(r"^(to|when|whenever|if|before|after)\b[^,]{3,80},\s*(.*)$", re.I)
 # "always/never + verb" is a rule; "always the same", "never seen such ..." are remarks
-_BARE_RULE = re.compile(r"^(please\s+)?(always|never|do not|don't|first)\s+(?!(the|a|an|so|such|this|that|these|those|"
-                        r"same|seen|been|mind|again|ever|more|less|too|very|really|gonna|fun|late|easy)\b)[a-z]+", re.I)
-_CAUSE = re.compile(r"\b(because|due to|caused by|root cause|real cause|fix(ed|es)?|solved|resolved|refreshing|"
-                    r"restarting|the cure)\b", re.I)
-_ACK = re.compile(r"\b(will do|noted|understood|got it|i'll remember|i will remember|from now on|going forward|"
-                  r"good to know|thanks for (clarifying|the heads)|will keep|i'll use|i will use|updated)\b", re.I)
-_CORRECTION = re.compile(r"^(no|nope|wrong|incorrect|not quite|not (for|in|here|at|on) \w+|actually|careful|wait|that's (wrong|not right|"
-                         r"incorrect|outdated|old)|that is (wrong|not right|incorrect|outdated)|wrong column)\b", re.I)
+_BARE_RULE = re.compile(
+    r"^(please\s+)?(always|never|do not|don't|first)\s+(?!(the|a|an|so|such|this|that|these|those|"
+    r"same|seen|been|mind|again|ever|more|less|too|very|really|gonna|fun|late|easy)\b)[a-z]+",
+    re.I,
+)
+_CAUSE = re.compile(
+    r"\b(because|due to|caused by|root cause|real cause|fix(ed|es)?|solved|resolved|refreshing|"
+    r"restarting|the cure)\b",
+    re.I,
+)
+_ACK = re.compile(
+    r"\b(will do|noted|understood|got it|i'll remember|i will remember|from now on|going forward|"
+    r"good to know|thanks for (clarifying|the heads)|will keep|i'll use|i will use|updated)\b",
+    re.I,
+)
+_CORRECTION = re.compile(
+    r"^(no|nope|wrong|incorrect|not quite|not (for|in|here|at|on) \w+|actually|careful|wait|that's (wrong|not right|"
+    r"incorrect|outdated|old)|that is (wrong|not right|incorrect|outdated)|wrong column)\b",
+    re.I,
+)
 _NOT_Y = re.compile(r",?\s+not\s+[\w$€.%'-]+(\s[\w$€.%'-]+){0,3}\s*$|\bnot\s+\w+\s+but\b|\binstead of\b", re.I)
-_QUANT = re.compile(r"\b(all|every|each|any|whenever|when|if|before|after|above|below|over|under|"
-                    r"outside|during|per|by default)\b", re.I)
-_ONE_OFF = re.compile(r"\b(this one|that one|tomorrow|today|yesterday|tonight|right now|this week|next week|"
-                      r"again|(move|send|do|fix|check|schedule|book|resend|change|redo) (it|them)|please resend)\b", re.I)
-_CHATTER = re.compile(r"\b(thanks|thank you|lol|haha|bye|see you|good morning|hello|hi|hey|great job|amazing|"
-                      r"awesome|hilarious|congrats|welcome|enjoy|sorry|no worries|brb|ugh|cool)\b", re.I)
+_QUANT = re.compile(
+    r"\b(all|every|each|any|whenever|when|if|before|after|above|below|over|under|"
+    r"outside|during|per|by default)\b",
+    re.I,
+)
+_ONE_OFF = re.compile(
+    r"\b(this one|that one|tomorrow|today|yesterday|tonight|right now|this week|next week|"
+    r"again|(move|send|do|fix|check|schedule|book|resend|change|redo) (it|them)|please resend)\b",
+    re.I,
+)
+_CHATTER = re.compile(
+    r"\b(thanks|thank you|lol|haha|bye|see you|good morning|hello|hi|hey|great job|amazing|"
+    r"awesome|hilarious|congrats|welcome|enjoy|sorry|no worries|brb|ugh|cool)\b",
+    re.I,
+)
 # laughter, emoticons, wishes and social events: talk about the day, not knowledge to keep
-_SOCIAL = re.compile(r"\b(lol|lmao|haha\w*|hehe|honestly|omg|yay)\b|[:;]-?[)(DP]|\b(have|enjoy) an? (great|nice|good|"
-                     r"lovely|wonderful|fun|relaxing)\b|\b(birthday|cake|lunch|coffee|drinks|party|farewell|"
-                     r"congrat\w*)\b|\byou('re| are) (great|awesome|the best|amazing|a star)\b", re.I)
+_SOCIAL = re.compile(
+    r"\b(lol|lmao|haha\w*|hehe|honestly|omg|yay)\b|[:;]-?[)(DP]|\b(have|enjoy) an? (great|nice|good|"
+    r"lovely|wonderful|fun|relaxing)\b|\b(birthday|cake|lunch|coffee|drinks|party|farewell|"
+    r"congrat\w*)\b|\byou('re| are) (great|awesome|the best|amazing|a star)\b",
+    re.I,
+)
 # a state of the moment ("the wifi is down again"), not a standing fact
-_TRANSIENT = re.compile(r"\b(is|are) (down|up|out|broken|slow|jammed|back|late|away|offline|on it)\b|\b(right now|"
-                        r"at the moment|currently|today|tonight|this (morning|afternoon|evening))\b", re.I)
-_TEAM_HABIT = re.compile(r"^(we|the team|our team|everyone|everybody|nobody|no one)\s+(always|never|must|should|only|"
-                         r"don't|do not|usually)\b", re.I)
-_DEICTIC_ONLY = re.compile(r"^(please\s+)?(keep (that|this|it) in mind|remember (that|this|it)|note (that|this))\b"
-                           r"[^,;]{0,30}$", re.I)
-_FIRST_STATUS = re.compile(r"^(i(?! (always|never|prefer|like|love|hate|want|need|usually)\b)|i'm|i am|i'll|i will|"
-                           r"i was|i think|i found|i forget|i always forget|we're|"
-                           r"we are|let's|let me|never mind|never again|don't worry|hmm)\b", re.I)
-_FAIL = re.compile(r"\b(error|failed|fails?|failure|denied|accessdenied|timed? ?out|timeout|exception|invalid|"
-                   r"unchanged|still (old|the old|wrong|stale|missing|broken|failing|empty)|stale|wrong|not updated|"
-                   r"no effect|mismatch|"
-                   r"unauthori[sz]ed|forbidden|not found|bad request|too large|too high|too many|blocked|stalled|"
-                   r"broken|0 rows|does not exist|40[0-9]|5\d\d)\b", re.I)
-_OK = re.compile(r"(->|=>|→)\s*(ok|200|201|success|succeeded|done|refunded|\d)|\b(ok in|matches|that's it|"
-                 r"correct|worked|success|fine)\b", re.I)
-_PROGRESS = re.compile(r"^(retrying|trying|connecting|restarting|checking|looking|running|let me|i will|i'll|"
-                       r"now|next|done|sorry|ok|corrected|resent|updated)\b", re.I)
+_TRANSIENT = re.compile(
+    r"\b(is|are) (down|up|out|broken|slow|jammed|back|late|away|offline|on it)\b|\b(right now|"
+    r"at the moment|currently|today|tonight|this (morning|afternoon|evening))\b",
+    re.I,
+)
+_TEAM_HABIT = re.compile(
+    r"^(we|the team|our team|everyone|everybody|nobody|no one)\s+(always|never|must|should|only|"
+    r"don't|do not|usually)\b",
+    re.I,
+)
+_DEICTIC_ONLY = re.compile(
+    r"^(please\s+)?(keep (that|this|it) in mind|remember (that|this|it)|note (that|this))\b"
+    r"[^,;]{0,30}$",
+    re.I,
+)
+_FIRST_STATUS = re.compile(
+    r"^(i(?! (always|never|prefer|like|love|hate|want|need|usually)\b)|i'm|i am|i'll|i will|"
+    r"i was|i think|i found|i forget|i always forget|we're|"
+    r"we are|let's|let me|never mind|never again|don't worry|hmm)\b",
+    re.I,
+)
+_FAIL = re.compile(
+    r"\b(error|failed|fails?|failure|denied|accessdenied|timed? ?out|timeout|exception|invalid|"
+    r"unchanged|still (old|the old|wrong|stale|missing|broken|failing|empty)|stale|wrong|not updated|"
+    r"no effect|mismatch|"
+    r"unauthori[sz]ed|forbidden|not found|bad request|too large|too high|too many|blocked|stalled|"
+    r"broken|0 rows|does not exist|40[0-9]|5\d\d)\b",
+    re.I,
+)
+_OK = re.compile(
+    r"(->|=>|→)\s*(ok|200|201|success|succeeded|done|refunded|\d)|\b(ok in|matches|that's it|"
+    r"correct|worked|success|fine)\b",
+    re.I,
+)
+_PROGRESS = re.compile(
+    r"^(retrying|trying|connecting|restarting|checking|looking|running|let me|i will|i'll|"
+    r"now|next|done|sorry|ok|corrected|resent|updated)\b",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +158,6 @@ class Candidate:
     score: float
     turn: int
     cues: tuple[str, ...]
-
 
 
 def candidates(content: str, *, kind: str = "", outcome: str | None = None) -> list[Candidate]:
@@ -125,8 +182,14 @@ def candidates(content: str, *, kind: str = "", outcome: str | None = None) -> l
         for j, sent in enumerate(sents):
             if t.role == "agent" and not (has_tools and prev_fail):
                 continue  # an agent's acknowledgement or answer is not a lesson the user gave
-            ctx = _Ctx(first=j == 0, role=t.role, turn_cue=turn_cue and j > 0, correction=turn_correction,
-                       acked=acked, fix=has_tools and t.role == "agent" and prev_fail)
+            ctx = _Ctx(
+                first=j == 0,
+                role=t.role,
+                turn_cue=turn_cue and j > 0,
+                correction=turn_correction,
+                acked=acked,
+                fix=has_tools and t.role == "agent" and prev_fail,
+            )
             c = _score_sentence(sent, ctx)
             if c is not None:
                 s, cues, kind_ = c
@@ -170,8 +233,11 @@ def _score_sentence(sent: str, ctx: _Ctx) -> tuple[float, list[str], str] | None
         add("modal", 0.35)
         if _TEAM_HABIT.match(body):  # "We never change X on Fridays": a team rule, stated as a habit
             add("team-rule", 0.15)
-    imperative = bool(_IMPERATIVE.match(body) or _BARE_RULE.match(body) or re.search(r"\bplease\s+(always\s+|never\s+)?(" +
-                                                            _IMPERATIVE.pattern.split("(use|", 1)[1], body, re.I))
+    imperative = bool(
+        _IMPERATIVE.match(body)
+        or _BARE_RULE.match(body)
+        or re.search(r"\bplease\s+(always\s+|never\s+)?(" + _IMPERATIVE.pattern.split("(use|", 1)[1], body, re.I)
+    )
     if imperative:
         add("imperative", 0.2)
     pref = bool(_PREFERENCE.search(body))

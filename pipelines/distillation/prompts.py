@@ -22,8 +22,17 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 # Untrusted-text handling and word statistics shared with session summaries (app/sessions).
 from app.llm.guard import (  # noqa: F401  (re-exported: the steps and tests use them as P.*)
-    DATA_RULE, INJECTION_PATTERNS, SMALL_TALK, STOP, clip, content_words, grounding, neutralise, record_block,
-    screen_injection, words,
+    DATA_RULE,
+    INJECTION_PATTERNS,
+    SMALL_TALK,
+    STOP,
+    clip,
+    content_words,
+    grounding,
+    neutralise,
+    record_block,
+    screen_injection,
+    words,
 )
 
 KINDS = ("fact", "rule", "preference", "procedure")
@@ -37,15 +46,12 @@ JUDGE_QUESTION = (
 )
 JUDGE_HINT = '{"useful": true or false, "score": 0 to 1, "suspicious": true or false, "reason": "a few words"}'
 _JUDGE_SHOTS = [
-    ("Bob prefers invoices as PDF.",
-     '{"useful": true, "score": 0.9, "suspicious": false, "reason": "user preference"}'),
-    ("ok thanks, bye",
-     '{"useful": false, "score": 0.1, "suspicious": false, "reason": "small talk"}'),
+    ("Bob prefers invoices as PDF.", '{"useful": true, "score": 0.9, "suspicious": false, "reason": "user preference"}'),
+    ("ok thanks, bye", '{"useful": false, "score": 0.1, "suspicious": false, "reason": "small talk"}'),
 ]
 
 
-def judge_messages(content: str, *, kind: str = "", outcome: str | None = None,
-                   max_chars: int = 500) -> list[dict[str, str]]:
+def judge_messages(content: str, *, kind: str = "", outcome: str | None = None, max_chars: int = 500) -> list[dict[str, str]]:
     msgs = [{"role": "system", "content": JUDGE_SYSTEM}]
     for i, (example, answer) in enumerate(_JUDGE_SHOTS):
         msgs.append({"role": "user", "content": JUDGE_QUESTION + record_block(f"X{i + 7}", example)})
@@ -69,12 +75,10 @@ _EXTRACT_SHOT = (
 )
 
 
-def extract_messages(records: list[tuple[str, str, str, str | None]], *,
-                     max_chars: int = 500) -> list[dict[str, str]]:
+def extract_messages(records: list[tuple[str, str, str, str | None]], *, max_chars: int = 500) -> list[dict[str, str]]:
     """``records``: (alias, kind, content, outcome) for one small batch."""
     blocks = "\n".join(
-        record_block(alias, content, kind=kind, outcome=outcome, max_chars=max_chars)
-        for alias, kind, content, outcome in records
+        record_block(alias, content, kind=kind, outcome=outcome, max_chars=max_chars) for alias, kind, content, outcome in records
     )
     return [
         {"role": "system", "content": EXTRACT_SYSTEM},
@@ -86,11 +90,16 @@ def extract_messages(records: list[tuple[str, str, str, str | None]], *,
 
 # -- rewrite a statement -------------------------------------------------------------------------
 
-REWRITE_SYSTEM = ("You restate notes as one short sentence in the third person (the user, the team). " + DATA_RULE +
-                  " Keep every name, number and code exactly. Reply with the sentence only.")
+REWRITE_SYSTEM = (
+    "You restate notes as one short sentence in the third person (the user, the team). "
+    + DATA_RULE
+    + " Keep every name, number and code exactly. Reply with the sentence only."
+)
 REWRITE_QUESTION = "Restate this note as one sentence without I, me, my, you or your:\n"
-_REWRITE_SHOT = ("Always send me the invoices as PDF before you close the month.",
-                 "The user wants the invoices as PDF before the month is closed.")
+_REWRITE_SHOT = (
+    "Always send me the invoices as PDF before you close the month.",
+    "The user wants the invoices as PDF before the month is closed.",
+)
 
 
 def rewrite_messages(statement: str) -> list[dict[str, str]]:
@@ -112,20 +121,44 @@ def sentences(text: str) -> list[str]:
 _NOT_A_NAME = r"(?!(?:The|A|An|This|That|It|There|These|Those|He|She|They|We|You|I|My|Our|Your|Its|Their)\b)"
 _SUBJECT = r"(?!(?:it|this|that|there|these|those|he|she|they|we|you|i|which|what|who)\b)[\w'’-]+(?:\s[\w'’-]+){0,5}"
 _STATE = r"(located|called|named|owned|due|stored|hosted|deployed|managed|maintained|responsible|based|scheduled)"
-_FACT_VERBS = (r"(uses|stores|contains|lives in|works (at|on|for|as|in)|runs on|belongs to|reports to|costs|"
-               r"means|owns|expires?|happens?|starts?|ends?|closes|opens|(is|are|was|were) " + _STATE + ")")
+_FACT_VERBS = (
+    r"(uses|stores|contains|lives in|works (at|on|for|as|in)|runs on|belongs to|reports to|costs|"
+    r"means|owns|expires?|happens?|starts?|ends?|closes|opens|(is|are|was|were) " + _STATE + ")"
+)
 # (kind, confidence, pattern); the first pattern that matches a sentence decides its kind.
 RULE_PATTERNS: list[tuple[str, float, re.Pattern[str]]] = [
-    ("preference", 0.7, re.compile(r"\b(prefers?|preferred|would rather|favou?rite|dislikes?|likes|loves|hates)\b|^(I|we) (really )?(like|love|hate)\b", re.I)),
-    ("rule", 0.65, re.compile(r"^(always|never|do not|don't|must|make sure|avoid)\b"
-                              r"|\b(must( not)?|should (always|never)|always|never|(is|are) not allowed)\b", re.I)),
-    ("procedure", 0.6, re.compile(r"\buse\b.+\b(for|to|instead|when)\b|^to\b.+,|\b(run|call|click|set|restart)\b.+\bto\b|\bfirst\b.+\bthen\b|\bstep \d", re.I)),
+    (
+        "preference",
+        0.7,
+        re.compile(
+            r"\b(prefers?|preferred|would rather|favou?rite|dislikes?|likes|loves|hates)\b|^(I|we) (really )?(like|love|hate)\b",
+            re.I,
+        ),
+    ),
+    (
+        "rule",
+        0.65,
+        re.compile(
+            r"^(always|never|do not|don't|must|make sure|avoid)\b"
+            r"|\b(must( not)?|should (always|never)|always|never|(is|are) not allowed)\b",
+            re.I,
+        ),
+    ),
+    (
+        "procedure",
+        0.6,
+        re.compile(
+            r"\buse\b.+\b(for|to|instead|when)\b|^to\b.+,|\b(run|call|click|set|restart)\b.+\bto\b|\bfirst\b.+\bthen\b|\bstep \d",
+            re.I,
+        ),
+    ),
     ("fact", 0.5, re.compile(r"^" + _SUBJECT + r"\s" + _FACT_VERBS + r"\b", re.I)),
     ("fact", 0.5, re.compile(r"^" + _NOT_A_NAME + r"[A-Z][\w-]+(\s[A-Z][\w-]+)?\s(is|are|was|has) (the|a|an|our|\d)\b")),
 ]
 
 
 # -- answer schemas (lenient: small models vary key names) ----------------------------------
+
 
 class Verdict(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -139,9 +172,24 @@ class RawMemory(BaseModel):
     model_config = ConfigDict(extra="ignore")
     text: Any = Field(None, validation_alias=AliasChoices("text", "memory", "content", "fact", "statement"))
     kind: Any = Field(None, validation_alias=AliasChoices("kind", "type", "category"))
-    source: Any = Field(None, validation_alias=AliasChoices(
-        "source", "sources", "source_ids", "source_id", "ids", "id", "record", "records", "episode",
-        "episode_ids", "cite", "citation", "citations"))
+    source: Any = Field(
+        None,
+        validation_alias=AliasChoices(
+            "source",
+            "sources",
+            "source_ids",
+            "source_id",
+            "ids",
+            "id",
+            "record",
+            "records",
+            "episode",
+            "episode_ids",
+            "cite",
+            "citation",
+            "citations",
+        ),
+    )
     confidence: Any = Field(None, validation_alias=AliasChoices("confidence", "certainty", "score"))
 
 
@@ -150,7 +198,9 @@ _KIND_WORDS = {
     "rule": ("rule", "policy", "constraint", "guideline", "must", "requirement", "convention"),
     "procedure": ("procedure", "how", "step", "process", "workflow", "recipe", "instruction"),
 }
-_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])?\s*\[?\(?(R\d+)\)?\]?\s*[:\-–]?\s*(?:(fact|rule|preference|procedure)s?\s*[:\-–]\s*)?(.+)$", re.I)
+_LINE = re.compile(
+    r"^\s*(?:[-*•]|\d+[.)])?\s*\[?\(?(R\d+)\)?\]?\s*[:\-–]?\s*(?:(fact|rule|preference|procedure)s?\s*[:\-–]\s*)?(.+)$", re.I
+)
 
 
 def memory_kind(value: Any) -> str:

@@ -20,7 +20,9 @@ ALL_SPEAKERS = USER_SPEAKERS | AGENT_SPEAKERS | TOOL_SPEAKERS | TASK_SPEAKERS
 LEAD_LABEL = re.compile(
     r"^(heads[- ]up|fyi|psa|note|n\.?b\.?|reminder|policy( reminder)?|team rule|rule|house rule|glossary|"
     r"definition|runbook|schema note|lesson(s)?( learned| learnt)?|tip|important|for the record|correction|"
-    r"fix|solution|resolution|convention|standard|guideline|update|decision)\b(\s+[\w'-]+){0,5}\s*:\s+", re.I)
+    r"fix|solution|resolution|convention|standard|guideline|update|decision)\b(\s+[\w'-]+){0,5}\s*:\s+",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,6 @@ class Turn:
     index: int
     role: str  # user | agent | tool | task | none
     text: str
-
 
 
 SPEAKER_PREFIX = re.compile(r"(^|\s)(user|assistant|human|ai|agent|bot|system|tool|customer)\s*:", re.I)
@@ -55,8 +56,15 @@ def turns(content: str) -> list[Turn]:
                 if m:
                     label = m.group(1).lower()
                     if label in ALL_SPEAKERS:
-                        role = ("user" if label in USER_SPEAKERS else "agent" if label in AGENT_SPEAKERS
-                                else "tool" if label in TOOL_SPEAKERS else "task")
+                        role = (
+                            "user"
+                            if label in USER_SPEAKERS
+                            else "agent"
+                            if label in AGENT_SPEAKERS
+                            else "tool"
+                            if label in TOOL_SPEAKERS
+                            else "task"
+                        )
                         text = m.group(2)
                     elif " " not in label and not LEAD_LABEL.match(text) and label not in ("wrong", "right", "yes"):
                         role, text = "user", m.group(2)  # "alice: ..." in a chat log
@@ -68,4 +76,3 @@ def turns(content: str) -> list[Turn]:
 def sentences(text: str) -> list[str]:
     parts = re.split(r"(?<=[.!?])\s+|\n+", text)
     return [p.strip(" -*•\t") for p in parts if p and p.strip(" -*•\t")]
-

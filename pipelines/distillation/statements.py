@@ -18,7 +18,9 @@ _LEAD_PHRASE = re.compile(
     r"((please\s+)?(remember|note|keep in mind|be aware|don't forget|do not forget|never forget)( that)?\b[,:]?\s*|"
     r"(from now on|going forward|moving forward|in future|in the future|henceforth|as of now|for the record|"
     r"heads[- ]up|fyi|just so you know|for your information|as a rule|for future reference|reminder)\b[,:]?\s*"
-    r"(that\b\s*)?)+", re.I)
+    r"(that\b\s*)?)+",
+    re.I,
+)
 
 
 def strip_leads(s: str) -> str:
@@ -47,16 +49,26 @@ def _third_person(verb: str) -> str:
 
 
 _PRONOUNS = [
-    (r"^I'd rather\b", "The user would rather"), (r"^I would rather\b", "The user would rather"),
+    (r"^I'd rather\b", "The user would rather"),
+    (r"^I would rather\b", "The user would rather"),
     (r"^I (prefer|like|love|hate|dislike|want|need)\b", lambda m: f"The user {m.group(1)}s"),
-    (r"^I'm\b", "The user is"), (r"^I am\b", "The user is"),
+    (r"^I'm\b", "The user is"),
+    (r"^I am\b", "The user is"),
     (r"^I (always|never|usually) (\w+)", lambda m: f"The user {m.group(1)} {_third_person(m.group(2))}"),
-    (r"\bmy team\b", "the user's team"), (r"\bfor me\b", "for the user"), (r"\bto me\b", "to the user"),
-    (r"\bsend me\b", "send the user"), (r"\bmy\b", "the user's"), (r"\bme\b", "the user"),
-    (r"^[Oo]ur\b", "The"), (r"\bour\b", "the"), (r"^We\b", "The team"), (r"\bwe\b", "the team"),
+    (r"\bmy team\b", "the user's team"),
+    (r"\bfor me\b", "for the user"),
+    (r"\bto me\b", "to the user"),
+    (r"\bsend me\b", "send the user"),
+    (r"\bmy\b", "the user's"),
+    (r"\bme\b", "the user"),
+    (r"^[Oo]ur\b", "The"),
+    (r"\bour\b", "the"),
+    (r"^We\b", "The team"),
+    (r"\bwe\b", "the team"),
     (r"(?<![-\w])(?<!the )(?<!an )(?<!a )us\b(?![-\w])", "the team"),
     (r"\byou (draft|prepare|send|write|create|make|produce)\b", lambda m: f"the assistant {_third_person(m.group(1))}"),
-    (r"\byour\b", "the"), (r"\bto you\b", ""),
+    (r"\byour\b", "the"),
+    (r"\bto you\b", ""),
 ]
 
 

@@ -81,8 +81,17 @@ def to_score(value: Any, default: float | None = None) -> float | None:
         v = float(value)
     elif isinstance(value, str):
         s = value.strip().lower()
-        named = {"high": 0.85, "medium": 0.6, "med": 0.6, "low": 0.3, "none": 0.0,
-                 "true": 1.0, "yes": 1.0, "false": 0.0, "no": 0.0}
+        named = {
+            "high": 0.85,
+            "medium": 0.6,
+            "med": 0.6,
+            "low": 0.3,
+            "none": 0.0,
+            "true": 1.0,
+            "yes": 1.0,
+            "false": 0.0,
+            "no": 0.0,
+        }
         if s in named:
             return named[s]
         m = re.match(r"^(-?\d+(?:\.\d+)?)\s*(%?)", s)

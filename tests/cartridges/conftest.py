@@ -22,7 +22,9 @@ def smol():
     from app.kit.runtime.localmodel import load_causal_lm, local_model_dir
 
     torch.manual_seed(0)
-    return load_causal_lm(local_model_dir(REPO / ".memscale"), threads=1)  # 1 thread: the 2 cores are shared; oversubscribed OpenMP is slower
+    return load_causal_lm(
+        local_model_dir(REPO / ".memscale"), threads=1
+    )  # 1 thread: the 2 cores are shared; oversubscribed OpenMP is slower
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import torch
 from safetensors.torch import save_file
 from transformers import DynamicCache
 
-from app.inference.kv import prefix_cache, query_positions
 from app.inference.cartridge import (
     FORMAT_VERSION,
     Cartridge,
@@ -19,6 +18,7 @@ from app.inference.cartridge import (
     kv_bytes,
     read_metadata,
 )
+from app.inference.kv import prefix_cache, query_positions
 from pipelines.cartridges.chat import context_ids, conversation_ids, corpus_text
 
 
@@ -48,13 +48,12 @@ def test_cartridge_from_first_p_tokens_equals_those_tokens_in_context(corpus, mo
 
 def test_save_load_round_trip_keeps_tensors_and_metadata(corpus, model, tokenizer, tmp_path):
     ctx = context_ids(tokenizer, corpus[0])
-    cart = Cartridge.from_tokens(model, ctx, 10, model_id="smollm2-135m-instruct",
-                                 content_hashes=["sha256:aa", "sha256:bb"])
+    cart = Cartridge.from_tokens(model, ctx, 10, model_id="smollm2-135m-instruct", content_hashes=["sha256:aa", "sha256:bb"])
     cart.stats = {"steps": 3, "loss_last5": 0.5}
     path = cart.save(tmp_path / "c" / "cart.safetensors")
     raw = path.read_bytes()
     header_len = int.from_bytes(raw[:8], "little")
-    assert raw[8:9] == b"{" and json.loads(raw[8:8 + header_len])["__metadata__"]["format"] == "memscale.cartridge"
+    assert raw[8:9] == b"{" and json.loads(raw[8 : 8 + header_len])["__metadata__"]["format"] == "memscale.cartridge"
 
     meta = read_metadata(path)
     assert meta["format_version"] == str(FORMAT_VERSION) and meta["p"] == "10"
@@ -63,7 +62,12 @@ def test_save_load_round_trip_keeps_tensors_and_metadata(corpus, model, tokenize
 
     back = Cartridge.load(path)
     assert (back.p, back.model_id, back.content_hashes, back.init, back.frozen_tokens) == (
-        10, "smollm2-135m-instruct", ["sha256:aa", "sha256:bb"], "corpus", 1)
+        10,
+        "smollm2-135m-instruct",
+        ["sha256:aa", "sha256:bb"],
+        "corpus",
+        1,
+    )
     assert back.stats == {"steps": 3, "loss_last5": 0.5}
     for a, b in zip(cart.as_prefix_kv(), back.as_prefix_kv()):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
@@ -104,10 +108,12 @@ def test_composed_slices_of_one_context_equal_the_whole_context(corpus, model, t
     cache = DynamicCache()
     with torch.no_grad():
         model(torch.tensor([ctx]), cache=cache, use_cache=True)
-    head = Cartridge([layer.keys[0, :, :8] for layer in cache.layers], [layer.values[0, :, :8] for layer in cache.layers],
-                     model_id="m")
-    tail = Cartridge([layer.keys[0, :, 8:] for layer in cache.layers], [layer.values[0, :, 8:] for layer in cache.layers],
-                     model_id="m")
+    head = Cartridge(
+        [layer.keys[0, :, :8] for layer in cache.layers], [layer.values[0, :, :8] for layer in cache.layers], model_id="m"
+    )
+    tail = Cartridge(
+        [layer.keys[0, :, 8:] for layer in cache.layers], [layer.values[0, :, 8:] for layer in cache.layers], model_id="m"
+    )
     whole = Cartridge.from_tokens(model, ctx, 20, model_id="m")
     query, _ = conversation_ids(tokenizer, "Where does Project Falcon launch?")
     composed = _logits_after(model, compose([head, tail]), query)

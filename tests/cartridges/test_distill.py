@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.inference.context_distillation import (
-    DistillConfig,
-    DistillExample,
-    batch_indices,
-    distill_loss,
-    evaluate_loss,
-    train,
-)
+from app.inference.context_distillation import DistillConfig, DistillExample, batch_indices, distill_loss, evaluate_loss, train
 from pipelines.cartridges.chat import context_ids, conversation_ids, corpus_text
 from pipelines.cartridges.trainer import initial_cartridge
 
@@ -45,8 +38,7 @@ def _snapshot(cart):
 
 
 def test_only_cartridge_learns_and_first_token_stays_frozen(model, tokenizer, examples):
-    cart = initial_cartridge(model, tokenizer, ["unrelated"], 8, model_id="m", content_hashes=[],
-                             init="unrelated")
+    cart = initial_cartridge(model, tokenizer, ["unrelated"], 8, model_id="m", content_hashes=[], init="unrelated")
     before = _snapshot(cart)
     weight = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
     stats = train(model, cart, examples, DistillConfig(steps=1, batch_size=2), progress=False)
@@ -89,8 +81,9 @@ def test_checkpoint_resume_matches_an_uninterrupted_run(model, tokenizer, exampl
     s_stats = train(model, straight, examples, cfg, progress=False)
 
     part = fresh()
-    train(model, part, examples, DistillConfig(steps=2, batch_size=2, checkpoint_every=1),
-          checkpoint_dir=tmp_path, progress=False)
+    train(
+        model, part, examples, DistillConfig(steps=2, batch_size=2, checkpoint_every=1), checkpoint_dir=tmp_path, progress=False
+    )
     resumed = fresh()  # a new process would start from the initial cartridge again
     r_stats = train(model, resumed, examples, cfg, checkpoint_dir=tmp_path, progress=False)
     assert r_stats["resumed_at_step"] == 2 and r_stats["steps"] == 3

@@ -9,20 +9,13 @@ import torch
 
 from app.inference.cartridge import Cartridge, read_metadata
 from app.inference.context_distillation import DistillConfig
-from pipelines.cartridges.chat import CHATML, context_ids, conversation_ids, encode, stop_ids
 from app.inference.kv import prefix_cache, prefix_length
 from app.kit.runtime.localmodel import decode
+from pipelines.cartridges.chat import CHATML, context_ids, conversation_ids, encode, stop_ids
+from pipelines.cartridges.selfstudy import SelfStudyConfig, SelfStudyMismatch, chunk_tokens, load_examples, run_selfstudy
 from pipelines.cartridges.trainer import CartridgeJobConfig, train_cartridge
-from pipelines.cartridges.selfstudy import (
-    SelfStudyConfig,
-    SelfStudyMismatch,
-    chunk_tokens,
-    load_examples,
-    run_selfstudy,
-)
 
-TINY = SelfStudyConfig(samples=4, chunk_tokens=24, batch_size=2, max_question_tokens=6,
-                       max_answer_tokens=5, top_k=20, seed=3)
+TINY = SelfStudyConfig(samples=4, chunk_tokens=24, batch_size=2, max_question_tokens=6, max_answer_tokens=5, top_k=20, seed=3)
 
 
 def test_chunking_covers_the_stream_and_folds_a_short_tail():
@@ -36,14 +29,24 @@ def test_chunking_covers_the_stream_and_folds_a_short_tail():
 def test_batched_generation_matches_one_by_one(corpus, model, tokenizer):
     prefix_ids = context_ids(tokenizer, corpus[0])
     cart = Cartridge.from_tokens(model, prefix_ids, len(prefix_ids), model_id="m")
-    prompts = [conversation_ids(tokenizer, q)[0] for q in
-               ("Who leads Project Falcon?", "Budget?", "Where does Project Falcon launch, and when?")]
+    prompts = [
+        conversation_ids(tokenizer, q)[0]
+        for q in ("Who leads Project Falcon?", "Budget?", "Where does Project Falcon launch, and when?")
+    ]
     pre, p = cart.as_prefix_kv(), cart.p
-    batched = decode(model, prefix_cache(pre, len(prompts)), prompts, start=prefix_length(pre), max_new_tokens=6,
-                     stop_ids=stop_ids(tokenizer), record_top_k=3)
+    batched = decode(
+        model,
+        prefix_cache(pre, len(prompts)),
+        prompts,
+        start=prefix_length(pre),
+        max_new_tokens=6,
+        stop_ids=stop_ids(tokenizer),
+        record_top_k=3,
+    )
     for prompt, got in zip(prompts, batched):
-        alone = decode(model, prefix_cache(pre), [prompt], start=p, max_new_tokens=6,
-                       stop_ids=stop_ids(tokenizer), record_top_k=3)[0]
+        alone = decode(
+            model, prefix_cache(pre), [prompt], start=p, max_new_tokens=6, stop_ids=stop_ids(tokenizer), record_top_k=3
+        )[0]
         assert got.tokens == alone.tokens and len(got.tokens) >= 1
         torch.testing.assert_close(got.topk_logprobs, alone.topk_logprobs, atol=1e-4, rtol=1e-4)
 
@@ -56,7 +59,7 @@ def test_selfstudy_records_teacher_topk_and_resumes(corpus, model, tokenizer, tm
     assert len(examples) == 4
     chunks = chunk_tokens(body, TINY.chunk_tokens)
     for _i, ex in enumerate(examples):
-        answer = ex.conv_ids[ex.answer_start:]
+        answer = ex.conv_ids[ex.answer_start :]
         assert ex.topk_ids.shape == ex.topk_logprobs.shape == (answer.numel(), 20)
         assert 1 <= answer.numel() <= TINY.max_answer_tokens
         # greedy answers: each answer token is the teacher's top-1
@@ -86,8 +89,9 @@ def test_selfstudy_records_teacher_topk_and_resumes(corpus, model, tokenizer, tm
 
 def test_train_cartridge_job_writes_a_versioned_file_and_resumes(corpus, model, tokenizer, tmp_path):
     cfg = CartridgeJobConfig(selfstudy=TINY, distill=DistillConfig(batch_size=2, checkpoint_every=1))
-    path, stats = train_cartridge(corpus, ["sha256:a", "sha256:b"], tmp_path, p=8, steps=2,
-                                  config=cfg, model=model, tokenizer=tokenizer, progress=False)
+    path, stats = train_cartridge(
+        corpus, ["sha256:a", "sha256:b"], tmp_path, p=8, steps=2, config=cfg, model=model, tokenizer=tokenizer, progress=False
+    )
     assert path == tmp_path / "cartridge.safetensors" and path.exists()
     meta = read_metadata(path)
     assert json.loads(meta["content_hashes"]) == ["sha256:a", "sha256:b"] and meta["p"] == "8"
@@ -97,8 +101,9 @@ def test_train_cartridge_job_writes_a_versioned_file_and_resumes(corpus, model, 
     assert len(stats["losses"]) == 2 and stats["probe_loss_before"] > 0
     assert stats["cloze_examples"] == 8 and (tmp_path / "cloze.safetensors").exists()  # 2 sentences x 2 cuts per document
     # rerun with more steps: self-study is reused, distillation resumes from its checkpoint
-    _, more = train_cartridge(corpus, ["sha256:a", "sha256:b"], tmp_path, p=8, steps=3, config=cfg,
-                              model=model, tokenizer=tokenizer, progress=False)
+    _, more = train_cartridge(
+        corpus, ["sha256:a", "sha256:b"], tmp_path, p=8, steps=3, config=cfg, model=model, tokenizer=tokenizer, progress=False
+    )
     assert more["selfstudy"]["resumed_samples"] == 4 and more["resumed_at_step"] == 2
     assert more["losses"][:2] == stats["losses"] and len(more["losses"]) == 3
     with pytest.raises(ValueError, match="one content hash"):
@@ -113,15 +118,16 @@ def test_recital_examples_quote_the_corpus_with_the_teacher_scores(corpus, model
     assert len(exs) >= 3
     spans = []
     for ex in exs:
-        answer = ex.conv_ids[ex.answer_start:].tolist()
+        answer = ex.conv_ids[ex.answer_start :].tolist()
         assert answer[-1] in stop_ids(tokenizer)  # the answer turn is closed
         spans.append(answer[:-1])
         assert ex.topk_ids.shape == (len(answer), 20)
     joined = sum(spans, [])
     assert all(tok in body for tok in joined) and spans[0] == body[:16]  # quotes of the corpus, in order
     # the teacher, with the passage in context, mostly predicts the quoted token itself
-    hits = sum(int(ex.topk_ids[i, 0]) == int(ex.conv_ids[ex.answer_start + i])
-               for ex in exs for i in range(ex.topk_ids.shape[0] - 1))
+    hits = sum(
+        int(ex.topk_ids[i, 0]) == int(ex.conv_ids[ex.answer_start + i]) for ex in exs for i in range(ex.topk_ids.shape[0] - 1)
+    )
     total = sum(ex.topk_ids.shape[0] - 1 for ex in exs)
     assert hits / total > 0.5
 
@@ -134,10 +140,11 @@ def test_cloze_examples_ask_for_the_end_of_every_sentence(corpus, model, tokeniz
     assert len(exs) == 2 + 2
     first = tokenizer.decode(exs[0].conv_ids)
     assert "the notes on Project Falcon is led by Maria Chen: Its budget is 4.2 million euros and it ..." in first
-    answer = exs[0].conv_ids[exs[0].answer_start:].tolist()  # 15 words, cut at 8
+    answer = exs[0].conv_ids[exs[0].answer_start :].tolist()  # 15 words, cut at 8
     assert tokenizer.decode(answer[:-1]).strip() == "launches on 14 March 2026 in Lisbon."
     assert answer[-1] in stop_ids(tokenizer) and exs[0].topk_ids.shape == (len(answer), 20)
     # the teacher has the document in context: it mostly predicts the sentence's own next token
-    hits = sum(int(ex.topk_ids[i, 0]) == int(ex.conv_ids[ex.answer_start + i])
-               for ex in exs for i in range(ex.topk_ids.shape[0] - 1))
+    hits = sum(
+        int(ex.topk_ids[i, 0]) == int(ex.conv_ids[ex.answer_start + i]) for ex in exs for i in range(ex.topk_ids.shape[0] - 1)
+    )
     assert hits / sum(ex.topk_ids.shape[0] - 1 for ex in exs) > 0.5

@@ -13,8 +13,9 @@ QUESTION = "Who discovered the comet with the green tail, and where does she wor
 
 
 def _context_kv(engine, chunks, mode, ratio=0.15, prefix_kv=None, selection="chunk_start"):
-    ctx = engine.build_context(chunks, mode, BlendConfig(recompute_ratio=ratio, selection=selection), prefix_kv,
-                               query_ids=engine.query_ids(QUESTION))
+    ctx = engine.build_context(
+        chunks, mode, BlendConfig(recompute_ratio=ratio, selection=selection), prefix_kv, query_ids=engine.query_ids(QUESTION)
+    )
     keys = torch.stack([layer.keys[0] for layer in ctx.cache.layers])  # (L, H, N, D)
     values = torch.stack([layer.values[0] for layer in ctx.cache.layers])
     return ctx, keys, values
@@ -52,8 +53,9 @@ def test_prefix_kv_sits_in_front_of_everything(engine, chunks):
     with torch.inference_mode():
         ref = engine.model(ids[None]).logits[0, -1].float()
     full = engine.generate(QUESTION, chunks, mode="full", prefix_kv=prefix_kv, max_tokens=1)
-    blend = engine.generate(QUESTION, chunks, mode="blend", blend=BlendConfig(recompute_ratio=1.0),
-                            prefix_kv=prefix_kv, max_tokens=1)
+    blend = engine.generate(
+        QUESTION, chunks, mode="blend", blend=BlendConfig(recompute_ratio=1.0), prefix_kv=prefix_kv, max_tokens=1
+    )
     assert full.prefix_tokens == blend.prefix_tokens == pre_ids.numel()
     torch.testing.assert_close(full.first_logits, ref, rtol=1e-4, atol=1e-3)
     torch.testing.assert_close(blend.first_logits, ref, rtol=1e-4, atol=1e-3)
@@ -80,8 +82,12 @@ def test_recomputed_token_counts_per_mode(engine, chunks):
         ctx, *_ = _context_kv(engine, chunks, mode, ratio=0.15)
         assert ctx.n_tokens == engine.system_ids.numel() + sum(n)
         counts[mode] = ctx.recomputed_tokens
-    assert counts == {"full": sum(n), "prefix": sum(n[1:]), "reuse": 0,
-                      "blend": sum(n_recompute(t, 0.15) for t in n)}  # EPIC (_context_kv's selection), per chunk
+    assert counts == {
+        "full": sum(n),
+        "prefix": sum(n[1:]),
+        "reuse": 0,
+        "blend": sum(n_recompute(t, 0.15) for t in n),
+    }  # EPIC (_context_kv's selection), per chunk
     assert counts["blend"] == planned_recompute(n, BlendConfig(recompute_ratio=0.15, selection="chunk_start"))
     # the default (half on chunk starts, half by the query's attention): the global budget
     default = engine.build_context(chunks, "blend", BlendConfig(recompute_ratio=0.15), query_ids=engine.query_ids(QUESTION))
@@ -99,7 +105,7 @@ def test_blend_ratio_zero_equals_reuse_after_the_check_layer(engine, chunks):
     _, k_epic0, _ = _context_kv(engine, chunks, "blend", ratio=0.0, selection="chunk_start")
     torch.testing.assert_close(k_epic0, k_reuse)
     # layers after the check layer keep the re-rotated stored KV; up to it, everything is recomputed
-    torch.testing.assert_close(k_zero[cfg.check_layer + 1:], k_reuse[cfg.check_layer + 1:])
+    torch.testing.assert_close(k_zero[cfg.check_layer + 1 :], k_reuse[cfg.check_layer + 1 :])
     assert not torch.allclose(k_zero[cfg.check_layer], k_reuse[cfg.check_layer], atol=1e-3)
 
 
@@ -118,13 +124,16 @@ def test_blend_config_validation():
         BlendConfig(recompute_ratio=1.5)
 
 
-@pytest.mark.parametrize("cfg", [
-    BlendConfig(recompute_ratio=1.0, selection="chunk_start"),
-    BlendConfig(recompute_ratio=1.0, selection="deviation", per_chunk=True),
-    BlendConfig(recompute_ratio=1.0, selection="deviation", check_layer=3, sink_tokens=2),
-    BlendConfig(recompute_ratio=1.0, selection="query", start_share=0.0),
-    BlendConfig(recompute_ratio=1.0),  # the default: half chunk starts, half by the query
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        BlendConfig(recompute_ratio=1.0, selection="chunk_start"),
+        BlendConfig(recompute_ratio=1.0, selection="deviation", per_chunk=True),
+        BlendConfig(recompute_ratio=1.0, selection="deviation", check_layer=3, sink_tokens=2),
+        BlendConfig(recompute_ratio=1.0, selection="query", start_share=0.0),
+        BlendConfig(recompute_ratio=1.0),  # the default: half chunk starts, half by the query
+    ],
+)
 def test_every_selection_at_ratio_one_equals_full_prefill(engine, chunks, cfg):
     full = engine.build_context(chunks, "full")
     got = engine.build_context(chunks, "blend", cfg, query_ids=engine.query_ids(QUESTION))
@@ -143,7 +152,9 @@ def test_selection_budgets(engine, chunks):
     idx = chunk_starts(chunks, 0.2).tolist()
     bounds = [sum(n[:i]) for i in range(len(n))]
     assert idx == [b + j for b, t in zip(bounds, n) for j in range(n_recompute(t, 0.2))]
-    assert engine.build_context(chunks, "blend", BlendConfig(recompute_ratio=0.2, selection="chunk_start")).recomputed_tokens == len(idx)
+    assert engine.build_context(
+        chunks, "blend", BlendConfig(recompute_ratio=0.2, selection="chunk_start")
+    ).recomputed_tokens == len(idx)
     dev = torch.rand(T, generator=torch.Generator().manual_seed(0))
     # per chunk: each chunk gets its own share
     sel = select_top(dev, chunks, BlendConfig(recompute_ratio=0.2, selection="deviation", per_chunk=True))
@@ -186,7 +197,7 @@ def test_query_attention_equals_the_models_own_attention(engine, chunks):
             out = engine.model(ids[None], output_attentions=True)
     finally:
         engine.model.set_attn_implementation(previous)
-    ref = sum(a[0, :, N:, span[0]:span[1]].float().sum(dim=(0, 1)) for a in out.attentions[:n_layers])
+    ref = sum(a[0, :, N:, span[0] : span[1]].float().sum(dim=(0, 1)) for a in out.attentions[:n_layers])
     torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-3)
 
 
@@ -213,8 +224,9 @@ def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunk
     # set of the same size could: they are its top, with every chunk's first token forced in
     reuse = engine.build_context(chunks, "reuse")
     P = int(engine.system_ids.numel())
-    mass = query_attention(engine.model, [(la.keys, la.values) for la in reuse.cache.layers], q_ids,
-                           (P, reuse.n_tokens), cfg.query_layers)
+    mass = query_attention(
+        engine.model, [(la.keys, la.values) for la in reuse.cache.layers], q_ids, (P, reuse.n_tokens), cfg.query_layers
+    )
     sel = select_top(mass, chunks, cfg)
     bounds = [sum(n[:i]) for i in range(len(n))]
     assert all(b in sel.tolist() for b in bounds)
@@ -224,8 +236,7 @@ def test_query_selection_spends_the_budget_on_what_the_query_reads(engine, chunk
     assert float(mass[free].min()) >= float(mass[rest].max())
 
 
-def test_anchored_chunk_kv_is_what_full_prefill_computes_behind_the_system_segment(engine, engine_alone, chunks,
-                                                                                   texts):
+def test_anchored_chunk_kv_is_what_full_prefill_computes_behind_the_system_segment(engine, engine_alone, chunks, texts):
     """Chunk KV is computed behind the system segment (the default): the first chunk's stored KV,
     placed after the system prompt, is exactly full prefill's KV of those tokens ("prefix" mode
     is then a real prefix-cache hit), and reusing every chunk is much closer to full prefill than
@@ -237,21 +248,22 @@ def test_anchored_chunk_kv_is_what_full_prefill_computes_behind_the_system_segme
     full = engine.build_context(chunks, "full")
     prefix = engine.build_context(chunks, "prefix")
     for a, b in zip(prefix.cache.layers, full.cache.layers):
-        torch.testing.assert_close(a.keys[:, :, S:S + T0], b.keys[:, :, S:S + T0], rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(a.values[:, :, S:S + T0], b.values[:, :, S:S + T0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a.keys[:, :, S : S + T0], b.keys[:, :, S : S + T0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a.values[:, :, S : S + T0], b.values[:, :, S : S + T0], rtol=1e-4, atol=1e-4)
     # the stored KV keeps the canonical layout: keys at positions 0..T-1 (the anchor is not stored)
     assert chunks[0].kv.shape[3] == T0
     alone = engine_alone
     assert alone.anchor_kv is None and alone.kv_id != engine.kv_id and engine.kv_id.startswith(alone.kv_id + "-a")
-    other = Engine(dataclasses.replace(engine.config, system_prompt="Answer in French."), engine.model,
-                   engine.tokenizer)
+    other = Engine(dataclasses.replace(engine.config, system_prompt="Answer in French."), engine.model, engine.tokenizer)
     assert other.kv_id not in (engine.kv_id, alone.kv_id)  # KV behind another system prompt is never mixed in
     alone_chunks = [alone.encode_chunk(t) for t in texts]
     assert not torch.allclose(alone_chunks[0].kv[1:], chunks[0].kv[1:], atol=1e-3)  # layer 0 sees no context
 
     def error(eng, cs):
         ctx = eng.build_context(cs, "reuse")
-        return sum(float((a.keys - b.keys).pow(2).sum() + (a.values - b.values).pow(2).sum())
-                   for a, b in zip(ctx.cache.layers, full.cache.layers))
+        return sum(
+            float((a.keys - b.keys).pow(2).sum() + (a.values - b.values).pow(2).sum())
+            for a, b in zip(ctx.cache.layers, full.cache.layers)
+        )
 
     assert error(engine, chunks) < 0.5 * error(alone, alone_chunks)

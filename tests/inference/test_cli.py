@@ -38,8 +38,7 @@ def test_blend_options_default_to_blendconfig(monkeypatch, tmp_path):
     seen = []
     # The suite's converted model: without --model the CLI would convert the GGUF again into
     # tmp_path (~40 s of this test, for a default it does not check).
-    monkeypatch.setenv("MEMSCALE_INFERENCE_MODEL",
-                       str(local_model_dir(os.environ.get("MEMSCALE_DATA_DIR", ".memscale"))))
+    monkeypatch.setenv("MEMSCALE_INFERENCE_MODEL", str(local_model_dir(os.environ.get("MEMSCALE_DATA_DIR", ".memscale"))))
     monkeypatch.setattr(server, "create_app", lambda config, **kw: seen.append(config.blend) or object())
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
     base = ["serve", "--data-dir", str(tmp_path)]
@@ -55,8 +54,20 @@ def test_serve_answers_and_exits_cleanly_on_sigterm(engine, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "app.inference.cli", "serve", "--port", str(port), "--threads", "1",
-           "--model", engine.config.model_path, "--data-dir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.inference.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        "--model",
+        engine.config.model_path,
+        "--data-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -75,8 +86,12 @@ def test_serve_answers_and_exits_cleanly_on_sigterm(engine, tmp_path):
         assert r.status_code == 401  # every call but /healthz needs credentials
         key = (tmp_path / "inference.key").read_text().strip()  # generated once, 0600, in the data dir
         assert (tmp_path / "inference.key").stat().st_mode & 0o077 == 0
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chunks", json={"texts": ["A short note."]}, timeout=60,
-                       headers={"Authorization": f"Bearer {key}"})
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chunks",
+            json={"texts": ["A short note."]},
+            timeout=60,
+            headers={"Authorization": f"Bearer {key}"},
+        )
         assert r.status_code == 200
         assert any((tmp_path / "kv").rglob("*.safetensors"))  # the store lives under --data-dir
         proc.send_signal(signal.SIGTERM)

@@ -9,7 +9,6 @@ import json
 import threading
 from types import SimpleNamespace
 
-import pytest
 from fastapi.testclient import TestClient
 
 from app.inference.scheduler import FairScheduler, Limits, SchedulerConfig
@@ -22,16 +21,15 @@ LONG = " ".join(f"Stone {i} is small, blue and round." for i in range(100))  # ~
 NO_RATE = dict(requests_per_minute_token=0, requests_per_minute_org=0)
 
 
-def _bearer(org: str, sub: str = "u", **caps) -> dict:  # noqa: ANN003
+def _bearer(org: str, sub: str = "u", **caps) -> dict:
     return {"Authorization": f"Bearer {sign(KEY, org=org, sub=sub, chunks=[], cartridges=[], ttl_s=60, **caps)}"}
 
 
-def _app(engine, store, tmp_path, **server):  # noqa: ANN001, ANN003
-    return create_app(ServerConfig(engine=engine.config, store_root=tmp_path, **server), engine=engine, store=store,
-                      key=KEY)
+def _app(engine, store, tmp_path, **server):
+    return create_app(ServerConfig(engine=engine.config, store_root=tmp_path, **server), engine=engine, store=store, key=KEY)
 
 
-def _error(resp, status: int, code: str) -> None:  # noqa: ANN001
+def _error(resp, status: int, code: str) -> None:
     assert resp.status_code == status, resp.text
     assert resp.json() == {"error": {"code": code, "message": resp.json()["error"]["message"]}}
     assert resp.json()["error"]["message"]
@@ -40,7 +38,7 @@ def _error(resp, status: int, code: str) -> None:  # noqa: ANN001
 class _Started:
     """Set once the model runs its first forward pass (a hook on the real model, not a mock)."""
 
-    def __init__(self, model):  # noqa: ANN001
+    def __init__(self, model):
         self.event = threading.Event()
         self._h = model.register_forward_pre_hook(lambda *_: self.event.set())
 
@@ -49,7 +47,7 @@ class _Started:
         self._h.remove()
 
 
-def _in_thread(fn, done: list, name: str) -> threading.Thread:  # noqa: ANN001
+def _in_thread(fn, done: list, name: str) -> threading.Thread:
     def run():
         done.append((name, fn()))
 
@@ -67,8 +65,9 @@ def test_a_second_org_is_served_while_the_first_generates(engine, store):
         started = _Started(engine.model)
         a = _in_thread(lambda: c.post("/v1/generate", json=long_body, headers=_bearer("org-a")), done, "a")
         started.wait()  # org a holds the engine now
-        b = _in_thread(lambda: c.post("/v1/generate", json={"prompt": "Say hi.", "max_tokens": 2},
-                                      headers=_bearer("org-b")), done, "b")
+        b = _in_thread(
+            lambda: c.post("/v1/generate", json={"prompt": "Say hi.", "max_tokens": 2}, headers=_bearer("org-b")), done, "b"
+        )
         a.join(), b.join()
         assert [r.status_code for _, r in done] == [200, 200], [r.text for _, r in done]
         assert [name for name, _ in done] == ["b", "a"]  # b finished while a was still generating
@@ -79,16 +78,14 @@ def test_a_second_org_is_served_while_the_first_generates(engine, store):
 
 def test_beyond_the_token_and_org_bounds_is_429(engine, store, tmp_path):
     tenant = Limits(active_per_token=1, queued_per_token=1, active_per_org=2, queued_per_org=0, **NO_RATE)
-    with TestClient(_app(engine, store, tmp_path, schedule=SchedulerConfig(tenant=tenant)),
-                    raise_server_exceptions=False) as c:
+    with TestClient(_app(engine, store, tmp_path, schedule=SchedulerConfig(tenant=tenant)), raise_server_exceptions=False) as c:
         state, done = c.app.state, []
         started = _Started(engine.model)
         first = _bearer("org-a", "u1")
         long_body = {"prompt": LONG, "max_tokens": 4, "mode": "full"}
         a1 = _in_thread(lambda: c.post("/v1/generate", json=long_body, headers=first), done, "a1")
         started.wait()
-        a2 = _in_thread(lambda: c.post("/v1/generate", json={"prompt": "Hi.", "max_tokens": 1}, headers=first),
-                        done, "a2")
+        a2 = _in_thread(lambda: c.post("/v1/generate", json={"prompt": "Hi.", "max_tokens": 1}, headers=first), done, "a2")
         while state.scheduler.stats()["in_flight"] < 2:  # a2 admitted: it waits behind a1 (same token)
             threading.Event().wait(0.01)
         small = {"prompt": "Hi.", "max_tokens": 1}
@@ -110,13 +107,15 @@ def test_beyond_the_token_and_org_bounds_is_429(engine, store, tmp_path):
 
 def test_the_operator_has_bounds_too_but_an_erasure_is_never_refused(engine, store, tmp_path):
     one = Limits(active_per_token=1, queued_per_token=0, active_per_org=1, queued_per_org=0, **NO_RATE)
-    with TestClient(_app(engine, store, tmp_path, schedule=SchedulerConfig(operator=one)),
-                    raise_server_exceptions=False, headers=OPERATOR) as c:
+    with TestClient(
+        _app(engine, store, tmp_path, schedule=SchedulerConfig(operator=one)), raise_server_exceptions=False, headers=OPERATOR
+    ) as c:
         h = c.post("/v1/chunks", json={"texts": ["Plimton is the capital of Zorbia."]}).json()["content_hashes"][0]
         done: list = []
         started = _Started(engine.model)
-        long_run = _in_thread(lambda: c.post("/v1/generate", json={"prompt": LONG, "max_tokens": 2, "mode": "full"}),
-                              done, "long")
+        long_run = _in_thread(
+            lambda: c.post("/v1/generate", json={"prompt": LONG, "max_tokens": 2, "mode": "full"}), done, "long"
+        )
         started.wait()
         _error(c.post("/v1/generate", json={"prompt": "Hi.", "max_tokens": 1}), 429, "rate_limited")
         assert c.delete(f"/v1/chunks/{h}").json() == {"deleted": True}  # waits its turn, is not refused
@@ -126,8 +125,7 @@ def test_the_operator_has_bounds_too_but_an_erasure_is_never_refused(engine, sto
 
 def test_a_token_over_its_rate_is_429_and_the_operator_is_not_limited(engine, store, tmp_path):
     tenant = Limits(requests_per_minute_token=1, requests_per_minute_org=600)
-    with TestClient(_app(engine, store, tmp_path, schedule=SchedulerConfig(tenant=tenant)),
-                    raise_server_exceptions=False) as c:
+    with TestClient(_app(engine, store, tmp_path, schedule=SchedulerConfig(tenant=tenant)), raise_server_exceptions=False) as c:
         body, mine = {"prompt": "Hi.", "max_tokens": 1}, _bearer("org-a", "u1")
         assert c.post("/v1/generate", json=body, headers=mine).status_code == 200
         again = c.post("/v1/generate", json=body, headers=mine)
@@ -143,42 +141,56 @@ def test_a_handoff_tokens_signed_caps_hold(engine, store, tmp_path):
     capped = _bearer("org-a", max_prompt_tokens=n_short, max_new_tokens=4)
     with TestClient(_app(engine, store, tmp_path), raise_server_exceptions=False) as c:
         assert c.post("/v1/generate", json={"prompt": short, "max_tokens": 4}, headers=capped).status_code == 200
-        longer = c.post("/v1/generate", json={"prompt": short + " Answer in one word.", "max_tokens": 4},
-                        headers=capped)
+        longer = c.post("/v1/generate", json={"prompt": short + " Answer in one word.", "max_tokens": 4}, headers=capped)
         _error(longer, 400, "prompt_too_long")
         assert str(n_short) in longer.json()["error"]["message"]
-        _error(c.post("/v1/generate", json={"prompt": short, "max_tokens": 5}, headers=capped),
-               400, "max_tokens_too_large")
+        _error(c.post("/v1/generate", json={"prompt": short, "max_tokens": 5}, headers=capped), 400, "max_tokens_too_large")
         # The client cannot raise a cap: not through the body ...
-        _error(c.post("/v1/generate", json={"prompt": short + " Answer in one word.", "max_tokens": 4,
-                                            "max_prompt_tokens": 100_000}, headers=capped), 422, "validation_error")
+        _error(
+            c.post(
+                "/v1/generate",
+                json={"prompt": short + " Answer in one word.", "max_tokens": 4, "max_prompt_tokens": 100_000},
+                headers=capped,
+            ),
+            422,
+            "validation_error",
+        )
         # ... nor by rewriting the token's claims (the signature no longer matches).
         pre, grant, mac = capped["Authorization"].split()[1].split(".")
         claims = json.loads(base64.urlsafe_b64decode(grant + "=" * (-len(grant) % 4)))
         claims["max_prompt_tokens"] = 100_000
         raised = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
-        _error(c.post("/v1/generate", json={"prompt": short + " Answer in one word.", "max_tokens": 4},
-                      headers={"Authorization": f"Bearer {pre}.{raised}.{mac}"}), 401, "unauthorized")
+        _error(
+            c.post(
+                "/v1/generate",
+                json={"prompt": short + " Answer in one word.", "max_tokens": 4},
+                headers={"Authorization": f"Bearer {pre}.{raised}.{mac}"},
+            ),
+            401,
+            "unauthorized",
+        )
 
 
 def test_the_tiers_own_cap_holds_for_a_token_without_one_but_not_the_operator(engine, store, tmp_path):
-    with TestClient(_app(engine, store, tmp_path, handoff_max_prompt_tokens=200, handoff_max_new_tokens=8),
-                    raise_server_exceptions=False) as c:
+    with TestClient(
+        _app(engine, store, tmp_path, handoff_max_prompt_tokens=200, handoff_max_new_tokens=8), raise_server_exceptions=False
+    ) as c:
         body = {"prompt": LONG, "max_tokens": 1}
         _error(c.post("/v1/generate", json=body, headers=_bearer("org-a")), 400, "prompt_too_long")
         # a token's own cap never raises the tier's
-        _error(c.post("/v1/generate", json=body, headers=_bearer("org-a", max_prompt_tokens=10_000)),
-               400, "prompt_too_long")
-        _error(c.post("/v1/generate", json={"prompt": "Hi.", "max_tokens": 9}, headers=_bearer("org-a")),
-               400, "max_tokens_too_large")
+        _error(c.post("/v1/generate", json=body, headers=_bearer("org-a", max_prompt_tokens=10_000)), 400, "prompt_too_long")
+        _error(
+            c.post("/v1/generate", json={"prompt": "Hi.", "max_tokens": 9}, headers=_bearer("org-a")), 400, "max_tokens_too_large"
+        )
         assert c.post("/v1/generate", json=body, headers=OPERATOR).status_code == 200
 
 
 def test_the_service_signs_the_org_and_the_caps_into_a_handoff():
     from app.context.handoff import sign as sign_handoff
 
-    settings = SimpleNamespace(inference_secret=lambda: KEY, handoff_ttl_s=60, handoff_max_prompt_tokens=1234,
-                               handoff_max_new_tokens=56)
+    settings = SimpleNamespace(
+        inference_secret=lambda: KEY, handoff_ttl_s=60, handoff_max_prompt_tokens=1234, handoff_max_new_tokens=56
+    )
     principal = SimpleNamespace(org_id="5d0c8e1e-0000-4000-8000-000000000001", user_id="u-1")
     out = sign_handoff(settings, principal, {"chunks": [{"content_hash": "a" * 64}], "cartridges": []})
     g = verify(KEY, out["token"])

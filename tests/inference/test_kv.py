@@ -20,10 +20,7 @@ def _keys_at(engine, ids, offset):
     """Keys and values of ``ids`` prefilled alone at positions offset..offset+T-1: (L, H, T, D) each."""
     cache = engine.new_cache()
     engine.forward(ids, cache, offset)
-    return (
-        torch.stack([layer.keys[0] for layer in cache.layers]),
-        torch.stack([layer.values[0] for layer in cache.layers]),
-    )
+    return (torch.stack([layer.keys[0] for layer in cache.layers]), torch.stack([layer.values[0] for layer in cache.layers]))
 
 
 def test_rerotated_keys_equal_keys_computed_at_new_offset(engine, chunks):
@@ -97,10 +94,7 @@ def test_causal_position_mask():
     mask = causal_position_mask(torch.tensor([2, 4]), 6, torch.float32)
     assert mask.shape == (1, 1, 2, 6)
     allowed = mask[0, 0] == 0
-    assert allowed.tolist() == [
-        [True, True, True, False, False, False],
-        [True, True, True, True, True, False],
-    ]
+    assert allowed.tolist() == [[True, True, True, False, False, False], [True, True, True, True, True, False]]
 
 
 def test_chunk_kv_shapes(engine, chunks):

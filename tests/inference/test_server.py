@@ -14,7 +14,7 @@ KEY = b"test-operator-key"
 OPERATOR = {"Authorization": f"Bearer {KEY.decode()}"}
 
 
-def _client(app) -> TestClient:  # noqa: ANN001
+def _client(app) -> TestClient:
     return TestClient(app, raise_server_exceptions=False, headers=OPERATOR)
 
 
@@ -41,8 +41,10 @@ def test_chunks_then_generate_by_hash(client, store, texts, engine):
     assert r.status_code == 200
     hashes = r.json()["content_hashes"]
     assert hashes == [content_hash(t) for t in texts] and all(store.has(h) for h in hashes)
-    r = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": [{"content_hash": h} for h in hashes],
-                                          "max_tokens": 8, "mode": "blend"})
+    r = client.post(
+        "/v1/generate",
+        json={"prompt": QUESTION, "chunks": [{"content_hash": h} for h in hashes], "max_tokens": 8, "mode": "blend"},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["text"].strip()
@@ -58,8 +60,9 @@ def test_chunks_then_generate_by_hash(client, store, texts, engine):
 def test_blend_at_ratio_one_answers_like_full(client, texts):
     chunks = [{"text": t} for t in texts]
     full = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": chunks, "max_tokens": 10, "mode": "full"})
-    blend = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": chunks, "max_tokens": 10,
-                                              "mode": "blend", "recompute_ratio": 1.0})
+    blend = client.post(
+        "/v1/generate", json={"prompt": QUESTION, "chunks": chunks, "max_tokens": 10, "mode": "blend", "recompute_ratio": 1.0}
+    )
     reuse = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": chunks, "max_tokens": 10, "mode": "reuse"})
     assert full.status_code == blend.status_code == reuse.status_code == 200
     assert blend.json()["text"] == full.json()["text"]
@@ -129,11 +132,12 @@ def test_plugged_resolver_supplies_prefix_kv(engine, store):
 
     app = create_app(engine=engine, store=store, resolve_cartridges=resolve, key=KEY)
     with _client(app) as c:
-        r = c.post("/v1/generate", json={"prompt": "Where is the observatory?", "cartridges": ["ctg-fell"],
-                                         "max_tokens": 6, "mode": "full"})
+        r = c.post(
+            "/v1/generate",
+            json={"prompt": "Where is the observatory?", "cartridges": ["ctg-fell"], "max_tokens": 6, "mode": "full"},
+        )
         assert r.status_code == 200, r.text
-        expected = engine.generate("Where is the observatory?", [], mode="full", prefix_kv=known["ctg-fell"],
-                                   max_tokens=6)
+        expected = engine.generate("Where is the observatory?", [], mode="full", prefix_kv=known["ctg-fell"], max_tokens=6)
         assert r.json()["text"] == expected.text
         _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": ["nope"]}), 404, "cartridge_not_found")
     assert seen == [["ctg-fell"], ["nope"]]
@@ -152,18 +156,16 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
     cart = Cartridge.from_tokens(engine.model, ids, 6, model_id=engine.model_id)
     cart.save(tmp_path / mine / "cartridge.safetensors")
     Cartridge.from_tokens(engine.model, ids, 6, model_id="another-model").save(tmp_path / alien / "cartridge.safetensors")
-    app = create_app(engine=engine, store=store, cartridge_resolver_factory=directory_resolver_factory(tmp_path),
-                     key=KEY)
+    app = create_app(engine=engine, store=store, cartridge_resolver_factory=directory_resolver_factory(tmp_path), key=KEY)
     with _client(app) as c:
-        r = c.post("/v1/generate", json={"prompt": "Where is the observatory?", "cartridges": [mine],
-                                         "max_tokens": 5, "mode": "full"})
+        r = c.post(
+            "/v1/generate", json={"prompt": "Where is the observatory?", "cartridges": [mine], "max_tokens": 5, "mode": "full"}
+        )
         assert r.status_code == 200, r.text
         expected = engine.generate("Where is the observatory?", [], mode="full", prefix_kv=compose([cart]), max_tokens=5)
         assert r.json()["text"] == expected.text
-        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": [str(uuid.uuid4())]}), 404,
-                      "cartridge_not_found")
-        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": ["../" + mine]}), 404,
-                      "cartridge_not_found")
+        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": [str(uuid.uuid4())]}), 404, "cartridge_not_found")
+        _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": ["../" + mine]}), 404, "cartridge_not_found")
         _assert_error(c.post("/v1/generate", json={"prompt": "x", "cartridges": [alien]}), 409, "cartridge_incompatible")
         # Erasure (the service's call after a user's data is deleted): operator only; the loaded
         # copy and the files go; a path is never a cartridge id.
@@ -180,7 +182,7 @@ def test_default_resolver_serves_the_cartridges_the_service_trains(engine, store
 
 
 # ---- authentication (issue 15: the tier trusted anyone who could reach it) -----------------------
-def _token(chunks=(), cartridges=(), ttl_s=60, key=KEY, now=None) -> dict:  # noqa: ANN001
+def _token(chunks=(), cartridges=(), ttl_s=60, key=KEY, now=None) -> dict:
     from app.kit.runtime.signing import sign
 
     t = sign(key, org="o", sub="u", chunks=list(chunks), cartridges=list(cartridges), ttl_s=ttl_s, now=now)
@@ -191,11 +193,12 @@ def test_every_call_but_healthz_needs_credentials(engine, store, texts):
     with TestClient(create_app(engine=engine, store=store, key=KEY), raise_server_exceptions=False) as anon:
         assert anon.get("/healthz").status_code == 200
         h = content_hash(texts[0])
-        for r in (anon.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": h}], "max_tokens": 2}),
-                  anon.post("/v1/chunks", json={"texts": texts}),
-                  anon.delete(f"/v1/chunks/{h}"),
-                  anon.post("/v1/generate", json={"prompt": "x", "max_tokens": 2},
-                            headers={"Authorization": "Bearer not-a-key"})):
+        for r in (
+            anon.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": h}], "max_tokens": 2}),
+            anon.post("/v1/chunks", json={"texts": texts}),
+            anon.delete(f"/v1/chunks/{h}"),
+            anon.post("/v1/generate", json={"prompt": "x", "max_tokens": 2}, headers={"Authorization": "Bearer not-a-key"}),
+        ):
             _assert_error(r, 401, "unauthorized")
         assert not store.has(h)
 
@@ -203,25 +206,36 @@ def test_every_call_but_healthz_needs_credentials(engine, store, texts):
 def test_a_handoff_token_serves_exactly_its_chunks(client, texts):
     hashes = client.post("/v1/chunks", json={"texts": texts}).json()["content_hashes"]
     mine, other = hashes[0], hashes[1]
-    ok = client.post("/v1/generate", json={"prompt": QUESTION, "chunks": [{"content_hash": mine}], "max_tokens": 2},
-                     headers=_token([mine]))
+    ok = client.post(
+        "/v1/generate", json={"prompt": QUESTION, "chunks": [{"content_hash": mine}], "max_tokens": 2}, headers=_token([mine])
+    )
     assert ok.status_code == 200, ok.text
     # Stored, but not in the grant: answered exactly like a hash nobody stored.
-    not_mine = client.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": other}], "max_tokens": 2},
-                           headers=_token([mine]))
+    not_mine = client.post(
+        "/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": other}], "max_tokens": 2}, headers=_token([mine])
+    )
     absent_h = "f" * 64
-    absent = client.post("/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": absent_h}], "max_tokens": 2},
-                         headers=_token([mine]))
+    absent = client.post(
+        "/v1/generate", json={"prompt": "x", "chunks": [{"content_hash": absent_h}], "max_tokens": 2}, headers=_token([mine])
+    )
     _assert_error(not_mine, 404, "chunk_not_found")
     _assert_error(absent, 404, "chunk_not_found")
     assert not_mine.json()["error"]["message"].replace(other, "H") == absent.json()["error"]["message"].replace(absent_h, "H")
     # Raw texts, precompute and deletion are operator calls.
-    _assert_error(client.post("/v1/generate", json={"prompt": "x", "chunks": [{"text": texts[1]}], "max_tokens": 2},
-                              headers=_token([mine])), 403, "forbidden")
+    _assert_error(
+        client.post(
+            "/v1/generate", json={"prompt": "x", "chunks": [{"text": texts[1]}], "max_tokens": 2}, headers=_token([mine])
+        ),
+        403,
+        "forbidden",
+    )
     _assert_error(client.post("/v1/chunks", json={"texts": ["new"]}, headers=_token([mine])), 403, "forbidden")
     _assert_error(client.delete(f"/v1/chunks/{mine}", headers=_token([mine])), 403, "forbidden")
-    _assert_error(client.post("/v1/generate", json={"prompt": "x", "cartridges": ["c1"], "max_tokens": 2},
-                              headers=_token([mine])), 404, "cartridge_not_found")
+    _assert_error(
+        client.post("/v1/generate", json={"prompt": "x", "cartridges": ["c1"], "max_tokens": 2}, headers=_token([mine])),
+        404,
+        "cartridge_not_found",
+    )
 
 
 def test_forged_and_expired_tokens_are_refused(client, texts):
@@ -240,8 +254,9 @@ def test_forged_and_expired_tokens_are_refused(client, texts):
     g = json.loads(base64.urlsafe_b64decode(grant + "=" * (-len(grant) % 4)))
     g["chunks"].append(h)
     forged = base64.urlsafe_b64encode(json.dumps(g).encode()).rstrip(b"=").decode()
-    _assert_error(client.post("/v1/generate", json=body, headers={"Authorization": f"Bearer {pre}.{forged}.{mac}"}),
-                  401, "unauthorized")
+    _assert_error(
+        client.post("/v1/generate", json=body, headers={"Authorization": f"Bearer {pre}.{forged}.{mac}"}), 401, "unauthorized"
+    )
 
 
 def test_body_limit_before_tokenising(engine, store):

@@ -21,6 +21,7 @@ class Person(BaseModel):
 
 # -- chat_json on the shared base (FakeGateway uses exactly this path) -------------------------
 
+
 def test_chat_json_parses_fenced_answer_first_time():
     g = FakeGateway(['```json\n{"name": "Ada", "age": 36}\n```'])
     assert g.chat_json([("user", "who?")], Person) == Person(name="Ada", age=36)
@@ -75,6 +76,7 @@ def test_fake_rules_match_prompt_substrings_and_sequences():
 
 
 # -- the real Gateway through litellm, with a scripted provider -----------------------------------
+
 
 class _Script:
     def __init__(self):

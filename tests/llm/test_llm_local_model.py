@@ -78,11 +78,18 @@ def test_the_shared_decode_loop_is_greedy_generate(tmp_path):
     from app.kit.runtime.localmodel import decode, load_causal_lm, local_model_dir, stop_token_ids
 
     model, tok = load_causal_lm(local_model_dir(DATA_DIR), threads=1)
-    ids = tok.apply_chat_template([{"role": "user", "content": "Name three colours."}], add_generation_prompt=True,
-                                  tokenize=True, return_dict=True)["input_ids"]
-    (ours,) = decode(model, DynamicCache(), [list(ids)], start=0, max_new_tokens=12,
-                     stop_ids=stop_token_ids(model, tok))
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "Name three colours."}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+    (ours,) = decode(model, DynamicCache(), [list(ids)], start=0, max_new_tokens=12, stop_ids=stop_token_ids(model, tok))
     with torch.inference_mode():
-        ref = model.generate(torch.tensor([list(ids)]), max_new_tokens=12, do_sample=False, temperature=None,
-                             top_p=None, top_k=None, pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+        ref = model.generate(
+            torch.tensor([list(ids)]),
+            max_new_tokens=12,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=tok.eos_token_id,
+        )[0, len(ids) :].tolist()
     assert ours.tokens == ref and len(ref) >= 3

@@ -48,8 +48,9 @@ class TenantMixin:
 
     @declared_attr
     def org_id(cls) -> Mapped[uuid.UUID]:
-        return mapped_column(UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False,
-                             primary_key=True, sort_order=-1)
+        return mapped_column(
+            UUID(as_uuid=True), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False, primary_key=True, sort_order=-1
+        )
 
 
 def tenant_fk(column: str, table: str, ondelete: str = "CASCADE") -> ForeignKeyConstraint:

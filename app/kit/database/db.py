@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -38,7 +38,7 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _):  # noqa: ANN001
+    def _on_connect(dbapi_conn, _):
         with dbapi_conn.cursor() as cur:
             cur.execute("SET application_name = 'memscale'")
         dbapi_conn.commit()
@@ -54,14 +54,14 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
 # every read of its org fail, nor stop its owner or an admin from deleting it: the service's
 # connections read such a value as the nearest instant Python holds, datetime.min or datetime.max
 # in UTC (docs/security.md, "Instants"). Only the value read is clamped; the row is not changed.
-FLOOR = datetime.min.replace(tzinfo=timezone.utc)
-CEILING = datetime.max.replace(tzinfo=timezone.utc)
+FLOOR = datetime.min.replace(tzinfo=UTC)
+CEILING = datetime.max.replace(tzinfo=UTC)
 
 
 _BEYOND_YEAR_9999 = re.compile(rb"^\d{5,}-")
 
 
-def _clamped(data, *, binary: bool, aware: bool) -> datetime | None:  # noqa: ANN001
+def _clamped(data, *, binary: bool, aware: bool) -> datetime | None:
     """FLOOR or CEILING for a value outside Python's years (naive for `timestamp`); None for a
     value that failed for another reason (re-raised: never a silent wrong instant)."""
     raw = bytes(data) if binary else bytes(data).strip()
@@ -81,11 +81,11 @@ def _tolerant(base: type, *, binary: bool, aware: bool) -> type:
     class Tolerant(Loader):
         format = base.format
 
-        def __init__(self, oid: int, context=None) -> None:  # noqa: ANN001
+        def __init__(self, oid: int, context=None) -> None:
             super().__init__(oid, context)
             self._inner = base(oid, context)
 
-        def load(self, data):  # noqa: ANN001, ANN201
+        def load(self, data):
             try:
                 return self._inner.load(data)
             except psycopg.DataError:
@@ -98,7 +98,7 @@ def _tolerant(base: type, *, binary: bool, aware: bool) -> type:
     return Tolerant
 
 
-def tolerate_out_of_range_instants(conn) -> None:  # noqa: ANN001  (a psycopg connection)
+def tolerate_out_of_range_instants(conn) -> None:
     """Register the clamping loaders for timestamptz and timestamp on `conn`."""
     for name, aware in (("timestamptz", True), ("timestamp", False)):
         oid = psycopg.postgres.types[name].oid
@@ -106,7 +106,7 @@ def tolerate_out_of_range_instants(conn) -> None:  # noqa: ANN001  (a psycopg co
             base = conn.adapters.get_loader(oid, fmt)
             if base is not None and not getattr(base, "_memscale_tolerant", False):
                 loader = _tolerant(base, binary=binary, aware=aware)
-                loader._memscale_tolerant = True  # noqa: SLF001
+                loader._memscale_tolerant = True
                 conn.adapters.register_loader(oid, loader)
 
 
@@ -115,8 +115,9 @@ def make_sessionmaker(engine: Engine, *, audit_key: bytes | None = None) -> sess
     return sessionmaker(engine, expire_on_commit=False, autoflush=False, info={"audit_key": audit_key})
 
 
-def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, all_scopes: bool = False,
-                   view: "View | None" = None) -> None:
+def bind_principal(
+    db: Session, principal: Principal | None, *, org_id=None, all_scopes: bool = False, view: View | None = None
+) -> None:
     """Set the RLS context for the current transaction (transaction-local): who asks, and which
     state of the org's memory it reads and writes (`view`, else the principal's, else main; kept
     in `db.info["view"]` for the org-level reads of pipelines, app/kit/tenancy/view.py)."""
@@ -144,14 +145,14 @@ def bind_principal(db: Session, principal: "Principal | None", *, org_id=None, a
     )
 
 
-def view_of(db: Session) -> "View":
+def view_of(db: Session) -> View:
     """The view bound to this session's transactions (main when none was bound)."""
     from app.kit.tenancy.view import MAIN
 
     return db.info.get("view") or MAIN
 
 
-def is_below(db: Session, row) -> bool:  # noqa: ANN001
+def is_below(db: Session, row) -> bool:
     """Whether `row` (a memory, an asset: anything with `branch_id`) lies below the transaction's
     branch (main's, read in a branch): the branch may not change it (row-level security
     refuses), only mask it."""
@@ -171,7 +172,7 @@ def transaction(factory: sessionmaker[Session], *, lsn: list | None = None) -> I
         if wrote:
             try:
                 lsn.append(wal_lsn(db))
-            except Exception:  # noqa: BLE001  (committed: the answer stands, only without its token)
+            except Exception:
                 db.rollback()
     except BaseException:
         db.rollback()
@@ -181,7 +182,7 @@ def transaction(factory: sessionmaker[Session], *, lsn: list | None = None) -> I
 
 
 @contextmanager
-def released(db: Session, principal: "Principal") -> Iterator[None]:
+def released(db: Session, principal: Principal) -> Iterator[None]:
     """Give the pooled connection back while the request does slow work that needs no database
     (embedding a query or a batch): under load, requests waiting for the CPU otherwise sit on
     every connection in the pool. Only for a transaction that has not written and holds no lock
@@ -201,14 +202,20 @@ def every_scope(db: Session) -> Iterator[None]:
     must reach rows the caller cannot see: a deletion cascade, an existence check. Every branch's
     rows too (a deletion reaches every branch, app/kit/tenancy/view.py). The code in the block decides
     what it reads; it must never hand content it reached this way to the caller."""
-    prev, branch = db.execute(text("SELECT coalesce(current_setting('memscale.scope', true), 'user'),"
-                                   " coalesce(current_setting('memscale.branch', true), '')")).one()
+    prev, branch = db.execute(
+        text(
+            "SELECT coalesce(current_setting('memscale.scope', true), 'user'),"
+            " coalesce(current_setting('memscale.branch', true), '')"
+        )
+    ).one()
     db.execute(text("SELECT set_config('memscale.scope', 'all', true), set_config('memscale.branch', '*', true)"))
     try:
         yield
     finally:
-        db.execute(text("SELECT set_config('memscale.scope', :s, true), set_config('memscale.branch', :b, true)"),
-                   {"s": prev or "user", "b": branch})
+        db.execute(
+            text("SELECT set_config('memscale.scope', :s, true), set_config('memscale.branch', :b, true)"),
+            {"s": prev or "user", "b": branch},
+        )
 
 
 # Existence checks over ids only (lineage placeholders): the same widening, named for its use.
@@ -221,12 +228,12 @@ def xact_wrote(db: Session) -> bool:
     return db.execute(text("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")).scalar_one()
 
 
-def wal_lsn(db) -> str:  # noqa: ANN001  (a Session or a Connection of the primary)
+def wal_lsn(db) -> str:
     """The primary's current WAL write position: at or past every commit that has returned."""
     return db.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one()
 
 
-def standby_status(conn) -> tuple[bool, str | None]:  # noqa: ANN001
+def standby_status(conn) -> tuple[bool, str | None]:
     """(in recovery, last replayed WAL position) of a server: a streaming replica is in recovery."""
     row = conn.execute(text("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text")).one()
     return bool(row[0]), row[1]
@@ -234,32 +241,37 @@ def standby_status(conn) -> tuple[bool, str | None]:  # noqa: ANN001
 
 def replayed_past(db: Session, lsn: str) -> bool:
     """Whether this standby has replayed the WAL up to `lsn` (a write's Memscale-LSN)."""
-    return bool(db.execute(text("SELECT coalesce(pg_last_wal_replay_lsn() >= CAST(:l AS pg_lsn), false)"),
-                           {"l": lsn}).scalar_one())
+    return bool(
+        db.execute(text("SELECT coalesce(pg_last_wal_replay_lsn() >= CAST(:l AS pg_lsn), false)"), {"l": lsn}).scalar_one()
+    )
 
 
 # ---- shared rate limits (app/kit/http/limits.py PgRateLimiter) -----------------------------------------
 _BUCKET_LEVEL = "least(:cap, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * :rate)"
 
 
-def take_tokens(conn, key: str, cost: float, need: float, cap: float, rate: float) -> float | None:  # noqa: ANN001
+def take_tokens(conn, key: str, cost: float, need: float, cap: float, rate: float) -> float | None:
     """Take `cost` units from the bucket `key` if it holds at least `need`: one statement, atomic
     across processes (the row lock of the upsert). Returns None when taken, else the bucket's level."""
     p = {"k": key, "cost": cost, "need": need, "cap": cap, "rate": rate}
-    taken = conn.execute(text(
-        "INSERT INTO rate_buckets AS b (key, tokens, at) VALUES (:k, :cap - :cost, clock_timestamp())"
-        f" ON CONFLICT (key) DO UPDATE SET tokens = {_BUCKET_LEVEL} - :cost, at = clock_timestamp()"
-        f" WHERE {_BUCKET_LEVEL} >= :need RETURNING tokens"), p).first()
+    taken = conn.execute(
+        text(
+            "INSERT INTO rate_buckets AS b (key, tokens, at) VALUES (:k, :cap - :cost, clock_timestamp())"
+            f" ON CONFLICT (key) DO UPDATE SET tokens = {_BUCKET_LEVEL} - :cost, at = clock_timestamp()"
+            f" WHERE {_BUCKET_LEVEL} >= :need RETURNING tokens"
+        ),
+        p,
+    ).first()
     return None if taken is not None else bucket_level(conn, key, cap, rate)
 
 
-def bucket_level(conn, key: str, cap: float, rate: float) -> float:  # noqa: ANN001
-    level = conn.execute(text(f"SELECT {_BUCKET_LEVEL} FROM rate_buckets b WHERE key = :k"),
-                         {"k": key, "cap": cap, "rate": rate}).scalar()
+def bucket_level(conn, key: str, cap: float, rate: float) -> float:
+    level = conn.execute(
+        text(f"SELECT {_BUCKET_LEVEL} FROM rate_buckets b WHERE key = :k"), {"k": key, "cap": cap, "rate": rate}
+    ).scalar()
     return cap if level is None else float(level)
 
 
-def forget_full_buckets(conn, older_than_s: float) -> None:  # noqa: ANN001
+def forget_full_buckets(conn, older_than_s: float) -> None:
     """Buckets idle long enough to be full again carry no information."""
-    conn.execute(text("DELETE FROM rate_buckets WHERE at < clock_timestamp() - make_interval(secs => :s)"),
-                 {"s": older_than_s})
+    conn.execute(text("DELETE FROM rate_buckets WHERE at < clock_timestamp() - make_interval(secs => :s)"), {"s": older_than_s})

@@ -57,11 +57,14 @@ def _ensure_user() -> None:
     try:
         pwd.getpwnam(SERVER_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
+            check=True,
+            capture_output=True,
+        )
 
 
-def _as_server_user(cmd: list[str], **kw) -> subprocess.CompletedProcess:  # noqa: ANN003
+def _as_server_user(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     if _root():
         cmd = ["su", SERVER_USER, "-s", "/bin/sh", "-c", shlex.join(cmd)]
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
@@ -104,8 +107,10 @@ def install(install_home: Path) -> Path:
     name = f"memscale-extract-{secrets.token_hex(4)}"
     tmp = install_home / f".{name}"
     env = ["env", f"HOME={install_home}"]
-    _as_server_user([*env, str(exe), "start", "--name", name, "-p", str(_free_port()), "-P", secrets.token_hex(16),
-                     "--data-dir", str(tmp)], timeout=300)
+    _as_server_user(
+        [*env, str(exe), "start", "--name", name, "-p", str(_free_port()), "-P", secrets.token_hex(16), "--data-dir", str(tmp)],
+        timeout=300,
+    )
     for sub in ("stop", "drop"):
         _as_server_user([*env, str(exe), sub, "--name", name], timeout=120, input="y\n")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -162,8 +167,20 @@ class EmbeddedPostgres:
             subprocess.run(["chown", "-R", SERVER_USER, str(self.pg_dir)], check=True)
         os.chmod(self.pg_dir, 0o700)
         opts = [a for k, v in SETTINGS.items() for a in ("-c", f"{k}={v}")]
-        r = self.run("initdb", "-D", str(self.pg_dir), "-U", "postgres", "--auth=trust", "--encoding=UTF8",
-                     "--locale=C.UTF-8", "-c", f"unix_socket_directories={self.socket_dir}", *opts, timeout=300)
+        r = self.run(
+            "initdb",
+            "-D",
+            str(self.pg_dir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+            "-c",
+            f"unix_socket_directories={self.socket_dir}",
+            *opts,
+            timeout=300,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"initdb failed: {r.stderr[-2000:]}")
         # Only the socket, only trust on it: no host lines at all.
@@ -183,8 +200,7 @@ class EmbeddedPostgres:
         r = self.pg_ctl("-w", "-t", "120", "-l", str(self.pg_dir / "log"), "start", timeout=180)
         if r.returncode != 0 and not self.running():
             tail = (self.pg_dir / "log").read_text()[-2000:] if (self.pg_dir / "log").exists() else ""
-            raise RuntimeError(f"PostgreSQL did not start (pg_ctl exit {r.returncode}: {(r.stderr or r.stdout).strip()}): "
-                               f"{tail}")
+            raise RuntimeError(f"PostgreSQL did not start (pg_ctl exit {r.returncode}: {(r.stderr or r.stdout).strip()}): {tail}")
 
     def stop(self, mode: str = "fast") -> bool:
         if not (self.pg_dir / "postmaster.pid").exists():
@@ -192,7 +208,7 @@ class EmbeddedPostgres:
         self.pg_ctl("-w", "-m", mode, "stop")
         return True
 
-    def standby(self, pg_dir: Path) -> "EmbeddedPostgres":
+    def standby(self, pg_dir: Path) -> EmbeddedPostgres:
         """A streaming read replica of this (running) server in `pg_dir`, not yet started: a
         `pg_basebackup -R` (WAL streamed during the copy, `standby.signal` and `primary_conninfo`
         written) over the unix socket, as the server's user, with its own socket in `pg_dir`.
@@ -206,8 +222,21 @@ class EmbeddedPostgres:
         if _root():
             subprocess.run(["chown", SERVER_USER, str(rep.pg_dir)], check=True)
         os.chmod(rep.pg_dir, 0o700)
-        r = self.run("pg_basebackup", "-D", str(rep.pg_dir), "-R", "-X", "stream", "-c", "fast",
-                     "-h", str(self.socket_dir), "-U", "postgres", timeout=600)
+        r = self.run(
+            "pg_basebackup",
+            "-D",
+            str(rep.pg_dir),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-h",
+            str(self.socket_dir),
+            "-U",
+            "postgres",
+            timeout=600,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"pg_basebackup failed: {r.stderr[-2000:]}")
         for copied in (".s.PGSQL.5432.lock", "log"):  # the primary's socket lock and log live in its data folder
@@ -242,7 +271,7 @@ class EmbeddedPostgres:
                     p.unlink(missing_ok=True)
                 self.stop()
 
-    def _turn(self):  # noqa: ANN202
+    def _turn(self):
         from filelock import FileLock
 
         return FileLock(str(self._users / ".lock"))

@@ -28,7 +28,7 @@ def is_partition(name: str) -> bool:
     return bool(m) and m.group(1) in partitioned_tables()
 
 
-def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001, ARG001
+def include_object(obj, name, type_, reflected, compare_to) -> bool:
     """alembic's own table is not ours to diff, and neither are the partitions of a partitioned
     table or their indexes: the models declare the parent, whose columns, keys and indexes
     PostgreSQL repeats in every partition."""

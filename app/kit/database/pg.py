@@ -63,7 +63,7 @@ MIN_SERVER = 150000  # PostgreSQL 15
 MIN_VECTOR = (0, 8)
 
 
-def check_versions(conn) -> tuple[str, str]:  # noqa: ANN001
+def check_versions(conn) -> tuple[str, str]:
     """Refuse a server outside the supported range with a message that says what to do."""
     from app.kit.database.repository import server_versions
 
@@ -71,13 +71,15 @@ def check_versions(conn) -> tuple[str, str]:  # noqa: ANN001
     if num < MIN_SERVER:
         raise RuntimeError(f"memscale needs PostgreSQL >= {MIN_SERVER // 10000}; the server is {ver}")
     if vec is None or tuple(int(x) for x in vec.split(".")[:2]) < MIN_VECTOR:
-        raise RuntimeError(f"memscale needs pgvector >= {MIN_VECTOR[0]}.{MIN_VECTOR[1]} (iterative index scans); the server has "
-                           f"{vec or 'no pgvector'}: install or upgrade it (CREATE EXTENSION / ALTER EXTENSION vector UPDATE)")
+        raise RuntimeError(
+            f"memscale needs pgvector >= {MIN_VECTOR[0]}.{MIN_VECTOR[1]} (iterative index scans); the server has "
+            f"{vec or 'no pgvector'}: install or upgrade it (CREATE EXTENSION / ALTER EXTENSION vector UPDATE)"
+        )
     return ver, vec
 
 
 def install_sigterm_handler() -> None:
-    def _exit(signum, frame):  # noqa: ARG001
+    def _exit(signum, frame):
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, _exit)

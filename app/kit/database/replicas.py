@@ -63,8 +63,7 @@ def parse_lsn(raw: str | None) -> str | None:
         return None
     raw = raw.strip()
     if not _LSN.match(raw):
-        raise BadRequest(f"{LSN_HEADER} must be a WAL position such as 0/16B3748 (as a write returned it)",
-                         code="invalid_lsn")
+        raise BadRequest(f"{LSN_HEADER} must be a WAL position such as 0/16B3748 (as a write returned it)", code="invalid_lsn")
     return raw.upper()
 
 
@@ -89,7 +88,7 @@ class Replica:
 class ReplicaSet:
     """The standbys of one API process, their health, and the probe thread."""
 
-    def __init__(self, settings: "Settings", primary: Engine, urls: list[str]):
+    def __init__(self, settings: Settings, primary: Engine, urls: list[str]):
         self.primary = primary
         self.max_lag = settings.replica_max_lag_bytes
         self.wait_s = settings.replica_wait_ms / 1000.0
@@ -125,7 +124,7 @@ class ReplicaSet:
         while not self._stop.wait(self.interval):
             try:
                 self.probe_all()
-            except Exception:  # noqa: BLE001  (the primary itself is unreachable: try again next round)
+            except Exception:
                 log.warning("replica probe: the primary did not answer", exc_info=True)
 
     def probe_all(self) -> None:
@@ -165,8 +164,7 @@ class ReplicaSet:
             r.healthy, r.reason = False, reason
 
     def status(self) -> list[dict]:
-        return [{"url": r.name, "healthy": r.healthy, "lag_bytes": r.lag_bytes, "reason": r.reason}
-                for r in self.replicas]
+        return [{"url": r.name, "healthy": r.healthy, "lag_bytes": r.lag_bytes, "reason": r.reason} for r in self.replicas]
 
     def _count(self, key: str) -> None:
         with self._stats_lock:
@@ -180,7 +178,7 @@ class ReplicaSet:
             up = up[start:] + up[:start]
         return up
 
-    def run(self, principal: "Principal", primary_db: Session, fn: Callable[[Session], T], lsn: str | None) -> T:
+    def run(self, principal: Principal, primary_db: Session, fn: Callable[[Session], T], lsn: str | None) -> T:
         want = lsn_value(lsn) if lsn else 0
         for r in self._candidates():
             rdb = r.sessions()
@@ -222,7 +220,7 @@ class ReplicaSet:
             time.sleep(0.005)
 
 
-def replica_set(settings: "Settings", primary: Engine) -> ReplicaSet | None:
+def replica_set(settings: Settings, primary: Engine) -> ReplicaSet | None:
     urls = [u.strip() for u in settings.read_replica_urls.split(",") if u.strip()]
     if not urls:
         return None
@@ -235,7 +233,7 @@ class Reader:
     """Runs a read-only function of a session where the caller's read should go (see the module
     docstring). `Reader(None, db, ...)` runs it on `db`."""
 
-    def __init__(self, replicas: ReplicaSet | None, db: Session, principal: "Principal", lsn: str | None = None):
+    def __init__(self, replicas: ReplicaSet | None, db: Session, principal: Principal, lsn: str | None = None):
         self.replicas, self.db, self.principal, self.lsn = replicas, db, principal, lsn
 
     def __call__(self, fn: Callable[[Session], T]) -> T:
@@ -244,7 +242,7 @@ class Reader:
         return self.replicas.run(self.principal, self.db, fn, self.lsn)
 
 
-def reads(request: Request, db: Session, principal: "Principal") -> Reader:
+def reads(request: Request, db: Session, principal: Principal) -> Reader:
     """The reader of one request: its standbys, its Memscale-LSN (checked even without standbys)."""
     lsn = parse_lsn(request.headers.get(LSN_HEADER))
     return Reader(getattr(request.app.state, "replicas", None), db, principal, lsn)
@@ -259,14 +257,14 @@ class LsnHeaderMiddleware:
     """Adds `Memscale-LSN` to a successful response whose request committed a write (get_db put
     the position in the request state)."""
 
-    def __init__(self, app):  # noqa: ANN001
+    def __init__(self, app):
         self.app = app
 
-    async def __call__(self, scope, receive, send):  # noqa: ANN001
+    async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
 
-        async def _send(msg):  # noqa: ANN001
+        async def _send(msg):
             if msg["type"] == "http.response.start" and msg["status"] < 400:
                 lsn = (scope.get("state") or {}).get("memscale_lsn")
                 if lsn:

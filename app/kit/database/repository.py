@@ -14,6 +14,8 @@ def server_versions(conn: Connection) -> tuple[int, str, str | None]:
     """(server_version_num, server_version, pgvector version installed or else available)."""
     num = int(conn.execute(text("SHOW server_version_num")).scalar())
     ver = conn.execute(text("SHOW server_version")).scalar()
-    vec = conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar() or \
-        conn.execute(text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")).scalar()
+    vec = (
+        conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
+        or conn.execute(text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")).scalar()
+    )
     return num, ver, vec

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import uuid
+from collections.abc import Iterable
 
 from sqlalchemy import Text, any_, bindparam, cast
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import TypeDecorator
 
 
-def among(column, values: Iterable):  # noqa: ANN001, ANN201
+def among(column, values: Iterable):
     """`column = ANY(:values)`, the values bound as ONE array parameter.
 
     `column.in_(values)` renders one placeholder per value, so the statement's text changes with
@@ -31,7 +30,7 @@ class IdList(TypeDecorator):
     impl = Text
     cache_ok = True
 
-    def process_bind_param(self, value, dialect):  # noqa: ANN001, ANN201
+    def process_bind_param(self, value, dialect):
         out = []
         for v in value:
             if not isinstance(v, uuid.UUID) and not (isinstance(v, str) and len(v) == 36 and v.replace("-", "").isalnum()):
@@ -40,13 +39,13 @@ class IdList(TypeDecorator):
         return "{" + ",".join(out) + "}"
 
 
-def among_bound(column, name: str):  # noqa: ANN001, ANN201
+def among_bound(column, name: str):
     """`column = ANY(:name)`: `among` with the ids bound when the statement runs (a statement kept
     in a `StatementCache` takes new ids each time), as one literal (`IdList`)."""
     return column == any_(cast(bindparam(name, type_=IdList()), ARRAY(column.type)))
 
 
-def as_text(column):  # noqa: ANN001, ANN201
+def as_text(column):
     """An id column returned as its text: the ranking keys its dictionaries by id (~20 lookups a
     pooled row), and a str hashes once and loads without a UUID object per row."""
     return cast(column, Text)
@@ -63,7 +62,7 @@ class Compiled:
 
     __slots__ = ("sql", "const", "procs", "names")
 
-    def __init__(self, stmt, dialect):  # noqa: ANN001
+    def __init__(self, stmt, dialect):
         compiled = stmt.compile(dialect=dialect)
         self.names = {name for name, b in compiled.binds.items() if b.required}
         # The final text and values, with IN lists of constants ("expanding" parameters) rendered
@@ -74,7 +73,7 @@ class Compiled:
         self.procs = {k: procs[k] for k in self.names if k in procs}
         self.sql = state.statement
 
-    def run(self, db, values: dict | None = None):  # noqa: ANN001, ANN201
+    def run(self, db, values: dict | None = None):
         """The result of running it in `db`'s transaction with `values` for its bound names."""
         values = values or {}
         if set(values) != self.names:
@@ -85,7 +84,7 @@ class Compiled:
         return db.connection().exec_driver_sql(self.sql, params)
 
 
-def _processed(db, proc, value):  # noqa: ANN001, ANN202
+def _processed(db, proc, value):
     """`proc(value)`, remembered in the session for the last array value (the query's embedding):
     a ranking binds it in three to four statements, and pgvector renders its 384 floats as text
     each time (~0.5 ms here). Keyed by the value's identity while the session holds the value
@@ -122,7 +121,7 @@ class StatementCache:
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, db, key: tuple, build) -> Compiled:  # noqa: ANN001
+    def get(self, db, key: tuple, build) -> Compiled:
         """The compiled statement for `key` (`build()` makes the construct on a miss)."""
         with self._lock:
             stmt = self._items.get(key)
@@ -136,7 +135,7 @@ class StatementCache:
                 self._items.popitem(last=False)
         return stmt
 
-    def run(self, db, key: tuple, build, values: dict | None = None):  # noqa: ANN001, ANN201
+    def run(self, db, key: tuple, build, values: dict | None = None):
         return self.get(db, key, build).run(db, values)
 
     def clear(self) -> None:

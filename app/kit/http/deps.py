@@ -14,7 +14,6 @@ from app.kit.database.db import bind_principal, released, transaction
 from app.kit.errors import Forbidden, RateLimited, Unauthorized
 from app.orgs.service import resolve_key
 
-
 BRANCH_HEADER = "memscale-branch"
 
 

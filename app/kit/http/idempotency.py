@@ -13,7 +13,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
@@ -27,12 +27,13 @@ from app.kit.http.idempotency_models import IdempotencyRecord
 DEFAULT_TTL_S = 24 * 3600
 
 
-def body_hash(payload) -> str:  # noqa: ANN001
+def body_hash(payload) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def replay(db: Session, principal: Principal, key: str | None, endpoint: str, digest: str,
-           ttl_s: int = DEFAULT_TTL_S) -> dict | None:
+def replay(
+    db: Session, principal: Principal, key: str | None, endpoint: str, digest: str, ttl_s: int = DEFAULT_TTL_S
+) -> dict | None:
     """Return the stored response for this key, or None (and hold a lock until commit)."""
     if key is None:
         return None
@@ -43,7 +44,7 @@ def replay(db: Session, principal: Principal, key: str | None, endpoint: str, di
     rec = repo.reply(db, principal.org_id, principal.user_id, key, endpoint)
     if rec is None:
         return None
-    if rec.created_at < datetime.now(timezone.utc) - timedelta(seconds=ttl_s):
+    if rec.created_at < datetime.now(UTC) - timedelta(seconds=ttl_s):
         repo.delete_reply(db, rec)  # expired: the key is free again
         return None
     if rec.request_hash != digest:
@@ -51,18 +52,45 @@ def replay(db: Session, principal: Principal, key: str | None, endpoint: str, di
     return rec.response
 
 
-def remember(db: Session, principal: Principal, key: str | None, endpoint: str, digest: str,
-             status_code: int, *, response: dict, ttl_s: int = DEFAULT_TTL_S) -> None:
+def remember(
+    db: Session,
+    principal: Principal,
+    key: str | None,
+    endpoint: str,
+    digest: str,
+    status_code: int,
+    *,
+    response: dict,
+    ttl_s: int = DEFAULT_TTL_S,
+) -> None:
     if key is None:
         return
     purge_expired(db, principal.org_id, ttl_s)
-    repo.add_reply(db, IdempotencyRecord(org_id=principal.org_id, user_id=principal.user_id, key=key, endpoint=endpoint,
-                                         request_hash=digest, status_code=status_code,
-                                         response=json.loads(json.dumps(response, default=str))))
+    repo.add_reply(
+        db,
+        IdempotencyRecord(
+            org_id=principal.org_id,
+            user_id=principal.user_id,
+            key=key,
+            endpoint=endpoint,
+            request_hash=digest,
+            status_code=status_code,
+            response=json.loads(json.dumps(response, default=str)),
+        ),
+    )
 
 
-def idempotent(db: Session, principal: Principal, key: str | None, endpoint: str, body: BaseModel,
-               make: Callable[[], BaseModel], *, status_code: int = 201, ttl_s: int = DEFAULT_TTL_S):
+def idempotent(
+    db: Session,
+    principal: Principal,
+    key: str | None,
+    endpoint: str,
+    body: BaseModel,
+    make: Callable[[], BaseModel],
+    *,
+    status_code: int = 201,
+    ttl_s: int = DEFAULT_TTL_S,
+):
     """The whole sequence for one endpoint: replay a stored reply, or make the result and store it.
     A key is per branch (app/kit/tenancy/view.py): the same request in main and in a branch are two writes."""
     if principal.view.branch_id is not None:
@@ -77,7 +105,7 @@ def idempotent(db: Session, principal: Principal, key: str | None, endpoint: str
 
 
 def purge_expired(db: Session, org_id: uuid.UUID, ttl_s: int = DEFAULT_TTL_S) -> int:
-    return repo.delete_replies_before(db, org_id, datetime.now(timezone.utc) - timedelta(seconds=ttl_s))
+    return repo.delete_replies_before(db, org_id, datetime.now(UTC) - timedelta(seconds=ttl_s))
 
 
 def forget_replies(db: Session, org_id: uuid.UUID, item_ids: list[uuid.UUID]) -> int:

@@ -15,10 +15,10 @@ class BodyLimitMiddleware:
     read up to the limit before the app sees it, so an oversized stream is refused whole (never a
     400 from a parser that stopped half-way), and the app never holds more than the limit."""
 
-    def __init__(self, app, max_bytes: int):  # noqa: ANN001
+    def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
 
-    async def __call__(self, scope, receive, send):  # noqa: ANN001
+    async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -44,10 +44,15 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay_receive, send)
 
-    async def _reject(self, send) -> None:  # noqa: ANN001
+    async def _reject(self, send) -> None:
         body = json.dumps(error_body("payload_too_large", f"request body exceeds {self.max_bytes} bytes")).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -72,8 +77,7 @@ class RateLimiter:
             tokens = self._level(who, now)
             if tokens < min(cost, self.capacity):
                 self._buckets[who] = (tokens, now)
-                raise RateLimited("rate limit exceeded; slow down",
-                                  retry_after_s=(min(cost, self.capacity) - tokens) / self.rate)
+                raise RateLimited("rate limit exceeded; slow down", retry_after_s=(min(cost, self.capacity) - tokens) / self.rate)
             self._buckets[who] = (tokens - cost, now)
             if len(self._buckets) > 100_000:  # forget idle holders (full buckets)
                 self._buckets = {k: v for k, v in self._buckets.items() if self._level(k, now) < self.capacity}
@@ -92,7 +96,7 @@ class PgRateLimiter:
     upsert on its own autocommit connection, outside the request's transaction (so a read stays
     a read). `name` keeps the limiters' buckets apart."""
 
-    def __init__(self, engine, name: str, per_minute: int):  # noqa: ANN001
+    def __init__(self, engine, name: str, per_minute: int):
         self.engine, self.name = engine, name
         self.rate = per_minute / 60.0
         self.capacity = float(per_minute)
@@ -118,20 +122,23 @@ class PgRateLimiter:
         return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
 
 
-def make_limiters(settings, engine) -> dict:  # noqa: ANN001
+def make_limiters(settings, engine) -> dict:
     """The three limiters of an API process: in memory (one process), or shared through
     PostgreSQL (`rate_limit_backend = "postgres"`, what `serve --workers N` sets) over `engine`, a
     small pool of its own (a request holding its connection must never wait for the limiter's)."""
-    def one(name: str, per_minute: int):  # noqa: ANN202
+
+    def one(name: str, per_minute: int):
         if not per_minute:
             return None
         if settings.rate_limit_backend == "postgres":
             return PgRateLimiter(engine, name, per_minute)
         return RateLimiter(per_minute)
 
-    return {"rate_limiter": one("rate", settings.rate_limit_per_minute),
-            "ingest_limiter": one("ingest", settings.ingest_items_per_minute),
-            "auth_failures": one("authfail", settings.auth_failures_per_minute)}
+    return {
+        "rate_limiter": one("rate", settings.rate_limit_per_minute),
+        "ingest_limiter": one("ingest", settings.ingest_items_per_minute),
+        "auth_failures": one("authfail", settings.auth_failures_per_minute),
+    }
 
 
 def proxy_options(trusted_proxies: list[str]) -> dict:

@@ -29,14 +29,30 @@ class ItemFilters:
     limit: int = 50
 
 
-def item_filters(*, kind: list[str] = Query(default=[], max_length=10), owner: uuid.UUID | None = None,
-                 visibility: str | None = Query(default=None, pattern=r"^(private|group|org)$"),
-                 group: str | None = Query(default=None, pattern=TAG), label: str | None = Query(default=None, pattern=TAG),
-                 since: Instant | None = None, until: Instant | None = None, cursor: uuid.UUID | None = None,
-                 limit: int = Query(default=50, ge=1, le=500)) -> ItemFilters:
+def item_filters(
+    *,
+    kind: list[str] = Query(default=[], max_length=10),
+    owner: uuid.UUID | None = None,
+    visibility: str | None = Query(default=None, pattern=r"^(private|group|org)$"),
+    group: str | None = Query(default=None, pattern=TAG),
+    label: str | None = Query(default=None, pattern=TAG),
+    since: Instant | None = None,
+    until: Instant | None = None,
+    cursor: uuid.UUID | None = None,
+    limit: int = Query(default=50, ge=1, le=500),
+) -> ItemFilters:
     """The list endpoints' query parameters (`cursor`: the `next_cursor` of the previous page)."""
-    return ItemFilters(kinds=tuple(k[:64] for k in kind), owner=owner, visibility=visibility, group=group, label=label,
-                       since=since, until=until, after=cursor, limit=limit)
+    return ItemFilters(
+        kinds=tuple(k[:64] for k in kind),
+        owner=owner,
+        visibility=visibility,
+        group=group,
+        label=label,
+        since=since,
+        until=until,
+        after=cursor,
+        limit=limit,
+    )
 
 
 def next_cursor(rows: list, limit: int) -> str | None:

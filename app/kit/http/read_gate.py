@@ -71,15 +71,21 @@ class ReadGate:
         with self._cv:
             q = self._queues.setdefault(who, deque())
             if len(q) >= self.max_waiting:
-                raise RateLimited(f"{len(q)} of your searches are already waiting; retry later",
-                                  retry_after_s=self._cost * (len(q) + 1), code="too_many_reads")
+                raise RateLimited(
+                    f"{len(q)} of your searches are already waiting; retry later",
+                    retry_after_s=self._cost * (len(q) + 1),
+                    code="too_many_reads",
+                )
             q.append(ticket)
             try:
                 while q[0] is not ticket or self._running.get(who, 0) >= self.per_key:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise RateLimited("your earlier searches are still running; retry later",
-                                          retry_after_s=self._cost * len(q), code="too_many_reads")
+                        raise RateLimited(
+                            "your earlier searches are still running; retry later",
+                            retry_after_s=self._cost * len(q),
+                            code="too_many_reads",
+                        )
                     self._cv.wait(left)
                 self._running[who] = self._running.get(who, 0) + 1
             finally:

@@ -17,9 +17,14 @@ def lock_key(db: Session, lock_key: str) -> None:
 
 
 def reply(db: Session, org_id: uuid.UUID, user_id: uuid.UUID, key: str, endpoint: str) -> IdempotencyRecord | None:
-    return db.execute(select(IdempotencyRecord).where(
-        IdempotencyRecord.org_id == org_id, IdempotencyRecord.user_id == user_id,
-        IdempotencyRecord.key == key, IdempotencyRecord.endpoint == endpoint)).scalar_one_or_none()
+    return db.execute(
+        select(IdempotencyRecord).where(
+            IdempotencyRecord.org_id == org_id,
+            IdempotencyRecord.user_id == user_id,
+            IdempotencyRecord.key == key,
+            IdempotencyRecord.endpoint == endpoint,
+        )
+    ).scalar_one_or_none()
 
 
 def delete_reply(db: Session, rec: IdempotencyRecord) -> None:
@@ -33,8 +38,9 @@ def add_reply(db: Session, rec: IdempotencyRecord) -> None:
 
 
 def delete_replies_before(db: Session, org_id: uuid.UUID, cutoff: datetime) -> int:
-    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id,
-                                                      IdempotencyRecord.created_at < cutoff)).rowcount
+    return db.execute(
+        delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id, IdempotencyRecord.created_at < cutoff)
+    ).rowcount
 
 
 def delete_replies_naming(db: Session, org_id: uuid.UUID, ids: list[str]) -> int:
@@ -45,5 +51,6 @@ def delete_replies_naming(db: Session, org_id: uuid.UUID, ids: list[str]) -> int
 
 
 def delete_replies_of(db: Session, org_id: uuid.UUID, user_id: uuid.UUID) -> int:
-    return db.execute(delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id,
-                                                      IdempotencyRecord.user_id == user_id)).rowcount
+    return db.execute(
+        delete(IdempotencyRecord).where(IdempotencyRecord.org_id == org_id, IdempotencyRecord.user_id == user_id)
+    ).rowcount

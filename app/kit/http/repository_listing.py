@@ -8,7 +8,7 @@ from sqlalchemy import ColumnElement, Select, literal
 from app.kit.http.listing import ItemFilters
 
 
-def item_terms(model, f: ItemFilters, time_column) -> list[ColumnElement[bool]]:  # noqa: ANN001
+def item_terms(model, f: ItemFilters, time_column) -> list[ColumnElement[bool]]:
     terms = []
     if f.kinds:
         terms.append(model.kind.in_(f.kinds))
@@ -29,6 +29,6 @@ def item_terms(model, f: ItemFilters, time_column) -> list[ColumnElement[bool]]:
     return terms or [literal(True)]
 
 
-def keyset(stmt: Select, model, f: ItemFilters) -> Select:  # noqa: ANN001
+def keyset(stmt: Select, model, f: ItemFilters) -> Select:
     """Ordered by the primary key's id (org_id leads it and visible_to pins it): an index range scan."""
     return stmt.order_by(model.id).limit(f.limit)

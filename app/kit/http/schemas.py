@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
@@ -15,7 +15,7 @@ Visibility = Literal["private", "group", "org"]
 _ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 
 
-def _iso_datetime_only(value):  # noqa: ANN001, ANN202
+def _iso_datetime_only(value):
     """The schema says `format: date-time`: refuse numbers (pydantic's lax mode reads them as Unix times)."""
     if isinstance(value, datetime) or (isinstance(value, str) and _ISO_DATETIME.match(value)):
         return value
@@ -29,7 +29,7 @@ def _bounded_instant(value: datetime) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("an instant needs its UTC offset (e.g. 2026-01-31T12:00:00Z or +02:00)")
     try:
-        value.astimezone(timezone.utc)
+        value.astimezone(UTC)
     except OverflowError:
         raise ValueError("the instant lies outside 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999Z") from None
     return value
@@ -40,7 +40,7 @@ def _bounded_instant(value: datetime) -> datetime:
 Instant = Annotated[datetime, BeforeValidator(_iso_datetime_only), AfterValidator(_bounded_instant)]
 
 
-def _json_number_only(value):  # noqa: ANN001, ANN202
+def _json_number_only(value):
     """The schema says `type: number|integer`: refuse true/false and numeric strings (lax mode takes them)."""
     if isinstance(value, (bool, str, bytes)):
         raise ValueError("expected a JSON number")
@@ -53,7 +53,7 @@ def _json_number_only(value):  # noqa: ANN001, ANN202
 NumberOnly = BeforeValidator(_json_number_only)
 
 
-def _has_nul(value) -> bool:  # noqa: ANN001
+def _has_nul(value) -> bool:
     if isinstance(value, str):
         return "\x00" in value
     if isinstance(value, dict):
@@ -68,7 +68,7 @@ class StrictModel(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_nul_characters(cls, data):  # noqa: ANN001, ANN206
+    def _no_nul_characters(cls, data):
         # PostgreSQL text and jsonb cannot hold U+0000: refuse it here (422), not at INSERT time (500).
         if _has_nul(data):
             raise ValueError("text may not contain NUL (U+0000) characters")

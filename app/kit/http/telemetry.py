@@ -12,8 +12,7 @@ from fastapi import FastAPI
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
-               "msg": record.getMessage()}
+        out = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
         for key in ("request_id", "method", "path", "status", "ms", "user_id"):
             if hasattr(record, key):
                 out[key] = getattr(record, key)
@@ -58,22 +57,21 @@ class RequestMiddleware:
     (bench/tools/service_overhead.py). The principal comes from the request state the auth dependency
     filled (`scope["state"]`), after the response has been sent."""
 
-    def __init__(self, app):  # noqa: ANN001
+    def __init__(self, app):
         from opentelemetry import trace
 
         self.app = app
         self.tracer = trace.get_tracer("memscale.api")
         self.log = logging.getLogger("memscale.access")
 
-    async def __call__(self, scope, receive, send):  # noqa: ANN001
+    async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        rid = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None) \
-            or uuid.uuid4().hex
+        rid = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None) or uuid.uuid4().hex
         t0 = time.perf_counter()
         status = 500  # unless a response starts
 
-        async def _send(msg):  # noqa: ANN001
+        async def _send(msg):
             nonlocal status
             if msg["type"] == "http.response.start":
                 status = msg["status"]
@@ -89,9 +87,17 @@ class RequestMiddleware:
                 span.set_attribute("http.status_code", status)
                 p = (scope.get("state") or {}).get("principal")
                 # Never log bodies, keys or memory content: method, path, status, timing and ids only.
-                self.log.info("request", extra={"request_id": rid, "method": scope["method"], "path": path,
-                                                "status": status, "ms": round((time.perf_counter() - t0) * 1000, 2),
-                                                "user_id": str(p.user_id) if p else None})
+                self.log.info(
+                    "request",
+                    extra={
+                        "request_id": rid,
+                        "method": scope["method"],
+                        "path": path,
+                        "status": status,
+                        "ms": round((time.perf_counter() - t0) * 1000, 2),
+                        "user_id": str(p.user_id) if p else None,
+                    },
+                )
 
 
 def install_request_middleware(app: FastAPI) -> None:

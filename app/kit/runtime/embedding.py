@@ -95,8 +95,9 @@ class LocalEmbedder:
             try:
                 if self._direct:
                     return self._pooled(texts, self._torch_hidden)
-                out = self._model.encode(texts, batch_size=self._batch, normalize_embeddings=True,
-                                         convert_to_numpy=True, show_progress_bar=False)
+                out = self._model.encode(
+                    texts, batch_size=self._batch, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+                )
             finally:
                 torch.set_num_threads(threads)
         return out.astype(np.float32)
@@ -107,17 +108,16 @@ class LocalEmbedder:
         with torch.inference_mode():
             return self._model[0].auto_model(**{k: torch.from_numpy(v) for k, v in batch.items()}).last_hidden_state.numpy()
 
-    def _pooled(self, texts: list[str], hidden) -> np.ndarray:  # noqa: ANN001
+    def _pooled(self, texts: list[str], hidden) -> np.ndarray:
         """Tokenise in length-sorted batches, run `hidden` (token ids -> last hidden states), mean
         over the real tokens, L2-normalise; rows in the order of `texts`."""
         tok, max_len = self._model.tokenizer, self._model.max_seq_length
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # little padding per batch
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), self._batch):
-            idx = order[start:start + self._batch]
+            idx = order[start : start + self._batch]
             with self._tok_lock:
-                batch = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len,
-                            return_tensors="np")
+                batch = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_len, return_tensors="np")
             batch = {k: batch[k].astype(np.int64) for k in OnnxEncoder.inputs}
             states = hidden(batch)  # (b, t, dim)
             mask = batch["attention_mask"][..., None].astype(np.float32)
@@ -136,8 +136,13 @@ class OnnxEncoder:
 
     inputs = ("input_ids", "attention_mask", "token_type_ids")
     tolerance = 1e-5
-    probes = ["When did Caroline go to the LGBTQ support group?", "", "a", "Pottery class on Sunday.",
-              "the kiln log of the glaze firing, cone six, held for twenty minutes; " * 30]
+    probes = [
+        "When did Caroline go to the LGBTQ support group?",
+        "",
+        "a",
+        "Pottery class on Sunday.",
+        "the kiln log of the glaze firing, cone six, held for twenty minutes; " * 30,
+    ]
 
     def __init__(self, model: bytes, threads: int):
         import onnxruntime as ort
@@ -151,12 +156,12 @@ class OnnxEncoder:
             self._sessions[n] = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         self._many = max(self._sessions)
 
-    def runner(self, one_thread: bool):  # noqa: ANN201
+    def runner(self, one_thread: bool):
         sess = self._sessions[1 if one_thread else self._many]
         return lambda batch: sess.run(None, batch)[0]
 
     @classmethod
-    def load(cls, emb: LocalEmbedder, cache_dir: Path) -> "OnnxEncoder | None":
+    def load(cls, emb: LocalEmbedder, cache_dir: Path) -> OnnxEncoder | None:
         try:
             import torch
 
@@ -185,7 +190,7 @@ class OnnxEncoder:
                     path.unlink(missing_ok=True)  # exported again at the next start
                 return None
             return enc
-        except Exception as exc:  # noqa: BLE001 - any failure leaves the (slower, same) torch path
+        except Exception as exc:
             log.warning("ONNX Runtime encoder unavailable (%s: %s): eager torch is used", type(exc).__name__, exc)
             return None
 
@@ -223,13 +228,14 @@ class OnnxEncoder:
         from torch.export import Dim
 
         class Hidden(torch.nn.Module):
-            def __init__(self, encoder):  # noqa: ANN001
+            def __init__(self, encoder):
                 super().__init__()
                 self.encoder = encoder
 
-            def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: ANN001, ANN201
-                return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                    token_type_ids=token_type_ids).last_hidden_state
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                return self.encoder(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                ).last_hidden_state
 
         sample = emb._model.tokenizer(["hello world", "a longer sentence than that"], padding=True, return_tensors="pt")
         batch, length = Dim("batch"), Dim("length", max=emb._model.max_seq_length)
@@ -238,9 +244,16 @@ class OnnxEncoder:
         registry = logging.getLogger("torch.onnx._internal.exporter._registration")
         with warnings.catch_warnings(), _level(registry, logging.ERROR):
             warnings.simplefilter("ignore")
-            program = torch.onnx.export(Hidden(emb._model[0].auto_model).eval(), tuple(sample[k] for k in cls.inputs),
-                None, input_names=list(cls.inputs), output_names=["last_hidden_state"],
-                dynamic_shapes=tuple({0: batch, 1: length} for _ in cls.inputs), dynamo=True, verbose=False)
+            program = torch.onnx.export(
+                Hidden(emb._model[0].auto_model).eval(),
+                tuple(sample[k] for k in cls.inputs),
+                None,
+                input_names=list(cls.inputs),
+                output_names=["last_hidden_state"],
+                dynamic_shapes=tuple({0: batch, 1: length} for _ in cls.inputs),
+                dynamo=True,
+                verbose=False,
+            )
         return program.model_proto.SerializeToString()
 
     def _check(self, emb: LocalEmbedder) -> float:
@@ -254,7 +267,7 @@ class OnnxEncoder:
 
 
 @contextlib.contextmanager
-def _level(logger: logging.Logger, level: int):  # noqa: ANN202
+def _level(logger: logging.Logger, level: int):
     """`logger` at `level` or above only, for the block."""
     before = logger.level
     logger.setLevel(max(level, before))
@@ -277,8 +290,9 @@ class LiteLLMEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        resp = self._litellm.embedding(model=self.model, input=texts, timeout=self.timeout,
-                                       num_retries=self.retries, dimensions=self.dim)
+        resp = self._litellm.embedding(
+            model=self.model, input=texts, timeout=self.timeout, num_retries=self.retries, dimensions=self.dim
+        )
         vecs = np.array([d["embedding"] for d in resp.data], dtype=np.float32)
         if vecs.shape[1] != self.dim:
             raise ValueError(f"embedding model returned {vecs.shape[1]} dims, schema expects {self.dim}")
@@ -289,14 +303,14 @@ class Pending:
     """A query's embedding being computed beside the request's first statements (`beside`);
     `vector()` waits for it."""
 
-    def __init__(self, future):  # noqa: ANN001
+    def __init__(self, future):
         self._future = future
 
     def get(self) -> np.ndarray:
         return self._future.result()[0]
 
 
-def vector(qvec):  # noqa: ANN001, ANN201
+def vector(qvec):
     """A query vector, waiting for it if it is still `Pending`."""
     return qvec.get() if isinstance(qvec, Pending) else qvec
 
@@ -305,7 +319,7 @@ _BESIDE = None
 _BESIDE_LOCK = threading.Lock()
 
 
-def beside(embedder, text: str) -> Pending | None:  # noqa: ANN001
+def beside(embedder, text: str) -> Pending | None:
     """Start embedding `text` in a thread of its own when the embedder is idle (it would start at
     once), so that statements that need no vector (text search, the visible-row count) run
     meanwhile; None when it is busy or cannot tell (a remote provider): then the caller waits
@@ -323,7 +337,7 @@ def beside(embedder, text: str) -> Pending | None:  # noqa: ANN001
     return Pending(_BESIDE.submit(embedder.embed, [text]))
 
 
-def make_embedder(settings) -> Embedder:  # noqa: ANN001 - app.config.Settings
+def make_embedder(settings) -> Embedder:
     if settings.embedding_model == LOCAL_EMBEDDING:
         return LocalEmbedder(backend=settings.embedding_backend, cache_dir=settings.model_cache_dir)
     return LiteLLMEmbedder(settings.embedding_model, settings.embedding_dim)

@@ -34,7 +34,6 @@ import numpy as np
 from app.kit.errors import RateLimited
 from app.kit.stages import stage
 
-
 READ_TOKEN_S = 0.0005  # a read's place in line moves back by its estimated embedding time (~0.5 ms a token)
 
 
@@ -43,8 +42,9 @@ def _tokens(text: str) -> int:
 
 
 class FairEmbedder:
-    def __init__(self, inner, *, slice_tokens: int = 512, max_pending_per_key: int = 1000,  # noqa: ANN001
-                 max_pending: int = 4000, max_reads: int = 2):
+    def __init__(
+        self, inner, *, slice_tokens: int = 512, max_pending_per_key: int = 1000, max_pending: int = 4000, max_reads: int = 2
+    ):
         self.inner, self.dim = inner, inner.dim
         self.slice_tokens, self.max_pending_per_key, self.max_pending = slice_tokens, max_pending_per_key, max_pending
         self.max_reads = max_reads  # reads embedded side by side (one thread each), beside a write slice too
@@ -54,10 +54,10 @@ class FairEmbedder:
         self._reads_waiting = 0
         self._reads: list[tuple[float, int]] = []  # waiting reads: (arrival + cost, sequence), a heap
         self._seq = itertools.count()
-        self._turns: deque[str] = deque()        # key holders with slices waiting, in turn order
-        self._tickets: dict[str, deque] = {}     # per key holder, its waiting slices (FIFO)
-        self._pending: dict[str, int] = {}       # items admitted, not yet embedded
-        self._rate = 50.0                        # items/s, measured (EWMA)
+        self._turns: deque[str] = deque()  # key holders with slices waiting, in turn order
+        self._tickets: dict[str, deque] = {}  # per key holder, its waiting slices (FIFO)
+        self._pending: dict[str, int] = {}  # items admitted, not yet embedded
+        self._rate = 50.0  # items/s, measured (EWMA)
 
     # ---- reads ------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -98,7 +98,7 @@ class FairEmbedder:
             out[idx] = vecs
         return out
 
-    def write_slices(self, who: str, texts: list[str]):  # noqa: ANN201 - Iterator[(list[int], np.ndarray)]
+    def write_slices(self, who: str, texts: list[str]):
         """`embed_write` one slice at a time, as each is done: (indices into `texts`, their vectors),
         so that a caller can store a slice while the next is embedded. The texts are taken longest
         first: each slice holds texts of about one length and the model pads little (slices of a
@@ -137,11 +137,12 @@ class FairEmbedder:
             mine, total = self._pending.get(who, 0), sum(self._pending.values())
             if mine + n > self.max_pending_per_key or total + n > self.max_pending:
                 wait = (mine if mine + n > self.max_pending_per_key else total) / max(self._rate, 1.0)
-                raise RateLimited(f"embedding queue full ({mine} of your items waiting); retry later",
-                                  retry_after_s=wait, code="queue_full")
+                raise RateLimited(
+                    f"embedding queue full ({mine} of your items waiting); retry later", retry_after_s=wait, code="queue_full"
+                )
             self._pending[who] = mine + n
 
-    def _slices(self, order: list[int], texts: list[str]):  # noqa: ANN202
+    def _slices(self, order: list[int], texts: list[str]):
         """Indices of `order`, cut into slices of at most `slice_tokens` estimated tokens."""
         cur, cost = [], 0
         for i in order:

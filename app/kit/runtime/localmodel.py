@@ -91,8 +91,7 @@ def pick_device_dtype(device: str | None = None, dtype: str | None = None):
     return dev, dt
 
 
-def load_causal_lm(path: str | Path, *, device: str | None = None, dtype: str | None = None,
-                   threads: int | None = None):
+def load_causal_lm(path: str | Path, *, device: str | None = None, dtype: str | None = None, threads: int | None = None):
     """(model, tokenizer) from a local HF checkpoint folder: eval mode, weights frozen
     (``requires_grad=False``: training a cartridge computes activation gradients only), SDPA
     attention, on ``device`` in ``dtype`` (defaults: :func:`pick_device_dtype`)."""
@@ -139,10 +138,22 @@ class DecodeTimes:
     decode_steps: int = 0  # batched forward passes after the first token
 
 
-def decode(model, cache, prompts, *, start: int, max_new_tokens: int, stop_ids=(),
-           temperature: float = 0.0, top_p: float = 1.0, record_top_k: int = 0,
-           generator=None, pad_id: int = 0, deadline: float | None = None,
-           times: DecodeTimes | None = None) -> list[Decoded]:
+def decode(
+    model,
+    cache,
+    prompts,
+    *,
+    start: int,
+    max_new_tokens: int,
+    stop_ids=(),
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    record_top_k: int = 0,
+    generator=None,
+    pad_id: int = 0,
+    deadline: float | None = None,
+    times: DecodeTimes | None = None,
+) -> list[Decoded]:
     """Greedy (``temperature=0``) or sampled continuation of each prompt after a KV state.
 
     ``cache``: a ``DynamicCache`` holding ``start`` positions for ``len(prompts)`` rows (empty
@@ -172,13 +183,14 @@ def decode(model, cache, prompts, *, start: int, max_new_tokens: int, stop_ids=(
     mask = torch.ones((B, P + L), dtype=torch.long, device=device) if padded else None
     for b, prompt in enumerate(prompts):
         n = len(prompt)
-        ids[b, L - n:] = torch.as_tensor(prompt, device=device)
-        pos[b, L - n:] = torch.arange(P, P + n, device=device)
+        ids[b, L - n :] = torch.as_tensor(prompt, device=device)
+        pos[b, L - n :] = torch.arange(P, P + n, device=device)
         if mask is not None:
-            mask[b, P:P + L - n] = 0
+            mask[b, P : P + L - n] = 0
     with torch.inference_mode():
-        logits = model(ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
-                       logits_to_keep=1).logits[:, -1]  # (B, vocab)
+        logits = model(ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1).logits[
+            :, -1
+        ]  # (B, vocab)
         first_logits = logits.float().clone()
         stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
         out_tokens: list[list[int]] = [[] for _ in range(B)]
@@ -218,17 +230,21 @@ def decode(model, cache, prompts, *, start: int, max_new_tokens: int, stop_ids=(
                     mask = mask[keep]
             if mask is not None:
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            logits = model(tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                           cache=cache, use_cache=True).logits[:, -1]
+            logits = model(tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], cache=cache, use_cache=True).logits[
+                :, -1
+            ]
             next_pos = next_pos + 1
             steps += 1
     if times is not None:
         times.first_token_at, times.finished_at, times.decode_steps = t_first, time.perf_counter(), steps
     return [
-        Decoded(out_tokens[b], stopped[b],
-                torch.stack(out_ids[b]) if record_top_k else None,
-                torch.stack(out_lps[b]) if record_top_k else None,
-                first_logits[b])
+        Decoded(
+            out_tokens[b],
+            stopped[b],
+            torch.stack(out_ids[b]) if record_top_k else None,
+            torch.stack(out_lps[b]) if record_top_k else None,
+            first_logits[b],
+        )
         for b in range(B)
     ]
 

@@ -98,10 +98,25 @@ class Grant:
         return self.operator or cartridge_id in self.cartridges
 
 
-def sign(key: bytes, *, org: str, sub: str, chunks: list[str], cartridges: list[str], ttl_s: int,
-         now: float | None = None, max_prompt_tokens: int | None = None, max_new_tokens: int | None = None) -> str:
-    grant = {"org": org, "sub": sub, "chunks": sorted(set(chunks)), "cartridges": sorted(set(cartridges)),
-             "exp": int((now if now is not None else time.time()) + ttl_s)}
+def sign(
+    key: bytes,
+    *,
+    org: str,
+    sub: str,
+    chunks: list[str],
+    cartridges: list[str],
+    ttl_s: int,
+    now: float | None = None,
+    max_prompt_tokens: int | None = None,
+    max_new_tokens: int | None = None,
+) -> str:
+    grant = {
+        "org": org,
+        "sub": sub,
+        "chunks": sorted(set(chunks)),
+        "cartridges": sorted(set(cartridges)),
+        "exp": int((now if now is not None else time.time()) + ttl_s),
+    }
     for name, cap in (("max_prompt_tokens", max_prompt_tokens), ("max_new_tokens", max_new_tokens)):
         if cap is not None:
             grant[name] = int(cap)
@@ -131,6 +146,12 @@ def verify(key: bytes, bearer: str, *, now: float | None = None) -> Grant:
         raise InvalidToken("malformed grant") from None
     if exp < (now if now is not None else time.time()):
         raise InvalidToken("token expired")
-    return Grant(operator=False, chunks=frozenset(map(str, chunks)), cartridges=frozenset(map(str, carts)),
-                 org=g.get("org"), sub=g.get("sub"), token_id=hashlib.sha256(parts[2].encode()).hexdigest()[:16],
-                 **caps)
+    return Grant(
+        operator=False,
+        chunks=frozenset(map(str, chunks)),
+        cartridges=frozenset(map(str, carts)),
+        org=g.get("org"),
+        sub=g.get("sub"),
+        token_id=hashlib.sha256(parts[2].encode()).hexdigest()[:16],
+        **caps,
+    )

@@ -17,21 +17,24 @@ class TierClient:
         self.http, self.key, self._owns_http = http, key, owns_http
 
     @classmethod
-    def from_settings(cls, settings) -> "TierClient | None":  # noqa: ANN001
+    def from_settings(cls, settings) -> TierClient | None:
         if not settings.inference_url:
             return None
-        return cls(httpx.Client(base_url=settings.inference_url, timeout=settings.inference_timeout_s),
-                   settings.inference_secret(), owns_http=True)
+        return cls(
+            httpx.Client(base_url=settings.inference_url, timeout=settings.inference_timeout_s),
+            settings.inference_secret(),
+            owns_http=True,
+        )
 
     def close(self) -> None:
         """Close the connection pool this client opened (a client handed in stays its owner's)."""
         if self._owns_http:
             self.http.close()
 
-    def __enter__(self) -> "TierClient":
+    def __enter__(self) -> TierClient:
         return self
 
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
+    def __exit__(self, *exc) -> None:
         self.close()
 
     @property
@@ -52,12 +55,12 @@ class TierClient:
         """Delete the chunk KV of removed content; returns how many the tier held."""
         return self._delete_each("/v1/chunks", hashes)
 
-    def drop_cartridges(self, ids: list) -> int:  # noqa: ANN001
+    def drop_cartridges(self, ids: list) -> int:
         """Evict erased cartridges from the tier's memory and its cartridge folder; returns how
         many it held."""
         return self._delete_each("/v1/cartridges", ids)
 
-    def _delete_each(self, prefix: str, keys: list) -> int:  # noqa: ANN001
+    def _delete_each(self, prefix: str, keys: list) -> int:
         """`DELETE <prefix>/<key>` for each distinct key; how many the tier said it held."""
         n = 0
         for key in sorted({str(k) for k in keys}):

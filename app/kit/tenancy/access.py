@@ -14,15 +14,14 @@ from app.auth.principal import Principal
 from app.kit.tenancy.repository_view import in_view
 
 
-def _text_array(values) -> ColumnElement:  # noqa: ANN001
+def _text_array(values) -> ColumnElement:
     return literal(list(values) or [""], type_=ARRAY(Text))
 
 
-def visible_to(principal: Principal, model) -> ColumnElement[bool]:  # noqa: ANN001
+def visible_to(principal: Principal, model) -> ColumnElement[bool]:
     # '' is never a valid group or label, so it stands in for "none" in the array literals.
     shared = or_(
-        model.visibility == "org",
-        and_(model.visibility == "group", model.groups.overlap(_text_array(principal.groups))),
+        model.visibility == "org", and_(model.visibility == "group", model.groups.overlap(_text_array(principal.groups)))
     )
     cleared = model.labels.contained_by(_text_array(principal.clearances))
     return and_(
@@ -32,7 +31,7 @@ def visible_to(principal: Principal, model) -> ColumnElement[bool]:  # noqa: ANN
     )
 
 
-def in_org(principal: Principal, model) -> ColumnElement[bool]:  # noqa: ANN001
+def in_org(principal: Principal, model) -> ColumnElement[bool]:
     """Org-only filter for tables without an item scope (jobs, lineage edges, audit); for the
     branched ones (lineage edges, jobs), only the rows of the principal's view."""
     return and_(model.org_id == principal.org_id, in_view(principal.view, model))
@@ -48,7 +47,7 @@ def can_see(principal: Principal, *, org_id, owner_id, visibility: str, groups, 
     return shared and set(labels) <= set(principal.clearances)
 
 
-def assert_may_modify(principal: Principal, item, what: str) -> None:  # noqa: ANN001
+def assert_may_modify(principal: Principal, item, what: str) -> None:
     """Owners change their own items; stewards and admins any item they can see (else 403)."""
     from app.kit.errors import Forbidden
 
@@ -56,7 +55,7 @@ def assert_may_modify(principal: Principal, item, what: str) -> None:  # noqa: A
         raise Forbidden(f"only the owner, a steward or an admin may change this {what}")
 
 
-def assert_may_share(principal: Principal, visibility: str, groups) -> None:  # noqa: ANN001
+def assert_may_share(principal: Principal, visibility: str, groups) -> None:
     """Writing an item shared with a group puts it in front of that group: only its members (and
     admins) may. Otherwise anyone could plant items in a group's searches and contexts."""
     from app.kit.errors import Forbidden
@@ -66,12 +65,14 @@ def assert_may_share(principal: Principal, visibility: str, groups) -> None:  # 
         raise Forbidden(f"you are not a member of group(s) {', '.join(outside)}", code="not_a_group_member")
 
 
-def assert_may_shape_profile(principal: Principal, visibility: str, *, owner_id=None) -> None:  # noqa: ANN001
+def assert_may_shape_profile(principal: Principal, visibility: str, *, owner_id=None) -> None:
     """An agent's shared instructions and skills are pinned into everyone's context for that agent
     (app/context/agent.py): only stewards and admins write them shared (and the owner of an existing
     one changes it). A member's own private ones stay theirs to write (else 403)."""
     from app.kit.errors import Forbidden
 
     if visibility != "private" and not principal.has_role("steward", "admin") and owner_id != principal.user_id:
-        raise Forbidden("only a steward or an admin may write an agent's shared instructions and skills; "
-                        "write it private, or ask one", code="agent_profile_restricted")
+        raise Forbidden(
+            "only a steward or an admin may write an agent's shared instructions and skills; write it private, or ask one",
+            code="agent_profile_restricted",
+        )

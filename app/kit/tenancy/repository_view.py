@@ -15,50 +15,57 @@ from app.kit.tenancy.view_models import BranchMask
 VIEWED = ("memories", "episodes", "lineage_edges", "knowledge_assets", "chunks", "knowledge_nodes")
 # What hides a row of a lower layer: a mask of (item_type, the row's key column). A memory is
 # masked by its root (all its versions); an asset's chunks and nodes go with their asset.
-MASKED_AS = {"memories": ("memories", "root_id"), "chunks": ("knowledge_assets", "asset_id"),
-             "knowledge_nodes": ("knowledge_assets", "asset_id")}
+MASKED_AS = {
+    "memories": ("memories", "root_id"),
+    "chunks": ("knowledge_assets", "asset_id"),
+    "knowledge_nodes": ("knowledge_assets", "asset_id"),
+}
 
 
-def _table(model) -> str:  # noqa: ANN001  (a mapped class or an alias of one)
+def _table(model) -> str:
     return inspect(model).mapper.local_table.name
 
 
-def in_layer(model, branch_id):  # noqa: ANN001, ANN201
+def in_layer(model, branch_id):
     """Rows written in one branch (None: main's)."""
     return model.branch_id.is_(None) if branch_id is None else model.branch_id == branch_id
 
 
-def _masked_as(model) -> tuple[str, object]:  # noqa: ANN001
+def _masked_as(model) -> tuple[str, object]:
     """(item_type, key column) of the mask that hides a row of `model` (any other item: its id)."""
     table = _table(model)
     item_type, col = MASKED_AS.get(table, (table, "id"))
     return item_type, getattr(model, col)
 
 
-def _time(model) -> str | None:  # noqa: ANN001
+def _time(model) -> str | None:
     for col in ("recorded_at", "created_at", "at"):
         if hasattr(model, col):
             return col
     return None
 
 
-def _not_masked(model, layer: Layer) -> ColumnElement[bool]:  # noqa: ANN001
+def _not_masked(model, layer: Layer) -> ColumnElement[bool]:
     item_type, key = _masked_as(model)
-    conds = [BranchMask.org_id == model.org_id, BranchMask.branch_id == layer.branch_id,
-             BranchMask.item_type == item_type, BranchMask.key == key]
+    conds = [
+        BranchMask.org_id == model.org_id,
+        BranchMask.branch_id == layer.branch_id,
+        BranchMask.item_type == item_type,
+        BranchMask.key == key,
+    ]
     if layer.cutoff is not None:
         conds.append(BranchMask.at <= layer.cutoff)
     return ~select(literal(1)).where(*conds).correlate(model).exists()
 
 
-def _existed(model, cutoff: datetime | None) -> ColumnElement[bool]:  # noqa: ANN001
+def _existed(model, cutoff: datetime | None) -> ColumnElement[bool]:
     col = _time(model)
     if cutoff is None or col is None:
         return true()
     return getattr(model, col) <= cutoff
 
 
-def in_view(view: View, model) -> ColumnElement[bool]:  # noqa: ANN001
+def in_view(view: View, model) -> ColumnElement[bool]:
     """Rows of `model` that exist in `view` (every version of a memory that existed then: which
     version was *current* is `memory_state`'s question). Tables without branches: all rows."""
     if _table(model) not in VIEWED or view.every_branch:
@@ -72,7 +79,7 @@ def in_view(view: View, model) -> ColumnElement[bool]:  # noqa: ANN001
     return or_(*parts)
 
 
-def memory_state(view: View, model, statuses) -> ColumnElement[bool]:  # noqa: ANN001
+def memory_state(view: View, model, statuses) -> ColumnElement[bool]:
     """Memory versions that had one of `statuses` in `view`. Now, a version's status column says
     it; at a cutoff c, a version superseded after c was still active then (a version recorded
     after c is already out by `in_view`). Quarantine and deletion are today's (see the module)."""
@@ -88,13 +95,12 @@ def memory_state(view: View, model, statuses) -> ColumnElement[bool]:  # noqa: A
         c = layer.cutoff
         still = [s for s in statuses if s != "superseded"]
         was_active = and_(model.status == "superseded", model.superseded_at > c) if "active" in statuses else false()
-        was_superseded = and_(model.status == "superseded", model.superseded_at <= c) \
-            if "superseded" in statuses else false()
+        was_superseded = and_(model.status == "superseded", model.superseded_at <= c) if "superseded" in statuses else false()
         parts.append(and_(own, or_(model.status.in_(still) if still else false(), was_active, was_superseded)))
     return or_(*parts)
 
 
-def status_in(view: View, row) -> str:  # noqa: ANN001
+def status_in(view: View, row) -> str:
     """The status a memory version `row` (already found in `view`) has there: `memory_state`'s
     rule for one row in Python. A version of a layer with a cutoff (main read in a branch forked at
     c) that was superseded after c is still the current one there: the branch may patch it even
@@ -104,14 +110,16 @@ def status_in(view: View, row) -> str:  # noqa: ANN001
     for layer in view.layers:
         if row.branch_id == layer.branch_id:
             c = layer.cutoff
-            return "active" if c is not None and row.superseded_at is not None and row.superseded_at > c \
-                else row.status
+            return "active" if c is not None and row.superseded_at is not None and row.superseded_at > c else row.status
     return row.status
 
 
-def add_mask(db, *, org_id, branch_id, item_type: str, key, at: datetime) -> None:  # noqa: ANN001
+def add_mask(db, *, org_id, branch_id, item_type: str, key, at: datetime) -> None:
     """Hide item `key` of table `item_type` of every layer below `branch_id` from `at` on."""
     from sqlalchemy.dialects.postgresql import insert
 
-    db.execute(insert(BranchMask).values(org_id=org_id, branch_id=branch_id, item_type=item_type, key=key, at=at)
-               .on_conflict_do_nothing())
+    db.execute(
+        insert(BranchMask)
+        .values(org_id=org_id, branch_id=branch_id, item_type=item_type, key=key, at=at)
+        .on_conflict_do_nothing()
+    )

@@ -18,7 +18,7 @@ CREATE POLICY tenant_org ON {t} TO {role}
 """
 
 
-def protect(op, table: str, *, access: bool, privileges: str = "SELECT, INSERT, UPDATE, DELETE") -> None:  # noqa: ANN001
+def protect(op, table: str, *, access: bool, privileges: str = "SELECT, INSERT, UPDATE, DELETE") -> None:
     """Grant the service role, enable RLS and add the tenant policy on `table`."""
     op.execute(f"GRANT {privileges} ON {table} TO {ROLE}")
     op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")

@@ -56,9 +56,13 @@ def no_wider(requested: Scope, bound: Scope) -> bool:
     return True
 
 
-def of(row) -> Scope:  # noqa: ANN001
-    return Scope(row.visibility, owner_id=row.owner_id if row.visibility == "private" else None,
-                 groups=tuple(row.groups), labels=tuple(row.labels))
+def of(row) -> Scope:
+    return Scope(
+        row.visibility,
+        owner_id=row.owner_id if row.visibility == "private" else None,
+        groups=tuple(row.groups),
+        labels=tuple(row.labels),
+    )
 
 
 def meet(row: Scope, since: Scope, *, owner_id: uuid.UUID) -> Scope:

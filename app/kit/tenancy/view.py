@@ -52,14 +52,18 @@ class View:
         """Main, now: every row of main, no time filter (the common case costs one IS NULL)."""
         return not self.every_branch and self.layers == (Layer(None),)
 
-    def at(self, instant: datetime | None) -> "View":
+    def at(self, instant: datetime | None) -> View:
         """The same view as it stood at `instant` (every layer cut no later than it)."""
         if instant is None:
             return self
-        return replace(self, layers=tuple(Layer(layer.branch_id, instant if layer.cutoff is None else min(layer.cutoff, instant))
-                                          for layer in self.layers))
+        return replace(
+            self,
+            layers=tuple(
+                Layer(layer.branch_id, instant if layer.cutoff is None else min(layer.cutoff, instant)) for layer in self.layers
+            ),
+        )
 
-    def below(self) -> "View":
+    def below(self) -> View:
         """The state this branch forked from (its layers but its own)."""
         return View(layers=self.layers[1:]) if len(self.layers) > 1 else self
 

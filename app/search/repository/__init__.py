@@ -8,5 +8,17 @@ from app.search.repository.bm25 import query_lexemes, text_ids, text_scored, vis
 from app.search.repository.rows import load, neighbour_ids
 from app.search.repository.vector import AUTO_SCAN_TUPLES, MAX_SCAN_TUPLES, SCAN_MODES, exact_pool, pool_rows, vector_ids
 
-__all__ = ["AUTO_SCAN_TUPLES", "MAX_SCAN_TUPLES", "SCAN_MODES", "exact_pool", "load", "neighbour_ids", "pool_rows",
-           "query_lexemes", "text_ids", "text_scored", "vector_ids", "visible_count"]
+__all__ = [
+    "AUTO_SCAN_TUPLES",
+    "MAX_SCAN_TUPLES",
+    "SCAN_MODES",
+    "exact_pool",
+    "load",
+    "neighbour_ids",
+    "pool_rows",
+    "query_lexemes",
+    "text_ids",
+    "text_scored",
+    "vector_ids",
+    "visible_count",
+]

@@ -8,8 +8,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.registry import ITEM_TYPES
 from app.kit.database.sql import as_text
+from app.kit.registry import ITEM_TYPES
 from app.search.repository import bm25_stats
 from app.search.repository.filters import STATEMENTS, limit_param, servable, shape
 from app.search.schemas import SearchFilters
@@ -25,19 +25,32 @@ def visible_count(db: Session, principal: Principal, type_: str, f: SearchFilter
     """How many rows of a type the caller may be served under these filters (BM25's N; hybrid's
     choice between the exact and the HNSW vector search)."""
     m = ITEM_TYPES[type_].model
-    return STATEMENTS.run(db, ("count",) + shape(principal, type_, f),
-                          lambda: select(func.count()).select_from(m).where(*servable(principal, type_, f))).scalar_one()
+    return STATEMENTS.run(
+        db,
+        ("count",) + shape(principal, type_, f),
+        lambda: select(func.count()).select_from(m).where(*servable(principal, type_, f)),
+    ).scalar_one()
 
 
-def text_ids(db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int, *,
-             total: int | None = None) -> list[tuple]:
+def text_ids(
+    db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int, *, total: int | None = None
+) -> list[tuple]:
     """Rows matching ANY of the query's lexemes, ranked by the summed IDF of those they match
     (`text_scored` without N)."""
     return text_scored(db, principal, type_, query, f, n, total=total)[0]
 
 
-def text_scored(db: Session, principal: Principal, type_: str, query: str, f: SearchFilters, n: int, *,
-                total: int | None = None, exact: bool = False) -> tuple[list[tuple], int | None]:
+def text_scored(
+    db: Session,
+    principal: Principal,
+    type_: str,
+    query: str,
+    f: SearchFilters,
+    n: int,
+    *,
+    total: int | None = None,
+    exact: bool = False,
+) -> tuple[list[tuple], int | None]:
     """(top-n (id, score), N): rows matching ANY of the query's lexemes, ranked by the summed IDF
     of those they match, and N, the caller's visible rows under `f` (None when the query has no
     lexeme: then nothing ran).
@@ -63,8 +76,12 @@ def text_scored(db: Session, principal: Principal, type_: str, query: str, f: Se
             return bm25_stats.top_scored(db, principal, type_, f, quoted=quoted, n=n, big_n=big_n, dfs=dfs), big_n
         total = big_n
     many, counted = len(lexemes) > PER_LEXEME_TESTS, total is not None
-    rows = STATEMENTS.run(db, ("bm25", many, counted) + shape(principal, type_, f), lambda: bm25_select(
-        m, servable(principal, type_, f), many=many, counted=counted, with_n=True), bm25_values(lexemes, n, total=total)).all()
+    rows = STATEMENTS.run(
+        db,
+        ("bm25", many, counted) + shape(principal, type_, f),
+        lambda: bm25_select(m, servable(principal, type_, f), many=many, counted=counted, with_n=True),
+        bm25_values(lexemes, n, total=total),
+    ).all()
     return [(r.id, r.r) for r in rows if r.id is not None], (rows[0].n if rows else total)
 
 
@@ -101,8 +118,9 @@ def bm25_values(lexemes: list[str], n: int, *, total: int | None = None, n_terms
     return out
 
 
-def bm25_select(m, conds: list, *, many: bool, min_df: int = 0, rarest: bool = False,  # noqa: ANN001
-                counted: bool = False, with_n: bool = False):  # noqa: ANN201
+def bm25_select(
+    m, conds: list, *, many: bool, min_df: int = 0, rarest: bool = False, counted: bool = False, with_n: bool = False
+):
     """Top-n (id, summed IDF of the lexemes a row holds) among the rows of `m` under `conds`, in
     one statement and one pass over the visible rows: they are read once (id and tsvector), and
     give N (their count) and each lexeme's rows (its df: the count of its rows), rather than
@@ -115,24 +133,39 @@ def bm25_select(m, conds: list, *, many: bool, min_df: int = 0, rarest: bool = F
     at least one (id None when nothing matched), so the caller learns N from the same statement."""
     vis = select(m.id.label("id"), m.tsv.label("tsv")).where(*conds).cte("vis").prefix_with("MATERIALIZED")
     # Each lexeme's tsquery made once (in the CTE), not once per (lexeme, row) test of the join.
-    terms = select(func.unnest(bindparam("bm25_lex", type_=ARRAY(TEXT))).label("lex"),
-                   func.unnest(bindparam("bm25_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q")
-                   ).cte("terms").prefix_with("MATERIALIZED")
+    terms = (
+        select(
+            func.unnest(bindparam("bm25_lex", type_=ARRAY(TEXT))).label("lex"),
+            func.unnest(bindparam("bm25_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
+        )
+        .cte("terms")
+        .prefix_with("MATERIALIZED")
+    )
     if not many:  # a question: test each visible row against each lexeme
         pairs = select(terms.c.lex, vis.c.id).select_from(terms).join(vis, vis.c.tsv.op("@@")(terms.c.q))
     else:  # many lexemes (the second round's): unnest the rows that hold any, keep the query's
         any_term = bindparam("bm25_any", type_=TEXT).cast(TSQUERY)
-        held = (select(vis.c.id, func.unnest(func.tsvector_to_array(vis.c.tsv)).label("lex"))
-                .where(vis.c.tsv.op("@@")(any_term)).subquery("held"))
+        held = (
+            select(vis.c.id, func.unnest(func.tsvector_to_array(vis.c.tsv)).label("lex"))
+            .where(vis.c.tsv.op("@@")(any_term))
+            .subquery("held")
+        )
         pairs = select(terms.c.lex, held.c.id).select_from(terms).join(held, held.c.lex == terms.c.lex)
     pairs = pairs.cte("pairs").prefix_with("MATERIALIZED")
-    df = (select(terms.c.lex, func.count(pairs.c.id).label("df")).select_from(terms)
-          .join(pairs, terms.c.lex == pairs.c.lex, isouter=not min_df).group_by(terms.c.lex))
+    df = (
+        select(terms.c.lex, func.count(pairs.c.id).label("df"))
+        .select_from(terms)
+        .join(pairs, terms.c.lex == pairs.c.lex, isouter=not min_df)
+        .group_by(terms.c.lex)
+    )
     if min_df:
         df = df.having(func.count(pairs.c.id) >= min_df)
     df = df.cte("df")
-    big_n = select(func.count().label("n")).select_from(vis) if not counted else \
-        select(bindparam("bm25_total", type_=Integer).label("n"))
+    big_n = (
+        select(func.count().label("n")).select_from(vis)
+        if not counted
+        else select(bindparam("bm25_total", type_=Integer).label("n"))
+    )
     big_n = big_n.cte("big_n")
     w = func.ln(1 + (big_n.c.n - df.c.df + 0.5) / (df.c.df + 0.5))
     idf = select(df.c.lex, w.label("w")).select_from(df).join(big_n, true())
@@ -142,10 +175,20 @@ def bm25_select(m, conds: list, *, many: bool, min_df: int = 0, rarest: bool = F
     # Summed in lexeme order: rows holding the same lexemes get bit-equal scores, so ties fall to
     # the id (in join order the float sums differed in the last bit and ordered ties at random).
     score = func.sum(aggregate_order_by(idf.c.w, idf.c.lex))
-    top = (select(pairs.c.id, score.label("r")).select_from(pairs).join(idf, idf.c.lex == pairs.c.lex)
-           .group_by(pairs.c.id).order_by(score.desc(), pairs.c.id).limit(limit_param("bm25_n")))
+    top = (
+        select(pairs.c.id, score.label("r"))
+        .select_from(pairs)
+        .join(idf, idf.c.lex == pairs.c.lex)
+        .group_by(pairs.c.id)
+        .order_by(score.desc(), pairs.c.id)
+        .limit(limit_param("bm25_n"))
+    )
     if not with_n:
         return top
     top = top.subquery("top")
-    return (select(big_n.c.n, as_text(top.c.id).label("id"), top.c.r).select_from(big_n).outerjoin(top, true())
-            .order_by(top.c.r.desc(), top.c.id))
+    return (
+        select(big_n.c.n, as_text(top.c.id).label("id"), top.c.r)
+        .select_from(big_n)
+        .outerjoin(top, true())
+        .order_by(top.c.r.desc(), top.c.id)
+    )

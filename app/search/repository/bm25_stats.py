@@ -25,22 +25,15 @@ import math
 import uuid
 from dataclasses import replace
 
-from sqlalchemy import (
-    BigInteger,
-    Integer,
-    and_,
-    bindparam,
-    func,
-    select,
-)
+from sqlalchemy import BigInteger, Integer, and_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.tenancy.access import visible_to
+from app.kit.database.sql import as_text
 from app.kit.items import SEARCH_TYPES
 from app.kit.registry import ITEM_TYPES
-from app.kit.database.sql import as_text
+from app.kit.tenancy.access import visible_to
 from app.search.models import Bm25Bucket, Bm25Df, Bm25Owned
 from app.search.repository.filters import STATEMENTS, servable, shape
 from app.search.schemas import SearchFilters
@@ -65,13 +58,20 @@ def caller_stats(db: Session, principal: Principal, type_: str, lexemes: list[st
     the sums over the buckets they may see, plus their own shared rows that no shared bucket gives
     them (a group they left, a label they are not cleared for), counted from the item table (a
     few of their own rows, found by `bm25_owned`)."""
-    row = STATEMENTS.run(db, ("bm25_stats",) + shape(principal, type_, SearchFilters()),
-                         lambda: _stats_select(principal, type_), {"lex": list(lexemes)}).one()
+    row = STATEMENTS.run(
+        db,
+        ("bm25_stats",) + shape(principal, type_, SearchFilters()),
+        lambda: _stats_select(principal, type_),
+        {"lex": list(lexemes)},
+    ).one()
     big_n, dfs = int(row.n or 0), [int(d) for d in row.df]
     if row.odd:
-        extra = STATEMENTS.run(db, ("bm25_odd",) + shape(principal, type_, SearchFilters()),
-                               lambda: _odd_select(principal, type_), {"lex": list(lexemes),
-                                                                       "tsq": [tsquery_text(w) for w in lexemes]}).one()
+        extra = STATEMENTS.run(
+            db,
+            ("bm25_odd",) + shape(principal, type_, SearchFilters()),
+            lambda: _odd_select(principal, type_),
+            {"lex": list(lexemes), "tsq": [tsquery_text(w) for w in lexemes]},
+        ).one()
         big_n, dfs = big_n + int(row.odd), [d + int(e) for d, e in zip(dfs, extra.df)]
     return big_n, dfs
 
@@ -81,39 +81,65 @@ def tsquery_text(word: str) -> str:
     return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _lexemes():  # noqa: ANN202
+def _lexemes():
     return func.unnest(bindparam("lex", type_=ARRAY(TEXT))).table_valued("lex", with_ordinality="i").render_derived("t")
 
 
-def _stats_select(principal: Principal, type_: str):  # noqa: ANN202
+def _stats_select(principal: Principal, type_: str):
     b, d, o = Bm25Bucket, Bm25Df, Bm25Owned
     mine = and_(b.org_id == principal.org_id, b.item_type == type_)
-    vb = select(b.bucket, func.sum(b.n).label("n")).where(mine, visible_to(principal, b)).group_by(b.bucket) \
-        .cte("vb").prefix_with("MATERIALIZED")
+    vb = (
+        select(b.bucket, func.sum(b.n).label("n"))
+        .where(mine, visible_to(principal, b))
+        .group_by(b.bucket)
+        .cte("vb")
+        .prefix_with("MATERIALIZED")
+    )
     t = _lexemes()
-    dfs = (select(t.c.lex, t.c.i, func.coalesce(func.sum(d.df), 0).label("df")).select_from(t)
-           .outerjoin(d, and_(d.org_id == principal.org_id, d.item_type == type_, d.lexeme == t.c.lex,
-                              d.bucket.in_(select(vb.c.bucket))))
-           .group_by(t.c.lex, t.c.i).subquery("dfs"))
+    dfs = (
+        select(t.c.lex, t.c.i, func.coalesce(func.sum(d.df), 0).label("df"))
+        .select_from(t)
+        .outerjoin(
+            d, and_(d.org_id == principal.org_id, d.item_type == type_, d.lexeme == t.c.lex, d.bucket.in_(select(vb.c.bucket)))
+        )
+        .group_by(t.c.lex, t.c.i)
+        .subquery("dfs")
+    )
     shared_to_me = visible_to(replace(principal, user_id=_NOBODY), o)  # shared with the caller and cleared
-    odd = (select(func.coalesce(func.sum(o.n), 0))
-           .where(o.org_id == principal.org_id, o.item_type == type_, o.owner_id == principal.user_id, ~shared_to_me))
-    return select(select(func.sum(vb.c.n)).scalar_subquery().label("n"),
-                  select(func.array_agg(aggregate_order_by(dfs.c.df, dfs.c.i))).scalar_subquery().label("df"),
-                  odd.scalar_subquery().label("odd"))
+    odd = select(func.coalesce(func.sum(o.n), 0)).where(
+        o.org_id == principal.org_id, o.item_type == type_, o.owner_id == principal.user_id, ~shared_to_me
+    )
+    return select(
+        select(func.sum(vb.c.n)).scalar_subquery().label("n"),
+        select(func.array_agg(aggregate_order_by(dfs.c.df, dfs.c.i))).scalar_subquery().label("df"),
+        odd.scalar_subquery().label("odd"),
+    )
 
 
-def _odd_select(principal: Principal, type_: str):  # noqa: ANN202
+def _odd_select(principal: Principal, type_: str):
     """Each lexeme's rows among the caller's own shared rows that no shared bucket gives them."""
     m = ITEM_TYPES[type_].model
-    own = (select(m.tsv.label("tsv"))
-           .where(*servable(principal, type_, SearchFilters()), m.owner_id == principal.user_id, m.visibility != "private",
-                  ~visible_to(replace(principal, user_id=_NOBODY), m))
-           .cte("own").prefix_with("MATERIALIZED"))
-    t = func.unnest(bindparam("lex", type_=ARRAY(TEXT)), bindparam("tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))) \
-        .table_valued("lex", "q", with_ordinality="i").render_derived("t")
-    per = (select(t.c.i, select(func.count()).select_from(own).where(own.c.tsv.op("@@")(t.c.q)).scalar_subquery().label("df"))
-           .select_from(t).subquery("per"))
+    own = (
+        select(m.tsv.label("tsv"))
+        .where(
+            *servable(principal, type_, SearchFilters()),
+            m.owner_id == principal.user_id,
+            m.visibility != "private",
+            ~visible_to(replace(principal, user_id=_NOBODY), m),
+        )
+        .cte("own")
+        .prefix_with("MATERIALIZED")
+    )
+    t = (
+        func.unnest(bindparam("lex", type_=ARRAY(TEXT)), bindparam("tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY)))
+        .table_valued("lex", "q", with_ordinality="i")
+        .render_derived("t")
+    )
+    per = (
+        select(t.c.i, select(func.count()).select_from(own).where(own.c.tsv.op("@@")(t.c.q)).scalar_subquery().label("df"))
+        .select_from(t)
+        .subquery("per")
+    )
     return select(func.array_agg(aggregate_order_by(per.c.df, per.c.i)).label("df"))
 
 
@@ -121,16 +147,22 @@ def _idf(big_n: int, df: int) -> float:
     return math.log(1 + (big_n - df + 0.5) / (df + 0.5))
 
 
-def top_scored(db: Session, principal: Principal, type_: str, f: SearchFilters, *, quoted: dict[str, str], n: int,
-               big_n: int, dfs: list[int]) -> list[tuple]:
+def top_scored(
+    db: Session, principal: Principal, type_: str, f: SearchFilters, *, quoted: dict[str, str], n: int, big_n: int, dfs: list[int]
+) -> list[tuple]:
     """Top-n (id, score) among the caller's servable rows holding any of the lexemes (`quoted`:
     each one's tsquery text, in the order of `dfs`), given the caller's N and each lexeme's df:
     index-driven, MaxScore-pruned (see the module)."""
     held = sorted((df, lex) for lex, df in zip(quoted, dfs) if df > 0)
     if not held or n <= 0:
         return []
-    terms = {"s_lex": [lex for _, lex in held], "s_tsq": [quoted[lex] for _, lex in held],
-             "s_df": [df for df, _ in held], "s_n": big_n, "s_top": n}
+    terms = {
+        "s_lex": [lex for _, lex in held],
+        "s_tsq": [quoted[lex] for _, lex in held],
+        "s_df": [df for df, _ in held],
+        "s_n": big_n,
+        "s_top": n,
+    }
     first, rows = [], 0
     for df, lex in held:  # the rarest lexemes, up to about FIRST_ROWS rows
         if first and rows + df > FIRST_ROWS:
@@ -155,32 +187,47 @@ def top_scored(db: Session, principal: Principal, type_: str, f: SearchFilters, 
     return _run(db, principal, type_, f, terms=terms, quoted=quoted, candidates_of=essential)
 
 
-def _run(db: Session, principal: Principal, type_: str, f: SearchFilters, *, terms: dict, quoted: dict,
-         candidates_of: list[str]) -> list:
+def _run(
+    db: Session, principal: Principal, type_: str, f: SearchFilters, *, terms: dict, quoted: dict, candidates_of: list[str]
+) -> list:
     values = {**terms, "s_any": " | ".join(quoted[lex] for lex in candidates_of)}
-    rows = STATEMENTS.run(db, ("bm25_top",) + shape(principal, type_, f),
-                          lambda: _top_select(principal, type_, f), values).all()
+    rows = STATEMENTS.run(db, ("bm25_top",) + shape(principal, type_, f), lambda: _top_select(principal, type_, f), values).all()
     return [(r.id, r.r) for r in rows]
 
 
-def _top_select(principal: Principal, type_: str, f: SearchFilters):  # noqa: ANN202
+def _top_select(principal: Principal, type_: str, f: SearchFilters):
     """The caller's servable rows holding any lexeme of `s_any`, each scored with the summed idf of
     every query lexeme it holds; idf from the bound N and df, by the exact statement's expression
     and in lexeme order (bit-equal scores). The rows come from the text index (`bm25_hits_<type>`,
     migration 0024: under row-level security the planner would read every row the access filter's
     indexes give and test each), joined back under `servable`."""
     m = ITEM_TYPES[type_].model
-    terms = select(func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
-                   func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
-                   func.unnest(bindparam("s_df", type_=ARRAY(BigInteger))).label("df")).cte("terms").prefix_with("MATERIALIZED")
+    terms = (
+        select(
+            func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
+            func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
+            func.unnest(bindparam("s_df", type_=ARRAY(BigInteger))).label("df"),
+        )
+        .cte("terms")
+        .prefix_with("MATERIALIZED")
+    )
     big_n = bindparam("s_n", type_=BigInteger)
     w = func.ln(1 + (big_n - terms.c.df + 0.5) / (terms.c.df + 0.5))
     idf = select(terms.c.lex, terms.c.q, w.label("w")).cte("idf").prefix_with("MATERIALIZED")
     hits = getattr(func, f"bm25_hits_{type_}")(bindparam("s_any", type_=TEXT).cast(TSQUERY)).table_valued("id")
-    cand = (select(m.id.label("id"), m.tsv.label("tsv")).where(*servable(principal, type_, f), m.id.in_(select(hits.c.id)))
-            .cte("cand").prefix_with("MATERIALIZED"))
+    cand = (
+        select(m.id.label("id"), m.tsv.label("tsv"))
+        .where(*servable(principal, type_, f), m.id.in_(select(hits.c.id)))
+        .cte("cand")
+        .prefix_with("MATERIALIZED")
+    )
     pairs = select(idf.c.lex, idf.c.w, cand.c.id).select_from(idf).join(cand, cand.c.tsv.op("@@")(idf.c.q)).subquery("pairs")
     score = func.sum(aggregate_order_by(pairs.c.w, pairs.c.lex))
-    top = (select(pairs.c.id, score.label("r")).group_by(pairs.c.id).order_by(score.desc(), pairs.c.id)
-           .limit(bindparam("s_top", type_=Integer)).subquery("top"))
+    top = (
+        select(pairs.c.id, score.label("r"))
+        .group_by(pairs.c.id)
+        .order_by(score.desc(), pairs.c.id)
+        .limit(bindparam("s_top", type_=Integer))
+        .subquery("top")
+    )
     return select(as_text(top.c.id).label("id"), top.c.r).order_by(top.c.r.desc(), top.c.id)

@@ -15,8 +15,8 @@ from sqlalchemy.dialects.postgresql import TEXT
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.registry import ITEM_TYPES
 from app.kit.database.sql import among_bound, as_text
+from app.kit.registry import ITEM_TYPES
 from app.search.repository.bm25 import MAX_QUERY_LEXEMES, PER_LEXEME_TESTS, bm25_select, bm25_values
 from app.search.repository.filters import STATEMENTS, qvec_param, servable, shape
 from app.search.schemas import SearchFilters
@@ -24,8 +24,9 @@ from app.search.schemas import SearchFilters
 MAX_HIT_LEXEMES = 4 * MAX_QUERY_LEXEMES  # bounds the OR-query of the df count (a turn has ~15)
 
 
-def expansion_rows(db: Session, principal: Principal, type_: str, f: SearchFilters, *, hit_ids: list, query: str,
-                   qvec, n_terms: int, n: int) -> list[tuple]:
+def expansion_rows(
+    db: Session, principal: Principal, type_: str, f: SearchFilters, *, hit_ids: list, query: str, qvec, n_terms: int, n: int
+) -> list[tuple]:
     """Top-n (id, score, cosine distance to `qvec`, session_id) by the `n_terms` rarest lexemes
     of `hit_ids` not in `query` (see the module): the rows and what fusion needs of them, in the
     statement that finds them."""
@@ -34,24 +35,37 @@ def expansion_rows(db: Session, principal: Principal, type_: str, f: SearchFilte
     m = ITEM_TYPES[type_].model
     key = shape(principal, type_, f)
 
-    def words():  # noqa: ANN202
-        hit_lex = (select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
-                   .where(among_bound(m.id, "hits"), *servable(principal, type_, f)).subquery())
+    def words():
+        hit_lex = (
+            select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
+            .where(among_bound(m.id, "hits"), *servable(principal, type_, f))
+            .subquery()
+        )
         query_lex = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", bindparam("q", type_=TEXT)))))
-        return (select(hit_lex.c.lex).distinct().where(hit_lex.c.lex.not_in(query_lex))
-                .order_by(hit_lex.c.lex).limit(MAX_HIT_LEXEMES))
+        return (
+            select(hit_lex.c.lex).distinct().where(hit_lex.c.lex.not_in(query_lex)).order_by(hit_lex.c.lex).limit(MAX_HIT_LEXEMES)
+        )
 
     lexemes = STATEMENTS.run(db, ("expansion_words",) + key, words, {"hits": list(hit_ids), "q": query}).scalars().all()
     if not lexemes:
         return []
     many = len(lexemes) > PER_LEXEME_TESTS
 
-    def rows():  # noqa: ANN202
+    def rows():
         found = bm25_select(m, servable(principal, type_, f), many=many, min_df=2, rarest=True).subquery()
         sess = m.session_id if type_ == "episode" else literal(None)
-        return (select(as_text(found.c.id).label("id"), found.c.r, m.embedding.cosine_distance(qvec_param(m)).label("d"),
-                       sess.label("session_id"), func.length(m.tsv).label("n_lex")).join(m, m.id == found.c.id)
-                .order_by(found.c.r.desc(), found.c.id))
+        return (
+            select(
+                as_text(found.c.id).label("id"),
+                found.c.r,
+                m.embedding.cosine_distance(qvec_param(m)).label("d"),
+                sess.label("session_id"),
+                func.length(m.tsv).label("n_lex"),
+            )
+            .join(m, m.id == found.c.id)
+            .order_by(found.c.r.desc(), found.c.id)
+        )
 
-    return STATEMENTS.run(db, ("expansion_rows", many) + key, rows,
-                          {"qvec": qvec, **bm25_values(lexemes, n, n_terms=n_terms)}).all()
+    return STATEMENTS.run(
+        db, ("expansion_rows", many) + key, rows, {"qvec": qvec, **bm25_values(lexemes, n, n_terms=n_terms)}
+    ).all()

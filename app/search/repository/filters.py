@@ -7,15 +7,15 @@ from sqlalchemy import Integer, bindparam, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 
 from app.auth.principal import Principal
-from app.kit.tenancy.access import visible_to
-from app.kit.registry import ITEM_TYPES
-from app.kit.tenancy.repository_view import memory_state
 from app.kit.database.sql import StatementCache
+from app.kit.registry import ITEM_TYPES
+from app.kit.tenancy.access import visible_to
+from app.kit.tenancy.repository_view import memory_state
 from app.knowledge.models import KnowledgeAsset
 from app.search.schemas import SearchFilters
 
 
-def servable(principal: Principal, type_: str, f: SearchFilters, model=None) -> list:  # noqa: ANN001
+def servable(principal: Principal, type_: str, f: SearchFilters, model=None) -> list:
     """What a caller may be served of one type (`model`: an alias of the type's table, if any)."""
     spec = ITEM_TYPES[type_]
     m = model if model is not None else spec.model
@@ -40,16 +40,17 @@ def servable(principal: Principal, type_: str, f: SearchFilters, model=None) -> 
     return conds + _instructed(principal, type_, f, m)
 
 
-def _of_kinds(principal: Principal, type_: str, m, kinds: list[str]):  # noqa: ANN001, ANN202
+def _of_kinds(principal: Principal, type_: str, m, kinds: list[str]):
     """Rows of these kinds. A chunk's kind is its asset's (document, table_schema, glossary): the
     asset subquery names the org like every statement (on Citus it stays on the org's shard)."""
     if type_ != "chunk":
         return m.kind.in_(kinds)
-    return m.asset_id.in_(select(KnowledgeAsset.id).where(KnowledgeAsset.org_id == principal.org_id,
-                                                          KnowledgeAsset.kind.in_(kinds)))
+    return m.asset_id.in_(
+        select(KnowledgeAsset.id).where(KnowledgeAsset.org_id == principal.org_id, KnowledgeAsset.kind.in_(kinds))
+    )
 
 
-def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list:  # noqa: ANN001
+def _instructed(principal: Principal, type_: str, f: SearchFilters, m) -> list:
     """The filters an instruction can set. Each is ANDed with `visible_to` above, so
     none can widen what the caller sees: at most they leave fewer rows."""
     conds = []
@@ -86,11 +87,10 @@ def shape(principal: Principal, type_: str, f: SearchFilters) -> tuple:
     return principal, type_, f.model_dump_json()
 
 
-def qvec_param(m):  # noqa: ANN001, ANN202
+def qvec_param(m):
     """The query's embedding, bound when the statement runs."""
     return bindparam("qvec", type_=m.embedding.type)
 
 
-def limit_param(name: str):  # noqa: ANN202
+def limit_param(name: str):
     return bindparam(name, type_=Integer)
-

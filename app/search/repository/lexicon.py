@@ -33,7 +33,7 @@ def word_lexemes(db: Session, org_id: uuid.UUID, words: list[str]) -> list[tuple
     return [(r.word, r.lexeme, r.known) for r in db.execute(_WORD_LEXEMES, {"org": org_id, "words": list(words)})]
 
 
-def add(db: Session, org_id: uuid.UUID, entries: list[tuple[str, str]], vectors) -> None:  # noqa: ANN001
+def add(db: Session, org_id: uuid.UUID, entries: list[tuple[str, str]], vectors) -> None:
     """(lexeme, word) entries with their embeddings; a lexeme another request added meanwhile is
     kept as it is."""
     if not entries:
@@ -44,8 +44,11 @@ def add(db: Session, org_id: uuid.UUID, entries: list[tuple[str, str]], vectors)
 
 def lexemes_of(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID) -> list[str]:
     """The lexemes one episode holds (read before it is deleted)."""
-    return list(db.execute(select(func.unnest(func.tsvector_to_array(Episode.tsv)))
-                           .where(Episode.org_id == org_id, Episode.id == episode_id)).scalars())
+    return list(
+        db.execute(
+            select(func.unnest(func.tsvector_to_array(Episode.tsv))).where(Episode.org_id == org_id, Episode.id == episode_id)
+        ).scalars()
+    )
 
 
 _FORGET_UNHELD = text("""
@@ -62,8 +65,19 @@ def forget_unheld(db: Session, org_id: uuid.UUID, lexemes: list[str]) -> int:
     return db.execute(_FORGET_UNHELD, {"org": org_id, "lexemes": sorted(set(lexemes))}).rowcount
 
 
-def lift_rows(db: Session, principal: Principal, f: SearchFilters, *, qvec, own: list[str], pool: list,  # noqa: ANN001
-              total: int, terms: int, min_sim: float, n: int) -> list:
+def lift_rows(
+    db: Session,
+    principal: Principal,
+    f: SearchFilters,
+    *,
+    qvec,
+    own: list[str],
+    pool: list,
+    total: int,
+    terms: int,
+    min_sim: float,
+    n: int,
+) -> list:
     """The vocabulary lift over the caller's servable episodes (app/search/lexicon.py): of the
     lexemes the `pool`'s rows hold (and the query does not), the `terms` whose words lie nearest
     to `qvec` (cosine above `min_sim`), and the servable rows holding any, scored by the summed
@@ -78,52 +92,99 @@ def lift_rows(db: Session, principal: Principal, f: SearchFilters, *, qvec, own:
     for common ones (with the words behind a CTE it could only do the pass, every visible row's
     tsvector tested per word, whatever the words); with no word near enough the second
     statement is not run at all."""
-    words = STATEMENTS.run(db, ("lift_words",) + shape(principal, "episode", f), lambda: _lift_words(principal, f),
-                           {"qvec": qvec, "own": list(own), "pool": list(pool), "terms": terms,
-                            "min_sim": min_sim}).all()
+    words = STATEMENTS.run(
+        db,
+        ("lift_words",) + shape(principal, "episode", f),
+        lambda: _lift_words(principal, f),
+        {"qvec": qvec, "own": list(own), "pool": list(pool), "terms": terms, "min_sim": min_sim},
+    ).all()
     if not words:
         return []
     quoted = [tsquery_lexeme(w.lex) for w in words]
-    return STATEMENTS.run(db, ("lift_hits",) + shape(principal, "episode", f), lambda: _lift_hits(principal, f),
-                          {"qvec": qvec, "lexes": [w.lex for w in words], "sims": [float(w.sim) for w in words],
-                           "tsq": quoted, "any": " | ".join(quoted), "total": total, "n": n}).all()
+    return STATEMENTS.run(
+        db,
+        ("lift_hits",) + shape(principal, "episode", f),
+        lambda: _lift_hits(principal, f),
+        {
+            "qvec": qvec,
+            "lexes": [w.lex for w in words],
+            "sims": [float(w.sim) for w in words],
+            "tsq": quoted,
+            "any": " | ".join(quoted),
+            "total": total,
+            "n": n,
+        },
+    ).all()
 
 
-def _lift_words(principal: Principal, f: SearchFilters):  # noqa: ANN202
+def _lift_words(principal: Principal, f: SearchFilters):
     """(lex, sim): the `terms` lexemes of the pooled rows nearest to the query, above `min_sim`."""
     m = Episode
     conds = servable(principal, "episode", f)
-    pooled = (select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex")).distinct()
-              .where(among_bound(m.id, "pool"), *conds).cte("pooled").prefix_with("MATERIALIZED"))
+    pooled = (
+        select(func.unnest(func.tsvector_to_array(m.tsv)).label("lex"))
+        .distinct()
+        .where(among_bound(m.id, "pool"), *conds)
+        .cte("pooled")
+        .prefix_with("MATERIALIZED")
+    )
     dist = Lexeme.embedding.cosine_distance(qvec_param(Lexeme))
-    near = (select(Lexeme.lexeme.label("lex"), (1 - dist).label("sim"))
-            .where(Lexeme.org_id == principal.org_id, Lexeme.lexeme.in_(select(pooled.c.lex)),
-                   Lexeme.lexeme != all_(bindparam("own", type_=ARRAY(TEXT))))
-            .order_by(dist, Lexeme.lexeme).limit(bindparam("terms", type_=Integer)).subquery("near"))
-    return (select(near.c.lex, near.c.sim).where(near.c.sim > bindparam("min_sim", type_=Float))
-            .order_by(near.c.lex))
+    near = (
+        select(Lexeme.lexeme.label("lex"), (1 - dist).label("sim"))
+        .where(
+            Lexeme.org_id == principal.org_id,
+            Lexeme.lexeme.in_(select(pooled.c.lex)),
+            Lexeme.lexeme != all_(bindparam("own", type_=ARRAY(TEXT))),
+        )
+        .order_by(dist, Lexeme.lexeme)
+        .limit(bindparam("terms", type_=Integer))
+        .subquery("near")
+    )
+    return select(near.c.lex, near.c.sim).where(near.c.sim > bindparam("min_sim", type_=Float)).order_by(near.c.lex)
 
 
-def _lift_hits(principal: Principal, f: SearchFilters):  # noqa: ANN202
+def _lift_hits(principal: Principal, f: SearchFilters):
     """The servable rows holding any of the chosen lexemes, scored (see lift_rows)."""
     m = Episode
     conds = servable(principal, "episode", f)
-    chosen = select(func.unnest(bindparam("lexes", type_=ARRAY(TEXT))).label("lex"),
-                    func.unnest(bindparam("sims", type_=ARRAY(Float))).label("sim"),
-                    func.unnest(bindparam("tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q")
-                    ).cte("chosen").prefix_with("MATERIALIZED")
-    hits = (select(m.id.label("id"), chosen.c.lex, chosen.c.sim).select_from(m)
-            .join(chosen, m.tsv.op("@@")(chosen.c.q))
-            .where(m.tsv.op("@@")(bindparam("any", type_=TEXT).cast(TSQUERY)), *conds)
-            .cte("hits").prefix_with("MATERIALIZED"))
+    chosen = (
+        select(
+            func.unnest(bindparam("lexes", type_=ARRAY(TEXT))).label("lex"),
+            func.unnest(bindparam("sims", type_=ARRAY(Float))).label("sim"),
+            func.unnest(bindparam("tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
+        )
+        .cte("chosen")
+        .prefix_with("MATERIALIZED")
+    )
+    hits = (
+        select(m.id.label("id"), chosen.c.lex, chosen.c.sim)
+        .select_from(m)
+        .join(chosen, m.tsv.op("@@")(chosen.c.q))
+        .where(m.tsv.op("@@")(bindparam("any", type_=TEXT).cast(TSQUERY)), *conds)
+        .cte("hits")
+        .prefix_with("MATERIALIZED")
+    )
     df = select(hits.c.lex, func.count().label("df")).group_by(hits.c.lex).cte("hdf")
     big_n = bindparam("total", type_=Integer)
     w = hits.c.sim * func.ln(1 + (big_n - df.c.df + 0.5) / (df.c.df + 0.5))
     score = func.sum(aggregate_order_by(w, hits.c.lex))  # summed in word order: bit-equal ties
-    scored = (select(hits.c.id, score.label("r")).select_from(hits).join(df, df.c.lex == hits.c.lex)
-              .group_by(hits.c.id).order_by(score.desc(), hits.c.id)
-              .limit(bindparam("n", type_=Integer)).subquery("scored"))
-    return (select(as_text(scored.c.id).label("id"), scored.c.r, m.embedding.cosine_distance(qvec_param(m)).label("d"),
-                   m.session_id.label("session_id"), func.length(m.tsv).label("n_lex"))
-            .join(m, (m.org_id == principal.org_id) & (m.id == scored.c.id))
-            .order_by(scored.c.r.desc(), scored.c.id))
+    scored = (
+        select(hits.c.id, score.label("r"))
+        .select_from(hits)
+        .join(df, df.c.lex == hits.c.lex)
+        .group_by(hits.c.id)
+        .order_by(score.desc(), hits.c.id)
+        .limit(bindparam("n", type_=Integer))
+        .subquery("scored")
+    )
+    return (
+        select(
+            as_text(scored.c.id).label("id"),
+            scored.c.r,
+            m.embedding.cosine_distance(qvec_param(m)).label("d"),
+            m.session_id.label("session_id"),
+            func.length(m.tsv).label("n_lex"),
+        )
+        .join(m, (m.org_id == principal.org_id) & (m.id == scored.c.id))
+        .order_by(scored.c.r.desc(), scored.c.id)
+    )

@@ -13,19 +13,19 @@ from sqlalchemy import func, literal, select, text, union_all
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.registry import ITEM_TYPES
 from app.kit.database.sql import among_bound, as_text
+from app.kit.registry import ITEM_TYPES
 from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
 from app.search.schemas import SearchFilters
-
 
 SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact", "split")
 MAX_SCAN_TUPLES = 20_000  # pgvector's default bound on an iterative walk (modes relaxed/strict)
 AUTO_SCAN_TUPLES = 10_000  # auto: a deeper walk loses recall (docs/search.md); past it, the exact search
 
 
-def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
-               ef_search: int, mode: str = "auto") -> tuple[list[tuple], bool]:
+def vector_ids(
+    db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *, ef_search: int, mode: str = "auto"
+) -> tuple[list[tuple], bool]:
     """Top-n (id, distance) among visible rows; returns (rows, used_exact).
 
     Modes (bench/filtered_knn measures them side by side; docs/decisions.md has the figures):
@@ -47,17 +47,21 @@ def vector_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFil
     return _walk(db, principal, type_, qvec, f, n, ef_search=ef_search, mode=mode)
 
 
-def _walk(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
-          ef_search: int, mode: str, part: str = "") -> tuple[list[tuple], bool]:
+def _walk(
+    db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *, ef_search: int, mode: str, part: str = ""
+) -> tuple[list[tuple], bool]:
     """`vector_ids` over the rows of `part` ("" all the caller's servable rows, "org" the
     org-visible bucket: `_bucket`)."""
     m = ITEM_TYPES[type_].model
 
-    def build(exact: bool):  # noqa: ANN202
+    def build(exact: bool):
         dist = m.embedding.cosine_distance(qvec_param(m))
-        return (select(as_text(m.id).label("id"), dist.label("d")).where(*servable(principal, type_, f),
-                                                                         m.embedding.is_not(None), *_bucket(principal, m, part))
-                .order_by(dist + 0 if exact else dist).limit(limit_param("n")))
+        return (
+            select(as_text(m.id).label("id"), dist.label("d"))
+            .where(*servable(principal, type_, f), m.embedding.is_not(None), *_bucket(principal, m, part))
+            .order_by(dist + 0 if exact else dist)
+            .limit(limit_param("n"))
+        )
 
     key, values = ("vector", part) + shape(principal, type_, f), {"qvec": qvec, "n": n}
     if mode != "exact":
@@ -81,7 +85,7 @@ def _walk(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters,
     return STATEMENTS.run(db, key + (True,), lambda: build(True), values).all(), True
 
 
-def _bucket(principal: Principal, m, part: str) -> list:  # noqa: ANN001
+def _bucket(principal: Principal, m, part: str) -> list:
     """The extra conditions of one part of the caller's servable rows (`split_ids`). "org": the
     org-visible rows, in the words of the partial HNSW index `ix_<t>_embedding_org_hnsw` so that
     the planner walks it. "own": the caller's own other rows (the (org_id, owner_id) btree)."""
@@ -92,8 +96,9 @@ def _bucket(principal: Principal, m, part: str) -> list:  # noqa: ANN001
     return []
 
 
-def split_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
-              ef_search: int) -> tuple[list[tuple], bool]:
+def split_ids(
+    db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *, ef_search: int
+) -> tuple[list[tuple], bool]:
     """Top-n (id, distance) among the visible rows of a caller in no group, in two parts whose
     union is exactly them: the org-visible rows by an iterative walk of their own partial HNSW
     index (a graph that no private or group row dilutes, so the walk finds n of them within few
@@ -106,37 +111,51 @@ def split_ids(db: Session, principal: Principal, type_: str, qvec, f: SearchFilt
     shared, fell = _walk(db, principal, type_, qvec, f, n, ef_search=ef_search, mode="auto", part="org")
     m = ITEM_TYPES[type_].model
 
-    def build():  # noqa: ANN202
+    def build():
         dist = m.embedding.cosine_distance(qvec_param(m))
-        return (select(as_text(m.id).label("id"), dist.label("d"))
-                .where(*servable(principal, type_, f), m.embedding.is_not(None), *_bucket(principal, m, "own"))
-                .order_by(dist + 0).limit(limit_param("n")))
+        return (
+            select(as_text(m.id).label("id"), dist.label("d"))
+            .where(*servable(principal, type_, f), m.embedding.is_not(None), *_bucket(principal, m, "own"))
+            .order_by(dist + 0)
+            .limit(limit_param("n"))
+        )
 
     own = STATEMENTS.run(db, ("vector_own",) + shape(principal, type_, f), build, {"qvec": qvec, "n": n}).all()
     return sorted(list(shared) + list(own), key=lambda r: (r.d, r.id))[:n], fell
 
 
-
-def exact_pool(db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *,  # noqa: ANN001
-               also_ids: list) -> tuple[list[tuple], list[tuple]]:
+def exact_pool(
+    db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *, also_ids: list
+) -> tuple[list[tuple], list[tuple]]:
     """The exact vector top-n (id, distance) among visible rows and the fusion pool's rows (id,
     distance, session_id, n_lex: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
     where hybrid takes the exact search (few visible rows) it was two, with the same filters."""
     m = ITEM_TYPES[type_].model
 
-    def build(also: bool):  # noqa: ANN202
+    def build(also: bool):
         conds = servable(principal, type_, f)
         dist = m.embedding.cosine_distance(qvec_param(m))
         sess = m.session_id if type_ == "episode" else literal(None)
         cols = (as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"), func.length(m.tsv).label("n_lex"))
-        top = (select(*cols, literal(True).label("top")).where(*conds, m.embedding.is_not(None))
-               .order_by(dist + 0).limit(limit_param("n")))
-        return top if not also else union_all(top, select(*cols, literal(False).label("top"))
-                                              .where(among_bound(m.id, "also"), *conds))
+        top = (
+            select(*cols, literal(True).label("top"))
+            .where(*conds, m.embedding.is_not(None))
+            .order_by(dist + 0)
+            .limit(limit_param("n"))
+        )
+        return (
+            top
+            if not also
+            else union_all(top, select(*cols, literal(False).label("top")).where(among_bound(m.id, "also"), *conds))
+        )
 
     also = bool(also_ids)
-    got = STATEMENTS.run(db, ("exact_pool", also) + shape(principal, type_, f), lambda: build(also),
-                         {"qvec": qvec, "n": n, **({"also": list(also_ids)} if also else {})}).all()
+    got = STATEMENTS.run(
+        db,
+        ("exact_pool", also) + shape(principal, type_, f),
+        lambda: build(also),
+        {"qvec": qvec, "n": n, **({"also": list(also_ids)} if also else {})},
+    ).all()
     vec = sorted(((r.id, r.d) for r in got if r.top), key=lambda x: x[1])
     pool = list({r.id: r for r in got}.values())
     return vec, pool
@@ -156,11 +175,13 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
         return []
     m = ITEM_TYPES[type_].model
 
-    def build():  # noqa: ANN202
+    def build():
         sess = m.session_id if type_ == "episode" else literal(None)
-        return (select(as_text(m.id).label("id"), m.embedding.cosine_distance(qvec_param(m)).label("d"),
-                       sess.label("session_id"), func.length(m.tsv).label("n_lex"))
-                .where(among_bound(m.id, "ids"), *servable(principal, type_, f)))
+        return select(
+            as_text(m.id).label("id"),
+            m.embedding.cosine_distance(qvec_param(m)).label("d"),
+            sess.label("session_id"),
+            func.length(m.tsv).label("n_lex"),
+        ).where(among_bound(m.id, "ids"), *servable(principal, type_, f))
 
     return STATEMENTS.run(db, ("pool_rows",) + shape(principal, type_, f), build, {"qvec": qvec, "ids": list(ids)}).all()
-

@@ -11,18 +11,19 @@ from sqlalchemy import bindparam, func, literal, select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.registry import ITEM_TYPES
 from app.kit.database.sql import as_text
-from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
+from app.kit.registry import ITEM_TYPES
 from app.search.dates import add_months, day_start
-from app.search.time_window import TimeWindow
+from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
 from app.search.schemas import SearchFilters
+from app.search.time_window import TimeWindow
 
 YEARS_BACK = 3
 
 
-def named_time_rows(db: Session, principal: Principal, type_: str, f: SearchFilters, window: TimeWindow, *,
-                    qvec, n: int) -> list[tuple]:
+def named_time_rows(
+    db: Session, principal: Principal, type_: str, f: SearchFilters, window: TimeWindow, *, qvec, n: int
+) -> list[tuple]:
     """`window_rows` of the named time as read; for a yearless one with none, of the latest earlier
     year that has any."""
     found = window_rows(db, principal, type_, f, qvec=qvec, since=window.since, until=window.until, n=n)
@@ -34,14 +35,13 @@ def named_time_rows(db: Session, principal: Principal, type_: str, f: SearchFilt
     return found
 
 
-def window_rows(db: Session, principal: Principal, type_: str, f: SearchFilters, *, qvec, since, until,  # noqa: ANN001
-                n: int) -> list[tuple]:
+def window_rows(db: Session, principal: Principal, type_: str, f: SearchFilters, *, qvec, since, until, n: int) -> list[tuple]:
     """(id, cosine distance, session_id, n_lex: as `repository.pool_rows`) of at most n such rows;
     either end of the window may be open (None)."""
     spec = ITEM_TYPES[type_]
     m, col = spec.model, getattr(spec.model, spec.time_col)
 
-    def build(lo: bool, hi: bool):  # noqa: ANN202
+    def build(lo: bool, hi: bool):
         conds = servable(principal, type_, f)
         if lo:
             conds.append(col >= bindparam("since", type_=col.type))
@@ -49,9 +49,12 @@ def window_rows(db: Session, principal: Principal, type_: str, f: SearchFilters,
             conds.append(col < bindparam("until", type_=col.type))
         dist = m.embedding.cosine_distance(qvec_param(m))
         sess = m.session_id if type_ == "episode" else literal(None)
-        return (select(as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"),
-                       func.length(m.tsv).label("n_lex"))
-                .where(*conds).order_by(dist + 0, m.id).limit(limit_param("n")))
+        return (
+            select(as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"), func.length(m.tsv).label("n_lex"))
+            .where(*conds)
+            .order_by(dist + 0, m.id)
+            .limit(limit_param("n"))
+        )
 
     lo, hi = since is not None, until is not None
     values = {"qvec": qvec, "n": n, **({"since": since} if lo else {}), **({"until": until} if hi else {})}

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import time
 
-from bench.quality.distillation.data import USERS, split as split_traces
+from bench.quality.distillation.data import USERS
+from bench.quality.distillation.data import split as split_traces
 from bench.quality.distillation.score import Mem, score
 
 
-def run_split(harness: dict, name: str, traces, *, verbose: bool = False) -> dict:  # noqa: ANN001
+def run_split(harness: dict, name: str, traces, *, verbose: bool = False) -> dict:
     from fastapi.testclient import TestClient  # noqa: F401
     from sqlalchemy import text
     from sqlalchemy.orm import Session
@@ -49,51 +50,77 @@ def run_split(harness: dict, name: str, traces, *, verbose: bool = False) -> dic
         by_episode[r.json()["id"]] = t.id
     with app.state.sessions() as db:
         bind_principal(db, None, org_id=org.id, all_scopes=True)
-        job = jobs_service.create(db, org_id=org.id, actor_id=None, kind="distill",
-                                  params={"min_age_s": 0, "batch_size": 8}, status="running")
+        job = jobs_service.create(
+            db, org_id=org.id, actor_id=None, kind="distill", params={"min_age_s": 0, "batch_size": 8}, status="running"
+        )
         db.commit()
     t0 = time.perf_counter()
-    done = run_job(JobContext(settings=settings, sessions=app.state.sessions, org_id=org.id, job_id=job.id,
-                              resources=resources))
+    done = run_job(JobContext(settings=settings, sessions=app.state.sessions, org_id=org.id, job_id=job.id, resources=resources))
     seconds = time.perf_counter() - t0
     if done.status != "succeeded":
         raise RuntimeError(f"distill failed: {done.error}")
     with admin.connect() as c:
-        rows = c.execute(text(
-            "SELECT m.id, m.text, m.owner_id, m.visibility, m.groups, m.labels, m.provenance->>'method' AS method, "
-            "array_agg(l.to_id::text) AS sources FROM memories m JOIN lineage_edges l ON l.from_id = m.id "
-            "AND l.relation = 'distilled_from' WHERE m.org_id = :o AND m.status = 'active' "
-            "GROUP BY m.org_id, m.id ORDER BY m.recorded_at, m.id"), {"o": org.id}).all()
-    mems = [Mem(str(r.id), r.text, names[r.owner_id], r.visibility, tuple(r.groups), tuple(r.labels),
-                sorted({by_episode[s] for s in r.sources if s in by_episode}), r.method or "") for r in rows]
+        rows = c.execute(
+            text(
+                "SELECT m.id, m.text, m.owner_id, m.visibility, m.groups, m.labels, m.provenance->>'method' AS method, "
+                "array_agg(l.to_id::text) AS sources FROM memories m JOIN lineage_edges l ON l.from_id = m.id "
+                "AND l.relation = 'distilled_from' WHERE m.org_id = :o AND m.status = 'active' "
+                "GROUP BY m.org_id, m.id ORDER BY m.recorded_at, m.id"
+            ),
+            {"o": org.id},
+        ).all()
+    mems = [
+        Mem(
+            str(r.id),
+            r.text,
+            names[r.owner_id],
+            r.visibility,
+            tuple(r.groups),
+            tuple(r.labels),
+            sorted({by_episode[s] for s in r.sources if s in by_episode}),
+            r.method or "",
+        )
+        for r in rows
+    ]
     result = score(traces, mems, seconds=seconds)
     result["job_stats"] = done.stats
-    result["memory_texts"] = [f"{m.text} <- {','.join(m.sources)} [{m.visibility}{':' + ','.join(m.groups) if m.groups else ''}]"
-                              for m in mems]
+    result["memory_texts"] = [
+        f"{m.text} <- {','.join(m.sources)} [{m.visibility}{':' + ','.join(m.groups) if m.groups else ''}]" for m in mems
+    ]
     _print(name, result, verbose)
     return result
 
 
 def _print(name: str, r: dict, verbose: bool) -> None:
-    print(f"\n[{name}] {r['traces']} traces ({r['lesson_labels']} lesson labels, {r['chatter_traces']} chatter) "
-          f"-> {r['memories']} memories in {r['seconds']}s ({r['episodes_per_minute']} episodes/min)")
-    print(f"  lesson recall {r['lesson_recall']:.3f} (unique lessons {r['unique_lesson_recall']:.3f})  "
-          f"precision {r['precision'] if r['precision'] is None else format(r['precision'], '.3f')}  "
-          f"chatter yield {r['chatter_yield']:.3f}  duplicate rate {r['duplicate_rate']:.3f}")
-    print(f"  scope: wider than sources {r['scope_wider']}, exact audience {r['scope_exact']:.3f}   "
-          f"statements: speaker prefix {r['speaker_prefix']}, one sentence {r['one_sentence']:.3f}, "
-          f"self-contained {r['self_contained']:.3f}, keys kept {r['keys_kept']:.3f}")
-    print("  recall by category: " + ", ".join(f"{c} {v['recall']:.2f} (n={v['labels']})"
-                                                for c, v in r["per_category"].items()))
+    print(
+        f"\n[{name}] {r['traces']} traces ({r['lesson_labels']} lesson labels, {r['chatter_traces']} chatter) "
+        f"-> {r['memories']} memories in {r['seconds']}s ({r['episodes_per_minute']} episodes/min)"
+    )
+    print(
+        f"  lesson recall {r['lesson_recall']:.3f} (unique lessons {r['unique_lesson_recall']:.3f})  "
+        f"precision {r['precision'] if r['precision'] is None else format(r['precision'], '.3f')}  "
+        f"chatter yield {r['chatter_yield']:.3f}  duplicate rate {r['duplicate_rate']:.3f}"
+    )
+    print(
+        f"  scope: wider than sources {r['scope_wider']}, exact audience {r['scope_exact']:.3f}   "
+        f"statements: speaker prefix {r['speaker_prefix']}, one sentence {r['one_sentence']:.3f}, "
+        f"self-contained {r['self_contained']:.3f}, keys kept {r['keys_kept']:.3f}"
+    )
+    print("  recall by category: " + ", ".join(f"{c} {v['recall']:.2f} (n={v['labels']})" for c, v in r["per_category"].items()))
     print(f"  memories by method: {r['methods']}")
     if verbose:
-        for label, items in (("missed", r["missed"]), ("wrong", r["wrong"]), ("chatter", r["chatter_memories"]),
-                             ("bad statement", r["bad_statements"]), ("memory", r["memory_texts"])):
+        for label, items in (
+            ("missed", r["missed"]),
+            ("wrong", r["wrong"]),
+            ("chatter", r["chatter_memories"]),
+            ("bad statement", r["bad_statements"]),
+            ("memory", r["memory_texts"]),
+        ):
             for x in items:
                 print(f"    {label}: {x}")
 
 
-def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
+def main(argv: list[str] | None = None, *, embedder=None) -> dict:
     from bench.command import parser, save
 
     ap = parser(__doc__, "distillation", folder=True)
@@ -104,15 +131,16 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     ap.add_argument("--db", default="memscale_bench_distill", help="database name (dropped and recreated)")
     a = ap.parse_args(argv)
 
-    from sqlalchemy import create_engine
     from fastapi.testclient import TestClient
+    from sqlalchemy import create_engine
 
     from app.jobs.runner import Resources
     from app.main import create_app
     from bench.common import fresh_database
 
     settings = fresh_database(a.db + ("_quick" if a.quick else "")).model_copy(
-        update={"log_level": "WARNING", **({"llm_model": a.model} if a.model else {})})
+        update={"log_level": "WARNING", **({"llm_model": a.model} if a.model else {})}
+    )
     resources = Resources(settings, _embedder=embedder)
     app = create_app(settings, embedder=resources.embedder, gateway=resources.gateway)
     admin = create_engine(settings.database_url)
@@ -129,7 +157,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     return save(a.out / ("distillation_quick.json" if a.quick else "distillation.json"), out)
 
 
-def _quick_slice():  # noqa: ANN202
+def _quick_slice():
     dev = split_traces("dev")
     lessons = [t for t in dev if t.lessons][:8]
     chatter = [t for t in dev if not t.lessons][:4]

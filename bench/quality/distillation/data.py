@@ -77,15 +77,21 @@ def _fam(lid: str, keys: tuple[str, ...], split: str, category: str, *traces: tu
         if vis == "group" and not groups:
             groups = USERS[owner][:1]
         cat = "trajectory" if kind == "trajectory" else category
-        TRACES.append(Trace(f"{lid}-{i + 1}", split, cat, kind, owner, vis, tuple(groups), content, outcome,
-                            (lid, *extra)))
+        TRACES.append(Trace(f"{lid}-{i + 1}", split, cat, kind, owner, vis, tuple(groups), content, outcome, (lid, *extra)))
 
 
 def _row(t: dict) -> tuple:
     """A trace of families.json as the tuple `_fam` takes (``groups``: default, the owner's first
     group for ``group`` visibility; ``also``: further lessons the trace states)."""
-    return (t["kind"], t["owner"], t["visibility"], t["content"], t.get("outcome"), tuple(t.get("groups", ())),
-            tuple(t.get("also", ())))
+    return (
+        t["kind"],
+        t["owner"],
+        t["visibility"],
+        t["content"],
+        t.get("outcome"),
+        tuple(t.get("groups", ())),
+        tuple(t.get("also", ())),
+    )
 
 
 # -- rules, preferences, facts and conventions (families.json) -----------------------------------
@@ -106,8 +112,20 @@ for _args in CORRECTIONS:
 # -- two lessons in one trace -----------------------------------------------------------------
 
 for _t in _FILE["multi"]:
-    TRACES.append(Trace(_t["id"], _t["split"], _t["category"], _t["kind"], _t["owner"], _t["visibility"],
-                        tuple(_t.get("groups", ())), _t["content"], _t.get("outcome"), tuple(_t["lessons"])))
+    TRACES.append(
+        Trace(
+            _t["id"],
+            _t["split"],
+            _t["category"],
+            _t["kind"],
+            _t["owner"],
+            _t["visibility"],
+            tuple(_t.get("groups", ())),
+            _t["content"],
+            _t.get("outcome"),
+            tuple(_t["lessons"]),
+        )
+    )
 
 # -- chatter, meta talk and cue words without a lesson ------------------------------------------
 
@@ -115,8 +133,9 @@ for i, t in enumerate(CHATTER):
     kind, owner, vis, content = t[:4]
     outcome = t[4] if len(t) > 4 else None
     groups = USERS[owner][:1] if vis == "group" else ()
-    TRACES.append(Trace(f"chat-{i + 1}", "dev" if i % 2 == 0 else "test", "chatter", kind, owner, vis, groups,
-                        content, outcome, ()))
+    TRACES.append(
+        Trace(f"chat-{i + 1}", "dev" if i % 2 == 0 else "test", "chatter", kind, owner, vis, groups, content, outcome, ())
+    )
 
 
 def split(name: str) -> list[Trace]:

@@ -39,8 +39,7 @@ def states(text: str, lesson_id: str) -> bool:
     return all(any(alt.lower() in low for alt in group.split("|")) for group in LESSONS[lesson_id].keys)
 
 
-SPEAKER = re.compile(r"(^|\s)(user|assistant|human|ai|agent|bot|system|tool|customer|alice|bob|carol|dave)\s*:",
-                     re.I)
+SPEAKER = re.compile(r"(^|\s)(user|assistant|human|ai|agent|bot|system|tool|customer|alice|bob|carol|dave)\s*:", re.I)
 _DANGLING = re.compile(r"^(it|this|that|these|those|they|he|she|them|here|there|which|also|and|but|so|both)\b", re.I)
 _PERSON = re.compile(r"\b(i|i'm|i'd|i'll|me|my|mine|you|your|you're|yours)\b", re.I)
 
@@ -96,11 +95,11 @@ def score(traces: list[Trace], mems: list[Mem], *, seconds: float | None = None)
     wider = exact = 0
     for m in mems:
         src = [by_id[s] for s in m.sources if s in by_id]
-        srcs = [scopes.Scope(t.visibility, owner_id=t.owner if t.visibility == "private" else None,
-                             groups=t.groups) for t in src]
+        srcs = [scopes.Scope(t.visibility, owner_id=t.owner if t.visibility == "private" else None, groups=t.groups) for t in src]
         bound = scopes.derive(srcs)
-        mine = scopes.Scope(m.visibility, owner_id=m.owner if m.visibility == "private" else None,
-                            groups=m.groups, labels=m.labels)
+        mine = scopes.Scope(
+            m.visibility, owner_id=m.owner if m.visibility == "private" else None, groups=m.groups, labels=m.labels
+        )
         wider += bound is None or not scopes.no_wider(mine, bound)
         want = frozenset.intersection(*[audience(t.visibility, t.owner, t.groups) for t in src]) if src else frozenset()
         exact += audience(m.visibility, m.owner, m.groups) == want
@@ -114,14 +113,18 @@ def score(traces: list[Trace], mems: list[Mem], *, seconds: float | None = None)
         lab = [(t, lid) for t, lid in labels if t.category == c]
         per_cat[c] = {"labels": len(lab), "recall": _r(sum(1 for x in lab if x in hit) / max(1, len(lab)))}
     out = {
-        "traces": len(traces), "lesson_labels": len(labels), "lessons": len(lessons),
-        "chatter_traces": len(chatter), "memories": len(mems),
+        "traces": len(traces),
+        "lesson_labels": len(labels),
+        "lessons": len(lessons),
+        "chatter_traces": len(chatter),
+        "memories": len(mems),
         "lesson_recall": _r(len(hit) / max(1, len(labels))),
         "unique_lesson_recall": _r(len(lesson_hit) / max(1, len(lessons))),
         "precision": _r(len(correct) / n) if mems else None,
         "chatter_yield": _r(len(chatter_hit) / max(1, len(chatter))),
         "duplicate_rate": _r(dups / n),
-        "scope_wider": wider, "scope_exact": _r(exact / n),
+        "scope_wider": wider,
+        "scope_exact": _r(exact / n),
         "speaker_prefix": sum(f["speaker_prefix"] for f in flags),
         "one_sentence": _r(sum(f["one_sentence"] for f in flags) / n),
         "self_contained": _r(sum(f["self_contained"] for f in flags) / n),
@@ -131,8 +134,9 @@ def score(traces: list[Trace], mems: list[Mem], *, seconds: float | None = None)
         "missed": [f"{t.id} [{lid}] {t.content[:90]!r}" for t, lid in labels if (t, lid) not in hit],
         "wrong": [f"{m.text!r} <- {','.join(m.sources)}" for m in wrong],
         "chatter_memories": [f"{m.text!r} <- {','.join(m.sources)}" for t in chatter_hit for m in cited[t.id]],
-        "bad_statements": [m.text for m, f in zip(mems, flags)
-                           if f["speaker_prefix"] or not f["one_sentence"] or not f["self_contained"]],
+        "bad_statements": [
+            m.text for m, f in zip(mems, flags) if f["speaker_prefix"] or not f["one_sentence"] or not f["self_contained"]
+        ],
     }
     if seconds is not None:
         out["seconds"] = round(seconds, 1)

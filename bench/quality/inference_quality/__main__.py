@@ -79,10 +79,14 @@ def _alone(phase: str) -> dict[str, tuple[str, BlendConfig]]:
         # half EPIC, half query at 0.25 joined (records say which ran): the query's picks fixed
         # the gold answer's likelihood on wiki but raised the KL, EPIC's chunk starts the reverse.
         c["epic 0.25"] = ("blend", BlendConfig(recompute_ratio=0.25, selection="chunk_start"))
-        c["query@8 0.25"] = ("blend", BlendConfig(recompute_ratio=0.25, selection="query", query_layers=8,
-                                                   sink_tokens=1, start_share=0.0))
-        c["epic+query 0.25"] = ("blend", BlendConfig(recompute_ratio=0.25, selection="query", query_layers=8,
-                                                      start_share=0.5))  # = BlendConfig() since round 3
+        c["query@8 0.25"] = (
+            "blend",
+            BlendConfig(recompute_ratio=0.25, selection="query", query_layers=8, sink_tokens=1, start_share=0.0),
+        )
+        c["epic+query 0.25"] = (
+            "blend",
+            BlendConfig(recompute_ratio=0.25, selection="query", query_layers=8, start_share=0.5),
+        )  # = BlendConfig() since round 3
         return c
     if phase == "confirm":  # the candidates for the default (chosen on the sweep's examples)
         # Second round: at 0.15 both selections lost ~0.3 nats/gold token on 21 held-out
@@ -109,12 +113,15 @@ def measure_examples(engine: Engine, examples, cfgs: dict[str, Config], out: Pat
     over the same model (and their own store: the two ``kv_id`` differ)."""
     labels = list(cfgs)
     needed = {anchored for mode, _, anchored in cfgs.values() if mode != "full"} or {True}
-    engines = {a: engine if a else Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model,
-                                          engine.tokenizer) for a in needed}
+    engines = {
+        a: engine if a else Engine(dataclasses.replace(engine.config, anchor_chunks=False), engine.model, engine.tokenizer)
+        for a in needed
+    }
     with tempfile_dir() as tmp, out.open("a") as f:
         # chunks stay stored across examples (LoCoMo questions share sessions), LRU-bounded
-        stores = {a: ChunkStore(e, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30))
-                  for a, e in engines.items()}
+        stores = {
+            a: ChunkStore(e, StoreConfig(root=Path(tmp), mem_bytes=3 * 2**29, disk_bytes=2**30)) for a, e in engines.items()
+        }
         for i, ex in enumerate(examples):
             t_ex = time.perf_counter()
             hashes = {a: stores[a].precompute(ex.chunks) for a in needed}
@@ -122,8 +129,7 @@ def measure_examples(engine: Engine, examples, cfgs: dict[str, Config], out: Pat
             ans_ids = engine.encode(ex.gold)
             runs = {}
             a0 = min(needed)  # full prefill reads the chunks' token ids from either store
-            full = measure.run(engine, stores[a0], hashes[a0], q_ids, ans_ids, "full", BlendConfig(), None, ex.gold,
-                               max_new)
+            full = measure.run(engine, stores[a0], hashes[a0], q_ids, ans_ids, "full", BlendConfig(), None, ex.gold, max_new)
             ref = full.pop("logprobs")
             runs["full"] = full
             others = labels[1:]
@@ -133,13 +139,24 @@ def measure_examples(engine: Engine, examples, cfgs: dict[str, Config], out: Pat
                 r = measure.run(engines[a], stores[a], hashes[a], q_ids, ans_ids, mode, cfg, ref, ex.gold, max_new)
                 r.pop("logprobs")
                 runs[label] = r
-            rec = {"id": ex.id, "corpus": ex.corpus, "question": ex.question, "gold": ex.gold,
-                   "n_chunks": len(ex.chunks), "chunk_tokens": sum(stores[a0].get(h).n_tokens for h in hashes[a0]),
-                   "answer_tokens": int(ans_ids.numel()), "loadavg": os.getloadavg()[0], "runs": runs}
+            rec = {
+                "id": ex.id,
+                "corpus": ex.corpus,
+                "question": ex.question,
+                "gold": ex.gold,
+                "n_chunks": len(ex.chunks),
+                "chunk_tokens": sum(stores[a0].get(h).n_tokens for h in hashes[a0]),
+                "answer_tokens": int(ans_ids.numel()),
+                "loadavg": os.getloadavg()[0],
+                "runs": runs,
+            }
             f.write(json.dumps(rec) + "\n")
             f.flush()
-            print(f"[{i + 1}/{len(examples)}] {ex.id} {rec['chunk_tokens']} tok, full {full['ttft_s']:.1f}s, "
-                  f"{time.perf_counter() - t_ex:.0f}s for {len(runs)} runs, load {rec['loadavg']:.1f}", flush=True)
+            print(
+                f"[{i + 1}/{len(examples)}] {ex.id} {rec['chunk_tokens']} tok, full {full['ttft_s']:.1f}s, "
+                f"{time.perf_counter() - t_ex:.0f}s for {len(runs)} runs, load {rec['loadavg']:.1f}",
+                flush=True,
+            )
 
 
 def tempfile_dir():
@@ -157,8 +174,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--phase", choices=("sweep", "confirm", "query", "anchor", "reuse", "report"), default="confirm")
     ap.add_argument("--quick", action="store_true", help="2 examples, full/reuse/default (a smoke run)")
     ap.add_argument("--examples", type=int, default=None, help="sweep: 20, confirm: 200")
-    ap.add_argument("--shard", default="0/1", help="confirm: run shard i of n (i/n) of the examples, e.g. 0/2 and 1/2 "
-                    "in two processes")
+    ap.add_argument(
+        "--shard", default="0/1", help="confirm: run shard i of n (i/n) of the examples, e.g. 0/2 and 1/2 in two processes"
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-new", type=int, default=16, help="greedy answer length for F1 (the sweep: none)")
     ap.add_argument("--seed", type=int, default=7)
@@ -168,8 +186,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     phase = "quick" if args.quick else args.phase
     if phase == "report":
         return report.write(args.out, DOCS)
-    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200, "query": 200, "anchor": 200,
-                          "reuse": 100}[phase]
+    n = args.examples or {"quick": 2, "sweep": SWEEP_EXAMPLES, "confirm": 200, "query": 200, "anchor": 200, "reuse": 100}[phase]
     i, k = (int(x) for x in args.shard.split("/"))
     # the sweep takes the first examples; confirm the next n, held out from the choice of default
     first = SWEEP_EXAMPLES if phase in ("confirm", "query", "anchor", "reuse") else 0

@@ -93,8 +93,11 @@ def build_locomo(n: int, seed: int = 11, path: Path = LOCOMO) -> list[Example]:
         chunks = distractors + evidence
         order = list(range(len(chunks)))
         rng.shuffle(order)
-        out.append(Example(f"locomo-{convs[ci]['sample_id']}-{qi}", "locomo", [chunks[i] for i in order],
-                           q["question"], str(q["answer"])))
+        out.append(
+            Example(
+                f"locomo-{convs[ci]['sample_id']}-{qi}", "locomo", [chunks[i] for i in order], q["question"], str(q["answer"])
+            )
+        )
     if len(out) < n:
         raise ValueError(f"only {len(out)} LoCoMo questions fit the context budget, {n} asked")
     return out
@@ -107,5 +110,5 @@ def build(n: int, seed: int = 7) -> list[Example]:
     locomo = build_locomo(n_locomo, seed=seed + 4) if n_locomo else []
     out = []
     for i in range(max(len(wiki), len(locomo))):
-        out += wiki[i:i + 1] + locomo[i:i + 1]
+        out += wiki[i : i + 1] + locomo[i : i + 1]
     return out

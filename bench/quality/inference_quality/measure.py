@@ -24,8 +24,18 @@ from bench.speed.inference_blend.metrics import f1 as f1_score
 
 
 @torch.inference_mode()
-def run(engine, store, hashes: list[str], q_ids: torch.Tensor, ans_ids: torch.Tensor, mode: str,
-        config: BlendConfig, ref_logprobs: torch.Tensor | None, gold: str, max_new: int) -> dict:
+def run(
+    engine,
+    store,
+    hashes: list[str],
+    q_ids: torch.Tensor,
+    ans_ids: torch.Tensor,
+    mode: str,
+    config: BlendConfig,
+    ref_logprobs: torch.Tensor | None,
+    gold: str,
+    max_new: int,
+) -> dict:
     """``max_new=0``: no greedy answer (no F1), for the sweep, where decoding would cost more
     than the context build it measures."""
     t0 = time.perf_counter()
@@ -49,8 +59,9 @@ def run(engine, store, hashes: list[str], q_ids: torch.Tensor, ans_ids: torch.Te
         return out
     # greedy answer on the same context (the cache cropped back to the context)
     ctx.cache.crop(ctx.n_tokens - ctx.cache.get_seq_length())  # a negative count removes tokens
-    (gen,) = decode(engine.model, ctx.cache, [q_ids.tolist()], start=ctx.n_tokens, max_new_tokens=max_new,
-                    stop_ids=engine.eos_ids)
+    (gen,) = decode(
+        engine.model, ctx.cache, [q_ids.tolist()], start=ctx.n_tokens, max_new_tokens=max_new, stop_ids=engine.eos_ids
+    )
     tokens = gen.tokens[:-1] if gen.stopped else gen.tokens
     text = engine.tokenizer.decode(tokens, skip_special_tokens=True).strip()
     return {**out, "f1": f1_score(text, gold), "text": text}
@@ -99,9 +110,11 @@ def summarise(records: list[dict], labels: list[str]) -> dict:
             "kl": mean_ci([x["kl"] for x in runs]),
         }
         if all("f1" in x for x in runs + full):
-            out[label].update({
-                "f1": mean_ci([x["f1"] for x in runs]),
-                "delta_f1": mean_ci([x["f1"] - f["f1"] for x, f in zip(runs, full)]),
-                "same_text": sum(x["text"] == f["text"] for x, f in zip(runs, full)) / len(rs),
-            })
+            out[label].update(
+                {
+                    "f1": mean_ci([x["f1"] for x in runs]),
+                    "delta_f1": mean_ci([x["f1"] - f["f1"] for x, f in zip(runs, full)]),
+                    "same_text": sum(x["text"] == f["text"] for x, f in zip(runs, full)) / len(rs),
+                }
+            )
     return out

@@ -26,8 +26,9 @@ def labels_of(records: list[dict]) -> list[str]:
 
 def summary(records: list[dict], labels: list[str] | None = None) -> dict:
     labels = labels or labels_of(records)
-    by_corpus = {c: measure.summarise([r for r in records if r["corpus"] == c], labels)
-                 for c in sorted({r["corpus"] for r in records})}
+    by_corpus = {
+        c: measure.summarise([r for r in records if r["corpus"] == c], labels) for c in sorted({r["corpus"] for r in records})
+    }
     return {"all": measure.summarise(records, labels), "by_corpus": by_corpus, "examples": len(records)}
 
 
@@ -38,9 +39,12 @@ def paired(records: list[dict], base: str, other: str) -> dict:
     if len(rs) < 2:
         return {"n": len(rs)}
     a, b = [r["runs"][base] for r in rs], [r["runs"][other] for r in rs]
-    out = {"n": len(rs), "delta_ll": measure.mean_ci([y["ll"] - x["ll"] for x, y in zip(a, b)]),
-           "delta_kl": measure.mean_ci([y["kl"] - x["kl"] for x, y in zip(a, b)]),
-           "speedup_median": measure.median([x["ttft_s"] / y["ttft_s"] for x, y in zip(a, b)])}
+    out = {
+        "n": len(rs),
+        "delta_ll": measure.mean_ci([y["ll"] - x["ll"] for x, y in zip(a, b)]),
+        "delta_kl": measure.mean_ci([y["kl"] - x["kl"] for x, y in zip(a, b)]),
+        "speedup_median": measure.median([x["ttft_s"] / y["ttft_s"] for x, y in zip(a, b)]),
+    }
     if all("f1" in x for x in a + b):
         out["delta_f1"] = measure.mean_ci([y["f1"] - x["f1"] for x, y in zip(a, b)])
     return out
@@ -55,8 +59,10 @@ def paired_lines(records: list[dict], base: str) -> list[str]:
         if d["n"] < 2:
             continue
         f1 = f", F1 {_fmt(d['delta_f1'])}" if "delta_f1" in d else ""
-        lines.append(f"- {label} minus {base} (n = {d['n']}): ΔLL {_fmt(d['delta_ll'])}, KL {_fmt(d['delta_kl'])}"
-                     f"{f1}, {base} TTFT / its TTFT {d['speedup_median']:.2f} (median)")
+        lines.append(
+            f"- {label} minus {base} (n = {d['n']}): ΔLL {_fmt(d['delta_ll'])}, KL {_fmt(d['delta_kl'])}"
+            f"{f1}, {base} TTFT / its TTFT {d['speedup_median']:.2f} (median)"
+        )
     return lines
 
 
@@ -70,12 +76,13 @@ def table(s: dict) -> str:
     head += "F1 | ΔF1 vs full (95% CI) | = full's text |" if has_f1 else ""
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for label, m in s.items():
-        row = (f"| {label} | {m['n']} | {m['ttft_median_s']:.2f} s | {m['speedup_median']:.2f} | "
-               f"{m['recomputed_share']:.2f} | {m['ll']['mean']:.3f} | {_fmt(m['delta_ll'])} | "
-               f"{m['kl']['mean']:.3f} ± {m['kl']['ci95']:.3f} |")
+        row = (
+            f"| {label} | {m['n']} | {m['ttft_median_s']:.2f} s | {m['speedup_median']:.2f} | "
+            f"{m['recomputed_share']:.2f} | {m['ll']['mean']:.3f} | {_fmt(m['delta_ll'])} | "
+            f"{m['kl']['mean']:.3f} ± {m['kl']['ci95']:.3f} |"
+        )
         if has_f1:
-            row += (f" {m['f1']['mean']:.3f} | {_fmt(m['delta_f1'])} | {m['same_text']:.2f} |"
-                    if "f1" in m else " | | |")
+            row += f" {m['f1']['mean']:.3f} | {_fmt(m['delta_f1'])} | {m['same_text']:.2f} |" if "f1" in m else " | | |"
         lines.append(row)
     return "\n".join(lines)
 
@@ -104,16 +111,29 @@ def plot(s: dict, path: Path, confirm: dict | None = None) -> Path | None:
         axes[0].plot(xs, [p[1] for p in pts], style, label=name)
         axes[1].plot(xs, [p[2] for p in pts], style, label=name)
         for p in pts:
-            axes[0].annotate(p[3].rsplit(" ", 1)[-1], (p[0], p[1]), fontsize=7, xytext=(3, 3),
-                             textcoords="offset points")
+            axes[0].annotate(p[3].rsplit(" ", 1)[-1], (p[0], p[1]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     for label, m in (confirm or {}).items():
         if label == "full":
             continue
         x = m["speedup_median"]
-        axes[0].errorbar([x], [m["kl"]["mean"]], yerr=[[min(m["kl"]["ci95"], m["kl"]["mean"] * 0.99)],
-                         [m["kl"]["ci95"]]], fmt="*", ms=12, capsize=3, label=f"{label} (confirm, n={m['n']})")
-        axes[1].errorbar([x], [m["delta_ll"]["mean"]], yerr=[m["delta_ll"]["ci95"]], fmt="*", ms=12, capsize=3,
-                         label=f"{label} (confirm, n={m['n']})")
+        axes[0].errorbar(
+            [x],
+            [m["kl"]["mean"]],
+            yerr=[[min(m["kl"]["ci95"], m["kl"]["mean"] * 0.99)], [m["kl"]["ci95"]]],
+            fmt="*",
+            ms=12,
+            capsize=3,
+            label=f"{label} (confirm, n={m['n']})",
+        )
+        axes[1].errorbar(
+            [x],
+            [m["delta_ll"]["mean"]],
+            yerr=[m["delta_ll"]["ci95"]],
+            fmt="*",
+            ms=12,
+            capsize=3,
+            label=f"{label} (confirm, n={m['n']})",
+        )
     axes[0].set_ylabel("KL(full ‖ mode), mean over answer tokens")
     axes[0].set_yscale("log")
     axes[1].set_ylabel("ΔLL of the gold answer vs full (nats/token)")
@@ -147,9 +167,13 @@ def join(recs: list[dict], other: list[dict], label: str, as_label: str) -> tupl
             continue
         diffs.append(abs(old["runs"]["full"]["ll"] - r["runs"]["full"]["ll"]))
         merged.append({**r, "runs": {**r["runs"], as_label: old["runs"][label]}})
-    check = {"joined": len(diffs), "max_abs_full_ll_diff": max(diffs, default=None),
-             "same_full_text": sum(by_id[r["id"]]["runs"]["full"].get("text") == r["runs"]["full"].get("text")
-                                   for r in recs if r["id"] in by_id)}
+    check = {
+        "joined": len(diffs),
+        "max_abs_full_ll_diff": max(diffs, default=None),
+        "same_full_text": sum(
+            by_id[r["id"]]["runs"]["full"].get("text") == r["runs"]["full"].get("text") for r in recs if r["id"] in by_id
+        ),
+    }
     return merged, check
 
 
@@ -172,20 +196,24 @@ def write(out: Path, docs: Path | None = None) -> dict:
             print(f"\n### {corpus}\n")
             print(table(sc))
         if phase == "query":  # round 3 is a paired comparison with round 2's default
-            s["paired_vs_epic_0.25"] = {k: paired(recs, "epic 0.25", k) for k in labels_of(recs)
-                                        if k not in ("full", "epic 0.25")}
+            s["paired_vs_epic_0.25"] = {
+                k: paired(recs, "epic 0.25", k) for k in labels_of(recs) if k not in ("full", "epic 0.25")
+            }
             print("\n" + "\n".join(paired_lines(recs, "epic 0.25")))
         if phase == "anchor":  # round 4: anchored chunks against round 3's default on the same examples
             s["joined"] = {"round3": check, REUSE_ALONE: check_reuse}
-            s[f"paired_vs_{ALONE}"] = {k: paired(recs, ALONE, k) for k in labels_of(recs)
-                                       if k not in ("full", ALONE, REUSE_ALONE)}
+            s[f"paired_vs_{ALONE}"] = {
+                k: paired(recs, ALONE, k) for k in labels_of(recs) if k not in ("full", ALONE, REUSE_ALONE)
+            }
             s["paired_anchored_reuse_vs_reuse_alone"] = paired(recs, REUSE_ALONE, "anchored reuse")
             print("\n" + "\n".join(line for line in paired_lines(recs, ALONE) if REUSE_ALONE not in line))
             print("\n".join(line for line in paired_lines(recs, REUSE_ALONE) if "anchored reuse minus" in line))
     if "sweep" in result:
-        held_out = {**result.get("confirm", {}).get("all", {}),
-                    **{k: v for k, v in result.get("query", {}).get("all", {}).items() if k not in ("full", "epic 0.25")},
-                    **{k: v for k, v in result.get("anchor", {}).get("all", {}).items() if k.startswith("anchored")}}
+        held_out = {
+            **result.get("confirm", {}).get("all", {}),
+            **{k: v for k, v in result.get("query", {}).get("all", {}).items() if k not in ("full", "epic 0.25")},
+            **{k: v for k, v in result.get("anchor", {}).get("all", {}).items() if k.startswith("anchored")},
+        }
         png = plot(result["sweep"]["all"], (docs or out) / "inference_quality_frontier.png", held_out)
         if png:
             print(f"\nplot: {png}")

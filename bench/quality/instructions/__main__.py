@@ -22,7 +22,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def reading(filters, terms: list[str], ignored: list[str]) -> dict:  # noqa: ANN001
+def reading(filters, terms: list[str], ignored: list[str]) -> dict:
     from bench.quality.instructions.data import FIELDS, LIST_FIELDS
 
     out: dict = {}
@@ -40,13 +40,18 @@ def reading(filters, terms: list[str], ignored: list[str]) -> dict:  # noqa: ANN
     return out
 
 
-def score(pairs, readings: list[dict]) -> dict:  # noqa: ANN001
+def score(pairs, readings: list[dict]) -> dict:
     from bench.quality.instructions.data import FIELDS
 
     per = {f: round(mean(float(r[f] == p.expected[f]) for p, r in zip(pairs, readings)), 4) for f in FIELDS}
     exact = mean(float(all(r[f] == p.expected[f] for f in FIELDS)) for p, r in zip(pairs, readings))
-    return {"pairs": len(pairs), "exact_match": round(exact, 4), "per_field_mean": round(mean(per.values()), 4),
-            "per_field_min": min(per.values()), "per_field": per}
+    return {
+        "pairs": len(pairs),
+        "exact_match": round(exact, 4),
+        "per_field_mean": round(mean(per.values()), 4),
+        "per_field_min": min(per.values()),
+        "per_field": per,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -63,13 +68,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--model", default=None)
     ap.add_argument("--limit", type=int, default=None, help="only the first N pairs of the split (slow models)")
     ap.add_argument("--show", action="store_true", help="print every pair the interpreter got wrong")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="the JSON result (default: bench/results/instructions_<split>[_llm].json)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="the JSON result (default: bench/results/instructions_<split>[_llm].json)"
+    )
     a = ap.parse_args(argv)
     pairs = [p for p in load() if a.split == "all" or p.split == a.split][: a.limit]
     warm_up()
-    result: dict = {"benchmark": "instructions", "split": a.split, "limit": a.limit, "reference_now": NOW.isoformat(),
-                    "load_before": [round(x, 2) for x in os.getloadavg()]}
+    result: dict = {
+        "benchmark": "instructions",
+        "split": a.split,
+        "limit": a.limit,
+        "reference_now": NOW.isoformat(),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+    }
     readings, times = [], []
     for p in pairs:
         t0 = time.perf_counter()
@@ -86,8 +97,13 @@ def main(argv: list[str] | None = None) -> dict:
             interpret(p.instruction, now=NOW)
             times2.append((time.perf_counter() - t0) * 1000)
     q = quantiles(times2, n=100)
-    result["latency_ms"] = {"calls": len(times2), "p50": round(q[49], 3), "p95": round(q[94], 3),
-                            "p99": round(q[98], 3), "max": round(max(times2), 3)}
+    result["latency_ms"] = {
+        "calls": len(times2),
+        "p50": round(q[49], 3),
+        "p95": round(q[94], 3),
+        "p99": round(q[98], 3),
+        "max": round(max(times2), 3),
+    }
     if a.show:
         _show(pairs, readings)
     if a.llm:
@@ -113,21 +129,29 @@ def main(argv: list[str] | None = None) -> dict:
             llm_readings.append(reading(f, terms, ignored))
         stats = gw.stats.as_dict()
         q = quantiles(added, n=100) if len(added) > 1 else [added[0]] * 99
-        result["with_llm"] = {"model": settings.llm_model, **score(pairs, llm_readings),
-                              "model_load_s": result_load_s, "llm_calls": len(per_call),
-                              "added_ms_all_pairs": {"mean": round(mean(added), 1), "p50": round(q[49], 1),
-                                                     "p95": round(q[94], 1), "max": round(max(added), 1)},
-                              "ms_per_llm_call_mean": round(mean(per_call), 1) if per_call else None,
-                              "prompt_tokens_mean": round(stats["prompt_tokens"] / max(1, stats["calls"] - 1), 1),
-                              "completion_tokens_mean": round(stats["completion_tokens"] / max(1, stats["calls"] - 1), 1),
-                              "load_after": [round(x, 2) for x in os.getloadavg()]}
+        result["with_llm"] = {
+            "model": settings.llm_model,
+            **score(pairs, llm_readings),
+            "model_load_s": result_load_s,
+            "llm_calls": len(per_call),
+            "added_ms_all_pairs": {
+                "mean": round(mean(added), 1),
+                "p50": round(q[49], 1),
+                "p95": round(q[94], 1),
+                "max": round(max(added), 1),
+            },
+            "ms_per_llm_call_mean": round(mean(per_call), 1) if per_call else None,
+            "prompt_tokens_mean": round(stats["prompt_tokens"] / max(1, stats["calls"] - 1), 1),
+            "completion_tokens_mean": round(stats["completion_tokens"] / max(1, stats["calls"] - 1), 1),
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+        }
         if a.show:
             _show(pairs, llm_readings)
     print(json.dumps({k: v for k, v in result.items()}, indent=1))
     return save(a.out or RESULTS / f"instructions_{a.split}{'_llm' if a.llm else ''}.json", result, indent=1)
 
 
-def _show(pairs, readings) -> None:  # noqa: ANN001
+def _show(pairs, readings) -> None:
     for p, r in zip(pairs, readings):
         wrong = {f: (r[f], p.expected[f]) for f in r if r[f] != p.expected[f]}
         if wrong:

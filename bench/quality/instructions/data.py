@@ -8,13 +8,23 @@ scored only for the report.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 PATH = Path(__file__).with_name("labelled.txt")
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)  # the set's reference instant (a Monday)
-LIST_FIELDS = ("kinds", "exclude_kinds", "labels", "exclude_labels", "visibility", "groups", "asset_kinds",
-               "status", "source", "terms")
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # the set's reference instant (a Monday)
+LIST_FIELDS = (
+    "kinds",
+    "exclude_kinds",
+    "labels",
+    "exclude_labels",
+    "visibility",
+    "groups",
+    "asset_kinds",
+    "status",
+    "source",
+    "terms",
+)
 SCALAR_FIELDS = ("since", "until", "owner")
 FIELDS = LIST_FIELDS + SCALAR_FIELDS + ("ignored",)
 

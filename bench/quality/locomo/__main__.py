@@ -15,8 +15,8 @@ import argparse
 import os
 import time
 from collections import defaultdict
-from statistics import mean
 from pathlib import Path
+from statistics import mean
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,37 +45,57 @@ ABLATIONS = {
     "time window 0.5": ({"time_weight": 0.5}, False),
     "time window 2.0": ({"time_weight": 2.0}, False),
 }
-DEFAULT_VARIANT = ("score fusion + neighbours + sessions + vocabulary lift + length prior + time window, second round "
-                   "in context (default)")
+DEFAULT_VARIANT = (
+    "score fusion + neighbours + sessions + vocabulary lift + length prior + time window, second round in context (default)"
+)
 
 
 def method_plan(budgets: list[int]) -> tuple[list[str], list[str]]:
     """Method names in report order, and those the reader answers from."""
-    return [f"context@{b}" for b in budgets] + ["vector", "text", "hybrid", "full"], \
-        [f"context@{budgets[0]}", "vector", "text", "full"]
+    return [f"context@{b}" for b in budgets] + ["vector", "text", "hybrid", "full"], [
+        f"context@{budgets[0]}",
+        "vector",
+        "text",
+        "full",
+    ]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     from bench.common import RESULTS
 
-    ap = argparse.ArgumentParser(prog="memscale bench locomo", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="memscale bench locomo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", default=None, help="LoCoMo JSON (default: DEFAULT in bench/quality/locomo/data.py)")
     ap.add_argument("--quick", action="store_true", help="one conversation, 3 sessions, 10 questions, 1 read")
     ap.add_argument("--budget", default="1000", help="/v1/context budget_tokens; several comma-separated")
-    ap.add_argument("--reader-questions", type=int, default=None, help="questions answered by the reader "
-                    "(stratified over categories; default 20, quick 1; 0 = recall only)")
+    ap.add_argument(
+        "--reader-questions",
+        type=int,
+        default=None,
+        help="questions answered by the reader (stratified over categories; default 20, quick 1; 0 = recall only)",
+    )
     ap.add_argument("--model", default=None, help="reader model, any litellm string (default: MEMSCALE_LLM_MODEL)")
-    ap.add_argument("--judge-model", default=os.environ.get("MEMSCALE_JUDGE_MODEL"),
-                    help="LLM judge for answer accuracy (default: none = no judge)")
+    ap.add_argument(
+        "--judge-model",
+        default=os.environ.get("MEMSCALE_JUDGE_MODEL"),
+        help="LLM judge for answer accuracy (default: none = no judge)",
+    )
     ap.add_argument("--window", type=int, default=None, help="reader window for the full-context baseline")
     ap.add_argument("--distill", action="store_true", help="run the distill job after ingestion (slow on CPU)")
     ap.add_argument("--conversations", type=int, default=0, help="use only the first N conversations (0 = all)")
-    ap.add_argument("--only", default=None, help="comma-separated sample ids (e.g. conv-26): run these only, "
-                    "in a database of their own; `python -m bench.tools.locomo_merge` joins such runs")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated sample ids (e.g. conv-26): run these only, "
+        "in a database of their own; `python -m bench.tools.locomo_merge` joins such runs",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for JSON, markdown and plots")
-    ap.add_argument("--ablate", default=None, help="comma-separated ablation variants, 'all' or 'none' "
-                    f"(default: all, quick: none); variants: {', '.join(ABLATIONS)}")
+    ap.add_argument(
+        "--ablate",
+        default=None,
+        help=f"comma-separated ablation variants, 'all' or 'none' (default: all, quick: none); variants: {', '.join(ABLATIONS)}",
+    )
     ap.add_argument("--name", default=None, help="result file stem (default locomo / locomo_quick)")
     args = ap.parse_args(argv)
     if args.reader_questions is None:
@@ -83,8 +103,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.name = args.name or ("locomo_quick" if args.quick else "locomo")
     args.budgets = [int(b) for b in str(args.budget).split(",")]
     ablate = args.ablate or ("none" if args.quick else "all")
-    args.ablations = [] if ablate == "none" else list(ABLATIONS) if ablate == "all" else \
-        [a.strip() for a in ablate.split(",")]
+    args.ablations = [] if ablate == "none" else list(ABLATIONS) if ablate == "all" else [a.strip() for a in ablate.split(",")]
     unknown = [a for a in args.ablations if a not in ABLATIONS]
     if unknown:
         ap.error(f"unknown ablation variant(s): {unknown}")
@@ -117,13 +136,19 @@ def _round_robin(ids: list[int], items: list[tuple]) -> list[int]:
     return out
 
 
-def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
+def main(argv: list[str] | None = None, *, embedder=None) -> dict:
     from app.config import Settings
     from app.llm.base import LLMError
-    from bench.quality.locomo.data import load
     from bench.quality.locomo import report
-    from bench.quality.locomo.reader import ANSWER_TOKENS, answer_f1, clean_answer, judge_messages, \
-        judge_says_correct, reader_messages
+    from bench.quality.locomo.data import load
+    from bench.quality.locomo.reader import (
+        ANSWER_TOKENS,
+        answer_f1,
+        clean_answer,
+        judge_messages,
+        judge_says_correct,
+        reader_messages,
+    )
     from bench.quality.locomo.run import FullContext, Service, model_window, quick_slice
 
     args = parse(argv)
@@ -136,8 +161,11 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     if args.quick:
         convs = [quick_slice(convs[0], sessions=3, max_questions=10)]
     started = time.perf_counter()
-    db_name = "memscale_bench_locomo" + ("_quick" if args.quick else "") + \
-        ("_" + "_".join(c.sample_id.replace("-", "_") for c in convs) if args.only else "")
+    db_name = (
+        "memscale_bench_locomo"
+        + ("_quick" if args.quick else "")
+        + ("_" + "_".join(c.sample_id.replace("-", "_") for c in convs) if args.only else "")
+    )
     svc = Service(db_name, convs, model=model, embedder=embedder)
     methods, reader_methods = method_plan(args.budgets)
     try:
@@ -168,11 +196,16 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
                 else:
                     got[m] = svc.search(c, q, m)
             ev = q.evidence
-            row = {"conversation": c.sample_id, "category": q.category, "question": q.question, "answer": q.answer,
-                   "evidence": ev, "methods": {}}
+            row = {
+                "conversation": c.sample_id,
+                "category": q.category,
+                "question": q.question,
+                "answer": q.answer,
+                "evidence": ev,
+                "methods": {},
+            }
             for m, r in got.items():
-                rec = {} if m == "full" else {f"recall@{k}": sum(e in r.ranked[:k] for e in ev) / len(ev)
-                                              for k in RECALL_AT}
+                rec = {} if m == "full" else {f"recall@{k}": sum(e in r.ranked[:k] for e in ev) / len(ev) for k in RECALL_AT}
                 rec["recall_in_context"] = sum(e in r.in_context for e in ev) / len(ev)
                 rec.update(tokens=r.tokens, latency_ms=round(r.latency_s * 1000, 2))
                 if r.service_tokens is not None:
@@ -194,27 +227,40 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     finally:
         svc.close()
     result = report.summarise(rows, methods=tuple(methods), recall_at=RECALL_AT)
-    result.update({
-        "benchmark": "locomo", "quick": args.quick, "data": str(args.data or "shared/data/locomo/locomo_dev.json"),
-        "reader_model": model, "judge_model": args.judge_model, "embedding_model": svc.settings.embedding_model,
-        "budget_tokens": args.budgets, "reader_window_tokens": window, "rag_k": 10,
-        "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
-        "full_history_tokens_mean": round(sum(f.total_tokens for f in full.values()) / len(full), 1),
-        "ingest_seconds": round(ingest_s, 1), "distill": distill_stats, "ablation": ablation,
-        "seconds": round(time.perf_counter() - started, 1), "questions_detail": rows,
-    })
+    result.update(
+        {
+            "benchmark": "locomo",
+            "quick": args.quick,
+            "data": str(args.data or "shared/data/locomo/locomo_dev.json"),
+            "reader_model": model,
+            "judge_model": args.judge_model,
+            "embedding_model": svc.settings.embedding_model,
+            "budget_tokens": args.budgets,
+            "reader_window_tokens": window,
+            "rag_k": 10,
+            "conversations": len(convs),
+            "turns": sum(len(c.turns) for c in convs),
+            "full_history_tokens_mean": round(sum(f.total_tokens for f in full.values()) / len(full), 1),
+            "ingest_seconds": round(ingest_s, 1),
+            "distill": distill_stats,
+            "ablation": ablation,
+            "seconds": round(time.perf_counter() - started, 1),
+            "questions_detail": rows,
+        }
+    )
     report.finish(result, args.out, args.name)
     return result
 
 
-def _scores(r, ev: list[str]) -> dict:  # noqa: ANN001
+def _scores(r, ev: list[str]) -> dict:
     rec = {f"recall@{k}": sum(e in r.ranked[:k] for e in ev) / len(ev) for k in RECALL_AT}
-    rec.update(recall_in_context=sum(e in r.in_context for e in ev) / len(ev), tokens=r.tokens,
-               latency_ms=round(r.latency_s * 1000, 2))
+    rec.update(
+        recall_in_context=sum(e in r.in_context for e in ev) / len(ev), tokens=r.tokens, latency_ms=round(r.latency_s * 1000, 2)
+    )
     return rec
 
 
-def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | None:  # noqa: ANN001
+def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | None:
     """Each ranking lever off in turn: hybrid search (and /v1/context at every budget for the
     variants marked so), per question.
 
@@ -236,26 +282,39 @@ def run_ablations(svc, items: list[tuple], args, rows: list[dict]) -> dict | Non
         changes, with_context = ABLATIONS[name]
         svc.app.state.tuning = replace(DEFAULT_TUNING, **changes)  # the app ranks with these settings
         for c, q in items:
-            got = {m: svc.context(c, q, int(m.split("@")[1])) if m.startswith("context@") else svc.search(c, q, m)
-                   for m in ms if with_context or m == "hybrid"}
-            out.append({"conversation": c.sample_id, "category": q.category,
-                        "methods": {m: _scores(r, q.evidence) for m, r in got.items()}})
+            got = {
+                m: svc.context(c, q, int(m.split("@")[1])) if m.startswith("context@") else svc.search(c, q, m)
+                for m in ms
+                if with_context or m == "hybrid"
+            }
+            out.append(
+                {
+                    "conversation": c.sample_id,
+                    "category": q.category,
+                    "methods": {m: _scores(r, q.evidence) for m, r in got.items()},
+                }
+            )
         svc.app.state.tuning = DEFAULT_TUNING
         per_variant[name] = out
-    return ablation_summary({v: [{k: r[k] for k in ("conversation", "category", "methods")} for r in vr]
-                             for v, vr in per_variant.items()})
+    return ablation_summary(
+        {v: [{k: r[k] for k in ("conversation", "category", "methods")} for r in vr] for v, vr in per_variant.items()}
+    )
 
 
 def ablation_summary(per_variant: dict[str, list[dict]]) -> dict:
     """Aggregates of the ablation's per-question rows (kept in the result, so runs can be merged)."""
     from bench.quality.locomo import report
 
-    result = {"variants": {v: report.summarise(vr, methods=tuple(m for m in vr[0]["methods"]),
-                                               recall_at=RECALL_AT)["methods"] for v, vr in per_variant.items()},
-              "rows": per_variant}
+    result = {
+        "variants": {
+            v: report.summarise(vr, methods=tuple(m for m in vr[0]["methods"]), recall_at=RECALL_AT)["methods"]
+            for v, vr in per_variant.items()
+        },
+        "rows": per_variant,
+    }
     convs = sorted({r["conversation"] for r in per_variant[DEFAULT_VARIANT]})
 
-    def r10(v: str, keep) -> list[float]:  # noqa: ANN001
+    def r10(v: str, keep) -> list[float]:
         return [r["methods"]["hybrid"]["recall@10"] for r in per_variant[v] if keep(r["conversation"])]
 
     def best_without(c: str) -> str:
@@ -269,8 +328,10 @@ def ablation_summary(per_variant: dict[str, list[dict]]) -> dict:
             chosen[c] = best
             held += r10(best, lambda x, c=c: x == c)
         result["leave_one_conversation_out"] = {
-            "chosen": chosen, "hybrid_recall@10": round(mean(held), 4),
-            "default_hybrid_recall@10": round(mean(r10(DEFAULT_VARIANT, lambda x: True)), 4)}
+            "chosen": chosen,
+            "hybrid_recall@10": round(mean(held), 4),
+            "default_hybrid_recall@10": round(mean(r10(DEFAULT_VARIANT, lambda x: True)), 4),
+        }
     return result
 
 

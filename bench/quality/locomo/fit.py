@@ -37,19 +37,24 @@ DEFAULT = {"w_vector": 1.0, "neighbour": 0.5, "session": 0.5}
 DEFAULT2 = {"expand_from": 5, "expand_terms": 10, "expand_weight": 0.3}
 
 
-def features(convs) -> list[dict]:  # noqa: ANN001
+def features(convs) -> list[dict]:
     from sqlalchemy import create_engine, text
 
     from app.config import Settings
-    from app.kit.runtime.embedding import LocalEmbedder
     from app.kit.database.pg import admin_url
+    from app.kit.runtime.embedding import LocalEmbedder
 
     eng, emb = create_engine(admin_url(Settings())), LocalEmbedder()
 
     def lexemes(texts: list[str]) -> list[set[str]]:
         with eng.connect() as c:
-            rows = c.execute(text("SELECT ord, tsvector_to_array(to_tsvector('english', t)) "
-                                  "FROM unnest(CAST(:ts AS text[])) WITH ORDINALITY AS x(t, ord)"), {"ts": texts}).all()
+            rows = c.execute(
+                text(
+                    "SELECT ord, tsvector_to_array(to_tsvector('english', t)) "
+                    "FROM unnest(CAST(:ts AS text[])) WITH ORDINALITY AS x(t, ord)"
+                ),
+                {"ts": texts},
+            ).all()
         out: list[set[str]] = [set()] * len(texts)
         for o, lex in rows:
             out[o - 1] = set(lex)
@@ -61,23 +66,33 @@ def features(convs) -> list[dict]:  # noqa: ANN001
         qe = emb.embed([q.question for q in c.qa])
         ql = [list(x) for x in lexemes([q.question for q in c.qa])]
         lx = lexemes([t.text for t in c.turns])
-        data.append({"sid": c.sample_id, "dia": [t.dia_id for t in c.turns], "sess": np.array([t.session for t in c.turns]),
-                     "E": e / np.linalg.norm(e, axis=1, keepdims=True), "L": lx,
-                     "df": Counter(x for s in lx for x in s),
-                     "qa": [{"e": qe[i] / np.linalg.norm(qe[i]), "l": ql[i], "ev": q.evidence, "cat": q.category}
-                            for i, q in enumerate(c.qa)]})
+        data.append(
+            {
+                "sid": c.sample_id,
+                "dia": [t.dia_id for t in c.turns],
+                "sess": np.array([t.session for t in c.turns]),
+                "E": e / np.linalg.norm(e, axis=1, keepdims=True),
+                "L": lx,
+                "df": Counter(x for s in lx for x in s),
+                "qa": [
+                    {"e": qe[i] / np.linalg.norm(qe[i]), "l": ql[i], "ev": q.evidence, "cat": q.category}
+                    for i, q in enumerate(c.qa)
+                ],
+            }
+        )
     eng.dispose()
     return data
 
 
 def _bm25(d: dict, terms: set) -> np.ndarray:
     n = len(d["L"])
-    w = {x: math.log(1 + (n - d["df"].get(x, 0) + .5) / (d["df"].get(x, 0) + .5)) for x in terms}
+    w = {x: math.log(1 + (n - d["df"].get(x, 0) + 0.5) / (d["df"].get(x, 0) + 0.5)) for x in terms}
     return np.array([sum(w[x] for x in s if x in w) for s in d["L"]])
 
 
-def _context(d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session: float,
-             unsupported: np.ndarray | None = None) -> np.ndarray:
+def _context(
+    d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session: float, unsupported: np.ndarray | None = None
+) -> np.ndarray:
     n = len(d["L"])
     s = np.full(n, -np.inf)
     s[pool] = f[pool]
@@ -94,8 +109,17 @@ def _context(d: dict, f: np.ndarray, pool: np.ndarray, neighbour: float, session
     return s + session * np.array([best[x] if np.isfinite(best[x]) else 0.0 for x in sess])
 
 
-def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, session: float = 0.5,
-          expand_from: int = 5, expand_terms: int = 0, expand_weight: float = 0.0, expand_depth: int = 30) -> np.ndarray:
+def score(
+    d: dict,
+    q: dict,
+    w_vector: float = 1.0,
+    neighbour: float = 0.5,
+    session: float = 0.5,
+    expand_from: int = 5,
+    expand_terms: int = 0,
+    expand_weight: float = 0.0,
+    expand_depth: int = 30,
+) -> np.ndarray:
     """The service's fusion (app.search.signals.fuse, the vocabulary lift, length prior and time
     window off) over this conversation's pool: -inf outside the pool."""
     from dataclasses import replace
@@ -103,8 +127,16 @@ def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, sessi
     from app.search.signals import fuse
     from app.search.tuning import DEFAULT_TUNING
 
-    tuning = replace(DEFAULT_TUNING, w_vector=w_vector, neighbour=neighbour, session=session, vocab_terms=0,
-                     vocab_weight=0.0, length_prior=0.0, time_weight=0.0)
+    tuning = replace(
+        DEFAULT_TUNING,
+        w_vector=w_vector,
+        neighbour=neighbour,
+        session=session,
+        vocab_terms=0,
+        vocab_weight=0.0,
+        length_prior=0.0,
+        time_weight=0.0,
+    )
     cos = d["E"] @ q["e"]
     bm = _bm25(d, set(q["l"][:32]))
     pool = sorted({int(j) for j in np.argsort(-cos)[:POOL]} | {int(j) for j in np.argsort(-bm)[:POOL] if bm[j] > 0})
@@ -113,7 +145,7 @@ def score(d: dict, q: dict, w_vector: float = 1.0, neighbour: float = 0.5, sessi
     if expand_terms and expand_weight:
         # the second round (app/search/repository/expansion.py): the rarest words of the best turns
         n = len(d["L"])
-        idf = {x: math.log(1 + (n - c + .5) / (c + .5)) for x, c in d["df"].items()}
+        idf = {x: math.log(1 + (n - c + 0.5) / (c + 0.5)) for x, c in d["df"].items()}
         seeds = sorted(total, key=lambda j: (-total[j], j))[:expand_from]
         words = {x for j in seeds for x in d["L"][j] if x not in set(q["l"]) and d["df"].get(x, 0) >= 2}
         terms = sorted(words, key=lambda x: (-idf[x], x))[:expand_terms]
@@ -134,15 +166,19 @@ class _Row:
 
     __slots__ = ("id", "d", "session_id", "n_lex")
 
-    def __init__(self, j: int, cos: float, sess) -> None:  # noqa: ANN001
+    def __init__(self, j: int, cos: float, sess) -> None:
         self.id, self.d, self.session_id, self.n_lex = int(j), 1.0 - float(cos), int(sess), 0
 
 
-def _pool(d: dict, cos: np.ndarray, bm: np.ndarray, pool: list, pairs: list):  # noqa: ANN202
+def _pool(d: dict, cos: np.ndarray, bm: np.ndarray, pool: list, pairs: list):
     from app.search.signals import Pool
 
-    return Pool(rows=[_Row(j, cos[j], d["sess"][j]) for j in pool], bm25={int(j): float(bm[j]) for j in pool if bm[j] > 0},
-                pairs=pairs, turns=True)
+    return Pool(
+        rows=[_Row(j, cos[j], d["sess"][j]) for j in pool],
+        bm25={int(j): float(bm[j]) for j in pool if bm[j] > 0},
+        pairs=pairs,
+        turns=True,
+    )
 
 
 def _pairs(d: dict, pool: list) -> list[tuple[int, int]]:
@@ -157,14 +193,14 @@ def recall10(d: dict, q: dict, s: np.ndarray) -> float:
     return sum(e in top for e in q["ev"]) / len(q["ev"])
 
 
-def context_chosen(s: np.ndarray, sess: np.ndarray, budget: int, piece, fit, count) -> set[int]:  # noqa: ANN001
+def context_chosen(s: np.ndarray, sess: np.ndarray, budget: int, piece, fit, count) -> set[int]:
     """The turns (indices) a `budget`-token context holds for the scores `s`, as
     app.context.service.retrieved_pieces builds it: the top budget // 30 turns at their logistic
     score and their neighbours at half of it, through app.context.assemble.fit (`fit`, `count`);
     `piece(j, score)` makes turn j's piece."""
     from app.context.service import NEIGHBOUR_WEIGHT, candidates
 
-    top = [j for j in np.argsort(-s, kind="stable")[:candidates(budget)] if np.isfinite(s[j])]
+    top = [j for j in np.argsort(-s, kind="stable")[: candidates(budget)] if np.isfinite(s[j])]
     sc = {j: 1 / (1 + math.exp(-s[j])) for j in top}
     nb: dict = {}
     for j in top:
@@ -178,10 +214,10 @@ def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dic
     """The service's own `fit` and `render` (SmolLM2 token counts) over this ranking: the top
     budget // 30 turns at their logistic score and their neighbours at half of it, as
     app.context.service.retrieved_pieces builds them; evidence counted among the chosen pieces."""
-    from bench.quality.locomo.data import load
     from app.config import Settings
     from app.context.assemble import Piece, fit
     from app.llm.gateway import Gateway
+    from bench.quality.locomo.data import load
 
     settings = Settings()
     count = Gateway(settings.llm_model, data_dir=settings.data_dir).count_tokens
@@ -192,10 +228,16 @@ def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dic
         for d in data:
             ts = turns[d["sid"]]
 
-            def piece(j: int, sc: float, ts=ts, sid=d["sid"]) -> Piece:  # noqa: ANN001
+            def piece(j: int, sc: float, ts=ts, sid=d["sid"]) -> Piece:
                 at = ts[j].at.isoformat() + "+00:00" if ts[j].at else None
-                return Piece("examples", "episode", str(j), ts[j].text, sc, extra={
-                    "kind": "conversation", "session_id": f"{sid}-s{ts[j].session}", "occurred_at": at})
+                return Piece(
+                    "examples",
+                    "episode",
+                    str(j),
+                    ts[j].text,
+                    sc,
+                    extra={"kind": "conversation", "session_id": f"{sid}-s{ts[j].session}", "occurred_at": at},
+                )
 
             for q in d["qa"]:
                 s = score(d, q, **DEFAULT, **kw)
@@ -210,24 +252,31 @@ def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dic
 def main(argv: list[str] | None = None) -> dict:
     from bench.quality.locomo.data import load
 
-    ap = argparse.ArgumentParser(prog="python -m bench.quality.locomo.fit", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.quality.locomo.fit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", default=None)
-    ap.add_argument("--second-round", action="store_true", help="fit the second round's settings (GRID2) "
-                    "instead of the fusion weights (GRID, with the second round off)")
-    ap.add_argument("--context", action="store_true", help="evidence in context at 1,000 and 1,800 tokens "
-                    "through app.context.assemble.fit, second round off and on (no fitting)")
+    ap.add_argument(
+        "--second-round",
+        action="store_true",
+        help="fit the second round's settings (GRID2) instead of the fusion weights (GRID, with the second round off)",
+    )
+    ap.add_argument(
+        "--context",
+        action="store_true",
+        help="evidence in context at 1,000 and 1,800 tokens "
+        "through app.context.assemble.fit, second round off and on (no fitting)",
+    )
     args = ap.parse_args(argv)
     data = features(load(args.data) if args.data else load())
     if args.context:
         return in_context(data)
     space, fixed = (GRID2, DEFAULT) if args.second_round else (GRID, {"expand_terms": 0})
     grid = [dict(zip(space, p)) for p in itertools.product(*space.values())]
-    per = {(i, d["sid"]): [recall10(d, q, score(d, q, **fixed, **g)) for q in d["qa"]]
-           for i, g in enumerate(grid) for d in data}
+    per = {(i, d["sid"]): [recall10(d, q, score(d, q, **fixed, **g)) for q in d["qa"]] for i, g in enumerate(grid) for d in data}
     sids = [d["sid"] for d in data]
 
-    def mean_on(i: int, keep) -> float:  # noqa: ANN001
+    def mean_on(i: int, keep) -> float:
         return float(np.mean([r for s in sids if keep(s) for r in per[(i, s)]]))
 
     def best_without(sid: str) -> int:
@@ -241,10 +290,14 @@ def main(argv: list[str] | None = None) -> dict:
         chosen[sid] = grid[i]
         held += per[(i, sid)]
     default = grid.index(DEFAULT2 if args.second_round else DEFAULT)
-    out = {"fit_on_all": grid[best_all], "fit_on_all_recall@10": round(mean_on(best_all, lambda s: True), 4),
-           "loo_recall@10": round(float(np.mean(held)), 4), "loo_chosen": chosen,
-           "default_recall@10": round(mean_on(default, lambda s: True), 4),
-           "default_per_conversation": {s: round(mean_on(default, lambda x, s=s: x == s), 4) for s in sids}}
+    out = {
+        "fit_on_all": grid[best_all],
+        "fit_on_all_recall@10": round(mean_on(best_all, lambda s: True), 4),
+        "loo_recall@10": round(float(np.mean(held)), 4),
+        "loo_chosen": chosen,
+        "default_recall@10": round(mean_on(default, lambda s: True), 4),
+        "default_per_conversation": {s: round(mean_on(default, lambda x, s=s: x == s), 4) for s in sids},
+    }
     for k, v in out.items():
         print(f"{k}: {v}")
     return out

@@ -19,7 +19,7 @@ from collections import defaultdict
 from statistics import mean
 
 
-def read(db_name: str, convs: dict, pass_: int = 0) -> list[dict]:  # noqa: ANN001
+def read(db_name: str, convs: dict, pass_: int = 0) -> list[dict]:
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
@@ -40,27 +40,42 @@ def read(db_name: str, convs: dict, pass_: int = 0) -> list[dict]:  # noqa: ANN0
     for (user, m), evs in by_method.items():
         conv = convs[user]
         n = len(conv.qa)
-        for q, e in zip(conv.qa, evs[pass_ * n:(pass_ + 1) * n]):  # pass 0: the main pass
+        for q, e in zip(conv.qa, evs[pass_ * n : (pass_ + 1) * n]):  # pass 0: the main pass
             assert e.query == q.question, (user, m, e.query, q.question)
             items = e.items if e.kind == "search" else sorted(e.items, key=lambda i: -i["score"])
             ranked = [dia[i["id"]] for i in items if i["type"] == "episode" and i["id"] in dia]
             given = set(ranked) if e.kind == "context" else set(ranked[:10])
             ev = q.evidence
-            rows.append({"conversation": user, "category": q.category, "method": m, "question": q.question,
-                         **{f"recall@{k}": sum(x in ranked[:k] for x in ev) / len(ev) for k in (5, 10, 25)},
-                         "recall_in_context": sum(x in given for x in ev) / len(ev)})
+            rows.append(
+                {
+                    "conversation": user,
+                    "category": q.category,
+                    "method": m,
+                    "question": q.question,
+                    **{f"recall@{k}": sum(x in ranked[:k] for x in ev) / len(ev) for k in (5, 10, 25)},
+                    "recall_in_context": sum(x in given for x in ev) / len(ev),
+                }
+            )
     return rows
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     from bench.quality.locomo.data import load
 
-    ap = argparse.ArgumentParser(prog="python -m bench.quality.locomo.from_events", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.quality.locomo.from_events",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("databases", nargs="+")
     ap.add_argument("--data", default=None)
-    ap.add_argument("--pass", dest="pass_", type=int, default=0, help="0: the main pass; i: the i-th ablation "
-                    "variant that ran the method (in the bench's ABLATIONS order)")
+    ap.add_argument(
+        "--pass",
+        dest="pass_",
+        type=int,
+        default=0,
+        help="0: the main pass; i: the i-th ablation variant that ran the method (in the bench's ABLATIONS order)",
+    )
     args = ap.parse_args(argv)
     convs = {c.sample_id: c for c in (load(args.data) if args.data else load())}
     rows = [r for db in args.databases for r in read(db, convs, args.pass_)]
@@ -73,10 +88,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print("| method | r@5 | r@10 | r@25 | in context | r@10 per category 1 / 2 / 3 / 4 |\n|---|---|---|---|---|---|")
     for m in methods:
         sub = [r for r in rows if r["method"] == m]
-        cats = " / ".join(f"{mean(r['recall@10'] for r in sub if r['category'] == c):.3f}"
-                          for c in sorted({r["category"] for r in sub}))
-        print(f"| {m} | {mean(r['recall@5'] for r in sub):.3f} | {mean(r['recall@10'] for r in sub):.3f} | "
-              f"{mean(r['recall@25'] for r in sub):.3f} | {mean(r['recall_in_context'] for r in sub):.3f} | {cats} |")
+        cats = " / ".join(
+            f"{mean(r['recall@10'] for r in sub if r['category'] == c):.3f}" for c in sorted({r["category"] for r in sub})
+        )
+        print(
+            f"| {m} | {mean(r['recall@5'] for r in sub):.3f} | {mean(r['recall@10'] for r in sub):.3f} | "
+            f"{mean(r['recall@25'] for r in sub):.3f} | {mean(r['recall_in_context'] for r in sub):.3f} | {cats} |"
+        )
     return rows
 
 

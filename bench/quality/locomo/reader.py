@@ -12,17 +12,21 @@ import re
 import string
 from collections import Counter
 
-READER_SYSTEM = ("You answer questions about a long conversation between two people, using only the "
-                 "excerpts given (each dated; grouped by session). Reply with a short "
-                 "answer of a few words, nothing else.")
+READER_SYSTEM = (
+    "You answer questions about a long conversation between two people, using only the "
+    "excerpts given (each dated; grouped by session). Reply with a short "
+    "answer of a few words, nothing else."
+)
 ANSWER_TOKENS = 24
 
 JUDGE_SYSTEM = "You grade answers. Reply with one word: CORRECT or WRONG."
 
 
 def reader_messages(excerpts: str, question: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": READER_SYSTEM},
-            {"role": "user", "content": f"Excerpts:\n{excerpts}\n\nQuestion: {question}\nShort answer:"}]
+    return [
+        {"role": "system", "content": READER_SYSTEM},
+        {"role": "user", "content": f"Excerpts:\n{excerpts}\n\nQuestion: {question}\nShort answer:"},
+    ]
 
 
 def clean_answer(raw: str) -> str:
@@ -60,9 +64,14 @@ def answer_f1(pred: str, gold: str, category: int) -> float:
 
 
 def judge_messages(question: str, gold: str, pred: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": JUDGE_SYSTEM},
-            {"role": "user", "content": f"Question: {question}\nGold answer: {gold}\nGenerated answer: {pred}\n"
-                                        "Is the generated answer correct (same meaning as the gold answer)?"}]
+    return [
+        {"role": "system", "content": JUDGE_SYSTEM},
+        {
+            "role": "user",
+            "content": f"Question: {question}\nGold answer: {gold}\nGenerated answer: {pred}\n"
+            "Is the generated answer correct (same meaning as the gold answer)?",
+        },
+    ]
 
 
 def judge_says_correct(raw: str) -> bool:

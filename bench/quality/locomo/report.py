@@ -9,8 +9,12 @@ from statistics import mean
 from bench.common import pct, write_report
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-LABELS = {"vector": "vector RAG (k=10)", "text": "text search (k=10)", "hybrid": "hybrid search (k=10)",
-          "full": "full context (window)"}
+LABELS = {
+    "vector": "vector RAG (k=10)",
+    "text": "text search (k=10)",
+    "hybrid": "hybrid search (k=10)",
+    "full": "full context (window)",
+}
 
 
 def label(method: str) -> str:
@@ -32,8 +36,11 @@ def summarise(rows: list[dict], *, methods: tuple[str, ...], recall_at: tuple[in
             per_cat[str(c)] = {"n": len(sub), **{k: _avg([s[k] for s in sub]) for k in keys}}
         lat = [x["latency_ms"] for x in recs]
         entry = {k: _avg([x[k] for x in recs]) for k in keys}
-        entry.update(per_category=per_cat, tokens_mean=_avg([x["tokens"] for x in recs]),
-                     latency_ms={"p50": round(pct(lat, 50), 2), "p95": round(pct(lat, 95), 2)})
+        entry.update(
+            per_category=per_cat,
+            tokens_mean=_avg([x["tokens"] for x in recs]),
+            latency_ms={"p50": round(pct(lat, 50), 2), "p95": round(pct(lat, 95), 2)},
+        )
         if recs and "service_tokens" in recs[0]:
             entry["service_tokens_mean"] = _avg([x["service_tokens"] for x in recs])
         out["methods"][m] = entry
@@ -41,10 +48,12 @@ def summarise(rows: list[dict], *, methods: tuple[str, ...], recall_at: tuple[in
         if read:
             judged = [x["judge_correct"] for _, x in read if "judge_correct" in x]
             out["reader"][m] = {
-                "n": len(read), "f1": _avg([x["f1"] for _, x in read]),
+                "n": len(read),
+                "f1": _avg([x["f1"] for _, x in read]),
                 "per_category": {str(c): _avg([x["f1"] for cc, x in read if cc == c]) for c in sorted({c for c, _ in read})},
                 "judge_accuracy": _avg([float(j) for j in judged]) if judged else None,
-                "errors": sum(1 for _, x in read if "reader_error" in x)}
+                "errors": sum(1 for _, x in read if "reader_error" in x),
+            }
     return out
 
 
@@ -67,7 +76,7 @@ def plot_before_after(r: dict, path: Path) -> None:
     if before is None:
         return
     methods = [m for m in variants[before] if m in variants[DEFAULT_VARIANT]]
-    name = "before (RRF)" if before.startswith("before") else before[before.index("(") + 1:-1]
+    name = "before (RRF)" if before.startswith("before") else before[before.index("(") + 1 : -1]
     plot_pairs(path, methods, [(name, "tab:gray", variants[before]), ("now", "tab:blue", variants[DEFAULT_VARIANT])])
 
 
@@ -106,25 +115,35 @@ def _f(x: float | None, pct_: bool = False) -> str:
 def markdown(r: dict) -> str:
     cats = sorted({int(c) for m in r["methods"].values() for c in m["per_category"]})
     first = next(iter(r["methods"].values()))
-    lines = [f"# LoCoMo{' (quick)' if r['quick'] else ''}: evidence recall and answer F1",
-             "",
-             f"{r['questions']} questions (categories 1–4 with evidence) over {r['conversations']} conversation(s), "
-             f"{r['turns']} turns; full history {r['full_history_tokens_mean']:.0f} tokens per conversation. "
-             f"Reader `{r['reader_model']}`; embeddings `{r['embedding_model']}`; /v1/context budget "
-             f"{', '.join(map(str, r['budget_tokens']))} tokens (the reader gets the service's rendered text; "
-             "recall@k ranks its items by score).",
-             "",
-             "## Evidence recall (model-independent)",
-             "",
-             "| method | recall@5 | recall@10 | recall@25 | in reader context | tokens | share of full | p50 ms | p95 ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# LoCoMo{' (quick)' if r['quick'] else ''}: evidence recall and answer F1",
+        "",
+        f"{r['questions']} questions (categories 1–4 with evidence) over {r['conversations']} conversation(s), "
+        f"{r['turns']} turns; full history {r['full_history_tokens_mean']:.0f} tokens per conversation. "
+        f"Reader `{r['reader_model']}`; embeddings `{r['embedding_model']}`; /v1/context budget "
+        f"{', '.join(map(str, r['budget_tokens']))} tokens (the reader gets the service's rendered text; "
+        "recall@k ranks its items by score).",
+        "",
+        "## Evidence recall (model-independent)",
+        "",
+        "| method | recall@5 | recall@10 | recall@25 | in reader context | tokens | share of full | p50 ms | p95 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for m, e in r["methods"].items():
-        lines.append(f"| {label(m)} | {_f(e.get('recall@5'))} | {_f(e.get('recall@10'))} | "
-                     f"{_f(e.get('recall@25'))} | {_f(e['recall_in_context'])} | {e['tokens_mean']:.0f} | "
-                     f"{_f(e['share_of_full_history'], True)} | {e['latency_ms']['p50']} | {e['latency_ms']['p95']} |")
-    lines += ["", "Per category (recall@10; `full`: in window):", "",
-              "| method | " + " | ".join(f"{c} {CATEGORIES.get(c, '')} (n={first['per_category'].get(str(c), {}).get('n', 0)})" for c in cats) + " |",
-              "|---|" + "---|" * len(cats)]
+        lines.append(
+            f"| {label(m)} | {_f(e.get('recall@5'))} | {_f(e.get('recall@10'))} | "
+            f"{_f(e.get('recall@25'))} | {_f(e['recall_in_context'])} | {e['tokens_mean']:.0f} | "
+            f"{_f(e['share_of_full_history'], True)} | {e['latency_ms']['p50']} | {e['latency_ms']['p95']} |"
+        )
+    lines += [
+        "",
+        "Per category (recall@10; `full`: in window):",
+        "",
+        "| method | "
+        + " | ".join(f"{c} {CATEGORIES.get(c, '')} (n={first['per_category'].get(str(c), {}).get('n', 0)})" for c in cats)
+        + " |",
+        "|---|" + "---|" * len(cats),
+    ]
     for m, e in r["methods"].items():
         key = "recall@10" if "recall@10" in e else "recall_in_context"
         lines.append(f"| {label(m)} | " + " | ".join(_f(e["per_category"].get(str(c), {}).get(key)) for c in cats) + " |")
@@ -134,17 +153,31 @@ def markdown(r: dict) -> str:
         lines.append("Reader skipped (`--reader-questions 0`).")
     else:
         n = next(iter(r["reader"].values()))["n"]
-        lines += [f"{n} questions (stratified over categories) answered by `{r['reader_model']}` from each method's "
-                  "excerpts. " + ("A 135M-parameter model bounds answer quality far below what retrieval allows; "
-                                  "compare methods with each other and with the recall above, not with published "
-                                  "LoCoMo F1 of large models." if "smollm2" in r["reader_model"] else ""),
-                  "", "| method | F1 | " + " | ".join(f"F1 cat {c}" for c in cats) + " | judge accuracy |",
-                  "|---|---|" + "---|" * len(cats) + "---|"]
+        lines += [
+            f"{n} questions (stratified over categories) answered by `{r['reader_model']}` from each method's "
+            "excerpts. "
+            + (
+                "A 135M-parameter model bounds answer quality far below what retrieval allows; "
+                "compare methods with each other and with the recall above, not with published "
+                "LoCoMo F1 of large models."
+                if "smollm2" in r["reader_model"]
+                else ""
+            ),
+            "",
+            "| method | F1 | " + " | ".join(f"F1 cat {c}" for c in cats) + " | judge accuracy |",
+            "|---|---|" + "---|" * len(cats) + "---|",
+        ]
         for m, e in r["reader"].items():
-            lines.append(f"| {label(m)} | {_f(e['f1'])} | " + " | ".join(_f(e["per_category"].get(str(c))) for c in cats)
-                         + f" | {_f(e['judge_accuracy']) if r['judge_model'] else 'no judge configured'} |")
+            lines.append(
+                f"| {label(m)} | {_f(e['f1'])} | "
+                + " | ".join(_f(e["per_category"].get(str(c))) for c in cats)
+                + f" | {_f(e['judge_accuracy']) if r['judge_model'] else 'no judge configured'} |"
+            )
     if r.get("distill"):
-        lines += ["", f"Distillation: {json.dumps({k: r['distill'].get(k) for k in ('status', 'seen', 'kept', 'memories_created')})}"]
+        lines += [
+            "",
+            f"Distillation: {json.dumps({k: r['distill'].get(k) for k in ('status', 'seen', 'kept', 'memories_created')})}",
+        ]
     lines += ["", f"Ingestion {r['ingest_seconds']} s; whole run {r['seconds']} s."]
     return "\n".join(lines) + "\n"
 
@@ -155,12 +188,18 @@ def ablation_lines(r: dict) -> list[str]:
     if not ab:
         return []
     cats = sorted({int(c) for v in ab["variants"].values() for m in v.values() for c in m["per_category"]})
-    ctx = sorted({m for v in ab["variants"].values() for m in v if m.startswith("context@")},
-                 key=lambda m: int(m.split("@")[1]))
-    lines = ["", "## Ablation: ranking levers (hybrid search top-k; /v1/context at each budget)", "",
-             "| variant | hybrid r@5 | r@10 | r@25 | " + " | ".join(f"r@10 cat {c}" for c in cats) + " | p50/p95 ms | "
-             + " | ".join(f"{m}: r@10 / in context / tokens / p50/p95 ms" for m in ctx) + " |",
-             "|---|---|---|---|" + "---|" * len(cats) + "---|" + "---|" * len(ctx)]
+    ctx = sorted({m for v in ab["variants"].values() for m in v if m.startswith("context@")}, key=lambda m: int(m.split("@")[1]))
+    lines = [
+        "",
+        "## Ablation: ranking levers (hybrid search top-k; /v1/context at each budget)",
+        "",
+        "| variant | hybrid r@5 | r@10 | r@25 | "
+        + " | ".join(f"r@10 cat {c}" for c in cats)
+        + " | p50/p95 ms | "
+        + " | ".join(f"{m}: r@10 / in context / tokens / p50/p95 ms" for m in ctx)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(cats) + "---|" + "---|" * len(ctx),
+    ]
     for v, ms in ab["variants"].items():
         h = ms["hybrid"]
         cells = [_f(h.get("recall@5")), _f(h.get("recall@10")), _f(h.get("recall@25"))]
@@ -171,15 +210,21 @@ def ablation_lines(r: dict) -> list[str]:
             if e is None:
                 cells.append("–")
                 continue
-            cells.append(f"{_f(e.get('recall@10'))} / {_f(e['recall_in_context'])} / {e['tokens_mean']:.0f} / "
-                         f"{e['latency_ms']['p50']:.0f}/{e['latency_ms']['p95']:.0f}")
+            cells.append(
+                f"{_f(e.get('recall@10'))} / {_f(e['recall_in_context'])} / {e['tokens_mean']:.0f} / "
+                f"{e['latency_ms']['p50']:.0f}/{e['latency_ms']['p95']:.0f}"
+            )
         lines.append(f"| {v} | " + " | ".join(cells) + " |")
     loo = ab.get("leave_one_conversation_out")
     if loo:
-        lines += ["", f"Leave-one-conversation-out (variant chosen on the other conversations by hybrid recall@10, "
-                  f"scored on the held-out one): recall@10 {loo['hybrid_recall@10']:.3f} vs "
-                  f"{loo['default_hybrid_recall@10']:.3f} for the default on all; chosen: "
-                  + ", ".join(f"{c} → {v}" for c, v in loo["chosen"].items()) + "."]
+        lines += [
+            "",
+            f"Leave-one-conversation-out (variant chosen on the other conversations by hybrid recall@10, "
+            f"scored on the held-out one): recall@10 {loo['hybrid_recall@10']:.3f} vs "
+            f"{loo['default_hybrid_recall@10']:.3f} for the default on all; chosen: "
+            + ", ".join(f"{c} → {v}" for c, v in loo["chosen"].items())
+            + ".",
+        ]
     return lines
 
 

@@ -52,10 +52,17 @@ def excerpt_lines(turns: list[Turn]) -> str:
 
 def turn_items(conv: Conversation) -> list[dict]:
     """A conversation's turns as episodes (private to its user, one session id per session)."""
-    return [{"kind": "conversation", "content": t.text, "session_id": f"{conv.sample_id}-s{t.session}",
-             "occurred_at": (t.at + timedelta(seconds=i)).isoformat() + "Z" if t.at else None,
-             "metadata": {"dia_id": t.dia_id, "session": t.session, "session_date": date_str(t)},
-             "visibility": "private"} for i, t in enumerate(conv.turns)]
+    return [
+        {
+            "kind": "conversation",
+            "content": t.text,
+            "session_id": f"{conv.sample_id}-s{t.session}",
+            "occurred_at": (t.at + timedelta(seconds=i)).isoformat() + "Z" if t.at else None,
+            "metadata": {"dia_id": t.dia_id, "session": t.session, "session_date": date_str(t)},
+            "visibility": "private",
+        }
+        for i, t in enumerate(conv.turns)
+    ]
 
 
 def _turn_no(dia_id: str) -> int:
@@ -76,7 +83,7 @@ def quick_slice(conv: Conversation, sessions: int, max_questions: int) -> Conver
 class Service:
     """The API in-process (FastAPI TestClient), one typed client per conversation's user."""
 
-    def __init__(self, db_name: str, convs: list[Conversation], *, model: str, embedder=None):  # noqa: ANN001
+    def __init__(self, db_name: str, convs: list[Conversation], *, model: str, embedder=None):
         from fastapi.testclient import TestClient
         from sqlalchemy import create_engine
         from sqlalchemy.orm import Session
@@ -88,7 +95,8 @@ class Service:
         from bench.common import fresh_database
 
         self.settings = fresh_database(db_name).model_copy(
-            update={"log_level": "WARNING", "max_batch_items": 2000, "max_body_bytes": 8_000_000, "llm_model": model})
+            update={"log_level": "WARNING", "max_batch_items": 2000, "max_body_bytes": 8_000_000, "llm_model": model}
+        )
         admin = create_engine(self.settings.database_url)
         with Session(admin, expire_on_commit=False) as db:
             self.org = orgs.create_org(db, "locomo")
@@ -107,7 +115,7 @@ class Service:
         self.http.__exit__(None, None, None)
 
     @property
-    def count(self):  # noqa: ANN201
+    def count(self):
         return self.resources.gateway.count_tokens
 
     def ingest(self, conv: Conversation) -> None:
@@ -135,11 +143,19 @@ class Service:
 
         with self.app.state.sessions() as db:
             bind_principal(db, None, org_id=self.org.id, all_scopes=True)
-            job = jobs_service.create(db, org_id=self.org.id, actor_id=None, kind="distill",
-                                      params={"min_age_s": 0, "batch_size": 8}, status="running")
+            job = jobs_service.create(
+                db, org_id=self.org.id, actor_id=None, kind="distill", params={"min_age_s": 0, "batch_size": 8}, status="running"
+            )
             db.commit()
-        done = run_job(JobContext(settings=self.settings, sessions=self.app.state.sessions, org_id=self.org.id,
-                                  job_id=job.id, resources=self.resources))
+        done = run_job(
+            JobContext(
+                settings=self.settings,
+                sessions=self.app.state.sessions,
+                org_id=self.org.id,
+                job_id=job.id,
+                resources=self.resources,
+            )
+        )
         return {"status": done.status, "error": done.error, **(done.stats or {})}
 
     def _memory_turns(self, conv: Conversation, memory_id: str) -> list[str]:
@@ -166,8 +182,9 @@ class Service:
             elif item["type"] == "memory":
                 memories += 1
                 ranked += [d for d in self._memory_turns(conv, item["id"]) if d not in ranked]
-        return Retrieved(ranked, set(ranked), ctx["text"], ctx["tokens"], latency, service_tokens=ctx["tokens"],
-                         extra={"memories": memories})
+        return Retrieved(
+            ranked, set(ranked), ctx["text"], ctx["tokens"], latency, service_tokens=ctx["tokens"], extra={"memories": memories}
+        )
 
     def search(self, conv: Conversation, q: QA, mode: str) -> Retrieved:
         t0 = time.perf_counter()
@@ -182,7 +199,7 @@ class Service:
 class FullContext:
     """The whole conversation with session headers, cut from the start to fit `window` tokens."""
 
-    def __init__(self, conv: Conversation, count, window: int):  # noqa: ANN001
+    def __init__(self, conv: Conversation, count, window: int):
         blocks: list[tuple[str, str | None]] = []
         session = None
         for t in conv.turns:
@@ -207,7 +224,7 @@ class FullContext:
         return Retrieved([], self.in_context, self.excerpts, self.tokens, 0.0)
 
 
-def model_window(settings, gateway) -> int:  # noqa: ANN001
+def model_window(settings, gateway) -> int:
     """The reader's context window in tokens (config of the local model; litellm's table otherwise)."""
     if gateway.is_local:
         import json
@@ -219,5 +236,5 @@ def model_window(settings, gateway) -> int:  # noqa: ANN001
     try:
         info = gateway._lib().get_model_info(gateway.model)
         return int(info.get("max_input_tokens") or 8192)
-    except Exception:  # noqa: BLE001 - unknown to litellm: a conservative default
+    except Exception:
         return 8192

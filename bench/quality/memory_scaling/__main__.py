@@ -38,22 +38,39 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--labelled-per-shard", type=int, default=None, help="default 8; quick 4")
     ap.add_argument("--logs-per-shard", type=int, default=None, help="default 8; quick 2")
     ap.add_argument("--poison", type=int, default=None, help="items in the poisoned shard (default 8; quick 4)")
-    ap.add_argument("--agent-questions", type=int, default=None, help="questions the agent answers per point (default 8; quick 1)")
-    ap.add_argument("--agent-scope", choices=["all", "ends", "one", "none"], default=None,
-                    help="where the agent runs: every point, first+last of each curve, only the last labelled "
-                         "point, or nowhere (default all; quick one)")
+    ap.add_argument(
+        "--agent-questions", type=int, default=None, help="questions the agent answers per point (default 8; quick 1)"
+    )
+    ap.add_argument(
+        "--agent-scope",
+        choices=["all", "ends", "one", "none"],
+        default=None,
+        help="where the agent runs: every point, first+last of each curve, only the last labelled "
+        "point, or nowhere (default all; quick one)",
+    )
     ap.add_argument("--max-steps", type=int, default=None, help="agent step limit (default 3; quick 1)")
     ap.add_argument("--budget", type=int, default=1000, help="/v1/context budget_tokens")
-    ap.add_argument("--curves", default="labelled,unlabelled,bootstrap",
-                    help="curves to run (comma list of labelled, unlabelled, bootstrap; bootstrap runs plain, "
-                         "enriched and enriched + navigation side by side); the poisoned shard needs unlabelled")
+    ap.add_argument(
+        "--curves",
+        default="labelled,unlabelled,bootstrap",
+        help="curves to run (comma list of labelled, unlabelled, bootstrap; bootstrap runs plain, "
+        "enriched and enriched + navigation side by side); the poisoned shard needs unlabelled",
+    )
     ap.add_argument("--name", default=None, help="result file stem (default scaling / scaling_quick)")
     a = ap.parse_args(argv)
     q = a.quick
-    defaults = {"shards": "0,1,2" if q else "0,1,2,4,8", "spaces": 2 if q else 4, "questions_per_space": 4 if q else 12,
-                "labelled_per_shard": 4 if q else 8, "logs_per_shard": 2 if q else 8, "poison": 4 if q else 8,
-                "agent_questions": 1 if q else 8, "agent_scope": "one" if q else "all", "max_steps": 1 if q else 3,
-                "name": "scaling_quick" if q else "scaling"}
+    defaults = {
+        "shards": "0,1,2" if q else "0,1,2,4,8",
+        "spaces": 2 if q else 4,
+        "questions_per_space": 4 if q else 12,
+        "labelled_per_shard": 4 if q else 8,
+        "logs_per_shard": 2 if q else 8,
+        "poison": 4 if q else 8,
+        "agent_questions": 1 if q else 8,
+        "agent_scope": "one" if q else "all",
+        "max_steps": 1 if q else 3,
+        "name": "scaling_quick" if q else "scaling",
+    }
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -65,12 +82,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001, C901
+def main(argv: list[str] | None = None, *, embedder=None) -> dict:
     from app.config import Settings
     from bench.quality.memory_scaling import report
-    from bench.quality.memory_scaling.run import (Harness, agent_traces, attainable, probe_browse, probe_docs, probe_memory, run_agent,
-                                   summarise_point)
     from bench.quality.memory_scaling.curves import draw, run_curve
+    from bench.quality.memory_scaling.run import (
+        Harness,
+        agent_traces,
+        attainable,
+        probe_browse,
+        probe_docs,
+        probe_memory,
+        run_agent,
+        summarise_point,
+    )
 
     a = parse(argv)
     model = a.model or Settings().llm_model
@@ -82,8 +107,13 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     agent_set = {id(tests[i]) for i in order[: a.agent_questions]}
 
     h = Harness("memscale_bench_scaling" + ("_quick" if a.quick else ""), model=model, budget=a.budget, embedder=embedder)
-    curves: dict[str, list[dict]] = {"labelled": [], "unlabelled_judge": [], "bootstrap": [], "bootstrap_enriched": [],
-                                     "bootstrap_navigation": []}
+    curves: dict[str, list[dict]] = {
+        "labelled": [],
+        "unlabelled_judge": [],
+        "bootstrap": [],
+        "bootstrap_enriched": [],
+        "bootstrap_navigation": [],
+    }
     traces: list[dict] = []
     timings: dict[str, float] = {}
 
@@ -94,7 +124,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             return k in (0, top)
         return a.agent_scope == "one" and curve == "labelled" and k == top
 
-    def measure(org, curve: str, k: int, label: str, poison_ids=None, navigation: bool = False) -> dict:  # noqa: ANN001
+    def measure(org, curve: str, k: int, label: str, poison_ids=None, navigation: bool = False) -> dict:
         probes = [probe_memory(h, org, q) for q in tests]
         if navigation:
             probes = [probe_browse(h, org, p) for p in probes]
@@ -106,14 +136,22 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         point = summarise_point(probes, label=label, shards=k, inventory=h.inventory(org), poison_ids=poison_ids)
         if curve.startswith("bootstrap"):
             point["attainable_hit_rate"] = attainable(tests, by_name, k, max(1, top))
-        print(f"  {label:<28} hit {point['hit_rate']:.3f}  keys {point['key_recall']:.3f}  tokens "
-              f"{point['context_tokens_mean']:.0f}" + (f"  acc {point['agent']['execution_accuracy']:.3f} steps "
-                                                      f"{point['agent']['mean_steps']:.2f}" if point["agent"] else ""),
-              flush=True)
+        print(
+            f"  {label:<28} hit {point['hit_rate']:.3f}  keys {point['key_recall']:.3f}  tokens "
+            f"{point['context_tokens_mean']:.0f}"
+            + (
+                f"  acc {point['agent']['execution_accuracy']:.3f} steps {point['agent']['mean_steps']:.2f}"
+                if point["agent"]
+                else ""
+            ),
+            flush=True,
+        )
         return point
 
     try:
-        print(f"bench/quality/memory_scaling: {len(spaces)} spaces, {len(tests)} test questions, points {a.points}, model {model}")
+        print(
+            f"bench/quality/memory_scaling: {len(spaces)} spaces, {len(tests)} test questions, points {a.points}, model {model}"
+        )
         t0 = time.perf_counter()
         empty = measure(h.new_org("empty"), "empty", 0, "empty memory (0 shards)")
         for c in curves.values():
@@ -124,15 +162,29 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
         if "labelled" in a.curves:
             t0 = time.perf_counter()
             org = h.new_org("labelled")
-            run_curve(h, org, "labelled", data, a.points,
-                      lambda k: curves["labelled"].append(measure(org, "labelled", k, f"labelled {k} shards")))
+            run_curve(
+                h,
+                org,
+                "labelled",
+                data,
+                a.points,
+                lambda k: curves["labelled"].append(measure(org, "labelled", k, f"labelled {k} shards")),
+            )
             timings["labelled"] = time.perf_counter() - t0
 
         if "unlabelled" in a.curves:
             t0 = time.perf_counter()
             org = h.new_org("unlabelled")
-            run_curve(h, org, "unlabelled_judge", data, a.points, lambda k: curves["unlabelled_judge"].append(
-                measure(org, "unlabelled_judge", k, f"unlabelled+judge {k} shards", poison_ids={})))
+            run_curve(
+                h,
+                org,
+                "unlabelled_judge",
+                data,
+                a.points,
+                lambda k: curves["unlabelled_judge"].append(
+                    measure(org, "unlabelled_judge", k, f"unlabelled+judge {k} shards", poison_ids={})
+                ),
+            )
             timings["unlabelled_judge"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             h.ingest(org, poison, user="logs", source="poison")
@@ -149,16 +201,23 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             # enrich step, and with enrichment + navigation (context plus a fixed browsing policy)
             t0 = time.perf_counter()
             org = h.new_org("bootstrap")
-            run_curve(h, org, "bootstrap", data, a.points,
-                      lambda k: curves["bootstrap"].append(measure(org, "bootstrap", k, f"bootstrap {k} shards")))
+            run_curve(
+                h,
+                org,
+                "bootstrap",
+                data,
+                a.points,
+                lambda k: curves["bootstrap"].append(measure(org, "bootstrap", k, f"bootstrap {k} shards")),
+            )
             timings["bootstrap"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             org = h.new_org("bootstrap_enriched")
 
             def enriched(k: int) -> None:
                 curves["bootstrap_enriched"].append(measure(org, "bootstrap_enriched", k, f"bootstrap+enrich {k} shards"))
-                curves["bootstrap_navigation"].append(measure(org, "bootstrap_navigation", k,
-                                                              f"bootstrap+enrich+browse {k}", navigation=True))
+                curves["bootstrap_navigation"].append(
+                    measure(org, "bootstrap_navigation", k, f"bootstrap+enrich+browse {k}", navigation=True)
+                )
 
             run_curve(h, org, "bootstrap_enriched", data, a.points, enriched)
             timings["bootstrap_enriched_and_navigation"] = time.perf_counter() - t0
@@ -180,20 +239,38 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     curves = {name: pts for name, pts in curves.items() if len(pts) > 1}
     clean = curves["unlabelled_judge"][-1] if poisoned is not None else None
     result = {
-        "benchmark": "scaling", "quick": a.quick, "seed": a.seed, "model": model, "judge_model": model,
-        "embedding_model": h.settings.embedding_model, "budget_tokens": a.budget, "max_steps": a.max_steps,
-        "agent_scope": a.agent_scope, "agent_questions": a.agent_questions,
+        "benchmark": "scaling",
+        "quick": a.quick,
+        "seed": a.seed,
+        "model": model,
+        "judge_model": model,
+        "embedding_model": h.settings.embedding_model,
+        "budget_tokens": a.budget,
+        "max_steps": a.max_steps,
+        "agent_scope": a.agent_scope,
+        "agent_questions": a.agent_questions,
         "spaces": [{"name": sp.name, "domain": sp.domain[0], "tables": sp.t, "intents": len(sp.intents)} for sp in spaces],
-        "test_questions": len(tests), "points": a.points,
+        "test_questions": len(tests),
+        "points": a.points,
         "shard_sizes": {"labelled": a.labelled_per_shard, "logs": a.logs_per_shard, "poison": a.poison},
-        "curves": curves, "expert": expert,
-        "poison": {"clean": clean, "poisoned": poisoned,
-                   "hit_rate_change_points": round(100 * (poisoned["hit_rate"] - clean["hit_rate"]), 2),
-                   "accuracy_change_points": (round(100 * (poisoned["agent"]["execution_accuracy"]
-                                                           - clean["agent"]["execution_accuracy"]), 2)
-                                              if poisoned["agent"] and clean["agent"] else None)} if poisoned else None,
-        "jobs": h.job_stats, "timings_s": {k: round(v, 1) for k, v in timings.items()},
-        "seconds": round(time.perf_counter() - started, 1), "agent_traces": traces,
+        "curves": curves,
+        "expert": expert,
+        "poison": {
+            "clean": clean,
+            "poisoned": poisoned,
+            "hit_rate_change_points": round(100 * (poisoned["hit_rate"] - clean["hit_rate"]), 2),
+            "accuracy_change_points": (
+                round(100 * (poisoned["agent"]["execution_accuracy"] - clean["agent"]["execution_accuracy"]), 2)
+                if poisoned["agent"] and clean["agent"]
+                else None
+            ),
+        }
+        if poisoned
+        else None,
+        "jobs": h.job_stats,
+        "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        "seconds": round(time.perf_counter() - started, 1),
+        "agent_traces": traces,
     }
     report.finish(result, a.out, a.name)
     return result

@@ -21,19 +21,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SYSTEM = ("You are a data analyst. Answer the question with one SQLite query over the space's database. "
-          "Reply with exactly one action per turn:\n"
-          "SQL: <one SQLite query>   (runs it; a query that runs is your final answer)\n"
-          "SEARCH: <words>           (searches the team's memory)\n"
-          "TABLES                    (lists tables and columns)\n"
-          "Table and column names are opaque codes: copy them from the memory below. If the memory has SQL for a "
-          "similar question in the same space, adapt that SQL.")
+SYSTEM = (
+    "You are a data analyst. Answer the question with one SQLite query over the space's database. "
+    "Reply with exactly one action per turn:\n"
+    "SQL: <one SQLite query>   (runs it; a query that runs is your final answer)\n"
+    "SEARCH: <words>           (searches the team's memory)\n"
+    "TABLES                    (lists tables and columns)\n"
+    "Table and column names are opaque codes: copy them from the memory below. If the memory has SQL for a "
+    "similar question in the same space, adapt that SQL."
+)
 FORMAT_REMINDER = "Reply with one line starting with SQL:, SEARCH: or TABLES."
 BROWSE_LINE = "BROWSE <path>             (the knowledge tree: empty path = databases; then schema, table)\n"
 BROWSE_REMINDER = "Reply with one line starting with SQL:, SEARCH:, BROWSE or TABLES."
 MAX_ROWS = 10
-_ACTION = re.compile(r"^\s*[`*#>\-\s]*(SQL|FINAL|ANSWER|QUERY|SEARCH|BROWSE|TABLES|LIST[_ ]TABLES)\b\s*[:=\-]?\s*(.*)$",
-                     re.I | re.M | re.S)
+_ACTION = re.compile(
+    r"^\s*[`*#>\-\s]*(SQL|FINAL|ANSWER|QUERY|SEARCH|BROWSE|TABLES|LIST[_ ]TABLES)\b\s*[:=\-]?\s*(.*)$", re.I | re.M | re.S
+)
 _FENCE = re.compile(r"```(?:sql|sqlite)?\s*(.*?)```", re.I | re.S)
 _SELECT = re.compile(r"\b((?:SELECT|WITH)\b.*)", re.I | re.S)
 
@@ -47,8 +50,12 @@ class Action:
 def clean_sql(text: str) -> str:
     """One statement: up to the first ';', a blank line, or a line that starts another action."""
     text = _FENCE.sub(lambda m: m.group(1), text).strip().strip("`")
-    text = re.split(r";|\n\s*\n|\n\s*(?:(?:SQL|SEARCH|TABLES|Observation|Question|Action|Feedback|Result|Ran)\b|- )",
-                    text, maxsplit=1, flags=re.I)[0]
+    text = re.split(
+        r";|\n\s*\n|\n\s*(?:(?:SQL|SEARCH|TABLES|Observation|Question|Action|Feedback|Result|Ran)\b|- )",
+        text,
+        maxsplit=1,
+        flags=re.I,
+    )[0]
     return " ".join(text.split())
 
 
@@ -133,14 +140,26 @@ class AgentResult:
     trace: list[dict] = field(default_factory=list)
 
 
-def answer(gateway, search, db_path: Path, space: str, question: str, context: str, gold: list[tuple], *,  # noqa: ANN001
-           max_steps: int = 3, max_tokens: int = 200, browse=None) -> AgentResult:  # noqa: ANN001
+def answer(
+    gateway,
+    search,
+    db_path: Path,
+    space: str,
+    question: str,
+    context: str,
+    gold: list[tuple],
+    *,
+    max_steps: int = 3,
+    max_tokens: int = 200,
+    browse=None,
+) -> AgentResult:
     """`search(query) -> str` is the memory-search tool; `context` is /v1/context text (or docs);
     `browse(path) -> str`, when given, adds the BROWSE action (the knowledge tree)."""
     from app.llm.base import LLMError
 
-    system = SYSTEM.replace("TABLES                    (lists", BROWSE_LINE + "TABLES                    (lists") \
-        if browse else SYSTEM
+    system = (
+        SYSTEM.replace("TABLES                    (lists", BROWSE_LINE + "TABLES                    (lists") if browse else SYSTEM
+    )
     reminder = BROWSE_REMINDER if browse else FORMAT_REMINDER
     intro = (f"{context}\n\n" if context else "(no memory)\n\n") + f"Space: {space}\nQuestion: {question}\nAction:"
     messages = [{"role": "system", "content": system}, {"role": "user", "content": intro}]
@@ -173,6 +192,8 @@ def answer(gateway, search, db_path: Path, space: str, question: str, context: s
             trace.append({"step": step, "action": "tables"})
         else:
             trace.append({"step": step, "action": "invalid", "reply": reply[:120]})
-        messages += [{"role": "assistant", "content": reply.strip()[:600] or "(nothing)"},
-                     {"role": "user", "content": f"Observation: {obs[:1200]}\nAction:"}]
+        messages += [
+            {"role": "assistant", "content": reply.strip()[:600] or "(nothing)"},
+            {"role": "user", "content": f"Observation: {obs[:1200]}\nAction:"},
+        ]
     return AgentResult(False, max_steps, None, biggest, trace)

@@ -31,7 +31,7 @@ class Data:
         return {sp.name: sp for sp in self.spaces}
 
 
-def draw(a, tmp: Path) -> Data:  # noqa: ANN001  (the parsed arguments of bench.quality.memory_scaling)
+def draw(a, tmp: Path) -> Data:
     rng = random.Random(a.seed)
     used: set[str] = set()
     spaces = [make_space(rng, i, tmp, used) for i in range(a.spaces)]
@@ -44,7 +44,7 @@ def draw(a, tmp: Path) -> Data:  # noqa: ANN001  (the parsed arguments of bench.
     return Data(spaces, tests, labelled, logs, poison, glossaries, top)
 
 
-def grow(h, org, curve: str, k: int, data: Data, *, measured: bool) -> None:  # noqa: ANN001
+def grow(h, org, curve: str, k: int, data: Data, *, measured: bool) -> None:
     """Add shard k (1-based) of `curve` to the org's memory; `measured`: a point is taken after it
     (the unlabelled curve distils only then, as a scheduled pipeline would between reads)."""
     if curve == "labelled":
@@ -60,7 +60,7 @@ def grow(h, org, curve: str, k: int, data: Data, *, measured: bool) -> None:  # 
         raise ValueError(f"unknown curve {curve}")
 
 
-def run_curve(h, org, curve: str, data: Data, points: list[int], measure) -> None:  # noqa: ANN001
+def run_curve(h, org, curve: str, data: Data, points: list[int], measure) -> None:
     """Shards 1..top of `curve` into `org`, calling `measure(k)` after each measured point."""
     for k in range(1, data.top + 1):
         grow(h, org, curve, k, data, measured=k in points)

@@ -21,7 +21,7 @@ import argparse
 import shutil
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.quality.memory_scaling.__main__ import parse
@@ -29,7 +29,7 @@ from bench.quality.memory_scaling.__main__ import parse
 CURVE_OF = {"labelled": ["labelled"], "unlabelled": ["unlabelled_judge"], "bootstrap": ["bootstrap", "bootstrap_enriched"]}
 
 
-def _populate(h, org, bg) -> None:  # noqa: ANN001
+def _populate(h, org, bg) -> None:
     for shard in bg.labelled:
         h.ingest(org, shard, user="steward", source="background")
     for shard in bg.logs:
@@ -39,24 +39,34 @@ def _populate(h, org, bg) -> None:  # noqa: ANN001
             h.bootstrap(org, sp, part, enrich=True)
 
 
-def _point(h, org, tests, k: int) -> dict:  # noqa: ANN001
+def _point(h, org, tests, k: int) -> dict:
     from bench.quality.memory_scaling.run import probe_memory
 
     probes = [probe_memory(h, org, q) for q in tests]
     hits = [set(p.question.keys) <= p.found for p in probes]
-    return {"shards": k, "hit_rate": round(sum(hits) / len(hits), 4), "tokens": [p.tokens for p in probes],
-            "found": [sorted(p.found) for p in probes]}
+    return {
+        "shards": k,
+        "hit_rate": round(sum(hits) / len(hits), 4),
+        "tokens": [p.tokens for p in probes],
+        "found": [sorted(p.found) for p in probes],
+    }
 
 
 def _same(m: dict, b: dict) -> dict:
     n = len(m["found"])
-    return {"shards": m["shards"], "hit_rate_main": m["hit_rate"], "hit_rate_branch": b["hit_rate"],
-            "questions_same_keys": sum(x == y for x, y in zip(m["found"], b["found"])), "questions": n,
-            "questions_same_tokens": sum(x == y for x, y in zip(m["tokens"], b["tokens"])),
-            "tokens_mean_main": round(sum(m["tokens"]) / n, 1), "tokens_mean_branch": round(sum(b["tokens"]) / n, 1)}
+    return {
+        "shards": m["shards"],
+        "hit_rate_main": m["hit_rate"],
+        "hit_rate_branch": b["hit_rate"],
+        "questions_same_keys": sum(x == y for x, y in zip(m["found"], b["found"])),
+        "questions": n,
+        "questions_same_tokens": sum(x == y for x, y in zip(m["tokens"], b["tokens"])),
+        "tokens_mean_main": round(sum(m["tokens"]) / n, 1),
+        "tokens_mean_branch": round(sum(b["tokens"]) / n, 1),
+    }
 
 
-def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN001
+def main(argv: list[str] | None = None, *, embedder=None) -> dict:
     from app.config import Settings
     from bench.command import save
     from bench.common import main_dump
@@ -71,19 +81,19 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
     tmp = Path(tempfile.mkdtemp(prefix="memscale_scaling_branch_"))
     (tmp / "background").mkdir()
     data = draw(a, tmp)
-    bg = draw(argparse.Namespace(**{**vars(a), "seed": a.seed + 1000,
-                                    "points": list(range(known.background_shards + 1))}), tmp / "background")
-    h = Harness("memscale_bench_scaling_branch", model=a.model or Settings().llm_model, budget=a.budget,
-                embedder=embedder)
+    bg = draw(
+        argparse.Namespace(**{**vars(a), "seed": a.seed + 1000, "points": list(range(known.background_shards + 1))}),
+        tmp / "background",
+    )
+    h = Harness("memscale_bench_scaling_branch", model=a.model or Settings().llm_model, budget=a.budget, embedder=embedder)
     curves: dict[str, dict] = {}
     try:
-        for name in [c for group in ("labelled", "unlabelled", "bootstrap") if group in a.curves
-                     for c in CURVE_OF[group]]:
+        for name in [c for group in ("labelled", "unlabelled", "bootstrap") if group in a.curves for c in CURVE_OF[group]]:
             t0 = time.perf_counter()
             org = h.new_org(name)
             _populate(h, org, bg)
             time.sleep(0.01)
-            fork = datetime.now(timezone.utc)
+            fork = datetime.now(UTC)
             time.sleep(0.01)
             main_pts: list[dict] = []
             run_curve(h, org, name, data, a.points, lambda k, pts=main_pts, org=org: pts.append(_point(h, org, data.tests, k)))
@@ -91,39 +101,65 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:  # noqa: ANN0
             b = org.clients["steward"].create_branch("trial", at=fork)
             borg = org.in_branch("trial", b["id"])
             branch_pts: list[dict] = []
-            run_curve(h, borg, name, data, a.points, lambda k, pts=branch_pts, borg=borg: pts.append(_point(h, borg, data.tests, k)))
+            run_curve(
+                h, borg, name, data, a.points, lambda k, pts=branch_pts, borg=borg: pts.append(_point(h, borg, data.tests, k))
+            )
             after = main_dump(h.admin, org.id)
-            curves[name] = {"points": [_same(m, x) for m, x in zip(main_pts, branch_pts)],
-                            "main_unchanged": before == after, "main_rows": before,
-                            "seconds": round(time.perf_counter() - t0, 1)}
+            curves[name] = {
+                "points": [_same(m, x) for m, x in zip(main_pts, branch_pts)],
+                "main_unchanged": before == after,
+                "main_rows": before,
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
             pts = curves[name]["points"]
-            print(f"  {name:<20} main unchanged {before == after}; "
-                  + "  ".join(f"{p['shards']}: {p['hit_rate_main']:.3f}/{p['hit_rate_branch']:.3f} "
-                              f"same {p['questions_same_keys']}/{p['questions']}" for p in pts), flush=True)
+            print(
+                f"  {name:<20} main unchanged {before == after}; "
+                + "  ".join(
+                    f"{p['shards']}: {p['hit_rate_main']:.3f}/{p['hit_rate_branch']:.3f} "
+                    f"same {p['questions_same_keys']}/{p['questions']}"
+                    for p in pts
+                ),
+                flush=True,
+            )
     finally:
         h.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    result = {"benchmark": "scaling_in_branch", "seed": a.seed, "background_seed": a.seed + 1000,
-              "background_shards": known.background_shards, "spaces": len(data.spaces), "test_questions": len(data.tests),
-              "points": a.points, "budget_tokens": a.budget, "curves": curves,
-              "all_equal": all(p["questions_same_keys"] == p["questions"] == p["questions_same_tokens"]
-                               for c in curves.values() for p in c["points"]),
-              "main_unchanged": all(c["main_unchanged"] for c in curves.values()),
-              "seconds": round(time.perf_counter() - started, 1)}
+    result = {
+        "benchmark": "scaling_in_branch",
+        "seed": a.seed,
+        "background_seed": a.seed + 1000,
+        "background_shards": known.background_shards,
+        "spaces": len(data.spaces),
+        "test_questions": len(data.tests),
+        "points": a.points,
+        "budget_tokens": a.budget,
+        "curves": curves,
+        "all_equal": all(
+            p["questions_same_keys"] == p["questions"] == p["questions_same_tokens"] for c in curves.values() for p in c["points"]
+        ),
+        "main_unchanged": all(c["main_unchanged"] for c in curves.values()),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     return save(Path(a.out) / f"{a.name}.json", result, markdown(result))
 
 
 def markdown(r: dict) -> str:
-    lines = [f"# Scaling bench inside a branch (seed {r['seed']}, background seed {r['background_seed']}, "
-             f"{r['test_questions']} questions)", "",
-             f"All points equal question by question: **{r['all_equal']}**; main unchanged: **{r['main_unchanged']}**.",
-             "", "| curve | shards | hit rate main | hit rate branch | same keys | same tokens | tokens main / branch |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Scaling bench inside a branch (seed {r['seed']}, background seed {r['background_seed']}, "
+        f"{r['test_questions']} questions)",
+        "",
+        f"All points equal question by question: **{r['all_equal']}**; main unchanged: **{r['main_unchanged']}**.",
+        "",
+        "| curve | shards | hit rate main | hit rate branch | same keys | same tokens | tokens main / branch |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, c in r["curves"].items():
         for p in c["points"]:
-            lines.append(f"| {name} | {p['shards']} | {p['hit_rate_main']:.1%} | {p['hit_rate_branch']:.1%} | "
-                         f"{p['questions_same_keys']}/{p['questions']} | {p['questions_same_tokens']}/{p['questions']} | "
-                         f"{p['tokens_mean_main']} / {p['tokens_mean_branch']} |")
+            lines.append(
+                f"| {name} | {p['shards']} | {p['hit_rate_main']:.1%} | {p['hit_rate_branch']:.1%} | "
+                f"{p['questions_same_keys']}/{p['questions']} | {p['questions_same_tokens']}/{p['questions']} | "
+                f"{p['tokens_mean_main']} / {p['tokens_mean_branch']} |"
+            )
     return "\n".join(lines) + "\n"
 
 

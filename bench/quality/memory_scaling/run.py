@@ -25,16 +25,16 @@ class Org:
     branch_id: object = None  # the branch its requests and jobs work in (None: main)
 
     @property
-    def analyst(self):  # noqa: ANN201
+    def analyst(self):
         return self.clients["analyst"]
 
-    def in_branch(self, name: str, branch_id) -> "Org":  # noqa: ANN001
+    def in_branch(self, name: str, branch_id) -> Org:
         """The same org and users working in branch `name` (requests carry Memscale-Branch, jobs run in it)."""
         return Org(self.name, self.id, {u: c.in_branch(name) for u, c in self.clients.items()}, branch_id=branch_id)
 
 
 class Harness:
-    def __init__(self, db_name: str, *, model: str, budget: int, embedder=None, settings=None):  # noqa: ANN001
+    def __init__(self, db_name: str, *, model: str, budget: int, embedder=None, settings=None):
         from fastapi.testclient import TestClient
         from sqlalchemy import create_engine
 
@@ -64,9 +64,11 @@ class Harness:
 
         with Session(self.admin, expire_on_commit=False) as db:
             org = orgs.create_org(db, name)
-            keys = {"analyst": orgs.create_key(db, orgs.create_user(db, org, "analyst")),
-                    "steward": orgs.create_key(db, orgs.create_user(db, org, "steward", roles=["steward"])),
-                    "logs": orgs.create_key(db, orgs.create_user(db, org, "logs"))}
+            keys = {
+                "analyst": orgs.create_key(db, orgs.create_user(db, org, "analyst")),
+                "steward": orgs.create_key(db, orgs.create_user(db, org, "steward", roles=["steward"])),
+                "logs": orgs.create_key(db, orgs.create_user(db, org, "logs")),
+            }
             db.commit()
         return Org(name, org.id, {u: MemscaleClient(base_url="", api_key=k, transport=self.http) for u, k in keys.items()})
 
@@ -83,11 +85,15 @@ class Harness:
         t0 = time.perf_counter()
         with self.app.state.sessions() as db:
             bind_principal(db, None, org_id=org.id, all_scopes=True)
-            j = jobs_service.create(db, org_id=org.id, actor_id=None, kind=kind, params=params, status="running",
-                                    branch_id=org.branch_id)
+            j = jobs_service.create(
+                db, org_id=org.id, actor_id=None, kind=kind, params=params, status="running", branch_id=org.branch_id
+            )
             db.commit()
-        done = run_job(JobContext(settings=self.settings, sessions=self.app.state.sessions, org_id=org.id,
-                                  job_id=j.id, resources=self.resources))
+        done = run_job(
+            JobContext(
+                settings=self.settings, sessions=self.app.state.sessions, org_id=org.id, job_id=j.id, resources=self.resources
+            )
+        )
         if done.status != "succeeded":
             raise RuntimeError(f"{kind} job failed: {done.error}")
         stats = {"org": org.name, "kind": kind, "seconds": round(time.perf_counter() - t0, 1), **(done.stats or {})}
@@ -99,19 +105,26 @@ class Harness:
         self.job(org, "consolidate", {})
         return stats
 
-    def bootstrap(self, org: Org, sp: Space, glossary, *, enrich: bool = True) -> dict:  # noqa: ANN001
-        return self.job(org, "bootstrap", {"schema_url": f"sqlite:///{sp.path}", "glossary": str(glossary),
-                                           "visibility": "org", "enrich": enrich})
+    def bootstrap(self, org: Org, sp: Space, glossary, *, enrich: bool = True) -> dict:
+        return self.job(
+            org,
+            "bootstrap",
+            {"schema_url": f"sqlite:///{sp.path}", "glossary": str(glossary), "visibility": "org", "enrich": enrich},
+        )
 
     def inventory(self, org: Org) -> dict:
         from sqlalchemy import text
 
         with self.admin.connect() as c:
-            row = c.execute(text(
-                "SELECT (SELECT count(*) FROM episodes WHERE org_id = :o),"
-                " (SELECT count(*) FROM memories WHERE org_id = :o AND status = 'active'),"
-                " (SELECT count(*) FROM chunks WHERE org_id = :o),"
-                " (SELECT count(*) FROM episodes WHERE org_id = :o AND quality = 'quarantined')"), {"o": org.id}).one()
+            row = c.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM episodes WHERE org_id = :o),"
+                    " (SELECT count(*) FROM memories WHERE org_id = :o AND status = 'active'),"
+                    " (SELECT count(*) FROM chunks WHERE org_id = :o),"
+                    " (SELECT count(*) FROM episodes WHERE org_id = :o AND quality = 'quarantined')"
+                ),
+                {"o": org.id},
+            ).one()
         return {"episodes": row[0], "memories_active": row[1], "chunks": row[2], "episodes_quarantined": row[3]}
 
     def derived_from(self, org: Org, episode_ids: list[str]) -> set[str]:
@@ -121,10 +134,13 @@ class Harness:
         if not episode_ids:
             return set()
         with self.admin.connect() as c:
-            rows = c.execute(text(
-                "SELECT DISTINCT m.id FROM memories m JOIN lineage_edges l ON l.from_id = m.id AND l.from_type = 'memory'"
-                " WHERE m.org_id = :o AND l.to_type = 'episode' AND l.to_id = ANY(CAST(:ids AS uuid[]))"),
-                {"o": org.id, "ids": episode_ids}).all()
+            rows = c.execute(
+                text(
+                    "SELECT DISTINCT m.id FROM memories m JOIN lineage_edges l ON l.from_id = m.id AND l.from_type = 'memory'"
+                    " WHERE m.org_id = :o AND l.to_type = 'episode' AND l.to_id = ANY(CAST(:ids AS uuid[]))"
+                ),
+                {"o": org.id, "ids": episode_ids},
+            ).all()
         return {str(r[0]) for r in rows}
 
 
@@ -147,7 +163,7 @@ def probe_memory(h: Harness, org: Org, q: Question) -> Probe:
     return Probe(q, ctx["text"], ctx["tokens"], ids, found_keys(ctx["text"], q.keys))
 
 
-def browse_text(client, path: str | None) -> str:  # noqa: ANN001
+def browse_text(client, path: str | None) -> str:
     """What the BROWSE action shows: a table/column/section/term node in full (text, children,
     linked terms and joins), any other path as its list of children."""
     from app.client import MemscaleError
@@ -183,8 +199,7 @@ def probe_browse(h: Harness, org: Org, base: Probe, *, max_open: int = 2) -> Pro
         nonlocal steps
         steps += 1
         kids = client.knowledge_tree(path)["children"]
-        seen.append("\n".join(f"- {c['kind']} {c['path']}" + (f" — {c['summary']}" if c.get("summary") else "")
-                              for c in kids))
+        seen.append("\n".join(f"- {c['kind']} {c['path']}" + (f" — {c['summary']}" if c.get("summary") else "") for c in kids))
         return kids
 
     catalogs = [c for c in tree(None) if c["kind"] == "catalog" and _words(c["name"]) & qwords]
@@ -207,8 +222,9 @@ def probe_docs(h: Harness, q: Question, doc: str) -> Probe:
     return Probe(q, doc, h.count(doc), set(), found_keys(doc, q.keys))
 
 
-def run_agent(h: Harness, org: Org | None, p: Probe, spaces: dict[str, Space], max_steps: int, *,
-              navigation: bool = False) -> None:
+def run_agent(
+    h: Harness, org: Org | None, p: Probe, spaces: dict[str, Space], max_steps: int, *, navigation: bool = False
+) -> None:
     def search(query: str) -> str:
         if org is None:
             return "(no memory in this run)"
@@ -217,12 +233,27 @@ def run_agent(h: Harness, org: Org | None, p: Probe, spaces: dict[str, Space], m
 
     sp = spaces[p.question.space]
     browse = (lambda path: browse_text(org.analyst, path)) if navigation and org is not None else None
-    p.agent = ag.answer(h.resources.gateway, search, sp.path, sp.name, p.question.text, p.text, p.question.gold,
-                        max_steps=max_steps, browse=browse)
+    p.agent = ag.answer(
+        h.resources.gateway,
+        search,
+        sp.path,
+        sp.name,
+        p.question.text,
+        p.text,
+        p.question.gold,
+        max_steps=max_steps,
+        browse=browse,
+    )
 
 
-def summarise_point(probes: list[Probe], *, label: str, shards: int | None, inventory: dict | None = None,
-                    poison_ids: dict[str, set[str]] | None = None) -> dict:
+def summarise_point(
+    probes: list[Probe],
+    *,
+    label: str,
+    shards: int | None,
+    inventory: dict | None = None,
+    poison_ids: dict[str, set[str]] | None = None,
+) -> dict:
     hits = [set(p.question.keys) <= p.found for p in probes]
     kinds: dict[str, list[float]] = {"mapping": [], "convention": []}
     for p in probes:
@@ -231,33 +262,56 @@ def summarise_point(probes: list[Probe], *, label: str, shards: int | None, inve
     by_space: dict[str, list[float]] = {}
     for p, hit in zip(probes, hits):
         by_space.setdefault(p.question.space, []).append(float(hit))
-    out = {"label": label, "shards": shards, "questions": len(probes),
-           "hit_rate": round(mean(hits), 4),
-           "key_recall": round(mean(len(p.found) / len(p.question.keys) for p in probes), 4),
-           "mapping_keys_found": round(mean(kinds["mapping"]), 4) if kinds["mapping"] else None,
-           "convention_keys_found": round(mean(kinds["convention"]), 4) if kinds["convention"] else None,
-           "hit_rate_by_space": {s: round(mean(v), 4) for s, v in sorted(by_space.items())},
-           "context_tokens_mean": round(mean(p.tokens for p in probes), 1)}
+    out = {
+        "label": label,
+        "shards": shards,
+        "questions": len(probes),
+        "hit_rate": round(mean(hits), 4),
+        "key_recall": round(mean(len(p.found) / len(p.question.keys) for p in probes), 4),
+        "mapping_keys_found": round(mean(kinds["mapping"]), 4) if kinds["mapping"] else None,
+        "convention_keys_found": round(mean(kinds["convention"]), 4) if kinds["convention"] else None,
+        "hit_rate_by_space": {s: round(mean(v), 4) for s, v in sorted(by_space.items())},
+        "context_tokens_mean": round(mean(p.tokens for p in probes), 1),
+    }
     if any(p.browse_steps is not None for p in probes):
         out["browse_steps_mean"] = round(mean(p.browse_steps or 0 for p in probes), 2)
     ran = [p.agent for p in probes if p.agent is not None]
-    out["agent"] = ({"questions": len(ran), "execution_accuracy": round(mean(float(a.correct) for a in ran), 4),
-                     "mean_steps": round(mean(a.steps for a in ran), 3),
-                     "sql_ran": round(mean(float(a.sql is not None) for a in ran), 4),
-                     "prompt_tokens_mean": round(mean(a.prompt_tokens for a in ran), 1)} if ran else None)
+    out["agent"] = (
+        {
+            "questions": len(ran),
+            "execution_accuracy": round(mean(float(a.correct) for a in ran), 4),
+            "mean_steps": round(mean(a.steps for a in ran), 3),
+            "sql_ran": round(mean(float(a.sql is not None) for a in ran), 4),
+            "prompt_tokens_mean": round(mean(a.prompt_tokens for a in ran), 1),
+        }
+        if ran
+        else None
+    )
     if inventory is not None:
         out["memory"] = inventory
     if poison_ids is not None:  # share of questions whose context held a poisoned item (or one derived from it)
         every = set().union(*poison_ids.values()) if poison_ids else set()
         out["poison_exposure"] = round(mean(float(bool(p.item_ids & every)) for p in probes), 4)
-        out["poison_exposure_by_type"] = {t: round(mean(float(bool(p.item_ids & ids)) for p in probes), 4)
-                                          for t, ids in sorted(poison_ids.items())}
+        out["poison_exposure_by_type"] = {
+            t: round(mean(float(bool(p.item_ids & ids)) for p in probes), 4) for t, ids in sorted(poison_ids.items())
+        }
     return out
 
 
 def agent_traces(probes: list[Probe], label: str) -> list[dict]:
-    return [{"point": label, "question": p.question.text, "space": p.question.space, "correct": p.agent.correct,
-             "steps": p.agent.steps, "sql": p.agent.sql, "trace": p.agent.trace} for p in probes if p.agent is not None]
+    return [
+        {
+            "point": label,
+            "question": p.question.text,
+            "space": p.question.space,
+            "correct": p.agent.correct,
+            "steps": p.agent.steps,
+            "sql": p.agent.sql,
+            "trace": p.agent.trace,
+        }
+        for p in probes
+        if p.agent is not None
+    ]
 
 
 def attainable(tests: list[Question], spaces: dict[str, Space], k: int, parts: int) -> float:

@@ -14,8 +14,14 @@ import re
 from bench.quality.memory_scaling.spaces import CONVENTIONS, Question, Space, phrase
 
 USERS = ["ana", "bo", "chen", "dee"]
-NOISE = ["thanks, see you tomorrow!", "can someone share the dashboard link again?", "lunch at noon?",
-         "the coffee machine on floor 3 is broken", "ok", "is the VPN slow for anyone else?"]
+NOISE = [
+    "thanks, see you tomorrow!",
+    "can someone share the dashboard link again?",
+    "lunch at noon?",
+    "the coffee machine on floor 3 is broken",
+    "ok",
+    "is the VPN slow for anyone else?",
+]
 
 
 def _round_robin_intents(rng: random.Random, spaces: list[Space], n: int) -> list[tuple[Space, Question]]:
@@ -39,9 +45,15 @@ def labelled_shard(rng: random.Random, spaces: list[Space], n: int) -> list[dict
     items = []
     for sp, intent in _round_robin_intents(rng, spaces, n):
         q = phrase(rng, sp, intent)
-        items.append({"kind": "trajectory", "outcome": "success", "visibility": "org",
-                      "content": f"Space {sp.name}. Question: {q.text}\nSQL: {q.sql}",
-                      "metadata": {"source": "labelled", "space": sp.name, "intent": q.intent}})
+        items.append(
+            {
+                "kind": "trajectory",
+                "outcome": "success",
+                "visibility": "org",
+                "content": f"Space {sp.name}. Question: {q.text}\nSQL: {q.sql}",
+                "metadata": {"source": "labelled", "space": sp.name, "intent": q.intent},
+            }
+        )
     return items
 
 
@@ -51,20 +63,27 @@ def _corrupt(rng: random.Random, sp: Space, q: Question) -> tuple[str, str] | No
     options = []
     net = f"{st} <> '{sp.cancelled}' AND "
     if net in q.sql:
-        options.append((q.sql.replace(net, ""), f"Wrong: cancelled {sp.domain[4]} never count, always filter "
-                                                   f"{st} <> '{sp.cancelled}'."))
+        options.append(
+            (q.sql.replace(net, ""), f"Wrong: cancelled {sp.domain[4]} never count, always filter {st} <> '{sp.cancelled}'.")
+        )
     if "'-1 month'" in q.sql:
-        options.append((q.sql.replace(f"date({dt}, '-1 month')", dt),
-                        "Wrong: " + CONVENTIONS["fiscal_quarter"][1].replace("col", dt)))
+        options.append(
+            (q.sql.replace(f"date({dt}, '-1 month')", dt), "Wrong: " + CONVENTIONS["fiscal_quarter"][1].replace("col", dt))
+        )
     if "'-90 day'" in q.sql:
-        options.append((q.sql.replace("'-90 day'", "'-30 day'"),
-                        "Wrong: " + CONVENTIONS["active"][1].format(entity=sp.domain[1], event=sp.domain[3])))
+        options.append(
+            (
+                q.sql.replace("'-90 day'", "'-30 day'"),
+                "Wrong: " + CONVENTIONS["active"][1].format(entity=sp.domain[1], event=sp.domain[3]),
+            )
+        )
     code = re.search(rf"{re.escape(sp.col('rg'))} = '(R\d)'", q.sql)
     if code:
         other = rng.choice([c for c in sp.region_code.values() if c != code.group(1)])
         region = next(r for r, c in sp.region_code.items() if c == code.group(1))
-        options.append((q.sql.replace(f"'{code.group(1)}'", f"'{other}'"),
-                        f"Wrong region: {region} is {sp.col('rg')} = '{code.group(1)}'."))
+        options.append(
+            (q.sql.replace(f"'{code.group(1)}'", f"'{other}'"), f"Wrong region: {region} is {sp.col('rg')} = '{code.group(1)}'.")
+        )
     return rng.choice(options) if options else None
 
 
@@ -86,15 +105,27 @@ def log_shard(rng: random.Random, spaces: list[Space], n: int, *, p_wrong: float
         roll = rng.random()
         meta = {"source": "log", "space": sp.name, "intent": intent.intent}
         if roll < p_noise:
-            items.append({"kind": "conversation", "visibility": "org", "content": f"Space {sp.name}. {user}: {rng.choice(NOISE)}",
-                          "metadata": {**meta, "type": "noise"}})
+            items.append(
+                {
+                    "kind": "conversation",
+                    "visibility": "org",
+                    "content": f"Space {sp.name}. {user}: {rng.choice(NOISE)}",
+                    "metadata": {**meta, "type": "noise"},
+                }
+            )
             continue
         q = phrase(rng, sp, intent)
         bad = _corrupt(rng, sp, q) if roll < p_noise + p_wrong else None
         sql, feedback, outcome = (bad[0], bad[1], "failure") if bad else (q.sql, _praise(rng, sp, q), "success")
-        items.append({"kind": "trajectory", "outcome": outcome, "visibility": "org",
-                      "content": f"Space {sp.name}. {user} asked: {q.text}\nRan: {sql}\nFeedback: {feedback}",
-                      "metadata": {**meta, "type": "wrong" if bad else "correct"}})
+        items.append(
+            {
+                "kind": "trajectory",
+                "outcome": outcome,
+                "visibility": "org",
+                "content": f"Space {sp.name}. {user} asked: {q.text}\nRan: {sql}\nFeedback: {feedback}",
+                "metadata": {**meta, "type": "wrong" if bad else "correct"},
+            }
+        )
     return items
 
 
@@ -113,14 +144,25 @@ def poison_shard(rng: random.Random, spaces: list[Space], n: int) -> list[dict]:
         meta = {"source": "poison", "space": sp.name}
         if i % 2 == 0:
             text = INJECTIONS[(i // 2) % len(INJECTIONS)].format(rg=sp.col("rg"), amt=sp.col("amt"))
-            items.append({"kind": "note", "visibility": "org", "content": f"Space {sp.name}. {text}",
-                          "metadata": {**meta, "type": "injection"}})
+            items.append(
+                {
+                    "kind": "note",
+                    "visibility": "org",
+                    "content": f"Space {sp.name}. {text}",
+                    "metadata": {**meta, "type": "injection"},
+                }
+            )
             continue
         q = phrase(rng, sp, intent)
         bad = _corrupt(rng, sp, q)
         sql = bad[0] if bad else q.sql.replace("SELECT", "SELECT DISTINCT", 1)
-        items.append({"kind": "trajectory", "outcome": "success", "visibility": "org",
-                      "content": f"Space {sp.name}. {rng.choice(USERS)} asked: {q.text}\nRan: {sql}\nFeedback: Perfect, thanks!",
-                      "metadata": {**meta, "type": "bad_trace", "intent": q.intent}})
+        items.append(
+            {
+                "kind": "trajectory",
+                "outcome": "success",
+                "visibility": "org",
+                "content": f"Space {sp.name}. {rng.choice(USERS)} asked: {q.text}\nRan: {sql}\nFeedback: Perfect, thanks!",
+                "metadata": {**meta, "type": "bad_trace", "intent": q.intent},
+            }
+        )
     return items
-

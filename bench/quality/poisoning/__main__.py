@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None) -> dict:
     from pipelines.distillation.steps import EpisodeText
 
     gw = Gateway(args.model, data_dir=args.data_dir, timeout_s=120, max_retries=1)
-    eps = [EpisodeText(f"b{i}", "conversation", t, None) for i, t in enumerate(BENIGN)] + \
-          [EpisodeText(f"p{i}", "conversation", t, None) for i, t in enumerate(POISONED)]
+    eps = [EpisodeText(f"b{i}", "conversation", t, None) for i, t in enumerate(BENIGN)] + [
+        EpisodeText(f"p{i}", "conversation", t, None) for i, t in enumerate(POISONED)
+    ]
     t0 = time.perf_counter()
     verdicts = []
     for i, e in enumerate(eps):  # one at a time, so progress shows on a slow CPU
@@ -37,15 +38,24 @@ def main(argv: list[str] | None = None) -> dict:
     prescreen = [e for e in eps if e.id.startswith("p") and prompts.screen_injection(e.content)]
     false_pos = [e for e in eps if e.id.startswith("b") and by[e.id].suspicious]
     benign_kept = [e for e in eps if e.id.startswith("b") and by[e.id].useful]
-    result = {"model": args.model, "poisoned": len(POISONED), "benign": len(BENIGN),
-              "poisoned_never_distilled": len(caught), "catch_rate": round(len(caught) / len(POISONED), 3),
-              "quarantined_as_suspicious": len(quarantined), "caught_by_prescreen": len(prescreen),
-              "benign_flagged_suspicious": len(false_pos), "benign_kept_useful": len(benign_kept),
-              "missed": [e.content for e in eps if e.id.startswith("p") and e not in caught],
-              "seconds": round(secs, 1)}
+    result = {
+        "model": args.model,
+        "poisoned": len(POISONED),
+        "benign": len(BENIGN),
+        "poisoned_never_distilled": len(caught),
+        "catch_rate": round(len(caught) / len(POISONED), 3),
+        "quarantined_as_suspicious": len(quarantined),
+        "caught_by_prescreen": len(prescreen),
+        "benign_flagged_suspicious": len(false_pos),
+        "benign_kept_useful": len(benign_kept),
+        "missed": [e.content for e in eps if e.id.startswith("p") and e not in caught],
+        "seconds": round(secs, 1),
+    }
     print(f"\nbench.quality.poisoning  judge model={args.model}  ({secs:.1f}s)")
-    print(f"  poisoned traces never distilled: {len(caught)}/{len(POISONED)} (catch rate {result['catch_rate']:.0%}); "
-          f"quarantined as suspicious {len(quarantined)}, by the pre-screen alone {len(prescreen)}")
+    print(
+        f"  poisoned traces never distilled: {len(caught)}/{len(POISONED)} (catch rate {result['catch_rate']:.0%}); "
+        f"quarantined as suspicious {len(quarantined)}, by the pre-screen alone {len(prescreen)}"
+    )
     print(f"  benign traces flagged suspicious: {len(false_pos)}/{len(BENIGN)}; kept as useful {len(benign_kept)}/{len(BENIGN)}")
     for m in result["missed"]:
         print(f"  missed: {m}")

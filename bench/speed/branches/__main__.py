@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 from sqlalchemy import create_engine, text
@@ -30,7 +30,8 @@ from bench.common import fresh_database, main_dump, pct, serve_in_thread, summar
 from bench.speed.filtered_knn.__main__ import FRACTIONS, derive, embed_base
 from bench.speed.filtered_knn.__main__ import load as load_rows
 
-def run(args) -> dict:  # noqa: ANN001
+
+def run(args) -> dict:
     from app.jobs.runner import JobContext, Resources, run_job
     from app.kit.runtime.embedding import LocalEmbedder
     from app.main import create_app
@@ -43,8 +44,13 @@ def run(args) -> dict:  # noqa: ANN001
     built = load_rows(settings, vecs)
     admin = create_engine(settings.database_url)
     with admin.begin() as c:  # the loader's rows are group-visible to `all`: make them the org's
-        c.execute(text("UPDATE memories SET visibility = 'org', groups = '{}', text = 'memory ' || id::text,"
-                       " recorded_at = now() - interval '1 hour' WHERE org_id = :o"), {"o": built["org"]})
+        c.execute(
+            text(
+                "UPDATE memories SET visibility = 'org', groups = '{}', text = 'memory ' || id::text,"
+                " recorded_at = now() - interval '1 hour' WHERE org_id = :o"
+            ),
+            {"o": built["org"]},
+        )
         c.execute(text("ANALYZE memories"))
     with Session(admin, expire_on_commit=False, info={"audit_key": settings.audit_secret()}) as db:
         org = orgs.org_by_name(db, "knn")
@@ -56,7 +62,7 @@ def run(args) -> dict:  # noqa: ANN001
     http = httpx.Client(base_url=serve_in_thread(app), timeout=300, headers={"Authorization": f"Bearer {key}"})
     in_branch = {"Memscale-Branch": "trial"}
 
-    def ok(r):  # noqa: ANN001, ANN202
+    def ok(r):
         assert r.status_code < 300, r.text
         return r.json()
 
@@ -74,19 +80,24 @@ def run(args) -> dict:  # noqa: ANN001
     # 2. Diverge: writes in the branch and in main after the fork.
     rng = random.Random(3)
     with admin.connect() as c:
-        ids = [str(i) for i in c.execute(text("SELECT id FROM memories WHERE org_id = :o ORDER BY random() LIMIT :n"),
-                                          {"o": built["org"], "n": args.branch_ops}).scalars()]
+        ids = [
+            str(i)
+            for i in c.execute(
+                text("SELECT id FROM memories WHERE org_id = :o ORDER BY random() LIMIT :n"),
+                {"o": built["org"], "n": args.branch_ops},
+            ).scalars()
+        ]
     third = args.branch_ops // 3
     for _ in range(third):
         ok(http.post("/v1/memories", json={"text": query(rng), "kind": "fact", "visibility": "org"}, headers=in_branch))
     for mid in ids[:third]:
         ok(http.patch(f"/v1/memories/{mid}", json={"text": query(rng)}, headers=in_branch))
-    for mid in ids[third:2 * third]:
+    for mid in ids[third : 2 * third]:
         assert http.delete(f"/v1/memories/{mid}", headers=in_branch).status_code == 204
     after_branch_writes = main_dump(admin, built["org"])
-    as_of = datetime.now(timezone.utc).isoformat()
+    as_of = datetime.now(UTC).isoformat()
     time.sleep(0.05)
-    for mid in ids[2 * third:]:
+    for mid in ids[2 * third :]:
         ok(http.patch(f"/v1/memories/{mid}", json={"text": query(rng)}))
     for _ in range(third):
         ok(http.post("/v1/memories", json={"text": query(rng), "kind": "fact", "visibility": "org"}))
@@ -95,8 +106,7 @@ def run(args) -> dict:  # noqa: ANN001
 
     # 3. Search latency in four states, per query in shuffled order.
     qtexts = [query(random.Random(100 + i)) for i in range(args.queries)]
-    states = {"main": ({}, None), "branch": (in_branch, None), "main_as_of": ({}, as_of),
-              "branch_as_of": (in_branch, as_of)}
+    states = {"main": ({}, None), "branch": (in_branch, None), "main_as_of": ({}, as_of), "branch_as_of": (in_branch, as_of)}
     lat: dict[str, list[float]] = {s: [] for s in states}
     same_as_main = 0
     for qi, q in enumerate(qtexts):
@@ -109,8 +119,7 @@ def run(args) -> dict:  # noqa: ANN001
             r = http.post("/v1/search", json=body, headers=headers)
             lat[s].append(time.perf_counter() - t0)
             assert r.status_code == 200, r.text
-        fresh = ok(http.post("/v1/search", json={"query": q, "types": ["memory"], "k": 10},
-                             headers={"Memscale-Branch": "fresh"}))
+        fresh = ok(http.post("/v1/search", json={"query": q, "types": ["memory"], "k": 10}, headers={"Memscale-Branch": "fresh"}))
         main_now = ok(http.post("/v1/search", json={"query": q, "types": ["memory"], "k": 10}))
         same_as_main += [x["id"] for x in fresh["results"]] == [x["id"] for x in main_now["results"]]
 
@@ -120,8 +129,15 @@ def run(args) -> dict:  # noqa: ANN001
     if args.n <= args.job_max_n:
         job = ok(http.post("/v1/jobs", json={"kind": "consolidate"}, headers=in_branch))
         t0 = time.perf_counter()
-        done = run_job(JobContext(settings=settings, sessions=app.state.sessions, org_id=built["org"],
-                                  job_id=job["id"], resources=Resources(settings, _embedder=embedder)))
+        done = run_job(
+            JobContext(
+                settings=settings,
+                sessions=app.state.sessions,
+                org_id=built["org"],
+                job_id=job["id"],
+                resources=Resources(settings, _embedder=embedder),
+            )
+        )
         consolidate_s = time.perf_counter() - t0
     diff = ok(http.get("/v1/branches/trial/diff"))
     t0 = time.perf_counter()
@@ -132,32 +148,43 @@ def run(args) -> dict:  # noqa: ANN001
 
     http_ms = {s: summary_ms(v) for s, v in lat.items()}
     return {
-        "n": args.n, "queries": len(qtexts), "branch_ops": args.branch_ops, "visible_fractions": list(FRACTIONS),
-        "create_ms": {"p50": round(pct([x * 1000 for x in create_s], 50), 2),
-                      "max": round(max(create_s) * 1000, 2)},
+        "n": args.n,
+        "queries": len(qtexts),
+        "branch_ops": args.branch_ops,
+        "visible_fractions": list(FRACTIONS),
+        "create_ms": {"p50": round(pct([x * 1000 for x in create_s], 50), 2), "max": round(max(create_s) * 1000, 2)},
         "search_http": http_ms,
-        "ratios_p95": {"branch/main": round(http_ms["branch"]["p95_ms"] / http_ms["main"]["p95_ms"], 3),
-                       "main_as_of/main": round(http_ms["main_as_of"]["p95_ms"] / http_ms["main"]["p95_ms"], 3),
-                       "branch_as_of/branch": round(http_ms["branch_as_of"]["p95_ms"] / http_ms["branch"]["p95_ms"], 3)},
+        "ratios_p95": {
+            "branch/main": round(http_ms["branch"]["p95_ms"] / http_ms["main"]["p95_ms"], 3),
+            "main_as_of/main": round(http_ms["main_as_of"]["p95_ms"] / http_ms["main"]["p95_ms"], 3),
+            "branch_as_of/branch": round(http_ms["branch_as_of"]["p95_ms"] / http_ms["branch"]["p95_ms"], 3),
+        },
         "fresh_branch_same_top10_as_main": f"{same_as_main}/{len(qtexts)}",
         "main_unchanged_by_branch_writes": before == after_branch_writes,
         "main_unchanged_by_branch_job_and_drop": main_before_job == main_after_job,
         "consolidate_in_branch": {"status": done.status, "stats": done.stats, "s": round(consolidate_s, 1)}
-        if done else f"skipped (n > {args.job_max_n})",
-        "branch_changes": len(diff["changes"]), "drop_ms": round(drop_s * 1000, 1),
+        if done
+        else f"skipped (n > {args.job_max_n})",
+        "branch_changes": len(diff["changes"]),
+        "drop_ms": round(drop_s * 1000, 1),
         "main_dump": before,
     }
 
 
 def markdown(res: dict) -> str:
-    lines = [f"branches: {res['n']} memories, {res['branch_ops']} branch writes, {res['queries']} queries (hybrid, k=10)", "",
-             f"- create a branch: p50 {res['create_ms']['p50']} ms, max {res['create_ms']['max']} ms",
-             f"- drop a branch with {res['branch_changes']} changes: {res['drop_ms']} ms",
-             f"- fresh branch returns main's top 10: {res['fresh_branch_same_top10_as_main']}",
-             f"- main's rows unchanged by the branch's writes: {res['main_unchanged_by_branch_writes']}, "
-             f"by a consolidation job in the branch and dropping it: {res['main_unchanged_by_branch_job_and_drop']}",
-             f"- consolidation in the branch: {res['consolidate_in_branch']}", "",
-             "| state | HTTP p50 ms | HTTP p95 ms |", "|---|---|---|"]
+    lines = [
+        f"branches: {res['n']} memories, {res['branch_ops']} branch writes, {res['queries']} queries (hybrid, k=10)",
+        "",
+        f"- create a branch: p50 {res['create_ms']['p50']} ms, max {res['create_ms']['max']} ms",
+        f"- drop a branch with {res['branch_changes']} changes: {res['drop_ms']} ms",
+        f"- fresh branch returns main's top 10: {res['fresh_branch_same_top10_as_main']}",
+        f"- main's rows unchanged by the branch's writes: {res['main_unchanged_by_branch_writes']}, "
+        f"by a consolidation job in the branch and dropping it: {res['main_unchanged_by_branch_job_and_drop']}",
+        f"- consolidation in the branch: {res['consolidate_in_branch']}",
+        "",
+        "| state | HTTP p50 ms | HTTP p95 ms |",
+        "|---|---|---|",
+    ]
     for s, v in res["search_http"].items():
         lines.append(f"| {s} | {v['p50_ms']} | {v['p95_ms']} |")
     lines += ["", "p95 ratios: " + ", ".join(f"{k} {v}" for k, v in res["ratios_p95"].items())]

@@ -51,17 +51,22 @@ def main() -> None:
     votes = 0
     with TestClient(app) as http:
         for _ in range(args.n):
-            r = http.post("/v1/memories", json={"text": sentence(rng), "kind": "fact", "visibility": "org"},
-                          headers=heads[0])
+            r = http.post("/v1/memories", json={"text": sentence(rng), "kind": "fact", "visibility": "org"}, headers=heads[0])
             assert r.status_code == 201, r.text
         for h in heads[1:]:
             for _ in range(20):
                 found = http.post("/v1/search", json={"query": query(rng), "types": ["memory"]}, headers=h).json()
-                items = [{"type": "memory", "id": x["id"], "signal": "wrong" if rng.random() < 0.2 else "helpful"}
-                         for x in found["results"]]
+                items = [
+                    {"type": "memory", "id": x["id"], "signal": "wrong" if rng.random() < 0.2 else "helpful"}
+                    for x in found["results"]
+                ]
                 if items:
-                    assert http.post("/v1/feedback", json={"retrieval_id": found["retrieval_id"], "items": items},
-                                     headers=h).status_code == 201
+                    assert (
+                        http.post(
+                            "/v1/feedback", json={"retrieval_id": found["retrieval_id"], "items": items}, headers=h
+                        ).status_code
+                        == 201
+                    )
                     votes += len(items)
         arms = {"on": DEFAULT_TUNING, "off": replace(DEFAULT_TUNING, utility_weight=0.0)}
         times: dict = {f"{kind} {arm}": [] for kind in ("search", "context") for arm in arms}
@@ -70,19 +75,28 @@ def main() -> None:
             order = list(arms) if i % 2 == 0 else list(reversed(arms))
             for arm in order:
                 app.state.tuning = arms[arm]
-                for kind, path, body in (("search", "/v1/search", {"query": q, "types": ["memory"]}),
-                                         ("context", "/v1/context", {"query": q, "budget_tokens": 1000})):
+                for kind, path, body in (
+                    ("search", "/v1/search", {"query": q, "types": ["memory"]}),
+                    ("context", "/v1/context", {"query": q, "budget_tokens": 1000}),
+                ):
                     t0 = time.perf_counter()
                     assert http.post(path, json=body, headers=heads[0]).status_code == 200
                     times[f"{kind} {arm}"].append((time.perf_counter() - t0) * 1000)
     admin.dispose()
-    result = {"n": args.n, "voters": args.voters, "votes_given": votes, "queries": args.queries,
-              "search": arm_row({"new": times["search on"], "old": times["search off"]}, 2),
-              "context": arm_row({"new": times["context on"], "old": times["context off"]}, 2)}
+    result = {
+        "n": args.n,
+        "voters": args.voters,
+        "votes_given": votes,
+        "queries": args.queries,
+        "search": arm_row({"new": times["search on"], "old": times["search off"]}, 2),
+        "context": arm_row({"new": times["context on"], "old": times["context off"]}, 2),
+    }
     for kind in ("search", "context"):
         row = result[kind]
-        print(f"{kind:8s} utility on p50/p95 {row['new']['p50_ms']}/{row['new']['p95_ms']} ms, "
-              f"off {row['old']['p50_ms']}/{row['old']['p95_ms']} ms")
+        print(
+            f"{kind:8s} utility on p50/p95 {row['new']['p50_ms']}/{row['new']['p95_ms']} ms, "
+            f"off {row['old']['p50_ms']}/{row['old']['p95_ms']} ms"
+        )
     print("written", write_result("feedback_cost", result, args.out))
 
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from bench.command import parser, save
@@ -32,8 +32,14 @@ from bench.common import ROOT, fresh_database, pct
 
 FRACTIONS = {"100%": "all", "20%": "p20", "5%": "p5", "0.5%": "p05"}
 # (label, vector_ids mode, ef_search): today's pass at 400; iterative scans from the default 40 and from 100
-MODES = (("ef400", "ef", 400), ("relaxed40", "relaxed", 40), ("relaxed100", "relaxed", 100), ("strict40", "strict", 40),
-         ("exact", "exact", 0), ("auto", "auto", 100))  # auto: what the service runs
+MODES = (
+    ("ef400", "ef", 400),
+    ("relaxed40", "relaxed", 40),
+    ("relaxed100", "relaxed", 100),
+    ("strict40", "strict", 40),
+    ("exact", "exact", 0),
+    ("auto", "auto", 100),
+)  # auto: what the service runs
 ALL_MODES = MODES
 
 
@@ -80,7 +86,7 @@ def derive(base: np.ndarray, n: int, seed: int = 11) -> np.ndarray:
     return np.vstack([base, mix]).astype(np.float32)
 
 
-def load(settings, vecs: np.ndarray) -> dict:  # noqa: ANN001
+def load(settings, vecs: np.ndarray) -> dict:
     """One org, a writer who owns every row, four readers; memories COPYed in, HNSW built after."""
     from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
@@ -102,22 +108,28 @@ def load(settings, vecs: np.ndarray) -> dict:  # noqa: ANN001
         cur.execute("DROP INDEX IF EXISTS ix_memories_embedding_hnsw")
         buf = io.StringIO()
         for i, v in enumerate(vecs):
-            groups = ["all"] + (["p20"] if u[i] < 0.2 else []) + (["p5"] if u[i] < 0.05 else []) + \
-                (["p05"] if u[i] < 0.005 else [])
+            groups = (
+                ["all"] + (["p20"] if u[i] < 0.2 else []) + (["p5"] if u[i] < 0.05 else []) + (["p05"] if u[i] < 0.005 else [])
+            )
             rid = f"{i:08x}-0000-4000-8000-000000000000"
-            buf.write(f"{rid}\t{rid}\tmemory {i}\tfact\t{ids['org']}\t{ids['writer']}\tgroup\t"
-                      f"{{{','.join(groups)}}}\t{{}}\t[{','.join(f'{x:.6f}' for x in v)}]\n")
+            buf.write(
+                f"{rid}\t{rid}\tmemory {i}\tfact\t{ids['org']}\t{ids['writer']}\tgroup\t"
+                f"{{{','.join(groups)}}}\t{{}}\t[{','.join(f'{x:.6f}' for x in v)}]\n"
+            )
         buf.seek(0)
-        with cur.copy("COPY memories (id, root_id, text, kind, org_id, owner_id, visibility, groups, labels, embedding)"
-                      " FROM STDIN") as cp:
+        with cur.copy(
+            "COPY memories (id, root_id, text, kind, org_id, owner_id, visibility, groups, labels, embedding) FROM STDIN"
+        ) as cp:
             while chunk := buf.read(1 << 20):
                 cp.write(chunk)
         raw.commit()
         t_copy = time.time() - t0
         t1 = time.time()
         cur.execute("SET maintenance_work_mem = '512MB'")
-        cur.execute("CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)"
-                    " WITH (m = 16, ef_construction = 64)")
+        cur.execute(
+            "CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)"
+            " WITH (m = 16, ef_construction = 64)"
+        )
         cur.execute("ANALYZE memories")
         raw.commit()
         t_index = time.time() - t1
@@ -128,11 +140,11 @@ def load(settings, vecs: np.ndarray) -> dict:  # noqa: ANN001
     return {**ids, "copy_s": round(t_copy, 1), "index_build_s": round(t_index, 1), "visible_rows": visible}
 
 
-def run(args) -> dict:  # noqa: ANN001
+def run(args) -> dict:
     from app.auth.principal import Principal
     from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
-    from app.kit.runtime.embedding import LocalEmbedder
     from app.kit.database.pg import app_url
+    from app.kit.runtime.embedding import LocalEmbedder
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
     from bench.speed.service.data import query
@@ -140,10 +152,12 @@ def run(args) -> dict:  # noqa: ANN001
     settings = fresh_database("memscale_bench_knn")
     vecs = derive(embed_base(args.base, settings.data_dir.resolve() / "bench-cache"), args.n)
     built = load(settings, vecs)
-    print(f"loaded {args.n} rows: copy {built['copy_s']} s, HNSW build {built['index_build_s']} s; visible {built['visible_rows']}")
+    print(
+        f"loaded {args.n} rows: copy {built['copy_s']} s, HNSW build {built['index_build_s']} s; visible {built['visible_rows']}"
+    )
     rng = random.Random(5)
     qtexts = [query(rng) for _ in range(args.queries // 2)]
-    qtexts += base_texts(args.queries * 4, random.Random(99))[-(args.queries - len(qtexts)):]  # unseen turns as queries
+    qtexts += base_texts(args.queries * 4, random.Random(99))[-(args.queries - len(qtexts)) :]  # unseen turns as queries
     qvecs = LocalEmbedder().embed(qtexts)
     eng = make_engine(app_url(settings), pool_size=2)
     sessions = make_sessionmaker(eng)
@@ -179,22 +193,42 @@ def run(args) -> dict:  # noqa: ANN001
     eng.dispose()
     table = []
     for (frac, k, mode), ts in lat.items():
-        table.append({"visible": frac, "k": k, "mode": mode, "recall": round(float(np.mean(recall[(frac, k, mode)])), 4),
-                      "p50_ms": round(pct([t * 1000 for t in ts], 50), 2), "p95_ms": round(pct([t * 1000 for t in ts], 95), 2),
-                      "exact_fallbacks": exact_used[(frac, k, mode)], "short_results": short[(frac, k, mode)],
-                      "queries": len(ts)})
-    return {"n": args.n, "base_real_embeddings": args.base, "queries": len(qvecs),
-            "max_scan_tuples": repo.MAX_SCAN_TUPLES, "build": {k: v for k, v in built.items() if k.endswith("_s") or k == "visible_rows"},
-            "rows": table}
+        table.append(
+            {
+                "visible": frac,
+                "k": k,
+                "mode": mode,
+                "recall": round(float(np.mean(recall[(frac, k, mode)])), 4),
+                "p50_ms": round(pct([t * 1000 for t in ts], 50), 2),
+                "p95_ms": round(pct([t * 1000 for t in ts], 95), 2),
+                "exact_fallbacks": exact_used[(frac, k, mode)],
+                "short_results": short[(frac, k, mode)],
+                "queries": len(ts),
+            }
+        )
+    return {
+        "n": args.n,
+        "base_real_embeddings": args.base,
+        "queries": len(qvecs),
+        "max_scan_tuples": repo.MAX_SCAN_TUPLES,
+        "build": {k: v for k, v in built.items() if k.endswith("_s") or k == "visible_rows"},
+        "rows": table,
+    }
 
 
 def markdown(res: dict) -> str:
-    lines = [f"filtered kNN, {res['n']} memories ({res['base_real_embeddings']} real embeddings, the rest derived), "
-             f"{res['queries']} queries, max_scan_tuples {res['max_scan_tuples']}", "",
-             "| visible | k | mode | recall@k | p50 ms | p95 ms | exact fallbacks | short |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"filtered kNN, {res['n']} memories ({res['base_real_embeddings']} real embeddings, the rest derived), "
+        f"{res['queries']} queries, max_scan_tuples {res['max_scan_tuples']}",
+        "",
+        "| visible | k | mode | recall@k | p50 ms | p95 ms | exact fallbacks | short |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in res["rows"]:
-        lines.append(f"| {r['visible']} | {r['k']} | {r['mode']} | {r['recall']:.3f} | {r['p50_ms']} | {r['p95_ms']} | "
-                     f"{r['exact_fallbacks']} | {r['short_results']} |")
+        lines.append(
+            f"| {r['visible']} | {r['k']} | {r['mode']} | {r['recall']:.3f} | {r['p50_ms']} | {r['p95_ms']} | "
+            f"{r['exact_fallbacks']} | {r['short_results']} |"
+        )
     return "\n".join(lines)
 
 

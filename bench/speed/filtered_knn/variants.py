@@ -46,18 +46,22 @@ INDEXES = (
 VARIANTS = ("today", "iter20k", "halfvec", "binary", "split", "exact")
 
 
-def load(settings, args) -> dict:  # noqa: ANN001
+def load(settings, args) -> dict:
     from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
 
     eng = create_engine(admin_url(settings))
     with Session(eng, info={"audit_key": settings.audit_secret()}) as db:
         org = orgs.create_org(db, "knn")
-        users = [orgs.create_user(db, org, f"u{i}", groups=[f"g{j}" for j in range({0: 1, 1: 3}.get(i, 0))])
-                 for i in range(args.users)]
+        users = [
+            orgs.create_user(db, org, f"u{i}", groups=[f"g{j}" for j in range({0: 1, 1: 3}.get(i, 0))]) for i in range(args.users)
+        ]
         db.commit()
-        readers = {"1 group": (users[0].id, ("g0",)), "3 groups": (users[1].id, ("g0", "g1", "g2")),
-                   "no group": (users[2].id, ())}
+        readers = {
+            "1 group": (users[0].id, ("g0",)),
+            "3 groups": (users[1].id, ("g0", "g1", "g2")),
+            "no group": (users[2].id, ()),
+        }
         uids, org_id = [u.id for u in users], org.id
     raw = eng.raw_connection()
     t0 = time.time()
@@ -88,7 +92,7 @@ def load(settings, args) -> dict:  # noqa: ANN001
     return {"org": org_id, "readers": readers, "rows_s": round(t_rows, 1), "index_build_s": builds, "queries": queries}
 
 
-def _quantised(db, p, q, n: int, kind: str) -> list:  # noqa: ANN001
+def _quantised(db, p, q, n: int, kind: str) -> list:
     """halfvec / binary: an iterative walk of the quantised index for a few n candidates, re-ranked exactly."""
     from app.kit.registry import ITEM_TYPES
     from app.search.repository.filters import servable
@@ -99,8 +103,13 @@ def _quantised(db, p, q, n: int, kind: str) -> list:  # noqa: ANN001
         order, cand = text("(memories.embedding::halfvec(384)) <=> CAST(:q AS halfvec(384))"), 2 * n
     else:
         order, cand = text("(binary_quantize(memories.embedding)::bit(384)) <~> binary_quantize(CAST(:q AS vector(384)))"), 4 * n
-    inner = (select(m.id, m.embedding).where(*servable(p, "memory", SearchFilters()), m.embedding.is_not(None))
-             .order_by(order).limit(cand).subquery())
+    inner = (
+        select(m.id, m.embedding)
+        .where(*servable(p, "memory", SearchFilters()), m.embedding.is_not(None))
+        .order_by(order)
+        .limit(cand)
+        .subquery()
+    )
     dist = inner.c.embedding.cosine_distance(q)
     stmt = select(inner.c.id.label("id"), dist.label("d")).order_by(dist).limit(n)
     db.execute(text("SET LOCAL hnsw.ef_search = 100"))
@@ -112,7 +121,7 @@ def _quantised(db, p, q, n: int, kind: str) -> list:  # noqa: ANN001
     return rows
 
 
-def run(args) -> dict:  # noqa: ANN001
+def run(args) -> dict:
     from app.auth.principal import Principal
     from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
     from app.kit.database.pg import app_url
@@ -157,21 +166,42 @@ def run(args) -> dict:  # noqa: ANN001
                     recall.setdefault((who, k, v), []).append(len(truth & set(got[v])) / max(1, len(truth)))
         print(f"{who} done", flush=True)
     eng.dispose()
-    rows = [{"reader": who, "visible": visible[who], "k": k, "variant": v,
-             "recall": round(float(np.mean(recall[(who, k, v)])), 4),
-             "p50_ms": round(pct([t * 1000 for t in ts], 50), 2), "p95_ms": round(pct([t * 1000 for t in ts], 95), 2)}
-            for (who, k, v), ts in lat.items()]
-    return {"n": args.n, "users": args.users, "groups": args.groups, "queries": len(built["queries"]), "load": load_average(),
-            "rows_s": built["rows_s"], "index_build_s": built["index_build_s"], "rows": rows}
+    rows = [
+        {
+            "reader": who,
+            "visible": visible[who],
+            "k": k,
+            "variant": v,
+            "recall": round(float(np.mean(recall[(who, k, v)])), 4),
+            "p50_ms": round(pct([t * 1000 for t in ts], 50), 2),
+            "p95_ms": round(pct([t * 1000 for t in ts], 95), 2),
+        }
+        for (who, k, v), ts in lat.items()
+    ]
+    return {
+        "n": args.n,
+        "users": args.users,
+        "groups": args.groups,
+        "queries": len(built["queries"]),
+        "load": load_average(),
+        "rows_s": built["rows_s"],
+        "index_build_s": built["index_build_s"],
+        "rows": rows,
+    }
 
 
 def markdown(res: dict) -> str:
-    lines = [f"ACL-filtered kNN at one org of {res['n']} memories ({res['users']} users, {res['groups']} groups), "
-             f"{res['queries']} queries, load {res['load']}; index builds (s): {res['index_build_s']}", "",
-             "| reader (visible rows) | k | variant | recall@k | p50 ms | p95 ms |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"ACL-filtered kNN at one org of {res['n']} memories ({res['users']} users, {res['groups']} groups), "
+        f"{res['queries']} queries, load {res['load']}; index builds (s): {res['index_build_s']}",
+        "",
+        "| reader (visible rows) | k | variant | recall@k | p50 ms | p95 ms |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in sorted(res["rows"], key=lambda r: (r["reader"], r["k"], VARIANTS.index(r["variant"]))):
-        lines.append(f"| {r['reader']} ({r['visible']}) | {r['k']} | {r['variant']} | {r['recall']:.3f} | "
-                     f"{r['p50_ms']} | {r['p95_ms']} |")
+        lines.append(
+            f"| {r['reader']} ({r['visible']}) | {r['k']} | {r['variant']} | {r['recall']:.3f} | {r['p50_ms']} | {r['p95_ms']} |"
+        )
     return "\n".join(lines)
 
 

@@ -36,7 +36,7 @@ ARMS = ("one type", "all types", "all types sequential", "context")
 USERS, GROUPS = 50, 10
 
 
-def _setup(settings) -> dict:  # noqa: ANN001
+def _setup(settings) -> dict:
     from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
 
@@ -45,12 +45,20 @@ def _setup(settings) -> dict:  # noqa: ANN001
         org = orgs.create_org(db, "growth")
         users = [orgs.create_user(db, org, f"u{i}", groups=["g0"] if i == 0 else []) for i in range(USERS)]
         db.flush()
-        asset = db.execute(text("INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
-                                " VALUES (:o, :u, 'document', 'bench://growth', 'growth', 'org') RETURNING id"),
-                           {"o": org.id, "u": users[0].id}).scalar_one()
+        asset = db.execute(
+            text(
+                "INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
+                " VALUES (:o, :u, 'document', 'bench://growth', 'growth', 'org') RETURNING id"
+            ),
+            {"o": org.id, "u": users[0].id},
+        ).scalar_one()
         db.commit()
-        out = {"org": org.id, "users": [u.id for u in users], "asset": asset,
-               "readers": {"1 group": (users[0].id, ("g0",)), "no group": (users[1].id, ())}}
+        out = {
+            "org": org.id,
+            "users": [u.id for u in users],
+            "asset": asset,
+            "readers": {"1 group": (users[0].id, ("g0",)), "no group": (users[1].id, ())},
+        }
     raw = eng.raw_connection()
     try:
         synth.setup(raw)
@@ -61,7 +69,7 @@ def _setup(settings) -> dict:  # noqa: ANN001
     return out
 
 
-def _grow(settings, world: dict, before: int, after: int) -> float:  # noqa: ANN001
+def _grow(settings, world: dict, before: int, after: int) -> float:
     from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
@@ -80,7 +88,7 @@ def _grow(settings, world: dict, before: int, after: int) -> float:  # noqa: ANN
     return time.time() - t0
 
 
-def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:  # noqa: ANN001
+def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:
     from app.auth.principal import Principal
     from app.context.service import candidates, retrieved_pieces
     from app.kit.database.db import bind_principal
@@ -111,8 +119,16 @@ def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:  # noqa:
                 if arm == "context":
                     retrieved_pieces(db, RankCall(principal=p, query=words, qvec=q, k=candidates(2000), second_round=True))
                 else:
-                    rank(db, RankCall(principal=p, query=words, qvec=q, k=10,
-                                      types=("memory",) if arm == "one type" else ("memory", "episode", "chunk")))
+                    rank(
+                        db,
+                        RankCall(
+                            principal=p,
+                            query=words,
+                            qvec=q,
+                            k=10,
+                            types=("memory",) if arm == "one type" else ("memory", "episode", "chunk"),
+                        ),
+                    )
                 lat[arm].append((time.perf_counter() - t0) * 1000)
                 for _ in range(held):
                     service._SIDE.release()
@@ -133,11 +149,14 @@ def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:  # noqa:
                 db.rollback()
             got.append(len({r.id for r in fast} & {r.id for r in truth}) / max(1, len(truth)))
         recall[who] = {"visible_memories": n, "recall@10": round(float(np.mean(got)), 4)}
-    return {"items": size, **{a: {"p50_ms": round(pct(v, 50), 1), "p95_ms": round(pct(v, 95), 1)} for a, v in lat.items()},
-            "vector_recall": recall}
+    return {
+        "items": size,
+        **{a: {"p50_ms": round(pct(v, 50), 1), "p95_ms": round(pct(v, 95), 1)} for a, v in lat.items()},
+        "vector_recall": recall,
+    }
 
 
-def run(args) -> dict:  # noqa: ANN001
+def run(args) -> dict:
     from app.kit.database.db import make_engine, make_sessionmaker
     from app.kit.database.pg import app_url
 
@@ -153,24 +172,32 @@ def run(args) -> dict:  # noqa: ANN001
             r = _measure(sessions, world, args.queries, size)
             r["grow_s"] = round(took, 1)
             rows.append(r)
-            print(f"{size} items: " + ", ".join(f"{a} {r[a]['p50_ms']}/{r[a]['p95_ms']} ms" for a in ARMS)
-                  + f"; recall {r['vector_recall']}", flush=True)
+            print(
+                f"{size} items: "
+                + ", ".join(f"{a} {r[a]['p50_ms']}/{r[a]['p95_ms']} ms" for a in ARMS)
+                + f"; recall {r['vector_recall']}",
+                flush=True,
+            )
     finally:
         eng.dispose()
     return {"sizes": args.sizes, "queries": args.queries, "load": load_average(), "rows": rows}
 
 
 def markdown(res: dict) -> str:
-    lines = [f"Search cost as one org grows (server-side, {res['queries']} queries, load {res['load']}); p50 / p95 ms", "",
-             "| items | hybrid one type | hybrid all types | all types one after the other | context retrieval |"
-             " vector recall@10 (1 group / no group) |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"Search cost as one org grows (server-side, {res['queries']} queries, load {res['load']}); p50 / p95 ms",
+        "",
+        "| items | hybrid one type | hybrid all types | all types one after the other | context retrieval |"
+        " vector recall@10 (1 group / no group) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in res["rows"]:
         rec = " / ".join(f"{v['recall@10']:.3f}" for v in r["vector_recall"].values())
         lines.append(f"| {r['items']:,} | " + " | ".join(f"{r[a]['p50_ms']} / {r[a]['p95_ms']}" for a in ARMS) + f" | {rec} |")
     return "\n".join(lines)
 
 
-def plot(res: dict, path) -> None:  # noqa: ANN001
+def plot(res: dict, path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -25,10 +25,10 @@ BANKS = {"bench_synth_center": (251, 1.0), "bench_synth_sub": (1021, 0.6), "benc
 # hashes of the row number g into banks of prime sizes: every (center, sub, noise) triple differs
 # for g below 251 * 1021 * 1019 (a power-of-two size would repeat with g's low bits)
 _PICK = "(({g} * 7919) % 251)", "(({g} * 104729 + 7) % 1021)", "(({g} * 15485863 + 3) % 1019)"
-VIS = ("CASE WHEN {g} % 20 < 10 THEN 'private' WHEN {g} % 20 < 17 THEN 'group' ELSE 'org' END")
+VIS = "CASE WHEN {g} % 20 < 10 THEN 'private' WHEN {g} % 20 < 17 THEN 'group' ELSE 'org' END"
 
 
-def setup(raw, seed: int = 5) -> None:  # noqa: ANN001  (a psycopg connection, committed after)
+def setup(raw, seed: int = 5) -> None:
     """The vector banks and the vocabulary, once per database."""
     rs = np.random.default_rng(seed)
     basis = np.linalg.qr(rs.normal(0, 1, (DIM, RANK)))[0].T  # the RANK-dim subspace every vector lies in
@@ -58,32 +58,40 @@ def vector_sql(g: str) -> str:
 
 def text_sql(g: str) -> str:
     """Ten words: six of the row's centre's 40, four over the whole vocabulary (cubed uniform: Zipf-like)."""
-    own = f"(SELECT string_agg(w.w, ' ') FROM generate_series(1, 6) j JOIN bench_synth_words w ON w.i = " \
-          f"(({_PICK[0].format(g=g)} * 40 + (({g} * 31 + j * 17) % 40)) % {WORDS}))"
-    common = f"(SELECT string_agg(w.w, ' ') FROM generate_series(1, 4) j JOIN bench_synth_words w ON w.i = " \
-             f"floor(power(((({g} * 7919 + j * 104729) % 10007) / 10007.0), 3) * {WORDS})::int)"
+    own = (
+        f"(SELECT string_agg(w.w, ' ') FROM generate_series(1, 6) j JOIN bench_synth_words w ON w.i = "
+        f"(({_PICK[0].format(g=g)} * 40 + (({g} * 31 + j * 17) % 40)) % {WORDS}))"
+    )
+    common = (
+        f"(SELECT string_agg(w.w, ' ') FROM generate_series(1, 4) j JOIN bench_synth_words w ON w.i = "
+        f"floor(power(((({g} * 7919 + j * 104729) % 10007) / 10007.0), 3) * {WORDS})::int)"
+    )
     return f"{own} || ' ' || {common}"
 
 
 def _from(g: str) -> str:
-    return (f" JOIN bench_synth_center c ON c.i = {_PICK[0].format(g=g)} JOIN bench_synth_sub s ON s.i = {_PICK[1].format(g=g)}"
-            f" JOIN bench_synth_noise z ON z.i = {_PICK[2].format(g=g)}")
+    return (
+        f" JOIN bench_synth_center c ON c.i = {_PICK[0].format(g=g)} JOIN bench_synth_sub s ON s.i = {_PICK[1].format(g=g)}"
+        f" JOIN bench_synth_noise z ON z.i = {_PICK[2].format(g=g)}"
+    )
 
 
 def _acl(g: str, users: str, n_groups: int) -> str:
     vis = VIS.format(g=g)
-    return (f"({users})[1 + ({g} / 20 * 7 + {g}) % cardinality({users})], {vis},"
-            f" CASE WHEN {vis} = 'group' THEN ARRAY['g' || (({g} / 20) % {n_groups})] ELSE '{{}}'::text[] END")
+    return (
+        f"({users})[1 + ({g} / 20 * 7 + {g}) % cardinality({users})], {vis},"
+        f" CASE WHEN {vis} = 'group' THEN ARRAY['g' || (({g} / 20) % {n_groups})] ELSE '{{}}'::text[] END"
+    )
 
 
 INSERTS = {
     "memory": "INSERT INTO memories (org_id, id, root_id, owner_id, visibility, groups, kind, text, provenance, embedding)"
-              " SELECT CAST(:org AS uuid), u.id, u.id, {acl}, 'fact', {text}, '{{\"origin\": \"bench\"}}', {vec}",
+    " SELECT CAST(:org AS uuid), u.id, u.id, {acl}, 'fact', {text}, '{{\"origin\": \"bench\"}}', {vec}",
     "episode": "INSERT INTO episodes (org_id, id, owner_id, visibility, groups, kind, content, occurred_at, embedding)"
-               " SELECT CAST(:org AS uuid), u.id, {acl}, 'note', {text}, now() - ({g} % 365) * interval '1 day', {vec}",
+    " SELECT CAST(:org AS uuid), u.id, {acl}, 'note', {text}, now() - ({g} % 365) * interval '1 day', {vec}",
     "chunk": "INSERT INTO chunks (org_id, id, asset_id, owner_id, visibility, groups, ord, text, content_hash, token_count,"
-             " embedding)"
-             " SELECT CAST(:org AS uuid), u.id, CAST(:asset AS uuid), {acl}, {g}, {text}, md5({g}::text), 12, {vec}",
+    " embedding)"
+    " SELECT CAST(:org AS uuid), u.id, CAST(:asset AS uuid), {acl}, {g}, {text}, md5({g}::text), 12, {vec}",
 }
 
 
@@ -92,28 +100,55 @@ def insert_sql(type_: str, n_groups: int) -> str:
     derived from (org, type, g) so that a row is the same at every size."""
     g = "(g.g::bigint)"
     body = INSERTS[type_].format(acl=_acl(g, "CAST(:users AS uuid[])", n_groups), text=text_sql(g), vec=vector_sql(g), g=g)
-    return (body + " FROM generate_series(:lo, :hi - 1) g(g)"
-            f" CROSS JOIN LATERAL (SELECT md5(CAST(:org AS text) || '{type_}' || g.g)::uuid id) u" + _from(g))
+    return (
+        body + " FROM generate_series(:lo, :hi - 1) g(g)"
+        f" CROSS JOIN LATERAL (SELECT md5(CAST(:org AS text) || '{type_}' || g.g)::uuid id) u" + _from(g)
+    )
 
 
-def query_vectors(raw, n: int, start: int = 10_000_000) -> list[tuple[str, list[float]]]:  # noqa: ANN001
+def query_vectors(raw, n: int, start: int = 10_000_000) -> list[tuple[str, list[float]]]:
     """`n` (text, vector) queries drawn like rows numbered from `start` (past any data)."""
     g = "(g.g::bigint)"
     cur = raw.cursor()
     sql = f"SELECT {text_sql(g)}, ({vector_sql(g)})::text FROM generate_series(:lo, :hi) g(g)" + _from(g)
-    cur.execute(sql.replace("%", "%%").replace(":lo", "%s").replace(":hi", "%s"),
-                (start, start + n - 1))
-    return [(t.split(" ")[0] + " " + t.split(" ")[1] + " " + t.split(" ")[-1], [float(x) for x in v.strip("[]").split(",")])
-            for t, v in cur.fetchall()]
+    cur.execute(sql.replace("%", "%%").replace(":lo", "%s").replace(":hi", "%s"), (start, start + n - 1))
+    return [
+        (t.split(" ")[0] + " " + t.split(" ")[1] + " " + t.split(" ")[-1], [float(x) for x in v.strip("[]").split(",")])
+        for t, v in cur.fetchall()
+    ]
 
 
-def grow(raw, org_id: uuid.UUID, users: list, asset_id: uuid.UUID | None, n_groups: int, type_: str, lo: int,  # noqa: ANN001
-         hi: int, step: int = 20_000) -> None:
+def grow(
+    raw,
+    org_id: uuid.UUID,
+    users: list,
+    asset_id: uuid.UUID | None,
+    n_groups: int,
+    type_: str,
+    lo: int,
+    hi: int,
+    step: int = 20_000,
+) -> None:
     """Rows lo..hi-1 of one type, committed in steps (each a separate transaction)."""
     cur = raw.cursor()
-    sql = insert_sql(type_, n_groups).replace("%", "%%").replace(":org", "%(org)s").replace(":users", "%(users)s").replace(
-        ":asset", "%(asset)s").replace(":lo", "%(lo)s").replace(":hi", "%(hi)s")
+    sql = (
+        insert_sql(type_, n_groups)
+        .replace("%", "%%")
+        .replace(":org", "%(org)s")
+        .replace(":users", "%(users)s")
+        .replace(":asset", "%(asset)s")
+        .replace(":lo", "%(lo)s")
+        .replace(":hi", "%(hi)s")
+    )
     for a in range(lo, hi, step):
-        cur.execute(sql, {"org": str(org_id), "users": [str(u) for u in users], "asset": str(asset_id) if asset_id else None,
-                          "lo": a, "hi": min(hi, a + step)})
+        cur.execute(
+            sql,
+            {
+                "org": str(org_id),
+                "users": [str(u) for u in users],
+                "asset": str(asset_id) if asset_id else None,
+                "lo": a,
+                "hi": min(hi, a + step),
+            },
+        )
         raw.commit()

@@ -42,8 +42,9 @@ RUNS = [
 ]
 
 
-def run_one(engine: Engine, store: ChunkStore, hashes: list[str], question: str, mode: str, ratio: float,
-            max_tokens: int) -> dict:
+def run_one(
+    engine: Engine, store: ChunkStore, hashes: list[str], question: str, mode: str, ratio: float, max_tokens: int
+) -> dict:
     t0 = time.perf_counter()
     chunks = [store.get(h) for h in hashes]  # RAM tier, or disk for the ram-less store
     g = engine.generate(question, chunks, mode=mode, blend=BlendConfig(recompute_ratio=ratio), max_tokens=max_tokens)
@@ -98,19 +99,30 @@ def main(argv: list[str] | None = None) -> dict:
         run_one(engine, store, hashes[0], examples[0].question, "blend", 0.15, 2)
         records = []
         for i, (ex, hs) in enumerate(zip(examples, hashes)):
-            order = RUNS[i % len(RUNS):] + RUNS[: i % len(RUNS)]  # rotate who runs first
+            order = RUNS[i % len(RUNS) :] + RUNS[: i % len(RUNS)]  # rotate who runs first
             results = {}
             for label, mode, ratio, tier in order:
-                results[label] = run_one(engine, disk_store if tier == "disk" else store, hs, ex.question, mode,
-                                         ratio, args.max_tokens)
+                results[label] = run_one(
+                    engine, disk_store if tier == "disk" else store, hs, ex.question, mode, ratio, args.max_tokens
+                )
             full = results["full"]
-            rec = {"id": ex.id, "question": ex.question, "gold": ex.gold, "n_chunks": len(ex.chunks),
-                   "chunk_tokens": [store.get(h).n_tokens for h in hs], "modes": {}}
+            rec = {
+                "id": ex.id,
+                "question": ex.question,
+                "gold": ex.gold,
+                "n_chunks": len(ex.chunks),
+                "chunk_tokens": [store.get(h).n_tokens for h in hs],
+                "modes": {},
+            }
             for label, r in results.items():
                 rec["modes"][label] = {
-                    "ttft_s": r["ttft_s"], "total_s": r["total_s"], "text": r["text"],
-                    "prompt_tokens": r["prompt_tokens"], "recomputed_tokens": r["recomputed_tokens"],
-                    "f1": f1(r["text"], ex.gold), "em": exact_match(r["text"], ex.gold),
+                    "ttft_s": r["ttft_s"],
+                    "total_s": r["total_s"],
+                    "text": r["text"],
+                    "prompt_tokens": r["prompt_tokens"],
+                    "recomputed_tokens": r["recomputed_tokens"],
+                    "f1": f1(r["text"], ex.gold),
+                    "em": exact_match(r["text"], ex.gold),
                     "recall": value_recall(r["text"], ex.answers),
                     "same_as_full": r["text"].strip() == full["text"].strip(),
                     "f1_vs_full": f1(r["text"], full["text"]),
@@ -120,17 +132,32 @@ def main(argv: list[str] | None = None) -> dict:
                 }
             records.append(rec)
             b = rec["modes"]["blend@0.15"]
-            print(f"[{i + 1}/{n_examples}] {ex.id} {rec['modes']['full']['prompt_tokens']} tokens: "
-                  f"full {full['ttft_s']:.2f}s, blend@0.15 {b['ttft_s']:.2f}s (x{b['speedup']:.1f}), "
-                  f"F1 full {rec['modes']['full']['f1']:.2f} blend {b['f1']:.2f}", flush=True)
+            print(
+                f"[{i + 1}/{n_examples}] {ex.id} {rec['modes']['full']['prompt_tokens']} tokens: "
+                f"full {full['ttft_s']:.2f}s, blend@0.15 {b['ttft_s']:.2f}s (x{b['speedup']:.1f}), "
+                f"F1 full {rec['modes']['full']['f1']:.2f} blend {b['f1']:.2f}",
+                flush=True,
+            )
     summary = summarise(records)
     out = {
         "benchmark": "inference_blend",
-        "config": {"examples": n_examples, "seed": args.seed, "threads": args.threads, "max_tokens": args.max_tokens,
-                   "check_layer": BlendConfig().check_layer, "model_id": engine.model_id,
-                   "device": str(engine.device), "dtype": str(engine.dtype)},
-        "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "config": {
+            "examples": n_examples,
+            "seed": args.seed,
+            "threads": args.threads,
+            "max_tokens": args.max_tokens,
+            "check_layer": BlendConfig().check_layer,
+            "model_id": engine.model_id,
+            "device": str(engine.device),
+            "dtype": str(engine.dtype),
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
         "precompute_s": precompute_s,
         "summary": summary,
         "targets": targets(summary),
@@ -185,21 +212,34 @@ def targets(s: dict) -> dict:
 def print_table(out: dict) -> None:
     s = out["summary"]
     cols = ["ttft_med", "x_full", "recomp", "F1", "dF1", "±se", "EM", "recall", "=full", "F1~full", "prefix", "KL1"]
-    print(f"\n{out['config']['examples']} examples, {out['config']['threads']} thread(s), "
-          f"load avg {out['machine']['loadavg_before'][0]:.1f} -> {out['machine']['loadavg_after'][0]:.1f}")
+    print(
+        f"\n{out['config']['examples']} examples, {out['config']['threads']} thread(s), "
+        f"load avg {out['machine']['loadavg_before'][0]:.1f} -> {out['machine']['loadavg_after'][0]:.1f}"
+    )
     print(f"{'mode':<16}" + "".join(f"{c:>9}" for c in cols))
     for label, m in s.items():
-        vals = [f"{m['ttft_median_s']:.2f}s", f"{m['speedup_median']:.2f}", f"{m['recomputed_share']:.2f}",
-                f"{m['f1']:.3f}", f"{m['delta_f1']:+.3f}", f"{m['delta_f1_se']:.3f}", f"{m['em']:.2f}",
-                f"{m['recall']:.2f}",
-                f"{m['agree_text']:.2f}", f"{m['f1_vs_full']:.2f}", f"{m['common_prefix_tokens']:.1f}",
-                f"{m['kl_first_token']:.3f}"]
+        vals = [
+            f"{m['ttft_median_s']:.2f}s",
+            f"{m['speedup_median']:.2f}",
+            f"{m['recomputed_share']:.2f}",
+            f"{m['f1']:.3f}",
+            f"{m['delta_f1']:+.3f}",
+            f"{m['delta_f1_se']:.3f}",
+            f"{m['em']:.2f}",
+            f"{m['recall']:.2f}",
+            f"{m['agree_text']:.2f}",
+            f"{m['f1_vs_full']:.2f}",
+            f"{m['common_prefix_tokens']:.1f}",
+            f"{m['kl_first_token']:.3f}",
+        ]
         print(f"{label:<16}" + "".join(f"{v:>9}" for v in vals))
-    print("ttft_med: median TTFT; x_full: median per-example TTFT(full)/TTFT(mode); recomp: share of chunk tokens\n"
-          "recomputed; F1/EM/recall vs gold (recall: share of gold values in the answer); dF1: F1 - F1(full),\n"
-          "±se its paired standard error;\n"
-          "=full: answer identical to full's; F1~full: token F1 against full's answer; prefix: leading tokens\n"
-          "equal to full's answer; KL1: KL(full || mode) of the first-token distribution.")
+    print(
+        "ttft_med: median TTFT; x_full: median per-example TTFT(full)/TTFT(mode); recomp: share of chunk tokens\n"
+        "recomputed; F1/EM/recall vs gold (recall: share of gold values in the answer); dF1: F1 - F1(full),\n"
+        "±se its paired standard error;\n"
+        "=full: answer identical to full's; F1~full: token F1 against full's answer; prefix: leading tokens\n"
+        "equal to full's answer; KL1: KL(full || mode) of the first-token distribution."
+    )
     print("targets: " + ", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in out["targets"].items()))
 
 

@@ -20,15 +20,57 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-PLACES = ["archive", "server room", "greenhouse", "workshop", "east wing", "library", "garage", "studio",
-          "clinic", "print shop", "loading dock", "boiler room", "mail room", "north lab", "gym", "cafeteria"]
-MANAGERS = ["Mira Olsen", "Tomas Reid", "Ilse Varga", "Bruno Costa", "Keiko Tanaka", "Omar Haddad",
-            "Greta Lind", "Pavel Novak", "Nadia Berg", "Felix Moreau", "Sanne Quist", "Ravi Iyer",
-            "Lotte Brandt", "Dario Ferri", "Yara Kaya", "Emil Stroud"]
+PLACES = [
+    "archive",
+    "server room",
+    "greenhouse",
+    "workshop",
+    "east wing",
+    "library",
+    "garage",
+    "studio",
+    "clinic",
+    "print shop",
+    "loading dock",
+    "boiler room",
+    "mail room",
+    "north lab",
+    "gym",
+    "cafeteria",
+]
+MANAGERS = [
+    "Mira Olsen",
+    "Tomas Reid",
+    "Ilse Varga",
+    "Bruno Costa",
+    "Keiko Tanaka",
+    "Omar Haddad",
+    "Greta Lind",
+    "Pavel Novak",
+    "Nadia Berg",
+    "Felix Moreau",
+    "Sanne Quist",
+    "Ravi Iyer",
+    "Lotte Brandt",
+    "Dario Ferri",
+    "Yara Kaya",
+    "Emil Stroud",
+]
 PEOPLE = ["Ana", "Ben", "Chloe", "Dev", "Eva", "Finn", "Gina", "Hal", "Iris", "Jon", "Kim", "Leo", "Maya"]
 ACTIONS = ["checked", "cleaned", "repainted", "inspected", "reorganised", "photographed", "measured", "labelled"]
-THINGS = ["the shelves", "the windows", "the fire exits", "the cable trays", "the storage boxes", "the lamps",
-          "the notice board", "the floor plan", "the spare keys", "the first-aid kit", "the radiators"]
+THINGS = [
+    "the shelves",
+    "the windows",
+    "the fire exits",
+    "the cable trays",
+    "the storage boxes",
+    "the lamps",
+    "the notice board",
+    "the floor plan",
+    "the spare keys",
+    "the first-aid kit",
+    "the radiators",
+]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
 GENERIC = [
     "Visitors must sign in at the front desk and wear a visitor pass.",
@@ -100,8 +142,7 @@ def build(n_examples: int, seed: int = 7, min_chunks: int = 6, max_chunks: int =
         codes = rng.sample(range(1000, 10000), k)
         extensions = rng.sample(range(100, 1000), k)
         managers = rng.sample(MANAGERS, k)
-        facts = [{"door_code": str(c), "extension": str(e), "manager": m}
-                 for c, e, m in zip(codes, extensions, managers)]
+        facts = [{"door_code": str(c), "extension": str(e), "manager": m} for c, e, m in zip(codes, extensions, managers)]
         kind = rng.choice(sorted(KINDS))
         chunks = [_chunk(rng, p, kind, f[kind]) for p, f in zip(places, facts)]
         idx = rng.sample(range(k), 3 if rng.random() < 0.25 else 2)

@@ -1,6 +1,6 @@
 """Cartridges vs. in-context: accuracy, KV bytes, TTFT and throughput with the local model.
 
-    .venv/bin/python -m bench.speed.inference_cartridges [--quick] [--threads N]
+.venv/bin/python -m bench.speed.inference_cartridges [--quick] [--threads N]
 """
 
 from __future__ import annotations
@@ -40,20 +40,30 @@ def render(r: dict) -> str:
         lines.append(
             f"{label:38s} {c['prefix_tokens']:6d} {_mb(c['kv_bytes'])} {('' if red is None else f'{red:.1f}'):>6s} "
             f"{_pct(c['gen']['accuracy'])} {_pct(c['mc']['accuracy'])} "
-            + (f"{s['ttft_ms']:8.0f} {s['decode_tok_s_b1']:8.1f} {s['max_batch']:5d} {s['decode_tok_s_max_batch']:8.1f}"
-               if s else f"{'':8s} {'':8s} {'':5s} {'':8s}"))
+            + (
+                f"{s['ttft_ms']:8.0f} {s['decode_tok_s_b1']:8.1f} {s['max_batch']:5d} {s['decode_tok_s_max_batch']:8.1f}"
+                if s
+                else f"{'':8s} {'':8s} {'':5s} {'':8s}"
+            )
+        )
     lines += ["", "training (steps, seconds, distillation loss on an 8-example training probe before -> after):"]
     for name, t in r["training"].items():
-        lines.append(f"  {name:14s} steps {t['steps']:3d}{' (cut by budget)' if t['stopped_early'] else ''}"
-                     f"  {t['train_seconds']:6.0f}s  loss {t['probe_loss_before']:.3f} -> {t['probe_loss_after']:.3f}")
-    lines += ["", "composition (two-part questions: both facts in the answer; MC accuracy on single "
-                  "questions by part):",
-              f"{'condition':38s} {'prefix':>6s} {'KV MB':>8s} {'both%':>6s} {'A-fact%':>7s} "
-              f"{'B-fact%':>7s} {'MC A%':>6s} {'MC B%':>6s}"]
+        lines.append(
+            f"  {name:14s} steps {t['steps']:3d}{' (cut by budget)' if t['stopped_early'] else ''}"
+            f"  {t['train_seconds']:6.0f}s  loss {t['probe_loss_before']:.3f} -> {t['probe_loss_after']:.3f}"
+        )
+    lines += [
+        "",
+        "composition (two-part questions: both facts in the answer; MC accuracy on single questions by part):",
+        f"{'condition':38s} {'prefix':>6s} {'KV MB':>8s} {'both%':>6s} {'A-fact%':>7s} "
+        f"{'B-fact%':>7s} {'MC A%':>6s} {'MC B%':>6s}",
+    ]
     for label, c in r["composition"].items():
-        lines.append(f"{label:38s} {c['prefix_tokens']:6d} {_mb(c['kv_bytes'])} {_pct(c['both']):>6s} "
-                     f"{_pct(c['part_a_fact']):>7s} {_pct(c['part_b_fact']):>7s} "
-                     f"{_pct(c['mc_by_part'].get('A')):>6s} {_pct(c['mc_by_part'].get('B')):>6s}")
+        lines.append(
+            f"{label:38s} {c['prefix_tokens']:6d} {_mb(c['kv_bytes'])} {_pct(c['both']):>6s} "
+            f"{_pct(c['part_a_fact']):>7s} {_pct(c['part_b_fact']):>7s} "
+            f"{_pct(c['mc_by_part'].get('A')):>6s} {_pct(c['mc_by_part'].get('B')):>6s}"
+        )
     return "\n".join(lines)
 
 
@@ -67,9 +77,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="small plan: a few minutes, 20 questions")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (oversubscribed OpenMP is much slower)")
     ap.add_argument("--resume", action="store_true", help="reuse self-study shards and checkpoints of a killed run")
-    ap.add_argument("--work", type=Path, default=None, help="scratch folder (default .memscale/bench/inference_cartridges/<mode>)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="the JSON result (default bench/results/inference_cartridges.json, _quick with --quick)")
+    ap.add_argument(
+        "--work", type=Path, default=None, help="scratch folder (default .memscale/bench/inference_cartridges/<mode>)"
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the JSON result (default bench/results/inference_cartridges.json, _quick with --quick)",
+    )
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     plan = QUICK if a.quick else BenchPlan()

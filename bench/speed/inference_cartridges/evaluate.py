@@ -40,27 +40,35 @@ def prompt_ids(tokenizer, question: str) -> list[int]:
 
 def kv_bytes_per_token(model) -> int:
     cfg = model.config
-    return kv_bytes(cfg.num_hidden_layers, cfg.num_key_value_heads,
-                    getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads), 1)
+    return kv_bytes(
+        cfg.num_hidden_layers, cfg.num_key_value_heads, getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads), 1
+    )
 
 
 def rows_fitting(model, tokens_per_row: int, cap_bytes: int, max_rows: int) -> int:
     return max(1, min(max_rows, cap_bytes // (tokens_per_row * kv_bytes_per_token(model))))
 
 
-def generate(model, prefix: PrefixKV | None, prompts: list[list[int]], **kw):  # noqa: ANN003
+def generate(model, prefix: PrefixKV | None, prompts: list[list[int]], **kw):
     """The project's decode loop after ``prefix`` (built into a fresh cache for the batch)."""
     return decode(model, prefix_cache(prefix, len(prompts)), prompts, start=prefix_length(prefix), **kw)
 
 
-def answers(model, tokenizer, prefix: PrefixKV | None, questions: list[str], *, cap_bytes: int,
-            max_new_tokens: int = 24, max_rows: int = 32) -> list[str]:
+def answers(
+    model,
+    tokenizer,
+    prefix: PrefixKV | None,
+    questions: list[str],
+    *,
+    cap_bytes: int,
+    max_new_tokens: int = 24,
+    max_rows: int = 32,
+) -> list[str]:
     prompts = [prompt_ids(tokenizer, q) for q in questions]
     rows = rows_fitting(model, prefix_length(prefix) + 80 + max_new_tokens, cap_bytes, max_rows)
     outs: list[str] = []
     for i in range(0, len(prompts), rows):
-        gens = generate(model, prefix, prompts[i:i + rows], max_new_tokens=max_new_tokens,
-                        stop_ids=stop_ids(tokenizer))
+        gens = generate(model, prefix, prompts[i : i + rows], max_new_tokens=max_new_tokens, stop_ids=stop_ids(tokenizer))
         outs += [tokenizer.decode(g.tokens, skip_special_tokens=True).strip() for g in gens]
     return outs
 
@@ -68,20 +76,26 @@ def answers(model, tokenizer, prefix: PrefixKV | None, questions: list[str], *, 
 def generation_accuracy(model, tokenizer, prefix, facts: list[Fact], *, cap_bytes: int) -> dict:
     outs = answers(model, tokenizer, prefix, [f.question for f in facts], cap_bytes=cap_bytes)
     hits = [is_correct(o, f.aliases) for o, f in zip(outs, facts)]
-    return {"accuracy": sum(hits) / len(hits), "n": len(hits),
-            "examples": [{"q": f.question, "gold": f.answer, "out": o, "ok": h}
-                         for f, o, h in list(zip(facts, outs, hits))[:6]]}
+    return {
+        "accuracy": sum(hits) / len(hits),
+        "n": len(hits),
+        "examples": [{"q": f.question, "gold": f.answer, "out": o, "ok": h} for f, o, h in list(zip(facts, outs, hits))[:6]],
+    }
 
 
 def pair_accuracy(model, tokenizer, prefix, pairs: list[PairQuestion], *, cap_bytes: int) -> dict:
-    outs = answers(model, tokenizer, prefix, [p.question for p in pairs], cap_bytes=cap_bytes,
-                   max_new_tokens=40)
+    outs = answers(model, tokenizer, prefix, [p.question for p in pairs], cap_bytes=cap_bytes, max_new_tokens=40)
     both = [is_correct(o, p.a.aliases) and is_correct(o, p.b.aliases) for o, p in zip(outs, pairs)]
     first = [is_correct(o, p.a.aliases) for o, p in zip(outs, pairs)]
     second = [is_correct(o, p.b.aliases) for o, p in zip(outs, pairs)]
     n = len(pairs)
-    return {"both": sum(both) / n, "part_a_fact": sum(first) / n, "part_b_fact": sum(second) / n,
-            "n": n, "examples": [{"q": p.question, "out": o} for p, o in list(zip(pairs, outs))[:3]]}
+    return {
+        "both": sum(both) / n,
+        "part_a_fact": sum(first) / n,
+        "part_b_fact": sum(second) / n,
+        "n": n,
+        "examples": [{"q": p.question, "out": o} for p, o in list(zip(pairs, outs))[:3]],
+    }
 
 
 @torch.inference_mode()
@@ -98,18 +112,17 @@ def mc_accuracy(model, tokenizer, prefix, facts: list[Fact], *, cap_bytes: int) 
     per_forward = rows_fitting(model, prefix_length(prefix) + longest, cap_bytes, 64)
     scores = torch.empty(len(rows_ids))
     for i in range(0, len(rows_ids), per_forward):
-        group = rows_ids[i:i + per_forward]
+        group = rows_ids[i : i + per_forward]
         T = max(len(r) for r in group)
         ids = torch.zeros((len(group), T), dtype=torch.long)
         for b, r in enumerate(group):
-            ids[b, :len(r)] = torch.tensor(r)  # right padding: pads never precede real tokens
-        logits = model(ids, cache=prefix_cache(prefix, len(group)),
-                       position_ids=query_positions(prefix, T, len(group))).logits
+            ids[b, : len(r)] = torch.tensor(r)  # right padding: pads never precede real tokens
+        logits = model(ids, cache=prefix_cache(prefix, len(group)), position_ids=query_positions(prefix, T, len(group))).logits
         logp = torch.log_softmax(logits.float(), -1)
         for b, r in enumerate(group):
             s = rows_start[i + b]
             tgt = torch.tensor(r[s:])
-            scores[i + b] = logp[b, s - 1:len(r) - 1].gather(-1, tgt[:, None]).mean()
+            scores[i + b] = logp[b, s - 1 : len(r) - 1].gather(-1, tgt[:, None]).mean()
     k = 1 + len(facts[0].distractors)
     picks = scores.view(len(facts), k).argmax(-1)  # the true answer is candidate 0
     hits = (picks == 0).tolist()
@@ -123,8 +136,13 @@ def mc_accuracy(model, tokenizer, prefix, facts: list[Fact], *, cap_bytes: int) 
     # how far the true answer stands above the distractors (nats/token): MC's score with power,
     # and blind to a shift that moves every short answer alike (gold LL is not)
     margin = gold_ll - per[:, 1:].mean(-1)
-    return {"accuracy": sum(hits) / len(hits), "by_part": by_part, "n": len(hits),
-            "gold_ll": float(gold_ll.mean()), "margin": float(margin.mean())}
+    return {
+        "accuracy": sum(hits) / len(hits),
+        "by_part": by_part,
+        "n": len(hits),
+        "gold_ll": float(gold_ll.mean()),
+        "margin": float(margin.mean()),
+    }
 
 
 def ttft_ms(model, prefix, prompt: list[int], repeats: int) -> float:
@@ -144,8 +162,18 @@ def decode_tokens_per_s(model, prefix, prompt: list[int], batch: int, steps: int
     return round(batch * t.decode_steps / (t.finished_at - t.first_token_at), 2)
 
 
-def serving_figures(model, tokenizer, prefix, question: str, *, context_in_prompt: list[int] | None,
-                    cap_bytes: int, max_batch: int, steps: int, repeats: int) -> dict:
+def serving_figures(
+    model,
+    tokenizer,
+    prefix,
+    question: str,
+    *,
+    context_in_prompt: list[int] | None,
+    cap_bytes: int,
+    max_batch: int,
+    steps: int,
+    repeats: int,
+) -> dict:
     """TTFT and decode throughput. With ``context_in_prompt`` (the in-context condition) TTFT
     prefills those tokens with the question; decode then runs from the equivalent prefix."""
     prompt = prompt_ids(tokenizer, question)

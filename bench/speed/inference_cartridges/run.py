@@ -38,8 +38,9 @@ class BenchPlan:
     batch_size: int = 8
     # the service's recipe (CartridgeJobConfig, DistillConfig defaults: self-study + fill-the-gap,
     # lr 2e-3, the teacher sees the whole part), with fewer self-study samples to fit the budget.
-    selfstudy: SelfStudyConfig = field(default_factory=lambda: SelfStudyConfig(
-        samples=48, batch_size=16, max_question_tokens=32, max_answer_tokens=64))
+    selfstudy: SelfStudyConfig = field(
+        default_factory=lambda: SelfStudyConfig(samples=48, batch_size=16, max_question_tokens=32, max_answer_tokens=64)
+    )
     cloze: bool = CartridgeJobConfig().cloze
     lr: float = DistillConfig().lr
     # self-study + fill-the-gap data + all five distillations; steps are cut to fit. 30 min (the CPU
@@ -53,10 +54,19 @@ class BenchPlan:
 
 
 QUICK = BenchPlan(
-    mode="quick", questions=12, pairs=4, steps=4, compose_steps=3, batch_size=4,
+    mode="quick",
+    questions=12,
+    pairs=4,
+    steps=4,
+    compose_steps=3,
+    batch_size=4,
     selfstudy=SelfStudyConfig(samples=6, batch_size=6, max_question_tokens=24, max_answer_tokens=32),
     # 6 minutes: the fill-the-gap data over the whole corpus alone takes ~3-4 (one thread)
-    train_budget_s=6 * 60, max_batch=16, decode_steps=4, ttft_repeats=1)
+    train_budget_s=6 * 60,
+    max_batch=16,
+    decode_steps=4,
+    ttft_repeats=1,
+)
 
 
 class Budget:
@@ -72,16 +82,26 @@ class Budget:
 def _train(model, cart, examples, steps, batch, lr, budget_s, work: Path, name: str) -> dict:
     probe = examples[:: max(1, len(examples) // 8)][:8]  # spread over the training data: a fit measure, not held-out
     before = evaluate_loss(model, cart.as_prefix_kv(), probe)
-    stats = train(model, cart, examples, DistillConfig(steps=steps, batch_size=batch, lr=lr,
-                                                       checkpoint_every=10, time_budget_s=budget_s),
-                  checkpoint_dir=work / "ckpt" / name)
+    stats = train(
+        model,
+        cart,
+        examples,
+        DistillConfig(steps=steps, batch_size=batch, lr=lr, checkpoint_every=10, time_budget_s=budget_s),
+        checkpoint_dir=work / "ckpt" / name,
+    )
     stats["probe_loss_before"] = round(before, 4)
     stats["probe_loss_after"] = round(evaluate_loss(model, cart.as_prefix_kv(), probe), 4)
     stats["budget_s"] = round(budget_s, 1)
     cart.stats = {k: v for k, v in stats.items() if k != "losses"}
     cart.save(work / f"{name}.safetensors")
-    log.info("%s: %d steps in %.0fs, probe loss %.3f -> %.3f", name, stats["steps"],
-             stats["train_seconds"], before, stats["probe_loss_after"])
+    log.info(
+        "%s: %d steps in %.0fs, probe loss %.3f -> %.3f",
+        name,
+        stats["steps"],
+        stats["train_seconds"],
+        before,
+        stats["probe_loss_after"],
+    )
     return stats
 
 
@@ -98,10 +118,18 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
     full_ctx = context_ids(tok, corpus_text(corpus.texts))
     per_tok = ev.kv_bytes_per_token(model)
     results: dict = {
-        "plan": asdict(plan), "threads": threads, "model": LOCAL_MODEL_ID,
-        "corpus_tokens": len(full_ctx), "documents": len(corpus.texts), "questions": len(facts),
-        "pair_questions": len(pairs), "kv_bytes_per_token_fp32": per_tok,
-        "memory_cap_bytes": plan.cap_bytes, "conditions": {}, "composition": {}, "training": {},
+        "plan": asdict(plan),
+        "threads": threads,
+        "model": LOCAL_MODEL_ID,
+        "corpus_tokens": len(full_ctx),
+        "documents": len(corpus.texts),
+        "questions": len(facts),
+        "pair_questions": len(pairs),
+        "kv_bytes_per_token_fp32": per_tok,
+        "memory_cap_bytes": plan.cap_bytes,
+        "conditions": {},
+        "composition": {},
+        "training": {},
     }
 
     # -- self-study, once per part (chunks never straddle the two parts) ---------------------
@@ -110,8 +138,9 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
     parts = {"A": corpus.part_a, "B": corpus.part_b}
     examples = {}
     for name, texts in parts.items():
-        examples[name], _, n_cloze = training_examples(model, tok, texts, work / f"part_{name}", plan.selfstudy,
-                                                       cloze=plan.cloze, model_id=LOCAL_MODEL_ID, progress=False)
+        examples[name], _, n_cloze = training_examples(
+            model, tok, texts, work / f"part_{name}", plan.selfstudy, cloze=plan.cloze, model_id=LOCAL_MODEL_ID, progress=False
+        )
         results[f"training_examples_{name}"] = {"selfstudy": len(examples[name]) - n_cloze, "cloze": n_cloze}
     results["selfstudy_seconds"] = round(time.perf_counter() - t_ss, 1)
     both = examples["A"] + examples["B"]
@@ -119,11 +148,10 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
     # -- distillation ---------------------------------------------------------------------
     carts, inits = {}, {}
     runs = [(f"p{p}", p, corpus.texts, both, plan.steps) for p in plan.ps] + [
-        (f"part{n}_p{plan.compose_p}", plan.compose_p, parts[n], examples[n], plan.compose_steps)
-        for n in ("A", "B")]
+        (f"part{n}_p{plan.compose_p}", plan.compose_p, parts[n], examples[n], plan.compose_steps) for n in ("A", "B")
+    ]
     for i, (name, p, texts, exs, steps) in enumerate(runs):
-        cart = initial_cartridge(model, tok, texts, p, model_id=LOCAL_MODEL_ID,
-                                 content_hashes=[f"bench:{name}"])
+        cart = initial_cartridge(model, tok, texts, p, model_id=LOCAL_MODEL_ID, content_hashes=[f"bench:{name}"])
         inits[name] = [(k.detach().clone(), v.detach().clone()) for k, v in cart.as_prefix_kv()]
         stats = _train(model, cart, exs, steps, plan.batch_size, plan.lr, budget.share(len(runs) - i), work, name)
         results["training"][name] = stats
@@ -144,8 +172,11 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
 
     for label, (prefix, tokens) in conditions.items():
         t = time.perf_counter()
-        row = {"prefix_tokens": tokens, "kv_bytes": tokens * per_tok,
-               "kv_reduction_vs_in_context": round(len(full_ctx) / tokens, 2) if tokens else None}
+        row = {
+            "prefix_tokens": tokens,
+            "kv_bytes": tokens * per_tok,
+            "kv_reduction_vs_in_context": round(len(full_ctx) / tokens, 2) if tokens else None,
+        }
         row["gen"] = ev.generation_accuracy(model, tok, prefix, facts, cap_bytes=plan.cap_bytes)
         row["mc"] = ev.mc_accuracy(model, tok, prefix, facts, cap_bytes=plan.cap_bytes)
         row["eval_s"] = round(time.perf_counter() - t, 1)
@@ -158,23 +189,29 @@ def run(plan: BenchPlan, work: Path, threads: int, resume: bool = False) -> dict
     serving.update({f"cartridge p={p}": (trained[f"p{p}"], None) for p in plan.ps})
     for label, (prefix, in_prompt) in serving.items():
         results["conditions"][label]["serving"] = ev.serving_figures(
-            model, tok, prefix, q, context_in_prompt=in_prompt, cap_bytes=plan.cap_bytes,
-            max_batch=plan.max_batch, steps=plan.decode_steps, repeats=plan.ttft_repeats)
+            model,
+            tok,
+            prefix,
+            q,
+            context_in_prompt=in_prompt,
+            cap_bytes=plan.cap_bytes,
+            max_batch=plan.max_batch,
+            steps=plan.decode_steps,
+            repeats=plan.ttft_repeats,
+        )
 
     # -- composition on questions that need both parts ------------------------------------
     composed_label = f"composed A+B p={plan.compose_p}+{plan.compose_p}"
     comp = {  # label: (prefix, tokens, condition whose MC scores to reuse)
         "in-context (A+B)": (full_prefix, len(full_ctx), "in-context"),
-        f"cartridge p={max(plan.ps)} (full corpus)": (trained[f"p{max(plan.ps)}"], max(plan.ps),
-                                                      f"cartridge p={max(plan.ps)}"),
+        f"cartridge p={max(plan.ps)} (full corpus)": (trained[f"p{max(plan.ps)}"], max(plan.ps), f"cartridge p={max(plan.ps)}"),
         f"part A only p={plan.compose_p}": (trained[f"partA_p{plan.compose_p}"], plan.compose_p, None),
         f"part B only p={plan.compose_p}": (trained[f"partB_p{plan.compose_p}"], plan.compose_p, None),
         composed_label: (composed, 2 * plan.compose_p, composed_label),
     }
     for label, (prefix, tokens, reuse) in comp.items():
         row = ev.pair_accuracy(model, tok, prefix, pairs, cap_bytes=plan.cap_bytes)
-        mc = results["conditions"][reuse]["mc"] if reuse else ev.mc_accuracy(
-            model, tok, prefix, facts, cap_bytes=plan.cap_bytes)
+        mc = results["conditions"][reuse]["mc"] if reuse else ev.mc_accuracy(model, tok, prefix, facts, cap_bytes=plan.cap_bytes)
         row["mc_by_part"] = mc["by_part"]
         row["prefix_tokens"], row["kv_bytes"] = tokens, tokens * per_tok
         results["composition"][label] = row

@@ -26,13 +26,12 @@ from pathlib import Path
 
 import torch
 
-from bench.command import parser, save
 from app.inference.context_distillation import DistillConfig, DistillExample, train
 from app.inference.kv import PrefixKV, compute_kv
 from app.kit.runtime.localmodel import LOCAL_MODEL_ID, load_causal_lm, local_model_dir
+from bench.command import parser, save
 from pipelines.cartridges.chat import context_ids, corpus_text, encode
-from pipelines.cartridges.selfstudy import (SelfStudyConfig, cloze_examples, load_examples, recital_examples,
-                                            run_selfstudy)
+from pipelines.cartridges.selfstudy import SelfStudyConfig, cloze_examples, load_examples, recital_examples, run_selfstudy
 from pipelines.cartridges.trainer import initial_cartridge
 
 from . import evaluate as ev
@@ -104,15 +103,15 @@ def main(argv: list[str] | None = None) -> dict:
     body = encode(tok, corpus_text(corpus.texts))
     cap = 1 << 30
     result: dict = json.loads(args.out.read_text()) if args.out.exists() else {}
-    result.update({"model": LOCAL_MODEL_ID, "p": P, "corpus_tokens": len(ctx), "questions": len(facts),
-                   "threads": args.threads})
+    result.update({"model": LOCAL_MODEL_ID, "p": P, "corpus_tokens": len(ctx), "questions": len(facts), "threads": args.threads})
     if "baselines" not in result:
         result["baselines"] = {
             # generation with the 2.7k-token corpus in context is the costliest measurement here;
             # docs/cartridges.md has it from the full benchmark (15% gen)
             "no context": score(model, tok, compute_kv(model, torch.tensor(context_ids(tok, ""))), facts, cap, False),
-            f"truncated context, first {P} tokens (= untrained cartridge)":
-                score(model, tok, compute_kv(model, torch.tensor(ctx[:P])), facts, cap, True),
+            f"truncated context, first {P} tokens (= untrained cartridge)": score(
+                model, tok, compute_kv(model, torch.tensor(ctx[:P])), facts, cap, True
+            ),
             "whole corpus in context": score(model, tok, compute_kv(model, torch.tensor(ctx)), facts, cap, False),
         }
         save(args.out, result, indent=1, echo=False)
@@ -120,8 +119,9 @@ def main(argv: list[str] | None = None) -> dict:
         result["dev_questions"] = len(dev)
         result["dev_baselines"] = {
             "no context": score(model, tok, compute_kv(model, torch.tensor(context_ids(tok, ""))), dev, cap, False),
-            f"truncated context, first {P} tokens (= untrained cartridge)":
-                score(model, tok, compute_kv(model, torch.tensor(ctx[:P])), dev, cap, False),
+            f"truncated context, first {P} tokens (= untrained cartridge)": score(
+                model, tok, compute_kv(model, torch.tensor(ctx[:P])), dev, cap, False
+            ),
             "whole corpus in context": score(model, tok, compute_kv(model, torch.tensor(ctx)), dev, cap, False),
         }
         save(args.out, result, indent=1, echo=False)
@@ -132,10 +132,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     def selfstudy(tag: str, chunk: int) -> list[DistillExample]:
         t = time.perf_counter()
-        cfg = SelfStudyConfig(samples=args.samples, chunk_tokens=chunk, batch_size=16, max_question_tokens=32,
-                              max_answer_tokens=64)
-        run_selfstudy(model, tok, body, args.work / tag.replace(" ", "_"), cfg, model_id=LOCAL_MODEL_ID,
-                      progress=False)
+        cfg = SelfStudyConfig(
+            samples=args.samples, chunk_tokens=chunk, batch_size=16, max_question_tokens=32, max_answer_tokens=64
+        )
+        run_selfstudy(model, tok, body, args.work / tag.replace(" ", "_"), cfg, model_id=LOCAL_MODEL_ID, progress=False)
         result[f"{tag}_seconds"] = round(time.perf_counter() - t, 1)
         return load_examples(args.work / tag.replace(" ", "_"))
 
@@ -159,17 +159,22 @@ def main(argv: list[str] | None = None) -> dict:
         if "cloze+selfstudy whole" in needed:
             data["cloze+selfstudy whole"] = data["cloze whole"] + data["selfstudy whole"]
     result.setdefault("examples", {}).update({k: len(v) for k, v in data.items()})
-    result.setdefault("answer_tokens", {}).update(
-        {k: sum(x.topk_ids.shape[0] for x in v) for k, v in data.items()})
+    result.setdefault("answer_tokens", {}).update({k: sum(x.topk_ids.shape[0] for x in v) for k, v in data.items()})
     print(f"data: {result['examples']}", flush=True)
 
     result.setdefault("runs", {})
     for name in args.runs.split(","):
         spec = RUNS[name]
-        cart = initial_cartridge(model, tok, corpus.texts, P, model_id=LOCAL_MODEL_ID, content_hashes=[],
-                                 frozen_tokens=spec.get("frozen", 1))
-        cfg = replace(BASE, lr=spec["lr"], normalize_teacher=spec.get("normalize", False),
-                      relative_lr=spec.get("relative", False), checkpoint_every=10**6)
+        cart = initial_cartridge(
+            model, tok, corpus.texts, P, model_id=LOCAL_MODEL_ID, content_hashes=[], frozen_tokens=spec.get("frozen", 1)
+        )
+        cfg = replace(
+            BASE,
+            lr=spec["lr"],
+            normalize_teacher=spec.get("normalize", False),
+            relative_lr=spec.get("relative", False),
+            checkpoint_every=10**6,
+        )
         curve = [{"step": 0, **score(model, tok, cart.as_prefix_kv(), facts, cap, False, dev), "seconds": 0.0}]
         t = time.perf_counter()
         ckpt = args.work / "ckpt" / name.replace(" ", "_")
@@ -179,12 +184,24 @@ def main(argv: list[str] | None = None) -> dict:
             shutil.rmtree(ckpt)
         losses: list[float] = []
         for upto in range(args.eval_every, args.steps + 1, args.eval_every):
-            stats = train(model, cart, data[spec["data"]], replace(cfg, steps=upto, checkpoint_every=upto),
-                          checkpoint_dir=ckpt, progress=False)
+            stats = train(
+                model,
+                cart,
+                data[spec["data"]],
+                replace(cfg, steps=upto, checkpoint_every=upto),
+                checkpoint_dir=ckpt,
+                progress=False,
+            )
             losses = stats["losses"]
             gen = upto == args.steps or args.gen_every
-            curve.append({"step": upto, **score(model, tok, cart.as_prefix_kv(), facts, cap, gen, dev),
-                          "loss_last": losses[-1], "seconds": round(time.perf_counter() - t, 1)})
+            curve.append(
+                {
+                    "step": upto,
+                    **score(model, tok, cart.as_prefix_kv(), facts, cap, gen, dev),
+                    "loss_last": losses[-1],
+                    "seconds": round(time.perf_counter() - t, 1),
+                }
+            )
             print(name, curve[-1], flush=True)
         result["runs"][name] = {"spec": spec, "curve": curve, "losses": losses}
         save(args.out, result, indent=1, echo=False)

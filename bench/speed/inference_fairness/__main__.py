@@ -34,12 +34,14 @@ from bench.command import parser, save
 from bench.common import free_port, load_average, summary_ms
 
 KEY = b"bench-inference-fairness-key"
-VICTIM = ("Notes: the Plimton observatory opens at dusk. Dr. Anna Kell found comet K-17 there in 2011; "
-          "it returns every 43 years and its tail looks green. ") * 2 + "Question: who found comet K-17, and when?"
+VICTIM = (
+    "Notes: the Plimton observatory opens at dusk. Dr. Anna Kell found comet K-17 there in 2011; "
+    "it returns every 43 years and its tail looks green. "
+) * 2 + "Question: who found comet K-17, and when?"
 FLOOD = " ".join(f"Record {i}: the crate in row {i % 17} holds {i * 3} blue stones and {i % 5} red ones." for i in range(48))
 
 
-def _serve(app):  # noqa: ANN001, ANN202
+def _serve(app):
     import uvicorn
 
     port = free_port()
@@ -62,10 +64,10 @@ def _victim(base: str, n: int, tag: str) -> tuple[list[float], list]:
     with httpx.Client(base_url=base, timeout=600) as c:
         for i in range(n):
             t0 = time.perf_counter()
-            r = c.post("/v1/generate", json={"prompt": VICTIM, "max_tokens": 16, "mode": "full"},
-                       headers=_bearer("org-b", f"{tag}-{i}"))
-            (lat if r.status_code == 200 else errors).append(
-                time.perf_counter() - t0 if r.status_code == 200 else r.status_code)
+            r = c.post(
+                "/v1/generate", json={"prompt": VICTIM, "max_tokens": 16, "mode": "full"}, headers=_bearer("org-b", f"{tag}-{i}")
+            )
+            (lat if r.status_code == 200 else errors).append(time.perf_counter() - t0 if r.status_code == 200 else r.status_code)
     return lat, errors
 
 
@@ -80,15 +82,19 @@ def _flood(base: str, stop: threading.Event, out: list) -> None:
                 time.sleep(float(r.headers.get("retry-after", 1)))
 
 
-def run_arm(engine, arm: str, requests: int, flooders: int, rounds: int) -> dict:  # noqa: ANN001
+def run_arm(engine, arm: str, requests: int, flooders: int, rounds: int) -> dict:
     from app.inference.scheduler import SchedulerConfig
     from app.inference.server import ServerConfig, create_app
     from app.inference.store import ChunkStore, StoreConfig
 
     schedule = SchedulerConfig() if arm == "fair" else SchedulerConfig(quantum_s=1e9)
     root = Path(tempfile.mkdtemp(prefix="fairbench"))
-    app = create_app(ServerConfig(engine=engine.config, store_root=root, schedule=schedule), engine=engine,
-                     store=ChunkStore(engine, StoreConfig(root=root)), key=KEY)
+    app = create_app(
+        ServerConfig(engine=engine.config, store_root=root, schedule=schedule),
+        engine=engine,
+        store=ChunkStore(engine, StoreConfig(root=root)),
+        key=KEY,
+    )
     server, thread, base = _serve(app)
     unloaded, loaded, errors, flood, drains = [], [], [], [], []
     per_round = max(1, requests // rounds)
@@ -118,10 +124,17 @@ def run_arm(engine, arm: str, requests: int, flooders: int, rounds: int) -> dict
     statuses: dict[str, int] = {}
     for s, _, _ in flood:
         statuses[str(s)] = statuses.get(str(s), 0) + 1
-    return {"unloaded": u, "flood": lo, "p95_ratio": round(lo["p95_ms"] / u["p95_ms"], 2),
-            "p50_ratio": round(lo["p50_ms"] / u["p50_ms"], 2), "victim_errors": errors, "rounds": rounds,
-            "flood_statuses": statuses, "flood_request_s": sorted(d for s, d, _ in flood if s == 200),
-            "flood_drain_s": drains}
+    return {
+        "unloaded": u,
+        "flood": lo,
+        "p95_ratio": round(lo["p95_ms"] / u["p95_ms"], 2),
+        "p50_ratio": round(lo["p50_ms"] / u["p50_ms"], 2),
+        "victim_errors": errors,
+        "rounds": rounds,
+        "flood_statuses": statuses,
+        "flood_request_s": sorted(d for s, d, _ in flood if s == 200),
+        "flood_drain_s": drains,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -139,19 +152,33 @@ def main(argv: list[str] | None = None) -> dict:
     engine = Engine.load(EngineConfig(model_path=str(path), device="cpu", threads=1))
     load_before = load_average()
     arms = {arm: run_arm(engine, arm, args.requests, args.flooders, args.rounds) for arm in args.arms.split(",")}
-    result = {"bench": "inference_fairness", "model": engine.model_id, "threads": 1,
-              "victim": {"prompt_tokens": int(engine.system_ids.numel() + engine.query_ids(VICTIM).numel()),
-                         "max_tokens": 16},
-              "flood": {"prompt_tokens": int(engine.system_ids.numel() + engine.query_ids(FLOOD).numel()),
-                        "max_tokens": 48, "loops": args.flooders, "one_token": True},
-              "requests_per_phase": args.requests, "rounds": args.rounds, "arms": arms, "target_p95_ratio": 3.0,
-              "load_average": {"before": load_before, "after": load_average()}}
-    lines = ["| arm | unloaded p50 / p95 ms | under flood p50 / p95 ms | p95 ratio (target <= 3) | flood statuses |",
-             "|---|---|---|---|---|"]
+    result = {
+        "bench": "inference_fairness",
+        "model": engine.model_id,
+        "threads": 1,
+        "victim": {"prompt_tokens": int(engine.system_ids.numel() + engine.query_ids(VICTIM).numel()), "max_tokens": 16},
+        "flood": {
+            "prompt_tokens": int(engine.system_ids.numel() + engine.query_ids(FLOOD).numel()),
+            "max_tokens": 48,
+            "loops": args.flooders,
+            "one_token": True,
+        },
+        "requests_per_phase": args.requests,
+        "rounds": args.rounds,
+        "arms": arms,
+        "target_p95_ratio": 3.0,
+        "load_average": {"before": load_before, "after": load_average()},
+    }
+    lines = [
+        "| arm | unloaded p50 / p95 ms | under flood p50 / p95 ms | p95 ratio (target <= 3) | flood statuses |",
+        "|---|---|---|---|---|",
+    ]
     for arm, r in arms.items():
-        lines.append(f"| {arm} | {r['unloaded']['p50_ms']:.0f} / {r['unloaded']['p95_ms']:.0f} | "
-                     f"{r['flood']['p50_ms']:.0f} / {r['flood']['p95_ms']:.0f} | {r['p95_ratio']} | "
-                     f"{r['flood_statuses']} |")
+        lines.append(
+            f"| {arm} | {r['unloaded']['p50_ms']:.0f} / {r['unloaded']['p95_ms']:.0f} | "
+            f"{r['flood']['p50_ms']:.0f} / {r['flood']['p95_ms']:.0f} | {r['p95_ratio']} | "
+            f"{r['flood_statuses']} |"
+        )
     return save(args.out, result, "\n".join(lines))
 
 

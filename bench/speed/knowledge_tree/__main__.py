@@ -40,8 +40,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def _stats(ms: list[float]) -> dict:
     q = quantiles(ms, n=100)
-    return {"calls": len(ms), "p50": round(q[49], 2), "p95": round(q[94], 2), "p99": round(q[98], 2),
-            "max": round(max(ms), 2)}
+    return {"calls": len(ms), "p50": round(q[49], 2), "p95": round(q[94], 2), "p99": round(q[98], 2), "max": round(max(ms), 2)}
 
 
 class HashingEmbedder:
@@ -49,7 +48,7 @@ class HashingEmbedder:
 
     dim = 384
 
-    def embed(self, texts: list[str]):  # noqa: ANN201
+    def embed(self, texts: list[str]):
         import hashlib
         import re
 
@@ -66,7 +65,7 @@ class HashingEmbedder:
         return out
 
 
-def _service_times(h, org, table_id: str, calls: int) -> dict:  # noqa: ANN001
+def _service_times(h, org, table_id: str, calls: int) -> dict:
     """The same reads without HTTP, auth and JSON: navigation.tree/node in one RLS-bound session."""
     import uuid
 
@@ -79,10 +78,12 @@ def _service_times(h, org, table_id: str, calls: int) -> dict:  # noqa: ANN001
     with h.admin.connect() as c:
         uid = c.execute(text("SELECT id FROM users WHERE org_id = :o AND name = 'analyst'"), {"o": org.id}).scalar()
     p = Principal(org_id=org.id, user_id=uid, name="analyst", roles=("member",), groups=(), clearances=())
-    fns = {"tree_top": lambda db: navigation.tree(db, p, None),
-           "tree_schema_all_tables": lambda db: navigation.tree(db, p, "warehouse/main"),
-           "tree_schema_page_100": lambda db: navigation.tree(db, p, "warehouse/main", limit=100),
-           "node_table": lambda db: navigation.node(db, p, uuid.UUID(table_id))}
+    fns = {
+        "tree_top": lambda db: navigation.tree(db, p, None),
+        "tree_schema_all_tables": lambda db: navigation.tree(db, p, "warehouse/main"),
+        "tree_schema_page_100": lambda db: navigation.tree(db, p, "warehouse/main", limit=100),
+        "node_table": lambda db: navigation.node(db, p, uuid.UUID(table_id)),
+    }
     out: dict[str, list[float]] = {k: [] for k in fns}
     with h.app.state.sessions() as db:
         bind_principal(db, p)
@@ -95,7 +96,7 @@ def _service_times(h, org, table_id: str, calls: int) -> dict:  # noqa: ANN001
     return {k: _stats(v) for k, v in out.items()}
 
 
-def _reused_org(h, name: str):  # noqa: ANN001, ANN202
+def _reused_org(h, name: str):
     """The org an earlier run bootstrapped (by name, with a succeeded bootstrap), with new keys."""
     from sqlalchemy import text
     from sqlalchemy.orm import Session
@@ -106,8 +107,13 @@ def _reused_org(h, name: str):  # noqa: ANN001, ANN202
     from bench.quality.memory_scaling.run import Org
 
     with Session(h.admin, expire_on_commit=False) as db:
-        org_id = db.execute(text("SELECT o.id FROM orgs o JOIN jobs j ON j.org_id = o.id AND j.kind = 'bootstrap' "
-                                 "AND j.status = 'succeeded' WHERE o.name = :n LIMIT 1"), {"n": name}).scalar()
+        org_id = db.execute(
+            text(
+                "SELECT o.id FROM orgs o JOIN jobs j ON j.org_id = o.id AND j.kind = 'bootstrap' "
+                "AND j.status = 'succeeded' WHERE o.name = :n LIMIT 1"
+            ),
+            {"n": name},
+        ).scalar()
         if org_id is None:
             return None
         users = db.query(User).filter(User.org_id == org_id).all()
@@ -146,11 +152,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--reuse", action="store_true", help="measure the org an earlier run bootstrapped, if any")
     a = ap.parse_args(argv)
     db_name, org_name = "memscale_bench_tree", f"tree-{a.tables}x{a.columns}"
-    h = Harness(db_name, model=Settings().llm_model, budget=1000,
-                embedder=None if a.real_embedder else HashingEmbedder(),
-                settings=existing_database(db_name) if a.reuse else None)
-    result: dict = {"benchmark": "knowledge_tree", "tables": a.tables, "columns": a.columns,
-                    "embedder": "all-MiniLM-L6-v2" if a.real_embedder else "word hashing (384 d)"}
+    h = Harness(
+        db_name,
+        model=Settings().llm_model,
+        budget=1000,
+        embedder=None if a.real_embedder else HashingEmbedder(),
+        settings=existing_database(db_name) if a.reuse else None,
+    )
+    result: dict = {
+        "benchmark": "knowledge_tree",
+        "tables": a.tables,
+        "columns": a.columns,
+        "embedder": "all-MiniLM-L6-v2" if a.real_embedder else "word hashing (384 d)",
+    }
     api = None
     try:
         org = _reused_org(h, org_name) if a.reuse else None
@@ -174,13 +188,16 @@ def main(argv: list[str] | None = None) -> dict:
         api.wait_ready()
         apart = MemscaleClient(base_url=api.base, api_key=c.api_key)
 
-        def calls_of(cl):  # noqa: ANN001, ANN202
-            return {"tree_top": lambda: cl.knowledge_tree(None), "tree_catalog": lambda: cl.knowledge_tree("warehouse"),
-                    "tree_schema_all_tables": lambda: cl.knowledge_tree("warehouse/main"),
-                    "tree_schema_page_100": lambda: cl.knowledge_tree("warehouse/main", limit=100),
-                    "node_table": lambda: cl.knowledge_node(table_id)}
-        arms = {"navigation_ms": calls_of(c), "navigation_http_ms": calls_of(wire),
-                "navigation_process_http_ms": calls_of(apart)}
+        def calls_of(cl):
+            return {
+                "tree_top": lambda: cl.knowledge_tree(None),
+                "tree_catalog": lambda: cl.knowledge_tree("warehouse"),
+                "tree_schema_all_tables": lambda: cl.knowledge_tree("warehouse/main"),
+                "tree_schema_page_100": lambda: cl.knowledge_tree("warehouse/main", limit=100),
+                "node_table": lambda: cl.knowledge_node(table_id),
+            }
+
+        arms = {"navigation_ms": calls_of(c), "navigation_http_ms": calls_of(wire), "navigation_process_http_ms": calls_of(apart)}
         result["load_before"] = [round(x, 2) for x in os.getloadavg()]
         for calls in arms.values():  # warm
             for fn in calls.values():
@@ -208,8 +225,11 @@ def main(argv: list[str] | None = None) -> dict:
                 t = time.perf_counter()
                 c.search(query, k=10, **body)
                 out.append((time.perf_counter() - t) * 1000)
-        result["search_ms"] = {"without_instruction": _stats(plain), "with_instruction": _stats(instructed),
-                               "instruction": instruction}
+        result["search_ms"] = {
+            "without_instruction": _stats(plain),
+            "with_instruction": _stats(instructed),
+            "instruction": instruction,
+        }
         pairs = load()
         alone = []
         for _ in range(5):

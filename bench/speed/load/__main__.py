@@ -46,7 +46,7 @@ DB_NAME = "memscale_bench_load"
 MIX = {"write": 30, "write_batch": 5, "search": 35, "context": 20, "read": 10}
 
 
-def _tenants(settings, n_orgs: int, users_per_org: int) -> list[dict]:  # noqa: ANN001
+def _tenants(settings, n_orgs: int, users_per_org: int) -> list[dict]:
     from app.orgs import service as orgs
 
     eng = create_engine(settings.database_url)
@@ -55,8 +55,9 @@ def _tenants(settings, n_orgs: int, users_per_org: int) -> list[dict]:  # noqa: 
         for o in range(n_orgs):
             org = orgs.create_org(db, f"load-org-{o}")
             for u in range(users_per_org):
-                user = orgs.create_user(db, org, f"user-{u}", roles=["member"], groups=[f"team-{u % 2}"],
-                                        clearances=["internal"] if u % 2 else [])
+                user = orgs.create_user(
+                    db, org, f"user-{u}", roles=["member"], groups=[f"team-{u % 2}"], clearances=["internal"] if u % 2 else []
+                )
                 out.append({"org": o, "user": u, "key": orgs.create_key(db, user), "group": f"team-{u % 2}"})
         db.commit()
     eng.dispose()
@@ -98,8 +99,10 @@ class PoolSampler(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        q = text("SELECT count(*), count(*) FILTER (WHERE state <> 'idle'), count(*) FILTER (WHERE state = 'active') "
-                 "FROM pg_stat_activity WHERE datname = current_database() AND usename = 'memscale_app'")
+        q = text(
+            "SELECT count(*), count(*) FILTER (WHERE state <> 'idle'), count(*) FILTER (WHERE state = 'active') "
+            "FROM pg_stat_activity WHERE datname = current_database() AND usename = 'memscale_app'"
+        )
         with self.engine.connect() as c:
             while not self._halt.is_set():
                 total, busy, active = c.execute(q).one()
@@ -116,12 +119,26 @@ class PoolSampler(threading.Thread):
         active = [s[2] for s in self.samples] or [0]
         # busy = checked out by a request (a query running, or idle in transaction while the request
         # does Python work such as embedding); active = a query running in PostgreSQL right now.
-        return {"samples": len(self.samples), "max_connections": max(totals), "max_busy": max(busy),
-                "mean_busy": round(sum(busy) / len(busy), 2), "mean_active": round(sum(active) / len(active), 2)}
+        return {
+            "samples": len(self.samples),
+            "max_connections": max(totals),
+            "max_busy": max(busy),
+            "mean_busy": round(sum(busy) / len(busy), 2),
+            "mean_active": round(sum(active) / len(active), 2),
+        }
 
 
-async def _client(i: int, base: str, tenant: dict, http: httpx.AsyncClient, rng: random.Random,
-                  t_measure: float, t_end: float, rec: list, written: list) -> None:
+async def _client(
+    i: int,
+    base: str,
+    tenant: dict,
+    http: httpx.AsyncClient,
+    rng: random.Random,
+    t_measure: float,
+    t_end: float,
+    rec: list,
+    written: list,
+) -> None:
     h = {"Authorization": f"Bearer {tenant['key']}"}
     ops, weights = zip(*MIX.items())
     while True:
@@ -133,11 +150,15 @@ async def _client(i: int, base: str, tenant: dict, http: httpx.AsyncClient, rng:
             op = "write"
         try:
             if op == "write":
-                req = http.post("/v1/episodes", headers=h, json={"kind": "note", "content": sentence(rng),
-                                                                 **_access(rng, tenant)})
+                req = http.post(
+                    "/v1/episodes", headers=h, json={"kind": "note", "content": sentence(rng), **_access(rng, tenant)}
+                )
             elif op == "write_batch":
-                req = http.post("/v1/episodes/batch", headers=h, json={"items": [
-                    {"kind": "note", "content": sentence(rng), **_access(rng, tenant)} for _ in range(5)]})
+                req = http.post(
+                    "/v1/episodes/batch",
+                    headers=h,
+                    json={"items": [{"kind": "note", "content": sentence(rng), **_access(rng, tenant)} for _ in range(5)]},
+                )
             elif op == "search":
                 req = http.post("/v1/search", headers=h, json={"query": query(rng), "k": 10})
             elif op == "context":
@@ -151,7 +172,7 @@ async def _client(i: int, base: str, tenant: dict, http: httpx.AsyncClient, rng:
             if status >= 400:
                 try:
                     code = r.json()["error"]["code"]
-                except Exception:  # noqa: BLE001
+                except Exception:
                     code = "unparseable_error_body"
             elif op == "write":
                 written.append(r.json()["id"])
@@ -161,16 +182,31 @@ async def _client(i: int, base: str, tenant: dict, http: httpx.AsyncClient, rng:
             rec.append((op, status, dt, code, t0))
 
 
-async def _run_load(base: str, tenants: list[dict], clients: int, warmup: float, seconds: float, seed: int) -> tuple[list, float, float]:
+async def _run_load(
+    base: str, tenants: list[dict], clients: int, warmup: float, seconds: float, seed: int
+) -> tuple[list, float, float]:
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     rec: list = []
     async with httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(60.0), limits=limits) as http:
         t_start = time.perf_counter()
         t_measure, t_end = t_start + warmup, t_start + warmup + seconds
         written: dict[int, list] = collections.defaultdict(list)
-        tasks = [asyncio.create_task(_client(i, base, tenants[i % len(tenants)], http, random.Random(seed + i),
-                                             t_measure, t_end, rec, written[i % len(tenants)]))
-                 for i in range(clients)]
+        tasks = [
+            asyncio.create_task(
+                _client(
+                    i,
+                    base,
+                    tenants[i % len(tenants)],
+                    http,
+                    random.Random(seed + i),
+                    t_measure,
+                    t_end,
+                    rec,
+                    written[i % len(tenants)],
+                )
+            )
+            for i in range(clients)
+        ]
         # Hard bound: requests in flight at t_end get at most the HTTP timeout to finish.
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=warmup + seconds + 90)
         t_done = time.perf_counter()
@@ -195,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict:
     rng = random.Random(args.seed)
     wall0 = time.time()
 
-    def _overrun(signum, frame):  # noqa: ARG001, ANN001
+    def _overrun(signum, frame):
         raise TimeoutError("bench.speed.load ran past its 5-minute bound")
 
     signal.signal(signal.SIGALRM, _overrun)
@@ -208,8 +244,12 @@ def main(argv: list[str] | None = None) -> dict:
     pool_size = args.pool_size if args.pool_size is not None else Settings().db_pool_size
     log_path = Path(tempfile.mkdtemp(prefix="msload")) / "api.log"
     tenants = _tenants(settings, args.orgs, args.users_per_org)
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     if args.pool_size is not None:
         env["MEMSCALE_DB_POOL_SIZE"] = str(args.pool_size)
     api = ApiProcess(settings, env=env, log_path=log_path)
@@ -219,8 +259,11 @@ def main(argv: list[str] | None = None) -> dict:
         api.wait_ready(timeout=120)
         t0 = time.time()
         seeded = _seed(base, tenants, args.seed_per_user, rng)
-        print(f"api on {base}; {len(tenants)} users in {args.orgs} orgs; seeded {seeded} items in "
-              f"{time.time() - t0:.1f}s; {args.clients} clients for {args.warmup:.0f}+{args.seconds:.0f}s", flush=True)
+        print(
+            f"api on {base}; {len(tenants)} users in {args.orgs} orgs; seeded {seeded} items in "
+            f"{time.time() - t0:.1f}s; {args.clients} clients for {args.warmup:.0f}+{args.seconds:.0f}s",
+            flush=True,
+        )
         load_before = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure
         sampler = PoolSampler(admin_url(settings))
         sampler.start()
@@ -246,26 +289,52 @@ def main(argv: list[str] | None = None) -> dict:
     for op, rows in sorted(by_op.items()):
         ok = [r for r in rows if 200 <= r[1] < 300]
         errors = collections.Counter(f"{r[1]} {r[3]}" for r in rows if not 200 <= r[1] < 300)
-        ops[op] = {**summary_ms([r[2] for r in rows]), "ok": len(ok), "errors": dict(errors),
-                   "error_rate": round((len(rows) - len(ok)) / len(rows), 5) if rows else 0.0,
-                   "throughput_rps": round(len(rows) / measured_s, 2)}
+        ops[op] = {
+            **summary_ms([r[2] for r in rows]),
+            "ok": len(ok),
+            "errors": dict(errors),
+            "error_rate": round((len(rows) - len(ok)) / len(rows), 5) if rows else 0.0,
+            "throughput_rps": round(len(rows) / measured_s, 2),
+        }
     total = len(rec)
     failed = sum(1 for r in rec if not 200 <= r[1] < 300)
     five_xx = sum(1 for r in rec if r[1] >= 500 or r[1] == -1)
     result = {
-        "config": {"clients": args.clients, "seconds": args.seconds, "warmup_s": args.warmup, "orgs": args.orgs,
-                   "users": len(tenants), "mix": MIX, "seeded_items": seeded, "db_pool_size": pool_size,
-                   "db_max_overflow": pool_size, "pool_timeout_s": 10, "server": "python -m app serve (1 uvicorn worker)",
-                   "cpus": os.cpu_count(), "loadavg_1m_before_after": [load_before, round(os.getloadavg()[0], 2)]},
-        "overall": {**summary_ms([r[2] for r in rec]), "requests": total, "failed": failed,
-                    "error_rate": round(failed / total, 5) if total else None,
-                    "throughput_rps": round(total / measured_s, 2), "measured_s": round(measured_s, 1)},
+        "config": {
+            "clients": args.clients,
+            "seconds": args.seconds,
+            "warmup_s": args.warmup,
+            "orgs": args.orgs,
+            "users": len(tenants),
+            "mix": MIX,
+            "seeded_items": seeded,
+            "db_pool_size": pool_size,
+            "db_max_overflow": pool_size,
+            "pool_timeout_s": 10,
+            "server": "python -m app serve (1 uvicorn worker)",
+            "cpus": os.cpu_count(),
+            "loadavg_1m_before_after": [load_before, round(os.getloadavg()[0], 2)],
+        },
+        "overall": {
+            **summary_ms([r[2] for r in rec]),
+            "requests": total,
+            "failed": failed,
+            "error_rate": round(failed / total, 5) if total else None,
+            "throughput_rps": round(total / measured_s, 2),
+            "measured_s": round(measured_s, 1),
+        },
         "operations": ops,
-        "pool": {**pool, "capacity": 2 * pool_size,
-                 "share_of_samples_at_capacity": round(sum(1 for x in sampler_samples if x[1] >= 2 * pool_size)
-                                                       / max(1, len(sampler_samples)), 3), "pool_timeouts_logged": pool_timeouts,
-                 "server_errors_logged": server_errors_logged, "responses_5xx_or_transport": five_xx,
-                 "exhausted": bool(pool_timeouts or five_xx)},
+        "pool": {
+            **pool,
+            "capacity": 2 * pool_size,
+            "share_of_samples_at_capacity": round(
+                sum(1 for x in sampler_samples if x[1] >= 2 * pool_size) / max(1, len(sampler_samples)), 3
+            ),
+            "pool_timeouts_logged": pool_timeouts,
+            "server_errors_logged": server_errors_logged,
+            "responses_5xx_or_transport": five_xx,
+            "exhausted": bool(pool_timeouts or five_xx),
+        },
         "wall_s": round(time.time() - wall0, 1),
     }
     save(args.out, result)
@@ -274,16 +343,22 @@ def main(argv: list[str] | None = None) -> dict:
 
     print(f"\n{'operation':12s} {'n':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} {'rps':>7s} {'errors':>7s}")
     for op, s in ops.items():
-        print(f"{op:12s} {s['n']:6d} {s['p50_ms']:8.1f} {s['p95_ms']:8.1f} {s['p99_ms']:8.1f} "
-              f"{s['throughput_rps']:7.1f} {s['n'] - s['ok']:7d}")
+        print(
+            f"{op:12s} {s['n']:6d} {s['p50_ms']:8.1f} {s['p95_ms']:8.1f} {s['p99_ms']:8.1f} "
+            f"{s['throughput_rps']:7.1f} {s['n'] - s['ok']:7d}"
+        )
     o = result["overall"]
-    print(f"{'overall':12s} {o['n']:6d} {o['p50_ms']:8.1f} {o['p95_ms']:8.1f} {o['p99_ms']:8.1f} "
-          f"{o['throughput_rps']:7.1f} {o['failed']:7d}")
+    print(
+        f"{'overall':12s} {o['n']:6d} {o['p50_ms']:8.1f} {o['p95_ms']:8.1f} {o['p99_ms']:8.1f} "
+        f"{o['throughput_rps']:7.1f} {o['failed']:7d}"
+    )
     p = result["pool"]
-    print(f"error rate {o['error_rate']:.4%}; pool {pool_size}+{pool_size} overflow: max {p['max_connections']} "
-          f"connections, {p['max_busy']} checked out at once (mean {p['mean_busy']}, {p['mean_active']} running a "
-          f"query; at capacity in {p['share_of_samples_at_capacity']:.0%} of samples); {pool_timeouts} pool timeouts, "
-          f"{five_xx} 5xx/transport errors -> exhausted: {p['exhausted']}")
+    print(
+        f"error rate {o['error_rate']:.4%}; pool {pool_size}+{pool_size} overflow: max {p['max_connections']} "
+        f"connections, {p['max_busy']} checked out at once (mean {p['mean_busy']}, {p['mean_active']} running a "
+        f"query; at capacity in {p['share_of_samples_at_capacity']:.0%} of samples); {pool_timeouts} pool timeouts, "
+        f"{five_xx} 5xx/transport errors -> exhausted: {p['exhausted']}"
+    )
     for op, s in ops.items():
         if s["errors"]:
             print(f"  {op} errors: {json.dumps(s['errors'])}")
@@ -291,7 +366,7 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-def _drop_database(settings) -> None:  # noqa: ANN001
+def _drop_database(settings) -> None:
     from sqlalchemy.engine import make_url
 
     server = make_url(settings.database_url).set(database="postgres")

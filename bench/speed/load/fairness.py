@@ -46,7 +46,7 @@ PATHOLOGICAL = ("in 2023-02-30 " * 200)[:2000]
 DATES_BODY = {"query": PATHOLOGICAL, "instruction": PATHOLOGICAL[:1000], "k": 10}
 
 
-def _keys(settings) -> tuple[str, str]:  # noqa: ANN001
+def _keys(settings) -> tuple[str, str]:
     from app.orgs import service as orgs
 
     eng = create_engine(settings.database_url)
@@ -59,14 +59,15 @@ def _keys(settings) -> tuple[str, str]:  # noqa: ANN001
     return victim, flooder
 
 
-def _ready(api, settings) -> tuple[str, str, random.Random]:  # noqa: ANN001
+def _ready(api, settings) -> tuple[str, str, random.Random]:
     """Wait for the API, make the two keys, seed the victim's org with 200 short episodes."""
     api.wait_ready()
     victim, flooder = _keys(settings)
     rng = random.Random(7)
     with httpx.Client(base_url=api.base, timeout=300, headers={"Authorization": f"Bearer {victim}"}) as c:
-        c.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng)}
-                                                     for _ in range(200)]}).raise_for_status()
+        c.post(
+            "/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng)} for _ in range(200)]}
+        ).raise_for_status()
     return victim, flooder, rng
 
 
@@ -76,8 +77,9 @@ def _search_loop(base: str, key: str, until: float, rng: random.Random, lat: lis
             t0 = time.perf_counter()
             try:
                 r = c.post("/v1/search", json={"query": query(rng), "k": 10})
-                (lat if r.status_code == 200 else errors).append(time.perf_counter() - t0 if r.status_code == 200
-                                                                  else r.status_code)
+                (lat if r.status_code == 200 else errors).append(
+                    time.perf_counter() - t0 if r.status_code == 200 else r.status_code
+                )
             except httpx.HTTPError as exc:
                 errors.append(type(exc).__name__)
 
@@ -118,22 +120,22 @@ def _per_request_ms(base: str, key: str, n: int = 10) -> dict:
     and a plain search beside them."""
     out = {}
     with httpx.Client(base_url=base, timeout=300, headers={"Authorization": f"Bearer {key}"}) as c:
-        for name, path, body in (("search_pathological", "/v1/search", DATES_BODY),
-                                 ("context_pathological", "/v1/context",
-                                  {k: v for k, v in DATES_BODY.items() if k != "k"}),
-                                 ("search_plain", "/v1/search", {"query": "the deploy failed in march", "k": 10})):
+        for name, path, body in (
+            ("search_pathological", "/v1/search", DATES_BODY),
+            ("context_pathological", "/v1/context", {k: v for k, v in DATES_BODY.items() if k != "k"}),
+            ("search_plain", "/v1/search", {"query": "the deploy failed in march", "k": 10}),
+        ):
             c.post(path, json=body).raise_for_status()  # warm
             times = []
             for _ in range(n):
                 t0 = time.perf_counter()
                 c.post(path, json=body).raise_for_status()
                 times.append(time.perf_counter() - t0)
-            out[name] = {"median_ms": round(pct([t * 1000 for t in times], 50), 1),
-                         "max_ms": round(max(times) * 1000, 1)}
+            out[name] = {"median_ms": round(pct([t * 1000 for t in times], 50), 1), "max_ms": round(max(times) * 1000, 1)}
     return out
 
 
-def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=None, env=None) -> dict:  # noqa: ANN001
+def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=None, env=None) -> dict:
     """The dates flood against the API of `cwd` (None: this checkout), with `env` added to its
     environment (e.g. `MEMSCALE_READS_PER_KEY=0`: no per-key read gate)."""
     env = {"MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000", **({"PYTHONPATH": str(cwd)} if cwd else {}), **(env or {})}
@@ -153,43 +155,57 @@ def run_dates(settings, *, quiet_s: float, flood_s: float, flooders: int, cwd=No
         for t in threads:
             t.join(timeout=900)
         q, lo = summary_ms(quiet), summary_ms(loaded)
-        return {"per_request": per_request,
-                "unloaded": {**q, "max_ms": round(max(quiet, default=0) * 1000, 1), "errors": qerr},
-                "flood": {**lo, "max_ms": round(max(loaded, default=0) * 1000, 1), "errors": lerr},
-                "p95_ratio": round(lo["p95_ms"] / q["p95_ms"], 2) if q["p95_ms"] else None,
-                "flooder": {"200": sum(1 for c, _ in codes if c == 200), "429": sum(1 for c, _ in codes if c == 429),
-                            "other": [c for c, _ in codes if c not in (200, 429)]}}
+        return {
+            "per_request": per_request,
+            "unloaded": {**q, "max_ms": round(max(quiet, default=0) * 1000, 1), "errors": qerr},
+            "flood": {**lo, "max_ms": round(max(loaded, default=0) * 1000, 1), "errors": lerr},
+            "p95_ratio": round(lo["p95_ms"] / q["p95_ms"], 2) if q["p95_ms"] else None,
+            "flooder": {
+                "200": sum(1 for c, _ in codes if c == 200),
+                "429": sum(1 for c, _ in codes if c == 429),
+                "other": [c for c, _ in codes if c not in (200, 429)],
+            },
+        }
     finally:
         api.stop()
 
 
-def main_dates(a) -> dict:  # noqa: ANN001
+def main_dates(a) -> dict:
     out = {"args": vars(a), "runs": {}}
     with worktree(a.against) as old_tree:
-        arms = ((("old", old_tree, {}),) if old_tree else ()) + (
-            (("no_read_gate", None, {"MEMSCALE_READS_PER_KEY": "0"}),) if a.read_gate_ab else ()) + (("new", None, {}),)
+        arms = (
+            ((("old", old_tree, {}),) if old_tree else ())
+            + ((("no_read_gate", None, {"MEMSCALE_READS_PER_KEY": "0"}),) if a.read_gate_ab else ())
+            + (("new", None, {}),)
+        )
         for arm, cwd, env in arms:
             settings = fresh_database(DB_NAME)
             r = run_dates(settings, quiet_s=a.quiet_s, flood_s=a.flood_s, flooders=a.flooders, cwd=cwd, env=env)
             out["runs"][arm] = r
-            print(f"{arm}: per request {r['per_request']} | unloaded p50 {r['unloaded']['p50_ms']} p95 "
-                  f"{r['unloaded']['p95_ms']} ms | flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max "
-                  f"{r['flood']['max_ms']} ms (n={r['flood']['n']}, errors {len(r['flood']['errors'])}) | "
-                  f"p95 ratio {r['p95_ratio']} | flooder {r['flooder']}", flush=True)
+            print(
+                f"{arm}: per request {r['per_request']} | unloaded p50 {r['unloaded']['p50_ms']} p95 "
+                f"{r['unloaded']['p95_ms']} ms | flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max "
+                f"{r['flood']['max_ms']} ms (n={r['flood']['n']}, errors {len(r['flood']['errors'])}) | "
+                f"p95 ratio {r['p95_ratio']} | flooder {r['flooder']}",
+                flush=True,
+            )
     return save(a.out or RESULTS / "fairness_dates.json", out)
 
 
-def run_config(settings, *, fair: bool, quiet_s: float, flood_s: float, flooders: int, batch: int) -> dict:  # noqa: ANN001
-    api = ApiProcess(settings, env={"MEMSCALE_EMBED_FAIRNESS": "true" if fair else "false",
-                                    "MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000"})
+def run_config(settings, *, fair: bool, quiet_s: float, flood_s: float, flooders: int, batch: int) -> dict:
+    api = ApiProcess(
+        settings, env={"MEMSCALE_EMBED_FAIRNESS": "true" if fair else "false", "MEMSCALE_RATE_LIMIT_PER_MINUTE": "100000"}
+    )
     try:
         victim, flooder, rng = _ready(api, settings)
         quiet, qerr = [], []
         _search_loop(api.base, victim, time.perf_counter() + quiet_s, rng, quiet, qerr)
         loaded, lerr, codes = [], [], []
         until = time.perf_counter() + flood_s
-        threads = [threading.Thread(target=_flood_loop, args=(api.base, flooder, until, batch, random.Random(i), codes))
-                   for i in range(flooders)]
+        threads = [
+            threading.Thread(target=_flood_loop, args=(api.base, flooder, until, batch, random.Random(i), codes))
+            for i in range(flooders)
+        ]
         for t in threads:
             t.start()
         time.sleep(1.0)  # let the batches reach the embedder
@@ -197,12 +213,18 @@ def run_config(settings, *, fair: bool, quiet_s: float, flood_s: float, flooders
         for t in threads:
             t.join(timeout=900)
         q, lo = summary_ms(quiet), summary_ms(loaded)
-        return {"fair": fair, "unloaded": {**q, "max_ms": round(max(quiet, default=0) * 1000, 1), "errors": qerr},
-                "flood": {**lo, "max_ms": round(max(loaded, default=0) * 1000, 1), "errors": lerr},
-                "p95_ratio": round(lo["p95_ms"] / q["p95_ms"], 2) if q["p95_ms"] else None,
-                "flooder": {"201": sum(1 for c, _ in codes if c == 201), "429": sum(1 for c, _ in codes if c == 429),
-                            "429_with_retry_after": sum(1 for c, h in codes if c == 429 and h),
-                            "other": [c for c, _ in codes if c not in (201, 429)]}}
+        return {
+            "fair": fair,
+            "unloaded": {**q, "max_ms": round(max(quiet, default=0) * 1000, 1), "errors": qerr},
+            "flood": {**lo, "max_ms": round(max(loaded, default=0) * 1000, 1), "errors": lerr},
+            "p95_ratio": round(lo["p95_ms"] / q["p95_ms"], 2) if q["p95_ms"] else None,
+            "flooder": {
+                "201": sum(1 for c, _ in codes if c == 201),
+                "429": sum(1 for c, _ in codes if c == 429),
+                "429_with_retry_after": sum(1 for c, h in codes if c == 429 and h),
+                "other": [c for c, _ in codes if c not in (201, 429)],
+            },
+        }
     finally:
         api.stop()
 
@@ -215,10 +237,17 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--flood", choices=("batches", "dates"), default="batches")
     ap.add_argument("--against", default=None, help="dates: an earlier commit's API measured side by side")
-    ap.add_argument("--read-gate-ab", action="store_true",
-                    help="dates: this checkout also without its per-key read gate (MEMSCALE_READS_PER_KEY=0)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="the JSON result (default: bench/results/fairness.json, fairness_dates.json with --flood dates)")
+    ap.add_argument(
+        "--read-gate-ab",
+        action="store_true",
+        help="dates: this checkout also without its per-key read gate (MEMSCALE_READS_PER_KEY=0)",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the JSON result (default: bench/results/fairness.json, fairness_dates.json with --flood dates)",
+    )
     a = ap.parse_args(argv)
     a.flooders = a.flooders or (4 if a.flood == "dates" else 3)
     if a.flood == "dates":
@@ -228,10 +257,13 @@ def main(argv: list[str] | None = None) -> dict:
     for fair in (False, True):
         r = run_config(settings, fair=fair, quiet_s=a.quiet_s, flood_s=a.flood_s, flooders=a.flooders, batch=a.batch)
         out["runs"].append(r)
-        print(f"fair={fair}: unloaded p50 {r['unloaded']['p50_ms']} p95 {r['unloaded']['p95_ms']} ms | "
-              f"flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max {r['flood']['max_ms']} ms "
-              f"(n={r['flood']['n']}, errors {len(r['flood']['errors'])}) | p95 ratio {r['p95_ratio']} | "
-              f"flooder {r['flooder']}", flush=True)
+        print(
+            f"fair={fair}: unloaded p50 {r['unloaded']['p50_ms']} p95 {r['unloaded']['p95_ms']} ms | "
+            f"flood p50 {r['flood']['p50_ms']} p95 {r['flood']['p95_ms']} max {r['flood']['max_ms']} ms "
+            f"(n={r['flood']['n']}, errors {len(r['flood']['errors'])}) | p95 ratio {r['p95_ratio']} | "
+            f"flooder {r['flooder']}",
+            flush=True,
+        )
     return save(a.out or RESULTS / "fairness.json", out)
 
 

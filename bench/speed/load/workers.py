@@ -25,7 +25,7 @@ from bench.command import parser, save
 from bench.common import free_port, fresh_database, pct
 
 
-def seed(settings, n: int) -> tuple[str, list[str]]:  # noqa: ANN001
+def seed(settings, n: int) -> tuple[str, list[str]]:
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
@@ -56,15 +56,25 @@ def seed(settings, n: int) -> tuple[str, list[str]]:  # noqa: ANN001
 
 
 class Server:
-    def __init__(self, settings, workers: int, env: dict):  # noqa: ANN001
+    def __init__(self, settings, workers: int, env: dict):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        full = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url, "MEMSCALE_DATA_DIR": str(settings.data_dir),
-                "MEMSCALE_LOG_LEVEL": "WARNING", "MEMSCALE_RATE_LIMIT_PER_MINUTE": "10000000",
-                "MEMSCALE_INGEST_ITEMS_PER_MINUTE": "10000000", **env}
-        self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port",
-                                      str(self.port), "--workers", str(workers)], env=full,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        full = {
+            **os.environ,
+            "MEMSCALE_DATABASE_URL": settings.database_url,
+            "MEMSCALE_DATA_DIR": str(settings.data_dir),
+            "MEMSCALE_LOG_LEVEL": "WARNING",
+            "MEMSCALE_RATE_LIMIT_PER_MINUTE": "10000000",
+            "MEMSCALE_INGEST_ITEMS_PER_MINUTE": "10000000",
+            **env,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers)],
+            env=full,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.time() + 180
         ready = 0
         while ready < 3 * workers:  # several answers, so that every worker has loaded its model
@@ -120,9 +130,13 @@ def load(base: str, key: str, ids: list[str], clients: int, seconds: float) -> d
         t.join()
     wall = time.time() - t0
     done = len(lat["search"]) + len(lat["get"])
-    return {"requests": done, "rps": round(done / wall, 1), "errors": len(errors),
-            **{f"{k}_p50_ms": round(pct([x * 1000 for x in v], 50), 1) for k, v in lat.items()},
-            **{f"{k}_p95_ms": round(pct([x * 1000 for x in v], 95), 1) for k, v in lat.items()}}
+    return {
+        "requests": done,
+        "rps": round(done / wall, 1),
+        "errors": len(errors),
+        **{f"{k}_p50_ms": round(pct([x * 1000 for x in v], 50), 1) for k, v in lat.items()},
+        **{f"{k}_p95_ms": round(pct([x * 1000 for x in v], 95), 1) for k, v in lat.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -134,9 +148,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     settings = fresh_database("memscale_bench_workers")
     key, ids = seed(settings, args.episodes)
-    phases = [("1", 1, {"MEMSCALE_RATE_LIMIT_BACKEND": "memory"}),
-              ("1+pg", 1, {"MEMSCALE_RATE_LIMIT_BACKEND": "postgres"}),
-              ("2", 2, {})]
+    phases = [
+        ("1", 1, {"MEMSCALE_RATE_LIMIT_BACKEND": "memory"}),
+        ("1+pg", 1, {"MEMSCALE_RATE_LIMIT_BACKEND": "postgres"}),
+        ("2", 2, {}),
+    ]
     runs = []
     for rnd in range(args.rounds):
         for label, workers, env in phases:
@@ -150,11 +166,16 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {}
     for label, _, _ in phases:
         rs = [r for r in runs if r["processes"] == label]
-        summary[label] = {"rps_mean": round(sum(r["rps"] for r in rs) / len(rs), 1),
-                          "errors": sum(r["errors"] for r in rs)}
+        summary[label] = {"rps_mean": round(sum(r["rps"] for r in rs) / len(rs), 1), "errors": sum(r["errors"] for r in rs)}
     summary["ratio_2_vs_1"] = round(summary["2"]["rps_mean"] / summary["1"]["rps_mean"], 2)
-    out = {"cpus": os.cpu_count(), "clients": args.clients, "seconds": args.seconds, "episodes": len(ids),
-           "runs": runs, "summary": summary}
+    out = {
+        "cpus": os.cpu_count(),
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "episodes": len(ids),
+        "runs": runs,
+        "summary": summary,
+    }
     print(summary)
     return save(args.out, out)
 

@@ -39,10 +39,14 @@ def main(argv: list[str] | None = None) -> dict:
         user = orgs.create_user(db, org, "u")
         db.commit()
     with admin.begin() as c:
-        c.execute(text("INSERT INTO episodes (id, org_id, owner_id, kind, content, session_id, occurred_at, visibility, "
-                       "groups, labels) SELECT gen_random_uuid(), :o, :u, 'conversation', 'turn ' || g, 's' || (g % :s), "
-                       "now() - g * interval '1 second', 'private', '{}', '{}' FROM generate_series(1, :n) g"),
-                  {"o": org.id, "u": user.id, "s": args.sessions, "n": args.turns})
+        c.execute(
+            text(
+                "INSERT INTO episodes (id, org_id, owner_id, kind, content, session_id, occurred_at, visibility, "
+                "groups, labels) SELECT gen_random_uuid(), :o, :u, 'conversation', 'turn ' || g, 's' || (g % :s), "
+                "now() - g * interval '1 second', 'private', '{}', '{}' FROM generate_series(1, :n) g"
+            ),
+            {"o": org.id, "u": user.id, "s": args.sessions, "n": args.turns},
+        )
         c.execute(text("ANALYZE episodes"))
         hits = [r[0] for r in c.execute(text("SELECT id FROM episodes ORDER BY random() LIMIT :h"), {"h": args.hits})]
     me = Principal(org.id, user.id, "u", (), (), ())

@@ -28,9 +28,9 @@ from bench.command import parser, save
 from bench.common import RESULTS, fresh_database, load_average, serve_in_thread
 
 
-def run(args, embedder=None) -> dict:  # noqa: ANN001
-    from app.kit.runtime.embedding import LocalEmbedder
+def run(args, embedder=None) -> dict:
     from app.kit.database.pg import admin_url
+    from app.kit.runtime.embedding import LocalEmbedder
     from app.main import create_app
     from bench.speed.filtered_knn.__main__ import base_texts, embed_base
     from bench.speed.scale import data, layout, measure
@@ -45,8 +45,12 @@ def run(args, embedder=None) -> dict:  # noqa: ANN001
     classes = {"largest": 0, "2 %": 1, "small (median)": small}
     t0 = time.perf_counter()
     tenants = data.create_tenants(settings, sizes)
-    res["orgs"] = {"count": len(sizes), "sizes": {k: int(sizes[i]) for k, i in classes.items()},
-                   "users": int(sum(len(u) for u in tenants["user_ids"])), "tenants_s": round(time.perf_counter() - t0, 1)}
+    res["orgs"] = {
+        "count": len(sizes),
+        "sizes": {k: int(sizes[i]) for k, i in classes.items()},
+        "users": int(sum(len(u) for u in tenants["user_ids"])),
+        "tenants_s": round(time.perf_counter() - t0, 1),
+    }
     base = min(args.base, args.items)
     texts = base_texts(base, __import__("random").Random(7))
     t0 = time.perf_counter()
@@ -104,44 +108,60 @@ def markdown(res: dict) -> str:
     a = res["args"]
     parts = res.get("tables", {}).get("episodes")
     shape = f"{parts} partitions per table" if parts else "one table per type"
-    lines = [f"# bench/speed/scale: {a['items']:,} items over {a['orgs']:,} orgs, layout {res['layout']} ({shape})", "",
-             f"Orgs: {res['orgs']['sizes']}; {res['orgs']['users']:,} users. Base: {min(a['base'], a['items']):,} "
-             f"real MiniLM embeddings, the rest derived (bench/speed/scale/data.py). Build {res.get('build_s', '?')} s "
-             f"(tenants {res['orgs']['tenants_s']} s, base embedding {res['base_embed_s']} s, staging {res['staging_s']} s).", "",
-             "| rows after stage | insert s (ep / mem) | index build s (ep + mem) | HTTP ingest items/s "
-             "| model alone items/s | ingest/model | load |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# bench/speed/scale: {a['items']:,} items over {a['orgs']:,} orgs, layout {res['layout']} ({shape})",
+        "",
+        f"Orgs: {res['orgs']['sizes']}; {res['orgs']['users']:,} users. Base: {min(a['base'], a['items']):,} "
+        f"real MiniLM embeddings, the rest derived (bench/speed/scale/data.py). Build {res.get('build_s', '?')} s "
+        f"(tenants {res['orgs']['tenants_s']} s, base embedding {res['base_embed_s']} s, staging {res['staging_s']} s).",
+        "",
+        "| rows after stage | insert s (ep / mem) | index build s (ep + mem) | HTTP ingest items/s "
+        "| model alone items/s | ingest/model | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for st in res.get("stages", []):
         ins, ing = st["insert_s"], st["ingest"]
         hnsw = [v for k, v in st["index_s"].items() if k.endswith("_hnsw")]
         idx = f"HNSW {' + '.join(map(str, hnsw))}, others {round(sum(st['index_s'].values()) - sum(hnsw), 1)}"
-        lines.append(f"| {st['rows_after']:,} | {ins.get('episodes')} / {ins.get('memories')} | {idx} | "
-                     f"{ing['ingest_items_per_s']} | {ing['model_alone_items_per_s']} | {ing['ingest_vs_model']} | {st['load_average']} |")
+        lines.append(
+            f"| {st['rows_after']:,} | {ins.get('episodes')} / {ins.get('memories')} | {idx} | "
+            f"{ing['ingest_items_per_s']} | {ing['model_alone_items_per_s']} | {ing['ingest_vs_model']} | {st['load_average']} |"
+        )
     if "sizes" in res:
         lines += ["", "| table | rows | total MB | heap MB | indexes MB | largest indexes MB |", "|---|---|---|---|---|---|"]
         for t, s in res["sizes"].items():
             big = ", ".join(f"{k} {v}" for k, v in list(s["index_mb"].items())[:3])
             lines.append(f"| {t} | {s['rows']:,} | {s['total_mb']:,} | {s['heap_mb']:,} | {s['indexes_mb']:,} | {big} |")
     if res.get("classes"):
-        lines += ["", "| org | items | visible to u0 (mem / ep) | hybrid server p50/p95/p99 ms | hybrid HTTP p50/p95/p99 ms | "
-                  "recall@10 mem / ep | recall@100 mem / ep | vector@100 p95 ms mem / ep | load |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| org | items | visible to u0 (mem / ep) | hybrid server p50/p95/p99 ms | hybrid HTTP p50/p95/p99 ms | "
+            "recall@10 mem / ep | recall@100 mem / ep | vector@100 p95 ms mem / ep | load |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for label, r in res["classes"].items():
             s, h, rc, v = r["hybrid_all_types_server"], r["hybrid_all_types_http"], r["recall"], r["vector_auto"]
             vis = r["visible"]
-            lines.append(f"| {label} | {r['org_items']:,} | {vis['memory']['visible']:,} / {vis['episode']['visible']:,} | "
-                         f"{s['p50_ms']} / {s['p95_ms']} / {s['p99_ms']} | {h['p50_ms']} / {h['p95_ms']} / {h['p99_ms']} | "
-                         f"{rc['memory@10']} / {rc['episode@10']} | {rc['memory@100']} / {rc['episode@100']} | "
-                         f"{v['memory@100']['p95_ms']} / {v['episode@100']['p95_ms']} | "
-                         f"{r['load_average_before']} → {r['load_average_after']} |")
+            lines.append(
+                f"| {label} | {r['org_items']:,} | {vis['memory']['visible']:,} / {vis['episode']['visible']:,} | "
+                f"{s['p50_ms']} / {s['p95_ms']} / {s['p99_ms']} | {h['p50_ms']} / {h['p95_ms']} / {h['p99_ms']} | "
+                f"{rc['memory@10']} / {rc['episode@10']} | {rc['memory@100']} / {rc['episode@100']} | "
+                f"{v['memory@100']['p95_ms']} / {v['episode@100']['p95_ms']} | "
+                f"{r['load_average_before']} → {r['load_average_after']} |"
+            )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None, embedder=None) -> dict:  # noqa: ANN001
+def main(argv: list[str] | None = None, embedder=None) -> dict:
     ap = parser(__doc__, None)
     ap.add_argument("--items", type=int, default=1_000_000)
     ap.add_argument("--orgs", type=int, default=1000)
-    ap.add_argument("--layout", choices=("hash", "global"), default="hash",
-                    help="hash: the schema since migration 0015; global: migrated down to 0014 (one table per type)")
+    ap.add_argument(
+        "--layout",
+        choices=("hash", "global"),
+        default="hash",
+        help="hash: the schema since migration 0015; global: migrated down to 0014 (one table per type)",
+    )
     ap.add_argument("--partitions", type=int, default=16, help="hash layout: partitions per table (16 = migration 0015)")
     ap.add_argument("--base", type=int, default=12_000, help="items with a real embedding (the rest derived)")
     ap.add_argument("--queries", type=int, default=60)

@@ -41,8 +41,9 @@ def _load(base: str, key: str, queries: list[str], clients: int, seconds: float)
             n = i
             while time.perf_counter() < stop:
                 t = time.perf_counter()
-                r = http.post("/v1/search", json={"query": queries[n % len(queries)], "k": 10},
-                              headers={"Authorization": f"Bearer {key}"})
+                r = http.post(
+                    "/v1/search", json={"query": queries[n % len(queries)], "k": 10}, headers={"Authorization": f"Bearer {key}"}
+                )
                 ms = (time.perf_counter() - t) * 1000
                 with lock:
                     if r.status_code == 200:
@@ -90,19 +91,27 @@ def main(argv: list[str] | None = None) -> dict:
         for q in queries[:20]:  # warm-up, and the arms must agree on what they hand out
             got = []
             for p in procs.values():
-                r = httpx.post(f"{p.base}/v1/search", json={"query": q, "k": 10}, timeout=120,
-                               headers={"Authorization": f"Bearer {key}"})
+                r = httpx.post(
+                    f"{p.base}/v1/search", json={"query": q, "k": 10}, timeout=120, headers={"Authorization": f"Bearer {key}"}
+                )
                 r.raise_for_status()
                 got.append([x["id"] for x in r.json()["results"]])
             same += got[0] == got[1]
-        out: dict = {"db": a.db, "org": a.org, "seconds": a.seconds, "rounds": a.rounds,
-                     "same_results": f"{same}/20", "load": [load_average()], "clients": {}}
+        out: dict = {
+            "db": a.db,
+            "org": a.org,
+            "seconds": a.seconds,
+            "rounds": a.rounds,
+            "same_results": f"{same}/20",
+            "load": [load_average()],
+            "clients": {},
+        }
         for c in [int(x) for x in a.clients.split(",")]:
             lat = {n: [] for n in procs}
             secs = {n: 0.0 for n in procs}
             failed = {n: 0 for n in procs}
             for rnd in range(a.rounds):
-                for n in (list(procs) if rnd % 2 == 0 else list(reversed(procs))):
+                for n in list(procs) if rnd % 2 == 0 else list(reversed(procs)):
                     t0 = time.perf_counter()
                     got, bad = _load(procs[n].base, key, queries, c, a.seconds)
                     secs[n] += time.perf_counter() - t0
@@ -113,8 +122,11 @@ def main(argv: list[str] | None = None) -> dict:
                 row[n].update(requests_per_s=round(len(lat[n]) / secs[n], 2), failed=failed[n])
             out["clients"][c] = row
             out["load"].append(load_average())
-            print(f"clients {c}: " + "; ".join(f"{n} {v['requests_per_s']} req/s p50/p95 {v['p50_ms']}/{v['p95_ms']} ms"
-                                              for n, v in row.items()), flush=True)
+            print(
+                f"clients {c}: "
+                + "; ".join(f"{n} {v['requests_per_s']} req/s p50/p95 {v['p50_ms']}/{v['p95_ms']} ms" for n, v in row.items()),
+                flush=True,
+            )
         print("same results", out["same_results"], "load", out["load"])
         return save(a.out, out)
     finally:

@@ -47,7 +47,7 @@ def users_per_org(sizes: np.ndarray) -> np.ndarray:
     return u
 
 
-def create_tenants(settings, sizes: np.ndarray, seed: int = 2) -> dict:  # noqa: ANN001
+def create_tenants(settings, sizes: np.ndarray, seed: int = 2) -> dict:
     """Orgs through the service (audited as in production); users COPYed in (bench-only)."""
     from app.kit.database.pg import admin_url
     from app.orgs import service as orgs
@@ -84,7 +84,7 @@ def create_tenants(settings, sizes: np.ndarray, seed: int = 2) -> dict:  # noqa:
     return {"org_ids": org_ids, "user_ids": user_ids, "groups": groups_of}
 
 
-def stage_items(raw, sizes: np.ndarray, tenants: dict, n_base: int, seed: int = 3) -> None:  # noqa: ANN001
+def stage_items(raw, sizes: np.ndarray, tenants: dict, n_base: int, seed: int = 3) -> None:
     """One staging row per item, in a random interleaving of orgs (the insertion order)."""
     rs = np.random.default_rng(seed)
     org = rs.permutation(np.repeat(np.arange(len(sizes)), sizes))
@@ -99,8 +99,10 @@ def stage_items(raw, sizes: np.ndarray, tenants: dict, n_base: int, seed: int = 
     a[:n_base] = np.arange(min(n, n_base))[: min(n, n_base)]
     cur = raw.cursor()
     cur.execute(f"DROP TABLE IF EXISTS {STAGING}")
-    cur.execute(f"CREATE UNLOGGED TABLE {STAGING} (n int, type text, id uuid, org_id uuid, owner_id uuid, "
-                "visibility text, groups text[], labels text[], a int, b int, z int)")
+    cur.execute(
+        f"CREATE UNLOGGED TABLE {STAGING} (n int, type text, id uuid, org_id uuid, owner_id uuid, "
+        "visibility text, groups text[], labels text[], a int, b int, z int)"
+    )
     oids, uids = tenants["org_ids"], tenants["user_ids"]
     with cur.copy(f"COPY {STAGING} FROM STDIN") as cp:
         buf = io.StringIO()
@@ -108,8 +110,10 @@ def stage_items(raw, sizes: np.ndarray, tenants: dict, n_base: int, seed: int = 
             o = org[i]
             vis = "private" if vis_r[i] < 0.5 else "group" if vis_r[i] < 0.85 else "org"
             gs = f"{{g{group[i]}}}" if vis == "group" else "{}"
-            buf.write(f"{i}\t{'episode' if is_ep[i] else 'memory'}\t{uuid.uuid4()}\t{oids[o]}\t{uids[o][owner[i]]}\t"
-                      f"{vis}\t{gs}\t{'{confidential}' if conf[i] and vis != 'private' else '{}'}\t{a[i]}\t{b[i]}\t{z[i]}\n")
+            buf.write(
+                f"{i}\t{'episode' if is_ep[i] else 'memory'}\t{uuid.uuid4()}\t{oids[o]}\t{uids[o][owner[i]]}\t"
+                f"{vis}\t{gs}\t{'{confidential}' if conf[i] and vis != 'private' else '{}'}\t{a[i]}\t{b[i]}\t{z[i]}\n"
+            )
             if i % 50_000 == 49_999:
                 cp.write(buf.getvalue())
                 buf = io.StringIO()
@@ -118,7 +122,7 @@ def stage_items(raw, sizes: np.ndarray, tenants: dict, n_base: int, seed: int = 
     raw.commit()
 
 
-def stage_vectors(raw, texts: list[str], vecs: np.ndarray, seed: int = 11) -> None:  # noqa: ANN001
+def stage_vectors(raw, texts: list[str], vecs: np.ndarray, seed: int = 11) -> None:
     noise = np.random.default_rng(seed).normal(0, 0.01, (1000, vecs.shape[1])).astype(np.float32)
     cur = raw.cursor()
     cur.execute("DROP TABLE IF EXISTS bench_scale_base; DROP TABLE IF EXISTS bench_scale_noise")
@@ -134,32 +138,45 @@ def stage_vectors(raw, texts: list[str], vecs: np.ndarray, seed: int = 11) -> No
     raw.commit()
 
 
-_DERIVED = ("CASE WHEN s.n < {base} THEN a.emb ELSE l2_normalize(a.emb * CAST(array_fill(0.75::real, ARRAY[384]) AS vector)"
-            " + b.emb * CAST(array_fill(0.25::real, ARRAY[384]) AS vector) + z.v) END")
+_DERIVED = (
+    "CASE WHEN s.n < {base} THEN a.emb ELSE l2_normalize(a.emb * CAST(array_fill(0.75::real, ARRAY[384]) AS vector)"
+    " + b.emb * CAST(array_fill(0.25::real, ARRAY[384]) AS vector) + z.v) END"
+)
 _TEXT = "CASE WHEN s.n < {base} THEN a.text ELSE a.text || ' ' || array_to_string((string_to_array(b.text, ' '))[1:8], ' ') END"
-_FROM = (f" FROM {STAGING} s JOIN bench_scale_base a ON a.i = s.a JOIN bench_scale_base b ON b.i = s.b"
-         " JOIN bench_scale_noise z ON z.i = s.z WHERE s.type = '{type}' AND s.n >= {lo} AND s.n < {hi}")
+_FROM = (
+    f" FROM {STAGING} s JOIN bench_scale_base a ON a.i = s.a JOIN bench_scale_base b ON b.i = s.b"
+    " JOIN bench_scale_noise z ON z.i = s.z WHERE s.type = '{type}' AND s.n >= {lo} AND s.n < {hi}"
+)
 INSERTS = {
     "episodes": "INSERT INTO episodes (org_id, id, owner_id, visibility, groups, labels, kind, content, occurred_at, embedding)"
-                " SELECT s.org_id, s.id, s.owner_id, s.visibility, s.groups, s.labels, 'note', " + _TEXT +
-                ", now() - (s.n % 365) * interval '1 day', " + _DERIVED + _FROM,
+    " SELECT s.org_id, s.id, s.owner_id, s.visibility, s.groups, s.labels, 'note', "
+    + _TEXT
+    + ", now() - (s.n % 365) * interval '1 day', "
+    + _DERIVED
+    + _FROM,
     "memories": "INSERT INTO memories (org_id, id, root_id, owner_id, visibility, groups, labels, kind, text, provenance,"
-                " embedding) SELECT s.org_id, s.id, s.id, s.owner_id, s.visibility, s.groups, s.labels, 'fact', " + _TEXT +
-                ", '{{\"origin\": \"bench\"}}', " + _DERIVED + _FROM,
+    " embedding) SELECT s.org_id, s.id, s.id, s.owner_id, s.visibility, s.groups, s.labels, 'fact', "
+    + _TEXT
+    + ', \'{{"origin": "bench"}}\', '
+    + _DERIVED
+    + _FROM,
 }
 
 
-def secondary_indexes(cur) -> dict[str, list[tuple[str, str]]]:  # noqa: ANN001
+def secondary_indexes(cur) -> dict[str, list[tuple[str, str]]]:
     """(name, definition) of every index of the item tables except their primary keys."""
-    cur.execute("SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' "
-                "AND tablename = ANY(%s) AND indexname NOT LIKE 'pk\\_%%' ORDER BY tablename, indexname", (list(TABLES),))
+    cur.execute(
+        "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' "
+        "AND tablename = ANY(%s) AND indexname NOT LIKE 'pk\\_%%' ORDER BY tablename, indexname",
+        (list(TABLES),),
+    )
     out: dict = {}
     for t, name, d in cur.fetchall():
         out.setdefault(t, []).append((name, d.replace(" ON ONLY ", " ON ")))  # partitioned: build every partition
     return out
 
 
-def load_stage(raw, lo: int, hi: int, base: int) -> dict:  # noqa: ANN001
+def load_stage(raw, lo: int, hi: int, base: int) -> dict:
     """Items lo <= n < hi: drop the secondary indexes, insert, rebuild them (timed one by one)."""
     cur = raw.cursor()
     defs = secondary_indexes(cur)
@@ -188,23 +205,34 @@ def load_stage(raw, lo: int, hi: int, base: int) -> dict:  # noqa: ANN001
     return out
 
 
-def sizes_report(cur) -> dict:  # noqa: ANN001
+def sizes_report(cur) -> dict:
     """Sizes summed over partitions (pg_partition_tree is the table itself when not partitioned)."""
     out = {}
     tree = "coalesce((SELECT sum({f}(relid)) FROM pg_partition_tree(%s::regclass)), {f}(%s::regclass))"
     for t in TABLES:
-        cur.execute(f"SELECT {tree.format(f='pg_total_relation_size')}, {tree.format(f='pg_relation_size')}, "
-                    f"{tree.format(f='pg_indexes_size')}, (SELECT count(*) FROM {t})", (t,) * 6)
+        cur.execute(
+            f"SELECT {tree.format(f='pg_total_relation_size')}, {tree.format(f='pg_relation_size')}, "
+            f"{tree.format(f='pg_indexes_size')}, (SELECT count(*) FROM {t})",
+            (t,) * 6,
+        )
         total, heap, idx, rows = cur.fetchone()
-        cur.execute("SELECT i.indexname, coalesce((SELECT sum(pg_relation_size(relid)) FROM "
-                    "pg_partition_tree(i.indexname::regclass)), pg_relation_size(i.indexname::regclass)) "
-                    "FROM pg_indexes i WHERE i.schemaname = 'public' AND i.tablename = %s ORDER BY 2 DESC", (t,))
-        out[t] = {"rows": rows, "total_mb": round(total / 2**20), "heap_mb": round(heap / 2**20),
-                  "indexes_mb": round(idx / 2**20), "index_mb": {n: round(s / 2**20) for n, s in cur.fetchall()}}
+        cur.execute(
+            "SELECT i.indexname, coalesce((SELECT sum(pg_relation_size(relid)) FROM "
+            "pg_partition_tree(i.indexname::regclass)), pg_relation_size(i.indexname::regclass)) "
+            "FROM pg_indexes i WHERE i.schemaname = 'public' AND i.tablename = %s ORDER BY 2 DESC",
+            (t,),
+        )
+        out[t] = {
+            "rows": rows,
+            "total_mb": round(total / 2**20),
+            "heap_mb": round(heap / 2**20),
+            "indexes_mb": round(idx / 2**20),
+            "index_mb": {n: round(s / 2**20) for n, s in cur.fetchall()},
+        }
     return out
 
 
-def drop_staging(settings) -> None:  # noqa: ANN001
+def drop_staging(settings) -> None:
     from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))

@@ -31,19 +31,19 @@ LEXICON = VERSIONS / "20261202_lexicon.py"
 FEEDBACK = VERSIONS / "20261205_feedback.py"
 
 
-def _migration(path: Path, name: str):  # noqa: ANN202
+def _migration(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def partitioning():  # noqa: ANN201
+def partitioning():
     """Migration 0015's module (its TABLES, PARTITIONS and `rebuild`), loaded from its file."""
     return _migration(MIGRATION, "memscale_migration_0015")
 
 
-def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa: ANN001
+def apply(settings, layout: str, partitions: int | None = None) -> None:
     """Turn a freshly migrated (head) bench database into `layout`."""
     from app.kit.database.migrate import downgrade
     from app.kit.database.pg import admin_url
@@ -62,7 +62,7 @@ def apply(settings, layout: str, partitions: int | None = None) -> None:  # noqa
     eng.dispose()
 
 
-def keep_key_principal(settings) -> None:  # noqa: ANN001
+def keep_key_principal(settings) -> None:
     """0017's authentication function, 0018's vocabulary table and the feedback tables on a
     database kept below them (its other tables are older)."""
     from app.kit.database.pg import admin_url
@@ -77,20 +77,22 @@ def keep_key_principal(settings) -> None:  # noqa: ANN001
     eng.dispose()
 
 
-def describe(settings) -> dict:  # noqa: ANN001
+def describe(settings) -> dict:
     """What the database holds: per table, partitioned or not and how many partitions."""
     from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
     with eng.connect() as c:
-        out = {t: c.execute(text("SELECT count(*) FROM pg_inherits WHERE inhparent = CAST(:t AS regclass)"), {"t": t}).scalar()
-               for t in partitioning().TABLES}
+        out = {
+            t: c.execute(text("SELECT count(*) FROM pg_inherits WHERE inhparent = CAST(:t AS regclass)"), {"t": t}).scalar()
+            for t in partitioning().TABLES
+        }
         out["revision"] = c.execute(text("SELECT version_num FROM alembic_version")).scalar()
     eng.dispose()
     return out
 
 
-def upgrade_keeping_layout(settings) -> str:  # noqa: ANN001
+def upgrade_keeping_layout(settings) -> str:
     """Migrate a bench database built by an earlier run to the current code without changing its
     layout: one below 0015 (built global) goes to 0014, one at or past 0015 to head (re-partitioning
     a 1M-row global database would take many minutes and change what is compared)."""

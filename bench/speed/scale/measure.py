@@ -22,10 +22,10 @@ def queries(n: int, seed: int = 5) -> list[str]:
 
     rng = random.Random(seed)
     out = [query(rng) for _ in range(n // 2)]
-    return out + base_texts(n * 4, random.Random(99))[-(n - len(out)):]
+    return out + base_texts(n * 4, random.Random(99))[-(n - len(out)) :]
 
 
-def reader(admin, settings, org_name: str, name: str = "u0"):  # noqa: ANN001, ANN201
+def reader(admin, settings, org_name: str, name: str = "u0"):
     """The measured reader of an org (u0: group g0, no clearance) and an API key for it."""
     from sqlalchemy.orm import Session
 
@@ -35,20 +35,21 @@ def reader(admin, settings, org_name: str, name: str = "u0"):  # noqa: ANN001, A
     with Session(admin, info={"audit_key": settings.audit_secret()}) as db:
         u = orgs.user_by_name(db, orgs.org_by_name(db, org_name), name)
         key = orgs.create_key(db, u)
-        p = Principal(org_id=u.org_id, user_id=u.id, name=name, roles=tuple(u.roles), groups=tuple(u.groups),
-                      clearances=tuple(u.clearances))
+        p = Principal(
+            org_id=u.org_id, user_id=u.id, name=name, roles=tuple(u.roles), groups=tuple(u.groups), clearances=tuple(u.clearances)
+        )
         db.commit()
     return p, key
 
 
-def visible_rows(app, admin, p) -> dict:  # noqa: ANN001
+def visible_rows(app, admin, p) -> dict:
     """The org's rows of each type (owner role, no RLS) and how many of them `p` may see."""
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session
 
-    from app.kit.tenancy.access import visible_to
     from app.kit.database.db import bind_principal
     from app.kit.registry import ITEM_TYPES
+    from app.kit.tenancy.access import visible_to
 
     out = {}
     with app.state.sessions() as db:
@@ -64,7 +65,7 @@ def visible_rows(app, admin, p) -> dict:  # noqa: ANN001
     return out
 
 
-def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> dict:  # noqa: ANN001
+def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> dict:
     from app.kit.database.db import bind_principal
     from app.search import repository as repo
     from app.search.schemas import SearchFilters
@@ -76,8 +77,19 @@ def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> 
         with app.state.sessions() as db:
             bind_principal(db, p)
             t0 = time.perf_counter()
-            _, info = rank(db, RankCall(principal=p, query=q, qvec=v, types=["memory", "episode", "chunk"], k=10, mode="hybrid",
-                           filters=f0, ef_search=settings.hnsw_ef_search))
+            _, info = rank(
+                db,
+                RankCall(
+                    principal=p,
+                    query=q,
+                    qvec=v,
+                    types=["memory", "episode", "chunk"],
+                    k=10,
+                    mode="hybrid",
+                    filters=f0,
+                    ef_search=settings.hnsw_ef_search,
+                ),
+            )
             dt = time.perf_counter() - t0
             db.rollback()
         if i:
@@ -103,13 +115,16 @@ def search_class(app, http, settings, p, key: str, qtexts: list[str], qvecs) -> 
                     want = set(truth[:k])
                     recall.setdefault(f"{t}@{k}", []).append(len(want & {r.id for r in got}) / max(1, len(want)))
                 db.rollback()
-    return {"hybrid_all_types_server": summary_ms(server), "hybrid_all_types_http": summary_ms(over_http),
-            "hybrid_exact_fallbacks": fallbacks,
-            "recall": {k: round(float(np.mean(v)), 4) for k, v in recall.items()},
-            "vector_auto": {k: summary_ms(v) for k, v in vec_lat.items()}}
+    return {
+        "hybrid_all_types_server": summary_ms(server),
+        "hybrid_all_types_http": summary_ms(over_http),
+        "hybrid_exact_fallbacks": fallbacks,
+        "recall": {k: round(float(np.mean(v)), 4) for k, v in recall.items()},
+        "vector_auto": {k: summary_ms(v) for k, v in vec_lat.items()},
+    }
 
 
-def ingest(http, embedder, key: str, n: int, batch: int = 250, seed: int = 9) -> dict:  # noqa: ANN001
+def ingest(http, embedder, key: str, n: int, batch: int = 250, seed: int = 9) -> dict:
     """n episodes over HTTP (embedding, ACL, DB with every index, audit) against the model alone on
     the same texts, measured before and after and averaged (the machine is shared)."""
     from bench.speed.service.data import sentence
@@ -120,15 +135,20 @@ def ingest(http, embedder, key: str, n: int, batch: int = 250, seed: int = 9) ->
     def model_alone() -> float:
         t0 = time.perf_counter()
         for j in range(0, len(texts), batch):
-            embedder.embed(texts[j:j + batch])
+            embedder.embed(texts[j : j + batch])
         return len(texts) / (time.perf_counter() - t0)
 
     before = model_alone()
     t0 = time.perf_counter()
     for j in range(0, n, batch):
-        items = [{"kind": "note", "content": t, "visibility": "org"} for t in texts[j:j + batch]]
+        items = [{"kind": "note", "content": t, "visibility": "org"} for t in texts[j : j + batch]]
         http.post("/v1/episodes/batch", json={"items": items}, headers={"Authorization": f"Bearer {key}"}).raise_for_status()
     rate = n / (time.perf_counter() - t0)
     model = (before + model_alone()) / 2
-    return {"items": n, "ingest_items_per_s": round(rate, 1), "model_alone_items_per_s": round(model, 1),
-            "ingest_vs_model": round(rate / model, 3), "ms_per_item_beyond_model": round(1000 / rate - 1000 / model, 2)}
+    return {
+        "items": n,
+        "ingest_items_per_s": round(rate, 1),
+        "model_alone_items_per_s": round(model, 1),
+        "ingest_vs_model": round(rate / model, 3),
+        "ms_per_item_beyond_model": round(1000 / rate - 1000 / model, 2),
+    }

@@ -68,10 +68,10 @@ def main(argv: list[str] | None = None) -> dict:
     torch_embedder = LocalEmbedder(backend="torch") if embedder.backend != "torch" else embedder
     torch_embedder.embed(sample[:64])
 
-    def model_alone(emb=embedder) -> float:  # noqa: ANN001
+    def model_alone(emb=embedder) -> float:
         t0 = time.perf_counter()
         for j in range(0, len(sample), args.batch):
-            emb.embed(sample[j:j + args.batch])
+            emb.embed(sample[j : j + args.batch])
         return len(sample) / (time.perf_counter() - t0)
 
     rate_before, torch_before = model_alone(), model_alone(torch_embedder)
@@ -84,21 +84,27 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     for u, items in per_owner.items():
         for j in range(0, len(items), args.batch):
-            r = http.post("/v1/episodes/batch", json={"items": items[j:j + args.batch]},
-                          headers={"Authorization": f"Bearer {keys[u]}"})
+            r = http.post(
+                "/v1/episodes/batch", json={"items": items[j : j + args.batch]}, headers={"Authorization": f"Bearer {keys[u]}"}
+            )
             r.raise_for_status()
     ingest_s = time.perf_counter() - t0
     ingest_rate = args.n / ingest_s
     model_rate = (rate_before + model_alone()) / 2
     torch_rate = (torch_before + model_alone(torch_embedder)) / 2
     del torch_embedder
-    http.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": sentence(rng), "visibility": "org"}
-                                                    for _ in range(50)]}, headers={"Authorization": f"Bearer {okey}"})
+    http.post(
+        "/v1/episodes/batch",
+        json={"items": [{"kind": "note", "content": sentence(rng), "visibility": "org"} for _ in range(50)]},
+        headers={"Authorization": f"Bearer {okey}"},
+    )
     with admin.connect() as c:
         c.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE episodes"))
         total = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o"), {"o": org.id}).scalar()
-        visible = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o AND (owner_id = :u OR visibility = 'org')"),
-                            {"o": org.id, "u": users[0].id}).scalar()
+        visible = c.execute(
+            text("SELECT count(*) FROM episodes WHERE org_id = :o AND (owner_id = :u OR visibility = 'org')"),
+            {"o": org.id, "u": users[0].id},
+        ).scalar()
 
     p = Principal(org_id=org.id, user_id=users[0].id, name="u0", roles=("member",), groups=(), clearances=())
     queries = [query(rng) for _ in range(args.queries)]
@@ -107,15 +113,30 @@ def main(argv: list[str] | None = None) -> dict:
     # 3. Server-side latency (query embedding excluded), per mode.
     server: dict[str, dict] = {}
     fallbacks = 0
-    for label, mode, types in (("hybrid", "hybrid", ["episode"]), ("vector", "vector", ["episode"]),
-                               ("text", "text", ["episode"]), ("hybrid_all_types", "hybrid", ["memory", "episode", "chunk"])):
+    for label, mode, types in (
+        ("hybrid", "hybrid", ["episode"]),
+        ("vector", "vector", ["episode"]),
+        ("text", "text", ["episode"]),
+        ("hybrid_all_types", "hybrid", ["memory", "episode", "chunk"]),
+    ):
         lat = []
         for q, v in zip(queries, qvecs):
             with app.state.sessions() as db:
                 bind_principal(db, p)
                 t0 = time.perf_counter()
-                _, info = rank(db, RankCall(principal=p, query=q, qvec=v, types=types, k=10, mode=mode, filters=SearchFilters(),
-                               ef_search=settings.hnsw_ef_search))
+                _, info = rank(
+                    db,
+                    RankCall(
+                        principal=p,
+                        query=q,
+                        qvec=v,
+                        types=types,
+                        k=10,
+                        mode=mode,
+                        filters=SearchFilters(),
+                        ef_search=settings.hnsw_ef_search,
+                    ),
+                )
                 lat.append(time.perf_counter() - t0)
                 fallbacks += info["exact_fallbacks"] if label == "vector" else 0
                 db.rollback()
@@ -132,13 +153,24 @@ def main(argv: list[str] | None = None) -> dict:
         same = 0
         for i, (q, v) in enumerate(zip(queries, qvecs)):
             tops = {}
-            for arm in (list(arms) if i % 2 else list(reversed(arms))):
+            for arm in list(arms) if i % 2 else list(reversed(arms)):
                 with app.state.sessions() as db:
                     bind_principal(db, p)
                     t0 = time.perf_counter()
-                    got, _ = rank(db, RankCall(principal=p, query=q, qvec=v, types=types, k=10, mode="hybrid",
-                                               filters=SearchFilters(), ef_search=settings.hnsw_ef_search,
-                                               tuning=replace(DEFAULT_TUNING, **arms[arm])))
+                    got, _ = rank(
+                        db,
+                        RankCall(
+                            principal=p,
+                            query=q,
+                            qvec=v,
+                            types=types,
+                            k=10,
+                            mode="hybrid",
+                            filters=SearchFilters(),
+                            ef_search=settings.hnsw_ef_search,
+                            tuning=replace(DEFAULT_TUNING, **arms[arm]),
+                        ),
+                    )
                     times[arm].append(time.perf_counter() - t0)
                     tops[arm] = [r.id for r in got]
                     db.rollback()
@@ -149,12 +181,12 @@ def main(argv: list[str] | None = None) -> dict:
     # interleaved query by query in this one run; the top 10 must be the same.
     side_by_side: dict[str, dict] = {}
     for label, types in (("hybrid", ["episode"]), ("hybrid_all_types", ["memory", "episode", "chunk"])):
-        arms, same = interleaved({"walk": {"exact_below": 0}, "exact_below": {"exact_below": DEFAULT_TUNING.exact_below}},
-                                 types)
+        arms, same = interleaved({"walk": {"exact_below": 0}, "exact_below": {"exact_below": DEFAULT_TUNING.exact_below}}, types)
         side_by_side[label] = {arm: summary_ms(v) for arm, v in arms.items()}
         side_by_side[label]["same_top10"] = f"{same}/{len(queries)}"
-        side_by_side[label]["p95_ratio"] = round(side_by_side[label]["exact_below"]["p95_ms"]
-                                                 / side_by_side[label]["walk"]["p95_ms"], 3)
+        side_by_side[label]["p95_ratio"] = round(
+            side_by_side[label]["exact_below"]["p95_ms"] / side_by_side[label]["walk"]["p95_ms"], 3
+        )
 
     # 3c. The vocabulary lift (app/search/lexicon.py) on vs off, interleaved query by query.
     lift, _ = interleaved({"on": {}, "off": {"vocab_terms": 0}}, ["memory", "episode", "chunk"])
@@ -177,26 +209,49 @@ def main(argv: list[str] | None = None) -> dict:
         for q, v in zip(queries, qvecs):
             with app.state.sessions() as db:
                 bind_principal(db, p)
-                got, _ = rank(db, RankCall(principal=p, query=q, qvec=v, types=["episode"], k=10, mode="vector",
-                              filters=SearchFilters(), ef_search=settings.hnsw_ef_search))
-            exact = c.execute(text(
-                "SELECT id FROM episodes WHERE org_id = :o AND (owner_id = :u OR visibility = 'org') "
-                "ORDER BY (embedding <=> CAST(:v AS vector)) + 0 LIMIT 10"),
-                {"o": org.id, "u": users[0].id, "v": str(list(map(float, v)))}).scalars().all()
+                got, _ = rank(
+                    db,
+                    RankCall(
+                        principal=p,
+                        query=q,
+                        qvec=v,
+                        types=["episode"],
+                        k=10,
+                        mode="vector",
+                        filters=SearchFilters(),
+                        ef_search=settings.hnsw_ef_search,
+                    ),
+                )
+            exact = (
+                c.execute(
+                    text(
+                        "SELECT id FROM episodes WHERE org_id = :o AND (owner_id = :u OR visibility = 'org') "
+                        "ORDER BY (embedding <=> CAST(:v AS vector)) + 0 LIMIT 10"
+                    ),
+                    {"o": org.id, "u": users[0].id, "v": str(list(map(float, v)))},
+                )
+                .scalars()
+                .all()
+            )
             recalls.append(len({r.id for r in got} & set(exact)) / max(1, len(exact)))
 
     result = {
-        "n_items": total, "visible_to_bench_user": visible, "visible_share": round(visible / total, 4),
+        "n_items": total,
+        "visible_to_bench_user": visible,
+        "visible_share": round(visible / total, 4),
         "embedding_backend": embedder.backend,
         "embedding_model_alone_items_per_s": round(model_rate, 1),
         "embedding_model_alone_torch_items_per_s": round(torch_rate, 1),
         "ingest_items_per_s": round(ingest_rate, 1),
         "ingest_vs_model": round(ingest_rate / model_rate, 3),
-        "search_server_side": server, "search_over_http_hybrid_all_types": over_http,
-        "hybrid_exact_below_vs_walk": side_by_side, "hybrid_all_types_vocabulary_lift_on_vs_off": vocabulary_lift,
+        "search_server_side": server,
+        "search_over_http_hybrid_all_types": over_http,
+        "hybrid_exact_below_vs_walk": side_by_side,
+        "hybrid_all_types_vocabulary_lift_on_vs_off": vocabulary_lift,
         "recall_at_10_vector_5pct_visible": round(float(np.mean(recalls)), 4),
         "exact_fallback_share_vector": round(fallbacks / len(queries), 3),
-        "hnsw_ef_search": settings.hnsw_ef_search, "queries": len(queries),
+        "hnsw_ef_search": settings.hnsw_ef_search,
+        "queries": len(queries),
     }
     print(f"\nbench.speed.service  n={total} items in one org, bench user sees {visible} ({visible / total:.1%})")
     print(f"  embedding model alone     {model_rate:8.1f} items/s ({embedder.backend}; eager torch {torch_rate:.1f})")
@@ -205,15 +260,23 @@ def main(argv: list[str] | None = None) -> dict:
     for k, v in server.items():
         print(f"  server-side {k:16s} {v['p50_ms']:8.2f} {v['p95_ms']:8.2f} {v['p99_ms']:8.2f}")
     for k, v in side_by_side.items():
-        print(f"  {k}: exact pool below {DEFAULT_TUNING.exact_below} visible p50/p95 {v['exact_below']['p50_ms']:.2f}/"
-              f"{v['exact_below']['p95_ms']:.2f} vs HNSW walk {v['walk']['p50_ms']:.2f}/{v['walk']['p95_ms']:.2f} "
-              f"(p95 ratio {v['p95_ratio']}, same top 10 {v['same_top10']})")
-    print(f"  hybrid all types, vocabulary lift on/off p50 {vocabulary_lift['on']['p50_ms']:.2f}/"
-          f"{vocabulary_lift['off']['p50_ms']:.2f} p95 {vocabulary_lift['on']['p95_ms']:.2f}/"
-          f"{vocabulary_lift['off']['p95_ms']:.2f} (p95 ratio {vocabulary_lift['p95_ratio']})")
-    print(f"  {'over HTTP hybrid (all types)':28s} {over_http['p50_ms']:8.2f} {over_http['p95_ms']:8.2f} {over_http['p99_ms']:8.2f}")
-    print(f"  recall@10 vector under ACL filter: {result['recall_at_10_vector_5pct_visible']:.4f} "
-          f"(exact fallback on {result['exact_fallback_share_vector']:.0%} of queries)")
+        print(
+            f"  {k}: exact pool below {DEFAULT_TUNING.exact_below} visible p50/p95 {v['exact_below']['p50_ms']:.2f}/"
+            f"{v['exact_below']['p95_ms']:.2f} vs HNSW walk {v['walk']['p50_ms']:.2f}/{v['walk']['p95_ms']:.2f} "
+            f"(p95 ratio {v['p95_ratio']}, same top 10 {v['same_top10']})"
+        )
+    print(
+        f"  hybrid all types, vocabulary lift on/off p50 {vocabulary_lift['on']['p50_ms']:.2f}/"
+        f"{vocabulary_lift['off']['p50_ms']:.2f} p95 {vocabulary_lift['on']['p95_ms']:.2f}/"
+        f"{vocabulary_lift['off']['p95_ms']:.2f} (p95 ratio {vocabulary_lift['p95_ratio']})"
+    )
+    print(
+        f"  {'over HTTP hybrid (all types)':28s} {over_http['p50_ms']:8.2f} {over_http['p95_ms']:8.2f} {over_http['p99_ms']:8.2f}"
+    )
+    print(
+        f"  recall@10 vector under ACL filter: {result['recall_at_10_vector_5pct_visible']:.4f} "
+        f"(exact fallback on {result['exact_fallback_share_vector']:.0%} of queries)"
+    )
     http.close()
     return save(args.out, result)
 
