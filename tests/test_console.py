@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from bench.common import serve_in_thread
-from bench.console_screens import GO
+from bench.tools.console_screens import GO
 from tests.conftest import World
 from tests.helpers import ep
 

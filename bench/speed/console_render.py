@@ -1,7 +1,7 @@
 """First-render server time of each console page at 100k items in the org: the API calls a page
 makes before it first draws (app/ui/*.js), timed over loopback HTTP against one API server.
 
-    .venv/bin/python -m bench.console_render [--n 100000] [--rounds 20]
+    .venv/bin/python -m bench.speed.console_render [--n 100000] [--rounds 20]
 
 The rows (n memories and n episodes, owners round-robin over 20 users, 0.5% visible to the whole
 org) are written with one INSERT ... SELECT each into a fresh database `memscale_console_render`

@@ -2,7 +2,7 @@
 (`memscale_console_demo` on the embedded server), served on loopback, each page driven in headless
 Chromium (Playwright, Debian's `chromium`) at 1280 px and written to docs/img/console-<page>.png.
 
-    .venv/bin/python -m bench.console_screens [--out docs/img]
+    .venv/bin/python -m bench.tools.console_screens [--out docs/img]
 
 The tests never write here (tests/test_console.py keeps its screenshots in a temporary folder).
 """
