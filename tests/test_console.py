@@ -380,3 +380,21 @@ def test_jobs_page_lists_the_keys_jobs_and_the_kinds_the_api_accepts(tab, client
     t.page.wait_for_selector(f"#jobs > tbody > tr:nth-child({before + 1})")
     assert t.ids("jobs") == [j["id"] for j in pages(client, "/v1/jobs", s["bob"])] and len(t.ids("jobs")) == before + 1
     t.shot("jobs")
+
+
+def test_a_slow_render_never_overrides_the_page_asked_for_after_it(tab, seeded):
+    """Two renders in flight (the branches page, its list slowed, then the jobs page): the view
+    shows the page asked for last, although the earlier render ends after it."""
+    t = tab(seeded["bob"])
+    t.go("#/browse", "browse")
+
+    t.page.evaluate(  # the branch list answers 2.5 s late
+        "const f = window.fetch; window.fetch = (u, o) => String(u).endsWith('/v1/branches')"
+        " ? new Promise((r) => setTimeout(r, 2500)).then(() => f(u, o)) : f(u, o);"
+    )
+    t.page.evaluate("location.hash = '#/branches'")
+    t.page.wait_for_timeout(300)
+    t.page.evaluate("location.hash = '#/jobs'")
+    t.page.wait_for_timeout(5000)  # the branches render has ended by now
+    assert t.page.get_attribute("#view", "data-page") == "jobs" and t.page.locator("#jobs").count() == 1
+    assert t.page.locator("#branches").count() == 0

@@ -12,6 +12,7 @@ import * as jobs from "./jobs.js";
 
 const $ = (id) => document.getElementById(id);
 const PAGES = {browse, item, search: playground, compliance, branches, jobs};
+let renders = 0;  // counts route() calls: only the newest may fill the view
 
 export function status(text) { $("status").textContent = text; }
 
@@ -36,16 +37,21 @@ async function route() {
     a.setAttribute("aria-current", a.getAttribute("href") === "#/" + (name === "item" ? "browse" : name) ? "page" : "false");
   });
   const ctx = {asOf: asOfIso(), branch: session.branch, args, status, rerender: route};
+  const turn = ++renders;  // a render overtaken by a newer one (a click, then a link) is dropped
   view.setAttribute("aria-busy", "true");
   status("loading…");
   const t0 = performance.now();
+  let content;
   try {
-    view.replaceChildren(await page.render(ctx));
+    content = await page.render(ctx);
+    if (turn !== renders) return;
     status(`${session.branch ? "branch " + session.branch : "main"}${ctx.asOf ? " as of " + ctx.asOf : ""} · ${Math.round(performance.now() - t0)} ms`);
   } catch (e) {
-    view.replaceChildren(h("p", {class: "error", role: "alert"}, "error: " + e.message));
+    if (turn !== renders) return;
+    content = h("p", {class: "error", role: "alert"}, "error: " + e.message);
     status("error");
   }
+  view.replaceChildren(content);
   view.setAttribute("aria-busy", "false");
   view.setAttribute("data-page", name);
 }
