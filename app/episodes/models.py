@@ -14,6 +14,7 @@ from app.kit.database.base import (
     branch_col,
     created_at_col,
     embedding_col,
+    search_indexes,
     tenant_fk,
     tsv_col,
     uuid_pk,
@@ -34,24 +35,7 @@ class Episode(AccessMixin, Base):
         Index("ix_episodes_org_owner", "org_id", "owner_id"),
         Index("ix_episodes_org_visibility", "org_id", "visibility"),
         Index("ix_episodes_session_time", "org_id", "session_id", "occurred_at", "id"),
-        Index(
-            "ix_episodes_embedding_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_with={"m": 16, "ef_construction": 64},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
-        ),
-        # The org-visible rows' own graph: filtered kNN for a caller in no group
-        # (app/search/repository/vector.py `split_ids`).
-        Index(
-            "ix_episodes_embedding_org_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_where="visibility = 'org'",
-            postgresql_with={"m": 16, "ef_construction": 64},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
-        ),
-        Index("ix_episodes_tsv", "tsv", postgresql_using="gin"),
+        *search_indexes("episodes"),
         # Hash-partitioned by org (migration 0015, 16 partitions <table>_pNN; docs/decisions.md):
         # one HNSW and one GIN index per partition. The partitions are the migration's business.
         {"postgresql_partition_by": "HASH (org_id)"},

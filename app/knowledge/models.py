@@ -14,6 +14,7 @@ from app.kit.database.base import (
     branch_col,
     created_at_col,
     embedding_col,
+    search_indexes,
     tenant_fk,
     tsv_col,
     uuid_pk,
@@ -56,24 +57,7 @@ class Chunk(AccessMixin, Base):
         Index("ix_chunks_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
         Index("ix_chunks_org_owner", "org_id", "owner_id"),
         Index("ix_chunks_hash", "org_id", "content_hash"),
-        Index(
-            "ix_chunks_embedding_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_with={"m": 16, "ef_construction": 64},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
-        ),
-        # The org-visible rows' own graph: filtered kNN for a caller in no group
-        # (app/search/repository/vector.py `split_ids`).
-        Index(
-            "ix_chunks_embedding_org_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_where="visibility = 'org'",
-            postgresql_with={"m": 16, "ef_construction": 64},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
-        ),
-        Index("ix_chunks_tsv", "tsv", postgresql_using="gin"),
+        *search_indexes("chunks"),
     )
     id: Mapped[uuid.UUID] = uuid_pk()
     asset_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False, index=True)

@@ -7,7 +7,17 @@ from sqlalchemy import CheckConstraint, DateTime, Float, Index, Integer, Text, f
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.database.base import AccessMixin, Base, access_check, branch_col, embedding_col, tenant_fk, tsv_col, uuid_pk
+from app.kit.database.base import (
+    AccessMixin,
+    Base,
+    access_check,
+    branch_col,
+    embedding_col,
+    search_indexes,
+    tenant_fk,
+    tsv_col,
+    uuid_pk,
+)
 
 MEMORY_KINDS = ("fact", "rule", "preference", "procedure", "schema_hint", "instruction", "skill")
 AGENT_KINDS = ("instruction", "skill")  # an agent's profile: its system prompt and skills
@@ -36,24 +46,7 @@ class Memory(AccessMixin, Base):
         # memory and main's own later n+1 are different rows).
         Index("ix_memories_root", "org_id", "root_id", "version", "branch_id", unique=True, postgresql_nulls_not_distinct=True),
         Index("ix_memories_branch", "org_id", "branch_id", postgresql_where="branch_id IS NOT NULL"),
-        Index(
-            "ix_memories_embedding_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_with={"m": 16, "ef_construction": 64},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
-        ),
-        # The org-visible rows' own graph: filtered kNN for a caller in no group
-        # (app/search/repository/vector.py `split_ids`).
-        Index(
-            "ix_memories_embedding_org_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_where="visibility = 'org'",
-            postgresql_with={"m": 16, "ef_construction": 64},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
-        ),
-        Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
+        *search_indexes("memories"),
         # Hash-partitioned by org (migration 0015, 16 partitions <table>_pNN; docs/decisions.md):
         # one HNSW and one GIN index per partition. The partitions are the migration's business.
         {"postgresql_partition_by": "HASH (org_id)"},

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, ForeignKeyConstraint, MetaData, Text, func
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, ForeignKeyConstraint, Index, MetaData, Text, func
 from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
@@ -57,6 +57,22 @@ def tenant_fk(column: str, table: str, ondelete: str = "CASCADE") -> ForeignKeyC
     """A reference to another tenant table through (org_id, its id): never across orgs, and
     colocated on one shard when both tables are distributed by org_id."""
     return ForeignKeyConstraint(["org_id", column], [f"{table}.org_id", f"{table}.id"], ondelete=ondelete)
+
+
+def search_indexes(table: str) -> tuple[Index, Index, Index]:
+    """The indexes a searchable item table carries: the HNSW graph of every row, the org-visible
+    rows' own graph (filtered kNN for a caller in no group, app/search/repository/vector.py
+    `split_ids`) and the GIN index of its text."""
+    hnsw = {
+        "postgresql_using": "hnsw",
+        "postgresql_with": {"m": 16, "ef_construction": 64},
+        "postgresql_ops": {"embedding": "vector_cosine_ops"},
+    }
+    return (
+        Index(f"ix_{table}_embedding_hnsw", "embedding", **hnsw),
+        Index(f"ix_{table}_embedding_org_hnsw", "embedding", postgresql_where="visibility = 'org'", **hnsw),
+        Index(f"ix_{table}_tsv", "tsv", postgresql_using="gin"),
+    )
 
 
 class AccessMixin(TenantMixin):
