@@ -272,18 +272,11 @@ def read(db: Session, principal: Principal, episode_id: uuid.UUID, read=None) ->
 def page(db: Session, principal: Principal, f: ItemFilters, read=None) -> EpisodePage:
     """A keyset page of the episodes the caller may see, recorded as a retrieval (it hands out content)."""
     from app.kit.database.replicas import on
-    from app.lineage.service import record_retrieval
+    from app.lineage.service import record_listing
 
     rows = (read or on(db))(lambda rdb: repo.page_visible(rdb, principal, f))
     if rows:
-        record_retrieval(
-            db,
-            principal,
-            kind="list",
-            query="",
-            params={"type": "episode"},
-            items=[{"type": "episode", "id": str(e.id)} for e in rows],
-        )
+        record_listing(db, principal, "episode", rows)
     return EpisodePage(items=[to_out(e) for e in rows], next_cursor=next_cursor(rows, f.limit))
 
 

@@ -57,6 +57,18 @@ def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str
     return rid
 
 
+def record_listing(db: Session, principal: Principal, type_: str, rows: list, **params: str) -> uuid.UUID:
+    """A page of a list endpoint handed out (its rows' content): a `list` retrieval of its items."""
+    return record_retrieval(
+        db,
+        principal,
+        kind="list",
+        query="",
+        params={"type": type_, **params},
+        items=[{"type": type_, "id": str(r.id)} for r in rows],
+    )
+
+
 def record_read(db: Session, principal: Principal, kind: str, type_: str, id_) -> uuid.UUID:
     """A retrieval record for one item whose content a read path (GET, session context) handed out."""
     return record_retrieval(db, principal, kind=kind, query="", params={}, items=[{"type": type_, "id": str(id_)}])

@@ -19,18 +19,11 @@ from app.memories.service import to_out
 def page(db: Session, principal: Principal, f: ItemFilters, status: str, read=None) -> MemoryPage:
     """Versions that had `status` in the caller's view (main, a branch, as of), in id order after `f.after`."""
     from app.kit.database.replicas import on
-    from app.lineage.service import record_retrieval
+    from app.lineage.service import record_listing
 
     rows = (read or on(db))(lambda rdb: repo.page_visible(rdb, principal, f, (status,)))
     if rows:
-        record_retrieval(
-            db,
-            principal,
-            kind="list",
-            query="",
-            params={"type": "memory"},
-            items=[{"type": "memory", "id": str(m.id)} for m in rows],
-        )
+        record_listing(db, principal, "memory", rows)
     return MemoryPage(items=[to_out(m, principal.view) for m in rows], next_cursor=next_cursor(rows, f.limit))
 
 
@@ -38,7 +31,7 @@ def versions(db: Session, principal: Principal, memory_id: uuid.UUID, limit: int
     """The versions of `memory_id`'s root that the caller may see in its view, newest first (404 when
     the caller may not see `memory_id` itself)."""
     from app.kit.database.replicas import on
-    from app.lineage.service import record_retrieval
+    from app.lineage.service import record_listing
 
     def fetch(rdb: Session) -> list:
         m = repo.get_visible(rdb, principal, memory_id)
@@ -47,12 +40,5 @@ def versions(db: Session, principal: Principal, memory_id: uuid.UUID, limit: int
         return repo.versions_visible(rdb, principal, m.root_id, limit)
 
     rows = (read or on(db))(fetch)
-    record_retrieval(
-        db,
-        principal,
-        kind="list",
-        query="",
-        params={"type": "memory", "versions_of": str(memory_id)},
-        items=[{"type": "memory", "id": str(m.id)} for m in rows],
-    )
+    record_listing(db, principal, "memory", rows, versions_of=str(memory_id))
     return MemoryPage(items=[to_out(m, principal.view) for m in rows], next_cursor=None)
