@@ -402,6 +402,15 @@ def test_the_text_index_lookup_returns_only_what_the_policy_lets_the_caller_see(
             with app.state.sessions() as db:
                 bind_principal(db, p)
                 ids = db.execute(text("SELECT id FROM bm25_hits_episode(to_tsquery('english', 'pottery'))")).scalars().all()
+                # the same question asked of the table under its row-level policy: a policy changed
+                # later without the function (which copies its rule) fails here
+                policed = db.execute(
+                    text(
+                        "SELECT id FROM episodes WHERE tsv @@ to_tsquery('english', 'pottery') AND branch_id IS NULL "
+                        "AND quality IS DISTINCT FROM 'quarantined'"
+                    )
+                ).scalars()
+                assert sorted(ids) == sorted(policed)
                 db.rollback()
             return c.execute(text("SELECT content FROM episodes WHERE id = ANY(:ids) ORDER BY 1"), {"ids": ids}).scalars().all()
 
