@@ -64,7 +64,7 @@ def test_list_calls_page_and_filter_as_the_api_does(org, admin_engine):
     assert _ids(alice.list_assets(status="dropped")) == [] and _ids(eve.list_assets()) == [a["eve"]]
     with pytest.raises(MemscaleError) as err:
         alice.list_assets(kind="spreadsheet")
-    assert (err.value.status, err.value.code) == (400, "unknown_kind")
+    assert (err.value.status, err.value.code) == (422, "validation_error")
 
     job = c["sam"].create_job("consolidate")
     assert _ids(c["sam"].list_jobs(kind="consolidate")) == [job]
