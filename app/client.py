@@ -10,9 +10,10 @@ methods; `AsyncMemscaleClient`'s are coroutines. The key travels per request (ne
 shared `httpx.Client`), so one transport may serve several keys.
 
 This module holds the transport, the error and the two classes; their calls come from one mixin
-pair per resource group: app/client_memory.py (episodes, memories), app/client_search.py (search,
-context, knowledge tree), app/client_sessions.py, app/client_jobs.py, app/client_audit.py
-(lineage, retrievals, audit log) and app/client_branches.py.
+pair per resource group: app/client_memory.py (episodes, memories), app/client_lists.py (the list
+endpoints' pages, memory versions), app/client_search.py (search, context, feedback, knowledge
+tree), app/client_sessions.py, app/client_jobs.py, app/client_audit.py (lineage, retrievals, audit
+log, chain check, retention rules) and app/client_branches.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import httpx
 from app.client_audit import AsyncAuditCalls, AuditCalls
 from app.client_branches import AsyncBranchCalls, BranchCalls
 from app.client_jobs import AsyncJobCalls, JobCalls
+from app.client_lists import AsyncListCalls, ListCalls
 from app.client_memory import AsyncMemoryCalls, MemoryCalls
 from app.client_search import AsyncSearchCalls, SearchCalls
 from app.client_sessions import AsyncSessionCalls, SessionCalls
@@ -34,14 +36,20 @@ from app.client_types import (  # noqa: F401 - part of the client's public names
     JSON,
     TERMINAL_JOB_STATES,
     Access,
+    AssetKind,
+    AssetStatus,
     EpisodeFields,
     EpisodeKind,
+    FeedbackItem,
+    FeedbackSignal,
     Id,
     ItemType,
     JobKind,
+    ListFilters,
     MemoryChanges,
     MemoryFields,
     MemoryKind,
+    MemoryStatus,
     Outcome,
     Role,
     SearchFilters,
@@ -68,6 +76,11 @@ def _jsonable(v: Any, *, top: bool = False) -> Any:
     if isinstance(v, uuid.UUID):
         return str(v)
     return v
+
+
+def _param(v: Any) -> str | list[str]:
+    """A query parameter's value; a list repeats the name (`kind=a&kind=b`)."""
+    return [str(_jsonable(x)) for x in v] if isinstance(v, list | tuple) else str(_jsonable(v))
 
 
 def _parse(r: httpx.Response) -> Any:
@@ -108,7 +121,7 @@ class _Base:
         if json is not None:
             kw["json"] = _jsonable(json, top=True)
         if params:
-            kw["params"] = {k: str(_jsonable(v)) for k, v in params.items() if v is not None}
+            kw["params"] = {k: _param(v) for k, v in params.items() if v is not None}
         return kw
 
     def in_branch(self, name: str | None):
@@ -119,7 +132,7 @@ class _Base:
         return view
 
 
-class MemscaleClient(MemoryCalls, SearchCalls, SessionCalls, JobCalls, AuditCalls, BranchCalls, _Base):
+class MemscaleClient(MemoryCalls, ListCalls, SearchCalls, SessionCalls, JobCalls, AuditCalls, BranchCalls, _Base):
     """Synchronous client. `transport` is an `httpx.BaseTransport`, or a ready client object with
     httpx's `request(method, url, ...)` (an `httpx.Client`, or FastAPI's TestClient, which is an
     `httpx2.Client` in Starlette ≥ 1.0); a ready client is used as is and not closed by `close()`."""
@@ -156,7 +169,7 @@ class MemscaleClient(MemoryCalls, SearchCalls, SessionCalls, JobCalls, AuditCall
 
 
 class AsyncMemscaleClient(
-    AsyncMemoryCalls, AsyncSearchCalls, AsyncSessionCalls, AsyncJobCalls, AsyncAuditCalls, AsyncBranchCalls, _Base
+    AsyncMemoryCalls, AsyncListCalls, AsyncSearchCalls, AsyncSessionCalls, AsyncJobCalls, AsyncAuditCalls, AsyncBranchCalls, _Base
 ):
     """Asynchronous client: the same methods as `MemscaleClient`, as coroutines. `transport` is an
     `httpx.AsyncBaseTransport` (e.g. `httpx.ASGITransport(app)`) or a ready `httpx.AsyncClient`

@@ -1,4 +1,5 @@
-"""Provenance calls of the Python client (lineage, recorded retrievals, the audit log), mixed into
+"""Provenance calls of the Python client (lineage, recorded retrievals, the audit log and its chain
+check, the retention rules), mixed into
 `MemscaleClient` and `AsyncMemscaleClient` (app/client.py)."""
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ def _audit_params(
         "until": until,
         "cursor": cursor,
     }
+
+
+def _verify(since_seq: int | None, limit: int | None, checkpoint: JSON | None) -> JSON:
+    return {"since_seq": since_seq, "limit": limit, "checkpoint": checkpoint}
 
 
 class AuditCalls:
@@ -59,6 +64,16 @@ class AuditCalls:
         """`{events: [...], next_cursor}` (auditor/admin only)."""
         return self.request("GET", "/v1/audit", params=_audit_params(actor, action, target_type, target_id, since, until, cursor))
 
+    def verify_audit(self, *, since_seq: int | None = None, limit: int | None = None, checkpoint: JSON | None = None) -> JSON:
+        """The service's check of the org's chain, one window: `{ok, checked, from_seq, to_seq,
+        head_seq, first_broken}` (auditor/admin); the next window from `to_seq + 1`; `checkpoint`: a
+        line of `memscale audit checkpoint`, parsed, that the chain must still pass through."""
+        return self.request("POST", "/v1/audit/verify", json=_verify(since_seq, limit, checkpoint))
+
+    def retention(self) -> JSON:
+        """`{rules: [{item_type, days, cutoff, due}], at}`: the org's rules and what the next run removes."""
+        return self.request("GET", "/v1/retention")
+
 
 class AsyncAuditCalls:
     request: Any
@@ -90,3 +105,11 @@ class AsyncAuditCalls:
         return await self.request(
             "GET", "/v1/audit", params=_audit_params(actor, action, target_type, target_id, since, until, cursor)
         )
+
+    async def verify_audit(
+        self, *, since_seq: int | None = None, limit: int | None = None, checkpoint: JSON | None = None
+    ) -> JSON:
+        return await self.request("POST", "/v1/audit/verify", json=_verify(since_seq, limit, checkpoint))
+
+    async def retention(self) -> JSON:
+        return await self.request("GET", "/v1/retention")

@@ -1,4 +1,4 @@
-"""Search, context and knowledge-tree calls of the Python client, mixed into `MemscaleClient` and
+"""Search, context, feedback and knowledge-tree calls of the Python client, mixed into `MemscaleClient` and
 `AsyncMemscaleClient` (app/client.py). The request bodies are built once, for both."""
 
 from __future__ import annotations
@@ -6,19 +6,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from app.client_types import JSON, Id, ItemType, SearchFilters
+from app.client_types import JSON, FeedbackItem, Id, ItemType, Outcome, SearchFilters
 
 
-def _search(
-    query: str,
-    k: int,
-    mode: str,
-    types: list[ItemType] | None,
-    filters: SearchFilters | None,
-    instruction: str | None,
-    as_of: datetime | str | None,
-) -> JSON:
-    return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters, "instruction": instruction, "as_of": as_of}
+def _search(query: str, k: int, mode: str, types: list[ItemType] | None, filters: SearchFilters | None, **more: Any) -> JSON:
+    """The body of POST /v1/search; `more`: instruction, as_of, explain (None: left out)."""
+    return {"query": query, "k": k, "mode": mode, "types": types, "filters": filters, **more}
+
+
+def _feedback(retrieval_id: Id, items: list[FeedbackItem], outcome: Outcome | None) -> JSON:
+    return {"retrieval_id": retrieval_id, "items": [dict(i) for i in items], "outcome": outcome}
 
 
 def _context(
@@ -40,10 +37,13 @@ class SearchCalls:
         filters: SearchFilters | None = None,
         instruction: str | None = None,
         as_of: datetime | str | None = None,
+        explain: bool | None = None,
     ) -> JSON:
         """`{results: [...], retrieval_id, interpreted?}`; `instruction` narrows in words; `as_of`
-        reads the memory as recorded then."""
-        return self.request("POST", "/v1/search", json=_search(query, k, mode, types, filters, instruction, as_of))
+        reads the memory as recorded then; `explain`: each result adds `explain: {signals: {name:
+        contribution}}`, the contributions summing to its score."""
+        body = _search(query, k, mode, types, filters, instruction=instruction, as_of=as_of, explain=explain)
+        return self.request("POST", "/v1/search", json=body)
 
     def context(
         self,
@@ -55,6 +55,11 @@ class SearchCalls:
         as_of: datetime | str | None = None,
     ) -> JSON:
         return self.request("POST", "/v1/context", json=_context(query, session_id, budget_tokens, instruction, as_of))
+
+    def feedback(self, retrieval_id: Id, items: list[FeedbackItem], *, outcome: Outcome | None = None) -> str:
+        """Signals (`used`, `helpful`, `wrong`, `outdated`) on items of a retrieval the key received;
+        returns the feedback id. An item not in that retrieval is a 404, as an absent one."""
+        return self.request("POST", "/v1/feedback", json=_feedback(retrieval_id, items, outcome))["id"]
 
     def knowledge_tree(self, path: str | None = None, *, limit: int | None = None, after: str | None = None) -> JSON:
         """`{node, children: [{id, kind, name, path, summary?}], truncated, next}`; the top level
@@ -79,8 +84,10 @@ class AsyncSearchCalls:
         filters: SearchFilters | None = None,
         instruction: str | None = None,
         as_of: datetime | str | None = None,
+        explain: bool | None = None,
     ) -> JSON:
-        return await self.request("POST", "/v1/search", json=_search(query, k, mode, types, filters, instruction, as_of))
+        body = _search(query, k, mode, types, filters, instruction=instruction, as_of=as_of, explain=explain)
+        return await self.request("POST", "/v1/search", json=body)
 
     async def context(
         self,
@@ -92,6 +99,9 @@ class AsyncSearchCalls:
         as_of: datetime | str | None = None,
     ) -> JSON:
         return await self.request("POST", "/v1/context", json=_context(query, session_id, budget_tokens, instruction, as_of))
+
+    async def feedback(self, retrieval_id: Id, items: list[FeedbackItem], *, outcome: Outcome | None = None) -> str:
+        return (await self.request("POST", "/v1/feedback", json=_feedback(retrieval_id, items, outcome)))["id"]
 
     async def knowledge_tree(self, path: str | None = None, *, limit: int | None = None, after: str | None = None) -> JSON:
         return await self.request("GET", "/v1/knowledge/tree", params={"path": path, "limit": limit, "after": after})

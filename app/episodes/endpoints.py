@@ -12,6 +12,7 @@ from app.kit.database.replicas import reads
 from app.kit.errors import COMMON_ERRORS, PayloadTooLarge
 from app.kit.http.deps import SessionDep, require
 from app.kit.http.listing import ItemFilters, item_filters
+from app.kit.http.schemas import Instant
 
 
 class _EpisodeIdSegment(Convertor):
@@ -89,12 +90,23 @@ def create_batch(
 
 @router.get("", response_model=EpisodePage)
 def list_episodes(
-    request: Request, db: SessionDep, f: Annotated[ItemFilters, Depends(item_filters)], principal=require("episode", "read")
+    request: Request,
+    db: SessionDep,
+    f: Annotated[ItemFilters, Depends(item_filters)],
+    as_of: Instant | None = None,
+    principal=require("episode", "read"),
 ):
-    """The episodes the caller may see, a keyset page at a time (`cursor` = the last page's `next_cursor`)."""
+    """The episodes the caller may see, a keyset page at a time (`cursor` = the last page's
+    `next_cursor`); `since`/`until` on when they happened. `as_of`: the episodes stored by then
+    (episodes are append-only: one stored later is out, one erased or expired since stays gone)."""
+    principal = principal.at(as_of)
     return service.page(db, principal, f, read=reads(request, db, principal))
 
 
 @router.get("/{episode_id:episode_id}", response_model=EpisodeOut)
-def get_episode(episode_id: uuid.UUID, request: Request, db: SessionDep, principal=require("episode", "read")):
+def get_episode(
+    episode_id: uuid.UUID, request: Request, db: SessionDep, as_of: Instant | None = None, principal=require("episode", "read")
+):
+    """`as_of`: 404 unless the episode had been stored by then."""
+    principal = principal.at(as_of)
     return service.to_out(service.read(db, principal, episode_id, read=reads(request, db, principal)))

@@ -1,15 +1,21 @@
-"""Knowledge navigation (the REST contract, v1 additions): the tree and its nodes, only of visible assets."""
+"""Knowledge navigation (the REST contract, v1 additions): the tree and its nodes, only of visible
+assets; and the asset list the console browses (docs/knowledge.md, "Listing assets")."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query, Request
 
+from app.kit.database.replicas import reads
 from app.kit.errors import COMMON_ERRORS
 from app.kit.http.deps import SessionDep, require
-from app.knowledge import navigation
-from app.knowledge.schemas import NodeOut, TreeOut
+from app.kit.http.listing import TAG, ItemFilters
+from app.kit.http.schemas import Instant
+from app.knowledge import listing, navigation
+from app.knowledge.kinds import ASSET_KINDS, AssetKind, AssetStatus
+from app.knowledge.schemas import AssetPage, NodeOut, TreeOut
 
 router = APIRouter(prefix="/v1/knowledge", tags=["knowledge"], responses=COMMON_ERRORS)
 
@@ -31,3 +37,46 @@ def tree(
 def node(node_id: uuid.UUID, db: SessionDep, principal=require("knowledge", "read")):
     """`{id, kind, name, path, text, children, links}`: glossary terms, joins, derived memories, lineage."""
     return navigation.node(db, principal, node_id)
+
+
+def asset_filters(
+    *,
+    kind: list[AssetKind] = Query(default=[], max_length=len(ASSET_KINDS)),
+    owner: uuid.UUID | None = None,
+    visibility: str | None = Query(default=None, pattern=r"^(private|group|org)$"),
+    group: str | None = Query(default=None, pattern=TAG),
+    label: str | None = Query(default=None, pattern=TAG),
+    since: Instant | None = None,
+    until: Instant | None = None,
+    cursor: uuid.UUID | None = None,
+    limit: int = Query(default=50, ge=1, le=500),
+) -> ItemFilters:
+    """The list endpoints' query parameters (app/kit/http/listing.py `item_filters`), with `kind`
+    one of the asset kinds: the OpenAPI enum, and a 422 for any other."""
+    return ItemFilters(
+        kinds=tuple(kind),
+        owner=owner,
+        visibility=visibility,
+        group=group,
+        label=label,
+        since=since,
+        until=until,
+        after=cursor,
+        limit=limit,
+    )
+
+
+@router.get("/assets", response_model=AssetPage)
+def list_assets(
+    request: Request,
+    db: SessionDep,
+    f: Annotated[ItemFilters, Depends(asset_filters)],
+    status: AssetStatus = "active",
+    as_of: Instant | None = None,
+    principal=require("knowledge", "read"),
+):
+    """The knowledge assets the caller may see, a keyset page at a time (`cursor` = the last page's
+    `next_cursor`); `since`/`until` on when an asset was created; `as_of`: the assets that existed
+    then (and still exist)."""
+    principal = principal.at(as_of)
+    return listing.page(db, principal, f, status, read=reads(request, db, principal))

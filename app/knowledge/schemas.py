@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
+
+from app.kit.http.schemas import AccessOut, StrictModel
 
 
 class NodeRef(BaseModel):
@@ -40,3 +46,25 @@ class NodeOut(BaseModel):
     asset_id: str
     children: list[NodeRef]
     links: list[Link]
+
+
+class AssetOut(AccessOut):
+    """A knowledge asset as the asset list shows it (its chunks and tree nodes have their own reads)."""
+
+    id: uuid.UUID
+    kind: str
+    source_uri: str
+    title: str
+    status: str
+    content_hash: str
+    metadata: dict[str, Any]
+    owner_id: uuid.UUID
+    created_at: datetime
+    updated_at: datetime
+
+
+class AssetPage(StrictModel):
+    """A keyset page: pass `next_cursor` as `cursor` for the next one (null: this was the last)."""
+
+    items: list[AssetOut]
+    next_cursor: str | None = None

@@ -1,23 +1,34 @@
-// Memory browser: episodes, memories and knowledge of the org as the signed-in key sees them,
+// Memory browser: episodes, memories, knowledge assets and the knowledge tree of the org as the signed-in key sees them,
 // filtered and paged by the list endpoints' keyset cursors (a page costs the same at any size).
 import {get} from "./api.js";
 import {h, field, input, select, table, when, short, itemLink, values, section, note} from "./dom.js";
 
 const state = {type: "memory", filters: {}, cursors: [""], knowledgePath: ""};
 const KINDS = {memory: ["", "fact", "rule", "preference", "procedure", "schema_hint"],
-  episode: ["", "conversation", "trajectory", "feedback", "note"]};
+  episode: ["", "conversation", "trajectory", "feedback", "note"], asset: ["", "document", "table_schema", "glossary"]};
+const STATUSES = {memory: ["active", "quarantined", "superseded"], asset: ["active", "dropped"]};
+// Each listed type: its list endpoint, its plural, its text, its state and its time.
+const LISTS = {
+  memory: {path: "/v1/memories", plural: "memories", text: (x) => x.text,
+    state: ["status", (x) => `${x.status} v${x.version}`], at: (x) => x.recorded_at},
+  episode: {path: "/v1/episodes", plural: "episodes", text: (x) => x.content,
+    state: ["outcome", (x) => x.outcome || ""], at: (x) => x.occurred_at},
+  asset: {path: "/v1/knowledge/assets", plural: "knowledge assets", text: (x) => `${x.title} · ${x.source_uri}`,
+    state: ["status", (x) => x.status], at: (x) => x.created_at},
+};
 
 function filterForm(ctx) {
   const f = state.filters;
   const form = h("form", {class: "filters", "aria-label": "filters"},
-    field("Type", select("type", [["memory", "memories"], ["episode", "episodes"], ["knowledge", "knowledge"]], state.type)),
+    field("Type", select("type", [["memory", "memories"], ["episode", "episodes"], ["asset", "knowledge assets"],
+      ["knowledge", "knowledge tree"]], state.type)),
     state.type === "knowledge" ? null : [
       field("Kind", select("kind", KINDS[state.type], f.kind || "")),
       field("Owner id", input("owner", {value: f.owner || "", size: 12})),
       field("Visibility", select("visibility", ["", "private", "group", "org"], f.visibility || "")),
       field("Group", input("group", {value: f.group || "", size: 8})),
       field("Label", input("label", {value: f.label || "", size: 8})),
-      state.type === "memory" ? field("Status", select("status", ["active", "quarantined", "superseded"], f.status || "active")) : null,
+      STATUSES[state.type] ? field("Status", select("status", STATUSES[state.type], f.status || "active")) : null,
       field("Since", input("since", {type: "datetime-local", step: 1, value: f.since || ""})),
       field("Until", input("until", {type: "datetime-local", step: 1, value: f.until || ""})),
       field("Per page", select("limit", ["25", "50", "100", "200"], f.limit || "50")),
@@ -39,22 +50,17 @@ function filterForm(ctx) {
 function iso(local) { return local ? new Date(local).toISOString() : undefined; }
 
 async function itemsPage(ctx) {
-  const f = state.filters, cursor = state.cursors[state.cursors.length - 1];
-  const params = {...f, since: iso(f.since), until: iso(f.until), cursor};
-  if (state.type === "memory") params.as_of = ctx.asOf;
-  const path = state.type === "memory" ? "/v1/memories" : "/v1/episodes";
-  const page = await get(path, params);
-  const text = (x) => x.text !== undefined ? x.text : x.content;
+  const f = state.filters, cursor = state.cursors[state.cursors.length - 1], list = LISTS[state.type];
+  const page = await get(list.path, {...f, since: iso(f.since), until: iso(f.until), cursor, as_of: ctx.asOf});
   const cols = [["id", (x) => itemLink(state.type, x.id)], ["kind", (x) => x.kind],
-    ["text", (x) => h("span", {class: "text"}, text(x))], ["visibility", (x) => x.visibility],
+    ["text", (x) => h("span", {class: "text"}, list.text(x))], ["visibility", (x) => x.visibility],
     ["groups", (x) => x.groups.join(", ")], ["labels", (x) => x.labels.join(", ")], ["owner", (x) => short(x.owner_id)],
-    state.type === "memory" ? ["status", (x) => `${x.status} v${x.version}`] : ["outcome", (x) => x.outcome || ""],
-    ["at", (x) => when(x.recorded_at || x.occurred_at)]];
+    list.state, ["at", (x) => when(list.at(x))]];
   const prev = h("button", {type: "button", disabled: state.cursors.length < 2}, "Previous page");
   const next = h("button", {type: "button", disabled: !page.next_cursor}, "Next page");
   prev.addEventListener("click", () => { state.cursors.pop(); ctx.rerender(); });
   next.addEventListener("click", () => { state.cursors.push(page.next_cursor); ctx.rerender(); });
-  return [table(`${page.items.length} ${state.type === "memory" ? "memories" : "episodes"} (page ${state.cursors.length})`,
+  return [table(`${page.items.length} ${list.plural} (page ${state.cursors.length})`,
     cols, page.items, {id: "items", class: "items", "data-count": page.items.length}),
   h("div", {class: "pager"}, prev, next)];
 }
@@ -72,6 +78,7 @@ async function knowledge(ctx) {
 export async function render(ctx) {
   const body = state.type === "knowledge" ? await knowledge(ctx) : await itemsPage(ctx);
   return section("Memory browser", filterForm(ctx),
-    ctx.asOf && state.type === "episode" ? note("Episodes are listed as they are now (as-of applies to memories).") : null,
+    ctx.asOf && state.type === "episode" ? note("As of: the episodes stored by then that still exist (episodes never change).") : null,
+    ctx.asOf && state.type === "knowledge" ? note("The knowledge tree is shown as it is now (as-of applies to the lists).") : null,
     ...body);
 }

@@ -55,7 +55,7 @@ export async function render(ctx) {
   const [type, id] = ctx.args;
   let x = null;
   if (type === "memory") x = await get(`/v1/memories/${encodeURIComponent(id)}`, {as_of: ctx.asOf});
-  else if (type === "episode") x = await get(`/v1/episodes/${encodeURIComponent(id)}`);
+  else if (type === "episode") x = await get(`/v1/episodes/${encodeURIComponent(id)}`, {as_of: ctx.asOf});
   const detail = h("p", {id: "node-detail", class: "text"});
   const graph = lineageGraph(ctx.asOf, (n) => {
     detail.textContent = n.redacted ? `${n.type} ${n.id}: you may not read this item` :

@@ -3,9 +3,13 @@ makes before it first draws (app/ui/*.js), timed over loopback HTTP against one 
 
     .venv/bin/python -m bench.speed.console_render [--n 100000] [--rounds 20]
 
-The rows (n memories and n episodes, owners round-robin over 20 users, 0.5% visible to the whole
-org) are written with one INSERT ... SELECT each into a fresh database `memscale_console_render`
-(no embeddings: no page's first render searches; search latency at this size is bench.service's).
+The rows (n memories, n episodes and n knowledge assets, owners round-robin over 20 users, 0.5%
+visible to the whole org) are written with one INSERT ... SELECT each into a fresh database
+`memscale_console_render` (no embeddings: no page's first render searches; search latency at this
+size is bench.service's). The org keeps episodes 30 days, so the compliance page's retention rule
+counts what its next run removes over all n episodes (a tenth of them older than the cutoff).
+Episodes and assets are stored over time too: a tenth 90 days ago, the rest a day ago, so an
+as-of 30 days back lists a tenth of the org.
 Figures go to stdout and bench/results/console_render.json.
 """
 
@@ -26,10 +30,20 @@ ROWS = {
     "'memory number ' || g.i || ' about invoices, deploys and refunds', "
     "(ARRAY['fact','rule','preference','procedure'])[1 + (g.i % 4)] "
     "FROM (SELECT gen_random_uuid() AS id, i FROM generate_series(1, :n) i) g",
-    "episodes": "INSERT INTO episodes (id, org_id, owner_id, visibility, kind, content) "
-    "SELECT gen_random_uuid(), :o, (:users)[1 + (i % 20)], CASE WHEN i % 200 = 0 THEN 'org' ELSE 'private' END, "
-    "'note', 'episode number ' || i || ' of a long-running agent' FROM generate_series(1, :n) i",
+    "episodes": "INSERT INTO episodes (id, org_id, owner_id, visibility, kind, content, occurred_at, created_at) "
+    "SELECT gen_random_uuid(), :o, (:users)[1 + (g.i % 20)], CASE WHEN g.i % 200 = 0 THEN 'org' ELSE 'private' END, "
+    "'note', 'episode number ' || g.i || ' of a long-running agent', "
+    "g.at, g.at FROM (SELECT i, now() - CASE WHEN i % 10 = 0 THEN interval '90 days' ELSE interval '1 day' END AS at "
+    "FROM generate_series(1, :n) i) g",
+    "knowledge_assets": "INSERT INTO knowledge_assets "
+    "(id, org_id, owner_id, visibility, kind, source_uri, title, content_hash, created_at) "
+    "SELECT g.id, :o, (:users)[1 + (g.i % 20)], CASE WHEN g.i % 200 = 0 THEN 'org' ELSE 'private' END, "
+    "(ARRAY['document','table_schema','glossary'])[1 + (g.i % 3)], 'file:///wiki/' || g.i || '.md', "
+    "'wiki page ' || g.i, md5(g.i::text), "
+    "now() - CASE WHEN g.i % 10 = 0 THEN interval '90 days' ELSE interval '1 day' END "
+    "FROM (SELECT gen_random_uuid() AS id, i FROM generate_series(1, :n) i) g",
 }
+RETENTION = """UPDATE orgs SET settings = '{"retention": {"episode": 30}}' WHERE id = :o"""
 
 
 def main() -> None:
@@ -52,15 +66,20 @@ def main() -> None:
     with admin.begin() as c:
         for sql in ROWS.values():
             c.execute(text(sql), {"o": org.id, "users": [u.id for u in users], "n": args.n})
+        c.execute(text(RETENTION), {"o": org.id})
     with admin.connect() as c:
-        c.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE memories, episodes"))
+        c.execution_options(isolation_level="AUTOCOMMIT").execute(text("VACUUM ANALYZE memories, episodes, knowledge_assets"))
         mid = c.execute(
             text("SELECT id FROM memories WHERE org_id = :o ORDER BY id OFFSET :k LIMIT 1"), {"o": org.id, "k": args.n // 2}
         ).scalar()
         mine = c.execute(
             text("SELECT id FROM memories WHERE org_id = :o AND owner_id = :u LIMIT 1"), {"o": org.id, "u": users[0].id}
         ).scalar()
-    print(f"{2 * args.n} rows written in {time.perf_counter() - t0:.1f} s")
+        episode = c.execute(
+            text("SELECT id FROM episodes WHERE org_id = :o AND owner_id = :u LIMIT 1"), {"o": org.id, "u": users[0].id}
+        ).scalar()
+        then = c.execute(text("SELECT now() - interval '30 days'")).scalar().isoformat()
+    print(f"{3 * args.n} rows written in {time.perf_counter() - t0:.1f} s")
 
     base = serve_in_thread(create_app(settings, embedder=LocalEmbedder()))
     h = {"Authorization": f"Bearer {key}"}
@@ -68,15 +87,28 @@ def main() -> None:
         "browse (memories, page 1)": [("GET", "/v1/memories", {"limit": 50})],
         "browse (memories, a page mid-org)": [("GET", "/v1/memories", {"limit": 50, "cursor": str(mid)})],
         "browse (episodes, page 1)": [("GET", "/v1/episodes", {"limit": 50})],
+        "browse (episodes as of 30 days ago)": [("GET", "/v1/episodes", {"limit": 50, "as_of": then})],
+        "browse (knowledge assets, page 1)": [("GET", "/v1/knowledge/assets", {"limit": 50})],
+        "browse (knowledge assets, one kind, as of 30 days ago)": [
+            ("GET", "/v1/knowledge/assets", {"limit": 50, "kind": "glossary", "as_of": then})
+        ],
         "browse (a filter nothing matches: the whole org scanned)": [("GET", "/v1/memories", {"kind": "schema_hint"})],
+        "browse (assets: a filter nothing matches)": [("GET", "/v1/knowledge/assets", {"label": "none-such"})],
         "item": [
             ("GET", f"/v1/memories/{mine}", {}),
             ("GET", f"/v1/lineage/memory/{mine}", {"direction": "both", "depth": 3}),
             ("GET", "/v1/retrievals", {"item_id": str(mine)}),
             ("GET", "/v1/audit", {"target_id": str(mine), "limit": 200}),
         ],
+        "item (episode)": [
+            ("GET", f"/v1/episodes/{episode}", {}),
+            ("GET", f"/v1/lineage/episode/{episode}", {"direction": "both", "depth": 3}),
+            ("GET", "/v1/retrievals", {"item_id": str(episode)}),
+            ("GET", "/v1/audit", {"target_id": str(episode), "limit": 200}),
+        ],
         "compliance": [
             ("GET", "/v1/jobs", {"kind": "forget_user", "limit": 100}),
+            ("GET", "/v1/retention", {}),
             ("GET", "/v1/jobs", {"kind": "retention", "limit": 100}),
             ("GET", "/v1/audit", {"limit": 100}),
         ],
@@ -98,6 +130,7 @@ def main() -> None:
     result = {
         "n_memories": args.n,
         "n_episodes": args.n,
+        "n_assets": args.n,
         "rounds": args.rounds,
         "pages": {k: summary_ms(v) for k, v in times.items()},
     }

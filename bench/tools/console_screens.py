@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from bench.common import fresh_database, serve_in_thread
@@ -34,6 +34,28 @@ MEMORIES = [
     ("The refund window is 30 days.", "fact", "private", [2]),
     ("Invoice bucket keys rotate on the first Monday of each month.", "procedure", "group", [3]),
 ]
+
+ASSETS = [  # (kind, source, title, visibility): what bootstrap would have written from the org's sources
+    ("document", "wiki://finance/invoice-retention", "Invoice retention policy", "org"),
+    ("document", "wiki://sre/billing-api-runbook", "billing-api deploy runbook", "group"),
+    ("table_schema", "postgresql://billing/public/invoices", "billing.public.invoices", "org"),
+    ("table_schema", "postgresql://billing/public/refunds", "billing.public.refunds", "org"),
+    ("glossary", "wiki://finance/glossary", "Finance glossary", "org"),
+]
+ASSET_ROW = (
+    "INSERT INTO knowledge_assets (org_id, owner_id, visibility, groups, kind, source_uri, title, content_hash)"
+    " VALUES (:o, :u, :v, :g, :k, :src, :t, md5(:src))"
+)
+
+
+def seed_assets(engine, org_id, owner_id) -> None:
+    """Knowledge assets as rows (bootstrapping real sources would need the sources and the LLM)."""
+    with engine.begin() as c:
+        for kind, src, title, v in ASSETS:
+            c.execute(
+                text(ASSET_ROW),
+                {"o": org_id, "u": owner_id, "v": v, "g": ["ops"] if v == "group" else [], "k": kind, "src": src, "t": title},
+            )
 
 
 def seed(http: httpx.Client, keys: dict[str, str]) -> dict:
@@ -80,7 +102,8 @@ def main() -> None:
     from app.orgs import service as orgs
 
     settings = fresh_database("memscale_console_demo").model_copy(update={"log_level": "WARNING"})
-    with Session(create_engine(settings.database_url), expire_on_commit=False) as db:
+    engine = create_engine(settings.database_url)
+    with Session(engine, expire_on_commit=False) as db:
         org = orgs.create_org(db, "acme")
         dana = orgs.create_user(db, org, "dana", groups=["ops"])
         sam = orgs.create_user(db, org, "sam", roles=["steward", "auditor"], groups=["ops"])
@@ -92,6 +115,7 @@ def main() -> None:
             "leaver_id": str(leaver.id),
         }
         db.commit()
+    seed_assets(engine, org.id, dana.id)
     base = serve_in_thread(create_app(settings, embedder=LocalEmbedder()))
     with httpx.Client(base_url=base, timeout=300) as http:
         ids = seed(http, keys)
@@ -123,12 +147,17 @@ def main() -> None:
             page.get_by_role("button", name="refund-policy-2027").click()
             page.wait_for_selector("#diff")
 
+        def assets() -> None:
+            page.get_by_label("Type").select_option("asset")
+            page.wait_for_selector("#items caption:has-text('knowledge assets')")
+
         def audit() -> None:
             page.get_by_role("button", name="Verify chain").click()
             page.wait_for_selector("#chain:has-text('ok: ')")
             page.evaluate("window.scrollTo(0, 0)")
 
         shot("#/browse", "browse")
+        shot("#/browse", "browse-assets", assets)
         shot(f"#/item/memory/{ids['memory']}", "item")
         shot("#/search", "search", run_search)
         shot("#/compliance", "compliance", audit)
