@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, StrictBool
 
 from app.kit.http.schemas import Instant, NumberOnly, StrictModel, Tag
 from app.kit.items import SEARCH_TYPES, SearchType
+from app.knowledge.kinds import ASSET_KINDS, AssetKind
 
 ItemType = SearchType
 
@@ -26,7 +27,7 @@ class SearchFilters(StrictModel):
     owner: Literal["me"] | None = None  # only the caller's own items
     visibility: list[Literal["private", "group", "org"]] | None = Field(default=None, max_length=3)
     groups: list[Tag] | None = Field(default=None, max_length=32)  # shared with any of these groups
-    asset_kinds: list[Literal["document", "table_schema", "glossary"]] | None = Field(default=None, max_length=3)
+    asset_kinds: list[AssetKind] | None = Field(default=None, max_length=len(ASSET_KINDS))
     status: list[Literal["active", "superseded"]] | None = Field(default=None, max_length=2)  # memories; default active
     source: list[Literal["api", "distill", "bootstrap"]] | None = Field(default=None, max_length=3)
 
