@@ -354,3 +354,80 @@ def test_a_policy_without_a_model_for_an_action_never_takes_it(cos):
     p = LearnedPolicy({"names": list(NAMES), "mean": [0.0] * n, "scale": [1.0] * n, "models": {}})
     f = _cand(cos, 1)
     assert p.decide(f) == RULES.decide(f) == NEW
+
+
+def test_admin_train_manager_cli_stores_a_version(settings, world, admin_engine):
+    import os
+    import subprocess
+    import sys
+
+    org = world.org()
+    alice, bob = world.user(org), world.user(org)
+    _record(admin_engine, alice.org_id, [alice, bob])
+    env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url}
+    r = subprocess.run(
+        [sys.executable, "-m", "app", "admin", "train-manager", "--org", org],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["version"], out["status"], out["labelled"]) == (1, "active", 80)
+    bad = subprocess.run(
+        [sys.executable, "-m", "app", "admin", "train-manager", "--org", "no-such-org"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stdout == ""
+
+
+def test_the_bench_rewards_what_served_a_questions_evidence():
+    """bench/quality/manager.py on a three-turn conversation with unit vectors: a repeated turn is
+    merged, the memory holding the evidence is rewarded, the one that crowded a failed question is not."""
+    from bench.quality.locomo.data import QA, Conversation, Turn
+    from bench.quality.manager import play, rows, score, summary
+
+    t = datetime(2026, 1, 1)
+    conv = Conversation(
+        "c",
+        [
+            Turn("D1:1", "A", "A: I adopted a dog named Rex.", t, 1),
+            Turn("D1:2", "A", "A: I adopted a dog named Rex.", t, 1),
+            Turn("D1:3", "B", "B: The weather is grey today.", t, 1),
+        ],
+        [QA("What is the dog's name?", "Rex", 1, ["D1:2"]), QA("Where does B live?", "Oslo", 1, ["D9:9"])],
+    )
+    e = np.eye(3, dtype=np.float32)
+    played = play(conv, np.stack([e[0], e[0], e[1]]), RULES)
+    assert [d[1] for d in played.decisions] == [NEW, MERGE, NEW] and len(played.mems) == 2
+    score(conv, np.stack([e[0], e[2]]), played, 1, 1.0)
+    assert played.hits == 1 and played.rewards == {0: 1.0}  # the failed question was served memory 0, which helped once
+    assert [r.reward for r in rows(played)] == [1.0, 1.0] and summary(played)["memories"] == 2
+
+
+def test_a_decisions_reward_reads_used_with_success_and_one_user_moves_it_by_a_bounded_amount(client, world, admin_engine):
+    from app.feedback.service import ONE_USER_BOUND
+
+    org = world.org()
+    alice, mallory = world.user(org), world.user(org)
+    m = _mem(client, alice, "Backups are kept for 35 days in the eu-west bucket.", visibility="org")
+    rid = client.post("/v1/search", json={"query": "how long are backups kept?"}, headers=alice.h).json()["retrieval_id"]
+    item = [{"type": "memory", "id": m, "signal": "used"}]
+    assert (
+        client.post("/v1/feedback", json={"retrieval_id": rid, "items": item, "outcome": "success"}, headers=alice.h).status_code
+        == 201
+    )
+    with Session(admin_engine) as db:
+        before = manager.rewards(db, alice.org_id, [m])[m][0]
+    assert before == pytest.approx(2 * (2 / 3) - 1)  # one distinct user: Beta mean 2/3
+    for _ in range(5):  # one key flooding `wrong` (and `outdated`) counts once per signal
+        rid = client.post("/v1/search", json={"query": "how long are backups kept?"}, headers=mallory.h).json()["retrieval_id"]
+        items = [{"type": "memory", "id": m, "signal": s} for s in ("wrong", "outdated")]
+        assert client.post("/v1/feedback", json={"retrieval_id": rid, "items": items}, headers=mallory.h).status_code == 201
+    with Session(admin_engine) as db:
+        after = manager.rewards(db, alice.org_id, [m]).get(m, (0.0, 0.0))[0]
+    assert 0 <= before - after <= 2 * (2 * ONE_USER_BOUND) + 1e-9  # two signals, each within the utility's bound
