@@ -281,6 +281,21 @@ def test_distillation_uses_the_active_policy_and_falls_back_to_the_rules(client,
             {"o": alice.org_id, "j": job.id},
         ).all()
     assert last and all(r == (NEW, NEW, None) for r in last)
+    # A policy that finds superseding the nearest memory worth more: the new statement replaces it.
+    _policy(admin_engine, alice.org_id, {NEW: -8.0, MERGE: -8.0, SUPERSEDE: 8.0})
+    _post(client, alice, "Always deploy from the release branch after the smoke tests pass.")
+    job = run_job(alice.org_id, "distill", {"min_age_s": 0}, gateway=_fake())
+    assert job.status == "succeeded" and job.stats["memories_created"] >= 1, job.stats
+    with admin_engine.connect() as c:
+        sup = c.execute(
+            text("SELECT count(*) FROM lineage_edges WHERE org_id = :o AND job_id = :j AND relation = 'supersedes'"),
+            {"o": alice.org_id, "j": job.id},
+        ).scalar()
+        acts = c.execute(
+            text("SELECT action, policy_version FROM manager_decisions WHERE org_id = :o AND job_id = :j"),
+            {"o": alice.org_id, "j": job.id},
+        ).all()
+    assert sup >= 1 and acts and all(a == (SUPERSEDE, 2) for a in acts)
 
 
 def test_consolidation_uses_the_active_policy_and_falls_back_to_the_rules(client, world, run_job, admin_engine):

@@ -7,12 +7,12 @@ and the baseline). A policy and its training data are the org's own: every read 
 under org-level row-level security.
 
 Reward of a decision: from the feedback on the memory it produced or kept serving, read with the
-utility's own bounds (app/feedback/service.py: each user counts at most once per side, decayed):
-helpful votes and distinct users who marked it `used` in a successful retrieval on one side,
-`wrong` votes and distinct users who said `outdated` on the other; the reward is 2e - 1 for the
-Beta posterior mean e over them, its sign is the label and its size the weight: one user (at most
-two signals a side, each counted once) moves it by at most 4 x ONE_USER_BOUND. A decision without any feedback on its memory is unlabelled and left out
-of training (as are drops: nothing was served).
+utility's own bounds (app/feedback/service.py: each user's vote counts once, decayed): helpful
+votes and distinct users who marked it `used` in a successful retrieval on one side, `wrong` votes
+and distinct users who said `outdated` on the other; the reward is 2e - 1 for the Beta posterior
+mean e over them, its sign is the label and its size the weight: one user (at most two signals a
+side, each counted once) moves it by at most 4 x ONE_USER_BOUND. A decision without any feedback
+on its memory is unlabelled and left out of training (as are drops: nothing was served).
 
 Training splits by source (the conversation or episode a decision came from), never by row:
 every decision of one source is in the training part or all in the held-out part.

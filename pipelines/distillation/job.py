@@ -49,7 +49,7 @@ def run(ctx: JobContext, job: Job) -> dict:
     steps = StepStats()
     stats = {"seen": 0, "kept": 0, "skipped": 0, "quarantined": 0, "memories_created": 0, "merged_into_existing": 0}
     if job.cursor.get("position"):  # resumed after a crash: keep counting from the last checkpoint
-        stats.update({k: v for k, v in job.stats.items() if k in stats})
+        stats.update({k: v for k, v in job.stats.items() if k in stats or k == "dropped_by_manager"})
     cutoff = datetime.now(UTC) - timedelta(seconds=p.min_age_s)
     with ctx.tx() as db:
         start = dict(jobs.lock_cursor(db, ctx.org_id, "distill").position)
