@@ -251,6 +251,23 @@ def set_retention(org_name: str, kind: str, days: int) -> None:
         click.echo(str(days))
 
 
+@admin.command("train-manager")
+@click.option("--org", "org_name", required=True)
+def train_manager(org_name: str) -> None:
+    """Train the org's memory manager on its recorded decisions: a new policy version, active only
+    if it beat the rules on held-out sources (prints the version's stats as JSON)."""
+    import json
+
+    from app.manager import service as manager
+    from app.orgs import service as orgs
+
+    with _admin_session(Settings()) as db:
+        org = _run(lambda: orgs.org_by_name(db, org_name))
+        stats = manager.train(db, org.id, actor_id=None, job_id=None)
+        db.commit()
+        click.echo(json.dumps(stats))
+
+
 @main.group()
 def db() -> None:
     """Database set-up."""

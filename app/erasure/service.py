@@ -57,6 +57,7 @@ from app.kit.tenancy.repository_view import add_mask
 from app.kit.tenancy.view import EVERY_BRANCH
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
+from app.manager import service as manager
 from app.memories import lifecycle
 from app.orgs import service as orgs
 from app.search import lexicon
@@ -174,6 +175,7 @@ def forget_user(
     stats["memories_quarantined"] += seen_quarantined
     stats["cartridges_erased"], stats["assets_removed"] = assets["cartridges_erased"], assets["assets_removed"]
     stats["feedback_removed"] = feedback.forget_user(db, org_id, user_id)
+    stats["manager_decisions_removed"] = manager.forget_user(db, org_id, user_id)
     stats["retrievals_removed"] = lineage.forget_retrievals_by(db, org_id, user_id)
     stats["idempotency_replies_removed"] += idempotency.forget_user_replies(db, org_id, user_id)
     stats["keys_revoked"] = orgs.revoke_keys(db, org_id, user_id, datetime.now(UTC))

@@ -10,7 +10,14 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from app.jobs.params import BootstrapParams, ConsolidateParams, DistillParams, RetentionParams, TrainCartridgeParams
+from app.jobs.params import (
+    BootstrapParams,
+    ConsolidateParams,
+    DistillParams,
+    RetentionParams,
+    TrainCartridgeParams,
+    TrainManagerParams,
+)
 
 HOUR, DAY = 3600, 86400
 
@@ -32,6 +39,7 @@ JOB_KINDS: dict[str, JobKind] = {
         JobKind("consolidate", "pipelines.consolidation.job:run", ConsolidateParams, every_s=DAY, branchable=True),
         JobKind("train_cartridge", "pipelines.cartridges.job:run", TrainCartridgeParams),
         JobKind("retention", "pipelines.retention:run", RetentionParams, every_s=DAY),
+        JobKind("train_manager", "pipelines.manager:run", TrainManagerParams),
     )
 }
 

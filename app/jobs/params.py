@@ -54,3 +54,7 @@ class TrainCartridgeParams(StrictModel):
 
 class RetentionParams(StrictModel):
     pass
+
+
+class TrainManagerParams(StrictModel):
+    """Trains on the org's most recent recorded decisions (app/manager/service.py bounds how many)."""

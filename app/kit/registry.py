@@ -21,6 +21,7 @@ from app.kit.items import ITEM_TYPES, SOURCE_TYPES  # noqa: F401 - the table, re
 from app.kit.tenancy import view_models as _view  # noqa: F401
 from app.knowledge import models as _knowledge  # noqa: F401
 from app.lineage import models as _lineage  # noqa: F401
+from app.manager import models as _manager  # noqa: F401
 from app.memories import models as _memories  # noqa: F401
 from app.orgs import models as _orgs  # noqa: F401
 from app.search import models as _search  # noqa: F401

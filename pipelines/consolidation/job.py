@@ -1,5 +1,7 @@
 """consolidate job: act on feedback, merge near-duplicates, resolve conflicts, prune the stale,
-re-validate schema hints. Works within one scope at a time (same owner, visibility, groups,
+re-validate schema hints. Which near-duplicate or conflicting memory to merge or supersede is the
+memory manager's decision (pipelines/consolidation/decide.py: the rules unless the org has an
+active learned policy), recorded with its features. Works within one scope at a time (same owner, visibility, groups,
 labels), so a merge never widens or mixes access. Losers are superseded (kept as history), never
 erased. Each scope group commits with its checkpoint; a re-run finds nothing left to do.
 
@@ -23,9 +25,10 @@ from app.jobs.params import ConsolidateParams
 from app.jobs.runner import JobContext
 from app.knowledge import service as knowledge
 from app.lineage import service as lineage
+from app.manager import service as manager
 from app.memories import lifecycle, versioning
-from app.memories.near_duplicates import clusters
-from pipelines.consolidation.rules import OUTDATED_USERS, Item, contradicts, feedback_review, winner
+from pipelines.consolidation.decide import Group, decide_group, source_of
+from pipelines.consolidation.rules import OUTDATED_USERS, Item, feedback_review
 
 if TYPE_CHECKING:
     from app.jobs.models import Job
@@ -53,6 +56,7 @@ def run(ctx: JobContext, job: Job) -> dict:
     with ctx.tx() as db:
         mems = lifecycle.live_memories(db, ctx.org_id)
         sources = lineage.sources_by_relation(db, ctx.org_id, "distilled_from")
+        policy = manager.policy_for(db, ctx.org_id)
         db.expunge_all()
     stats["seen"] = len(mems)
     groups: dict[tuple, list] = {}
@@ -65,36 +69,29 @@ def run(ctx: JobContext, job: Job) -> dict:
             Item(m.id, m.text, np.asarray(m.embedding, dtype=np.float32), m.confidence, m.recorded_at, len(sources.get(m.id, [])))
             for m in group
         ]
-        decisions: list[tuple[str, Item, Item]] = []  # (relation, winner, loser)
-        dup_ids = set()
-        for comp in clusters([i.vec for i in items], p.duplicate_threshold):
-            members = [items[i] for i in comp]
-            w = winner(members)
-            for loser in members:
-                if loser is not w:
-                    # Near-identical wording can still disagree ("on Monday" / "on Wednesday").
-                    decisions.append(("supersedes" if contradicts(w.text, loser.text) else "merged_from", w, loser))
-                    dup_ids.add(loser.id)
-        rest = [i for i in items if i.id not in dup_ids]
-        for comp in clusters([i.vec for i in rest], p.conflict_threshold):
-            members = [rest[i] for i in comp]
-            for a_i, a in enumerate(members):
-                for b in members[a_i + 1 :]:
-                    if a.id in dup_ids or b.id in dup_ids or not contradicts(a.text, b.text):
-                        continue
-                    w = winner([a, b])
-                    loser = b if w is a else a
-                    decisions.append(("supersedes", w, loser))
-                    dup_ids.add(loser.id)
-        if not decisions:
+        if len(items) < 2:
             continue
+        g = Group(items, {m.id: m for m in group}, sources)
         with ctx.tx() as db:
-            for relation, w, loser in decisions:
+            decisions = decide_group(db, ctx.org_id, g, policy, duplicate=p.duplicate_threshold, conflict=p.conflict_threshold)
+            for relation, w, loser, decision in decisions:
                 if versioning.resolve(
                     db, org_id=ctx.org_id, winner_id=w.id, loser_id=loser.id, relation=relation, job_id=ctx.job_id, now=now
                 ):
                     stats["merged" if relation == "merged_from" else "superseded"] += 1
-            ctx.checkpoint(db, progress=0.8 * (gi + 1) / len(groups), stats=stats)
+                    manager.record_decision(
+                        db,
+                        org_id=ctx.org_id,
+                        decision=decision,
+                        policy=policy,
+                        memory_id=w.id,
+                        neighbour_id=w.id,
+                        source=source_of(g, loser),
+                        owner_id=g.memories[loser.id].owner_id,
+                        job_id=ctx.job_id,
+                    )
+            if decisions:
+                ctx.checkpoint(db, progress=0.8 * (gi + 1) / len(groups), stats=stats)
     with ctx.tx() as db:
         _prune(ctx, db, p, sources, now, stats)
         _revalidate_hints(ctx, db, stats)
