@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.command import save
+from bench.quality.memory_scaling import feedback_report
 
 CURVE_LABELS = {
     "labelled": "labelled examples",
@@ -12,6 +13,7 @@ CURVE_LABELS = {
     "bootstrap": "bootstrap (schema + glossary), no enrichment",
     "bootstrap_enriched": "bootstrap + enrichment",
     "bootstrap_navigation": "bootstrap + enrichment + navigation (browse)",
+    **feedback_report.VARIANT_LABELS,
 }
 CURVE_NOTES = {
     "bootstrap": "The extract alone (`enrich: false`), without the enrich step.",
@@ -138,6 +140,7 @@ def markdown(r: dict, plot_name: str) -> str:
         if pz
         else []
     )
+    lines += feedback_report.markdown(r)
     distills = [j for j in r["jobs"] if j["kind"] == "distill"]
     if distills:
         tot = {k: sum(j.get(k, 0) for j in distills) for k in ("seen", "kept", "skipped", "quarantined", "memories_created")}
