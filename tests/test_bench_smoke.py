@@ -77,9 +77,9 @@ def test_scaling_quick(settings, embedder, tmp_path):
     # episodes the judge quarantined are never served: no injection reaches a context
     assert poison["poisoned"]["poison_exposure_by_type"]["injection"] == 0.0
     assert poison["poisoned"]["memory"]["episodes_quarantined"] >= 1  # the injections were caught
-    distill = [j for j in r["jobs"] if j["kind"] == "distill"]
-    seen = sum(j["seen"] for j in distill)
-    assert seen == r["shard_sizes"]["logs"] * max(r["points"]) + r["shard_sizes"]["poison"]
+    for org in ("unlabelled", *r["feedback"]["variants"]):  # each feedback org distils the same shards
+        seen = sum(j["seen"] for j in r["jobs"] if j["kind"] == "distill" and j["org"] == org)
+        assert seen == r["shard_sizes"]["logs"] * max(r["points"]) + r["shard_sizes"]["poison"], org
 
 
 @pytest.mark.slow
