@@ -220,5 +220,10 @@ def markdown(r: dict) -> list[str]:
             lines.append(f"- noise cost (clean - noisy, mean hit rate): {ts['value']:+.2f} points ≤ 2: {_met(ts)}")
             continue
         for t, res in ts.items():
-            lines.append(f"- {name}, {t.replace('_', ' ')}: {res['value']} — {_met(res)}")
+            value = res["value"]
+            if t == "closes_half_the_gap" and value is None:
+                value = "no gap: the curve without feedback is at the ceiling at every point"
+            elif isinstance(value, float):
+                value = f"{value:+.1%}"
+            lines.append(f"- {name}, {t.replace('_', ' ')}: {value} — {_met(res)}")
     return [*lines, ""]

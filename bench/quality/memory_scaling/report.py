@@ -178,6 +178,11 @@ def plot(r: dict, path: Path) -> None:
             pts = [(pos[p["shards"]], _get(p, key)) for p in points if _get(p, key) is not None]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=CURVE_LABELS[name])
+        ceil = [
+            (pos[p["shards"]], p["ceiling_hit_rate"]) for p in r["curves"].get("unlabelled_judge", []) if "ceiling_hit_rate" in p
+        ]
+        if key == "hit_rate" and ceil:
+            ax.plot(*zip(*ceil), color="black", linestyle=":", label="ceiling of the unlabelled data")
         ev = _get(r["expert"], key)
         if ev is not None:
             ax.axhline(ev, color="grey", linestyle="--", label="expert schema docs")
