@@ -50,6 +50,25 @@ def test_agent_parses_the_forms_small_models_produce(tmp_path):
     assert run_sql(path, "SELECT nope FROM t")[1].startswith("OperationalError")
 
 
+def test_scaling_learned_manager_only_where_the_jobs_take_it():
+    """`--manager learned` reaches the distill/consolidate jobs as their `manager` param, or is
+    refused when neither job declares one (never run as the rules under another name)."""
+    from bench.quality.memory_scaling.__main__ import parse
+    from bench.quality.memory_scaling.run import Harness, manager_supported
+
+    assert parse(["--quick"]).manager == "rules"
+    takes = {k: manager_supported(k) for k in ("distill", "consolidate")}
+    if any(takes.values()):
+        assert parse(["--quick", "--manager", "learned"]).manager == "learned"
+    else:
+        with pytest.raises(SystemExit):
+            parse(["--quick", "--manager", "learned"])
+    h = Harness.__new__(Harness)  # manager_param reads only the choice and the job table
+    h.manager = "learned"
+    for kind, yes in takes.items():
+        assert h.manager_param(kind) == ({"manager": "learned"} if yes else {})
+
+
 @pytest.mark.slow
 def test_scaling_quick(settings, embedder, tmp_path):
     from bench.quality.memory_scaling.__main__ import main
