@@ -121,7 +121,7 @@ def targets(s: dict) -> dict:
                 "met": None if not wm["flagged"] else wm["still_in_top10"] == 0,
             },
             "flagged_poison_never_top3": {
-                "value": f"{fp['in_top3']} of {fp['flagged']} flagged poisoned memories in a top 3",
+                "value": f"{fp['in_top3']} of {fp['flagged']} flagged poisoned items in a top 3",
                 "met": None if not fp["flagged"] else fp["in_top3"] == 0,
             },
         }
@@ -195,10 +195,11 @@ def markdown(r: dict) -> list[str]:
         "",
         f"After the unlabelled curve's last point, the poisoned shard, its distillation, then {POISON_ROUNDS} "
         "feedback rounds (each followed by a consolidate job). Top 3: the agent's search tool (k=3) on each test "
-        "question. Flagged: a poisoned memory at least one honest user marked `wrong` (of them, by ≥ 3).",
+        "question. Flagged: a poisoned item (votes are kept for memories only) at least one honest user "
+        "marked `wrong` (of them, by ≥ 3).",
         "",
         "| org | hit rate | poison exposure (context) | poisoned share of search top-3 slots (by type) | "
-        "questions with poison in top 3 | flagged poisoned memories in a top 3 | memories |",
+        "questions with poison in top 3 | flagged poisoned items in a top 3 | memories |",
         "|---|---|---|---|---|---|---|",
     ]
     if wp:
