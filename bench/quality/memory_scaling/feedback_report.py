@@ -106,7 +106,7 @@ def summarise(curves: dict, streams: dict, poisoned: dict | None, a) -> dict:
 
 
 def targets(s: dict) -> dict:
-    """Issue targets, each `{value, met}` (met None: the run did not exercise it)."""
+    """The targets feedback is held to, each `{value, met}` (met None: the run did not exercise it)."""
     out: dict = {}
     for name, v in s["variants"].items():
         wm, fp = v["wrong_memory"], v["poisoned"]["flagged_poison_in_top3"]
