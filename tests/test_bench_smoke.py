@@ -50,6 +50,25 @@ def test_agent_parses_the_forms_small_models_produce(tmp_path):
     assert run_sql(path, "SELECT nope FROM t")[1].startswith("OperationalError")
 
 
+def test_scaling_learned_manager_only_where_the_jobs_take_it():
+    """`--manager learned` reaches the distill/consolidate jobs as their `manager` param, or is
+    refused when neither job declares one (never run as the rules under another name)."""
+    from bench.quality.memory_scaling.__main__ import parse
+    from bench.quality.memory_scaling.run import Harness, manager_supported
+
+    assert parse(["--quick"]).manager == "rules"
+    takes = {k: manager_supported(k) for k in ("distill", "consolidate")}
+    if any(takes.values()):
+        assert parse(["--quick", "--manager", "learned"]).manager == "learned"
+    else:
+        with pytest.raises(SystemExit):
+            parse(["--quick", "--manager", "learned"])
+    h = Harness.__new__(Harness)  # manager_param reads only the choice and the job table
+    h.manager = "learned"
+    for kind, yes in takes.items():
+        assert h.manager_param(kind) == ({"manager": "learned"} if yes else {})
+
+
 @pytest.mark.slow
 def test_scaling_quick(settings, embedder, tmp_path):
     from bench.quality.memory_scaling.__main__ import main
@@ -77,9 +96,55 @@ def test_scaling_quick(settings, embedder, tmp_path):
     # episodes the judge quarantined are never served: no injection reaches a context
     assert poison["poisoned"]["poison_exposure_by_type"]["injection"] == 0.0
     assert poison["poisoned"]["memory"]["episodes_quarantined"] >= 1  # the injections were caught
-    distill = [j for j in r["jobs"] if j["kind"] == "distill"]
-    seen = sum(j["seen"] for j in distill)
-    assert seen == r["shard_sizes"]["logs"] * max(r["points"]) + r["shard_sizes"]["poison"]
+    for org in ("unlabelled", *r["feedback"]["variants"]):  # each feedback org distils the same shards
+        seen = sum(j["seen"] for j in r["jobs"] if j["kind"] == "distill" and j["org"] == org)
+        assert seen == r["shard_sizes"]["logs"] * max(r["points"]) + r["shard_sizes"]["poison"], org
+
+
+@pytest.mark.slow
+def test_scaling_feedback_stream_on_a_tiny_space(settings, embedder, tmp_path):
+    """The feedback stream end to end on one space and one shard: every simulated user's feedback
+    is stored through the API on retrievals that user received (the adversary only in its own
+    org), and the report sets each variant beside the curve without feedback and the ceiling."""
+    from sqlalchemy import create_engine, text
+
+    from bench.common import database_settings
+    from bench.quality.memory_scaling.__main__ import main
+    from bench.quality.memory_scaling.feedback import ADVERSARY, USERS
+
+    name = "scaling_feedback_smoke"
+    args = ["--quick", "--spaces", "1", "--shards", "0,1", "--logs-per-shard", "4", "--poison", "2"]
+    args += ["--train-per-space", "5", "--feedback-adversarial", "1", "--agent-scope", "none", "--curves", "unlabelled,feedback"]
+    r = main([*args, "--name", name, "--out", str(tmp_path)], embedder=embedder)
+    fb = r["feedback"]
+    assert set(fb["variants"]) == {"feedback_clean", "feedback_noisy", "feedback_adversarial"}
+    assert fb["split"].startswith("training questions from intents no test question uses")
+    for v_name, v in fb["variants"].items():
+        assert [p["shards"] for p in v["points"]] == [1] and _unit(v["points"][0]["ceiling"])
+        assert v["points"][0]["hit_without"] <= v["points"][0]["ceiling"]
+        assert set(v["stored_by_user"]) == set(v["posts_by_user"]) and set(v["stored_by_user"]) >= set(USERS)
+        assert v["stored_by_user"] == v["posts_by_user"]  # every post stored, none lost or doubled
+        assert (ADVERSARY in v["stored_by_user"]) == (v_name == "feedback_adversarial")
+        assert sum(v["signals_sent"].values()) > 0
+    assert r["curves"]["feedback_clean"][0]["shards"] == 0 and "top3" in fb["without_poisoned"]
+    eng = create_engine(database_settings("memscale_bench_" + name).database_url)
+    try:
+        with eng.connect() as c:
+            rows = c.execute(
+                text(
+                    "SELECT o.name, u.name, count(*), count(*) FILTER (WHERE re.actor_id = e.actor_id)"
+                    " FROM feedback_events e JOIN users u ON u.id = e.actor_id JOIN orgs o ON o.id = e.org_id"
+                    " JOIN retrieval_events re ON re.id = e.retrieval_id GROUP BY o.name, u.name"
+                )
+            ).all()
+    finally:
+        eng.dispose()
+    stored = {(org, user): n for org, user, n, own in rows if n == own}  # each on the user's own retrieval
+    assert len(stored) == len(rows)
+    for v_name, v in fb["variants"].items():
+        assert {u: n for (org, u), n in stored.items() if org == v_name} == v["stored_by_user"]
+    md = (tmp_path / f"{name}.md").read_text()
+    assert "| shards | ceiling | hit without | hit with | gap closed |" in md and "### Targets" in md
 
 
 @pytest.mark.slow

@@ -5,7 +5,10 @@
 Curves (each its own org, memory added shard by shard): labelled examples; unlabelled user logs
 filtered by the distillation judge (real `distill` + `consolidate` jobs); bootstrapped schema and
 glossary (real `bootstrap` job). Baseline: expert schema docs in the prompt, no memory. Poison:
-the unlabelled curve's last point plus a shard of prompt injections and bad traces.
+the unlabelled curve's last point plus a shard of prompt injections and bad traces. Feedback: the
+unlabelled curve again, in orgs whose simulated users mark what /v1/context handed them on
+training questions (feedback.py): clean, noisy, and noisy with an adversarial key, side by side
+with the curve without feedback and the ceiling its data allows.
 
 Model-independent: memory hit rate (the question's needed mappings/rules are in /v1/context's
 text). Model-dependent: execution accuracy and steps of the tool-using agent.
@@ -15,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -52,9 +57,41 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--budget", type=int, default=1000, help="/v1/context budget_tokens")
     ap.add_argument(
         "--curves",
-        default="labelled,unlabelled,bootstrap",
-        help="curves to run (comma list of labelled, unlabelled, bootstrap; bootstrap runs plain, "
-        "enriched and enriched + navigation side by side); the poisoned shard needs unlabelled",
+        default="labelled,unlabelled,bootstrap,feedback",
+        help="curves to run (comma list of labelled, unlabelled, bootstrap, feedback; bootstrap runs plain, "
+        "enriched and enriched + navigation side by side; feedback runs the unlabelled curve with the "
+        "feedback stream, clean, noisy and adversarial); the poisoned shard and feedback need unlabelled",
+    )
+    ap.add_argument("--feedback-noise", type=float, default=0.2, help="share of honest signals flipped (default 0.2)")
+    ap.add_argument(
+        "--feedback-adversarial",
+        type=float,
+        default=0.1,
+        help="share of the training questions the adversarial key also answers (default 0.1)",
+    )
+    ap.add_argument(
+        "--feedback-variants",
+        default="clean,noisy,adversarial",
+        help="feedback streams to run, each its own org (comma list of clean, noisy, adversarial)",
+    )
+    ap.add_argument(
+        "--train-per-space",
+        type=int,
+        default=None,
+        help="training questions per space for the feedback stream, from intents no test question uses (default 12; quick 4)",
+    )
+    ap.add_argument(
+        "--utility-weight",
+        type=float,
+        default=None,
+        help="the ranking's utility_weight for this run (app/search/tuning.py; default: the app's)",
+    )
+    ap.add_argument(
+        "--manager",
+        choices=["rules", "learned"],
+        default="rules",
+        help="memory manager of the distill and consolidate jobs, passed as their `manager` param where "
+        "they take one (learned: refused when neither does)",
     )
     ap.add_argument("--name", default=None, help="result file stem (default scaling / scaling_quick)")
     a = ap.parse_args(argv)
@@ -69,6 +106,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "agent_questions": 1 if q else 8,
         "agent_scope": "one" if q else "all",
         "max_steps": 1 if q else 3,
+        "train_per_space": 4 if q else 12,
         "name": "scaling_quick" if q else "scaling",
     }
     for k, v in defaults.items():
@@ -76,15 +114,27 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             setattr(a, k, v)
     a.points = sorted({int(x) for x in a.shards.split(",")} | {0})
     a.curves = {c.strip() for c in a.curves.split(",") if c.strip()}
-    unknown = a.curves - {"labelled", "unlabelled", "bootstrap"}
+    unknown = a.curves - {"labelled", "unlabelled", "bootstrap", "feedback"}
     if unknown:
         ap.error(f"unknown curves: {', '.join(sorted(unknown))}")
+    if "feedback" in a.curves and "unlabelled" not in a.curves:
+        ap.error("the feedback curves compare with the unlabelled curve: add unlabelled to --curves")
+    a.feedback_variants = [v.strip() for v in a.feedback_variants.split(",") if v.strip()]
+    if set(a.feedback_variants) - {"clean", "noisy", "adversarial"}:
+        ap.error("--feedback-variants: a comma list of clean, noisy, adversarial")
+    if not (0.0 <= a.feedback_noise <= 1.0 and 0.0 <= a.feedback_adversarial <= 1.0):
+        ap.error("--feedback-noise and --feedback-adversarial are shares in [0, 1]")
+    from bench.quality.memory_scaling.run import manager_supported
+
+    if a.manager == "learned" and not (manager_supported("distill") or manager_supported("consolidate")):
+        ap.error("--manager learned: neither the distill nor the consolidate job takes a `manager` param on this checkout")
     return a
 
 
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:
     from app.config import Settings
-    from bench.quality.memory_scaling import report
+    from bench.quality.memory_scaling import feedback as fb
+    from bench.quality.memory_scaling import feedback_report, report
     from bench.quality.memory_scaling.curves import draw, run_curve
     from bench.quality.memory_scaling.run import (
         Harness,
@@ -106,7 +156,15 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:
     order = sorted(range(len(tests)), key=lambda i: i % a.questions_per_space)  # round robin over spaces
     agent_set = {id(tests[i]) for i in order[: a.agent_questions]}
 
-    h = Harness("memscale_bench_scaling" + ("_quick" if a.quick else ""), model=model, budget=a.budget, embedder=embedder)
+    h = Harness(
+        "memscale_bench_" + re.sub(r"\W", "_", a.name).lower(),  # one database per result name
+        model=model,
+        budget=a.budget,
+        embedder=embedder,
+        manager=a.manager,
+    )
+    if a.utility_weight is not None:
+        h.app.state.tuning = replace(h.app.state.tuning, utility_weight=a.utility_weight)
     curves: dict[str, list[dict]] = {
         "labelled": [],
         "unlabelled_judge": [],
@@ -116,6 +174,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:
     }
     traces: list[dict] = []
     timings: dict[str, float] = {}
+    streams: dict[str, dict] = {}
 
     def wants_agent(curve: str, k: int) -> bool:
         if a.agent_scope == "all":
@@ -175,26 +234,29 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:
         if "unlabelled" in a.curves:
             t0 = time.perf_counter()
             org = h.new_org("unlabelled")
-            run_curve(
-                h,
-                org,
-                "unlabelled_judge",
-                data,
-                a.points,
-                lambda k: curves["unlabelled_judge"].append(
-                    measure(org, "unlabelled_judge", k, f"unlabelled+judge {k} shards", poison_ids={})
-                ),
-            )
+
+            def unlabelled(k: int) -> None:
+                point = measure(org, "unlabelled_judge", k, f"unlabelled+judge {k} shards", poison_ids={})
+                point["ceiling_hit_rate"] = fb.ceiling(h, org, tests)
+                curves["unlabelled_judge"].append(point)
+
+            run_curve(h, org, "unlabelled_judge", data, a.points, unlabelled)
             timings["unlabelled_judge"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             h.ingest(org, poison, user="logs", source="poison")
             h.distill(org)
-            pids: dict[str, set[str]] = {}
-            for item, eid in zip(poison, org.episode_ids["poison"]):
-                pids.setdefault(item["metadata"]["type"], set()).add(eid)
-            pids = {t: ids | h.derived_from(org, sorted(ids)) for t, ids in pids.items()}
+            pids = fb.poisoned_ids(h, org, poison)
             poisoned = measure(org, "poisoned", top, f"unlabelled+judge {top} + poison", poison_ids=pids)
+            poisoned["top3"] = fb.top3(org, tests, set().union(*pids.values()) if pids else set())
             timings["poisoned"] = time.perf_counter() - t0
+
+        if "feedback" in a.curves:
+            train = fb.train_questions(a.seed, spaces, tests, a.train_per_space)
+            for v in fb.variants(a.feedback_noise, a.feedback_adversarial, a.feedback_variants):
+                t0 = time.perf_counter()
+                streams[v.name] = fb.run_variant(h, a, data, v, train, measure)
+                curves[v.name] = [empty, *streams[v.name]["points"]]
+                timings[v.name] = time.perf_counter() - t0
 
         if "bootstrap" in a.curves:
             # the same sources three ways, side by side: the plain extract (no enrich step), with the
@@ -267,6 +329,9 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:
         }
         if poisoned
         else None,
+        "feedback": feedback_report.summarise(curves, streams, poisoned, a) if streams else None,
+        "manager": a.manager,
+        "utility_weight": h.app.state.tuning.utility_weight,
         "jobs": h.job_stats,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "seconds": round(time.perf_counter() - started, 1),

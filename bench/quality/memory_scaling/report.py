@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.command import save
+from bench.quality.memory_scaling import feedback_report
 
 CURVE_LABELS = {
     "labelled": "labelled examples",
@@ -12,6 +13,7 @@ CURVE_LABELS = {
     "bootstrap": "bootstrap (schema + glossary), no enrichment",
     "bootstrap_enriched": "bootstrap + enrichment",
     "bootstrap_navigation": "bootstrap + enrichment + navigation (browse)",
+    **feedback_report.VARIANT_LABELS,
 }
 CURVE_NOTES = {
     "bootstrap": "The extract alone (`enrich: false`), without the enrich step.",
@@ -138,6 +140,7 @@ def markdown(r: dict, plot_name: str) -> str:
         if pz
         else []
     )
+    lines += feedback_report.markdown(r)
     distills = [j for j in r["jobs"] if j["kind"] == "distill"]
     if distills:
         tot = {k: sum(j.get(k, 0) for j in distills) for k in ("seen", "kept", "skipped", "quarantined", "memories_created")}
@@ -175,6 +178,11 @@ def plot(r: dict, path: Path) -> None:
             pts = [(pos[p["shards"]], _get(p, key)) for p in points if _get(p, key) is not None]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=CURVE_LABELS[name])
+        ceil = [
+            (pos[p["shards"]], p["ceiling_hit_rate"]) for p in r["curves"].get("unlabelled_judge", []) if "ceiling_hit_rate" in p
+        ]
+        if key == "hit_rate" and ceil:
+            ax.plot(*zip(*ceil), color="black", linestyle=":", label="ceiling of the unlabelled data")
         ev = _get(r["expert"], key)
         if ev is not None:
             ax.axhline(ev, color="grey", linestyle="--", label="expert schema docs")

@@ -34,7 +34,7 @@ class Org:
 
 
 class Harness:
-    def __init__(self, db_name: str, *, model: str, budget: int, embedder=None, settings=None):
+    def __init__(self, db_name: str, *, model: str, budget: int, embedder=None, settings=None, manager: str = "rules"):
         from fastapi.testclient import TestClient
         from sqlalchemy import create_engine
 
@@ -51,6 +51,7 @@ class Harness:
         self.budget = budget
         self.count = self.resources.gateway.count_tokens
         self.job_stats: list[dict] = []
+        self.manager = manager
 
     def close(self) -> None:
         self.http.__exit__(None, None, None)
@@ -101,9 +102,18 @@ class Harness:
         return stats
 
     def distill(self, org: Org) -> dict:
-        stats = self.job(org, "distill", {"min_age_s": 0, "batch_size": 8})
-        self.job(org, "consolidate", {})
+        stats = self.job(org, "distill", {"min_age_s": 0, "batch_size": 8, **self.manager_param("distill")})
+        self.consolidate(org)
         return stats
+
+    def consolidate(self, org: Org) -> dict:
+        return self.job(org, "consolidate", self.manager_param("consolidate"))
+
+    def manager_param(self, kind: str) -> dict:
+        """`{"manager": rules|learned}` when the job kind takes that parameter, else nothing (the
+        job's own rules). A learned manager that no job can take is refused when the command's
+        options are read, never run as the rules under another name."""
+        return {"manager": self.manager} if manager_supported(kind) else {}
 
     def bootstrap(self, org: Org, sp: Space, glossary, *, enrich: bool = True) -> dict:
         return self.job(
@@ -142,6 +152,13 @@ class Harness:
                 {"o": org.id, "ids": episode_ids},
             ).all()
         return {str(r[0]) for r in rows}
+
+
+def manager_supported(kind: str) -> bool:
+    """Whether the `kind` job's params declare a `manager` (the memory manager: rules or learned)."""
+    from app.jobs.kinds import JOB_KINDS
+
+    return "manager" in JOB_KINDS[kind].params.model_fields
 
 
 @dataclass
