@@ -10,7 +10,14 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from app.jobs.params import BootstrapParams, ConsolidateParams, DistillParams, RetentionParams, TrainCartridgeParams
+from app.jobs.params import (
+    BootstrapParams,
+    ConsolidateParams,
+    DistillParams,
+    ReembedParams,
+    RetentionParams,
+    TrainCartridgeParams,
+)
 
 HOUR, DAY = 3600, 86400
 
@@ -22,6 +29,7 @@ class JobKind:
     params: type[BaseModel]  # validated at the API (422) and again by the pipeline
     every_s: int | None = None  # default schedule in seconds (org.settings["schedules"] overrides); None: on request
     branchable: bool = False  # may run in a branch, reading and writing the branch's view (app/kit/tenancy/view.py)
+    admins_only: bool = False  # only an org admin (or the operator) may create it
 
 
 JOB_KINDS: dict[str, JobKind] = {
@@ -32,6 +40,7 @@ JOB_KINDS: dict[str, JobKind] = {
         JobKind("consolidate", "pipelines.consolidation.job:run", ConsolidateParams, every_s=DAY, branchable=True),
         JobKind("train_cartridge", "pipelines.cartridges.job:run", TrainCartridgeParams),
         JobKind("retention", "pipelines.retention:run", RetentionParams, every_s=DAY),
+        JobKind("reembed", "app.embedders.job:run", ReembedParams, admins_only=True),
     )
 }
 

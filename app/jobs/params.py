@@ -54,3 +54,9 @@ class TrainCartridgeParams(StrictModel):
 
 class RetentionParams(StrictModel):
     pass
+
+
+class ReembedParams(StrictModel):
+    """The embedding model an org's vectors move to (a model id as MEMSCALE_EMBEDDING_MODEL takes)."""
+
+    model: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$")
