@@ -70,6 +70,7 @@ class Models:
         return self.cache[(model, text)]
 
     def warm(self, texts) -> None:
+        texts = list(texts)
         for model, e in self.by.items():
             todo = [t for t in dict.fromkeys(texts) if (model, t) not in self.cache]
             for t, v in zip(todo, e.embed(todo) if todo else []):
@@ -200,7 +201,7 @@ def test_reembed_switches_atomically_with_writes_and_an_erasure(client, world, a
     cursor: dict = {}
     while cursor.get("item") != "end":
         with bound(app, admin.org_id) as db:
-            service.stage_batch(db, admin.org_id, models.by[E5], cursor, limit=8)
+            service.stage_batch(db, admin.org_id, models.by[E5], cursor, limit=16)
             db.commit()
     run = client.get("/v1/orgs/current/embedder", headers=admin.h).json()
     assert run["model"] == MINI and run["reembedding"]["done"] == run["reembedding"]["total"] == len(rows)
