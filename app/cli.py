@@ -110,23 +110,27 @@ def import_episodes(path: str, org_name: str, user: str) -> None:
 
 def _check_embedder(settings: Settings) -> None:
     """Commands that write refuse to start over an org whose vectors another model made."""
-    from app.embedders.service import EmbedderMismatch, check_start
+    from app.embedders.service import check_start
 
     with _admin_session(settings) as db:
-        try:
-            check_start(db, settings.embedding_model)
-        except EmbedderMismatch as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+        _run(lambda: check_start(db, settings.embedding_model))
 
 
 @admin.command("reembed")
 @click.option("--org", "org_name", required=True)
 @click.option("--model", "model", required=True, help="the embedding model id the org's vectors move to")
-def reembed(org_name: str, model: str) -> None:
+@click.option("--nice", "niceness", default=10, show_default=True, help="CPU priority this background run gives up to serving")
+@click.option("--threads", type=int, default=None, help="threads the new model may use (default: every core)")
+def reembed(org_name: str, model: str, niceness: int, threads: int | None) -> None:
     """Re-embed an org's vectors with MODEL while it is served (resumable: run it again after a
     stop); search switches to the new vectors at the end, in one transaction. Prints the job's JSON."""
     import json
+    import os
+
+    if niceness:
+        os.nice(niceness)
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # read by the model's engine when it loads
 
     from tqdm import tqdm
 
@@ -155,10 +159,7 @@ def reembed(org_name: str, model: str) -> None:
         bar.total, bar.n = max(stats.get("total", 1), 1), stats.get("done", bar.n)
         bar.refresh()
 
-    ctx = JobContext(
-        settings=settings, sessions=sessions, org_id=org_id, job_id=job_id, resources=Resources(settings), on_progress=progress
-    )
-    job = run_job(ctx)
+    job = run_job(JobContext(settings, sessions, org_id, job_id, Resources(settings), on_progress=progress))
     bar.close()
     click.echo(json.dumps({"id": str(job.id), "status": job.status, "stats": job.stats, "error": job.error}))
     sys.exit(0 if job.status == "succeeded" else 1)

@@ -23,8 +23,10 @@ BATCH = 32  # rows embedded and committed together: a kill loses at most one bat
 SWITCH_TRY_S = 5.0  # the switch asks for its lock without queueing first, so readers do not wait behind it
 
 
-class EmbedderMismatch(RuntimeError):
+class EmbedderMismatch(AppError):
     """A process configured with one model over orgs whose vectors come from another."""
+
+    status_code, code = 503, "embedder_mismatch"
 
 
 def serving_model(db: Session, org_id: uuid.UUID, *, default: str) -> str:
