@@ -53,7 +53,8 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
             )
 
         app.state.embedder = fair(embedder or make_embedder(settings))
-        app.state.embedders = Embedders(settings, app.state.embedder, wrap=fair)  # other models on first use
+        # Other models on first use; the configured one is read from app.state at each use.
+        app.state.embedders = Embedders(settings, app.state.embedder, wrap=fair, current=lambda: app.state.embedder)
         app.state.read_gate = (
             ReadGate(per_key=settings.reads_per_key, max_waiting=settings.read_queue_per_key)
             if settings.reads_per_key > 0

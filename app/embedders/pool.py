@@ -12,10 +12,13 @@ from sqlalchemy.orm import Session
 
 
 class Embedders:
-    def __init__(self, settings, default=None, *, wrap: Callable | None = None):
+    def __init__(self, settings, default=None, *, wrap: Callable | None = None, current: Callable | None = None):
+        """`default`: the configured model's embedder, if already built; `current`: where the
+        process keeps it (the API's `app.state.embedder`), read at each use instead."""
         self.settings = settings
         self.configured = settings.embedding_model
         self._wrap = wrap or (lambda e: e)
+        self._current = current
         self._by_model: dict[str, object] = {}
         self._lock = threading.Lock()
         if default is not None:
@@ -32,6 +35,8 @@ class Embedders:
     def get(self, model: str | None = None):
         """The embedder of `model` (default: the configured one), built on first use."""
         model = model or self.configured
+        if model == self.configured and self._current is not None:
+            return self._current()
         with self._lock:
             if model not in self._by_model:
                 from app.kit.runtime.embedding import make_embedder
@@ -42,6 +47,8 @@ class Embedders:
     def model_of(self, embedder) -> str:
         """The model id `embedder` embeds with (the pool's key: a test's stand-in counts as the
         configured model)."""
+        if self._current is not None and embedder is self._current():
+            return self.configured
         for model, e in self._by_model.items():
             if e is embedder:
                 return model
