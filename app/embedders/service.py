@@ -154,7 +154,9 @@ def stage_batch(db: Session, org_id: uuid.UUID, embedder, cursor: dict, limit: i
     """Embed and stage up to `limit` rows still without a new vector, walking the item types in
     turn from `cursor` ({"item": ..., "after": key}, updated); the run's progress is set in the
     same transaction. Returns how many rows it staged (0: this pass found nothing more)."""
-    repo.run_of(db, org_id, for_update=True)  # one stager at a time per org; a second waits its batch
+    if repo.run_of(db, org_id, for_update=True) is None:  # one stager at a time; another one switched meanwhile
+        cursor["item"] = "end"
+        return 0
     items = list(repo.ITEMS)
     while cursor.get("item", items[0]) in items:
         item = cursor.get("item", items[0])
