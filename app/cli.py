@@ -102,9 +102,67 @@ def import_episodes(path: str, org_name: str, user: str) -> None:
 
     with open(path, encoding="utf-8") as f:
         items = _run(lambda: bulk.parse_lines(f))  # a bad line refuses the file before the model loads
-    with _admin_session(settings := Settings()) as db:
+    _check_embedder(settings := Settings())
+    with _admin_session(settings) as db:
         principal = _run(lambda: bulk.principal_of(db, org_name, user))
     click.echo(str(len(_run(lambda: bulk.run(_app_sessions(settings), settings, principal, items)))))
+
+
+def _check_embedder(settings: Settings) -> None:
+    """Commands that write refuse to start over an org whose vectors another model made."""
+    from app.embedders.service import check_start
+
+    with _admin_session(settings) as db:
+        _run(lambda: check_start(db, settings.embedding_model))
+
+
+@admin.command("reembed")
+@click.option("--org", "org_name", required=True)
+@click.option("--model", "model", required=True, help="the embedding model id the org's vectors move to")
+@click.option("--nice", "niceness", default=10, show_default=True, help="CPU priority this background run gives up to serving")
+@click.option("--threads", type=int, default=None, help="threads the new model may use (default: every core)")
+def reembed(org_name: str, model: str, niceness: int, threads: int | None) -> None:
+    """Re-embed an org's vectors with MODEL while it is served (resumable: run it again after a
+    stop); search switches to the new vectors at the end, in one transaction. Prints the job's JSON."""
+    import json
+    import os
+
+    if niceness:
+        os.nice(niceness)
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # read by the model's engine when it loads
+
+    from tqdm import tqdm
+
+    from app.auth.principal import Principal
+    from app.jobs import service as jobs_service
+    from app.jobs.runner import JobContext, run_job
+    from app.kit.database.db import bind_principal
+    from app.orgs import service as orgs
+    from app.resources import Resources
+
+    settings = Settings()
+    with _admin_session(settings) as db:
+        org_id = _run(lambda: orgs.org_by_name(db, org_name)).id
+    operator = Principal(org_id=org_id, user_id=None, name="cli", roles=("admin",), groups=(), clearances=())
+    clean = _run(lambda: jobs_service.validate_params(operator, "reembed", {"model": model}))
+    sessions = _app_sessions(settings)
+    with sessions() as db:
+        bind_principal(db, None, org_id=org_id, all_scopes=True)
+        job_id = _run(
+            lambda: jobs_service.create(db, org_id=org_id, actor_id=None, kind="reembed", params=clean, status="running")
+        ).id
+        db.commit()
+    bar = tqdm(total=1, desc=f"reembed {org_name}", unit="vec", file=sys.stderr)
+
+    def progress(_frac: float, stats: dict) -> None:
+        bar.total, bar.n = max(stats.get("total", 1), 1), stats.get("done", bar.n)
+        bar.refresh()
+
+    job = run_job(JobContext(settings, sessions, org_id, job_id, Resources(settings), on_progress=progress))
+    bar.close()
+    click.echo(json.dumps({"id": str(job.id), "status": job.status, "stats": job.stats, "error": job.error}))
+    sys.exit(0 if job.status == "succeeded" else 1)
 
 
 @main.command()
@@ -122,6 +180,7 @@ def worker(kinds, lease: int, no_schedule: bool, org_names) -> None:
     install_sigterm_handler()
     setup_logging(settings.log_level)
     admin_url(settings)  # hold the embedded server while we run
+    _check_embedder(settings)
     orgs = None
     if org_names:
         from app.orgs import service as org_service

@@ -9,6 +9,8 @@ from fastapi import FastAPI, Request
 import app.kit.registry  # noqa: F401  (every model mapped before the first flush)
 from app.auth.enforcer import Authorizer
 from app.config import Settings
+from app.embedders.pool import Embedders
+from app.embedders.service import check_start
 from app.kit.database.db import make_engine, make_sessionmaker
 from app.kit.database.pg import app_url, check_versions
 from app.kit.database.replicas import LsnHeaderMiddleware, replica_set
@@ -37,24 +39,29 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         app.state.engine = engine
         app.state.sessions = make_sessionmaker(engine, audit_key=settings.audit_secret())
         app.state.authorizer = Authorizer()
-        inner = embedder or make_embedder(settings)
-        app.state.embedder = (
-            FairEmbedder(
+        with app.state.sessions() as db:  # an org whose vectors another model made is not served
+            check_start(db, settings.embedding_model)
+
+        def fair(inner):
+            if not settings.embed_fairness:
+                return inner
+            return FairEmbedder(
                 inner,
                 slice_tokens=settings.embed_slice_tokens,
                 max_pending_per_key=settings.embed_queue_per_key,
                 max_pending=settings.embed_queue_total,
             )
-            if settings.embed_fairness
-            else inner
-        )
+
+        app.state.embedder = fair(embedder or make_embedder(settings))
+        # Other models on first use; the configured one is read from app.state at each use.
+        app.state.embedders = Embedders(settings, app.state.embedder, wrap=fair, current=lambda: app.state.embedder)
         app.state.read_gate = (
             ReadGate(per_key=settings.reads_per_key, max_waiting=settings.read_queue_per_key)
             if settings.reads_per_key > 0
             else None
         )
         # The LLM gateway loads on first use (summaries, token counts), not at start-up.
-        app.state.resources = Resources(settings, _embedder=app.state.embedder, _gateway=gateway)
+        app.state.resources = Resources(settings, _embedder=app.state.embedder, _gateway=gateway, _embedders=app.state.embedders)
         limits_engine = make_engine(app_url(settings), pool_size=4) if settings.rate_limit_backend == "postgres" else None
         for name, limiter in make_limiters(settings, limits_engine).items():  # per process, or shared in PostgreSQL
             setattr(app.state, name, limiter)
@@ -87,6 +94,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.audit.endpoints import router as audit
     from app.branches.endpoints import router as branches
     from app.context.endpoints import router as context
+    from app.embedders.endpoints import router as embedders
     from app.episodes.endpoints import router as episodes
     from app.erasure.endpoints import router as erasure
     from app.feedback.endpoints import router as feedback
@@ -98,7 +106,22 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     from app.sessions.endpoints import router as sessions
     from app.ui.endpoints import router as ui
 
-    for r in (episodes, memories, search, jobs, context, sessions, lineage, audit, erasure, ui, knowledge, branches, feedback):
+    for r in (
+        episodes,
+        memories,
+        search,
+        jobs,
+        context,
+        sessions,
+        lineage,
+        audit,
+        erasure,
+        ui,
+        knowledge,
+        branches,
+        feedback,
+        embedders,
+    ):
         app.include_router(r)
 
     @app.get("/healthz", tags=["ops"])

@@ -1,7 +1,7 @@
-"""The models a process builds once and hands to whatever needs them: the embedder and the LLM
-gateway. The API builds one in its lifespan (`app.state.resources`, around the embedder it already
-holds), a worker one per process (app/jobs/runner.py); both load lazily, so a process that never
-summarises never loads the LLM."""
+"""The models a process builds once and hands to whatever needs them: the embedders (one per
+model id, the configured one first) and the LLM gateway. The API builds one in its lifespan
+(`app.state.resources`, around the embedders it already holds), a worker one per process
+(app/jobs/runner.py); both load lazily, so a process that never summarises never loads the LLM."""
 
 from __future__ import annotations
 
@@ -19,13 +19,27 @@ class Resources:
     _embedder: Any = None
     _gateway: Any = None
     extra: dict = field(default_factory=dict)
+    _embedders: Any = None
+
+    @property
+    def embedders(self):
+        """One embedder per model id (app/embedders/pool.py), the configured one being `embedder`."""
+        if self._embedders is None:
+            from app.embedders.pool import Embedders
+
+            self._embedders = Embedders(self.settings, self._embedder)  # a process that re-embeds only loads its model
+        return self._embedders
+
+    def embedder_for(self, db, org_id):
+        """The embedder of the model the org's vectors hold now (its old one while a re-embedding
+        runs), under the org's embedder lock in share mode for the caller's transaction."""
+        return self.embedders.for_org(db, org_id)
 
     @property
     def embedder(self):
+        """The configured model's embedder."""
         if self._embedder is None:
-            from app.kit.runtime.embedding import make_embedder
-
-            self._embedder = make_embedder(self.settings)
+            self._embedder = self.embedders.get()
         return self._embedder
 
     @property

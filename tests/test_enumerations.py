@@ -82,7 +82,7 @@ def test_the_published_lists_keep_their_order():
     assert SEARCH_TYPES == ("memory", "episode", "chunk")
     assert BRANCH_TYPES == ("memory", "episode", "asset")
     assert RETAINED_TYPES == ("episode",)
-    assert KIND_NAMES == ("bootstrap", "distill", "consolidate", "train_cartridge", "retention", "train_manager")
+    assert KIND_NAMES == ("bootstrap", "distill", "consolidate", "train_cartridge", "retention", "train_manager", "reembed")
     assert set(BRANCHABLE) == {"bootstrap", "distill", "consolidate"}
     assert MODE_NAMES == ("blend", "full", "prefix", "reuse")
     assert [n for n, m in MODES.items() if not m.stored_kv] == ["full"]

@@ -15,6 +15,7 @@ from app.auth.principal import Principal
 from app.branches import repository as repo
 from app.branches.models import Branch
 from app.branches.schemas import BranchIn, BranchOut, Change, Promoted
+from app.embedders.service import hold as hold_embedder
 from app.episodes import service as episodes
 from app.episodes.models import Episode
 from app.kit.database.db import bind_principal
@@ -174,6 +175,7 @@ def promote(db: Session, principal: Principal, name: str, ids: list[uuid.UUID]) 
         raise AppError(
             "promote applies a branch to main: send it without Memscale-Branch", code="validation_error", status_code=422
         )
+    hold_embedder(db, principal.org_id)  # copied vectors stay the org's model's to the commit
     b = _get(db, principal.org_id, name)
     wanted = list(dict.fromkeys(ids))
     changes = _changes(db, principal, b, wanted)

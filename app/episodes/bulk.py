@@ -70,7 +70,15 @@ def import_items(
         with released(db, principal):
             feed.ready()
         rows = store(
-            db, principal, items, feed, checked=True, write_rows=repo.copy_in, action="episode.import", on_progress=on_progress
+            db,
+            principal,
+            items,
+            feed,
+            checked=True,
+            write_rows=repo.copy_in,
+            action="episode.import",
+            on_progress=on_progress,
+            embedder=embedder,
         )
     finally:
         feed.close()
@@ -84,9 +92,10 @@ def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> lis
     from tqdm import tqdm
 
     from app.kit.database.db import bind_principal, transaction
-    from app.kit.runtime.embedding import make_embedder
+    from app.resources import Resources
 
-    embedder = make_embedder(settings)
+    resources = Resources(settings)
     with tqdm(total=len(items), desc="import", unit="episode", file=sys.stderr) as bar, transaction(sessions) as db:
         bind_principal(db, principal)
+        embedder = resources.embedder_for(db, principal.org_id)  # the org's model (its old one during a re-embedding)
         return import_items(db, embedder, principal, items, on_progress=lambda done, _: bar.update(done - bar.n))

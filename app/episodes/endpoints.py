@@ -52,7 +52,7 @@ def create_episode(
     _charge(request, principal, 1)
     return service.ingest(
         db,
-        request.app.state.embedder,
+        request.app.state.resources.embedder_for(db, principal.org_id),
         principal,
         [body],
         endpoint="episodes.create",
@@ -77,7 +77,7 @@ def create_batch(
     _charge(request, principal, len(body.items))
     return service.ingest(
         db,
-        request.app.state.embedder,
+        request.app.state.resources.embedder_for(db, principal.org_id),
         principal,
         body.items,
         endpoint="episodes.batch",

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal
+from app.embedders.service import settle
 from app.episodes import repository as repo
 from app.episodes.feed import Feed
 from app.episodes.models import Episode
@@ -98,7 +99,7 @@ def ingest(
                 idempotency_key,
                 endpoint,
                 body,
-                lambda: reply(store(db, principal, items, feed, checked=True)),
+                lambda: reply(store(db, principal, items, feed, checked=True, embedder=embedder)),
                 ttl_s=ttl_s,
             )
     finally:
@@ -120,7 +121,7 @@ def create_many(
     vectors = embed_all(embedder, items)
     words = embed_vocabulary(embedder, vocabulary(db, principal, items))
     pieces = [("words", words), ("items", (list(range(len(items))), vectors))]
-    return store(db, principal, items, pieces, owner_id=owner_id, audit=audit, checked=True)
+    return store(db, principal, items, pieces, owner_id=owner_id, audit=audit, checked=True, embedder=embedder)
 
 
 def store(
@@ -135,11 +136,13 @@ def store(
     write_rows=repo.insert,
     action: str = "episode.create",
     on_progress: Callable[[int, int], None] | None = None,
+    embedder=None,
 ) -> list[Episode]:
     """Check (unless `checked`), then write the episodes as their embeddings arrive (`pieces`: ("words", embedded new
     vocabulary) and ("items", (indices into `items`, vectors))): one `write_rows` per slice (a multi-row INSERT;
     the bulk import's COPY), one vocabulary statement, one audit event `action`. Nothing is committed here."""
     owner = owner_id or principal.user_id
+    lexemes: list[str] = []
     if not checked:
         with stage("validation"):
             check(db, principal, owner, items)
@@ -149,6 +152,7 @@ def store(
         if kind == "words":
             with stage("vocabulary.write"):
                 lexicon.remember(db, principal.org_id, value)
+            lexemes += [lex for (lex, _), _ in value]
             continue
         idx, vectors = value
         part = [new_row(principal, owner, items[i], v, now, branch) for i, v in zip(idx, vectors)]
@@ -160,6 +164,8 @@ def store(
             on_progress(sum(r is not None for r in rows), len(rows))
     if any(r is None for r in rows):
         raise RuntimeError("an episode of the write was not embedded")
+    if embedder is not None:  # vectors of the model the org holds at the commit (app/embedders/service.py)
+        settle(db, principal.org_id, embedder, {"episode": [r.id for r in rows], "lexeme": lexemes})
     if audit:
         with stage("audit"):
             record(

@@ -14,6 +14,7 @@ from app.jobs.params import (
     BootstrapParams,
     ConsolidateParams,
     DistillParams,
+    ReembedParams,
     RetentionParams,
     TrainCartridgeParams,
     TrainManagerParams,
@@ -29,6 +30,7 @@ class JobKind:
     params: type[BaseModel]  # validated at the API (422) and again by the pipeline
     every_s: int | None = None  # default schedule in seconds (org.settings["schedules"] overrides); None: on request
     branchable: bool = False  # may run in a branch, reading and writing the branch's view (app/kit/tenancy/view.py)
+    admins_only: bool = False  # only an org admin (or the operator) may create it
 
 
 JOB_KINDS: dict[str, JobKind] = {
@@ -39,7 +41,10 @@ JOB_KINDS: dict[str, JobKind] = {
         JobKind("consolidate", "pipelines.consolidation.job:run", ConsolidateParams, every_s=DAY, branchable=True),
         JobKind("train_cartridge", "pipelines.cartridges.job:run", TrainCartridgeParams),
         JobKind("retention", "pipelines.retention:run", RetentionParams, every_s=DAY),
-        JobKind("train_manager", "pipelines.manager:run", TrainManagerParams),
+        ReembedParams,
+        RetentionParams,
+        TrainCartridgeParams,
+        TrainManagerParams,
     )
 }
 

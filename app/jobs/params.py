@@ -58,3 +58,9 @@ class RetentionParams(StrictModel):
 
 class TrainManagerParams(StrictModel):
     """Trains on the org's most recent recorded decisions (app/manager/service.py bounds how many)."""
+
+
+class ReembedParams(StrictModel):
+    """The embedding model an org's vectors move to (a model id as MEMSCALE_EMBEDDING_MODEL takes)."""
+
+    model: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$")

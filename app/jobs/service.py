@@ -129,6 +129,13 @@ def validate_params(principal: Principal, kind: str, params: dict, *, sources: d
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first.get("loc", ()))
         raise AppError(f"params.{loc}: {first.get('msg')}", code="validation_error", status_code=422) from None
+    if JOB_KINDS[kind].admins_only and not principal.has_role("admin"):
+        raise Forbidden(f"only admins may run {kind} jobs")
+    if kind == "reembed":
+        from app.config import Settings
+        from app.embedders.service import check_model
+
+        check_model(model.model, Settings())
     if getattr(model, "schema_url", None):
         if not principal.has_role("admin"):
             raise Forbidden("only admins may bootstrap from a database URL")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from app.audit import models as _audit  # noqa: F401
 from app.branches import models as _branches  # noqa: F401
 from app.cartridges import models as _cartridges  # noqa: F401
+from app.embedders import models as _embedders  # noqa: F401
 from app.episodes import models as _episodes  # noqa: F401
 from app.feedback import models as _feedback  # noqa: F401
 from app.jobs import models as _jobs  # noqa: F401

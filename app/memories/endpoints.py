@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1/memories", tags=["memories"], responses=COMMON_ER
 
 @router.post("", status_code=201, response_model=MemoryOut)
 def create_memory(body: MemoryIn, request: Request, db: SessionDep, principal=require("memory", "write")):
-    return service.to_out(service.create(db, request.app.state.embedder, principal, body))
+    return service.to_out(service.create(db, request.app.state.resources.embedder_for(db, principal.org_id), principal, body))
 
 
 @router.get("", response_model=MemoryPage)
@@ -63,7 +63,9 @@ def memory_versions(
 
 @router.patch("/{memory_id}", response_model=MemoryOut)
 def patch_memory(memory_id: uuid.UUID, body: MemoryPatch, request: Request, db: SessionDep, principal=require("memory", "write")):
-    return service.to_out(service.patch(db, request.app.state.embedder, principal, memory_id, body))
+    return service.to_out(
+        service.patch(db, request.app.state.resources.embedder_for(db, principal.org_id), principal, memory_id, body)
+    )
 
 
 @router.delete("/{memory_id}", status_code=204)

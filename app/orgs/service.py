@@ -12,6 +12,8 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import record
 from app.auth.principal import Principal, hash_secret, new_key, parse_key
+from app.embedders.models import OrgEmbedder
+from app.kit.database.base import EMBEDDING_DIM
 from app.kit.database.db import bind_principal
 from app.kit.errors import Conflict, NotFound
 from app.orgs import repository as repo
@@ -20,7 +22,14 @@ from app.orgs.models import ApiKey, Org, User
 ROLES = ("member", "steward", "auditor", "admin")
 
 
-def create_org(db: Session, name: str) -> Org:
+def create_org(db: Session, name: str, *, embedding_model: str | None = None, embedding_dim: int | None = None) -> Org:
+    """A new org; its vectors are recorded as the embedding model's of the process creating it
+    (`embedding_model`, default: the configured MEMSCALE_EMBEDDING_MODEL)."""
+    if embedding_model is None:
+        from app.config import Settings
+
+        s = Settings()
+        embedding_model, embedding_dim = s.embedding_model, embedding_dim or s.embedding_dim
     org = Org(name=name)
     db.add(org)
     try:
@@ -28,6 +37,8 @@ def create_org(db: Session, name: str) -> Org:
             db.flush()
     except IntegrityError:
         raise Conflict(f"org {name!r} already exists") from None
+    db.add(OrgEmbedder(org_id=org.id, model=embedding_model, dim=embedding_dim or EMBEDDING_DIM))
+    db.flush()
     record(db, org_id=org.id, actor_id=None, action="org.create", target_type="org", target_id=org.id)
     return org
 

@@ -72,7 +72,10 @@ def prepare(
             )
     elif instruction:
         query, filters, interpreted = apply(instruction, query, filters, now=principal.view.as_of)
-    qvec = QueryVector(embed_query(db, principal, resources.embedder, query) if embed else None)
+    embedder = resources.embedder_for(db, principal.org_id) if embed else None  # the org's model, its lock shared
+    qvec = QueryVector(embed_query(db, principal, embedder, query) if embed else None)
+    if embed and resources.embedder_for(db, principal.org_id) is not embedder:  # switched while the lock was let go
+        qvec = QueryVector(resources.embedder_for(db, principal.org_id).embed([query])[0])
     return Prepared(principal=principal, query=query, filters=filters, interpreted=interpreted, qvec=qvec)
 
 

@@ -182,7 +182,7 @@ def evict(
         )
         for m in out
     ]
-    episodes = create_many(db, resources.embedder, principal, items, owner_id=s.owner_id, audit=False)
+    episodes = create_many(db, resources.embedder_for(db, principal.org_id), principal, items, owner_id=s.owner_id, audit=False)
     repo.delete_messages(db, s.org_id, [m.id for m in out])
     s.evictions += 1
     record(

@@ -100,14 +100,18 @@ def _hits(results) -> list[dict]:
 
 def t_memory_add(db, p, res, s, a: MemoryAddArgs):
     m = memories.create(
-        db, res.embedder, p, MemoryIn(text=a.text, kind=a.kind, confidence=a.confidence, agent_id=a.agent_id)
+        db, res.embedder_for(db, p.org_id), p, MemoryIn(text=a.text, kind=a.kind, confidence=a.confidence, agent_id=a.agent_id)
     )  # private: any member may
     return _ok(id=str(m.id), version=m.version)
 
 
 def t_memory_update(db, p, res, s, a: MemoryUpdateArgs):
     m = memories.patch(
-        db, res.embedder, p, a.id, MemoryPatch(**a.model_dump(exclude={"id", "request_heartbeat"}, exclude_none=True))
+        db,
+        res.embedder_for(db, p.org_id),
+        p,
+        a.id,
+        MemoryPatch(**a.model_dump(exclude={"id", "request_heartbeat"}, exclude_none=True)),
     )
     return _ok(id=str(m.id), version=m.version, previous=str(a.id))
 
@@ -121,7 +125,11 @@ def _search(db, p, res, query: str, k: int, types: list[str], *, filters: Search
     body = SearchIn(query=query, k=k, types=types, filters=filters or SearchFilters())
     # embedded here, in the tool call's transaction (it may hold the session's row lock)
     prepared = Prepared(
-        principal=p, query=query, filters=body.filters, interpreted=None, qvec=QueryVector(res.embedder.embed([query])[0])
+        principal=p,
+        query=query,
+        filters=body.filters,
+        interpreted=None,
+        qvec=QueryVector(res.embedder_for(db, p.org_id).embed([query])[0]),
     )
     results, rid = search(db, prepared, body, ef_search=res.settings.hnsw_ef_search)
     return _ok(results=_hits(results), retrieval_id=str(rid))

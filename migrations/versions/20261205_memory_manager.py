@@ -8,7 +8,7 @@ security, erased with the org (cascade) and a decision with its memory's owner (
 users cascades; app/erasure/service.py deletes them when the user is forgotten).
 
 Revision ID: 0029
-Revises: 0026
+Revises: 0027
 """
 
 from alembic import op
@@ -16,7 +16,7 @@ from alembic import op
 from app.kit.tenancy.rls import ORG_POLICY, ROLE
 
 revision = "0029"
-down_revision = "0026"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 

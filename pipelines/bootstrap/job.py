@@ -65,7 +65,6 @@ def run(ctx: JobContext, job: Job) -> dict:
         "glossary_terms": 0,
     }
     count = _token_counter(ctx)
-    embedder = ctx.resources.embedder
     with ctx.tx() as db:
         owner = job_owner(db, ctx.org_id, job.created_by)
     if p.visibility == "private":
@@ -93,7 +92,7 @@ def run(ctx: JobContext, job: Job) -> dict:
                 chunks = src.chunk_text(item.text, count)
                 outcome, asset = upsert_asset(
                     db,
-                    embedder,
+                    ctx.resources.embedder_for(db, ctx.org_id),
                     org_id=ctx.org_id,
                     owner_id=owner,
                     scope=scope,
@@ -215,7 +214,7 @@ def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stat
         e, text, hint, used = None, t.describe(), t.hint(), []
     outcome, asset = upsert_asset(
         db,
-        ctx.resources.embedder,
+        ctx.resources.embedder_for(db, ctx.org_id),
         org_id=ctx.org_id,
         owner_id=owner,
         scope=scope,
@@ -242,7 +241,7 @@ def _table(ctx, db, t: src.TableInfo, url: str, owner, scope: Scope, count, stat
             )
     hint_outcome, _ = versioning.upsert_derived(
         db,
-        ctx.resources.embedder,
+        ctx.resources.embedder_for(db, ctx.org_id),
         org_id=ctx.org_id,
         owner_id=owner,
         key=f"schema_hint:{uri}",
@@ -263,7 +262,7 @@ def _glossary(
     uri = f"glossary:{Path(rel).name}"
     outcome, asset = upsert_asset(
         db,
-        ctx.resources.embedder,
+        ctx.resources.embedder_for(db, ctx.org_id),
         org_id=ctx.org_id,
         owner_id=owner,
         scope=scope,
@@ -287,7 +286,7 @@ def _glossary(
     for e in entries:
         o, _ = versioning.upsert_derived(
             db,
-            ctx.resources.embedder,
+            ctx.resources.embedder_for(db, ctx.org_id),
             org_id=ctx.org_id,
             owner_id=owner,
             key=f"glossary:{uri}:{e.term.lower()}",

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from app.audit.service import record
+from app.embedders import service as embedders
 from app.episodes import service as episodes
 from app.jobs import service as jobs
 from app.jobs.params import DistillParams
@@ -45,7 +46,7 @@ def _scope_key(e: Episode) -> tuple:
 
 def run(ctx: JobContext, job: Job) -> dict:
     p = DistillParams.model_validate(job.params)
-    gateway, embedder = ctx.resources.gateway, ctx.resources.embedder
+    gateway = ctx.resources.gateway
     steps = StepStats()
     stats = {"seen": 0, "kept": 0, "skipped": 0, "quarantined": 0, "memories_created": 0, "merged_into_existing": 0}
     if job.cursor.get("position"):  # resumed after a crash: keep counting from the last checkpoint
@@ -54,6 +55,7 @@ def run(ctx: JobContext, job: Job) -> dict:
     with ctx.tx() as db:
         start = dict(jobs.lock_cursor(db, ctx.org_id, "distill").position)
         policy = manager.policy_for(db, ctx.org_id)
+        embedder = ctx.resources.embedder_for(db, ctx.org_id)  # the org's model
         total = stats["seen"] + episodes.count_after(db, ctx.org_id, start, cutoff)
     if p.max_episodes:
         total = min(total, p.max_episodes)
@@ -78,6 +80,7 @@ def run(ctx: JobContext, job: Job) -> dict:
         # 2. Write the batch, the watermark and the checkpoint atomically.
         with ctx.tx() as db:
             cursor = jobs.lock_cursor(db, ctx.org_id, "distill")
+            embedder, vectors = embedders.recheck(db, ctx.org_id, embedder, texts, vectors)  # a switch meanwhile
             if cursor.position != position:  # another run took this batch meanwhile
                 continue
             for e, v in zip(batch, verdicts):

@@ -30,11 +30,13 @@ def is_partition(name: str) -> bool:
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:
     """alembic's own table is not ours to diff, and neither are the partitions of a partitioned
-    table or their indexes: the models declare the parent, whose columns, keys and indexes
-    PostgreSQL repeats in every partition."""
+    table or their indexes, nor the copies of a reference to one: the models declare the parent,
+    whose columns, keys, indexes and references PostgreSQL repeats for every partition."""
     if type_ == "table":
         return name != "alembic_version" and not is_partition(name)
     if type_ in ("index", "unique_constraint", "foreign_key_constraint") and getattr(obj, "table", None) is not None:
+        if type_ == "foreign_key_constraint" and reflected and is_partition(obj.referred_table.name):
+            return False  # a reference to a partitioned table is repeated for each of its partitions
         return not is_partition(obj.table.name)
     return True
 

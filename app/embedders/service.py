@@ -1,0 +1,208 @@
+"""An org's embedding model: which one serves it, the check a process makes at start-up, the
+check a writer makes before its commit, and the re-embedding that moves an org to another model
+(staged in batches, switched in one transaction).
+
+The switch: with the org's embedder lock exclusive (every ranking and every vector write holds
+it in share mode), the rows still without a staged vector are embedded, every staged vector is
+copied into its row, the org's model is set and the staging rows are dropped, all in one
+transaction: a reader sees every vector of the old model or every vector of the new one."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from app.embedders import repository as repo
+from app.kit.database.base import EMBEDDING_DIM
+from app.kit.errors import AppError, Conflict
+
+BATCH = 32  # rows embedded and committed together: a kill loses at most one batch's work
+SWITCH_TRY_S = 5.0  # the switch asks for its lock without queueing first, so readers do not wait behind it
+
+
+class EmbedderMismatch(AppError):
+    """A process configured with one model over orgs whose vectors come from another."""
+
+    status_code, code = 503, "embedder_mismatch"
+
+
+def serving_model(db: Session, org_id: uuid.UUID, *, default: str) -> str:
+    repo.lock_shared(db, org_id)
+    ident = repo.identity(db, org_id)
+    return ident.model if ident is not None else default
+
+
+def hold(db: Session, org_id: uuid.UUID) -> None:
+    """The org's embedder lock in share mode for a transaction that copies stored vectors (a
+    branch's promotion): the switch cannot fall between reading a vector and storing its copy."""
+    repo.lock_shared(db, org_id)
+
+
+def record_org(db: Session, org_id: uuid.UUID, model: str, dim: int) -> None:
+    repo.record(db, org_id, model, dim)
+
+
+def dimension_of(model: str, settings) -> int:
+    """The dimension `model`'s vectors have, without loading it: the bundled local models' own,
+    any provider's the configured `MEMSCALE_EMBEDDING_DIM`."""
+    from app.kit.runtime.embedding import E5_EMBEDDING, LOCAL_EMBEDDING
+
+    return EMBEDDING_DIM if model in (LOCAL_EMBEDDING, E5_EMBEDDING) else settings.embedding_dim
+
+
+def check_model(model: str, settings) -> None:
+    """A 422 for a model whose vectors the schema cannot hold, before anything starts."""
+    check_dimension(model, dimension_of(model, settings))
+
+
+def check_dimension(model: str, dim: int) -> None:
+    if dim != EMBEDDING_DIM:
+        raise AppError(
+            f"{model} makes {dim}-dimensional vectors; the schema stores vector({EMBEDDING_DIM}): changing the dimension"
+            " needs a migration of the vector columns and their indexes (README, 'Changing the embedder')",
+            code="dimension_change",
+            status_code=422,
+        )
+
+
+def check_start(db: Session, configured: str) -> None:
+    """Refuse to serve (EmbedderMismatch) when an org's vectors are of another model than the
+    configured one, unless that org's re-embedding to the configured model is under way (it is
+    served with its old model until the switch)."""
+    bad = [(org, model) for org, model, target in repo.mismatches(db, configured) if target != configured]
+    if bad:
+        lines = [
+            f"org {org!r} holds vectors of {model}, this process is configured with {configured}:"
+            f" run `memscale admin reembed --org {org} --model {configured}` (or set MEMSCALE_EMBEDDING_MODEL={model})"
+            for org, model in bad
+        ]
+        raise EmbedderMismatch("refusing to start: " + "; ".join(lines))
+
+
+def settle(db: Session, org_id: uuid.UUID, embedder, written: dict[str, list]) -> None:
+    """A writer's check before its commit, under the org's lock in share mode: if the model it
+    embedded `written` ({item type: [key, ...]}) with is no longer the org's (the org switched
+    meanwhile), those rows are embedded again with the org's model now. Costs one lock and one
+    key read when nothing changed."""
+    if not any(written.values()):
+        return
+    pool = getattr(embedder, "embedders", None)
+    used = pool.model_of(embedder) if pool is not None else getattr(embedder, "model", None)
+    current = serving_model(db, org_id, default=used)
+    if used is None or current == used:
+        return
+    if pool is None:
+        raise Conflict("the org's embedding model changed during this write; retry it", code="embedder_switched")
+    fresh = pool.get(current)
+    for item, keys in written.items():
+        texts = repo.texts_of(db, org_id, item, keys)
+        ks = list(texts)
+        if ks:
+            repo.set_vectors(db, org_id, item, ks, fresh.embed([texts[k] for k in ks]))
+
+
+def recheck(db: Session, org_id: uuid.UUID, embedder, texts: list[str], vectors):
+    """The same check for a writer that embedded in an earlier transaction and has not written
+    yet (a pipeline's batch): (the embedder, the vectors) to compare and store in this one,
+    made again with the org's model if it switched meanwhile."""
+    pool = getattr(embedder, "embedders", None)
+    used = pool.model_of(embedder) if pool is not None else getattr(embedder, "model", None)
+    current = serving_model(db, org_id, default=used)
+    if used is None or current == used:
+        return embedder, vectors
+    if pool is None:
+        raise Conflict("the org's embedding model changed during this write; retry it", code="embedder_switched")
+    fresh = pool.get(current)
+    return fresh, (fresh.embed(texts) if texts else vectors)
+
+
+# ---- the org's identity and its re-embedding, as the API shows them -------------------------
+
+
+def describe(db: Session, org_id: uuid.UUID, *, default: str, default_dim: int) -> dict:
+    ident = repo.identity(db, org_id)
+    out = {"model": ident.model if ident else default, "dimensions": ident.dim if ident else default_dim}
+    run = repo.run_of(db, org_id)
+    if run is not None:
+        out["reembedding"] = {"model": run.model, "done": run.done, "total": run.total, "started_at": run.started_at}
+    return out
+
+
+# ---- re-embedding ---------------------------------------------------------------------------
+
+
+def begin(db: Session, org_id: uuid.UUID, model: str, dim: int, job_id: uuid.UUID | None) -> bool:
+    """Start (or find) the org's re-embedding to `model`; False when the org already holds it
+    and nothing is under way. A run to another model is a 409 (one at a time)."""
+    check_dimension(model, dim)
+    run = repo.run_of(db, org_id, for_update=True)
+    if run is not None:
+        if run.model != model:
+            raise Conflict(f"a re-embedding to {run.model} is under way; it must finish first", code="reembedding_under_way")
+        return True
+    ident = repo.identity(db, org_id)
+    if ident is not None and ident.model == model:
+        return False
+    repo.start_run(db, org_id, model, dim, job_id)
+    return True
+
+
+def stage_batch(db: Session, org_id: uuid.UUID, embedder, cursor: dict, limit: int = BATCH) -> int:
+    """Embed and stage up to `limit` rows still without a new vector, walking the item types in
+    turn from `cursor` ({"item": ..., "after": key}, updated); the run's progress is set in the
+    same transaction. Returns how many rows it staged (0: this pass found nothing more)."""
+    if repo.run_of(db, org_id, for_update=True) is None:  # one stager at a time; another one switched meanwhile
+        cursor["item"] = "end"
+        return 0
+    items = list(repo.ITEMS)
+    while cursor.get("item", items[0]) in items:
+        item = cursor.get("item", items[0])
+        rows = repo.missing(db, org_id, item, cursor.get("after"), limit)
+        if rows:
+            repo.stage(db, org_id, item, [k for k, _ in rows], embedder.embed([t for _, t in rows]))
+            cursor["after"] = rows[-1][0]
+            done, total = repo.counts(db, org_id)
+            repo.set_progress(db, org_id, done, total)
+            return len(rows)
+        nxt = items.index(item) + 1
+        cursor.clear()
+        cursor["item"] = items[nxt] if nxt < len(items) else "end"
+    return 0
+
+
+def switch(db: Session, org_id: uuid.UUID, embedder, *, try_for_s: float = SWITCH_TRY_S) -> dict:
+    """The switch (see the module), in the caller's transaction."""
+    deadline = time.monotonic() + try_for_s
+    while not repo.try_lock_exclusive(db, org_id):
+        if time.monotonic() > deadline:
+            repo.lock_exclusive(db, org_id)
+            break
+        time.sleep(0.02)
+    run = repo.run_of(db, org_id, for_update=True)
+    if run is None:
+        return {"switched": False}
+    caught_up = 0
+    for item in repo.ITEMS:
+        while rows := repo.missing(db, org_id, item, None, 256):
+            repo.stage(db, org_id, item, [k for k, _ in rows], embedder.embed([t for _, t in rows]))
+            caught_up += len(rows)
+    copied = repo.copy_staged(db, org_id)
+    repo.record(db, org_id, run.model, run.dim)
+    repo.end_run(db, org_id)
+    return {"switched": True, "model": run.model, "copied": copied, "caught_up_at_switch": caught_up}
+
+
+def abandon(db: Session, org_id: uuid.UUID) -> bool:
+    """Drop the org's re-embedding and its staged vectors; the org keeps its model."""
+    run = repo.run_of(db, org_id, for_update=True)
+    if run is not None:
+        repo.end_run(db, org_id)
+    return run is not None
+
+
+def run_state(db: Session, org_id: uuid.UUID) -> tuple[int, int, datetime | None]:
+    run = repo.run_of(db, org_id)
+    return (run.done, run.total, run.started_at) if run else (0, 0, None)

@@ -1,0 +1,213 @@
+"""Re-embedding an org online (MiniLM -> e5-small) with `memscale admin reembed`, killed with
+SIGKILL at random points and run again, while searches run against the org.
+
+    .venv/bin/python -m bench.speed.reembed --items 20000 [--kills 5] [--real 300] [--searches 20] [--data LOCOMO.json]
+
+The org holds `--real` turns written through the service (real MiniLM vectors and vocabulary),
+then rows derived in SQL up to `--items` episodes (one turn's text plus words of another, the sum
+of their vectors): the re-embedding has that many texts to embed with e5. The CLI runs as its own
+process, as an operator runs it.
+
+- **kill -9**: `--kills` times the CLI is killed at a random point (uniform over a share of the
+  time a run would take, so that the last run still has work), then run to the end. Before each
+  kill and at every observation in between, every episode's vector is compared with its value
+  before the run: either all equal (old model) or none (new model), never a mix. At the end: as
+  many rows as before, no staged vector left, and a sample of rows holds e5's vector of its text.
+- **rate**: texts embedded and staged per second by the last (uninterrupted) run, its paused time
+  and its start (~3 s) left out.
+- **search p95 during the run vs before**: during the last run, the CLI process is paused
+  (SIGSTOP) and resumed (SIGCONT) in turns; each window issues `--searches` searches through the
+  API in this process. Paused windows are "before" (no re-embedding competing), running windows
+  "during": side by side, interleaved, on the same data and load.
+Results: bench/results/reembed.json (or `--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from sqlalchemy import create_engine, text
+
+MINI, E5 = "local/all-minilm-l6-v2", "local/e5-small"
+QUERIES = ["when did she go to the support group", "what does he paint", "who adopted a dog", "where did they travel", "what job"]
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.speed.reembed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--items", type=int, default=20000, help="episodes in the org")
+    ap.add_argument("--real", type=int, default=300, help="of which written through the service")
+    ap.add_argument("--kills", type=int, default=5)
+    ap.add_argument("--searches", type=int, default=20, help="searches per paused or running window")
+    ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--data", default=None, help="LoCoMo json (default: bench.quality.locomo's)")
+    ap.add_argument("--out", default=None)
+    return ap.parse_args(argv)
+
+
+def _turns(n: int, path: str | None) -> list[str]:
+    from bench.quality.locomo.data import DEFAULT, load
+
+    return [t.text for conv in load(path or DEFAULT) for t in conv.turns][:n]
+
+
+def _mixed(c, org_id) -> tuple[int, int]:
+    """(episodes whose vector is still the one before the run, episodes)."""
+    row = c.execute(
+        text(
+            "SELECT count(*) FILTER (WHERE e.embedding = s.embedding), count(*) FROM episodes e"
+            " JOIN bench_reembed_before s ON s.id = e.id WHERE e.org_id = :o"
+        ),
+        {"o": org_id},
+    ).one()
+    return int(row[0]), int(row[1])
+
+
+def _switching(c) -> bool:
+    """Whether an exclusive advisory lock is held (the switch's; nothing else here takes one)."""
+    q = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted"
+    return bool(c.execute(text(q)).scalar())
+
+
+def main(argv=None) -> dict:
+    a = parse(argv)
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.orgs import service as orgs
+    from bench.common import fresh_database, load_average, pct, write_result
+    from bench.speed.ingest_profile import Harness
+
+    rng = random.Random(a.seed)
+    h = Harness.__new__(Harness)
+    h.settings = fresh_database("memscale_bench_reembed").model_copy(update={"log_level": "WARNING", "max_batch_items": 2000})
+    h.app = create_app(h.settings)
+    h.http = TestClient(h.app)
+    h.http.__enter__()
+    h.state = h.app.state
+    from sqlalchemy.orm import Session
+
+    from app.kit.database.pg import admin_url
+
+    owner = create_engine(admin_url(h.settings))
+    with Session(owner, expire_on_commit=False, info={"audit_key": h.settings.audit_secret()}) as db:
+        org = orgs.create_org(db, "reembed")
+        key = orgs.create_key(db, orgs.create_user(db, org, "writer", roles=("admin",)))
+        db.commit()
+    owner.dispose()
+    with h.state.sessions() as db:
+        principal = orgs.resolve_key(db, key)
+    turns = _turns(a.real, a.data)
+    for i in range(0, len(turns), 100):
+        h.write(principal, turns[i : i + 100])
+    h.fill(principal, a.items)
+    eng = create_engine(admin_url(h.settings), isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(
+            text("CREATE TABLE bench_reembed_before AS SELECT id, embedding FROM episodes WHERE org_id = :o"),
+            {"o": principal.org_id},
+        )
+        vocab = c.execute(text("SELECT count(*) FROM lexicon WHERE org_id = :o"), {"o": principal.org_id}).scalar()
+    auth = {"Authorization": f"Bearer {key}"}
+
+    env = {**os.environ, "MEMSCALE_DATABASE_URL": h.settings.database_url}
+    cmd = [sys.executable, "-m", "app", "admin", "reembed", "--org", "reembed", "--model", E5]
+    guess_s = (a.items + vocab) / 10.0  # ~10 e5 texts/s on this machine: kills spread over a run's length
+    mixes, kills = [], []
+    for _ in range(a.kills):
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        at, t0 = rng.uniform(3.0, max(4.0, guess_s / (a.kills + 1))), time.monotonic()
+        with eng.connect() as c:
+            while p.poll() is None and time.monotonic() - t0 < at:
+                old, n = _mixed(c, principal.org_id)
+                mixes.append(0 < old < n)
+                time.sleep(0.5)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        with eng.connect() as c:
+            staged = c.execute(text("SELECT count(*) FROM embedding_staging WHERE org_id = :o"), {"o": principal.org_id}).scalar()
+            old, n = _mixed(c, principal.org_id)
+        mixes.append(0 < old < n)
+        kills.append({"after_s": round(at, 1), "staged": staged, "old_vectors": old})
+
+    def search() -> float:
+        t = time.perf_counter()
+        r = h.http.post("/v1/search", json={"query": rng.choice(QUERIES), "k": 10}, headers=auth)
+        assert r.status_code == 200, r.text
+        return time.perf_counter() - t
+
+    with eng.connect() as c:
+        staged0 = c.execute(text("SELECT count(*) FROM embedding_staging WHERE org_id = :o"), {"o": principal.org_id}).scalar()
+    times = {"before": [], "during": []}
+    t0, paused_s = time.monotonic(), 0.0
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    time.sleep(3.0)  # imports and model load
+    with eng.connect() as c:
+        while p.poll() is None:
+            os.kill(p.pid, signal.SIGSTOP)  # "before": the same org and load, no re-embedding running
+            t_stop = time.monotonic()
+            if not _switching(c):  # stopped inside the switch, searches would wait for it: skip the window
+                times["before"] += [search() for _ in range(a.searches)]
+            os.kill(p.pid, signal.SIGCONT)
+            paused_s += time.monotonic() - t_stop
+            for _ in range(a.searches):  # "during"
+                if p.poll() is not None:
+                    break
+                times["during"].append(search())
+            old, n = _mixed(c, principal.org_id)
+            mixes.append(0 < old < n)
+    wall = time.monotonic() - t0
+    out_line = p.stdout.read().strip().splitlines()[-1] if p.stdout else ""
+    with eng.connect() as c:
+        old, n = _mixed(c, principal.org_id)
+        left = c.execute(text("SELECT count(*) FROM embedding_staging WHERE org_id = :o"), {"o": principal.org_id}).scalar()
+        sample = c.execute(
+            text("SELECT content, embedding::text FROM episodes WHERE org_id = :o ORDER BY random() LIMIT 20"),
+            {"o": principal.org_id},
+        ).all()
+        model = c.execute(text("SELECT model FROM org_embedders WHERE org_id = :o"), {"o": principal.org_id}).scalar()
+    import json
+
+    import numpy as np
+
+    from app.kit.runtime.embedding import E5Embedder
+
+    e5 = E5Embedder()
+    ref = e5.embed([s[0] for s in sample])
+    got = np.array([json.loads(s[1]) for s in sample], dtype=np.float32)
+    cos = (ref * got).sum(1)
+    result = {
+        "items": a.items,
+        "vocabulary": vocab,
+        "kills": kills,
+        "ever_mixed": any(mixes),
+        "observations": len(mixes),
+        "after": {"rows": n, "rows_before": a.items, "old_vectors": old, "staged_left": left, "model": model},
+        "sample_cos_to_e5_min": round(float(cos.min()), 5),
+        "last_run": {"staged_before": staged0, "wall_s": round(wall, 1), "paused_s": round(paused_s, 1), "cli": out_line[-400:]},
+        "rate_texts_per_s": round((a.items + vocab - staged0) / max(wall - paused_s - 3.0, 1e-9), 1),
+        "search": {
+            k: {"p50_ms": round(1000 * pct(v, 50), 1), "p95_ms": round(1000 * pct(v, 95), 1), "n": len(v)}
+            for k, v in times.items()
+        },
+        "load": load_average(),
+    }
+    if times["before"] and times["during"]:
+        result["search"]["p95_ratio_during_over_before"] = round(pct(times["during"], 95) / pct(times["before"], 95), 2)
+    h.close()
+    eng.dispose()
+    path = write_result("reembed", result, a.out)
+    print(json.dumps(result, indent=1, default=str))
+    print(f"written {path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
