@@ -124,45 +124,15 @@ def _check_embedder(settings: Settings) -> None:
 def reembed(org_name: str, model: str, niceness: int, threads: int | None) -> None:
     """Re-embed an org's vectors with MODEL while it is served (resumable: run it again after a
     stop); search switches to the new vectors at the end, in one transaction. Prints the job's JSON."""
-    import json
     import os
 
     if niceness:
         os.nice(niceness)
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads)  # read by the model's engine when it loads
+    from app.jobs.cli import run_in_foreground
 
-    from tqdm import tqdm
-
-    from app.auth.principal import Principal
-    from app.jobs import service as jobs_service
-    from app.jobs.runner import JobContext, run_job
-    from app.kit.database.db import bind_principal
-    from app.orgs import service as orgs
-    from app.resources import Resources
-
-    settings = Settings()
-    with _admin_session(settings) as db:
-        org_id = _run(lambda: orgs.org_by_name(db, org_name)).id
-    operator = Principal(org_id=org_id, user_id=None, name="cli", roles=("admin",), groups=(), clearances=())
-    clean = _run(lambda: jobs_service.validate_params(operator, "reembed", {"model": model}))
-    sessions = _app_sessions(settings)
-    with sessions() as db:
-        bind_principal(db, None, org_id=org_id, all_scopes=True)
-        job_id = _run(
-            lambda: jobs_service.create(db, org_id=org_id, actor_id=None, kind="reembed", params=clean, status="running")
-        ).id
-        db.commit()
-    bar = tqdm(total=1, desc=f"reembed {org_name}", unit="vec", file=sys.stderr)
-
-    def progress(_frac: float, stats: dict) -> None:
-        bar.total, bar.n = max(stats.get("total", 1), 1), stats.get("done", bar.n)
-        bar.refresh()
-
-    job = run_job(JobContext(settings, sessions, org_id, job_id, Resources(settings), on_progress=progress))
-    bar.close()
-    click.echo(json.dumps({"id": str(job.id), "status": job.status, "stats": job.stats, "error": job.error}))
-    sys.exit(0 if job.status == "succeeded" else 1)
+    run_in_foreground(org_name, "reembed", {"model": model})
 
 
 @main.command()

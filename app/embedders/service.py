@@ -58,6 +58,13 @@ def check_model(model: str, settings) -> None:
     check_dimension(model, dimension_of(model, settings))
 
 
+def check_params(params) -> None:
+    """The reembed job kind's check at creation (app/jobs/kinds.py): its model fits the schema."""
+    from app.config import Settings
+
+    check_model(params.model, Settings())
+
+
 def check_dimension(model: str, dim: int) -> None:
     if dim != EMBEDDING_DIM:
         raise AppError(

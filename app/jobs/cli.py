@@ -26,6 +26,22 @@ def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:
     """Run one job now with a progress bar; prints the job's final JSON."""
     import json
 
+    parsed = {}
+    for p in params:
+        k, _, v = p.partition("=")
+        try:
+            parsed[k] = json.loads(v)
+        except json.JSONDecodeError:
+            parsed[k] = v
+    run_in_foreground(org_name, kind, parsed, branch=branch)
+
+
+def run_in_foreground(org_name: str, kind: str, params: dict, *, branch: str | None = None) -> None:
+    """Create an org's job as the operator and run it in this process with a progress bar (items
+    done of total when the job reports them, else percent); prints the job's JSON and exits 0 when
+    it succeeded."""
+    import json
+
     from tqdm import tqdm
 
     from app.auth.principal import Principal
@@ -37,18 +53,10 @@ def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:
     from app.resources import Resources
 
     settings = Settings()
-    parsed = {}
-    for p in params:
-        k, _, v = p.partition("=")
-        try:
-            parsed[k] = json.loads(v)
-        except json.JSONDecodeError:
-            parsed[k] = v
     with admin_session(settings) as db:
-        org = run_or_fail(lambda: orgs.org_by_name(db, org_name))
-        org_id = org.id
+        org_id = run_or_fail(lambda: orgs.org_by_name(db, org_name)).id
     operator = Principal(org_id=org_id, user_id=None, name="cli", roles=("admin",), groups=(), clearances=())
-    clean = run_or_fail(lambda: jobs_service.validate_params(operator, kind, parsed))
+    clean = run_or_fail(lambda: jobs_service.validate_params(operator, kind, params))
     sessions = app_sessions(settings)
     with sessions() as db:
         bind_principal(db, None, org_id=org_id, all_scopes=True)
@@ -60,11 +68,14 @@ def jobs_run(kind: str, org_name: str, params, branch: str | None) -> None:
         )
         job_id = job.id
         db.commit()
-    bar = tqdm(total=100, desc=kind, unit="%", file=sys.stderr)
+    bar = tqdm(total=100, desc=f"{kind} {org_name}", unit="%", file=sys.stderr)
 
     def progress(frac: float, stats: dict) -> None:
-        bar.n = int(frac * 100)
-        bar.set_postfix({k: v for k, v in list(stats.items())[:4]})
+        if "total" in stats and "done" in stats:
+            bar.total, bar.n, bar.unit = max(int(stats["total"]), 1), int(stats["done"]), "it"
+        else:
+            bar.n = int(frac * 100)
+            bar.set_postfix({k: v for k, v in list(stats.items())[:4]})
         bar.refresh()
 
     job = run_job(

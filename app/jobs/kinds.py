@@ -31,6 +31,7 @@ class JobKind:
     every_s: int | None = None  # default schedule in seconds (org.settings["schedules"] overrides); None: on request
     branchable: bool = False  # may run in a branch, reading and writing the branch's view (app/kit/tenancy/view.py)
     admins_only: bool = False  # only an org admin (or the operator) may create it
+    check: str | None = None  # "module:function"(params): checks beyond the schema at creation (a 4xx), imported on use
 
 
 JOB_KINDS: dict[str, JobKind] = {
@@ -41,13 +42,19 @@ JOB_KINDS: dict[str, JobKind] = {
         JobKind("consolidate", "pipelines.consolidation.job:run", ConsolidateParams, every_s=DAY, branchable=True),
         JobKind("train_cartridge", "pipelines.cartridges.job:run", TrainCartridgeParams),
         JobKind("retention", "pipelines.retention:run", RetentionParams, every_s=DAY),
-        ReembedParams,
-        RetentionParams,
-        TrainCartridgeParams,
-        TrainManagerParams,
+        JobKind("train_manager", "pipelines.manager:run", TrainManagerParams),
+        JobKind("reembed", "app.embedders.job:run", ReembedParams, admins_only=True, check="app.embedders.service:check_params"),
     )
 }
 
 KIND_NAMES = tuple(JOB_KINDS)
 KindName = Literal[KIND_NAMES]
 BRANCHABLE = tuple(n for n, k in JOB_KINDS.items() if k.branchable)
+
+
+def imported(ref: str):
+    """The function a "module:function" reference of the table names (imported now)."""
+    import importlib
+
+    mod, fn = ref.split(":")
+    return getattr(importlib.import_module(mod), fn)

@@ -14,7 +14,6 @@ without a batch (cartridge training) call `heartbeat()` between steps.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
@@ -32,7 +31,7 @@ from app.branches import service as branches
 from app.config import Settings
 from app.jobs import repository as repo
 from app.jobs import service as jobs_service
-from app.jobs.kinds import JOB_KINDS
+from app.jobs.kinds import JOB_KINDS, imported
 from app.jobs.models import Job
 from app.kit.database.db import bind_principal, transaction
 from app.kit.tenancy.view import MAIN, View
@@ -103,8 +102,7 @@ class JobContext:
 
 
 def _pipeline(kind: str) -> Callable[[JobContext, Job], dict]:
-    mod, fn = PIPELINES[kind].split(":")
-    return getattr(importlib.import_module(mod), fn)
+    return imported(PIPELINES[kind])
 
 
 def run_job(ctx: JobContext) -> Job:

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from app.audit.service import record
 from app.auth.principal import Principal
 from app.jobs import repository as repo
-from app.jobs.kinds import BRANCHABLE, JOB_KINDS
+from app.jobs.kinds import BRANCHABLE, JOB_KINDS, imported
 from app.jobs.models import Job
 from app.kit.database.db import view_of
 from app.kit.errors import AppError, Conflict, Forbidden, NotFound
@@ -131,11 +131,8 @@ def validate_params(principal: Principal, kind: str, params: dict, *, sources: d
         raise AppError(f"params.{loc}: {first.get('msg')}", code="validation_error", status_code=422) from None
     if JOB_KINDS[kind].admins_only and not principal.has_role("admin"):
         raise Forbidden(f"only admins may run {kind} jobs")
-    if kind == "reembed":
-        from app.config import Settings
-        from app.embedders.service import check_model
-
-        check_model(model.model, Settings())
+    if JOB_KINDS[kind].check:
+        imported(JOB_KINDS[kind].check)(model)
     if getattr(model, "schema_url", None):
         if not principal.has_role("admin"):
             raise Forbidden("only admins may bootstrap from a database URL")
