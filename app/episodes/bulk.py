@@ -3,8 +3,9 @@
 The same rules as the API, for one named user as if it had posted every line: each line is an
 episode body (app/episodes/schemas.py `EpisodeIn`), the user's right to share into each scope and
 to name each session is checked, and the org's vocabulary gains the new words; nothing is written
-unless every line passes (a bad line names its number). Then one embedding pass over every text,
-longest first (batches of one length pad little), in chunks; each chunk is COPYed into a staging
+unless every line passes (a bad line names its number). One embedding pass over every text,
+longest first (batches of one length pad little), in chunks, starts while the lines are checked
+and the vocabulary looked up (so that the model never waits on them); each chunk is COPYed into a staging
 table and moved with one INSERT ... SELECT while the next chunk embeds, all in one transaction,
 with the vocabulary in one statement and one audit event (`episode.import`).
 """
@@ -24,6 +25,7 @@ from app.episodes.schemas import EpisodeIn
 from app.episodes.service import check, embed_text, embed_vocabulary, store, vocabulary
 from app.kit.database.db import released
 from app.kit.errors import BadRequest
+from app.kit.stages import stage
 
 EMBED_CHUNK = 256  # texts per embedding call (one progress step)
 
@@ -58,15 +60,18 @@ def principal_of(db: Session, org_name: str, user_name: str) -> Principal:
 def import_items(
     db: Session, embedder, principal: Principal, items: list[EpisodeIn], *, on_progress: Callable[[int, int], None] | None = None
 ) -> list[uuid.UUID]:
-    """Check, then embed and write in the caller's transaction (the caller commits): each chunk of
-    EMBED_CHUNK texts is COPYed in while the next one embeds (app/episodes/feed.py). Returns the
-    new ids in the order of `items`."""
-    check(db, principal, principal.user_id, items)
-    words = vocabulary(db, principal, items)
-    feed = Feed(
-        embedder, None, [embed_text(i) for i in items], words, lambda ws: embed_vocabulary(embedder, ws), chunk=EMBED_CHUNK
-    )
+    """Embed, check and write in the caller's transaction (the caller commits): the model starts
+    on the first chunk at once, while this thread checks the scopes and looks up the new
+    vocabulary (embedded after that chunk); then each chunk of EMBED_CHUNK texts is COPYed in
+    while the next one embeds (app/episodes/feed.py). A refused item stops the model after its
+    chunk in progress and writes nothing. Returns the new ids in the order of `items`."""
+    texts = [embed_text(i) for i in items]
+    feed = Feed(embedder, None, texts, None, lambda ws: embed_vocabulary(embedder, ws), chunk=EMBED_CHUNK, words_after=1)
     try:
+        with stage("validation"):
+            check(db, principal, principal.user_id, items)
+        with stage("vocabulary"):
+            feed.give_words(vocabulary(db, principal, items))
         with released(db, principal):
             feed.ready()
         rows = store(

@@ -41,7 +41,8 @@ def item_slices(embedder, who: str | None, texts: list[str], chunk: int | None =
 
 
 class Feed:
-    """Pieces ("words", embedded vocabulary) then ("items", (indices, vectors)) per slice, in order."""
+    """Pieces ("words", embedded vocabulary) and ("items", (indices, vectors)) per slice, in the
+    order they are made (the vocabulary first unless it is given later)."""
 
     def __init__(
         self,
@@ -52,30 +53,42 @@ class Feed:
         embed_words: Callable[[list], list],
         *,
         chunk: int | None = None,
+        words_after: int = 0,
     ):
+        """`words` None: given later (`give_words`), embedded after `words_after` slices of
+        items, so that looking them up overlaps the model's first slice (the bulk import)."""
         self._cv = threading.Condition()
+        self._words = words
+        self._words_after = words_after
         self._pieces: list[tuple[str, object]] = []
         self._items = 0
         self._finished, self._error, self._stop = False, None, threading.Event()
+        self._words_done = False
         self.pipelined = _GATE.acquire(blocking=False)
         work = carried(self._run)
         threading.Thread(
-            target=work, args=(embedder, who, texts, words, embed_words, chunk), daemon=True, name="memscale-ingest"
+            target=work, args=(embedder, who, texts, embed_words, chunk), daemon=True, name="memscale-ingest"
         ).start()
 
-    def _run(self, embedder, who, texts, words, embed_words, chunk) -> None:
+    def _run(self, embedder, who, texts, embed_words, chunk) -> None:
         try:
-            with stage("vocabulary.embed", scope=True):
-                self._put("words", embed_words(words) if words else [])
+            if self._words is not None:
+                self._embed_words(embed_words)
             with stage("embed", scope=True):
                 slices = item_slices(embedder, who, texts, chunk)
                 try:
-                    for piece in slices:
+                    for n, piece in enumerate(slices, 1):
                         self._put("items", piece)
                         if self._stop.is_set():
                             break
+                        if n == self._words_after and not self._words_done:
+                            self._embed_words(embed_words)
+                            if self._stop.is_set():
+                                break
                 finally:
                     slices.close()  # releases the fair lane's count of what was not embedded
+            if not self._words_done and not self._stop.is_set():
+                self._embed_words(embed_words)
         except BaseException as exc:
             with self._cv:
                 self._error = exc
@@ -83,6 +96,21 @@ class Feed:
             with self._cv:
                 self._finished = True
                 self._cv.notify_all()
+
+    def _embed_words(self, embed_words) -> None:
+        with self._cv:
+            self._cv.wait_for(lambda: self._words is not None or self._stop.is_set())
+        if self._stop.is_set() and self._words is None:
+            return
+        with stage("vocabulary.embed", scope=True):
+            self._put("words", embed_words(self._words) if self._words else [])
+        self._words_done = True
+
+    def give_words(self, words: list) -> None:
+        """The vocabulary of a Feed made with `words=None`."""
+        with self._cv:
+            self._words = words
+            self._cv.notify_all()
 
     def _put(self, kind: str, value: object) -> None:
         with self._cv:
@@ -115,6 +143,8 @@ class Feed:
     def close(self) -> None:
         """Stop embedding (after the slice in progress) and free the pipeline's place."""
         self._stop.set()
+        with self._cv:
+            self._cv.notify_all()  # a thread waiting for its vocabulary stops
         if self.pipelined:
             self.pipelined = False
             _GATE.release()

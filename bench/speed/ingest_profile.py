@@ -62,8 +62,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         dest="import_items",
-        help="also time a bulk import (app/episodes/bulk.py) of this many turns into a new org",
+        help="also time a bulk import (app/episodes/bulk.py) of this many turns into a new org (= --bulk N)",
     )
+    ap.add_argument(
+        "--bulk",
+        default="",
+        help="bulk import sizes (e.g. 2000,20000): per size, --pairs interleaved pairs (embedder alone, import)",
+    )
+    ap.add_argument("--pairs", type=int, default=2, help="interleaved (embedder alone, import) pairs per --bulk size")
     ap.add_argument(
         "--locomo",
         type=int,
@@ -77,7 +83,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _turns(path: str | None) -> list[str]:
-    from bench.locomo import load
+    from bench.quality.locomo.data import load
 
     return [t.text for c in (load(path) if path else load()) for t in c.turns]
 
@@ -206,8 +212,8 @@ def locomo_rate(path: str | None, n: int) -> dict:
     embedded alone in batches of 250 by the bare model: turns/s both ways and the ratio."""
     from app.config import Settings
     from app.kit.runtime.embedding import make_embedder
-    from bench.locomo import load
-    from bench.locomo_bench.run import Service
+    from bench.quality.locomo.data import load
+    from bench.quality.locomo.run import Service
 
     convs = (load(path) if path else load())[:n]
     emb = make_embedder(Settings())
@@ -242,12 +248,61 @@ def locomo_rate(path: str | None, n: int) -> dict:
     return out
 
 
+def bulk_sizes(a: argparse.Namespace) -> list[int]:
+    return [int(x) for x in a.bulk.split(",") if x] + ([a.import_items] if a.import_items else [])
+
+
+def _alone_sliced(embedder, texts: list[str]) -> float:
+    """The bare model on `texts` as the import slices them (longest first, EMBED_CHUNK a call):
+    the least time the model needs for them."""
+    from app.episodes.bulk import EMBED_CHUNK
+    from app.episodes.feed import item_slices
+
+    t0 = time.perf_counter()
+    for _ in item_slices(embedder, None, texts, EMBED_CHUNK):
+        pass
+    return time.perf_counter() - t0
+
+
+def bulk_pairs(h: Harness, bare, turns: list[str], n: int, pairs: int) -> list[dict]:
+    """`pairs` interleaved runs of (the embedder alone, `memscale admin import`) on the same `n`
+    turns, each import into a new org; per pair the ratio of wall times, and the import's stages
+    (the embedding thread's and the writer's: their sum over the wall says how much overlapped)."""
+    from app.kit.stages import Stages
+    from bench.common import load_average
+
+    texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})") for i in range(n)]
+    cases = []
+    for k in range(pairs):
+        load = load_average()
+        alone = _alone_sliced(bare, texts)
+        rec = Stages()
+        wall = h.bulk_import(h.principal(f"import{n}_{k}"), texts, rec)
+        case = {
+            "org": 0,
+            "batch": n,
+            "repeats": 1,
+            "import": True,
+            "pair": k + 1,
+            "load": load,
+            "total_ms": round(1000 * wall, 1),
+            "embedder_alone_ms": round(1000 * alone, 1),
+            "stages_ms": {key: round(1000 * v, 1) for key, v in rec.seconds.items()},
+        }
+        case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 3)
+        case["stages_sum_over_wall"] = round(sum(rec.seconds.values()) / wall, 2)
+        cases.append(case)
+        _print(case)
+    return cases
+
+
 def main(argv: list[str] | None = None) -> dict:
     from app.kit.stages import Stages
     from bench.common import load_average, write_result
 
     a = parse(argv)
-    orgs, batches = [int(x) for x in a.orgs.split(",")], [int(x) for x in a.batches.split(",")]
+    orgs = [int(x) for x in a.orgs.split(",") if x]
+    batches = [int(x) for x in a.batches.split(",") if x]
     turns = _turns(a.data)
     h = Harness("memscale_bench_ingest_profile")
     bare = getattr(h.state.embedder, "inner", h.state.embedder)
@@ -279,23 +334,8 @@ def main(argv: list[str] | None = None) -> dict:
                 case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
                 out["cases"].append(case)
                 _print(case)
-        if a.import_items:
-            p, rec = h.principal("import"), Stages()
-            texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})") for i in range(a.import_items)]
-            alone = _alone(bare, texts)
-            wall = h.bulk_import(p, texts, rec)
-            case = {
-                "org": 0,
-                "batch": len(texts),
-                "repeats": 1,
-                "import": True,
-                "total_ms": round(1000 * wall, 1),
-                "embedder_alone_ms": round(1000 * alone, 1),
-                "stages_ms": {k: round(1000 * v, 1) for k, v in rec.seconds.items()},
-            }
-            case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
-            out["cases"].append(case)
-            _print(case)
+        for n in bulk_sizes(a):
+            out["cases"] += bulk_pairs(h, bare, turns, n, a.pairs)
     finally:
         h.close()
     if a.locomo:
@@ -307,7 +347,11 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _print(case: dict) -> None:
     st = case["stages_ms"]
-    what = f"bulk import of {case['batch']}" if case.get("import") else f"org {case['org']:>7} episodes, batch {case['batch']:>4}"
+    what = (
+        f"bulk import of {case['batch']} (pair {case.get('pair', 1)}, load {case.get('load')})"
+        if case.get("import")
+        else f"org {case['org']:>7} episodes, batch {case['batch']:>4}"
+    )
     print(
         f"\n{what}: {case['total_ms']:8.1f} ms per batch, embedder alone {case['embedder_alone_ms']:8.1f} ms  (x{case['ratio']})"
     )
