@@ -148,3 +148,86 @@ class Feed:
         if self.pipelined:
             self.pipelined = False
             _GATE.release()
+
+
+AHEAD_CHUNK = 256  # texts per embedding call of `Ahead`
+
+
+def groups(lists: list[list[str] | None], size: int) -> list[list[int]]:
+    """Consecutive indices of `lists` (None: not embedded) in groups of about `size` texts."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    n = 0
+    for i, texts in enumerate(lists):
+        if texts is None:
+            continue
+        cur.append(i)
+        n += len(texts)
+        if n >= size:
+            out.append(cur)
+            cur, n = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+class Ahead:
+    """Vectors of lists of texts (a document's chunks), list by list in order, made by a thread
+    of their own while the caller writes the lists already done: consecutive lists share calls of
+    about `size` texts, longest first within a call (one length pads little), and a None list is
+    not embedded. The model is used by one thread at a time: `embed` (texts the look-ahead did not
+    embed) takes the same lock as the thread's calls."""
+
+    def __init__(self, embed: Callable[[list[str]], list], lists: list[list[str] | None], *, size: int | None = None):
+        self._embed_fn, self._lists = embed, lists
+        self._lock, self._cv = threading.Lock(), threading.Condition()
+        self._done: dict[int, list] = {}
+        self._error: BaseException | None = None
+        self._finished, self._stop = False, threading.Event()
+        self._thread = threading.Thread(
+            target=carried(self._run), args=(groups(lists, size or AHEAD_CHUNK),), daemon=True, name="bootstrap-embed"
+        )
+        self._thread.start()
+
+    def embed(self, texts: list[str]) -> list:
+        with self._lock:
+            return list(self._embed_fn(texts)) if texts else []
+
+    def _run(self, plan: list[list[int]]) -> None:
+        try:
+            with stage("embed", scope=True):
+                for docs in plan:
+                    if self._stop.is_set():
+                        break
+                    texts = [(d, k, t) for d in docs for k, t in enumerate(self._lists[d])]
+                    texts.sort(key=lambda x: -len(x[2]))
+                    vecs = self.embed([t for _, _, t in texts])
+                    got = {d: [None] * len(self._lists[d]) for d in docs}
+                    for (d, k, _), v in zip(texts, vecs):
+                        got[d][k] = v
+                    with self._cv:
+                        self._done.update(got)
+                        self._cv.notify_all()
+        except BaseException as exc:
+            with self._cv:
+                self._error = exc
+        finally:
+            with self._cv:
+                self._finished = True
+                self._cv.notify_all()
+
+    def vectors(self, i: int) -> list | None:
+        """Document i's vectors, once embedded (None: it was not to be embedded); raises the
+        embedding's error in the job's thread, where the transaction rolls back."""
+        with stage("embed.wait"), self._cv:
+            self._cv.wait_for(lambda: i in self._done or self._finished)
+            if i in self._done:
+                return self._done.pop(i)
+            if self._error is not None:
+                raise self._error
+            return None
+
+    def close(self) -> None:
+        """Stop after the call in progress and wait for the thread (the model is then free)."""
+        self._stop.set()
+        self._thread.join()
