@@ -1,7 +1,7 @@
 """Where one batch write goes, stage by stage, beside the embedder alone on the same texts.
 
     .venv/bin/python -m bench.speed.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3]
-        [--import-items N] [--locomo 2]
+        [--bulk 2000,20000 [--pairs 2]] [--staging 20,200,2000] [--locomo 2]
 
 For each org size (episodes already in the org) and batch size, fresh LoCoMo turns are written
 through the real write path (`app.episodes.service.ingest`, what POST /v1/episodes/batch calls,
@@ -11,7 +11,9 @@ new vocabulary, row and index writes, vocabulary upkeep, audit, idempotency, com
 is the request body's parse (pydantic, as FastAPI does it); lineage has no stage because a new
 episode derives from nothing. Stages in a pipeline overlap, so they may add up to more than the
 wall time (`total`). `embedder alone` embeds the same texts in one call of the bare model.
-`--import-items N` also times `memscale admin import`'s path (app/episodes/bulk.py) for N turns;
+`--bulk N[,N]` times `memscale admin import`'s path (app/episodes/bulk.py) for N turns in
+`--pairs` interleaved pairs beside the bare model on the same texts sliced as the import slices
+them (bench/speed/ingest_bulk.py); `--staging N[,N]` compares unnest and COPY for an asset's chunks;
 `--locomo N` the LoCoMo ingest rate through the API, as `memscale bench locomo` ingests.
 
 An org is filled with its first `--real` turns through the same write path (so its vocabulary is
@@ -70,6 +72,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="bulk import sizes (e.g. 2000,20000): per size, --pairs interleaved pairs (embedder alone, import)",
     )
     ap.add_argument("--pairs", type=int, default=2, help="interleaved (embedder alone, import) pairs per --bulk size")
+    ap.add_argument(
+        "--staging",
+        default="",
+        help="chunk counts (e.g. 20,200,2000): one asset's chunks written by INSERT ... SELECT FROM unnest and by "
+        "COPY into a staging table, interleaved, each in a transaction rolled back (triggers and indexes included)",
+    )
     ap.add_argument(
         "--locomo",
         type=int,
@@ -252,53 +260,10 @@ def bulk_sizes(a: argparse.Namespace) -> list[int]:
     return [int(x) for x in a.bulk.split(",") if x] + ([a.import_items] if a.import_items else [])
 
 
-def _alone_sliced(embedder, texts: list[str]) -> float:
-    """The bare model on `texts` as the import slices them (longest first, EMBED_CHUNK a call):
-    the least time the model needs for them."""
-    from app.episodes.bulk import EMBED_CHUNK
-    from app.episodes.feed import item_slices
-
-    t0 = time.perf_counter()
-    for _ in item_slices(embedder, None, texts, EMBED_CHUNK):
-        pass
-    return time.perf_counter() - t0
-
-
-def bulk_pairs(h: Harness, bare, turns: list[str], n: int, pairs: int) -> list[dict]:
-    """`pairs` interleaved runs of (the embedder alone, `memscale admin import`) on the same `n`
-    turns, each import into a new org; per pair the ratio of wall times, and the import's stages
-    (the embedding thread's and the writer's: their sum over the wall says how much overlapped)."""
-    from app.kit.stages import Stages
-    from bench.common import load_average
-
-    texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})") for i in range(n)]
-    cases = []
-    for k in range(pairs):
-        load = load_average()
-        alone = _alone_sliced(bare, texts)
-        rec = Stages()
-        wall = h.bulk_import(h.principal(f"import{n}_{k}"), texts, rec)
-        case = {
-            "org": 0,
-            "batch": n,
-            "repeats": 1,
-            "import": True,
-            "pair": k + 1,
-            "load": load,
-            "total_ms": round(1000 * wall, 1),
-            "embedder_alone_ms": round(1000 * alone, 1),
-            "stages_ms": {key: round(1000 * v, 1) for key, v in rec.seconds.items()},
-        }
-        case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 3)
-        case["stages_sum_over_wall"] = round(sum(rec.seconds.values()) / wall, 2)
-        cases.append(case)
-        _print(case)
-    return cases
-
-
 def main(argv: list[str] | None = None) -> dict:
     from app.kit.stages import Stages
     from bench.common import load_average, write_result
+    from bench.speed.ingest_bulk import bulk_pairs, staging
 
     a = parse(argv)
     orgs = [int(x) for x in a.orgs.split(",") if x]
@@ -334,6 +299,8 @@ def main(argv: list[str] | None = None) -> dict:
                 case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
                 out["cases"].append(case)
                 _print(case)
+        if a.staging:
+            out["staging"] = staging(h, turns, [int(x) for x in a.staging.split(",")])
         for n in bulk_sizes(a):
             out["cases"] += bulk_pairs(h, bare, turns, n, a.pairs)
     finally:
