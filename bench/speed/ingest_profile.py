@@ -324,6 +324,8 @@ def _print(case: dict) -> None:
     )
     for k in [s for s in STAGES if s in st] + sorted(set(st) - set(STAGES)):
         print(f"  {k:28s} {st[k]:8.1f} ms  {100 * st[k] / case['total_ms']:5.1f} %")
+    if "stages_sum_over_wall" in case:  # over 1: the model's thread and the writer's overlapped
+        print(f"  stages' sum / wall             {case['stages_sum_over_wall']:.2f}")
     print(flush=True)
 
 
