@@ -185,7 +185,7 @@ class Ahead:
         self._error: BaseException | None = None
         self._finished, self._stop = False, threading.Event()
         self._thread = threading.Thread(
-            target=carried(self._run), args=(groups(lists, size or AHEAD_CHUNK),), daemon=True, name="bootstrap-embed"
+            target=carried(self._run), args=(groups(lists, size or AHEAD_CHUNK),), daemon=True, name="memscale-ahead"
         )
         self._thread.start()
 
