@@ -95,9 +95,10 @@ def create_key(org_name: str, user: str) -> None:
 @admin.command("import")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--org", "org_name", required=True)
-@click.option("--user", "user", required=True, help="the episodes' owner, whose right to each scope is checked")
+@click.option("--user", "user", required=True, help="the items' owner, whose right to each scope is checked")
 def import_episodes(path: str, org_name: str, user: str) -> None:
-    """Episodes from a JSONL file (one API body a line), all or nothing; prints how many."""
+    """Episodes (one API body a line) and knowledge assets (`"type": "asset"` lines) from a JSONL
+    file, all or nothing; prints how many."""
     from app.episodes import bulk
 
     with open(path, encoding="utf-8") as f:

@@ -41,7 +41,8 @@ def item_slices(embedder, who: str | None, texts: list[str], chunk: int | None =
 
 
 class Feed:
-    """Pieces ("words", embedded vocabulary) then ("items", (indices, vectors)) per slice, in order."""
+    """Pieces ("words", embedded vocabulary) and ("items", (indices, vectors)) per slice, in the
+    order they are made (the vocabulary first unless it is given later)."""
 
     def __init__(
         self,
@@ -52,30 +53,42 @@ class Feed:
         embed_words: Callable[[list], list],
         *,
         chunk: int | None = None,
+        words_after: int = 0,
     ):
+        """`words` None: given later (`give_words`), embedded after `words_after` slices of
+        items, so that looking them up overlaps the model's first slice (the bulk import)."""
         self._cv = threading.Condition()
+        self._words = words
+        self._words_after = words_after
         self._pieces: list[tuple[str, object]] = []
         self._items = 0
         self._finished, self._error, self._stop = False, None, threading.Event()
+        self._words_done = False
         self.pipelined = _GATE.acquire(blocking=False)
         work = carried(self._run)
         threading.Thread(
-            target=work, args=(embedder, who, texts, words, embed_words, chunk), daemon=True, name="memscale-ingest"
+            target=work, args=(embedder, who, texts, embed_words, chunk), daemon=True, name="memscale-ingest"
         ).start()
 
-    def _run(self, embedder, who, texts, words, embed_words, chunk) -> None:
+    def _run(self, embedder, who, texts, embed_words, chunk) -> None:
         try:
-            with stage("vocabulary.embed", scope=True):
-                self._put("words", embed_words(words) if words else [])
+            if self._words is not None:
+                self._embed_words(embed_words)
             with stage("embed", scope=True):
                 slices = item_slices(embedder, who, texts, chunk)
                 try:
-                    for piece in slices:
+                    for n, piece in enumerate(slices, 1):
                         self._put("items", piece)
                         if self._stop.is_set():
                             break
+                        if n == self._words_after and not self._words_done:
+                            self._embed_words(embed_words)
+                            if self._stop.is_set():
+                                break
                 finally:
                     slices.close()  # releases the fair lane's count of what was not embedded
+            if not self._words_done and not self._stop.is_set():
+                self._embed_words(embed_words)
         except BaseException as exc:
             with self._cv:
                 self._error = exc
@@ -83,6 +96,21 @@ class Feed:
             with self._cv:
                 self._finished = True
                 self._cv.notify_all()
+
+    def _embed_words(self, embed_words) -> None:
+        with self._cv:
+            self._cv.wait_for(lambda: self._words is not None or self._stop.is_set())
+        if self._stop.is_set() and self._words is None:
+            return
+        with stage("vocabulary.embed", scope=True):
+            self._put("words", embed_words(self._words) if self._words else [])
+        self._words_done = True
+
+    def give_words(self, words: list) -> None:
+        """The vocabulary of a Feed made with `words=None`."""
+        with self._cv:
+            self._words = words
+            self._cv.notify_all()
 
     def _put(self, kind: str, value: object) -> None:
         with self._cv:
@@ -115,6 +143,91 @@ class Feed:
     def close(self) -> None:
         """Stop embedding (after the slice in progress) and free the pipeline's place."""
         self._stop.set()
+        with self._cv:
+            self._cv.notify_all()  # a thread waiting for its vocabulary stops
         if self.pipelined:
             self.pipelined = False
             _GATE.release()
+
+
+AHEAD_CHUNK = 256  # texts per embedding call of `Ahead`
+
+
+def groups(lists: list[list[str] | None], size: int) -> list[list[int]]:
+    """Consecutive indices of `lists` (None: not embedded) in groups of about `size` texts."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    n = 0
+    for i, texts in enumerate(lists):
+        if texts is None:
+            continue
+        cur.append(i)
+        n += len(texts)
+        if n >= size:
+            out.append(cur)
+            cur, n = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+class Ahead:
+    """Vectors of lists of texts (a document's chunks), list by list in order, made by a thread
+    of their own while the caller writes the lists already done: consecutive lists share calls of
+    about `size` texts, longest first within a call (one length pads little), and a None list is
+    not embedded. The model is used by one thread at a time: `embed` (texts the look-ahead did not
+    embed) takes the same lock as the thread's calls."""
+
+    def __init__(self, embed: Callable[[list[str]], list], lists: list[list[str] | None], *, size: int | None = None):
+        self._embed_fn, self._lists = embed, lists
+        self._lock, self._cv = threading.Lock(), threading.Condition()
+        self._done: dict[int, list] = {}
+        self._error: BaseException | None = None
+        self._finished, self._stop = False, threading.Event()
+        self._thread = threading.Thread(
+            target=carried(self._run), args=(groups(lists, size or AHEAD_CHUNK),), daemon=True, name="memscale-ahead"
+        )
+        self._thread.start()
+
+    def embed(self, texts: list[str]) -> list:
+        with self._lock:
+            return list(self._embed_fn(texts)) if texts else []
+
+    def _run(self, plan: list[list[int]]) -> None:
+        try:
+            with stage("embed", scope=True):
+                for docs in plan:
+                    if self._stop.is_set():
+                        break
+                    texts = [(d, k, t) for d in docs for k, t in enumerate(self._lists[d])]
+                    texts.sort(key=lambda x: -len(x[2]))
+                    vecs = self.embed([t for _, _, t in texts])
+                    got = {d: [None] * len(self._lists[d]) for d in docs}
+                    for (d, k, _), v in zip(texts, vecs):
+                        got[d][k] = v
+                    with self._cv:
+                        self._done.update(got)
+                        self._cv.notify_all()
+        except BaseException as exc:
+            with self._cv:
+                self._error = exc
+        finally:
+            with self._cv:
+                self._finished = True
+                self._cv.notify_all()
+
+    def vectors(self, i: int) -> list | None:
+        """Document i's vectors, once embedded (None: it was not to be embedded); raises the
+        embedding's error in the job's thread, where the transaction rolls back."""
+        with stage("embed.wait"), self._cv:
+            self._cv.wait_for(lambda: i in self._done or self._finished)
+            if i in self._done:
+                return self._done.pop(i)
+            if self._error is not None:
+                raise self._error
+            return None
+
+    def close(self) -> None:
+        """Stop after the call in progress and wait for the thread (the model is then free)."""
+        self._stop.set()
+        self._thread.join()

@@ -46,8 +46,14 @@ def upsert_asset(
     item: AssetIn,
     count_tokens,
     job_id: uuid.UUID | None = None,
+    vectors: list | None = None,
+    token_counts: list[int] | None = None,
+    bulk: bool = False,
 ) -> tuple[str, KnowledgeAsset]:
-    """Returns ('created' | 'updated' | 'unchanged', asset)."""
+    """Returns ('created' | 'updated' | 'unchanged', asset). `vectors` and `token_counts`, when
+    given, are the chunks' embeddings and token counts made ahead (bootstrap embeds the next
+    sources while this one is written); `bulk` writes the chunks and their lineage with one
+    set-based statement each instead of the ORM's rows (the same rows, scope and edges)."""
     existing = repo.asset_by_uri(db, org_id, item.uri)
     if existing is not None and existing.content_hash == item.content_hash and existing.status == "active":
         return "unchanged", existing
@@ -81,7 +87,12 @@ def upsert_asset(
         asset.status, asset.updated_at = "active", now
         outcome = "updated"
         mark_stale(db, org_id, [asset.id], reason=f"asset {asset.id} changed")
-    vecs = embedder.embed(item.chunks)
+    vecs = embedder.embed(item.chunks) if vectors is None else vectors
+    counts = token_counts if token_counts is not None else [count_tokens(t) for t in item.chunks]
+    if bulk:
+        return _bulk_chunks(
+            db, asset, item, vecs, outcome=outcome, old_chunks=old_chunks, derived=derived, counts=counts, job_id=job_id
+        )
     rows = [
         Chunk(
             id=uuid.uuid4(),
@@ -91,7 +102,7 @@ def upsert_asset(
             ord=i,
             text=t,
             content_hash=sha256(t),
-            token_count=count_tokens(t),
+            token_count=counts[i],
             embedding=v,
             visibility=asset.visibility,
             groups=asset.groups,
@@ -113,22 +124,51 @@ def upsert_asset(
             relation="chunk_of",
             job_id=job_id,
         )
+    _audit(db, asset, item, outcome=outcome, n=len(rows), old_chunks=old_chunks, derived=derived, job_id=job_id)
+    return outcome, asset
+
+
+def _bulk_chunks(db: Session, asset, item: AssetIn, vecs, *, outcome: str, old_chunks, derived, counts, job_id):
+    """upsert_asset's chunk rows, `chunk_of` edges and audit event, each in one statement."""
+    branch = view_of(db).branch_id
+    rows = [
+        dict(id=uuid.uuid4(), ord=i, text=t, content_hash=sha256(t), token_count=counts[i], embedding=v)
+        for i, (t, v) in enumerate(zip(item.chunks, vecs))
+    ]
+    repo.insert_chunks(db, asset, rows, branch=branch)
+    edges = [dict(from_type="chunk", from_id=r["id"], to_type="asset", to_id=asset.id, relation="chunk_of") for r in rows]
+    repo.insert_edges(db, asset.org_id, edges, branch=branch, job_id=job_id)
+    _audit(db, asset, item, outcome=outcome, n=len(rows), old_chunks=old_chunks, derived=derived, job_id=job_id)
+    return outcome, asset
+
+
+def _audit(db: Session, asset, item: AssetIn, *, outcome: str, n: int, old_chunks, derived, job_id) -> None:
     record(
         db,
-        org_id=org_id,
+        org_id=asset.org_id,
         actor_id=None,
         action=f"asset.{outcome}",
         target_type="asset",
         target_id=asset.id,
         details={
             "uri": item.uri,
-            "chunks": len(rows),
+            "chunks": n,
             "replaced_chunks": [str(c) for c in old_chunks],
             "job_id": str(job_id) if job_id else None,
             **(derived.audit() if derived else {}),
         },
     )
-    return outcome, asset
+
+
+def unchanged_uris(db: Session, org_id: uuid.UUID, sources: list[tuple[str, str]]) -> set[str]:
+    """Which of (uri, content hash) the transaction's view already holds, active and unchanged:
+    what `upsert_asset` would skip (a bulk writer does not embed them)."""
+    out = set()
+    for uri, content_hash in sources:
+        a = repo.asset_by_uri(db, org_id, uri, for_update=False)
+        if a is not None and a.content_hash == content_hash and a.status == "active":
+            out.add(uri)
+    return out
 
 
 def active_assets(db: Session, org_id: uuid.UUID, kind: str, uri_prefix: str = "") -> list[KnowledgeAsset]:

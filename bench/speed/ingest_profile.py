@@ -1,7 +1,7 @@
 """Where one batch write goes, stage by stage, beside the embedder alone on the same texts.
 
     .venv/bin/python -m bench.speed.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3]
-        [--import-items N] [--locomo 2]
+        [--bulk 2000,20000 [--pairs 2]] [--staging 20,200,2000] [--locomo 2]
 
 For each org size (episodes already in the org) and batch size, fresh LoCoMo turns are written
 through the real write path (`app.episodes.service.ingest`, what POST /v1/episodes/batch calls,
@@ -11,7 +11,9 @@ new vocabulary, row and index writes, vocabulary upkeep, audit, idempotency, com
 is the request body's parse (pydantic, as FastAPI does it); lineage has no stage because a new
 episode derives from nothing. Stages in a pipeline overlap, so they may add up to more than the
 wall time (`total`). `embedder alone` embeds the same texts in one call of the bare model.
-`--import-items N` also times `memscale admin import`'s path (app/episodes/bulk.py) for N turns;
+`--bulk N[,N]` times `memscale admin import`'s path (app/episodes/bulk.py) for N turns in
+`--pairs` interleaved pairs beside the bare model on the same texts sliced as the import slices
+them (bench/speed/ingest_bulk.py); `--staging N[,N]` compares unnest and COPY for an asset's chunks;
 `--locomo N` the LoCoMo ingest rate through the API, as `memscale bench locomo` ingests.
 
 An org is filled with its first `--real` turns through the same write path (so its vocabulary is
@@ -62,7 +64,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         dest="import_items",
-        help="also time a bulk import (app/episodes/bulk.py) of this many turns into a new org",
+        help="also time a bulk import (app/episodes/bulk.py) of this many turns into a new org (= --bulk N)",
+    )
+    ap.add_argument(
+        "--bulk",
+        default="",
+        help="bulk import sizes (e.g. 2000,20000): per size, --pairs interleaved pairs (embedder alone, import)",
+    )
+    ap.add_argument("--pairs", type=int, default=2, help="interleaved (embedder alone, import) pairs per --bulk size")
+    ap.add_argument(
+        "--staging",
+        default="",
+        help="chunk counts (e.g. 20,200,2000): one asset's chunks written by INSERT ... SELECT FROM unnest and by "
+        "COPY into a staging table, interleaved, each in a transaction rolled back (triggers and indexes included)",
     )
     ap.add_argument(
         "--locomo",
@@ -77,7 +91,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _turns(path: str | None) -> list[str]:
-    from bench.locomo import load
+    from bench.quality.locomo.data import load
 
     return [t.text for c in (load(path) if path else load()) for t in c.turns]
 
@@ -206,8 +220,8 @@ def locomo_rate(path: str | None, n: int) -> dict:
     embedded alone in batches of 250 by the bare model: turns/s both ways and the ratio."""
     from app.config import Settings
     from app.kit.runtime.embedding import make_embedder
-    from bench.locomo import load
-    from bench.locomo_bench.run import Service
+    from bench.quality.locomo.data import load
+    from bench.quality.locomo.run import Service
 
     convs = (load(path) if path else load())[:n]
     emb = make_embedder(Settings())
@@ -242,12 +256,18 @@ def locomo_rate(path: str | None, n: int) -> dict:
     return out
 
 
+def bulk_sizes(a: argparse.Namespace) -> list[int]:
+    return [int(x) for x in a.bulk.split(",") if x] + ([a.import_items] if a.import_items else [])
+
+
 def main(argv: list[str] | None = None) -> dict:
     from app.kit.stages import Stages
     from bench.common import load_average, write_result
+    from bench.speed.ingest_bulk import bulk_pairs, staging
 
     a = parse(argv)
-    orgs, batches = [int(x) for x in a.orgs.split(",")], [int(x) for x in a.batches.split(",")]
+    orgs = [int(x) for x in a.orgs.split(",") if x]
+    batches = [int(x) for x in a.batches.split(",") if x]
     turns = _turns(a.data)
     h = Harness("memscale_bench_ingest_profile")
     bare = getattr(h.state.embedder, "inner", h.state.embedder)
@@ -279,23 +299,10 @@ def main(argv: list[str] | None = None) -> dict:
                 case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
                 out["cases"].append(case)
                 _print(case)
-        if a.import_items:
-            p, rec = h.principal("import"), Stages()
-            texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})") for i in range(a.import_items)]
-            alone = _alone(bare, texts)
-            wall = h.bulk_import(p, texts, rec)
-            case = {
-                "org": 0,
-                "batch": len(texts),
-                "repeats": 1,
-                "import": True,
-                "total_ms": round(1000 * wall, 1),
-                "embedder_alone_ms": round(1000 * alone, 1),
-                "stages_ms": {k: round(1000 * v, 1) for k, v in rec.seconds.items()},
-            }
-            case["ratio"] = round(case["total_ms"] / case["embedder_alone_ms"], 2)
-            out["cases"].append(case)
-            _print(case)
+        if a.staging:
+            out["staging"] = staging(h, turns, [int(x) for x in a.staging.split(",")])
+        for n in bulk_sizes(a):
+            out["cases"] += bulk_pairs(h, bare, turns, n, a.pairs)
     finally:
         h.close()
     if a.locomo:
@@ -307,12 +314,18 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _print(case: dict) -> None:
     st = case["stages_ms"]
-    what = f"bulk import of {case['batch']}" if case.get("import") else f"org {case['org']:>7} episodes, batch {case['batch']:>4}"
+    what = (
+        f"bulk import of {case['batch']} (pair {case.get('pair', 1)}, load {case.get('load')})"
+        if case.get("import")
+        else f"org {case['org']:>7} episodes, batch {case['batch']:>4}"
+    )
     print(
         f"\n{what}: {case['total_ms']:8.1f} ms per batch, embedder alone {case['embedder_alone_ms']:8.1f} ms  (x{case['ratio']})"
     )
     for k in [s for s in STAGES if s in st] + sorted(set(st) - set(STAGES)):
         print(f"  {k:28s} {st[k]:8.1f} ms  {100 * st[k] / case['total_ms']:5.1f} %")
+    if "stages_sum_over_wall" in case:  # over 1: the model's thread and the writer's overlapped
+        print(f"  stages' sum / wall             {case['stages_sum_over_wall']:.2f}")
     print(flush=True)
 
 

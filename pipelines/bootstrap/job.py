@@ -23,11 +23,13 @@ from app.memories import versioning
 from app.orgs.service import job_owner
 from pipelines.bootstrap import enrich
 from pipelines.bootstrap import sources as src
+from pipelines.bootstrap.ahead import Documents
 
 if TYPE_CHECKING:
     from app.jobs.models import Job
 
 log = logging.getLogger("memscale.bootstrap")
+BULK = True  # documents embedded ahead of their writes, chunks and lineage set-based (False: row by row, inline)
 
 
 def _resolve(ctx: JobContext, job: Job, rel: str) -> Path:
@@ -85,36 +87,31 @@ def run(ctx: JobContext, job: Job) -> dict:
     with ctx.tx() as db:
         en.prior_terms(db, ctx.org_id, owner, scope)
 
-    for i, (what, item) in enumerate(work):
-        with ctx.tx() as db:
-            if what == "doc":
-                stats["documents"] += 1
-                chunks = src.chunk_text(item.text, count)
-                outcome, asset = upsert_asset(
+    with ctx.tx() as db:
+        embedder = ctx.resources.embedder_for(db, ctx.org_id)  # the org's model (its old one during a re-embedding)
+    docs = Documents(ctx, work, count, embedder) if BULK else None
+    try:
+        for i, (what, item) in enumerate(work):
+            with ctx.tx() as db:
+                _one(
+                    ctx,
                     db,
-                    ctx.resources.embedder_for(db, ctx.org_id),
-                    org_id=ctx.org_id,
-                    owner_id=owner,
+                    i,
+                    what,
+                    item,
+                    p,
+                    owner=owner,
                     scope=scope,
-                    count_tokens=count,
-                    job_id=ctx.job_id,
-                    item=AssetIn(
-                        "document", item.uri, item.title, item.content_hash, chunks, {"enrich_version": enrich.ENRICH_VERSION}
-                    ),
+                    count=count,
+                    stats=stats,
+                    en=en,
+                    docs=docs,
+                    new_chunk_texts=new_chunk_texts,
                 )
-                stats[outcome] += 1
-                if en.enabled and _needs_nodes(db, outcome, asset):
-                    _save_nodes(db, asset, enrich.document_nodes(item.uri, item.title, item.text))
-                    stats["enriched_documents"] += 1
-                if outcome != "unchanged":
-                    stats["chunks"] += len(chunks)
-                    new_chunk_texts += chunks
-            elif what == "table":
-                stats["tables"] += 1
-                _table(ctx, db, item, schema_url, owner, scope, count, stats, en)
-            else:
-                _glossary(ctx, db, item, p.glossary, owner, scope, count, stats, en)
-            ctx.checkpoint(db, progress=(i + 1) / max(1, len(work) + 1), stats=stats)
+                ctx.checkpoint(db, progress=(i + 1) / max(1, len(work) + 1), stats=stats)
+    finally:
+        if docs is not None:
+            docs.close()
     if schema_url:
         with ctx.tx() as db:
             prefix = f"schema:{src.redact_url(schema_url)}#"
@@ -125,6 +122,48 @@ def run(ctx: JobContext, job: Job) -> dict:
             ctx.checkpoint(db, progress=1.0, stats=stats)
     _precompute_kv(ctx, new_chunk_texts)
     return stats
+
+
+def _one(
+    ctx, db, i: int, what: str, item, p, *, owner, scope: Scope, count, stats: dict, en, docs, new_chunk_texts: list
+) -> None:
+    """One source of the job (the unit of commit: its asset, chunks, lineage, audit, derived
+    memories and nodes, with the job's checkpoint)."""
+    if what == "table":
+        if docs is not None:
+            docs.close()  # the documents are written: the model is the job thread's again
+        stats["tables"] += 1
+        _table(ctx, db, item, en.url, owner, scope, count, stats, en)
+        return
+    if what != "doc":
+        _glossary(ctx, db, item, p.glossary, owner, scope, count, stats, en)
+        return
+    stats["documents"] += 1
+    chunks = docs.chunks(i) if docs is not None else src.chunk_text(item.text, count)
+    embedder = ctx.resources.embedder_for(db, ctx.org_id)  # held to the commit: no switch in between
+    # vectors embedded ahead serve only while the org's model is the one they were made by (a
+    # re-embedding may have switched it since the job started): otherwise embedded here
+    ahead = docs if docs is not None and docs.model_embedder.model == embedder.model else None
+    outcome, asset = upsert_asset(
+        db,
+        ahead.embedder() if ahead is not None else embedder,
+        org_id=ctx.org_id,
+        owner_id=owner,
+        scope=scope,
+        count_tokens=count,
+        job_id=ctx.job_id,
+        item=AssetIn("document", item.uri, item.title, item.content_hash, chunks, {"enrich_version": enrich.ENRICH_VERSION}),
+        vectors=ahead.vectors(i) if ahead is not None else None,
+        token_counts=docs.counts(i) if docs is not None else None,
+        bulk=docs is not None,
+    )
+    stats[outcome] += 1
+    if en.enabled and _needs_nodes(db, outcome, asset):
+        _save_nodes(db, asset, enrich.document_nodes(item.uri, item.title, item.text))
+        stats["enriched_documents"] += 1
+    if outcome != "unchanged":
+        stats["chunks"] += len(chunks)
+        new_chunk_texts += chunks
 
 
 class _Enrichment:
