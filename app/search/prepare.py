@@ -86,4 +86,4 @@ def embed_query(db: Session, principal: Principal, embedder, query: str):
     if pending is not None:
         return pending
     with released(db, principal):
-        return embedder.embed([query])[0]
+        return embedder.embed_queries([query])[0]

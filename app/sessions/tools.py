@@ -121,7 +121,7 @@ def _search(db, p, res, query: str, k: int, types: list[str], *, filters: Search
     body = SearchIn(query=query, k=k, types=types, filters=filters or SearchFilters())
     # embedded here, in the tool call's transaction (it may hold the session's row lock)
     prepared = Prepared(
-        principal=p, query=query, filters=body.filters, interpreted=None, qvec=QueryVector(res.embedder.embed([query])[0])
+        principal=p, query=query, filters=body.filters, interpreted=None, qvec=QueryVector(res.embedder.embed_queries([query])[0])
     )
     results, rid = search(db, prepared, body, ef_search=res.settings.hnsw_ef_search)
     return _ok(results=_hits(results), retrieval_id=str(rid))

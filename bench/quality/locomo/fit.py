@@ -63,7 +63,7 @@ def features(convs) -> list[dict]:
     data = []
     for c in convs:
         e = emb.embed([t.text for t in c.turns])
-        qe = emb.embed([q.question for q in c.qa])
+        qe = emb.embed_queries([q.question for q in c.qa])
         ql = [list(x) for x in lexemes([q.question for q in c.qa])]
         lx = lexemes([t.text for t in c.turns])
         data.append(
