@@ -32,9 +32,17 @@ TOP_K = 256
 
 def sparse_matrix(e5, texts: list[str]):
     """(len(texts), sparse_dim) CSR matrix of the texts' sparse vectors (same recipe for queries and turns)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from scipy.sparse import csr_matrix
 
-    rows = e5.sparse(texts, top_k=TOP_K, fmt="indices")
+    def part(chunk: list[str]) -> list:
+        e5._lib.omp_set_num_threads(1)  # one OpenMP thread per text; the engine's handle is re-entrant
+        return e5.sparse(chunk, top_k=TOP_K, fmt="indices")
+
+    chunks = [texts[i : i + 32] for i in range(0, len(texts), 32)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        rows = [r for got in pool.map(part, chunks) for r in got]
     data = np.concatenate([v for _, v in rows]) if rows else np.zeros(0, np.float32)
     idx = np.concatenate([i for i, _ in rows]) if rows else np.zeros(0, np.int32)
     ptr = np.cumsum([0] + [len(i) for i, _ in rows])

@@ -10,7 +10,7 @@ C engine), on LoCoMo's turns and questions.
 - two threads: two threads asking queries at once, e5 through one handle (re-entrant, no lock),
   one handle behind a lock, and two handles;
 - memory: peak RSS (VmHWM, reset at exec) of a fresh process that loads one model and embeds the same texts (one process each);
-- service ingest (`--service N`): N LoCoMo conversations written through the API (one batch
+- service ingest (`--service N`): the first four sessions of N LoCoMo conversations written through the API (one batch
   request each, as `bench.quality.locomo` ingests), into one database per model, the two models
   alternated conversation by conversation: turns/s and the ratio e5 / MiniLM;
 - OpenMP (e5): the batch rate in fresh processes with libgomp's default wait or OMP_WAIT_POLICY=passive and one or
@@ -177,9 +177,9 @@ def determinism(e5, texts: list[str], data: str) -> dict:
 def service_ingest(n_convs: int, data: str | None) -> dict:
     """Turns/s of LoCoMo conversations ingested through the API, the models alternated."""
     from bench.quality.locomo.data import load
-    from bench.quality.locomo.run import Service
+    from bench.quality.locomo.run import Service, quick_slice
 
-    convs = (load(data) if data else load())[:n_convs]
+    convs = [quick_slice(c, sessions=4, max_questions=0) for c in (load(data) if data else load())[:n_convs]]
     svcs = {
         m: Service(f"memscale_bench_embedders_{i}", convs, model="local/smollm2", embedder=build(m)) for i, m in enumerate(MODELS)
     }
