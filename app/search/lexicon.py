@@ -49,7 +49,10 @@ def new_words(db: Session, org_id: uuid.UUID, texts: list[str]) -> list[tuple[st
 
 
 def embed_words(embedder, words: list[tuple[str, str]], who: str | None = None) -> list[tuple[tuple[str, str], object]]:
-    """The words' embeddings, through the fair write lane when `who` is given (in slices). The
+    """The words' embeddings, through the fair write lane when `who` is given (in slices). Words
+    are embedded as passages (`embed`, not `embed_queries`): each stands for text the caller's
+    rows hold and is compared with a query's vector as a row is, the query-to-passage relation a
+    prefixed model (e5) is trained for; they are stored once and serve every later query. The
     vocabulary is best effort: a slice the embedding queue refuses (the key holder has a flood
     waiting) is skipped, and those words are added when they arrive again."""
     out = []

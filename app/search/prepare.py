@@ -75,7 +75,7 @@ def prepare(
     embedder = resources.embedder_for(db, principal.org_id) if embed else None  # the org's model, its lock shared
     qvec = QueryVector(embed_query(db, principal, embedder, query) if embed else None)
     if embed and resources.embedder_for(db, principal.org_id) is not embedder:  # switched while the lock was let go
-        qvec = QueryVector(resources.embedder_for(db, principal.org_id).embed([query])[0])
+        qvec = QueryVector(resources.embedder_for(db, principal.org_id).embed_queries([query])[0])
     return Prepared(principal=principal, query=query, filters=filters, interpreted=interpreted, qvec=qvec)
 
 
@@ -89,4 +89,4 @@ def embed_query(db: Session, principal: Principal, embedder, query: str):
     if pending is not None:
         return pending
     with released(db, principal):
-        return embedder.embed([query])[0]
+        return embedder.embed_queries([query])[0]

@@ -129,7 +129,7 @@ def _search(db, p, res, query: str, k: int, types: list[str], *, filters: Search
         query=query,
         filters=body.filters,
         interpreted=None,
-        qvec=QueryVector(res.embedder_for(db, p.org_id).embed([query])[0]),
+        qvec=QueryVector(res.embedder_for(db, p.org_id).embed_queries([query])[0]),
     )
     results, rid = search(db, prepared, body, ef_search=res.settings.hnsw_ef_search)
     return _ok(results=_hits(results), retrieval_id=str(rid))

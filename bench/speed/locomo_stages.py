@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     rec = {v: [] for v in VARIANTS}
     with TestClient(app) as client:
         embedder = app.state.embedder
-        given = {q.question: embedder.embed([q.question])[0] for _, q in picked}
+        given = {q.question: embedder.embed_queries([q.question])[0] for _, q in picked}
 
         def ask(variant: str, sid: str, q) -> None:
             changes, how = VARIANTS[variant]
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
             prepare.embed_query = {
                 "beside": embed_query,
                 "given": lambda db, p, e, query: given[query],
-                "first": lambda db, p, e, query: e.embed([query])[0],
+                "first": lambda db, p, e, query: e.embed_queries([query])[0],
             }[how]
             t = time.perf_counter()
             r = client.post(

@@ -67,7 +67,7 @@ def run(args) -> dict:
         }
     classes = {**CLASSES, "small (median)": _small_org(envs[dbs[0]]["admin"])}
     qtexts = queries(args.queries)
-    qvecs = LocalEmbedder().embed(qtexts)
+    qvecs = LocalEmbedder().embed_queries(qtexts)
     f0 = SearchFilters()
     out: dict = {"dbs": dbs, "queries": len(qtexts), "classes": {}}
     for label, org_name in classes.items():

@@ -154,7 +154,7 @@ def run(args) -> dict:
         admin.dispose()
     rng = random.Random(args.seed)
     qtexts = [query(rng) for _ in range(args.queries + 1)]
-    qvecs = embedder.embed(qtexts)
+    qvecs = embedder.embed_queries(qtexts)
     f0 = SearchFilters()
     lat: dict = {name: {} for name in dbs}
     res["load_average"]["before_queries"] = load_average()

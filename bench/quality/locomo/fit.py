@@ -3,8 +3,8 @@
     .venv/bin/python -m bench.quality.locomo.fit [--data PATH] [--second-round]
 
 The service's fusion run offline over every turn of each conversation's user, so that a grid of
-weights costs a minute instead of a service run per point: cosine (all-MiniLM, the configured
-local embedder) and BM25 with binary term frequency over Postgres's own `to_tsvector('english',
+weights costs a minute instead of a service run per point: cosine (the configured embedder, or
+`--model`) and BM25 with binary term frequency over Postgres's own `to_tsvector('english',
 ...)` lexemes (the embedded server computes them) are computed here in numpy; the pool (vector
 top-100 and text top-100) is then scored by the service's own signals (app.search.signals.fuse:
 z-scores, the neighbour and session signals), and with `--second-round` the second retrieval
@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 POOL = 100
-GRID = {"w_vector": (0.5, 1.0, 1.5), "neighbour": (0.0, 0.3, 0.5, 0.8), "session": (0.0, 0.3, 0.5, 0.8)}
+GRID = {"w_vector": (0.5, 1.0, 1.5, 2.0, 3.0), "neighbour": (0.0, 0.3, 0.5, 0.8), "session": (0.0, 0.3, 0.5, 0.8)}
 # --second-round: the fusion weights at their defaults, the second round's settings on a grid
 # (expand_terms 0 is the round off)
 GRID2 = {"expand_from": (3, 5, 8), "expand_terms": (0, 10, 15), "expand_weight": (0.15, 0.3, 0.5)}
@@ -37,14 +37,14 @@ DEFAULT = {"w_vector": 1.0, "neighbour": 0.5, "session": 0.5}
 DEFAULT2 = {"expand_from": 5, "expand_terms": 10, "expand_weight": 0.3}
 
 
-def features(convs) -> list[dict]:
+def features(convs, model: str | None = None) -> list[dict]:
     from sqlalchemy import create_engine, text
 
     from app.config import Settings
     from app.kit.database.pg import admin_url
-    from app.kit.runtime.embedding import LocalEmbedder
+    from app.kit.runtime.embedding import make_embedder
 
-    eng, emb = create_engine(admin_url(Settings())), LocalEmbedder()
+    eng, emb = create_engine(admin_url(Settings())), make_embedder(Settings(), model)
 
     def lexemes(texts: list[str]) -> list[set[str]]:
         with eng.connect() as c:
@@ -63,7 +63,7 @@ def features(convs) -> list[dict]:
     data = []
     for c in convs:
         e = emb.embed([t.text for t in c.turns])
-        qe = emb.embed([q.question for q in c.qa])
+        qe = emb.embed_queries([q.question for q in c.qa])
         ql = [list(x) for x in lexemes([q.question for q in c.qa])]
         lx = lexemes([t.text for t in c.turns])
         data.append(
@@ -249,29 +249,11 @@ def in_context(data: list[dict], budgets: tuple[int, ...] = (1000, 1800)) -> dic
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
-    from bench.quality.locomo.data import load
-
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.quality.locomo.fit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--data", default=None)
-    ap.add_argument(
-        "--second-round",
-        action="store_true",
-        help="fit the second round's settings (GRID2) instead of the fusion weights (GRID, with the second round off)",
-    )
-    ap.add_argument(
-        "--context",
-        action="store_true",
-        help="evidence in context at 1,000 and 1,800 tokens "
-        "through app.context.assemble.fit, second round off and on (no fitting)",
-    )
-    args = ap.parse_args(argv)
-    data = features(load(args.data) if args.data else load())
-    if args.context:
-        return in_context(data)
-    space, fixed = (GRID2, DEFAULT) if args.second_round else (GRID, {"expand_terms": 0})
+def fit(data: list[dict], *, second_round: bool = False) -> dict:
+    """The grid's leave-one-conversation-out fit over `features()`'s data (GRID, or GRID2 with
+    `second_round`): the point best on all, and each held-out conversation's score at the point
+    best on the others."""
+    space, fixed = (GRID2, DEFAULT) if second_round else (GRID, {"expand_terms": 0})
     grid = [dict(zip(space, p)) for p in itertools.product(*space.values())]
     per = {(i, d["sid"]): [recall10(d, q, score(d, q, **fixed, **g)) for q in d["qa"]] for i, g in enumerate(grid) for d in data}
     sids = [d["sid"] for d in data]
@@ -284,20 +266,49 @@ def main(argv: list[str] | None = None) -> dict:
         return max(range(len(grid)), key=lambda i: mean_on(i, lambda s: s != sid))
 
     best_all = max(range(len(grid)), key=lambda i: mean_on(i, lambda s: True))
-    held, chosen = [], {}
-    for sid in sids:
+    held, cats, chosen = [], [], {}
+    for sid, d in zip(sids, data):
         i = best_without(sid)
         chosen[sid] = grid[i]
         held += per[(i, sid)]
-    default = grid.index(DEFAULT2 if args.second_round else DEFAULT)
+        cats += [q["cat"] for q in d["qa"]]
+    default = grid.index(DEFAULT2 if second_round else DEFAULT)
     out = {
         "fit_on_all": grid[best_all],
         "fit_on_all_recall@10": round(mean_on(best_all, lambda s: True), 4),
         "loo_recall@10": round(float(np.mean(held)), 4),
+        "loo_by_category": {c: round(float(np.mean([r for r, k in zip(held, cats) if k == c])), 4) for c in sorted(set(cats))},
         "loo_chosen": chosen,
         "default_recall@10": round(mean_on(default, lambda s: True), 4),
         "default_per_conversation": {s: round(mean_on(default, lambda x, s=s: x == s), 4) for s in sids},
     }
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from bench.quality.locomo.data import load
+
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.quality.locomo.fit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--model", default=None, help="embedding model (default: the configured MEMSCALE_EMBEDDING_MODEL)")
+    ap.add_argument(
+        "--second-round",
+        action="store_true",
+        help="fit the second round's settings (GRID2) instead of the fusion weights (GRID, with the second round off)",
+    )
+    ap.add_argument(
+        "--context",
+        action="store_true",
+        help="evidence in context at 1,000 and 1,800 tokens "
+        "through app.context.assemble.fit, second round off and on (no fitting)",
+    )
+    args = ap.parse_args(argv)
+    data = features(load(args.data) if args.data else load(), args.model)
+    if args.context:
+        return in_context(data)
+    out = fit(data, second_round=args.second_round)
     for k, v in out.items():
         print(f"{k}: {v}")
     return out

@@ -158,7 +158,7 @@ def run(args) -> dict:
     rng = random.Random(5)
     qtexts = [query(rng) for _ in range(args.queries // 2)]
     qtexts += base_texts(args.queries * 4, random.Random(99))[-(args.queries - len(qtexts)) :]  # unseen turns as queries
-    qvecs = LocalEmbedder().embed(qtexts)
+    qvecs = LocalEmbedder().embed_queries(qtexts)
     eng = make_engine(app_url(settings), pool_size=2)
     sessions = make_sessionmaker(eng)
     f0 = SearchFilters()

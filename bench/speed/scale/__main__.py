@@ -85,7 +85,7 @@ def run(args, embedder=None) -> dict:
     raw.rollback()
 
     qtexts = measure.queries(args.queries)
-    qvecs = embedder.embed(qtexts)
+    qvecs = embedder.embed_queries(qtexts)
     res["classes"] = {}
     for label, i in classes.items():
         p, key = measure.reader(admin, settings, f"scale-{i:04d}")

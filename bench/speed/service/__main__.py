@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     p = Principal(org_id=org.id, user_id=users[0].id, name="u0", roles=("member",), groups=(), clearances=())
     queries = [query(rng) for _ in range(args.queries)]
-    qvecs = embedder.embed(queries)
+    qvecs = embedder.embed_queries(queries)
 
     # 3. Server-side latency (query embedding excluded), per mode.
     server: dict[str, dict] = {}
