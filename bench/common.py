@@ -108,8 +108,11 @@ def serve_in_thread(app, *, lifespan: str = "auto") -> str:
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan))
-    threading.Thread(target=server.run, daemon=True).start()
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     while not server.started:
+        if not thread.is_alive():  # its startup failed (uvicorn logged why)
+            raise RuntimeError(f"the app did not start on port {port}: see the log above")
         time.sleep(0.05)
     return f"http://127.0.0.1:{port}"
 

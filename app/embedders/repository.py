@@ -145,8 +145,16 @@ def vectors_of(db: Session, org_id: uuid.UUID, item: str) -> list[tuple[str, str
     return [(str(k), t, e) for k, t, e in db.execute(select(key, txt, model.embedding).where(model.org_id == org_id))]
 
 
+def recorded(db: Session) -> bool:
+    """Whether the database records models (migration 0027 and later; the scale bench measures
+    layouts migrated below it, whose vectors are all the configured model's)."""
+    return db.execute(text("SELECT to_regclass('org_embedders') IS NOT NULL")).scalar_one()
+
+
 def mismatches(db: Session, configured: str) -> list[tuple[str, str, str | None]]:
     """(org name, its model, the model a re-embedding under way switches it to) of every org whose
     model is not `configured`, through a function that shows nothing else of any org."""
+    if not recorded(db):
+        return []
     rows = db.execute(text("SELECT org_name, model, reembedding FROM memscale_embedder_mismatches(:m)"), {"m": configured})
     return [tuple(r) for r in rows]

@@ -29,7 +29,21 @@ class EmbedderMismatch(AppError):
     status_code, code = 503, "embedder_mismatch"
 
 
+_RECORDING: set[str] = set()  # databases known to record models (checked once each)
+
+
+def records_models(db: Session) -> bool:
+    """Whether `db`'s database records each org's model (revision 0027 on). Below it (the scale
+    bench's layouts migrated down for comparison) every vector is the configured model's."""
+    key = str(db.get_bind().url)
+    if key not in _RECORDING and repo.recorded(db):
+        _RECORDING.add(key)
+    return key in _RECORDING
+
+
 def serving_model(db: Session, org_id: uuid.UUID, *, default: str) -> str:
+    if not records_models(db):
+        return default
     repo.lock_shared(db, org_id)
     ident = repo.identity(db, org_id)
     return ident.model if ident is not None else default

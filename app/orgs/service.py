@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from app.audit.service import record
 from app.auth.principal import Principal, hash_secret, new_key, parse_key
 from app.embedders.models import OrgEmbedder
+from app.embedders.service import records_models
 from app.kit.database.base import EMBEDDING_DIM
 from app.kit.database.db import bind_principal
 from app.kit.errors import Conflict, NotFound
@@ -37,8 +38,9 @@ def create_org(db: Session, name: str, *, embedding_model: str | None = None, em
             db.flush()
     except IntegrityError:
         raise Conflict(f"org {name!r} already exists") from None
-    db.add(OrgEmbedder(org_id=org.id, model=embedding_model, dim=embedding_dim or EMBEDDING_DIM))
-    db.flush()
+    if records_models(db):  # a database below revision 0027 records no model (the scale bench's old layouts)
+        db.add(OrgEmbedder(org_id=org.id, model=embedding_model, dim=embedding_dim or EMBEDDING_DIM))
+        db.flush()
     record(db, org_id=org.id, actor_id=None, action="org.create", target_type="org", target_id=org.id)
     return org
 
