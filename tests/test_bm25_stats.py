@@ -421,3 +421,42 @@ def test_the_text_index_lookup_returns_only_what_the_policy_lets_the_caller_see(
     with eng.connect() as c:  # no tenant settings: nothing
         assert c.execute(text("SELECT count(*) FROM bm25_hits_episode(to_tsquery('english', 'pottery'))")).scalar() == 0
     eng.dispose()
+
+
+@pytest.mark.parametrize("n_terms", [1, 3, 6])
+def test_the_second_rounds_words_and_rows_from_the_kept_statistics_equal_the_exact_ones(app, seeded, n_terms, monkeypatch):
+    """Context's second round (app/search/repository/expansion.py) on the kept path chooses the
+    same rarest words (ties in df broken by the word, as the one-pass statement does) and returns
+    the same rows, scores, distances and order as the one pass over every visible row."""
+    from app.kit.database.db import bind_principal
+    from app.search.repository import bm25_stats, expansion
+    from app.search.schemas import SearchFilters
+
+    org, users = seeded
+    rng = random.Random(100 + n_terms)
+    kept_calls, top = [], bm25_stats.top_scored
+    monkeypatch.setattr(bm25_stats, "top_scored", lambda *a, **kw: kept_calls.append(1) or top(*a, **kw))
+    qvec = [0.0] * 384
+    qvec[0] = 1.0
+    found = 0
+    for i in range(8):
+        p = _principal(org, users[6 + i % 3], rng.sample(GROUPS, rng.randint(0, 2)), rng.sample(LABELS, rng.randint(0, 1)))
+        query = " ".join(rng.sample(VOCAB, 2))
+        with app.state.sessions() as db:
+            bind_principal(db, p)
+            hits = [
+                r.id
+                for r in db.execute(
+                    text("SELECT id FROM episodes WHERE org_id = :o ORDER BY md5(id::text || :s) LIMIT 5"),
+                    {"o": org, "s": str(i)},
+                )
+            ]
+            args = dict(hit_ids=hits, query=query, qvec=qvec, n_terms=n_terms, n=40)
+            kept = expansion.expansion_rows(db, p, "episode", SearchFilters(), **args)
+            monkeypatch.setattr(bm25_stats, "KEPT_FROM", 10**9)  # the one-pass statement
+            exact = expansion.expansion_rows(db, p, "episode", SearchFilters(), **args)
+            monkeypatch.setattr(bm25_stats, "KEPT_FROM", 0)
+            db.rollback()
+        assert [tuple(r) for r in kept] == [tuple(r) for r in exact], (query, n_terms)
+        found += len(exact)
+    assert found > 0 and len(kept_calls) == 8  # rows came back, and every kept call took the index-driven path
