@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{world['size']} items, load {load_average()}")
     for name, fn in arms.items():
         per: dict = defaultdict(list)
+        sent_n: dict = defaultdict(int)
         totals = []
         for i, (words, vec) in enumerate(world["queries"][: args.queries]):
             with sessions() as db:
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
             by: dict = defaultdict(float)
             for stage, ms, *_ in got:
                 by[stage] += ms
+                sent_n[stage] += 1
             for stage, ms in by.items():
                 per[stage].append(ms)
             if args.explain and i < 2:
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
                 _explain(sessions, p, got, Path(".memscale") / "growth_stages_plans.txt")
         print(f"\n{name}: total {statistics.mean(totals):.1f} ms mean, {statistics.median(totals):.1f} p50")
         for stage, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
-            print(f"  {stage:40s} {sum(v) / len(totals):7.1f} ms  ({len(v)} of {len(totals)} queries)")
+            print(f"  {stage:40s} {sum(v) / len(totals):7.1f} ms, {sent_n[stage] / len(totals):4.1f} statements a ranking")
     eng.dispose()
 
 
