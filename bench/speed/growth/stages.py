@@ -4,6 +4,7 @@ attributed to the repository function that sent it (its stage), then each one re
 
     .venv/bin/python -m bench.speed.growth.stages --build 100000   # grow the org once (kept)
     .venv/bin/python -m bench.speed.growth.stages [--queries 10] [--explain]
+    .venv/bin/python -m bench.speed.growth.stages --ab-second-round --queries 30
 
 The org is the growth bench's (bench/speed/growth/synth.py), kept in the database
 `memscale_bench_growth_stages` between runs; the reader is the growth bench's reader in one group.
@@ -59,6 +60,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--build", type=int, help="grow a fresh org to this many items first")
     ap.add_argument("--queries", type=int, default=10)
     ap.add_argument("--explain", action="store_true", help="EXPLAIN (ANALYZE, BUFFERS) the first query's statements")
+    ap.add_argument(
+        "--ab-second-round",
+        action="store_true",
+        help="context retrieval with its second round from the kept statistics vs the one pass, interleaved",
+    )
     args = ap.parse_args(argv)
     if args.build:
         _build(args.build)
@@ -91,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         ),
     }
     print(f"{world['size']} items, load {load_average()}")
+    if args.ab_second_round:
+        return _ab_second_round(sessions, p, world, args.queries, arms["context"])
     for name, fn in arms.items():
         per: dict = defaultdict(list)
         sent_n: dict = defaultdict(int)
@@ -117,6 +125,37 @@ def main(argv: list[str] | None = None) -> None:
         for stage, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
             print(f"  {stage:40s} {sum(v) / len(totals):7.1f} ms, {sent_n[stage] / len(totals):4.1f} statements a ranking")
     eng.dispose()
+
+
+def _ab_second_round(sessions, p, world: dict, n_queries: int, context) -> None:
+    """Context retrieval, its second round on the kept path vs the one-pass statement (the
+    statistics declared unusable for it), alternating per query."""
+    from app.kit.database.db import bind_principal
+    from app.search.repository import bm25_stats, expansion
+
+    class OnePass:
+        def __getattr__(self, name):
+            return getattr(bm25_stats, name)
+
+        @staticmethod
+        def served_by_stats(*a):
+            return False
+
+    lat: dict = {"kept": [], "one pass": []}
+    for i, (words, vec) in enumerate(world["queries"][:n_queries]):
+        for arm in ("kept", "one pass") if i % 2 else ("one pass", "kept"):
+            expansion.bm25_stats = bm25_stats if arm == "kept" else OnePass()
+            with sessions() as db:
+                bind_principal(db, p)
+                t0 = time.perf_counter()
+                context(db, words, np.array(vec, dtype=np.float32))
+                lat[arm].append((time.perf_counter() - t0) * 1000)
+                db.rollback()
+    expansion.bm25_stats = bm25_stats
+    for arm, v in lat.items():
+        v = sorted(v)
+        print(f"context retrieval, second round {arm}: p50 {v[len(v) // 2]:.1f} ms, p95 {v[int(0.95 * (len(v) - 1))]:.1f} ms")
+    print(f"load {load_average()}")
 
 
 def _explain(sessions, p, got: list, out: Path) -> None:
