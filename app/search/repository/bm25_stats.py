@@ -42,7 +42,7 @@ KEPT = SEARCH_TYPES  # the types whose statistics the triggers keep (migration 0
 FIRST_ROWS = 2000  # the first pass scores the rarest lexemes' rows up to about this many
 # Below this many visible rows the exact statement (one pass over them, N bound from the kept
 # statistics) is cheaper than the kept path's statements (docs/search.md).
-KEPT_FROM = 10_000
+KEPT_FROM = 5_000
 _NOBODY = uuid.UUID(int=0)  # a user id no row has: visible_to for it is "shared with and cleared"
 
 
