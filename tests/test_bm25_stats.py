@@ -421,3 +421,102 @@ def test_the_text_index_lookup_returns_only_what_the_policy_lets_the_caller_see(
     with eng.connect() as c:  # no tenant settings: nothing
         assert c.execute(text("SELECT count(*) FROM bm25_hits_episode(to_tsquery('english', 'pottery'))")).scalar() == 0
     eng.dispose()
+
+
+@pytest.mark.parametrize("n_terms", [1, 3, 6])
+def test_the_second_rounds_words_and_rows_from_the_kept_statistics_equal_the_exact_ones(app, seeded, n_terms, monkeypatch):
+    """Context's second round (app/search/repository/expansion.py) on the kept path chooses the
+    same rarest words (ties in df broken by the word, as the one-pass statement does) and returns
+    the same rows, scores, distances and order as the one pass over every visible row."""
+    from app.kit.database.db import bind_principal
+    from app.search.repository import bm25_stats, expansion
+    from app.search.schemas import SearchFilters
+
+    org, users = seeded
+    rng = random.Random(100 + n_terms)
+    kept_calls, top = [], bm25_stats.top_scored
+    monkeypatch.setattr(bm25_stats, "top_scored", lambda *a, **kw: kept_calls.append(1) or top(*a, **kw))
+    qvec = [0.0] * 384
+    qvec[0] = 1.0
+    found = 0
+    for i in range(8):
+        p = _principal(org, users[6 + i % 3], rng.sample(GROUPS, rng.randint(0, 2)), rng.sample(LABELS, rng.randint(0, 1)))
+        query = " ".join(rng.sample(VOCAB, 2))
+        with app.state.sessions() as db:
+            bind_principal(db, p)
+            hits = [
+                r.id
+                for r in db.execute(
+                    text("SELECT id FROM episodes WHERE org_id = :o ORDER BY md5(id::text || :s) LIMIT 5"),
+                    {"o": org, "s": str(i)},
+                )
+            ]
+            args = dict(hit_ids=hits, query=query, qvec=qvec, n_terms=n_terms, n=40)
+            kept = expansion.expansion_rows(db, p, "episode", SearchFilters(), **args)
+            monkeypatch.setattr(bm25_stats, "KEPT_FROM", 10**9)  # the one-pass statement
+            exact = expansion.expansion_rows(db, p, "episode", SearchFilters(), **args)
+            monkeypatch.setattr(bm25_stats, "KEPT_FROM", 0)
+            db.rollback()
+        assert [tuple(r) for r in kept] == [tuple(r) for r in exact], (query, n_terms)
+        found += len(exact)
+    assert found > 0 and len(kept_calls) == 8  # rows came back, and every kept call took the index-driven path
+
+
+def _scans_of(plan: dict, relation: str) -> list[dict]:
+    here = [plan] if plan.get("Relation Name") == relation else []
+    return here + [n for child in plan.get("Plans", ()) for n in _scans_of(child, relation)]
+
+
+def test_each_lexemes_df_is_probed_by_the_whole_key_while_the_row_estimates_are_stale(app, client, admin_engine, settings):
+    """An org's first rows of a type are not in bm25_df's statistics until it is analysed again:
+    the caller's df must still be read by lexeme (every key column in the index condition), not
+    by a pass over every lexeme of the org's type."""
+    import json
+
+    from sqlalchemy import event
+
+    from app.kit.database.db import bind_principal
+    from app.search.repository import bm25_stats
+
+    org, (alice, *_), _ = _setup(admin_engine, settings)
+    rng = random.Random(5)
+    with admin_engine.begin() as c:
+        c.execute(text("ANALYZE bm25_df"))
+        asset = c.execute(
+            text(
+                "INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
+                " VALUES (:o, :u, 'document', 'mem://stale', 'stale', 'org') RETURNING id"
+            ),
+            {"o": org, "u": alice},
+        ).scalar_one()
+        words = [f"w{i}x{rng.randrange(10**6)}" for i in range(3000)]
+        c.execute(
+            text(
+                "INSERT INTO chunks (org_id, asset_id, owner_id, visibility, ord, text, content_hash, token_count)"
+                " SELECT :o, :a, :u, 'org', i, w || ' pottery', md5(w), 2 FROM unnest(CAST(:w AS text[])) WITH ORDINALITY t(w, i)"
+            ),
+            {"o": org, "a": asset, "u": alice, "w": words},
+        )
+    p = _principal(org, alice)
+    sent: list = []
+    with app.state.sessions() as db:
+        bind_principal(db, p)
+        bind = db.connection().engine
+
+        def keep(conn, cursor, statement, params, context, executemany):
+            sent.append((statement, params))
+
+        event.listen(bind, "before_cursor_execute", keep)
+        try:
+            assert bm25_stats.caller_stats(db, p, "chunk", ["potteri", words[0]]) == (3000, [3000, 1])
+        finally:
+            event.remove(bind, "before_cursor_execute", keep)
+        statement, params = next(s for s in sent if "bm25_df" in s[0])
+        cur = db.connection().connection.cursor()
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        plan = cur.fetchone()[0]
+        db.rollback()
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    scans = _scans_of(plan[0]["Plan"], "bm25_df")
+    assert scans and all("lexeme" in s.get("Index Cond", "") for s in scans), scans
+    assert sum(s["Actual Rows"] * s.get("Actual Loops", 1) for s in scans) <= 10

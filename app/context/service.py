@@ -15,7 +15,7 @@ from app.kit.items import SEARCH_TYPES
 from app.search import service as search
 from app.search.prepare import Prepared
 from app.search.schemas import SearchFilters
-from app.search.service import RankCall, rank, record_retrieval, to_result
+from app.search.service import RankCall, record_retrieval, to_result
 from app.search.tuning import DEFAULT_TUNING, Tuning
 
 INSTRUCTION_KINDS = ("rule", "procedure")
@@ -26,14 +26,17 @@ INSTRUCTION_KINDS = ("rule", "procedure")
 
 def retrieved_pieces(db: Session, call: RankCall, *, session_id: str | None = None) -> list[Piece]:
     """Each item type ranked on its own (`call` with its second round) as context pieces, and the
-    turns next to the retrieved conversation turns (unless an instruction filtered the request)."""
+    turns next to the retrieved conversation turns (unless an instruction filtered the request).
+    The three rankings run at once, on side sessions bound like `db` (search.rank_each)."""
     principal = call.principal
     now = now_utc()
     out: list[Piece] = []
     filtered = call.filters != SearchFilters()  # an instruction's: no neighbours
-    known: dict = {}  # the neighbour pairs (and rows) ranking already fetched for its pool of turns
-    for type_ in SEARCH_TYPES:
-        results, _ = rank(db, replace(call, types=(type_,)), neighbours_out=None if filtered else known)
+    # per type, the neighbour pairs (and rows) its ranking fetched for its pool of turns
+    found: list[dict | None] = [None if filtered else {} for _ in SEARCH_TYPES]
+    ranked = search.rank_each(db, [replace(call, types=(t,)) for t in SEARCH_TYPES], found)
+    known = found[SEARCH_TYPES.index("episode")] or {}
+    for type_, (results, _) in zip(SEARCH_TYPES, ranked):
         for r in results:
             if type_ == "memory":
                 section = "instructions" if r.kind in INSTRUCTION_KINDS else "memories"

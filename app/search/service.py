@@ -25,7 +25,6 @@ import math
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
@@ -39,6 +38,7 @@ from app.lineage.service import record_retrieval
 from app.search.prepare import Prepared, QueryVector, as_query_vector
 from app.search.repository import bm25 as text_repo
 from app.search.repository import rows as rows_repo
+from app.search.repository import sessions as sessions_repo
 from app.search.repository import vector as vector_repo
 from app.search.repository.expansion import expansion_rows
 from app.search.repository.lexicon import lift_rows
@@ -53,12 +53,10 @@ RRF_K = 60
 LIFT_ROWS = 1000  # the lift's scores come for this many rows at most (the pool's z-scores read them)
 WINDOW_ROWS = 1000  # rows of a named time read at most (nearest first; a wider window's signal is weak anyway)
 # The per-type stages of a hybrid ranking over several types run at once, each on its own pooled
-# connection bound like the ranking's session: all types cost about one. At most SIDE_CONNECTIONS
-# extra connections in this process at any time (a type finding none free runs in the ranking's
-# own session, as before), so that a flood of searches cannot take the pool from the writes.
-SIDE_CONNECTIONS = 6
-_SIDE = threading.BoundedSemaphore(SIDE_CONNECTIONS)
-_SIDE_POOL = ThreadPoolExecutor(max_workers=SIDE_CONNECTIONS, thread_name_prefix="search-type")
+# connection bound like the ranking's session: all types cost about one. At most
+# sessions_repo.SIDE_CONNECTIONS extra connections in this process at any time (a type finding
+# none free runs in the ranking's own session, as before).
+_SIDE, _SIDE_POOL = sessions_repo.SIDE, sessions_repo.SIDE_POOL  # shared with `rank_each` (context assembly)
 
 
 @dataclass(frozen=True)
@@ -271,6 +269,15 @@ def rank(db: Session, call: RankCall, *, neighbours_out: dict | None = None) -> 
     if call.explain:
         out = [_explained(r, parts.get((r.type, str(r.id)), {}), call) for r in out]
     return out, info
+
+
+def rank_each(db: Session, calls: list[RankCall], outs: list[dict | None]) -> list[tuple[list[SearchResult], dict]]:
+    """`rank` of each call (`outs`: each one's `neighbours_out`), at once on side sessions bound
+    like `db` (repository/sessions.py `at_once`): context assembly ranks each type on its own."""
+    for c in calls:
+        c.qvec.get()  # the query's embedding, awaited here rather than in several threads at once
+    jobs = [lambda s, c=c, o=o: rank(s, c, neighbours_out=o) for c, o in zip(calls, outs)]
+    return sessions_repo.at_once(db, jobs)
 
 
 def _fused_types(db: Session, call: RankCall, info: dict) -> dict[str, tuple[dict, dict | None]]:

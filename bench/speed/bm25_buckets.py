@@ -150,8 +150,9 @@ def locomo(conversations: int, path: str | None = None) -> dict:
     from app.kit.database.db import bind_principal, make_sessionmaker
     from app.kit.database.pg import app_url
     from app.orgs import service as orgs
-    from app.search.repository import bm25
+    from app.search.repository import bm25, expansion
     from app.search.schemas import SearchFilters
+    from app.search.tuning import DEFAULT_TUNING as tun
 
     rng = random.Random(3)
     settings = fresh_database("memscale_bench_bm25_locomo")
@@ -165,6 +166,8 @@ def locomo(conversations: int, path: str | None = None) -> dict:
     with open(path or DEFAULT) as fh:
         data = json.load(fh)[:conversations]
     same10 = same100 = total = 0
+    second = {"same_words_rows_scores": 0, "same_top10": 0, "asked": 0}  # context's second round, kept vs one pass
+    qvec = [1.0] + [0.0] * 383
     for conv in data:
         c = conv["conversation"]
         with Session(admin, expire_on_commit=False) as db:
@@ -184,11 +187,27 @@ def locomo(conversations: int, path: str | None = None) -> dict:
                 bind_principal(db, p)
                 kept = bm25.text_scored(db, p, "episode", qa["question"], SearchFilters(), 100)
                 exact = bm25.text_scored(db, p, "episode", qa["question"], SearchFilters(), 100, exact=True)
+                seeds = [i for i, _ in exact[0][: tun.expand_from]]
+                asked = dict(hit_ids=seeds, query=qa["question"], qvec=qvec, n_terms=tun.expand_terms, n=tun.expand_depth)
+                kept2 = expansion.expansion_rows(db, p, "episode", SearchFilters(), **asked)
+                bm25_stats.KEPT_FROM = 10**12  # the one-pass statement
+                exact2 = expansion.expansion_rows(db, p, "episode", SearchFilters(), **asked)
+                bm25_stats.KEPT_FROM = 0
                 db.rollback()
+            if seeds:
+                second["asked"] += 1
+                second["same_words_rows_scores"] += [tuple(r) for r in kept2] == [tuple(r) for r in exact2]
+                second["same_top10"] += [r.id for r in kept2[:10]] == [r.id for r in exact2[:10]]
             total += 1
             same10 += [i for i, _ in kept[0][:10]] == [i for i, _ in exact[0][:10]]
             same100 += kept == exact
-    out = {"conversations": conversations, "questions": total, "same_top10": same10, "same_top100_and_scores": same100}
+    out = {
+        "conversations": conversations,
+        "questions": total,
+        "same_top10": same10,
+        "same_top100_and_scores": same100,
+        "second_round": second,
+    }
     print("LoCoMo dev, kept vs exact BM25", out, flush=True)
     return out
 

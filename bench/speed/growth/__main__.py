@@ -7,7 +7,8 @@ same queries are ranked, server-side (in-process against the database, no HTTP),
 - hybrid, all types, k = 10 (the per-type stages at once on side connections, as served), and
   the same one type after the other (no side connection free: the ranking before it);
 - context retrieval: what /v1/context ranks (`app.context.service.retrieved_pieces`, each type
-  with its second round, a 2,000-token budget's candidates), without the token fitting;
+  with its second round, a 2,000-token budget's candidates), without the token fitting: the
+  three types at once on side connections, as served, and one after the other;
 - vector recall@10 of the service's vector stage against the exact filtered search, for a reader
   in one group and a reader in none.
 
@@ -32,7 +33,8 @@ from bench.common import fresh_database, load_average, pct
 from bench.speed.growth import synth
 
 SHARES = {"memory": 0.4, "episode": 0.5, "chunk": 0.1}
-ARMS = ("one type", "all types", "all types sequential", "context")
+ARMS = ("one type", "all types", "all types sequential", "context", "context sequential")
+SEQUENTIAL = ("all types sequential", "context sequential")  # no side connection free
 USERS, GROUPS = 50, 10
 
 
@@ -93,7 +95,7 @@ def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:
     from app.context.service import candidates, retrieved_pieces
     from app.kit.database.db import bind_principal
     from app.search import repository as repo
-    from app.search import service
+    from app.search.repository import sessions as side
     from app.search.repository.bm25 import visible_count
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank
@@ -114,9 +116,9 @@ def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:
                 bind_principal(db, p)
                 t0 = time.perf_counter()
                 held = 0
-                while arm == "all types sequential" and service._SIDE.acquire(blocking=False):
+                while arm in SEQUENTIAL and side.SIDE.acquire(blocking=False):
                     held += 1
-                if arm == "context":
+                if arm.startswith("context"):
                     retrieved_pieces(db, RankCall(principal=p, query=words, qvec=q, k=candidates(2000), second_round=True))
                 else:
                     rank(
@@ -131,7 +133,7 @@ def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:
                     )
                 lat[arm].append((time.perf_counter() - t0) * 1000)
                 for _ in range(held):
-                    service._SIDE.release()
+                    side.SIDE.release()
                 db.rollback()
     recall = {}
     for who in world["readers"]:
@@ -188,8 +190,8 @@ def markdown(res: dict) -> str:
         f"Search cost as one org grows (server-side, {res['queries']} queries, load {res['load']}); p50 / p95 ms",
         "",
         "| items | hybrid one type | hybrid all types | all types one after the other | context retrieval |"
-        " vector recall@10 (1 group / no group) |",
-        "|---|---|---|---|---|---|",
+        " context, types one after the other | vector recall@10 (1 group / no group) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in res["rows"]:
         rec = " / ".join(f"{v['recall@10']:.3f}" for v in r["vector_recall"].values())
@@ -205,7 +207,7 @@ def plot(res: dict, path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     sizes = [r["items"] for r in res["rows"]]
-    for arm, colour in zip(ARMS, ("tab:blue", "tab:orange", "tab:red", "tab:green")):
+    for arm, colour in zip(ARMS, ("tab:blue", "tab:orange", "tab:red", "tab:green", "tab:olive")):
         ax.plot(sizes, [r[arm]["p95_ms"] for r in res["rows"]], "o-", color=colour, label=f"{arm} p95")
         ax.plot(sizes, [r[arm]["p50_ms"] for r in res["rows"]], "o--", color=colour, alpha=0.5, label=f"{arm} p50")
     ax.set_xscale("log")

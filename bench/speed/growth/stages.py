@@ -1,0 +1,186 @@
+"""Where one ranking's time goes at a grown org: every statement the service sends, timed and
+attributed to the repository function that sent it (its stage), then each one re-run under
+`EXPLAIN (ANALYZE, BUFFERS)` with the same parameters and the same row-level-security settings.
+
+    .venv/bin/python -m bench.speed.growth.stages --build 100000   # grow the org once (kept)
+    .venv/bin/python -m bench.speed.growth.stages [--queries 10] [--explain]
+    .venv/bin/python -m bench.speed.growth.stages --ab-second-round --queries 30
+
+The org is the growth bench's (bench/speed/growth/synth.py), kept in the database
+`memscale_bench_growth_stages` between runs; the reader is the growth bench's reader in one group.
+Prints, per arm (hybrid one type k = 10, context retrieval), the mean ms and calls per stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import event
+
+from bench.common import database_settings, fresh_database, load_average
+
+DB = "memscale_bench_growth_stages"
+WORLD = Path(".memscale") / "growth_stages_world.json"
+
+
+def _build(size: int) -> None:
+    from bench.speed.growth.__main__ import _grow, _setup
+
+    settings = fresh_database(DB)
+    world = _setup(settings)
+    took = _grow(settings, world, 0, size)
+    world["readers"] = {k: [str(v[0]), list(v[1])] for k, v in world["readers"].items()}
+    WORLD.parent.mkdir(exist_ok=True)
+    WORLD.write_text(
+        json.dumps({"org": str(world["org"]), "readers": world["readers"], "queries": world["queries"], "size": size})
+    )
+    print(f"{size} items grown in {took:.0f} s", flush=True)
+
+
+def _stage_of() -> str:
+    """The repository function (or service function) that sent the statement being executed."""
+    for fr in inspect.stack()[2:40]:
+        mod = fr.frame.f_globals.get("__name__", "")
+        if mod.startswith("app.search.repository.") and not mod.endswith(".filters"):
+            return f"{mod.rsplit('.', 1)[1]}.{fr.function}"
+        if mod.startswith(("app.feedback", "app.context")):
+            return f"{mod.split('.')[1]}.{fr.function}"
+    return "other"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", type=int, help="grow a fresh org to this many items first")
+    ap.add_argument("--queries", type=int, default=10)
+    ap.add_argument("--explain", action="store_true", help="EXPLAIN (ANALYZE, BUFFERS) the first query's statements")
+    ap.add_argument(
+        "--ab-second-round",
+        action="store_true",
+        help="context retrieval with its second round from the kept statistics vs the one pass, interleaved",
+    )
+    args = ap.parse_args(argv)
+    if args.build:
+        _build(args.build)
+    from app.auth.principal import Principal
+    from app.context.service import candidates, retrieved_pieces
+    from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
+    from app.kit.database.pg import app_url
+    from app.search.service import RankCall, rank
+
+    world = json.loads(WORLD.read_text())
+    uid, groups = world["readers"]["1 group"]
+    p = Principal(org_id=world["org"], user_id=uid, name="r", roles=("member",), groups=tuple(groups), clearances=())
+    eng = make_engine(app_url(database_settings(DB)), pool_size=4)
+    sessions = make_sessionmaker(eng)
+    sent: list = []
+
+    @event.listens_for(eng, "before_cursor_execute")
+    def _before(conn, cursor, statement, params, context, executemany):
+        conn.info["t0"] = time.perf_counter()
+        conn.info["stage"] = _stage_of()
+
+    @event.listens_for(eng, "after_cursor_execute")
+    def _after(conn, cursor, statement, params, context, executemany):
+        sent.append((conn.info["stage"], (time.perf_counter() - conn.info["t0"]) * 1000, statement, params))
+
+    arms = {
+        "one type": lambda db, words, q: rank(db, RankCall(principal=p, query=words, qvec=q, k=10, types=("memory",))),
+        "context": lambda db, words, q: retrieved_pieces(
+            db, RankCall(principal=p, query=words, qvec=q, k=candidates(2000), second_round=True)
+        ),
+    }
+    print(f"{world['size']} items, load {load_average()}")
+    if args.ab_second_round:
+        return _ab_second_round(sessions, p, world, args.queries, arms["context"])
+    for name, fn in arms.items():
+        per: dict = defaultdict(list)
+        sent_n: dict = defaultdict(int)
+        totals = []
+        for i, (words, vec) in enumerate(world["queries"][: args.queries]):
+            with sessions() as db:
+                bind_principal(db, p)
+                sent.clear()
+                t0 = time.perf_counter()
+                fn(db, words, np.array(vec, dtype=np.float32))
+                totals.append((time.perf_counter() - t0) * 1000)
+                got = list(sent)
+                db.rollback()
+            by: dict = defaultdict(float)
+            for stage, ms, *_ in got:
+                by[stage] += ms
+                sent_n[stage] += 1
+            for stage, ms in by.items():
+                per[stage].append(ms)
+            if args.explain and i < 2:
+                print(f"  {name}, query {i}: the statements as sent, then under EXPLAIN")
+                _explain(sessions, p, got, Path(".memscale") / "growth_stages_plans.txt")
+        print(f"\n{name}: total {statistics.mean(totals):.1f} ms mean, {statistics.median(totals):.1f} p50")
+        for stage, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
+            print(f"  {stage:40s} {sum(v) / len(totals):7.1f} ms, {sent_n[stage] / len(totals):4.1f} statements a ranking")
+    eng.dispose()
+
+
+def _ab_second_round(sessions, p, world: dict, n_queries: int, context) -> None:
+    """Context retrieval, its second round on the kept path vs the one-pass statement (the
+    statistics declared unusable for it), alternating per query."""
+    from app.kit.database.db import bind_principal
+    from app.search.repository import bm25_stats, expansion
+
+    class OnePass:
+        def __getattr__(self, name):
+            return getattr(bm25_stats, name)
+
+        @staticmethod
+        def served_by_stats(*a):
+            return False
+
+    lat: dict = {"kept": [], "one pass": []}
+    for i, (words, vec) in enumerate(world["queries"][:n_queries]):
+        for arm in ("kept", "one pass") if i % 2 else ("one pass", "kept"):
+            expansion.bm25_stats = bm25_stats if arm == "kept" else OnePass()
+            with sessions() as db:
+                bind_principal(db, p)
+                t0 = time.perf_counter()
+                context(db, words, np.array(vec, dtype=np.float32))
+                lat[arm].append((time.perf_counter() - t0) * 1000)
+                db.rollback()
+    expansion.bm25_stats = bm25_stats
+    for arm, v in lat.items():
+        v = sorted(v)
+        print(f"context retrieval, second round {arm}: p50 {v[len(v) // 2]:.1f} ms, p95 {v[int(0.95 * (len(v) - 1))]:.1f} ms")
+    print(f"load {load_average()}")
+
+
+def _explain(sessions, p, got: list, out: Path) -> None:
+    """Re-run one ranking's statements in order in one session bound like the ranking's (its
+    `SET LOCAL`s replayed), each read under EXPLAIN (ANALYZE, BUFFERS); full plans to `out`, one
+    line per statement printed: the stage, its time as sent, the server's planning and execution."""
+    from app.kit.database.db import bind_principal
+
+    with sessions() as db, out.open("a") as fh:
+        bind_principal(db, p)
+        cur = db.connection().connection.cursor()
+        for stage, ms, statement, params in got:
+            head = statement.lstrip().upper()
+            if head.startswith("SET"):
+                cur.execute(statement, params)
+                continue
+            if not head.startswith(("SELECT", "WITH")) or "SET_CONFIG" in head:
+                continue
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
+            plan = [r[0] for r in cur.fetchall()]
+            fh.write(f"\n--- {stage} ({ms:.1f} ms as sent)\n" + "\n".join(plan) + "\n")
+            times = [x.strip() for x in plan if x.startswith(("Planning Time", "Execution Time"))]
+            print(f"    {stage:32s} sent {ms:6.1f} ms | {' | '.join(times)} | {plan[0][:70]}")
+        db.rollback()
+
+
+if __name__ == "__main__":
+    main()
