@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from tests.test_console import XSS, Tab, base_url, browser, pages, sync_api  # noqa: F401 - fixtures
+from tests.test_console import START, XSS, Tab, base_url, browser, pages, sync_api  # noqa: F401 - fixtures
 from tests.test_console_assets import asset
 
 pytestmark = pytest.mark.skipif(sync_api is None, reason="playwright")
-OPTIONS = "form[aria-label='start a job'] select[name=kind] option"
+OPTIONS = f"{START} option"
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_jobs_page_shows_the_embedder_and_starts_only_what_the_key_may(tab, clie
     # An admin starts a re-embedding from the form built from the kind's params.
     t = tab(s["ada"])
     t.go("#/jobs", "jobs")
-    t.page.locator("form[aria-label='start a job'] select[name=kind]").select_option("reembed")
+    t.page.locator(START).select_option("reembed")
     t.page.get_by_label("Model").fill("local/e5-small")
     t.page.get_by_role("button", name="Start").click()
     t.page.wait_for_selector("#jobs > tbody > tr[data-id]")
