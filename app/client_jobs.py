@@ -1,5 +1,6 @@
-"""Job calls of the Python client, mixed into `MemscaleClient` and `AsyncMemscaleClient`
-(app/client.py). Both `wait_job`s poll with the same deadline rule (`_pause`)."""
+"""Job calls of the Python client (and the org's embedder, which re-embedding jobs change), mixed
+into `MemscaleClient` and `AsyncMemscaleClient` (app/client.py). Both `wait_job`s poll with the
+same deadline rule (`_pause`)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ class JobCalls:
         """Cancel a queued or running job; returns it (`cancelled`). 409 once it has finished."""
         return self.request("POST", f"/v1/jobs/{job_id}/cancel")
 
+    def job_kinds(self) -> JSON:
+        """`{kinds: [{name, may_start}]}`: the job kinds and whether this key's roles may start each."""
+        return self.request("GET", "/v1/jobs/kinds")
+
+    def embedder(self) -> JSON:
+        """The org's embedder: `{model, dimensions, reembedding?: {model, done, total, started_at}}`."""
+        return self.request("GET", "/v1/orgs/current/embedder")
+
     def wait_job(self, job_id: Id, timeout: float = 60, poll: float = 0.2) -> JSON:
         """Poll until the job is `succeeded`, `failed` or `cancelled` (returned as is); TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
@@ -56,6 +65,12 @@ class AsyncJobCalls:
 
     async def cancel_job(self, job_id: Id) -> JSON:
         return await self.request("POST", f"/v1/jobs/{job_id}/cancel")
+
+    async def job_kinds(self) -> JSON:
+        return await self.request("GET", "/v1/jobs/kinds")
+
+    async def embedder(self) -> JSON:
+        return await self.request("GET", "/v1/orgs/current/embedder")
 
     async def wait_job(self, job_id: Id, timeout: float = 60, poll: float = 0.2) -> JSON:
         deadline = time.monotonic() + timeout

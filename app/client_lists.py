@@ -36,6 +36,11 @@ class ListCalls:
         """Knowledge assets (`kind`: AssetKind values); `since`/`until` on `created_at`."""
         return self.request("GET", "/v1/knowledge/assets", params=_list(filters, status=status, as_of=as_of))
 
+    def asset(self, asset_id: Id, *, as_of: datetime | str | None = None) -> JSON:
+        """One knowledge asset: the list's fields and `chunks` (how many of its chunks the key may
+        see); 404 for one the key may not see, as for an absent one."""
+        return self.request("GET", f"/v1/knowledge/assets/{asset_id}", params={"as_of": as_of})
+
     def list_jobs(
         self, *, kind: str | None = None, status: str | None = None, cursor: str | None = None, limit: int | None = None
     ) -> JSON:
@@ -62,6 +67,9 @@ class AsyncListCalls:
         self, *, status: AssetStatus = "active", as_of: datetime | str | None = None, **filters: Unpack[ListFilters]
     ) -> JSON:
         return await self.request("GET", "/v1/knowledge/assets", params=_list(filters, status=status, as_of=as_of))
+
+    async def asset(self, asset_id: Id, *, as_of: datetime | str | None = None) -> JSON:
+        return await self.request("GET", f"/v1/knowledge/assets/{asset_id}", params={"as_of": as_of})
 
     async def list_jobs(
         self, *, kind: str | None = None, status: str | None = None, cursor: str | None = None, limit: int | None = None

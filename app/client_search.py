@@ -61,10 +61,13 @@ class SearchCalls:
         returns the feedback id. An item not in that retrieval is a 404, as an absent one."""
         return self.request("POST", "/v1/feedback", json=_feedback(retrieval_id, items, outcome))["id"]
 
-    def knowledge_tree(self, path: str | None = None, *, limit: int | None = None, after: str | None = None) -> JSON:
+    def knowledge_tree(
+        self, path: str | None = None, *, limit: int | None = None, after: str | None = None, as_of: datetime | str | None = None
+    ) -> JSON:
         """`{node, children: [{id, kind, name, path, summary?}], truncated, next}`; the top level
-        without `path`; `limit` children at a time, the next page with `after=<next>`."""
-        return self.request("GET", "/v1/knowledge/tree", params={"path": path, "limit": limit, "after": after})
+        without `path`; `limit` children at a time, the next page with `after=<next>`; `as_of`: the
+        nodes written by then (of assets still active)."""
+        return self.request("GET", "/v1/knowledge/tree", params={"path": path, "limit": limit, "after": after, "as_of": as_of})
 
     def knowledge_node(self, node_id: Id) -> JSON:
         """`{id, kind, name, path, text, children, links}`."""
@@ -103,8 +106,11 @@ class AsyncSearchCalls:
     async def feedback(self, retrieval_id: Id, items: list[FeedbackItem], *, outcome: Outcome | None = None) -> str:
         return (await self.request("POST", "/v1/feedback", json=_feedback(retrieval_id, items, outcome)))["id"]
 
-    async def knowledge_tree(self, path: str | None = None, *, limit: int | None = None, after: str | None = None) -> JSON:
-        return await self.request("GET", "/v1/knowledge/tree", params={"path": path, "limit": limit, "after": after})
+    async def knowledge_tree(
+        self, path: str | None = None, *, limit: int | None = None, after: str | None = None, as_of: datetime | str | None = None
+    ) -> JSON:
+        params = {"path": path, "limit": limit, "after": after, "as_of": as_of}
+        return await self.request("GET", "/v1/knowledge/tree", params=params)
 
     async def knowledge_node(self, node_id: Id) -> JSON:
         return await self.request("GET", f"/v1/knowledge/nodes/{node_id}")

@@ -71,6 +71,32 @@ def test_list_calls_page_and_filter_as_the_api_does(org, admin_engine):
     assert _ids(alice.list_jobs()) == [] and job not in _ids(eve.list_jobs())
 
 
+def test_asset_embedder_and_job_kinds_as_the_api_gives_them(org, client):
+    c, a, actors = org["c"], org["a"], org["actors"]
+    alice, sam, eve = c["alice"], c["sam"], c["eve"]
+    mine = alice.asset(a["alice"])
+    assert mine == client.get(f"/v1/knowledge/assets/{a['alice']}", headers=actors["alice"].h).json()
+    assert mine["id"] == a["alice"] and mine["kind"] == "glossary" and mine["chunks"] == 0
+    assert {k: v for k, v in mine.items() if k != "chunks"} == next(
+        x for x in alice.list_assets()["items"] if x["id"] == a["alice"]
+    )
+    for who, aid in ((sam, a["alice"]), (eve, a["alice"]), (alice, a["eve"])):  # another user's private one; another org's
+        with pytest.raises(MemscaleError) as err:
+            who.asset(aid)
+        assert err.value.status == 404
+    with pytest.raises(MemscaleError) as err:
+        alice.asset(a["alice"], as_of="2020-01-01T00:00:00Z")
+    assert err.value.status == 404
+
+    e = alice.embedder()
+    assert e == client.get("/v1/orgs/current/embedder", headers=actors["alice"].h).json()
+    assert e["dimensions"] == 384 and e["model"] and "reembedding" not in e
+    assert {k["name"]: k["may_start"] for k in sam.job_kinds()["kinds"]}["reembed"] is False
+    assert {k["name"]: k["may_start"] for k in eve.job_kinds()["kinds"]}["reembed"] is True
+    assert not any(k["may_start"] for k in alice.job_kinds()["kinds"])
+    assert alice.knowledge_tree(as_of="2020-01-01T00:00:00Z")["children"] == []
+
+
 def test_chain_check_retention_feedback_and_explanations(org, admin_engine):
     c, m = org["c"], org["m"]
     sam, alice = c["sam"], c["alice"]
@@ -111,6 +137,13 @@ def test_the_async_client_has_the_same_reads(app, org):
             assert _ids(await c.list_episodes()) == [org["e"]["alice"]["id"]]
             assert _ids(await c.list_assets(kind="glossary")) == [a["alice"]]
             assert _ids(await c.list_jobs()) == []
+            assert (await c.asset(a["alice"]))["chunks"] == 0
+            with pytest.raises(MemscaleError) as err:
+                await c.asset(a["eve"])
+            assert err.value.status == 404
+            assert (await c.embedder())["dimensions"] == 384
+            assert not any(k["may_start"] for k in (await c.job_kinds())["kinds"])
+            assert (await c.knowledge_tree(as_of="2020-01-01T00:00:00Z"))["children"] == []
             assert _ids(await c.memory_versions(m["v2"]["id"])) == [m["v2"]["id"], m["fact"]["id"]]
             hits = await c.search("kafka consumer lag", types=["memory"], explain=True)
             assert all("explain" in r for r in hits["results"])

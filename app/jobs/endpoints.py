@@ -5,7 +5,8 @@ import uuid
 from fastapi import APIRouter, Query, Request
 
 from app.jobs import service
-from app.jobs.schemas import JobCreated, JobIn, JobOut, JobPage
+from app.jobs.kinds import JOB_KINDS
+from app.jobs.schemas import JobCreated, JobIn, JobKindOut, JobKindsOut, JobOut, JobPage
 from app.kit.errors import COMMON_ERRORS
 from app.kit.http.deps import SessionDep, require
 from app.kit.http.listing import next_cursor
@@ -34,6 +35,20 @@ def list_jobs(
     """The org's jobs, a keyset page at a time (members: their own, as for GET /v1/jobs/{id})."""
     rows = service.page(db, principal, kind=kind, status=status, after=cursor, limit=limit)
     return JobPage(items=[_out(j) for j in rows], next_cursor=next_cursor(rows, limit))
+
+
+@router.get("/kinds", response_model=JobKindsOut)
+def job_kinds(request: Request, principal=require("job", "read")):
+    """The job kinds and whether the caller's roles may start each (the rule POST /v1/jobs applies:
+    the `job write` permission, and the admin role for admins-only kinds), so a client offers only
+    those; POST /v1/jobs stays the authority (its parameters may refuse more)."""
+    writes = request.app.state.authorizer.allowed(principal, "job", "write")
+    return JobKindsOut(
+        kinds=[
+            JobKindOut(name=n, may_start=writes and (not k.admins_only or principal.has_role("admin")))
+            for n, k in JOB_KINDS.items()
+        ]
+    )
 
 
 @router.get("/{job_id}", response_model=JobOut)

@@ -56,3 +56,12 @@ class JobPage(BaseModel):
 
     items: list[JobOut]
     next_cursor: str | None = None
+
+
+class JobKindOut(BaseModel):
+    name: KindName
+    may_start: bool = Field(description="whether the caller's roles may start a job of this kind")
+
+
+class JobKindsOut(BaseModel):
+    kinds: list[JobKindOut]

@@ -1,5 +1,5 @@
 """Knowledge navigation (the REST contract, v1 additions): the tree and its nodes, only of visible
-assets; and the asset list the console browses (docs/knowledge.md, "Listing assets")."""
+assets; and the asset list and item the console browses (docs/console.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from app.kit.http.listing import TAG, ItemFilters
 from app.kit.http.schemas import Instant
 from app.knowledge import listing, navigation
 from app.knowledge.kinds import ASSET_KINDS, AssetKind, AssetStatus
-from app.knowledge.schemas import AssetPage, NodeOut, TreeOut
+from app.knowledge.schemas import AssetDetail, AssetPage, NodeOut, TreeOut
 
 router = APIRouter(prefix="/v1/knowledge", tags=["knowledge"], responses=COMMON_ERRORS)
 
@@ -26,11 +26,13 @@ def tree(
     path: str | None = Query(default=None, max_length=2000, pattern=r"^[^\x00-\x1f]*$"),
     limit: int = Query(default=navigation.MAX_CHILDREN, ge=1, le=navigation.MAX_CHILDREN),
     after: str | None = Query(default=None, max_length=2000, pattern=r"^[^\x00-\x1f]*$"),
+    as_of: Instant | None = None,
     principal=require("knowledge", "read"),
 ):
     """`{node, children: [{id, kind, name, path, summary?}], truncated, next}`; the root without
-    `path`. Children by path, `limit` at a time (default and most 1,000); `after=<next>` pages on."""
-    return navigation.tree(db, principal, path, limit=limit, after=after)
+    `path`. Children by path, `limit` at a time (default and most 1,000); `after=<next>` pages on.
+    `as_of`: the nodes that existed then (written by then, of assets still active today)."""
+    return navigation.tree(db, principal.at(as_of), path, limit=limit, after=after)
 
 
 @router.get("/nodes/{node_id}", response_model=NodeOut, response_model_exclude_unset=True)
@@ -80,3 +82,13 @@ def list_assets(
     then (and still exist)."""
     principal = principal.at(as_of)
     return listing.page(db, principal, f, status, read=reads(request, db, principal))
+
+
+@router.get("/assets/{asset_id}", response_model=AssetDetail)
+def get_asset(
+    asset_id: uuid.UUID, request: Request, db: SessionDep, as_of: Instant | None = None, principal=require("knowledge", "read")
+):
+    """One asset as the list shows it, with its status and the number of its chunks the caller may
+    see; `as_of`: as it existed then. An asset the caller may not see is a 404, as an absent one."""
+    principal = principal.at(as_of)
+    return listing.one(db, principal, asset_id, read=reads(request, db, principal))

@@ -1,17 +1,20 @@
-"""Listing knowledge assets: keyset pages of the assets the caller may see, for the console and any
-client that browses rather than searches. A page hands out content (titles, sources), so it is
-recorded as a retrieval like the memory and episode lists."""
+"""Listing knowledge assets: keyset pages of the assets the caller may see, and one asset with its
+chunk count, for the console and any client that browses rather than searches. Both hand out
+content (titles, sources), so they are recorded as retrievals like the memory and episode reads."""
 
 from __future__ import annotations
+
+import uuid
 
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
+from app.kit.errors import NotFound
 from app.kit.http.listing import ItemFilters, next_cursor
 from app.kit.items import ASSET
 from app.knowledge import repository_listing as repo
 from app.knowledge.models import KnowledgeAsset
-from app.knowledge.schemas import AssetOut, AssetPage
+from app.knowledge.schemas import AssetDetail, AssetOut, AssetPage
 
 
 def to_out(a: KnowledgeAsset) -> AssetOut:
@@ -41,3 +44,17 @@ def page(db: Session, principal: Principal, f: ItemFilters, status: str, read=No
     if rows:
         record_listing(db, principal, ASSET, rows)
     return AssetPage(items=[to_out(a) for a in rows], next_cursor=next_cursor(rows, f.limit))
+
+
+def one(db: Session, principal: Principal, asset_id: uuid.UUID, read=None) -> AssetDetail:
+    """One asset the caller may see in its view, with its chunk count; a 404 for an asset that is
+    absent and for one the caller may not see alike. Recorded as a read of its content, as a GET is."""
+    from app.kit.database.replicas import on
+    from app.lineage.service import record_read
+
+    found = (read or on(db))(lambda rdb: repo.one_visible(rdb, principal, asset_id))
+    if found is None:
+        raise NotFound("knowledge asset not found")
+    a, chunks = found
+    record_read(db, principal, "get", ASSET, a.id)
+    return AssetDetail(**to_out(a).model_dump(), chunks=chunks)

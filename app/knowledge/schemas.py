@@ -63,6 +63,12 @@ class AssetOut(AccessOut):
     updated_at: datetime
 
 
+class AssetDetail(AssetOut):
+    """One asset (GET /v1/knowledge/assets/{id}): the list's fields and how many of its chunks the caller may see."""
+
+    chunks: int
+
+
 class AssetPage(StrictModel):
     """A keyset page: pass `next_cursor` as `cursor` for the next one (null: this was the last)."""
 

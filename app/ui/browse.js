@@ -66,7 +66,7 @@ async function itemsPage(ctx) {
 }
 
 async function knowledge(ctx) {
-  const t = await get("/v1/knowledge/tree", {path: state.knowledgePath || undefined});
+  const t = await get("/v1/knowledge/tree", {path: state.knowledgePath || undefined, as_of: ctx.asOf});
   const open = (path) => h("button", {type: "button", class: "link", onclick: () => { state.knowledgePath = path; ctx.rerender(); }}, path || "(root)");
   const up = state.knowledgePath ? state.knowledgePath.split("/").slice(0, -1).join("/") : null;
   return [h("p", {}, "Node: ", h("strong", {}, t.node.name || "(root)"), " ", up !== null ? open(up) : null),
@@ -79,6 +79,6 @@ export async function render(ctx) {
   const body = state.type === "knowledge" ? await knowledge(ctx) : await itemsPage(ctx);
   return section("Memory browser", filterForm(ctx),
     ctx.asOf && state.type === "episode" ? note("As of: the episodes stored by then that still exist (episodes never change).") : null,
-    ctx.asOf && state.type === "knowledge" ? note("The knowledge tree is shown as it is now (as-of applies to the lists).") : null,
+    ctx.asOf && state.type === "knowledge" ? note("As of: the tree's nodes written by then, of the assets still active today.") : null,
     ...body);
 }

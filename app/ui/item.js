@@ -1,17 +1,22 @@
 // One item: its fields, what it was derived from and what was derived from it, its lineage graph
 // (click or Enter on a node to expand it), who retrieved it, its audit trail, and for memories
 // their versions (those the key may see, newest first, each a link) and declassification as an
-// audited act with its reason. #/item/<type>/<id>.
+// audited act with its reason; for knowledge assets their fields, status and chunk count. #/item/<type>/<id>.
 import {get, post} from "./api.js";
 import {h, field, input, select, table, when, short, itemLink, values, section, note} from "./dom.js";
 import {lineageGraph, nodeKey} from "./graph.js";
 
 const FIELDS = ["id", "kind", "status", "version", "root_id", "visibility", "groups", "labels", "owner_id", "confidence",
-  "session_id", "outcome", "occurred_at", "recorded_at", "valid_from", "valid_to", "superseded_at", "agent_id"];
+  "session_id", "outcome", "occurred_at", "recorded_at", "valid_from", "valid_to", "superseded_at", "agent_id",
+  "title", "source_uri", "chunks", "content_hash", "created_at", "updated_at"];
+// Each type with an item read: its path and its text.
+const READS = {memory: ["/v1/memories/", (x) => x.text], episode: ["/v1/episodes/", (x) => x.content],
+  asset: ["/v1/knowledge/assets/", (x) => x.title]};
 
 function details(x) {
   const rows = FIELDS.filter((k) => x[k] !== undefined && x[k] !== null)
     .map((k) => [h("dt", {}, k), h("dd", {"data-key": k}, Array.isArray(x[k]) ? x[k].join(", ") : String(x[k]))]);
+  if (x.metadata && Object.keys(x.metadata).length) rows.push([h("dt", {}, "metadata"), h("dd", {"data-key": "metadata", class: "text"}, JSON.stringify(x.metadata))]);
   if (x.utility) rows.push([h("dt", {}, "utility"), h("dd", {}, `helpful ${x.utility.helpful} · wrong ${x.utility.wrong} · estimate ${x.utility.estimate}`)]);
   return h("dl", {class: "fields"}, rows.flat());
 }
@@ -53,9 +58,8 @@ function declassifyForm(id, ctx) {
 
 export async function render(ctx) {
   const [type, id] = ctx.args;
-  let x = null;
-  if (type === "memory") x = await get(`/v1/memories/${encodeURIComponent(id)}`, {as_of: ctx.asOf});
-  else if (type === "episode") x = await get(`/v1/episodes/${encodeURIComponent(id)}`, {as_of: ctx.asOf});
+  const read = READS[type];
+  const x = read ? await get(read[0] + encodeURIComponent(id), {as_of: ctx.asOf}) : null;
   const detail = h("p", {id: "node-detail", class: "text"});
   const graph = lineageGraph(ctx.asOf, (n) => {
     detail.textContent = n.redacted ? `${n.type} ${n.id}: you may not read this item` :
@@ -71,7 +75,7 @@ export async function render(ctx) {
     audit = table("Audit trail", [["seq", (e) => e.seq], ["at", (e) => when(e.at)], ["action", (e) => e.action],
       ["actor", (e) => short(e.actor) || "system"]], a.events, {id: "item-audit"});
   } catch (e) { audit = note("The audit trail needs the auditor role."); }
-  const text = x ? (x.text !== undefined ? x.text : x.content) : "";
+  const text = x ? read[1](x) : "";
   return h("div", {class: "item"},
     h("div", {class: "cols"},
       section(`${type} ${short(id)}`, h("p", {}, h("a", {href: "#/browse"}, "← back to the list")),
