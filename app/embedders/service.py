@@ -195,13 +195,16 @@ def stage_batch(db: Session, org_id: uuid.UUID, embedder, cursor: dict, limit: i
 
 
 def switch(db: Session, org_id: uuid.UUID, embedder, *, try_for_s: float = SWITCH_TRY_S) -> dict:
-    """The switch (see the module), in the caller's transaction."""
+    """The switch (see the module), in the caller's transaction. Its stats say how long it held
+    the org's exclusive lock before its commit (`switch_locked_s`): what the org's writes and
+    searches waited."""
     deadline = time.monotonic() + try_for_s
     while not repo.try_lock_exclusive(db, org_id):
         if time.monotonic() > deadline:
             repo.lock_exclusive(db, org_id)
             break
         time.sleep(0.02)
+    locked_at = time.monotonic()
     run = repo.run_of(db, org_id, for_update=True)
     if run is None:
         return {"switched": False}
@@ -213,7 +216,13 @@ def switch(db: Session, org_id: uuid.UUID, embedder, *, try_for_s: float = SWITC
     copied = repo.copy_staged(db, org_id)
     repo.record(db, org_id, run.model, run.dim)
     repo.end_run(db, org_id)
-    return {"switched": True, "model": run.model, "copied": copied, "caught_up_at_switch": caught_up}
+    return {
+        "switched": True,
+        "model": run.model,
+        "copied": copied,
+        "caught_up_at_switch": caught_up,
+        "switch_locked_s": round(time.monotonic() - locked_at, 2),
+    }
 
 
 def abandon(db: Session, org_id: uuid.UUID) -> bool:

@@ -1,20 +1,29 @@
-"""Re-embedding an org online (MiniLM -> e5-small) with `memscale admin reembed`, killed with
-SIGKILL at random points and run again, while searches run against the org.
+"""Re-embedding an org online (`--from` -> `--to`, default MiniLM -> e5-small) with `memscale
+admin reembed`, killed with SIGKILL at random points and run again, while searches run against
+the org.
 
-    .venv/bin/python -m bench.speed.reembed --items 20000 [--kills 5] [--real 300] [--searches 20] [--data LOCOMO.json]
+    .venv/bin/python -m bench.speed.reembed --items 20000 [--kills 5] [--real 300] [--searches 20]
+        [--from MODEL] [--to MODEL] [--data LOCOMO.json]
 
-The org holds `--real` turns written through the service (real MiniLM vectors and vocabulary),
-then rows derived in SQL up to `--items` episodes (one turn's text plus words of another, the sum
-of their vectors): the re-embedding has that many texts to embed with e5. The CLI runs as its own
-process, as an operator runs it.
+The service in this process is configured with the `--from` model (MEMSCALE_EMBEDDING_MODEL): it
+creates the org, writes `--real` turns through the write path (real `--from` vectors and
+vocabulary), then rows derived in SQL up to `--items` episodes (one turn's text plus words of
+another, the sum of their vectors): the re-embedding has that many texts to embed with `--to`.
+Configured with `--from`, the service serves the org before, during and after the run (after the
+switch it embeds questions with the org's new model from its pool); a process configured with
+`--to` would be refused at start unless a run were already under way. The CLI runs as its own
+process, configured with `--to`, as an operator runs it.
 
 - **kill -9**: `--kills` times the CLI is killed at a random point (uniform over a share of the
   time a run would take, so that the last run still has work), then run to the end. Before each
   kill and at every observation in between, every episode's vector is compared with its value
   before the run: either all equal (old model) or none (new model), never a mix. At the end: as
-  many rows as before, no staged vector left, and a sample of rows holds e5's vector of its text.
+  many rows as before, no staged vector left, and a sample of rows holds `--to`'s vector of its
+  text.
 - **rate**: texts embedded and staged per second by the last (uninterrupted) run, its paused time
   and its start (~3 s) left out.
+- **the switch's lock**: how long the switch held the org's exclusive embedder lock (the job's
+  `switch_locked_s`), the time writes and searches of the org wait on it.
 - **search p95 during the run vs before**: during the last run, the CLI process is paused
   (SIGSTOP) and resumed (SIGCONT) in turns; each window issues `--searches` searches through the
   API in this process. Paused windows are "before" (no re-embedding competing), running windows
@@ -35,6 +44,7 @@ import time
 from sqlalchemy import create_engine, text
 
 MINI, E5 = "local/all-minilm-l6-v2", "local/e5-small"
+RATE_GUESS = {MINI: 25.0, E5: 10.0}  # texts/s a re-embedding reaches on this machine: the kills spread over a run
 QUERIES = ["when did she go to the support group", "what does he paint", "who adopted a dog", "where did they travel", "what job"]
 
 
@@ -47,6 +57,8 @@ def parse(argv):
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--searches", type=int, default=20, help="searches per paused or running window")
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--from", dest="from_model", default=MINI, help="the model the org's vectors are made with first")
+    ap.add_argument("--to", dest="to_model", default=E5, help="the model the CLI re-embeds the org to")
     ap.add_argument("--data", default=None, help="LoCoMo json (default: bench.quality.locomo's)")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
@@ -87,7 +99,9 @@ def main(argv=None) -> dict:
 
     rng = random.Random(a.seed)
     h = Harness.__new__(Harness)
-    h.settings = fresh_database("memscale_bench_reembed").model_copy(update={"log_level": "WARNING", "max_batch_items": 2000})
+    h.settings = fresh_database("memscale_bench_reembed").model_copy(
+        update={"log_level": "WARNING", "max_batch_items": 2000, "embedding_model": a.from_model}
+    )
     h.app = create_app(h.settings)
     h.http = TestClient(h.app)
     h.http.__enter__()
@@ -98,7 +112,7 @@ def main(argv=None) -> dict:
 
     owner = create_engine(admin_url(h.settings))
     with Session(owner, expire_on_commit=False, info={"audit_key": h.settings.audit_secret()}) as db:
-        org = orgs.create_org(db, "reembed")
+        org = orgs.create_org(db, "reembed", embedding_model=a.from_model)
         key = orgs.create_key(db, orgs.create_user(db, org, "writer", roles=("admin",)))
         db.commit()
     owner.dispose()
@@ -117,9 +131,9 @@ def main(argv=None) -> dict:
         vocab = c.execute(text("SELECT count(*) FROM lexicon WHERE org_id = :o"), {"o": principal.org_id}).scalar()
     auth = {"Authorization": f"Bearer {key}"}
 
-    env = {**os.environ, "MEMSCALE_DATABASE_URL": h.settings.database_url}
-    cmd = [sys.executable, "-m", "app", "admin", "reembed", "--org", "reembed", "--model", E5]
-    guess_s = (a.items + vocab) / 10.0  # ~10 e5 texts/s on this machine: kills spread over a run's length
+    env = {**os.environ, "MEMSCALE_DATABASE_URL": h.settings.database_url, "MEMSCALE_EMBEDDING_MODEL": a.to_model}
+    cmd = [sys.executable, "-m", "app", "admin", "reembed", "--org", "reembed", "--model", a.to_model]
+    guess_s = (a.items + vocab) / RATE_GUESS.get(a.to_model, 10.0)  # kills spread over a run's length
     mixes, kills = [], []
     for _ in range(a.kills):
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -177,20 +191,24 @@ def main(argv=None) -> dict:
 
     import numpy as np
 
-    from app.kit.runtime.embedding import E5Embedder
+    from app.kit.runtime.embedding import make_embedder
 
-    e5 = E5Embedder()
-    ref = e5.embed([s[0] for s in sample])
+    ref = np.asarray(make_embedder(h.settings, a.to_model).embed([s[0] for s in sample]), dtype=np.float32)
     got = np.array([json.loads(s[1]) for s in sample], dtype=np.float32)
     cos = (ref * got).sum(1)
+    stats = json.loads(out_line).get("stats", {}) if out_line.startswith("{") else {}
     result = {
+        "from": a.from_model,
+        "to": a.to_model,
         "items": a.items,
+        "real": a.real,
         "vocabulary": vocab,
         "kills": kills,
         "ever_mixed": any(mixes),
         "observations": len(mixes),
         "after": {"rows": n, "rows_before": a.items, "old_vectors": old, "staged_left": left, "model": model},
-        "sample_cos_to_e5_min": round(float(cos.min()), 5),
+        "sample_cos_to_new_model_min": round(float(cos.min()), 5),
+        "switch_locked_s": stats.get("switch_locked_s"),
         "last_run": {"staged_before": staged0, "wall_s": round(wall, 1), "paused_s": round(paused_s, 1), "cli": out_line[-400:]},
         "rate_texts_per_s": round((a.items + vocab - staged0) / max(wall - paused_s - 3.0, 1e-9), 1),
         "search": {
