@@ -43,7 +43,17 @@ def _bm25(engine, org_id) -> dict:
                 text(f"SELECT coalesce(sum(n), 0) FROM bm25_buckets WHERE org_id = :o AND item_type = '{t}'"), {"o": org_id}
             ).scalar()
             for t in ("episode", "chunk")
-        } | {"df": c.execute(text("SELECT coalesce(sum(abs(df)), 0) FROM bm25_df WHERE org_id = :o"), {"o": org_id}).scalar()}
+        } | {
+            # each counter is split over shards (a row added by one connection and removed by another
+            # leaves +1 and -1): a lexeme's df is its sum over the shards
+            "df": c.execute(
+                text(
+                    "SELECT coalesce(sum(abs(s)), 0) FROM (SELECT sum(df) AS s FROM bm25_df WHERE org_id = :o"
+                    " GROUP BY item_type, bucket, lexeme) x"
+                ),
+                {"o": org_id},
+            ).scalar()
+        }
 
 
 def _import(app, principal, embedder, lines):
