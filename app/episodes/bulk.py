@@ -29,6 +29,7 @@ from app.episodes.service import check, embed_text, embed_vocabulary, store, voc
 from app.kit.database.db import released
 from app.kit.errors import BadRequest
 from app.kit.http.schemas import AccessIn
+from app.kit.runtime.embedding import token_counter
 from app.kit.stages import stage
 from app.kit.tenancy.access import assert_may_share
 from app.kit.tenancy.scope import Scope
@@ -149,7 +150,7 @@ def import_assets(db: Session, embedder, principal: Principal, assets: list[Asse
     from app.knowledge import service as knowledge
     from app.knowledge.service import AssetIn
 
-    count = _token_counter(embedder)
+    count = token_counter(embedder)
     counts = [[count(t) for t in a.chunks] for a in assets]  # before the model's thread starts
     ahead = Ahead(embedder.embed, [list(a.chunks) for a in assets], size=EMBED_CHUNK)
     out = []
@@ -185,15 +186,6 @@ def import_assets(db: Session, embedder, principal: Principal, assets: list[Asse
         details={"count": len(out), "ids": [str(i) for i in out][:1000]},
     )
     return out
-
-
-def _token_counter(embedder):
-    """Tokens of a chunk by the model's own tokenizer (a word estimate where it has none), as
-    bootstrap counts them."""
-    tok = getattr(getattr(embedder, "_model", None), "tokenizer", None)
-    if tok is None:
-        return lambda t: int(len(t.split()) * 1.3) + 1
-    return lambda t: len(tok.encode(t, add_special_tokens=False))
 
 
 def run(sessions, settings, principal: Principal, items: list[EpisodeIn]) -> list[uuid.UUID]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from app.jobs.params import BootstrapParams
 from app.jobs.runner import JobContext
 from app.kit.database.db import is_below
+from app.kit.runtime.embedding import token_counter
 from app.kit.runtime.tier import TierClient
 from app.kit.tenancy.scope import Scope
 from app.kit.text import sha256
@@ -44,14 +45,6 @@ def _resolve(ctx: JobContext, job: Job, rel: str) -> Path:
     return resolved
 
 
-def _token_counter(ctx: JobContext):
-    emb = ctx.resources.embedder
-    tok = getattr(getattr(emb, "_model", None), "tokenizer", None)
-    if tok is None:
-        return lambda t: int(len(t.split()) * 1.3) + 1
-    return lambda t: len(tok.encode(t, add_special_tokens=False))
-
-
 def run(ctx: JobContext, job: Job) -> dict:
     p = BootstrapParams.model_validate(job.params)
     scope = Scope(p.visibility, None, tuple(p.groups), tuple(p.labels))
@@ -66,7 +59,7 @@ def run(ctx: JobContext, job: Job) -> dict:
         "schema_hints": 0,
         "glossary_terms": 0,
     }
-    count = _token_counter(ctx)
+    count = token_counter(ctx.resources.embedder)
     with ctx.tx() as db:
         owner = job_owner(db, ctx.org_id, job.created_by)
     if p.visibility == "private":

@@ -353,6 +353,15 @@ def beside(embedder, text: str) -> Pending | None:
     return Pending(_BESIDE.submit(embedder.embed_queries, [text]))
 
 
+def token_counter(embedder):
+    """Tokens of a text by the embedder's own tokenizer (a word estimate where it has none): how
+    bootstrap and bulk import count a chunk's tokens."""
+    tok = getattr(getattr(embedder, "_model", None), "tokenizer", None)
+    if tok is None:
+        return lambda t: int(len(t.split()) * 1.3) + 1
+    return lambda t: len(tok.encode(t, add_special_tokens=False))
+
+
 def make_embedder(settings, model: str | None = None) -> Embedder:
     """The embedder for `model` (default: the configured `settings.embedding_model`)."""
     model = model or settings.embedding_model
