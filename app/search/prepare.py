@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.database.db import released
-from app.kit.runtime.embedding import beside, vector
+from app.kit.runtime.embedding import Pending, beside, vector
 from app.search.instruction import apply
 from app.search.instruction_llm import interpret_llm
 from app.search.schemas import Interpreted, SearchFilters
@@ -72,11 +72,20 @@ def prepare(
             )
     elif instruction:
         query, filters, interpreted = apply(instruction, query, filters, now=principal.view.as_of)
-    embedder = resources.embedder_for(db, principal.org_id) if embed else None  # the org's model, its lock shared
-    qvec = QueryVector(embed_query(db, principal, embedder, query) if embed else None)
-    if embed and resources.embedder_for(db, principal.org_id) is not embedder:  # switched while the lock was let go
-        qvec = QueryVector(resources.embedder_for(db, principal.org_id).embed_queries([query])[0])
+    qvec = QueryVector(_org_query_vector(db, principal, resources, query) if embed else None)
     return Prepared(principal=principal, query=query, filters=filters, interpreted=interpreted, qvec=qvec)
+
+
+def _org_query_vector(db: Session, principal: Principal, resources, query: str):
+    """The query embedded by the org's model, under the org's embedder lock in share mode. When it
+    was embedded with the connection let go (the transaction, and the lock with it, ended), the
+    model is read again: a re-embedding may have switched the org meanwhile."""
+    embedder = resources.embedder_for(db, principal.org_id)
+    vec = embed_query(db, principal, embedder, query)
+    if isinstance(vec, Pending):  # computed beside this transaction, which kept the lock
+        return vec
+    now = resources.embedder_for(db, principal.org_id)
+    return vec if now is embedder else now.embed_queries([query])[0]
 
 
 def embed_query(db: Session, principal: Principal, embedder, query: str):
