@@ -110,14 +110,9 @@ def settle(db: Session, org_id: uuid.UUID, embedder, written: dict[str, list]) -
     key read when nothing changed."""
     if not any(written.values()):
         return
-    pool = getattr(embedder, "embedders", None)
-    used = pool.model_of(embedder) if pool is not None else getattr(embedder, "model", None)
-    current = serving_model(db, org_id, default=used)
-    if used is None or current == used:
+    fresh = _switched(db, org_id, embedder)
+    if fresh is None:
         return
-    if pool is None:
-        raise Conflict("the org's embedding model changed during this write; retry it", code="embedder_switched")
-    fresh = pool.get(current)
     for item, keys in written.items():
         texts = repo.texts_of(db, org_id, item, keys)
         ks = list(texts)
@@ -129,15 +124,23 @@ def recheck(db: Session, org_id: uuid.UUID, embedder, texts: list[str], vectors)
     """The same check for a writer that embedded in an earlier transaction and has not written
     yet (a pipeline's batch): (the embedder, the vectors) to compare and store in this one,
     made again with the org's model if it switched meanwhile."""
+    fresh = _switched(db, org_id, embedder)
+    if fresh is None:
+        return embedder, vectors
+    return fresh, (fresh.embed(texts) if texts else vectors)
+
+
+def _switched(db: Session, org_id: uuid.UUID, embedder):
+    """Under the org's lock in share mode: None while `embedder`'s model is still the org's, else
+    the embedder of the org's model now (a 409 to retry when `embedder` belongs to no pool)."""
     pool = getattr(embedder, "embedders", None)
     used = pool.model_of(embedder) if pool is not None else getattr(embedder, "model", None)
     current = serving_model(db, org_id, default=used)
     if used is None or current == used:
-        return embedder, vectors
+        return None
     if pool is None:
         raise Conflict("the org's embedding model changed during this write; retry it", code="embedder_switched")
-    fresh = pool.get(current)
-    return fresh, (fresh.embed(texts) if texts else vectors)
+    return pool.get(current)
 
 
 # ---- the org's identity and its re-embedding, as the API shows them -------------------------
