@@ -80,6 +80,9 @@ def test_list_parameters_are_checked(client, world):
         ("/v1/episodes", {"visibility": "public"}),
         ("/v1/episodes", {"label": "a b"}),
         ("/v1/jobs", {"cursor": "1"}),
+        ("/v1/knowledge/assets", {"kind": "spreadsheet"}),
+        ("/v1/knowledge/assets", {"kind": ["document"] * 20}),
+        ("/v1/knowledge/assets", {"limit": 501}),
     ):
         r = client.get(path, params=params, headers=alice.h)
         assert r.status_code == 422 and r.json()["error"]["code"], (path, params, r.text)

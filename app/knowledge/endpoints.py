@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from app.kit.database.replicas import reads
 from app.kit.errors import COMMON_ERRORS
 from app.kit.http.deps import SessionDep, require
-from app.kit.http.listing import TAG, ItemFilters
+from app.kit.http.listing import ItemFilters, filters_for
 from app.kit.http.schemas import Instant
 from app.knowledge import listing, navigation
 from app.knowledge.kinds import ASSET_KINDS, AssetKind, AssetStatus
@@ -41,31 +41,8 @@ def node(node_id: uuid.UUID, db: SessionDep, principal=require("knowledge", "rea
     return navigation.node(db, principal, node_id)
 
 
-def asset_filters(
-    *,
-    kind: list[AssetKind] = Query(default=[], max_length=len(ASSET_KINDS)),
-    owner: uuid.UUID | None = None,
-    visibility: str | None = Query(default=None, pattern=r"^(private|group|org)$"),
-    group: str | None = Query(default=None, pattern=TAG),
-    label: str | None = Query(default=None, pattern=TAG),
-    since: Instant | None = None,
-    until: Instant | None = None,
-    cursor: uuid.UUID | None = None,
-    limit: int = Query(default=50, ge=1, le=500),
-) -> ItemFilters:
-    """The list endpoints' query parameters (app/kit/http/listing.py `item_filters`), with `kind`
-    one of the asset kinds: the OpenAPI enum, and a 422 for any other."""
-    return ItemFilters(
-        kinds=tuple(kind),
-        owner=owner,
-        visibility=visibility,
-        group=group,
-        label=label,
-        since=since,
-        until=until,
-        after=cursor,
-        limit=limit,
-    )
+# `kind` one of the asset kinds: the OpenAPI enum, and a 422 for any other.
+asset_filters = filters_for(AssetKind, max_kinds=len(ASSET_KINDS))
 
 
 @router.get("/assets", response_model=AssetPage)

@@ -29,30 +29,41 @@ class ItemFilters:
     limit: int = 50
 
 
-def item_filters(
-    *,
-    kind: list[str] = Query(default=[], max_length=10),
-    owner: uuid.UUID | None = None,
-    visibility: str | None = Query(default=None, pattern=r"^(private|group|org)$"),
-    group: str | None = Query(default=None, pattern=TAG),
-    label: str | None = Query(default=None, pattern=TAG),
-    since: Instant | None = None,
-    until: Instant | None = None,
-    cursor: uuid.UUID | None = None,
-    limit: int = Query(default=50, ge=1, le=500),
-) -> ItemFilters:
-    """The list endpoints' query parameters (`cursor`: the `next_cursor` of the previous page)."""
-    return ItemFilters(
-        kinds=tuple(k[:64] for k in kind),
-        owner=owner,
-        visibility=visibility,
-        group=group,
-        label=label,
-        since=since,
-        until=until,
-        after=cursor,
-        limit=limit,
-    )
+def filters_for(kind_type: object = str, *, max_kinds: int = 10):
+    """The list endpoints' query parameters as a FastAPI dependency (`cursor`: the `next_cursor` of
+    the previous page). `kind` is typed `kind_type`: a Literal of an item type's kinds gives the
+    OpenAPI enum and a 422 for any other value; plain `str` takes any kind (at most 64 characters)."""
+
+    def dependency(
+        *,
+        kind=Query(default=[], max_length=max_kinds),
+        owner: uuid.UUID | None = None,
+        visibility: str | None = Query(default=None, pattern=r"^(private|group|org)$"),
+        group: str | None = Query(default=None, pattern=TAG),
+        label: str | None = Query(default=None, pattern=TAG),
+        since: Instant | None = None,
+        until: Instant | None = None,
+        cursor: uuid.UUID | None = None,
+        limit: int = Query(default=50, ge=1, le=500),
+    ) -> ItemFilters:
+        return ItemFilters(
+            kinds=tuple(k[:64] for k in kind),
+            owner=owner,
+            visibility=visibility,
+            group=group,
+            label=label,
+            since=since,
+            until=until,
+            after=cursor,
+            limit=limit,
+        )
+
+    # FastAPI reads the type from the signature: set here, since the annotation is a value of this call.
+    dependency.__annotations__["kind"] = list[kind_type]
+    return dependency
+
+
+item_filters = filters_for(str)
 
 
 def next_cursor(rows: list, limit: int) -> str | None:
