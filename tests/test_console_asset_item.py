@@ -100,6 +100,31 @@ def test_the_knowledge_tree_as_of_holds_the_nodes_that_existed_then(run_job, wor
     assert client.get("/v1/knowledge/tree", params={"as_of": "not a time"}, headers=member.h).status_code == 422
 
 
+def test_a_rewritten_asset_keeps_its_nodes_in_the_tree_as_of_before(run_job, world, client, tmp_path, admin_engine):
+    """Re-enriching a changed document rebuilds its nodes; those that were there before keep their
+    creation time, so the tree as of an instant between the two runs still shows them (and not the
+    section added later)."""
+    org = world.org()
+    owner = world.user(org, roles=["steward"])
+    folder = _docs(tmp_path, "policy")
+    assert run_job(owner.org_id, "bootstrap", {"path": folder, "visibility": "org"}).status == "succeeded"
+    with admin_engine.connect() as c:
+        then = c.execute(text("SELECT max(created_at) FROM knowledge_nodes WHERE org_id = :o"), {"o": owner.org_id}).scalar_one()
+    doc = tmp_path / "policy" / "policy.md"
+    doc.write_text(doc.read_text() + "\n## Travel\n\nTrains over planes below 600 km.\n")
+    assert run_job(owner.org_id, "bootstrap", {"path": folder, "visibility": "org"}).status == "succeeded"
+
+    def sections(**params):
+        r = client.get("/v1/knowledge/tree", params={"path": "docs/policy.md", **params}, headers=owner.h)
+        assert r.status_code == 200, r.text
+        return {c["name"] for c in r.json()["children"]}
+
+    now = sections()
+    assert any("Travel" in n for n in now) and any("Refunds" in n for n in now), now
+    before = sections(as_of=then.isoformat())
+    assert any("Refunds" in n for n in before) and not any("Travel" in n for n in before), before
+
+
 def test_job_kinds_say_which_kinds_the_caller_may_start(client, world):
     org = world.org()
     member, steward, admin = world.user(org), world.user(org, roles=["steward"]), world.user(org, roles=["admin"])

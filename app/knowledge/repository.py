@@ -84,16 +84,24 @@ def delete_owned_by(db: Session, org_id: uuid.UUID, owner_id: uuid.UUID) -> int:
 
 
 def replace_nodes(db: Session, org_id: uuid.UUID, asset_id: uuid.UUID, nodes: list) -> None:
-    """An asset's nodes, rebuilt whole when the asset is (re-)enriched."""
+    """An asset's nodes, rebuilt whole when the asset is (re-)enriched. A node that was there
+    before (same id: uuid5 of the asset and its path) keeps its `created_at`, so a tree read as of
+    an earlier instant still holds it (its text is today's: nodes are not versioned)."""
     from app.knowledge.models import KnowledgeNode
 
-    db.execute(
-        delete(KnowledgeNode).where(
+    gone = db.execute(
+        delete(KnowledgeNode)
+        .where(
             KnowledgeNode.org_id == org_id,
             KnowledgeNode.asset_id == asset_id,
             KnowledgeNode.branch_id.is_not_distinct_from(view_of(db).branch_id),
         )
+        .returning(KnowledgeNode.id, KnowledgeNode.created_at)
     )
+    since = dict(gone.all())
+    for n in nodes:
+        if n.id in since:
+            n.created_at = since[n.id]
     db.add_all(nodes)
     db.flush()
 
