@@ -11,6 +11,7 @@ Every statistic (z-scores over the pool) is taken over rows the caller may be se
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,6 +76,14 @@ def lift(name: str) -> Callable[[Pool, dict, float], dict]:
     return signal
 
 
+def spoken_by_named(query: str, who: dict) -> dict:
+    """The `speaker` lift's values: {id: 1.0} for the turns (`who`: {id: speaker}) whose speaker's
+    first name is a word of the query. A question about Caroline is answered by what Caroline said,
+    often in sessions and words the question does not share."""
+    named = {s for s in set(who.values()) if s.split() and re.search(rf"\b{re.escape(s.split()[0])}\b", query, re.I)}
+    return {i: 1.0 for i, s in who.items() if s in named}
+
+
 def neighbour(pool: Pool, total: dict, w: float) -> dict:
     """A turn gains w x the best fused score so far of the turns just before and after it (when in the pool)."""
     if not pool.turns:
@@ -106,6 +115,25 @@ def length(pool: Pool, total: dict, w: float) -> dict:
     return {i: w * (size[i] - mean) for i in total}
 
 
+def diversity(pool: Pool, total: dict, w: float) -> dict:
+    """A turn loses w x ln(1 + its rank among its session's pooled turns by the score so far): the
+    best turn of each session keeps its score, the next ones of the same session fall by a little
+    more each, so that a top 10 of ten turns of one session makes room for another session's (a
+    question that needs two sessions). Ranks are taken within the pool, ties broken by id."""
+    if not pool.turns:
+        return {}
+    by_session: dict = {}
+    for r in pool.rows:
+        if r.session_id is not None and r.id in total:
+            by_session.setdefault(r.session_id, []).append(r.id)
+    out: dict = {}
+    for ids in by_session.values():
+        for rank, i in enumerate(sorted(ids, key=lambda i: (-total[i], str(i)))):
+            if rank:
+                out[i] = -w * math.log1p(rank)
+    return out
+
+
 UTILITY_FLOOR = 0.1  # below this estimate a memory is demoted no further (consolidation quarantines it)
 
 
@@ -129,11 +157,13 @@ SIGNALS: dict[str, Signal] = {
     "bm25": Signal(bm25, None),
     "vocabulary": Signal(lift("vocabulary"), "vocab_weight"),
     "time": Signal(lift("time"), "time_weight"),
+    "speaker": Signal(lift("speaker"), "speaker_weight"),
     "second_round": Signal(lift("second_round"), "expand_weight"),
     "neighbour": Signal(neighbour, "neighbour"),
     "session": Signal(session, "session"),
     "length": Signal(length, "length_prior"),
     "utility": Signal(utility, "utility_weight"),
+    "diversity": Signal(diversity, "diversity"),
 }
 
 

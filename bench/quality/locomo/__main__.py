@@ -44,6 +44,8 @@ ABLATIONS = {
     "time window 0.25": ({"time_weight": 0.25}, False),
     "time window 0.5": ({"time_weight": 0.5}, False),
     "time window 2.0": ({"time_weight": 2.0}, False),
+    # the speaker lift (speaker_weight 8.0 in the default): off is the ranking before it
+    "no speaker lift": ({"speaker_weight": 0.0}, True),
 }
 DEFAULT_VARIANT = (
     "score fusion + neighbours + sessions + vocabulary lift + length prior + time window, second round in context (default)"
