@@ -115,25 +115,6 @@ def length(pool: Pool, total: dict, w: float) -> dict:
     return {i: w * (size[i] - mean) for i in total}
 
 
-def diversity(pool: Pool, total: dict, w: float) -> dict:
-    """A turn loses w x ln(1 + its rank among its session's pooled turns by the score so far): the
-    best turn of each session keeps its score, the next ones of the same session fall by a little
-    more each, so that a top 10 of ten turns of one session makes room for another session's (a
-    question that needs two sessions). Ranks are taken within the pool, ties broken by id."""
-    if not pool.turns:
-        return {}
-    by_session: dict = {}
-    for r in pool.rows:
-        if r.session_id is not None and r.id in total:
-            by_session.setdefault(r.session_id, []).append(r.id)
-    out: dict = {}
-    for ids in by_session.values():
-        for rank, i in enumerate(sorted(ids, key=lambda i: (-total[i], str(i)))):
-            if rank:
-                out[i] = -w * math.log1p(rank)
-    return out
-
-
 UTILITY_FLOOR = 0.1  # below this estimate a memory is demoted no further (consolidation quarantines it)
 
 
@@ -163,7 +144,6 @@ SIGNALS: dict[str, Signal] = {
     "session": Signal(session, "session"),
     "length": Signal(length, "length_prior"),
     "utility": Signal(utility, "utility_weight"),
-    "diversity": Signal(diversity, "diversity"),
 }
 
 

@@ -46,9 +46,6 @@ class Tuning:
     # Feedback (app/feedback/service.py): a memory with feedback gains utility_weight x ln(estimate / 0.5),
     # the estimate floored at 0.1 (signals.utility); one user moves it by at most 1/6. 0: off.
     utility_weight: float = 2.0
-    # A turn loses diversity x ln(1 + its rank among its session's pooled turns by score): more
-    # sessions in the top k (signals.diversity). 0: off.
-    diversity: float = 0.0
     # Hybrid: the caller's visible rows of a type are counted once (BM25's N); up to this many,
     # the vector pool is the exact search (cheaper and exact there); 0: HNSW first always.
     exact_below: int = 10_000

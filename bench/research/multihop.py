@@ -8,16 +8,37 @@ on as in the service; the vocabulary lift and the time window stay off (they nee
 Embeddings and lexemes are bench/research/levers_data.py's, cached under `--cache`.
 
 pattern   for each multi-hop evidence turn missed by the top 10: is its session among the top 10's
-          sessions, its speaker among the found evidence's, does it share a word (lexeme) or a
-          name (a capitalised word) with the question, with a found evidence turn, with the top 10
+          sessions, is it spoken by a speaker the question names, does it share a word (lexeme) or
+          a name (a capitalised word) with the question, with a found evidence turn, the top 10;
+          where it ranks
 levers    each scored leave-one-conversation-out (the grid point best on four conversations scored
           on the fifth) and fit on all five, recall@10 overall and per category:
-  diversity   signals.diversity: a turn loses w x ln(1 + its rank among the pool's turns of its
+  speaker     signals.spoken_by_named: the turns of a speaker the question names, a lift of weight w
+              (the service's `speaker` signal)
+  diversity   a turn loses w x ln(1 + its rank among the pool's turns of its
               session by the score so far), so that the top 10 holds more sessions
   names       a second query from the names (capitalised words not in the question) of the first
               round's best turns: its BM25 a lift with weight w, its top 30 join the pool
   rare        the service's second round (rarest words of the best turns) switched on for search
-The figures are in docs/search.md ("Multi-hop").
+  speaker_*   diversity, names and rare on top of the speaker lift at 8
+
+Figures (LoCoMo dev, MiniLM, 760 questions; recall@10 all / multi-hop / temporal / open-domain /
+single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.857):
+  pattern: 142 multi-hop questions, 415 evidence turns, 244 missed by the top 10 (115 questions);
+    160 of the 244 (66 %) in a session none of the top 10 comes from (the top 10 holds 4.5
+    sessions, a question's evidence 2.6; 96 % of the questions need two sessions or more);
+    234 of 244 (96 %) spoken by a speaker the question names (400 of all 415 evidence turns);
+    only 4 share no word with the question (its speaker's name is the shared word), 209 share no
+    name with it; 63 are outside the 200-row pool, 112 rank 10-49.
+  speaker      held out 0.776 / 0.491 / 0.857 / 0.466 / 0.874 (w 12 chosen in every fold; w 8 on
+               all: 0.774 / 0.473 / 0.864 / 0.466 / 0.874): kept, every category up
+  diversity    held out 0.749 / 0.430 / 0.845 / 0.421 / 0.857: lost (the session signal's best
+               session is usually the right one; pushing its turns down costs more than it finds)
+  names        held out 0.761 / 0.432 / 0.866 / 0.436 / 0.868: overall up, multi-hop down: lost
+  rare         held out 0.757 / 0.438 / 0.851 / 0.441 / 0.864: multi-hop down: lost
+  with the speaker lift at 8 (0.774 / 0.473 / 0.864 / 0.466 / 0.874): diversity held out
+               0.776 / 0.490 / 0.864 / 0.455 / 0.874 (+0.0025, open-domain -0.011), names 0.772,
+               rare 0.773: none clears +0.005 with no category down.
 """
 
 from __future__ import annotations
@@ -72,13 +93,7 @@ def rank(
     from app.search.tuning import DEFAULT_TUNING
 
     tun = replace(
-        DEFAULT_TUNING,
-        vocab_terms=0,
-        vocab_weight=0.0,
-        time_weight=0.0,
-        speaker_weight=speaker,
-        diversity=diversity,
-        **{**BASE, "session": session},
+        DEFAULT_TUNING, vocab_terms=0, vocab_weight=0.0, time_weight=0.0, speaker_weight=speaker, **{**BASE, "session": session}
     )
     cos = d["E"] @ q["e"]
     bm = L.bm25_vec(d, list(set(q["l"][:32])))
@@ -86,7 +101,7 @@ def rank(
     pairs = [(j + o, j) for j in pool for o in (-1, 1) if 0 <= j + o < len(cos) and d["sess"][j + o] == d["sess"][j]]
     rows = [_Row(j, cos[j], d["sess"][j], d["nlex"][j]) for j in pool]
     lift0 = {}
-    if speaker:  # the turns of a speaker the question names (offline in the time window's slot)
+    if speaker:  # the turns of a speaker the question names (the service's speaker lift)
         lift0 = {"speaker": spoken_by_named(q["q"], {j: d["speaker"][j] for j in pool})}
     base = Pool(rows=rows, bm25={j: float(bm[j]) for j in pool if bm[j] > 0}, pairs=pairs, turns=True, lifts=lift0)
     total, _ = fuse(base, tun)
@@ -109,10 +124,30 @@ def rank(
         rows = rows + [_Row(j, cos[j], d["sess"][j], d["nlex"][j]) for j in found if j not in have]
         lifts = {**lift0, "second_round": {j: float(s2[j]) for j in found}}
         total, _ = fuse(replace(base, rows=rows, lifts=lifts), replace(tun, expand_weight=weight))
+    if diversity:  # last, after every signal of the service's table
+        penalty = _diversity(rows, total, diversity)
+        total = {j: v + penalty.get(j, 0.0) for j, v in total.items()}
     s = np.full(len(cos), -np.inf)
     for j, v in total.items():
         s[j] = v
     return s
+
+
+def _diversity(rows: list, total: dict, w: float) -> dict:
+    """A turn loses w x ln(1 + its rank among its session's pooled turns by the score so far): the
+    best turn of each session keeps its score, the next ones of the same session fall by a little
+    more each, so that a top 10 of ten turns of one session makes room for another session's (a
+    question that needs two sessions). Ranks are taken within the pool, ties broken by id."""
+    by_session: dict = {}
+    for r in rows:
+        if r.session_id is not None and r.id in total:
+            by_session.setdefault(r.session_id, []).append(r.id)
+    out: dict = {}
+    for ids in by_session.values():
+        for rank, i in enumerate(sorted(ids, key=lambda i: (-total[i], str(i)))):
+            if rank:
+                out[i] = -w * math.log1p(rank)
+    return out
 
 
 def pattern(data: list[dict]) -> dict:
@@ -185,6 +220,10 @@ GRIDS = {
     "names": {"names": (0.0, 0.1, 0.2, 0.3, 0.5), "names_from": (3, 5, 10)},
     "rare": {"rare": (0.0, 0.15, 0.3, 0.5)},
     "speaker": {"speaker": (0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0)},
+    "speaker8": {"speaker": (8.0,)},
+    "speaker_diversity": {"speaker": (8.0,), "diversity": (0.0, 0.05, 0.1, 0.2)},
+    "speaker_names": {"speaker": (8.0,), "names": (0.0, 0.1, 0.2, 0.3)},
+    "speaker_rare": {"speaker": (8.0,), "rare": (0.0, 0.15, 0.3)},
     "names_speaker": {"names": (0.0, 0.2, 0.3), "speaker": (0.0, 0.5, 1.0, 2.0)},
     "diversity_session": {"diversity": (0.0, 0.05, 0.1, 0.2), "session": (0.5, 0.3, 0.2, 0.0)},
 }
