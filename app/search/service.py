@@ -4,8 +4,8 @@ Fusion (hybrid mode), per item type, over a `RankCall` (the request's one carrie
 1. A fixed pool: the vector top-`pool` and the text top-`pool` among the caller's visible rows.
    The pool does not follow `k`, so the first 10 results are the same whatever `k` is asked.
 2. For conversation turns, lifts that bring rows into the pool and score them: the vocabulary
-   lift (app/search/lexicon.py) and, when the query names a time ("in May 2023", "last week"),
-   that time's turns (a signal, never a filter).
+   lift (app/search/lexicon.py), when the query names a time ("in May 2023", "last week"),
+   that time's turns (a signal, never a filter), and when it names a speaker, that speaker's turns.
 3. The signals of app/search/signals.py (`SIGNALS`: z-normalised cosine and BM25, the lifts,
    a turn's neighbours and session, a length prior, a memory's utility from feedback), each
    weighed by its `Tuning` setting; a memory held for review (docs/feedback.md) leaves the pool.

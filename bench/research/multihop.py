@@ -20,7 +20,12 @@ levers    each scored leave-one-conversation-out (the grid point best on four co
   names       a second query from the names (capitalised words not in the question) of the first
               round's best turns: its BM25 a lift with weight w, its top 30 join the pool
   rare        the service's second round (rarest words of the best turns) switched on for search
+  speaker_demoted  the same signal's other form: the turns of speakers the question does not
+              name lose w (the research swaps it into the signal table for its own process)
   speaker_*   diversity, names and rare on top of the speaker lift at 8
+latency   (`--latency N`, through the service over HTTP) /v1/search (episodes, k 10) and /v1/context
+          (1,000 tokens) p50 / p95 with the speaker lift off and on, alternated request by request
+          over N sampled questions so both see the same load
 
 Figures (LoCoMo dev, MiniLM, 760 questions; recall@10 all / multi-hop / temporal / open-domain /
 single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.857):
@@ -32,6 +37,8 @@ single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.
     name with it; 63 are outside the 200-row pool, 112 rank 10-49.
   speaker      held out 0.776 / 0.491 / 0.857 / 0.466 / 0.874 (w 12 chosen in every fold; w 8 on
                all: 0.774 / 0.473 / 0.864 / 0.466 / 0.874): kept, every category up
+  speaker_demoted  held out 0.760 / 0.477 / 0.859 / 0.455 / 0.852 (w 2-3): single-hop down, lost
+               (the lift's gain passes on through the neighbour and session signals)
   diversity    held out 0.749 / 0.430 / 0.845 / 0.421 / 0.857: lost (the session signal's best
                session is usually the right one; pushing its turns down costs more than it finds)
   names        held out 0.761 / 0.432 / 0.866 / 0.436 / 0.868: overall up, multi-hop down: lost
@@ -85,11 +92,24 @@ class _Row:
 
 
 def rank(
-    d: dict, q: dict, *, diversity=0.0, session=0.5, speaker=0.0, names=0.0, names_from=5, rare=0.0, rare_terms=10, depth=30
+    d: dict,
+    q: dict,
+    *,
+    diversity=0.0,
+    session=0.5,
+    speaker=0.0,
+    demote=False,
+    names=0.0,
+    names_from=5,
+    rare=0.0,
+    rare_terms=10,
+    depth=30,
 ) -> np.ndarray:
     """The service's fusion over this question's pool (app.search.signals.fuse), with the levers;
     -inf outside the pool."""
-    from app.search.signals import Pool, fuse, spoken_by_named
+    from app.search.signals import SIGNALS, Pool, Signal, fuse, lift, spoken_by_named
+
+    SIGNALS["speaker"] = Signal(_demoted if demote else lift("speaker"), "speaker_weight")
     from app.search.tuning import DEFAULT_TUNING
 
     tun = replace(
@@ -131,6 +151,13 @@ def rank(
     for j, v in total.items():
         s[j] = v
     return s
+
+
+def _demoted(pool, total: dict, w: float) -> dict:
+    """The speaker lift's other form: the pooled turns of speakers the query does not name lose w
+    (the named speaker's keep their score, so the fused scores stay on the scale they had)."""
+    named = pool.lifts.get("speaker")
+    return {i: -w for i in total if i not in named} if named else {}
 
 
 def _diversity(rows: list, total: dict, w: float) -> dict:
@@ -221,6 +248,7 @@ GRIDS = {
     "rare": {"rare": (0.0, 0.15, 0.3, 0.5)},
     "speaker": {"speaker": (0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0)},
     "speaker8": {"speaker": (8.0,)},
+    "speaker_demoted": {"speaker": (0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0), "demote": (True,)},
     "speaker_diversity": {"speaker": (8.0,), "diversity": (0.0, 0.05, 0.1, 0.2)},
     "speaker_names": {"speaker": (8.0,), "names": (0.0, 0.1, 0.2, 0.3)},
     "speaker_rare": {"speaker": (8.0,), "rare": (0.0, 0.15, 0.3)},
@@ -250,6 +278,46 @@ def lever(data: list[dict], grid: dict) -> dict:
     }
 
 
+def latency(data_path: str | None, n: int) -> dict:
+    """p50 / p95 ms of search and context, the speaker lift off and on, alternated per request."""
+    import random
+    import time
+
+    import httpx
+
+    from app.search.tuning import DEFAULT_TUNING
+    from bench.common import pct, serve_in_thread
+    from bench.quality.locomo.data import load as load_convs
+    from bench.quality.locomo.run import Service
+
+    convs = load_convs(data_path) if data_path else load_convs()
+    svc = Service("memscale_bench_multihop_latency", convs, model="local/smollm2")
+    for c in convs:
+        svc.ingest(c)
+    svc.settle()
+    http = httpx.Client(base_url=serve_in_thread(svc.app), timeout=60)
+    random.seed(1)
+    sample = random.sample([(c.sample_id, q.question) for c in convs for q in c.qa], n)
+    tunings = {"off": replace(DEFAULT_TUNING, speaker_weight=0.0), "on": DEFAULT_TUNING}
+    lat: dict = {(p, v): [] for p in ("search", "context") for v in tunings}
+    for i, (sid, q) in enumerate(sample * 2):
+        h = {"Authorization": f"Bearer {svc.clients[sid].api_key}"}
+        for v in ("off", "on") if i % 2 else ("on", "off"):
+            svc.app.state.tuning = tunings[v]
+            for p, path, body in (
+                ("search", "/v1/search", {"query": q, "types": ["episode"], "k": 10}),
+                ("context", "/v1/context", {"query": q, "budget_tokens": 1000}),
+            ):
+                t = time.perf_counter()
+                r = http.post(path, json=body, headers=h)
+                assert r.status_code == 200, r.text
+                if i >= 5:  # the first few warm up
+                    lat[(p, v)].append((time.perf_counter() - t) * 1000)
+    svc.app.state.tuning = DEFAULT_TUNING
+    svc.close()
+    return {f"{p} {v}": (round(pct(x, 50), 1), round(pct(x, 95), 1)) for (p, v), x in lat.items()}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(
         prog="python -m bench.research.multihop", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -257,10 +325,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--data", default=None, help="LoCoMo dev JSON (default: the repository's shared copy)")
     ap.add_argument("--cache", default="/tmp/multihop_cache", help="embeddings and lexemes cache")
     ap.add_argument("--only", default="pattern,diversity,names,rare", help="comma-separated: pattern and lever names")
+    ap.add_argument("--latency", type=int, default=0, help="N questions: search and context latency, the lift off and on")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     args = ap.parse_args(argv)
-    data = load(args.data, Path(args.cache))
     out = {}
+    if args.latency:
+        out["latency"] = latency(args.data, args.latency)
+        print("latency p50/p95 ms", json.dumps(out["latency"]), flush=True)
+        return out
+    data = load(args.data, Path(args.cache))
     for name in args.only.split(","):
         out[name] = pattern(data) if name == "pattern" else lever(data, GRIDS[name])
         print(name, json.dumps(out[name]), flush=True)
