@@ -4,8 +4,8 @@ Fusion (hybrid mode), per item type, over a `RankCall` (the request's one carrie
 1. A fixed pool: the vector top-`pool` and the text top-`pool` among the caller's visible rows.
    The pool does not follow `k`, so the first 10 results are the same whatever `k` is asked.
 2. For conversation turns, lifts that bring rows into the pool and score them: the vocabulary
-   lift (app/search/lexicon.py) and, when the query names a time ("in May 2023", "last week"),
-   that time's turns (a signal, never a filter).
+   lift (app/search/lexicon.py), when the query names a time ("in May 2023", "last week"),
+   that time's turns (a signal, never a filter), and when it names a speaker, that speaker's turns.
 3. The signals of app/search/signals.py (`SIGNALS`: z-normalised cosine and BM25, the lifts,
    a turn's neighbours and session, a length prior, a memory's utility from feedback), each
    weighed by its `Tuning` setting; a memory held for review (docs/feedback.md) leaves the pool.
@@ -43,9 +43,10 @@ from app.search.repository import vector as vector_repo
 from app.search.repository.expansion import expansion_rows
 from app.search.repository.lexicon import lift_rows
 from app.search.repository.sessions import binding, bound_like
+from app.search.repository.speakers import speakers
 from app.search.repository.window import named_time_rows
 from app.search.schemas import Explanation, SearchFilters, SearchIn, SearchResult
-from app.search.signals import Pool, fuse
+from app.search.signals import Pool, fuse, spoken_by_named
 from app.search.time_window import query_window
 from app.search.tuning import DEFAULT_TUNING, Tuning
 
@@ -150,6 +151,8 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
         found = named_time_rows(db, principal, "episode", call.filters, window, qvec=qvec, n=WINDOW_ROWS)
         info["time_window"], rows = len(found), _joined(rows, found, tun.time_depth)
         lifts["time"] = {r.id: 1.0 for r in found}
+    if t == "episode" and tun.speaker_weight:  # the turns of a speaker the query names
+        lifts["speaker"] = spoken_by_named(call.query, speakers(db, principal, call.filters, [r.id for r in rows]))
     in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
     pairs = rows_repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
     if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)

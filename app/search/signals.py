@@ -11,6 +11,7 @@ Every statistic (z-scores over the pool) is taken over rows the caller may be se
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,6 +76,14 @@ def lift(name: str) -> Callable[[Pool, dict, float], dict]:
     return signal
 
 
+def spoken_by_named(query: str, who: dict) -> dict:
+    """The `speaker` lift's values: {id: 1.0} for the turns (`who`: {id: speaker}) whose speaker's
+    first name is a word of the query. A question about Caroline is answered by what Caroline said,
+    often in sessions and words the question does not share."""
+    named = {s for s in set(who.values()) if s.split() and re.search(rf"\b{re.escape(s.split()[0])}\b", query, re.I)}
+    return {i: 1.0 for i, s in who.items() if s in named}
+
+
 def neighbour(pool: Pool, total: dict, w: float) -> dict:
     """A turn gains w x the best fused score so far of the turns just before and after it (when in the pool)."""
     if not pool.turns:
@@ -129,6 +138,7 @@ SIGNALS: dict[str, Signal] = {
     "bm25": Signal(bm25, None),
     "vocabulary": Signal(lift("vocabulary"), "vocab_weight"),
     "time": Signal(lift("time"), "time_weight"),
+    "speaker": Signal(lift("speaker"), "speaker_weight"),
     "second_round": Signal(lift("second_round"), "expand_weight"),
     "neighbour": Signal(neighbour, "neighbour"),
     "session": Signal(session, "session"),

@@ -39,6 +39,10 @@ class Tuning:
     # named day lifts far more than a named year that covers the pool). 0: off.
     time_weight: float = 1.0
     time_depth: int = 30
+    # A query that names a speaker of the caller's conversation turns ("Caroline: ..."): w x the positive
+    # part of the z-score of being that speaker's turn adds (signals.spoken_by_named; the pool's turns
+    # only, no rows join). 0: off.
+    speaker_weight: float = 8.0
     # Feedback (app/feedback/service.py): a memory with feedback gains utility_weight x ln(estimate / 0.5),
     # the estimate floored at 0.1 (signals.utility); one user moves it by at most 1/6. 0: off.
     utility_weight: float = 2.0

@@ -44,6 +44,10 @@ ABLATIONS = {
     "time window 0.25": ({"time_weight": 0.25}, False),
     "time window 0.5": ({"time_weight": 0.5}, False),
     "time window 2.0": ({"time_weight": 2.0}, False),
+    # the speaker lift (speaker_weight 8.0 in the default): off is the ranking before it
+    "no speaker lift": ({"speaker_weight": 0.0}, True),
+    "speaker lift 4.0": ({"speaker_weight": 4.0}, False),
+    "speaker lift 12.0": ({"speaker_weight": 12.0}, False),
 }
 DEFAULT_VARIANT = (
     "score fusion + neighbours + sessions + vocabulary lift + length prior + time window, second round in context (default)"
