@@ -13,8 +13,8 @@ Fusion (hybrid mode), per item type, over a `RankCall` (the request's one carrie
    (`RankCall.second_round`: it costs more than search's latency target allows): the rarest
    words (not in the query) of the `expand_from` best turns so far make a second text query;
    its hits join the pool and its BM25 is one more lift (step 3 redone over the larger pool).
-The final score is squashed into (0, 1) with a logistic so that context assembly can keep
-multiplying it by confidence and recency. Every statistic (z-scores, BM25 df and N) is taken
+The final score is squashed into (0, 1) with a logistic of the fused score over `squash_scale`
+so that context assembly can keep multiplying it by confidence and recency. Every statistic (z-scores, BM25 df and N) is taken
 over rows the caller may be served, so another user's rows never shape the ranking.
 The figures behind each step: docs/search.md.
 """
@@ -165,7 +165,7 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
     fused, parts = fuse(pool, tun, explain=call.explain)
     if call.second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
         fused, parts = _second_round(db, call, pool, fused, info) or (fused, parts)
-    return {i: 1.0 / (1.0 + math.exp(-s)) for i, s in fused.items()}, parts
+    return {i: 1.0 / (1.0 + math.exp(-s / tun.squash_scale)) for i, s in fused.items()}, parts
 
 
 def _vocabulary(db: Session, call: RankCall, rows: list, total: int, info: dict) -> tuple[list, dict]:

@@ -43,6 +43,10 @@ class Tuning:
     # part of the z-score of being that speaker's turn adds (signals.spoken_by_named; the pool's turns
     # only, no rows join). 0: off.
     speaker_weight: float = 8.0
+    # The final score is logistic(fused / squash_scale): a scale above 1 keeps the best results of a
+    # pool apart in (0, 1) (fused scores of 12-20 z-units all squash to ~1.0 at scale 1, and context
+    # assembly would then order them by recency alone).
+    squash_scale: float = 3.0
     # Feedback (app/feedback/service.py): a memory with feedback gains utility_weight x ln(estimate / 0.5),
     # the estimate floored at 0.1 (signals.utility); one user moves it by at most 1/6. 0: off.
     utility_weight: float = 2.0

@@ -48,6 +48,9 @@ ABLATIONS = {
     "no speaker lift": ({"speaker_weight": 0.0}, True),
     "speaker lift 4.0": ({"speaker_weight": 4.0}, False),
     "speaker lift 12.0": ({"speaker_weight": 12.0}, False),
+    # the final squash's scale (3.0 in the default): context orders by the squashed score
+    "squash 1.0": ({"squash_scale": 1.0}, True),
+    "squash 5.0": ({"squash_scale": 5.0}, True),
 }
 DEFAULT_VARIANT = (
     "score fusion + neighbours + sessions + vocabulary lift + length prior + time window, second round in context (default)"

@@ -199,9 +199,10 @@ def context_chosen(s: np.ndarray, sess: np.ndarray, budget: int, piece, fit, cou
     score and their neighbours at half of it, through app.context.assemble.fit (`fit`, `count`);
     `piece(j, score)` makes turn j's piece."""
     from app.context.service import NEIGHBOUR_WEIGHT, candidates
+    from app.search.tuning import DEFAULT_TUNING
 
     top = [j for j in np.argsort(-s, kind="stable")[: candidates(budget)] if np.isfinite(s[j])]
-    sc = {j: 1 / (1 + math.exp(-s[j])) for j in top}
+    sc = {j: 1 / (1 + math.exp(-s[j] / DEFAULT_TUNING.squash_scale)) for j in top}
     nb: dict = {}
     for j in top:
         for o in (-1, 1):
