@@ -231,3 +231,44 @@ def test_import_checks_scope_like_the_api_and_writes_in_one_pass(app, world, adm
         assert np.allclose([float(x) for x in row.v.strip("[]").split(",")], w, atol=1e-4)
     assert client.get(f"/v1/episodes/{ids[0]}", headers=bob.h).status_code == 404  # alice's private row
     assert client.get(f"/v1/episodes/{ids[2]}", headers=bob.h).status_code == 200  # the org-wide one
+
+
+class Keeps:
+    """The real model; keeps the float32 vector it gave for each text."""
+
+    def __init__(self, real):
+        self.real, self.dim, self.gave = real, real.dim, {}
+
+    def embed(self, texts):
+        out = np.asarray(self.real.embed(texts), dtype=np.float32)
+        self.gave.update(zip(texts, out))
+        return out
+
+
+def test_a_write_sends_vectors_packed_and_stores_them_bit_for_bit(
+    client, app, world, admin_engine, embedder, swap_state, monkeypatch
+):
+    """The rows' and the new words' vectors go to PostgreSQL in pgvector's binary form (no float is
+    printed in Python on the writer's thread) and come back exactly as the model made them."""
+    import pgvector
+
+    alice = world.user(world.org())
+    keeps = Keeps(embedder)
+    swap_state(app.state, "embedder", FairEmbedder(keeps, slice_tokens=40))
+    printed = []
+    real_to_text = pgvector.Vector.to_text
+    monkeypatch.setattr(pgvector.Vector, "to_text", lambda self: printed.append(1) or real_to_text(self))
+    texts = _turns(8)
+    r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": t} for t in texts]}, headers=alice.h)
+    assert r.status_code == 201, r.text
+    assert printed == []
+    with admin_engine.connect() as c:
+        rows = c.execute(text("SELECT content, embedding::text AS v FROM episodes WHERE org_id = :o"), {"o": alice.org_id}).all()
+        words = c.execute(text("SELECT word, embedding::text AS v FROM lexicon WHERE org_id = :o"), {"o": alice.org_id}).all()
+    assert sorted(r.content for r in rows) == sorted(texts) and len(words) > 10
+
+    def exact(stored: str, made) -> bool:
+        return np.array_equal(np.array(stored.strip("[]").split(","), dtype=np.float32), made)
+
+    assert all(exact(r.v, keeps.gave[r.content]) for r in rows)
+    assert all(exact(w.v, keeps.gave[w.word]) for w in words)

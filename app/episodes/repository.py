@@ -7,13 +7,13 @@ import uuid
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import delete, func, select, text, tuple_, update
-from sqlalchemy import insert as insert_
+from sqlalchemy import bindparam, delete, func, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.database.db import view_of
+from app.kit.database.vectors import PackedVector
 from app.kit.http.listing import ItemFilters
 from app.kit.http.repository_listing import item_terms, keyset
 from app.kit.tenancy.access import visible_to
@@ -38,12 +38,23 @@ def add_all(db: Session, episodes: list[Episode]) -> None:
 _COLUMNS = [a.key for a in Episode.__mapper__.column_attrs if a.key != "tsv"]
 
 
+_NAMES = {k: Episode.__mapper__.column_attrs[k].columns[0].name for k in _COLUMNS}
+# The embedding goes out in pgvector's binary form (app/kit/database/vectors.py), not printed as text.
+_INSERT = Episode.__table__.insert().values(embedding=bindparam("embedding_packed", type_=PackedVector()))
+
+
 def insert(db: Session, episodes: list[Episode]) -> None:
     """New episodes in one statement (multi-row VALUES), not one ORM flush each: no identity map
     and nothing read back (every value is set; `tsv` is computed by the table). The objects stay
     outside the session, complete for a reply."""
     if episodes:
-        db.execute(insert_(Episode), [{k: getattr(e, k) for k in _COLUMNS} for e in episodes])
+        db.execute(_INSERT, [_values(e) for e in episodes])
+
+
+def _values(e: Episode) -> dict:
+    out = {_NAMES[k]: getattr(e, k) for k in _COLUMNS if k != "embedding"}
+    out["embedding_packed"] = e.embedding
+    return out
 
 
 _STAGING = "episodes_import"
