@@ -14,7 +14,8 @@ wall time (`total`). `embedder alone` embeds the same texts in one call of the b
 `--bulk N[,N]` times `memscale admin import`'s path (app/episodes/bulk.py) for N turns in
 `--pairs` interleaved pairs beside the bare model on the same texts sliced as the import slices
 them (bench/speed/ingest_bulk.py); `--staging N[,N]` compares unnest and COPY for an asset's chunks;
-`--locomo N` the LoCoMo ingest rate through the API, as `memscale bench locomo` ingests.
+`--locomo N` the LoCoMo ingest rate through the API, as `memscale bench locomo` ingests, with the
+same stage breakdown (recorded around the app: `request` is the HTTP layer, JSON and the commit).
 
 An org is filled with its first `--real` turns through the same write path (so its vocabulary is
 real), then up to its size with rows derived in SQL (text of one seed turn plus words of another,
