@@ -82,8 +82,15 @@ def _copy_value(v):
     if isinstance(v, (dict, list)) and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
         return json.dumps(v)
     if isinstance(v, np.ndarray):
-        return "[" + ",".join(v.astype(str)) + "]"
+        return vector_text(v)
     return v
+
+
+def vector_text(v) -> str:
+    """A vector in pgvector's text form with each float32 written as a hexadecimal float
+    (`0x1.8p-3`): pgvector reads its elements with C's `strtof`, which takes that form exactly,
+    and Python writes it several times faster than the shortest decimal (numpy's `astype(str)`)."""
+    return "[" + ",".join(map(float.hex, np.asarray(v, dtype=np.float32).tolist())) + "]"
 
 
 def hard_delete(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID, *, branch: uuid.UUID | None = None) -> None:
