@@ -231,3 +231,81 @@ def test_import_checks_scope_like_the_api_and_writes_in_one_pass(app, world, adm
         assert np.allclose([float(x) for x in row.v.strip("[]").split(",")], w, atol=1e-4)
     assert client.get(f"/v1/episodes/{ids[0]}", headers=bob.h).status_code == 404  # alice's private row
     assert client.get(f"/v1/episodes/{ids[2]}", headers=bob.h).status_code == 200  # the org-wide one
+
+
+class Keeps:
+    """The real model; keeps the float32 vector it gave for each text."""
+
+    def __init__(self, real):
+        self.real, self.dim, self.gave = real, real.dim, {}
+
+    def embed(self, texts):
+        out = np.asarray(self.real.embed(texts), dtype=np.float32)
+        self.gave.update(zip(texts, out))
+        return out
+
+
+def test_a_write_sends_vectors_packed_and_stores_them_bit_for_bit(
+    client, app, world, admin_engine, embedder, swap_state, monkeypatch
+):
+    """The rows' and the new words' vectors go to PostgreSQL in pgvector's binary form (no float is
+    printed in Python on the writer's thread) and come back exactly as the model made them."""
+    import pgvector
+
+    alice = world.user(world.org())
+    keeps = Keeps(embedder)
+    swap_state(app.state, "embedder", FairEmbedder(keeps, slice_tokens=40))
+    printed = []
+    real_to_text = pgvector.Vector.to_text
+    monkeypatch.setattr(pgvector.Vector, "to_text", lambda self: printed.append(1) or real_to_text(self))
+    texts = _turns(8)
+    r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": t} for t in texts]}, headers=alice.h)
+    assert r.status_code == 201, r.text
+    assert printed == []
+    with admin_engine.connect() as c:
+        rows = c.execute(text("SELECT content, embedding::text AS v FROM episodes WHERE org_id = :o"), {"o": alice.org_id}).all()
+        words = c.execute(text("SELECT word, embedding::text AS v FROM lexicon WHERE org_id = :o"), {"o": alice.org_id}).all()
+    assert sorted(r.content for r in rows) == sorted(texts) and len(words) > 10
+
+    assert all(_exact(r.v, keeps.gave[r.content]) for r in rows)
+    assert all(_exact(w.v, keeps.gave[w.word]) for w in words)
+
+
+def _exact(stored: str, made) -> bool:
+    """A vector read back as text (PostgreSQL's shortest float4 form) equals the model's float32s."""
+    return np.array_equal(np.array(stored.strip("[]").split(","), dtype=np.float32), made)
+
+
+def test_an_import_stores_the_models_vectors_bit_for_bit(app, world, admin_engine, embedder):
+    """The bulk path's COPY writes each vector's floats in hexadecimal: what is stored is exactly
+    what the model made, rows and new words alike."""
+    import json
+
+    from sqlalchemy.orm import Session
+
+    from app.episodes import bulk
+    from app.kit.database.db import bind_principal, transaction
+
+    org = world.org()
+    alice = world.user(org, "alice")
+    with Session(admin_engine) as db:
+        principal = bulk.principal_of(db, org, "alice")
+    keeps = Keeps(embedder)
+    texts = _turns(8)
+    with transaction(app.state.sessions) as db:
+        bind_principal(db, principal)
+        bulk.import_items(db, keeps, principal, bulk.parse_lines([json.dumps({"kind": "note", "content": t}) for t in texts]))
+    with admin_engine.connect() as c:
+        rows = c.execute(text("SELECT content, embedding::text AS v FROM episodes WHERE org_id = :o"), {"o": alice.org_id}).all()
+        words = c.execute(text("SELECT word, embedding::text AS v FROM lexicon WHERE org_id = :o"), {"o": alice.org_id}).all()
+    assert sorted(r.content for r in rows) == sorted(texts) and len(words) > 10
+    assert all(_exact(r.v, keeps.gave[r.content]) for r in rows)
+    assert all(_exact(w.v, keeps.gave[w.word]) for w in words)
+
+
+def test_vector_text_reads_back_exactly():
+    from app.episodes.repository import vector_text
+
+    v = np.array([0.1, -1.5, 0.0, 3.4e-39, 1e-7, -0.333333], dtype=np.float32)
+    assert vector_text(v) == "[" + ",".join(float(x).hex() for x in v) + "]"
+    assert np.array_equal(np.array([float.fromhex(x) for x in vector_text(v).strip("[]").split(",")], dtype=np.float32), v)

@@ -14,7 +14,8 @@ wall time (`total`). `embedder alone` embeds the same texts in one call of the b
 `--bulk N[,N]` times `memscale admin import`'s path (app/episodes/bulk.py) for N turns in
 `--pairs` interleaved pairs beside the bare model on the same texts sliced as the import slices
 them (bench/speed/ingest_bulk.py); `--staging N[,N]` compares unnest and COPY for an asset's chunks;
-`--locomo N` the LoCoMo ingest rate through the API, as `memscale bench locomo` ingests.
+`--locomo N` the LoCoMo ingest rate through the API, as `memscale bench locomo` ingests, with the
+same stage breakdown (recorded around the app: `request` is the HTTP layer, JSON and the commit).
 
 An org is filled with its first `--real` turns through the same write path (so its vocabulary is
 real), then up to its size with rows derived in SQL (text of one seed turn plus words of another,
@@ -32,6 +33,7 @@ import time
 from sqlalchemy import create_engine, text
 
 STAGES = (
+    "request",
     "validate",
     "validation",
     "vocabulary",
@@ -220,6 +222,7 @@ def locomo_rate(path: str | None, n: int) -> dict:
     embedded alone in batches of 250 by the bare model: turns/s both ways and the ratio."""
     from app.config import Settings
     from app.kit.runtime.embedding import make_embedder
+    from app.kit.stages import Stages
     from bench.quality.locomo.data import load
     from bench.quality.locomo.run import Service
 
@@ -227,8 +230,11 @@ def locomo_rate(path: str | None, n: int) -> dict:
     emb = make_embedder(Settings())
     svc = Service("memscale_bench_ingest_locomo", convs, model=Settings().llm_model, embedder=emb)
     alone = took = 0.0
+    rec = Stages()
     try:
         svc.clients[convs[0].sample_id].search("warm up")
+        emb.embed([t.text for t in convs[0].turns[:32]])  # the batch path's first call loads its session
+        _record_requests(svc.app, rec)
         for c in convs:
             texts = [t.text for t in c.turns]
             t0 = time.perf_counter()
@@ -253,7 +259,33 @@ def locomo_rate(path: str | None, n: int) -> dict:
         f"through the API {out['ingest_turns_s']} turns/s = {100 * out['ingest_over_embedder']:.0f} %",
         flush=True,
     )
+    case = {
+        "org": "locomo",
+        "batch": turns // max(1, n),
+        "repeats": n,
+        "total_ms": round(1000 * took / max(1, n), 1),
+        "embedder_alone_ms": round(1000 * alone / max(1, n), 1),
+        "ratio": round(took / alone, 2),
+        "stages_ms": {k: round(1000 * v / max(1, n), 1) for k, v in rec.seconds.items()},
+        "calls": {k: round(v / max(1, n), 1) for k, v in rec.calls.items()},
+    }
+    _print(case)
+    out["stages"] = case
     return out
+
+
+def _record_requests(app, rec) -> None:
+    """Record the stages of every later request to `app` into `rec` (the whole request as `request`,
+    less the stages inside it: the HTTP layer, JSON and the body's parse)."""
+    from app.kit.stages import recording, stage
+
+    inner = app.middleware_stack  # built by the first request
+
+    async def recorded(scope, receive, send):
+        with recording(rec), stage("request"):
+            await inner(scope, receive, send)
+
+    app.middleware_stack = recorded
 
 
 def bulk_sizes(a: argparse.Namespace) -> list[int]:
@@ -261,17 +293,29 @@ def bulk_sizes(a: argparse.Namespace) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from app.kit.stages import Stages
     from bench.common import load_average, write_result
-    from bench.speed.ingest_bulk import bulk_pairs, staging
 
     a = parse(argv)
     orgs = [int(x) for x in a.orgs.split(",") if x]
     batches = [int(x) for x in a.batches.split(",") if x]
     turns = _turns(a.data)
+    out = {"load_before": load_average(), "cases": []}
+    if orgs or a.staging or bulk_sizes(a):
+        _harness_cases(a, orgs, batches, turns, out)
+    if a.locomo:
+        out["locomo"] = locomo_rate(a.data, a.locomo)
+    out["load_after"] = load_average()
+    write_result("ingest_profile", out, a.out)
+    return out
+
+
+def _harness_cases(a: argparse.Namespace, orgs: list[int], batches: list[int], turns: list[str], out: dict) -> None:
+    """The batch writes into orgs of each size, the staging comparison and the bulk imports."""
+    from app.kit.stages import Stages
+    from bench.speed.ingest_bulk import bulk_pairs, staging
+
     h = Harness("memscale_bench_ingest_profile")
     bare = getattr(h.state.embedder, "inner", h.state.embedder)
-    out = {"load_before": load_average(), "cases": []}
     try:
         fresh = itertools.cycle(range(len(turns)))
         for size in orgs:
@@ -305,11 +349,6 @@ def main(argv: list[str] | None = None) -> dict:
             out["cases"] += bulk_pairs(h, bare, turns, n, a.pairs)
     finally:
         h.close()
-    if a.locomo:
-        out["locomo"] = locomo_rate(a.data, a.locomo)
-    out["load_after"] = load_average()
-    write_result("ingest_profile", out, a.out)
-    return out
 
 
 def _print(case: dict) -> None:
@@ -322,8 +361,10 @@ def _print(case: dict) -> None:
     print(
         f"\n{what}: {case['total_ms']:8.1f} ms per batch, embedder alone {case['embedder_alone_ms']:8.1f} ms  (x{case['ratio']})"
     )
+    calls = case.get("calls", {})
     for k in [s for s in STAGES if s in st] + sorted(set(st) - set(STAGES)):
-        print(f"  {k:28s} {st[k]:8.1f} ms  {100 * st[k] / case['total_ms']:5.1f} %")
+        n = f"  ({calls[k]:g} calls)" if k in calls else ""
+        print(f"  {k:28s} {st[k]:8.1f} ms  {100 * st[k] / case['total_ms']:5.1f} %{n}")
     if "stages_sum_over_wall" in case:  # over 1: the model's thread and the writer's overlapped
         print(f"  stages' sum / wall             {case['stages_sum_over_wall']:.2f}")
     print(flush=True)

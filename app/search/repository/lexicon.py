@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.database.sql import among_bound, as_text
+from app.kit.database.vectors import PackedVector
 from app.search.models import Lexeme
 from app.search.repository.bm25 import tsquery_lexeme
 from app.search.repository.filters import STATEMENTS, qvec_param, servable, shape
@@ -38,8 +39,17 @@ def add(db: Session, org_id: uuid.UUID, entries: list[tuple[str, str]], vectors)
     kept as it is."""
     if not entries:
         return
-    rows = [{"org_id": org_id, "lexeme": lex, "word": word, "embedding": v} for (lex, word), v in zip(entries, vectors)]
-    db.execute(insert(Lexeme).values(rows).on_conflict_do_nothing(index_elements=["org_id", "lexeme"]))
+    rows = [{"org_id": org_id, "lexeme": lex, "word": word, "packed": v} for (lex, word), v in zip(entries, vectors)]
+    db.execute(_ADD, rows)
+
+
+# One statement compiled once (executemany, sent as multi-row VALUES), the embedding in pgvector's
+# binary form (app/kit/database/vectors.py) rather than printed as text.
+_ADD = (
+    insert(Lexeme.__table__)
+    .values(embedding=bindparam("packed", type_=PackedVector()))
+    .on_conflict_do_nothing(index_elements=["org_id", "lexeme"])
+)
 
 
 def lexemes_of(db: Session, org_id: uuid.UUID, episode_id: uuid.UUID) -> list[str]:
