@@ -262,18 +262,22 @@ def test_a_write_sends_vectors_packed_and_stores_them_bit_for_bit(
     r = client.post("/v1/episodes/batch", json={"items": [{"kind": "note", "content": t} for t in texts]}, headers=alice.h)
     assert r.status_code == 201, r.text
     assert printed == []
+    _stored_as_made(admin_engine, alice.org_id, texts, keeps)
+
+
+def _stored_as_made(admin_engine, org_id, texts: list[str], keeps) -> None:
+    """The org's rows are `texts`, it has new words, and every row's and word's vector read back as
+    text (PostgreSQL's shortest float4 form) equals the model's float32s."""
     with admin_engine.connect() as c:
-        rows = c.execute(text("SELECT content, embedding::text AS v FROM episodes WHERE org_id = :o"), {"o": alice.org_id}).all()
-        words = c.execute(text("SELECT word, embedding::text AS v FROM lexicon WHERE org_id = :o"), {"o": alice.org_id}).all()
+        rows = c.execute(text("SELECT content, embedding::text AS v FROM episodes WHERE org_id = :o"), {"o": org_id}).all()
+        words = c.execute(text("SELECT word, embedding::text AS v FROM lexicon WHERE org_id = :o"), {"o": org_id}).all()
     assert sorted(r.content for r in rows) == sorted(texts) and len(words) > 10
 
-    assert all(_exact(r.v, keeps.gave[r.content]) for r in rows)
-    assert all(_exact(w.v, keeps.gave[w.word]) for w in words)
+    def exact(stored: str, made) -> bool:
+        return np.array_equal(np.array(stored.strip("[]").split(","), dtype=np.float32), made)
 
-
-def _exact(stored: str, made) -> bool:
-    """A vector read back as text (PostgreSQL's shortest float4 form) equals the model's float32s."""
-    return np.array_equal(np.array(stored.strip("[]").split(","), dtype=np.float32), made)
+    assert all(exact(r.v, keeps.gave[r.content]) for r in rows)
+    assert all(exact(w.v, keeps.gave[w.word]) for w in words)
 
 
 def test_an_import_stores_the_models_vectors_bit_for_bit(app, world, admin_engine, embedder):
@@ -295,12 +299,7 @@ def test_an_import_stores_the_models_vectors_bit_for_bit(app, world, admin_engin
     with transaction(app.state.sessions) as db:
         bind_principal(db, principal)
         bulk.import_items(db, keeps, principal, bulk.parse_lines([json.dumps({"kind": "note", "content": t}) for t in texts]))
-    with admin_engine.connect() as c:
-        rows = c.execute(text("SELECT content, embedding::text AS v FROM episodes WHERE org_id = :o"), {"o": alice.org_id}).all()
-        words = c.execute(text("SELECT word, embedding::text AS v FROM lexicon WHERE org_id = :o"), {"o": alice.org_id}).all()
-    assert sorted(r.content for r in rows) == sorted(texts) and len(words) > 10
-    assert all(_exact(r.v, keeps.gave[r.content]) for r in rows)
-    assert all(_exact(w.v, keeps.gave[w.word]) for w in words)
+    _stored_as_made(admin_engine, alice.org_id, texts, keeps)
 
 
 def test_vector_text_reads_back_exactly():
