@@ -19,6 +19,9 @@ class Settings(BaseSettings):
     # (a NOSUPERUSER NOBYPASSRLS role the migrations create), so row-level security is in force.
     app_database_url: str | None = None
     app_db_password: str | None = None
+    # The embedded server's buffer pool ("4GB"); unset: a quarter of the machine's memory, 256 MB to
+    # 8 GB (app/kit/database/embedded_pg.py). An operator's own server is sized by its operator.
+    pg_shared_buffers: str | None = None
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -98,6 +101,15 @@ class Settings(BaseSettings):
     # failed-key limit counts is the connection's own (uvicorn trusted loopback, and a
     # rotating header escaped the limit). `memscale serve` hands this list to uvicorn.
     trusted_proxies: Annotated[list[str], NoDecode] = []
+
+    @field_validator("pg_shared_buffers")
+    @classmethod
+    def _pg_size(cls, value):
+        from app.kit.database.embedded_pg import size_bytes
+
+        if value is not None:
+            size_bytes(value)  # "512MB", "2GB": refused at start-up, not by the server at its start
+        return value
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

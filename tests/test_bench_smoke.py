@@ -212,11 +212,23 @@ def test_growth_quick(settings, tmp_path):
     assert [row["items"] for row in r["rows"]] == [1000, 5000]
     for row in r["rows"]:
         assert all(
-            0 < row[arm]["p50_ms"] <= row[arm]["p95_ms"] for arm in ("one type", "all types", "all types sequential", "context")
+            0 < row[arm]["p50_ms"] <= row[arm]["p95_ms"]
+            for arm in (
+                "one type",
+                "all types",
+                "all types sequential",
+                "context",
+                "one type HTTP",
+                "all types HTTP",
+                "context HTTP",
+            )
         )
         assert all(v["visible_memories"] > 0 and v["recall@10"] >= 0.95 for v in row["vector_recall"].values())
     assert (tmp_path / "growth_quick.png").stat().st_size > 10_000
-    assert "hybrid all types" in (tmp_path / "growth_quick.md").read_text()
+    assert (
+        "hybrid all types" in (tmp_path / "growth_quick.md").read_text()
+        and "/v1/context" in (tmp_path / "growth_quick.md").read_text()
+    )
 
 
 def test_scale_org_sizes_are_skewed_as_stated():

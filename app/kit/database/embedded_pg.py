@@ -18,6 +18,15 @@ Design choices:
   server (fast shutdown). A process killed with SIGKILL leaves a stale pid that the next exit
   ignores (liveness is checked), so a crash never leaves a server nobody will stop; `make stop`
   stops it outright. This keeps pgserver's behaviour, which the tests and `make` relied on.
+- **Sized to the machine.** `shared_buffers` is a quarter of the machine's memory (the smaller of
+  /proc/meminfo and the cgroup's limit), at least 256 MB and at most 8 GB, and
+  `effective_cache_size` half of it, as PostgreSQL's own guidance sizes a dedicated server; the
+  setting `pg_shared_buffers` (MEMSCALE_PG_SHARED_BUFFERS) overrides the first. Both are passed on
+  `pg_ctl start`'s command line at every start, not written into the data folder: the command line
+  outranks postgresql.conf and postgresql.auto.conf, so a folder made by an older version (whose
+  postgresql.conf says 256MB) gets the size at its next start, and the size follows the machine
+  and the setting, with nothing stored that can go stale. Memory is mapped lazily: a server that
+  reads little (a test's, a replica's) uses little of it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -38,13 +48,49 @@ SERVER_USER = "memscale-pg"
 VERSION = "18.1.0"
 SETTINGS = {  # written into postgresql.conf by initdb -c (survive restarts)
     "listen_addresses": "",  # no TCP: the unix socket in the data folder is the only way in
-    "shared_buffers": "256MB",
     "maintenance_work_mem": "512MB",  # HNSW builds (NOTES.md)
     "work_mem": "16MB",
     "max_connections": "200",
     "wal_level": "replica",  # read replicas can stream from it
     "max_wal_senders": "4",
 }
+MB = 1024 * 1024
+MIN_SHARED_BUFFERS, MAX_SHARED_BUFFERS = 256 * MB, 8192 * MB
+SIZE = re.compile(r"^(\d+)(kB|MB|GB|TB)?$")
+
+
+def size_bytes(value: str) -> int:
+    """A PostgreSQL memory size ("512MB", "2GB"; a bare number is 8 kB buffers, as PostgreSQL reads
+    shared_buffers) in bytes; ValueError for anything else."""
+    m = SIZE.match(value)
+    if not m:
+        raise ValueError(f"{value!r} is not a PostgreSQL memory size such as 512MB or 2GB")
+    return int(m[1]) * {"kB": 1024, "MB": MB, "GB": 1024 * MB, "TB": 1024 * 1024 * MB, None: 8192}[m[2]]
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit when lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit():
+            total = min(total, int(raw))
+    return total
+
+
+def memory_settings(shared_buffers: str | None = None, total: int | None = None) -> dict[str, str]:
+    """shared_buffers and effective_cache_size for a machine with `total` bytes (this one unless
+    given): a quarter of it within [256 MB, 8 GB] unless `shared_buffers` names the size, and half."""
+    total = machine_memory() if total is None else total
+    if shared_buffers:
+        size_bytes(shared_buffers)
+        buffers = shared_buffers
+    else:
+        buffers = f"{min(MAX_SHARED_BUFFERS, max(MIN_SHARED_BUFFERS, total // 4)) // MB}MB"
+    return {"shared_buffers": buffers, "effective_cache_size": f"{max(total // 2, size_bytes(buffers)) // MB}MB"}
 
 
 def _root() -> bool:
@@ -120,8 +166,10 @@ def install(install_home: Path) -> Path:
 
 
 class EmbeddedPostgres:
-    def __init__(self, pg_dir: Path, install_home: Path):
+    def __init__(self, pg_dir: Path, install_home: Path, *, shared_buffers: str | None = None):
+        """`shared_buffers`: the server's buffer pool ("2GB"); None sizes it to the machine."""
         self.pg_dir, self.install_home = Path(pg_dir).resolve(), Path(install_home).resolve()
+        self.memory = memory_settings(shared_buffers)
         self._bin: Path | None = None
 
     @property
@@ -197,7 +245,8 @@ class EmbeddedPostgres:
             if _root():
                 subprocess.run(["chown", SERVER_USER, str(self.socket_dir)], check=True)
         (self.pg_dir / "postmaster.pid").unlink(missing_ok=True)  # stale after a crash of the machine
-        r = self.pg_ctl("-w", "-t", "120", "-l", str(self.pg_dir / "log"), "start", timeout=180)
+        opts = " ".join(f"-c {k}={v}" for k, v in self.memory.items())
+        r = self.pg_ctl("-w", "-t", "120", "-l", str(self.pg_dir / "log"), "-o", opts, "start", timeout=180)
         if r.returncode != 0 and not self.running():
             tail = (self.pg_dir / "log").read_text()[-2000:] if (self.pg_dir / "log").exists() else ""
             raise RuntimeError(f"PostgreSQL did not start (pg_ctl exit {r.returncode}: {(r.stderr or r.stdout).strip()}): {tail}")
@@ -213,7 +262,7 @@ class EmbeddedPostgres:
         `pg_basebackup -R` (WAL streamed during the copy, `standby.signal` and `primary_conninfo`
         written) over the unix socket, as the server's user, with its own socket in `pg_dir`.
         Used by the replica tests and benches; an operator's replicas are ordinary PostgreSQL."""
-        rep = EmbeddedPostgres(pg_dir, self.install_home)
+        rep = EmbeddedPostgres(pg_dir, self.install_home, shared_buffers=self.memory["shared_buffers"])
         rep._bin = self.bin
         if len(str(rep.pg_dir / ".s.PGSQL.5432")) > 100:
             raise ValueError(f"{pg_dir}: too long for a unix socket path; use a shorter folder")

@@ -42,7 +42,7 @@ def admin_url(settings: Settings) -> str:
 
 
 def embedded(settings: Settings) -> EmbeddedPostgres:
-    return EmbeddedPostgres(settings.pg_dir, settings.data_dir.resolve() / "pginstall")
+    return EmbeddedPostgres(settings.pg_dir, settings.data_dir.resolve() / "pginstall", shared_buffers=settings.pg_shared_buffers)
 
 
 def app_url(settings: Settings) -> str:

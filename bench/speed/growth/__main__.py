@@ -9,6 +9,8 @@ same queries are ranked, server-side (in-process against the database, no HTTP),
 - context retrieval: what /v1/context ranks (`app.context.service.retrieved_pieces`, each type
   with its second round, a 2,000-token budget's candidates), without the token fitting: the
   three types at once on side connections, as served, and one after the other;
+- over HTTP (bench/speed/growth/over_http.py): the service served in a thread, the same reader and
+  queries through `/v1/search` (one type, all types) and `/v1/context`, interleaved with the above;
 - vector recall@10 of the service's vector stage against the exact filtered search, for a reader
   in one group and a reader in none.
 
@@ -16,7 +18,9 @@ same queries are ranked, server-side (in-process against the database, no HTTP),
     .venv/bin/python -m bench.speed.growth --quick        # 1k and 5k items, for the smoke test
 
 Rows and vectors are written by SQL (no embedder): the query vectors are drawn like the rows.
-Results: bench/results/growth.json, .md and .png (p50 / p95 against size, log scale).
+Results: bench/results/growth.json, .md and .png (p50 / p95 against size, log scale). The embedded
+server's buffer pool is sized to the machine (app/kit/database/embedded_pg.py);
+MEMSCALE_PG_SHARED_BUFFERS=256MB measures the old fixed size.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from sqlalchemy.orm import Session
 from bench.command import parser, save
 from bench.common import fresh_database, load_average, pct
 from bench.speed.growth import synth
+from bench.speed.growth.over_http import HTTP_ARMS, Served
 
 SHARES = {"memory": 0.4, "episode": 0.5, "chunk": 0.1}
 ARMS = ("one type", "all types", "all types sequential", "context", "context sequential")
@@ -47,6 +52,7 @@ def _setup(settings) -> dict:
         org = orgs.create_org(db, "growth")
         users = [orgs.create_user(db, org, f"u{i}", groups=["g0"] if i == 0 else []) for i in range(USERS)]
         db.flush()
+        key = orgs.create_key(db, users[0])
         asset = db.execute(
             text(
                 "INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
@@ -60,6 +66,7 @@ def _setup(settings) -> dict:
             "users": [u.id for u in users],
             "asset": asset,
             "readers": {"1 group": (users[0].id, ("g0",)), "no group": (users[1].id, ())},
+            "key": key,  # the "1 group" reader's, for the HTTP arms
         }
     raw = eng.raw_connection()
     try:
@@ -90,7 +97,7 @@ def _grow(settings, world: dict, before: int, after: int) -> float:
     return time.time() - t0
 
 
-def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:
+def _measure(sessions, served: Served, world: dict, n_queries: int, size: int) -> dict:
     from app.auth.principal import Principal
     from app.context.service import candidates, retrieved_pieces
     from app.kit.database.db import bind_principal
@@ -105,13 +112,18 @@ def _measure(sessions, world: dict, n_queries: int, size: int) -> dict:
         return Principal(org_id=world["org"], user_id=uid, name=who, roles=("member",), groups=groups, clearances=())
 
     p = principal("1 group")
-    lat: dict = {a: [] for a in ARMS}
+    lat: dict = {a: [] for a in (*ARMS, *HTTP_ARMS)}
     queries = world["queries"][:n_queries]
     for i, (words, vec) in enumerate(queries):
         q = np.array(vec, dtype=np.float32)
-        order = list(ARMS)
+        order = [*ARMS, *HTTP_ARMS]
         random.Random(i).shuffle(order)
         for arm in order:
+            if arm in HTTP_ARMS:
+                t0 = time.perf_counter()
+                served.ask(arm, words)
+                lat[arm].append((time.perf_counter() - t0) * 1000)
+                continue
             with sessions() as db:
                 bind_principal(db, p)
                 t0 = time.perf_counter()
@@ -162,32 +174,58 @@ def run(args) -> dict:
     from app.kit.database.db import make_engine, make_sessionmaker
     from app.kit.database.pg import app_url
 
+    load = load_average()
     settings = fresh_database("memscale_bench_growth_quick" if args.quick else "memscale_bench_growth")
     world = _setup(settings)
     eng = make_engine(app_url(settings), pool_size=4)
     sessions = make_sessionmaker(eng)
+    served = Served(settings, world["queries"], world["key"])
     rows, before = [], 0
     try:
         for size in args.sizes:
             took = _grow(settings, world, before, size)
             before = size
-            r = _measure(sessions, world, args.queries, size)
+            if not rows:
+                served.warm(world["queries"][-1][0])  # a query outside the measured ones
+            r = _measure(sessions, served, world, args.queries, size)
             r["grow_s"] = round(took, 1)
             rows.append(r)
             print(
                 f"{size} items: "
-                + ", ".join(f"{a} {r[a]['p50_ms']}/{r[a]['p95_ms']} ms" for a in ARMS)
+                + ", ".join(f"{a} {r[a]['p50_ms']}/{r[a]['p95_ms']} ms" for a in (*ARMS, *HTTP_ARMS))
                 + f"; recall {r['vector_recall']}",
                 flush=True,
             )
     finally:
+        served.close()
         eng.dispose()
-    return {"sizes": args.sizes, "queries": args.queries, "load": load_average(), "rows": rows}
+    return {
+        "sizes": args.sizes,
+        "queries": args.queries,
+        "shared_buffers": _shared_buffers(settings),
+        "load": {"start": load, "end": load_average()},
+        "rows": rows,
+    }
+
+
+def _shared_buffers(settings) -> str:
+    from app.kit.database.pg import admin_url
+
+    eng = create_engine(admin_url(settings))
+    try:
+        with eng.connect() as c:
+            return c.execute(text("SHOW shared_buffers")).scalar_one()
+    finally:
+        eng.dispose()
 
 
 def markdown(res: dict) -> str:
+    load = res["load"]
     lines = [
-        f"Search cost as one org grows (server-side, {res['queries']} queries, load {res['load']}); p50 / p95 ms",
+        f"Search cost as one org grows ({res['queries']} queries, shared_buffers {res['shared_buffers']}, load"
+        f" {load['start']} at the start, {load['end']} at the end); p50 / p95 ms",
+        "",
+        "Server-side:",
         "",
         "| items | hybrid one type | hybrid all types | all types one after the other | context retrieval |"
         " context, types one after the other | vector recall@10 (1 group / no group) |",
@@ -196,6 +234,19 @@ def markdown(res: dict) -> str:
     for r in res["rows"]:
         rec = " / ".join(f"{v['recall@10']:.3f}" for v in r["vector_recall"].values())
         lines.append(f"| {r['items']:,} | " + " | ".join(f"{r[a]['p50_ms']} / {r[a]['p95_ms']}" for a in ARMS) + f" | {rec} |")
+    lines += [
+        "",
+        "Over HTTP (the same reader and queries, interleaved with the above):",
+        "",
+        "| items | /v1/search one type | /v1/search all types | /v1/context |",
+        "|---|---|---|---|",
+    ]
+    for r in res["rows"]:
+        lines.append(f"| {r['items']:,} | " + " | ".join(f"{r[a]['p50_ms']} / {r[a]['p95_ms']}" for a in HTTP_ARMS) + " |")
+    last = res["rows"][-1]  # against 10k items, the target's base, where measured
+    first = next((r for r in res["rows"] if r["items"] == 10_000), res["rows"][0])
+    ratio = last["one type"]["p95_ms"] / first["one type"]["p95_ms"]
+    lines += ["", f"p95 one type server-side, {last['items']:,} / {first['items']:,} items: {ratio:.2f}x"]
     return "\n".join(lines)
 
 
@@ -210,9 +261,11 @@ def plot(res: dict, path) -> None:
     for arm, colour in zip(ARMS, ("tab:blue", "tab:orange", "tab:red", "tab:green", "tab:olive")):
         ax.plot(sizes, [r[arm]["p95_ms"] for r in res["rows"]], "o-", color=colour, label=f"{arm} p95")
         ax.plot(sizes, [r[arm]["p50_ms"] for r in res["rows"]], "o--", color=colour, alpha=0.5, label=f"{arm} p50")
+    for arm, colour in zip(HTTP_ARMS, ("tab:blue", "tab:orange", "tab:green")):
+        ax.plot(sizes, [r[arm]["p95_ms"] for r in res["rows"]], "s:", color=colour, label=f"{arm} p95")
     ax.set_xscale("log")
     ax.set_xlabel("items in the org")
-    ax.set_ylabel("ms (server-side)")
+    ax.set_ylabel("ms (server-side; dotted: over HTTP)")
     ax.set_title("memscale search latency as one org grows")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
