@@ -5,10 +5,14 @@ attributed to the repository function that sent it (its stage), then each one re
     .venv/bin/python -m bench.speed.growth.stages --build 100000   # grow the org once (kept)
     .venv/bin/python -m bench.speed.growth.stages [--queries 10] [--explain]
     .venv/bin/python -m bench.speed.growth.stages --ab-second-round --queries 30
+    .venv/bin/python -m bench.speed.growth.stages --scale memscale_bench_scale_hash --queries 20 --explain
 
 The org is the growth bench's (bench/speed/growth/synth.py), kept in the database
 `memscale_bench_growth_stages` between runs; the reader is the growth bench's reader in one group.
 Prints, per arm (hybrid one type k = 10, context retrieval), the mean ms and calls per stage.
+`--scale DB` measures bench/speed/scale's largest org (`--org`, reader `--reader`) in database DB
+instead, with that bench's queries and its arm (hybrid, all types, k = 10); each stage is named
+with the item type whose stage sent it, and `--explain` replays every query's statements.
 """
 
 from __future__ import annotations
@@ -45,14 +49,19 @@ def _build(size: int) -> None:
 
 
 def _stage_of() -> str:
-    """The repository function (or service function) that sent the statement being executed."""
-    for fr in inspect.stack()[2:40]:
+    """The repository function (or service function) that sent the statement being executed,
+    with the item type of the ranking stage (`service._fuse`) it ran in when there is one."""
+    stage, type_ = "other", ""
+    for fr in inspect.stack()[2:60]:
         mod = fr.frame.f_globals.get("__name__", "")
-        if mod.startswith("app.search.repository.") and not mod.endswith(".filters"):
-            return f"{mod.rsplit('.', 1)[1]}.{fr.function}"
-        if mod.startswith(("app.feedback", "app.context")):
-            return f"{mod.split('.')[1]}.{fr.function}"
-    return "other"
+        if stage == "other" and mod.startswith("app.search.repository.") and not mod.endswith(".filters"):
+            stage = f"{mod.rsplit('.', 1)[1]}.{fr.function}"
+        elif stage == "other" and mod.startswith(("app.feedback", "app.context")):
+            stage = f"{mod.split('.')[1]}.{fr.function}"
+        if mod == "app.search.service" and fr.function == "_fuse":
+            type_ = f"{fr.frame.f_locals.get('t')} "
+            break
+    return type_ + stage
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,30 +74,24 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="context retrieval with its second round from the kept statistics vs the one pass, interleaved",
     )
+    ap.add_argument("--scale", metavar="DB", help="bench/speed/scale's database: its largest org, all types")
+    ap.add_argument("--org", default="scale-0000", help="with --scale: the org's name")
+    ap.add_argument("--reader", default="u0", help="with --scale: the reader's user name")
+    ap.add_argument("--save", default="scale_stages_results.json", help="with --scale: each query's results, in the data dir")
     args = ap.parse_args(argv)
+    if args.scale:
+        return _scale(args)
     if args.build:
         _build(args.build)
     from app.auth.principal import Principal
     from app.context.service import candidates, retrieved_pieces
-    from app.kit.database.db import bind_principal, make_engine, make_sessionmaker
-    from app.kit.database.pg import app_url
+    from app.kit.database.db import bind_principal
     from app.search.service import RankCall, rank
 
     world = json.loads(WORLD.read_text())
     uid, groups = world["readers"]["1 group"]
     p = Principal(org_id=world["org"], user_id=uid, name="r", roles=("member",), groups=tuple(groups), clearances=())
-    eng = make_engine(app_url(database_settings(DB)), pool_size=4)
-    sessions = make_sessionmaker(eng)
-    sent: list = []
-
-    @event.listens_for(eng, "before_cursor_execute")
-    def _before(conn, cursor, statement, params, context, executemany):
-        conn.info["t0"] = time.perf_counter()
-        conn.info["stage"] = _stage_of()
-
-    @event.listens_for(eng, "after_cursor_execute")
-    def _after(conn, cursor, statement, params, context, executemany):
-        sent.append((conn.info["stage"], (time.perf_counter() - conn.info["t0"]) * 1000, statement, params))
+    eng, sessions, sent = _instrumented(DB)
 
     arms = {
         "one type": lambda db, words, q: rank(db, RankCall(principal=p, query=words, qvec=q, k=10, types=("memory",))),
@@ -127,6 +130,96 @@ def main(argv: list[str] | None = None) -> None:
     eng.dispose()
 
 
+def _instrumented(db_name: str):
+    """The service's engine on `db_name`, its sessionmaker and the list every statement sent
+    lands in: (stage, ms as sent, statement, parameters)."""
+    from app.kit.database.db import make_engine, make_sessionmaker
+    from app.kit.database.pg import app_url
+
+    eng = make_engine(app_url(database_settings(db_name)), pool_size=4)
+    sent: list = []
+
+    @event.listens_for(eng, "before_cursor_execute")
+    def _before(conn, cursor, statement, params, context, executemany):
+        conn.info["t0"] = time.perf_counter()
+        conn.info["stage"] = _stage_of()
+
+    @event.listens_for(eng, "after_cursor_execute")
+    def _after(conn, cursor, statement, params, context, executemany):
+        sent.append((conn.info["stage"], (time.perf_counter() - conn.info["t0"]) * 1000, statement, params))
+
+    return eng, make_sessionmaker(eng), sent
+
+
+def _pcts(v: list[float]) -> str:
+    v = sorted(v)
+    return f"{statistics.mean(v):7.1f} {v[len(v) // 2]:7.1f} {v[int(0.95 * (len(v) - 1))]:7.1f}"
+
+
+def _scale(args) -> None:
+    """bench/speed/scale's arm on its database: per stage, mean / p50 / p95 ms per ranking as
+    sent, and with `--explain` the same of the server's execution time on the replay."""
+    from sqlalchemy import create_engine
+
+    from app.kit.database.db import bind_principal
+    from app.kit.database.pg import admin_url
+    from app.kit.runtime.embedding import LocalEmbedder
+    from app.search.schemas import SearchFilters
+    from app.search.service import RankCall, rank
+    from bench.speed.scale import measure
+
+    settings = database_settings(args.scale)
+    admin = create_engine(admin_url(settings))
+    p, _key = measure.reader(admin, settings, args.org, args.reader)
+    admin.dispose()
+    qtexts = measure.queries(args.queries)
+    qvecs = LocalEmbedder().embed_queries(qtexts)
+    eng, sessions, sent = _instrumented(args.scale)
+    per_sent: dict = defaultdict(lambda: [0.0] * len(qtexts))
+    per_server: dict = defaultdict(lambda: [0.0] * len(qtexts))
+    n_sent: dict = defaultdict(int)
+    totals, results = [], []
+    print(f"{args.scale} {args.org} {args.reader}: load {load_average()}")
+    for i, (q, v) in enumerate([(qtexts[-1], qvecs[-1]), *zip(qtexts, qvecs)]):  # the first one warms up
+        with sessions() as db:
+            bind_principal(db, p)
+            sent.clear()
+            t0 = time.perf_counter()
+            out, _ = rank(
+                db,
+                RankCall(
+                    principal=p,
+                    query=q,
+                    qvec=v,
+                    types=("memory", "episode", "chunk"),
+                    k=10,
+                    mode="hybrid",
+                    filters=SearchFilters(),
+                    ef_search=settings.hnsw_ef_search,
+                ),
+            )
+            dt = (time.perf_counter() - t0) * 1000
+            got = list(sent)
+            db.rollback()
+        if not i:
+            continue
+        totals.append(dt)
+        results.append([(r.type, str(r.id), r.score) for r in out])
+        for stage, ms, *_ in got:
+            per_sent[stage][i - 1] += ms
+            n_sent[stage] += 1
+        if args.explain:
+            for stage, ms in _explain(sessions, p, got, Path(settings.data_dir) / "scale_stages_plans.txt", echo=i == 1).items():
+                per_server[stage][i - 1] += ms
+    print(f"hybrid all types, {len(totals)} queries: whole ranking mean / p50 / p95 {_pcts(totals)} ms, load {load_average()}")
+    print(f"  {'stage':44s} {'n':>4s} | as sent mean p50 p95      | server mean p50 p95")
+    for stage, v in sorted(per_sent.items(), key=lambda kv: -sum(kv[1])):
+        server = _pcts(per_server[stage]) if stage in per_server else ""
+        print(f"  {stage:44s} {n_sent[stage] / len(totals):4.1f} | {_pcts(v)} | {server}")
+    (Path(settings.data_dir) / args.save).write_text(json.dumps(results))
+    eng.dispose()
+
+
 def _ab_second_round(sessions, p, world: dict, n_queries: int, context) -> None:
     """Context retrieval, its second round on the kept path vs the one-pass statement (the
     statistics declared unusable for it), alternating per query."""
@@ -158,11 +251,14 @@ def _ab_second_round(sessions, p, world: dict, n_queries: int, context) -> None:
     print(f"load {load_average()}")
 
 
-def _explain(sessions, p, got: list, out: Path) -> None:
+def _explain(sessions, p, got: list, out: Path, *, echo: bool = True) -> dict:
     """Re-run one ranking's statements in order in one session bound like the ranking's (its
     `SET LOCAL`s replayed), each read under EXPLAIN (ANALYZE, BUFFERS); full plans to `out`, one
-    line per statement printed: the stage, its time as sent, the server's planning and execution."""
+    line per statement printed (`echo`): the stage, its time as sent, the server's planning and
+    execution. Returns the server's planning + execution ms per stage."""
     from app.kit.database.db import bind_principal
+
+    server: dict = defaultdict(float)
 
     with sessions() as db, out.open("a") as fh:
         bind_principal(db, p)
@@ -178,8 +274,11 @@ def _explain(sessions, p, got: list, out: Path) -> None:
             plan = [r[0] for r in cur.fetchall()]
             fh.write(f"\n--- {stage} ({ms:.1f} ms as sent)\n" + "\n".join(plan) + "\n")
             times = [x.strip() for x in plan if x.startswith(("Planning Time", "Execution Time"))]
-            print(f"    {stage:32s} sent {ms:6.1f} ms | {' | '.join(times)} | {plan[0][:70]}")
+            server[stage] += sum(float(x.split(":")[1].split()[0]) for x in times)
+            if echo:
+                print(f"    {stage:32s} sent {ms:6.1f} ms | {' | '.join(times)} | {plan[0][:70]}")
         db.rollback()
+    return server
 
 
 if __name__ == "__main__":
