@@ -6,6 +6,7 @@ attributed to the repository function that sent it (its stage), then each one re
     .venv/bin/python -m bench.speed.growth.stages [--queries 10] [--explain]
     .venv/bin/python -m bench.speed.growth.stages --ab-second-round --queries 30
     .venv/bin/python -m bench.speed.growth.stages --scale memscale_bench_scale_hash --queries 20 --explain
+    .venv/bin/python -m bench.speed.growth.stages --scale DB --against DB2 --exact --queries 20
 
 The org is the growth bench's (bench/speed/growth/synth.py), kept in the database
 `memscale_bench_growth_stages` between runs; the reader is the growth bench's reader in one group.
@@ -18,9 +19,9 @@ with the item type whose stage sent it, and `--explain` replays every query's st
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -50,17 +51,23 @@ def _build(size: int) -> None:
 
 def _stage_of() -> str:
     """The repository function (or service function) that sent the statement being executed,
-    with the item type of the ranking stage (`service._fuse`) it ran in when there is one."""
+    with the item type of the ranking stage (`service._fuse`) it ran in when there is one. Walks
+    the frames themselves (`inspect.stack` reads source lines: tens of ms of the GIL per
+    statement, which the ranking's other threads would wait for)."""
     stage, type_ = "other", ""
-    for fr in inspect.stack()[2:60]:
-        mod = fr.frame.f_globals.get("__name__", "")
-        if stage == "other" and mod.startswith("app.search.repository.") and not mod.endswith(".filters"):
-            stage = f"{mod.rsplit('.', 1)[1]}.{fr.function}"
-        elif stage == "other" and mod.startswith(("app.feedback", "app.context")):
-            stage = f"{mod.split('.')[1]}.{fr.function}"
-        if mod == "app.search.service" and fr.function == "_fuse":
-            type_ = f"{fr.frame.f_locals.get('t')} "
+    fr = sys._getframe(2)
+    for _ in range(60):
+        if fr is None:
             break
+        mod, fn = fr.f_globals.get("__name__", ""), fr.f_code.co_name
+        if stage == "other" and mod.startswith("app.search.repository.") and not mod.endswith(".filters"):
+            stage = f"{mod.rsplit('.', 1)[1]}.{fn}"
+        elif stage == "other" and mod.startswith(("app.feedback", "app.context")):
+            stage = f"{mod.split('.')[1]}.{fn}"
+        if mod == "app.search.service" and fn == "_fuse":
+            type_ = f"{fr.f_locals.get('t')} "
+            break
+        fr = fr.f_back
     return type_ + stage
 
 
@@ -77,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scale", metavar="DB", help="bench/speed/scale's database: its largest org, all types")
     ap.add_argument("--org", default="scale-0000", help="with --scale: the org's name")
     ap.add_argument("--reader", default="u0", help="with --scale: the reader's user name")
+    ap.add_argument("--against", metavar="DB2", help="with --scale: the same arm on DB2 too, interleaved")
+    ap.add_argument("--exact", action="store_true", help="with --scale: the exact text statement as one more arm")
     ap.add_argument("--save", default="scale_stages_results.json", help="with --scale: each query's results, in the data dir")
     args = ap.parse_args(argv)
     if args.scale:
@@ -158,14 +167,14 @@ def _pcts(v: list[float]) -> str:
 
 def _scale(args) -> None:
     """bench/speed/scale's arm on its database: per stage, mean / p50 / p95 ms per ranking as
-    sent, and with `--explain` the same of the server's execution time on the replay."""
+    sent, and with `--explain` the same of the server's planning + execution time on the replay.
+    `--against DB2` (a copy of the database, changed) and `--exact` (the same database, text
+    stage on the exact one-pass statement) are further arms, run in turn per query (interleaved),
+    their results compared with the first arm's (types, ids, order, scores)."""
     from sqlalchemy import create_engine
 
-    from app.kit.database.db import bind_principal
     from app.kit.database.pg import admin_url
     from app.kit.runtime.embedding import LocalEmbedder
-    from app.search.schemas import SearchFilters
-    from app.search.service import RankCall, rank
     from bench.speed.scale import measure
 
     settings = database_settings(args.scale)
@@ -174,50 +183,97 @@ def _scale(args) -> None:
     admin.dispose()
     qtexts = measure.queries(args.queries)
     qvecs = LocalEmbedder().embed_queries(qtexts)
-    eng, sessions, sent = _instrumented(args.scale)
-    per_sent: dict = defaultdict(lambda: [0.0] * len(qtexts))
-    per_server: dict = defaultdict(lambda: [0.0] * len(qtexts))
-    n_sent: dict = defaultdict(int)
-    totals, results = [], []
+    arms = {args.scale: (*_instrumented(args.scale), False)}
+    if args.against:
+        arms[args.against] = (*_instrumented(args.against), False)
+    if args.exact:
+        arms[f"{args.scale} exact text"] = (*_instrumented(args.scale), True)
+    got: dict = {name: _Arm(len(qtexts)) for name in arms}
     print(f"{args.scale} {args.org} {args.reader}: load {load_average()}")
     for i, (q, v) in enumerate([(qtexts[-1], qvecs[-1]), *zip(qtexts, qvecs)]):  # the first one warms up
+        order = list(arms) if i % 2 else list(reversed(arms))
+        for name in order:
+            eng, sessions, sent, exact = arms[name]
+            dt, out, statements = _rank_all_types(sessions, sent, p, q, v, settings.hnsw_ef_search, exact=exact)
+            if i:
+                got[name].add(i - 1, dt, out, statements)
+                if args.explain:
+                    plans = Path(settings.data_dir) / "scale_stages_plans.txt"
+                    for stage, ms in _explain(sessions, p, statements, plans, echo=False).items():
+                        got[name].server[stage][i - 1] += ms
+    first = got[args.scale].results
+    for name, arm in got.items():
+        same = sum(a == b for a, b in zip(arm.results, first))
+        print(
+            f"\n{name}: whole ranking mean / p50 / p95 {_pcts(arm.totals)} ms; same results as the first arm: {same}/{len(first)}"
+        )
+        print(f"  {'stage':44s} {'n':>4s} | as sent mean p50 p95      | server mean p50 p95")
+        for stage, v in sorted(arm.sent.items(), key=lambda kv: -sum(kv[1])):
+            server = _pcts(arm.server[stage]) if stage in arm.server else ""
+            print(f"  {stage:44s} {arm.n[stage] / len(arm.totals):4.1f} | {_pcts(v)} | {server}")
+    print(f"load {load_average()}")
+    (Path(settings.data_dir) / args.save).write_text(json.dumps({name: arm.results for name, arm in got.items()}))
+    for eng, *_ in arms.values():
+        eng.dispose()
+
+
+class _Arm:
+    """One arm's figures: per query the whole ranking's ms and its results; per stage the ms
+    as sent and (replayed) on the server, and how many statements."""
+
+    def __init__(self, n: int):
+        self.totals: list = []
+        self.results: list = []
+        self.sent: dict = defaultdict(lambda: [0.0] * n)
+        self.server: dict = defaultdict(lambda: [0.0] * n)
+        self.n: dict = defaultdict(int)
+
+    def add(self, i: int, dt: float, out: list, statements: list) -> None:
+        self.totals.append(dt)
+        self.results.append([(r.type, str(r.id), r.score) for r in out])
+        for stage, ms, *_ in statements:
+            self.sent[stage][i] += ms
+            self.n[stage] += 1
+
+
+def _rank_all_types(sessions, sent: list, p, q: str, v, ef_search: int, *, exact: bool) -> tuple[float, list, list]:
+    """One hybrid ranking over all types (bench/speed/scale's): its ms, results and statements.
+    `exact`: the text stage on the one-pass statement (the kept statistics declared unusable)."""
+    from app.kit.database.db import bind_principal
+    from app.search.repository import bm25, bm25_stats
+    from app.search.schemas import SearchFilters
+    from app.search.service import RankCall, rank
+
+    class OnePass:
+        def __getattr__(self, name):
+            return getattr(bm25_stats, name)
+
+        @staticmethod
+        def served_by_stats(*a):
+            return False
+
+    bm25.bm25_stats = OnePass() if exact else bm25_stats
+    try:
         with sessions() as db:
             bind_principal(db, p)
             sent.clear()
             t0 = time.perf_counter()
-            out, _ = rank(
-                db,
-                RankCall(
-                    principal=p,
-                    query=q,
-                    qvec=v,
-                    types=("memory", "episode", "chunk"),
-                    k=10,
-                    mode="hybrid",
-                    filters=SearchFilters(),
-                    ef_search=settings.hnsw_ef_search,
-                ),
+            call = RankCall(
+                principal=p,
+                query=q,
+                qvec=v,
+                types=("memory", "episode", "chunk"),
+                k=10,
+                filters=SearchFilters(),
+                ef_search=ef_search,
             )
+            out, _ = rank(db, call)
             dt = (time.perf_counter() - t0) * 1000
-            got = list(sent)
+            statements = list(sent)
             db.rollback()
-        if not i:
-            continue
-        totals.append(dt)
-        results.append([(r.type, str(r.id), r.score) for r in out])
-        for stage, ms, *_ in got:
-            per_sent[stage][i - 1] += ms
-            n_sent[stage] += 1
-        if args.explain:
-            for stage, ms in _explain(sessions, p, got, Path(settings.data_dir) / "scale_stages_plans.txt", echo=i == 1).items():
-                per_server[stage][i - 1] += ms
-    print(f"hybrid all types, {len(totals)} queries: whole ranking mean / p50 / p95 {_pcts(totals)} ms, load {load_average()}")
-    print(f"  {'stage':44s} {'n':>4s} | as sent mean p50 p95      | server mean p50 p95")
-    for stage, v in sorted(per_sent.items(), key=lambda kv: -sum(kv[1])):
-        server = _pcts(per_server[stage]) if stage in per_server else ""
-        print(f"  {stage:44s} {n_sent[stage] / len(totals):4.1f} | {_pcts(v)} | {server}")
-    (Path(settings.data_dir) / args.save).write_text(json.dumps(results))
-    eng.dispose()
+    finally:
+        bm25.bm25_stats = bm25_stats
+    return dt, out, statements
 
 
 def _ab_second_round(sessions, p, world: dict, n_queries: int, context) -> None:
