@@ -59,10 +59,12 @@ def tenant_fk(column: str, table: str, ondelete: str = "CASCADE") -> ForeignKeyC
     return ForeignKeyConstraint(["org_id", column], [f"{table}.org_id", f"{table}.id"], ondelete=ondelete)
 
 
-def search_indexes(table: str) -> tuple[Index, Index, Index]:
+def search_indexes(table: str) -> tuple[Index, ...]:
     """The indexes a searchable item table carries: the HNSW graph of every row, the org-visible
     rows' own graph (filtered kNN for a caller in no group, app/search/repository/vector.py
-    `split_ids`) and the GIN index of its text."""
+    `split_ids`), the GIN index of its text, and the text of the org-visible and of the group rows
+    with their org (and groups) in one GIN index each (`btree_gin`: `bm25_hits_<type>` finds a
+    lexeme's rows the caller may see without reading the others)."""
     hnsw = {
         "postgresql_using": "hnsw",
         "postgresql_with": {"m": 16, "ef_construction": 64},
@@ -72,6 +74,10 @@ def search_indexes(table: str) -> tuple[Index, Index, Index]:
         Index(f"ix_{table}_embedding_hnsw", "embedding", **hnsw),
         Index(f"ix_{table}_embedding_org_hnsw", "embedding", postgresql_where="visibility = 'org'", **hnsw),
         Index(f"ix_{table}_tsv", "tsv", postgresql_using="gin"),
+        Index(f"ix_{table}_tsv_org", "org_id", "tsv", postgresql_using="gin", postgresql_where="visibility = 'org'"),
+        Index(
+            f"ix_{table}_tsv_group", "org_id", "groups", "tsv", postgresql_using="gin", postgresql_where="visibility = 'group'"
+        ),
     )
 
 
