@@ -23,6 +23,12 @@ levers    each scored leave-one-conversation-out (the grid point best on four co
   speaker_demoted  the same signal's other form: the turns of speakers the question does not
               name lose w (the research swaps it into the signal table for its own process)
   speaker_*   diversity, names and rare on top of the speaker lift at 8
+  pool levers on top of the speaker lift at 8: rows that join the 200-row pool (the service's pool
+              misses 63 multi-hop evidence turns); each reports how many of them joined (`joined`)
+    speaker_join      the named speaker's own spk_vec nearest and spk_text best-BM25 turns
+    speaker_sessions  the sess_fill nearest turns of each session with none in the pool
+    speaker_beside    the turns within adj_reach of the adj_from best fused turns (a second fusion);
+                      _named: of the named speaker only; speaker_after: the following turns only
 latency   (`--latency N`, through the service over HTTP) /v1/search (episodes, k 10) and /v1/context
           (1,000 tokens) p50 / p95 with the speaker lift off and on, alternated request by request
           over N sampled questions so both see the same load
@@ -46,6 +52,14 @@ single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.
   with the speaker lift at 8 (0.774 / 0.473 / 0.864 / 0.466 / 0.874): diversity held out
                0.776 / 0.490 / 0.864 / 0.455 / 0.874 (+0.0025, open-domain -0.011), names 0.772,
                rare 0.773: none clears +0.005 with no category down.
+  pool levers (the 63 outside the pool: 61 in a session the pool holds, 32 beside a pooled turn,
+  42 within two; by cosine they rank 204th of the turns at the median, 161st of their speaker's):
+  speaker_join      held out 0.774 / 0.477 / 0.864 / 0.466 / 0.874 (+0.0006); 2 of 63 join at the
+                    fit point (20 by text), 23 with 100 + 100: lost
+  speaker_sessions  held out 0.774 (+0.0000), 0-1 of 63 join: lost (their sessions are pooled)
+  speaker_beside    held out 0.783 / 0.482 / 0.870 / 0.438 / 0.890 (+0.0098; 26 of 63 join at 50
+                    seeds, reach 2): open-domain -0.028, lost; _named 0.776 (+0.0019; fit on all
+                    +0.0065, folds flip between 5 and 50 seeds); speaker_after 0.777, multi-hop down
 """
 
 from __future__ import annotations
@@ -63,6 +77,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.research import levers_data as L
+from bench.research.multihop_pool import beside, joins
 
 NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 BASE = {"w_vector": 1.0, "neighbour": 0.5, "session": 0.5, "length_prior": 0.3}
@@ -104,6 +119,15 @@ def rank(
     rare=0.0,
     rare_terms=10,
     depth=30,
+    spk_vec=0,
+    spk_text=0,
+    sess_fill=0,
+    sess_named=False,
+    adj_from=0,
+    adj_reach=1,
+    adj_named=False,
+    adj_after=False,
+    extra=(),
 ) -> np.ndarray:
     """The service's fusion over this question's pool (app.search.signals.fuse), with the levers;
     -inf outside the pool."""
@@ -117,7 +141,12 @@ def rank(
     )
     cos = d["E"] @ q["e"]
     bm = L.bm25_vec(d, list(set(q["l"][:32])))
-    pool = [int(j) for j in L.make_pool(cos, bm)]
+    pool = sorted(set(L.make_pool(cos, bm).tolist()) | set(extra))
+    if spk_vec or spk_text or sess_fill:
+        pool = sorted(
+            set(pool)
+            | set(joins(d, q, cos, bm, pool, spk_vec=spk_vec, spk_text=spk_text, sess_fill=sess_fill, sess_named=sess_named))
+        )
     pairs = [(j + o, j) for j in pool for o in (-1, 1) if 0 <= j + o < len(cos) and d["sess"][j + o] == d["sess"][j]]
     rows = [_Row(j, cos[j], d["sess"][j], d["nlex"][j]) for j in pool]
     lift0 = {}
@@ -126,6 +155,11 @@ def rank(
     base = Pool(rows=rows, bm25={j: float(bm[j]) for j in pool if bm[j] > 0}, pairs=pairs, turns=True, lifts=lift0)
     total, _ = fuse(base, tun)
     seeds = sorted(total, key=lambda j: (-total[j], j))
+    if adj_from:  # the turns beside the best pooled turns join, and the pool is fused again
+        near = beside(d, seeds[:adj_from], adj_reach, after=adj_after)
+        if adj_named:  # of a speaker the question names only
+            near = [j for j in near if j in spoken_by_named(q["q"], {j: d["speaker"][j] for j in near})]
+        return rank(d, q, session=session, speaker=speaker, extra=tuple(set(pool) | set(near)))
     found = []
     if names:  # the names of the best turns, not in the question, as a second query (binary tf, IDF over the user's turns)
         qwords = {w.lower() for w in re.findall(r"[A-Za-z]+", q["q"])}
@@ -181,25 +215,12 @@ def pattern(data: list[dict]) -> dict:
     """Counts over the multi-hop evidence the base ranking's top 10 misses."""
     from app.search.signals import spoken_by_named
 
-    c = {
-        k: 0
-        for k in (
-            "questions",
-            "missed_q",
-            "evidence",
-            "missed",
-            "other_session",
-            "same_speaker_as_found",
-            "no_word_q",
-            "no_name_q",
-            "word_with_found",
-            "name_with_found",
-            "name_with_top10",
-            "any_found_in_q",
-            "evidence_by_named_speaker",
-            "missed_by_named_speaker",
-        )
-    }
+    c = dict.fromkeys(
+        "questions missed_q evidence missed other_session same_speaker_as_found no_word_q no_name_q word_with_found "
+        "name_with_found name_with_top10 any_found_in_q evidence_by_named_speaker missed_by_named_speaker "
+        "outside_pool outside_in_pooled_session outside_beside_pooled outside_within2_pooled".split(),
+        0,
+    )
     sess_top, ev_sess, ranks = [], [], []
     for d in data:
         for qi, q in enumerate(d["qa"]):
@@ -222,6 +243,14 @@ def pattern(data: list[dict]) -> dict:
             order = {int(j): r for r, j in enumerate(np.argsort(-s, kind="stable")) if np.isfinite(s[j])}
             who = spoken_by_named(q["q"], dict(enumerate(d["speaker"])))
             c["evidence_by_named_speaker"] += sum(e in who for e in ev)
+            cos, bm = d["E"] @ q["e"], L.bm25_vec(d, list(set(q["l"][:32])))
+            pool = {int(j) for j in L.make_pool(cos, bm)}
+            for e in (e for e in ev if e not in pool):  # where the evidence outside the pool lies
+                gap = [abs(e - j) for j in pool if d["sess"][j] == d["sess"][e]]
+                c["outside_pool"] += 1
+                c["outside_in_pooled_session"] += bool(gap)
+                c["outside_beside_pooled"] += min(gap, default=99) <= 1
+                c["outside_within2_pooled"] += min(gap, default=99) <= 2
             for e in missed:
                 c["missed_by_named_speaker"] += e in who
                 ranks.append(order.get(e, 10**6))
@@ -253,6 +282,11 @@ GRIDS = {
     "speaker_names": {"speaker": (8.0,), "names": (0.0, 0.1, 0.2, 0.3)},
     "speaker_rare": {"speaker": (8.0,), "rare": (0.0, 0.15, 0.3)},
     "names_speaker": {"names": (0.0, 0.2, 0.3), "speaker": (0.0, 0.5, 1.0, 2.0)},
+    "speaker_join": {"speaker": (8.0,), "spk_vec": (0, 10, 20, 50, 100), "spk_text": (0, 10, 20, 50, 100)},
+    "speaker_sessions": {"speaker": (8.0,), "sess_fill": (0, 1, 2, 3), "sess_named": (False, True)},
+    "speaker_beside": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50, 200), "adj_reach": (1, 2)},
+    "speaker_beside_named": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50), "adj_reach": (1, 2), "adj_named": (True,)},
+    "speaker_after": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50), "adj_named": (False, True), "adj_after": (True,)},
     "diversity_session": {"diversity": (0.0, 0.05, 0.1, 0.2), "session": (0.5, 0.3, 0.2, 0.0)},
 }
 
@@ -260,11 +294,18 @@ GRIDS = {
 def lever(data: list[dict], grid: dict) -> dict:
     points = [dict(zip(grid, p)) for p in itertools.product(*grid.values())]
     per = {}
+    joined, outside = {}, 0
     for i, p in enumerate(points):
-        rows = []
+        rows, joined[i] = [], 0
         for d in data:
             for qi, q in enumerate(d["qa"]):
-                rows.append((d["sid"], q["cat"], L.recall_at(d["evix"][qi], rank(d, q, **p), (10,))))
+                s = rank(d, q, **p)
+                rows.append((d["sid"], q["cat"], L.recall_at(d["evix"][qi], s, (10,))))
+                if q["cat"] == 1:  # multi-hop evidence outside the 200-row pool that joined it
+                    base = set(L.make_pool(d["E"] @ q["e"], L.bm25_vec(d, list(set(q["l"][:32])))).tolist())
+                    out_ = [int(e) for e in d["evix"][qi] if int(e) not in base]
+                    outside += len(out_) if i == 0 else 0
+                    joined[i] += sum(bool(np.isfinite(s[e])) for e in out_)
         per[i] = rows
     held, all_, best, chosen = L.loo_grid(per, ks=(10,), k_select=10)
     off = L.summarise(per[0], (10,))
@@ -275,6 +316,9 @@ def lever(data: list[dict], grid: dict) -> dict:
         "fit_on_all": pick(all_),
         "fit_on_all_point": points[best],
         "chosen": {s: points[i] for s, i in chosen.items()},
+        "outside_pool": outside,
+        "joined": {json.dumps(points[i]): n for i, n in joined.items() if len(points) > 1},
+        "points": {json.dumps(points[i]): pick(L.summarise(per[i], (10,))) for i in per if len(points) > 1},
     }
 
 
