@@ -28,7 +28,8 @@ levers    each scored leave-one-conversation-out (the grid point best on four co
     speaker_join      the named speaker's own spk_vec nearest and spk_text best-BM25 turns
     speaker_sessions  the sess_fill nearest turns of each session with none in the pool
     speaker_beside    the turns within adj_reach of the adj_from best fused turns (a second fusion);
-                      _named: of the named speaker only; speaker_after: the following turns only
+                      _named: of the named speaker only; speaker_after: the following turns only;
+                      _cost: the joined turns lose adj_cost after the second fusion
 latency   (`--latency N`, through the service over HTTP) /v1/search (episodes, k 10) and /v1/context
           (1,000 tokens) p50 / p95 with the speaker lift off and on, alternated request by request
           over N sampled questions so both see the same load
@@ -60,6 +61,8 @@ single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.
   speaker_beside    held out 0.783 / 0.482 / 0.870 / 0.438 / 0.890 (+0.0098; 26 of 63 join at 50
                     seeds, reach 2): open-domain -0.028, lost; _named 0.776 (+0.0019; fit on all
                     +0.0065, folds flip between 5 and 50 seeds); speaker_after 0.777, multi-hop down
+                    _cost (joined turns -0-4): 0.783, open-domain 0.438 at every cost, and at cost
+                    1000 (no joined turn in the top 10): the second fusion's statistics cost it
 """
 
 from __future__ import annotations
@@ -128,6 +131,7 @@ def rank(
     adj_named=False,
     adj_after=False,
     extra=(),
+    adj_cost=0.0,
 ) -> np.ndarray:
     """The service's fusion over this question's pool (app.search.signals.fuse), with the levers;
     -inf outside the pool."""
@@ -159,7 +163,9 @@ def rank(
         near = beside(d, seeds[:adj_from], adj_reach, after=adj_after)
         if adj_named:  # of a speaker the question names only
             near = [j for j in near if j in spoken_by_named(q["q"], {j: d["speaker"][j] for j in near})]
-        return rank(d, q, session=session, speaker=speaker, extra=tuple(set(pool) | set(near)))
+        s = rank(d, q, session=session, speaker=speaker, extra=tuple(set(pool) | set(near)))
+        s[[j for j in set(near) - set(pool)]] -= adj_cost  # a joined neighbour below its seeds
+        return s
     found = []
     if names:  # the names of the best turns, not in the question, as a second query (binary tf, IDF over the user's turns)
         qwords = {w.lower() for w in re.findall(r"[A-Za-z]+", q["q"])}
@@ -286,6 +292,7 @@ GRIDS = {
     "speaker_sessions": {"speaker": (8.0,), "sess_fill": (0, 1, 2, 3), "sess_named": (False, True)},
     "speaker_beside": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50, 200), "adj_reach": (1, 2)},
     "speaker_beside_named": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50), "adj_reach": (1, 2), "adj_named": (True,)},
+    "speaker_beside_cost": {"speaker": (8.0,), "adj_from": (10, 50), "adj_reach": (1, 2), "adj_cost": (0.0, 0.5, 1.0, 2.0, 4.0)},
     "speaker_after": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50), "adj_named": (False, True), "adj_after": (True,)},
     "diversity_session": {"diversity": (0.0, 0.05, 0.1, 0.2), "session": (0.5, 0.3, 0.2, 0.0)},
 }
