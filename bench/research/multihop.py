@@ -29,7 +29,8 @@ levers    each scored leave-one-conversation-out (the grid point best on four co
     speaker_sessions  the sess_fill nearest turns of each session with none in the pool
     speaker_beside    the turns within adj_reach of the adj_from best fused turns (a second fusion);
                       _named: of the named speaker only; speaker_after: the following turns only;
-                      _cost: the joined turns lose adj_cost after the second fusion
+                      _cost: the joined turns lose adj_cost after the second fusion;
+                      _keep: the pooled rows keep their first fusion's scores
 latency   (`--latency N`, through the service over HTTP) /v1/search (episodes, k 10) and /v1/context
           (1,000 tokens) p50 / p95 with the speaker lift off and on, alternated request by request
           over N sampled questions so both see the same load
@@ -63,6 +64,10 @@ single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.
                     +0.0065, folds flip between 5 and 50 seeds); speaker_after 0.777, multi-hop down
                     _cost (joined turns -0-4): 0.783, open-domain 0.438 at every cost, and at cost
                     1000 (no joined turn in the top 10): the second fusion's statistics cost it
+                    _keep (pooled rows keep the first fusion's scores): held out 0.786 / 0.487 /
+                    0.883 / 0.477 / 0.884 (+0.0125, every category up; 20 seeds, reach 1 in every
+                    fold; 13 of 63 join): holds offline; 50 seeds 0.770, 200 0.623 (the joined
+                    rows' scores come from the larger pool's z-statistics)
 """
 
 from __future__ import annotations
@@ -80,7 +85,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.research import levers_data as L
-from bench.research.multihop_pool import beside, joins
+from bench.research.multihop_pool import beside, diversity_penalty, joins
 
 NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 BASE = {"w_vector": 1.0, "neighbour": 0.5, "session": 0.5, "length_prior": 0.3}
@@ -132,6 +137,7 @@ def rank(
     adj_after=False,
     extra=(),
     adj_cost=0.0,
+    adj_keep=False,
 ) -> np.ndarray:
     """The service's fusion over this question's pool (app.search.signals.fuse), with the levers;
     -inf outside the pool."""
@@ -164,7 +170,10 @@ def rank(
         if adj_named:  # of a speaker the question names only
             near = [j for j in near if j in spoken_by_named(q["q"], {j: d["speaker"][j] for j in near})]
         s = rank(d, q, session=session, speaker=speaker, extra=tuple(set(pool) | set(near)))
-        s[[j for j in set(near) - set(pool)]] -= adj_cost  # a joined neighbour below its seeds
+        joined = [j for j in set(near) - set(pool)]
+        s[joined] -= adj_cost  # a joined neighbour below its seeds
+        if adj_keep:  # the pooled rows keep their first fusion's scores
+            s[pool] = [total[j] for j in pool]
         return s
     found = []
     if names:  # the names of the best turns, not in the question, as a second query (binary tf, IDF over the user's turns)
@@ -185,7 +194,7 @@ def rank(
         lifts = {**lift0, "second_round": {j: float(s2[j]) for j in found}}
         total, _ = fuse(replace(base, rows=rows, lifts=lifts), replace(tun, expand_weight=weight))
     if diversity:  # last, after every signal of the service's table
-        penalty = _diversity(rows, total, diversity)
+        penalty = diversity_penalty(rows, total, diversity)
         total = {j: v + penalty.get(j, 0.0) for j, v in total.items()}
     s = np.full(len(cos), -np.inf)
     for j, v in total.items():
@@ -198,23 +207,6 @@ def _demoted(pool, total: dict, w: float) -> dict:
     (the named speaker's keep their score, so the fused scores stay on the scale they had)."""
     named = pool.lifts.get("speaker")
     return {i: -w for i in total if i not in named} if named else {}
-
-
-def _diversity(rows: list, total: dict, w: float) -> dict:
-    """A turn loses w x ln(1 + its rank among its session's pooled turns by the score so far): the
-    best turn of each session keeps its score, the next ones of the same session fall by a little
-    more each, so that a top 10 of ten turns of one session makes room for another session's (a
-    question that needs two sessions). Ranks are taken within the pool, ties broken by id."""
-    by_session: dict = {}
-    for r in rows:
-        if r.session_id is not None and r.id in total:
-            by_session.setdefault(r.session_id, []).append(r.id)
-    out: dict = {}
-    for ids in by_session.values():
-        for rank, i in enumerate(sorted(ids, key=lambda i: (-total[i], str(i)))):
-            if rank:
-                out[i] = -w * math.log1p(rank)
-    return out
 
 
 def pattern(data: list[dict]) -> dict:
@@ -293,6 +285,7 @@ GRIDS = {
     "speaker_beside": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50, 200), "adj_reach": (1, 2)},
     "speaker_beside_named": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50), "adj_reach": (1, 2), "adj_named": (True,)},
     "speaker_beside_cost": {"speaker": (8.0,), "adj_from": (10, 50), "adj_reach": (1, 2), "adj_cost": (0.0, 0.5, 1.0, 2.0, 4.0)},
+    "speaker_beside_keep": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50, 200), "adj_reach": (1, 2), "adj_keep": (True,)},
     "speaker_after": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50), "adj_named": (False, True), "adj_after": (True,)},
     "diversity_session": {"diversity": (0.0, 0.05, 0.1, 0.2), "session": (0.5, 0.3, 0.2, 0.0)},
 }

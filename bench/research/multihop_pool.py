@@ -1,7 +1,10 @@
-"""bench/research/multihop.py's pool levers: rows that join a question's 200-row pool (the
-vector top-100 + text top-100) before the fusion, so that evidence outside it can be ranked."""
+"""bench/research/multihop.py's lever helpers: rows that join a question's 200-row pool (the
+vector top-100 + text top-100) before the fusion, so that evidence outside it can be ranked, and
+the session-diversity penalty."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -31,4 +34,21 @@ def joins(d: dict, q: dict, cos, bm, pool: list, *, spk_vec: int, spk_text: int,
         for s in sorted({int(d["sess"][j]) for j in cand} - have):
             js = cand[d["sess"][cand] == s]
             out += [int(j) for j in js[np.argsort(-cos[js], kind="stable")[:sess_fill]]]
+    return out
+
+
+def diversity_penalty(rows: list, total: dict, w: float) -> dict:
+    """A turn loses w x ln(1 + its rank among its session's pooled turns by the score so far): the
+    best turn of each session keeps its score, the next ones of the same session fall by a little
+    more each, so that a top 10 of ten turns of one session makes room for another session's (a
+    question that needs two sessions). Ranks are taken within the pool, ties broken by id."""
+    by_session: dict = {}
+    for r in rows:
+        if r.session_id is not None and r.id in total:
+            by_session.setdefault(r.session_id, []).append(r.id)
+    out: dict = {}
+    for ids in by_session.values():
+        for rank, i in enumerate(sorted(ids, key=lambda i: (-total[i], str(i)))):
+            if rank:
+                out[i] = -w * math.log1p(rank)
     return out
