@@ -107,3 +107,59 @@ def test_speaker_lift_reads_only_the_callers_pool(client, world):
     assert not theirs & {i for i, _, _ in after}
     assert after == before
     assert any("speaker" in s for _, _, s in after)
+
+
+# The turns beside the best (app/search/beside.py): the answer after a matching turn shares nothing
+# with the query but the speaker; with a pool of one row per retriever it is outside the pool unless it joins.
+BAKE = "What did Caroline bake for the party?"
+
+
+def _party(client, actor) -> list[str]:
+    turns = [
+        _turn("Melanie: How was your week? Anything fun?", "p1", 0),
+        _turn("Caroline: I baked something for the party on Saturday.", "p1", 1),
+        _turn("Caroline: A lemon cake with blueberries, and it was gone in minutes.", "p1", 5),
+        _turn("Melanie: We went camping by the river with the kids.", "p2", 6),
+        _turn("Melanie: The party at the school was fun, the kids danced.", "p2", 7),
+        _turn("Caroline: I started a pottery class at the community centre.", "p3", 8),
+    ]
+    return client.post("/v1/episodes/batch", json={"items": turns}, headers=actor.h).json()["ids"]
+
+
+def test_the_turn_beside_the_best_joins_the_pool(client, world):
+    """With the pool cut to one row per retriever (no vocabulary lift), the turn after the best
+    match (no word of the query but the speaker's name) is found only through the turns beside the
+    best; its contributions sum to its score like every other result's; the pooled rows keep their
+    scores; beside_from 0 is the ranking without it."""
+    alice = world.user(world.org())
+    ids = _party(client, alice)
+    with _tuned(client, pool=1, vocab_terms=0, beside_from=0):
+        off = _search(client, alice, BAKE)
+    assert ids[2] not in {r["id"] for r in off}
+    with _tuned(client, pool=1, vocab_terms=0):
+        on = _search(client, alice, BAKE)
+    assert ids[2] in {r["id"] for r in on}, [r["text"] for r in on]
+    for r in on:
+        assert abs(sum(r["explain"]["signals"].values()) - r["score"]) < 1e-9, r["explain"]
+    assert [(r["id"], r["score"]) for r in on if r["id"] != ids[2] and r["id"] != ids[0]] == [
+        (r["id"], r["score"]) for r in off
+    ]  # the pooled rows keep their scores
+
+
+def test_the_turns_beside_the_best_are_only_the_callers(client, world):
+    """Another user's private turn and another org's, in a session of the same id and between the
+    best match and the caller's next turn, never join: the caller's results and scores are exactly
+    those before they existed, and her own next turn joins."""
+    org, other_org = world.org(), world.org()
+    alice, bob, eve = world.user(org), world.user(org), world.user(other_org)
+    ids = _party(client, alice)
+    with _tuned(client, pool=1, vocab_terms=0):
+        before = [(r["id"], r["score"], r["explain"]["signals"]) for r in _search(client, alice, BAKE)]
+        theirs = set()
+        for minute, actor in ((2, bob), (3, eve)):
+            secret = [_turn(f"Caroline: The secret cake recipe {minute} of the party.", "p1", minute)]
+            theirs |= set(client.post("/v1/episodes/batch", json={"items": secret}, headers=actor.h).json()["ids"])
+        after = [(r["id"], r["score"], r["explain"]["signals"]) for r in _search(client, alice, BAKE)]
+    assert len(theirs) == 2 and not theirs & {i for i, _, _ in after}
+    assert after == before
+    assert ids[2] in {i for i, _, _ in after}

@@ -13,6 +13,7 @@ Fusion (hybrid mode), per item type, over a `RankCall` (the request's one carrie
    (`RankCall.second_round`: it costs more than search's latency target allows): the rarest
    words (not in the query) of the `expand_from` best turns so far make a second text query;
    its hits join the pool and its BM25 is one more lift (step 3 redone over the larger pool).
+5. The turns beside the best fused turns join the pool (app/search/beside.py).
 The final score is squashed into (0, 1) with a logistic of the fused score over `squash_scale`
 so that context assembly can keep multiplying it by confidence and recency. Every statistic (z-scores, BM25 df and N) is taken
 over rows the caller may be served, so another user's rows never shape the ranking.
@@ -35,6 +36,7 @@ from app.kit.database.replicas import on
 from app.kit.items import SEARCH_TYPES
 from app.kit.registry import text_of
 from app.lineage.service import record_retrieval
+from app.search.beside import beside_best
 from app.search.prepare import Prepared, QueryVector, as_query_vector
 from app.search.repository import bm25 as text_repo
 from app.search.repository import rows as rows_repo
@@ -164,7 +166,9 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
     pool = Pool(rows=rows, bm25=bm25, lifts=lifts, pairs=pairs, turns=t == "episode", utility=utility)
     fused, parts = fuse(pool, tun, explain=call.explain)
     if call.second_round and t == "episode" and tun.expand_terms and tun.expand_weight and fused:
-        fused, parts = _second_round(db, call, pool, fused, info) or (fused, parts)
+        pool, fused, parts = _second_round(db, call, pool, fused, info) or (pool, fused, parts)
+    if t == "episode" and tun.beside_from and pool.pairs and fused:  # the turns beside the best join (beside.py)
+        fused, parts = beside_best(db, call, pool, fused, parts, info)
     return {i: 1.0 / (1.0 + math.exp(-s / tun.squash_scale)) for i, s in fused.items()}, parts
 
 
@@ -194,7 +198,7 @@ def _joined(rows: list, found: list, depth: int) -> list:
     return rows + [r for r in found[:depth] if r.id not in pooled]
 
 
-def _second_round(db: Session, call: RankCall, pool: Pool, fused: dict, info: dict) -> tuple[dict, dict | None] | None:
+def _second_round(db: Session, call: RankCall, pool: Pool, fused: dict, info: dict) -> tuple[Pool, dict, dict | None] | None:
     """A second text query made of the rarest words of the first round's `expand_from` best turns
     (repository/expansion.py): its hits join the pool and its BM25 is one more lift, then the
     signals are taken again over the larger pool (None when it found nothing). The turns it adds
@@ -218,7 +222,8 @@ def _second_round(db: Session, call: RankCall, pool: Pool, fused: dict, info: di
         return None
     rows = pool.rows + [r for r in found if r.id not in fused]
     lifts = {**pool.lifts, "second_round": {r.id: float(r.r) for r in found}}
-    return fuse(replace(pool, rows=rows, lifts=lifts), tun, explain=call.explain)
+    pool = replace(pool, rows=rows, lifts=lifts)
+    return pool, *fuse(pool, tun, explain=call.explain)
 
 
 def rank(db: Session, call: RankCall, *, neighbours_out: dict | None = None) -> tuple[list[SearchResult], dict]:
