@@ -136,7 +136,7 @@ def test_the_turn_beside_the_best_joins_the_pool(client, world):
     with _tuned(client, pool=1, vocab_terms=0, beside_from=0):
         off = _search(client, alice, BAKE)
     assert ids[2] not in {r["id"] for r in off}
-    with _tuned(client, pool=1, vocab_terms=0):
+    with _tuned(client, pool=1, vocab_terms=0, beside_from=20):
         on = _search(client, alice, BAKE)
     assert ids[2] in {r["id"] for r in on}, [r["text"] for r in on]
     for r in on:
@@ -153,7 +153,7 @@ def test_the_turns_beside_the_best_are_only_the_callers(client, world):
     org, other_org = world.org(), world.org()
     alice, bob, eve = world.user(org), world.user(org), world.user(other_org)
     ids = _party(client, alice)
-    with _tuned(client, pool=1, vocab_terms=0):
+    with _tuned(client, pool=1, vocab_terms=0, beside_from=20):
         before = [(r["id"], r["score"], r["explain"]["signals"]) for r in _search(client, alice, BAKE)]
         theirs = set()
         for minute, actor in ((2, bob), (3, eve)):

@@ -44,8 +44,9 @@ class Tuning:
     # only, no rows join). 0: off.
     speaker_weight: float = 8.0
     # The turns just before and after each of the `beside_from` best fused turns join the pool, scored by
-    # a second fusion over the larger pool; the pooled rows keep their scores (app/search/beside.py). 0: off.
-    beside_from: int = 20
+    # a second fusion over the larger pool; the pooled rows keep their scores (app/search/beside.py). 0: off,
+    # the default: it did not lift multi-hop through the service (docs/search.md).
+    beside_from: int = 0
     # The final score is logistic(fused / squash_scale): a scale above 1 keeps the best results of a
     # pool apart in (0, 1) (fused scores of 12-20 z-units all squash to ~1.0 at scale 1, and context
     # assembly would then order them by recency alone).

@@ -32,9 +32,9 @@ levers    each scored leave-one-conversation-out (the grid point best on four co
                       _cost: the joined turns lose adj_cost after the second fusion;
                       _keep: the pooled rows keep their first fusion's scores
 latency   (`--latency N`, through the service over HTTP) /v1/search (episodes, k 10) and /v1/context
-          (1,000 tokens) p50 / p95 with a lever off (`--latency-off`, Tuning changes as JSON; the
-          speaker lift by default) and on, alternated request by request over N sampled questions
-          so both see the same load
+          (1,000 tokens) p50 / p95 with a lever off and on (`--latency-off` / `--latency-on`, Tuning
+          changes as JSON; the speaker lift off / the defaults unless given), alternated request by
+          request over N sampled questions so both see the same load
 
 Figures (LoCoMo dev, MiniLM, 760 questions; recall@10 all / multi-hop / temporal / open-domain /
 single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.857):
@@ -323,8 +323,8 @@ def lever(data: list[dict], grid: dict) -> dict:
     }
 
 
-def latency(data_path: str | None, n: int, off: dict) -> dict:
-    """p50 / p95 ms of search and context, a lever off (`off`: Tuning changes) and on (the
+def latency(data_path: str | None, n: int, off: dict, on: dict) -> dict:
+    """p50 / p95 ms of search and context, a lever off and on (`off`, `on`: Tuning changes to the
     defaults), alternated per request."""
     import random
     import time
@@ -344,7 +344,7 @@ def latency(data_path: str | None, n: int, off: dict) -> dict:
     http = httpx.Client(base_url=serve_in_thread(svc.app), timeout=60)
     random.seed(1)
     sample = random.sample([(c.sample_id, q.question) for c in convs for q in c.qa], n)
-    tunings = {"off": replace(DEFAULT_TUNING, **off), "on": DEFAULT_TUNING}
+    tunings = {"off": replace(DEFAULT_TUNING, **off), "on": replace(DEFAULT_TUNING, **on)}
     lat: dict = {(p, v): [] for p in ("search", "context") for v in tunings}
     for i, (sid, q) in enumerate(sample * 2):
         h = {"Authorization": f"Bearer {svc.clients[sid].api_key}"}
@@ -373,11 +373,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--only", default="pattern,diversity,names,rare", help="comma-separated: pattern and lever names")
     ap.add_argument("--latency", type=int, default=0, help="N questions: search and context latency, a lever off and on")
     ap.add_argument("--latency-off", default='{"speaker_weight": 0.0}', help="the Tuning changes that turn the lever off (JSON)")
+    ap.add_argument("--latency-on", default="{}", help="the Tuning changes that turn it on (JSON; default: the defaults)")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     args = ap.parse_args(argv)
     out = {}
     if args.latency:
-        out["latency"] = latency(args.data, args.latency, json.loads(args.latency_off))
+        out["latency"] = latency(args.data, args.latency, json.loads(args.latency_off), json.loads(args.latency_on))
         print("latency p50/p95 ms", json.dumps(out["latency"]), flush=True)
         return out
     data = load(args.data, Path(args.cache))

@@ -51,8 +51,8 @@ ABLATIONS = {
     # the final squash's scale (3.0 in the default): context orders by the squashed score
     "squash 1.0": ({"squash_scale": 1.0}, True),
     "squash 5.0": ({"squash_scale": 5.0}, True),
-    # the turns beside the best (beside_from 20 in the default): off is the ranking before it
-    "no turns beside the best": ({"beside_from": 0}, True),
+    # the turns beside the best (beside_from 0, off, in the default)
+    "turns beside the best 20": ({"beside_from": 20}, True),
     "beside the best 10": ({"beside_from": 10}, False),
     "beside the best 40": ({"beside_from": 40}, False),
 }
