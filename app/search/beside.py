@@ -8,7 +8,8 @@ neighbours come from the pairs the ranking already looked up (repository/rows.py
 servable turns of the same session), their rows under the call's filters, so another user's or
 org's turn never joins. The pooled rows keep their first scores because the second fusion's
 statistics (z-scores over a larger pool, new neighbour pairs) would reorder them for no reason of
-theirs. How the depth was chosen: docs/search.md (multi-hop)."""
+theirs. Off by default (`beside_from` 0): its figures through the service are in docs/search.md
+(multi-hop)."""
 
 from __future__ import annotations
 

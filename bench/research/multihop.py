@@ -68,7 +68,9 @@ single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.
                     _keep (pooled rows keep the first fusion's scores): held out 0.786 / 0.487 /
                     0.883 / 0.477 / 0.884 (+0.0125, every category up; 20 seeds, reach 1 in every
                     fold; 13 of 63 join): holds offline; 50 seeds 0.770, 200 0.623 (the joined
-                    rows' scores come from the larger pool's z-statistics)
+                    rows' scores come from the larger pool's z-statistics); built in the service
+                    (app/search/beside.py, Tuning.beside_from) it did not hold there (multi-hop and
+                    open-domain down, docs/search.md): off by default
 """
 
 from __future__ import annotations
