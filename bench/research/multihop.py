@@ -23,9 +23,18 @@ levers    each scored leave-one-conversation-out (the grid point best on four co
   speaker_demoted  the same signal's other form: the turns of speakers the question does not
               name lose w (the research swaps it into the signal table for its own process)
   speaker_*   diversity, names and rare on top of the speaker lift at 8
+  pool levers on top of the speaker lift at 8: rows that join the 200-row pool (the service's pool
+              misses 63 multi-hop evidence turns); each reports how many of them joined (`joined`)
+    speaker_join      the named speaker's own spk_vec nearest and spk_text best-BM25 turns
+    speaker_sessions  the sess_fill nearest turns of each session with none in the pool
+    speaker_beside    the turns within adj_reach of the adj_from best fused turns (a second fusion);
+                      _named: of the named speaker only; speaker_after: the following turns only;
+                      _cost: the joined turns lose adj_cost after the second fusion;
+                      _keep: the pooled rows keep their first fusion's scores
 latency   (`--latency N`, through the service over HTTP) /v1/search (episodes, k 10) and /v1/context
-          (1,000 tokens) p50 / p95 with the speaker lift off and on, alternated request by request
-          over N sampled questions so both see the same load
+          (1,000 tokens) p50 / p95 with a lever off and on (`--latency-off` / `--latency-on`, Tuning
+          changes as JSON; the speaker lift off / the defaults unless given), alternated request by
+          request over N sampled questions so both see the same load
 
 Figures (LoCoMo dev, MiniLM, 760 questions; recall@10 all / multi-hop / temporal / open-domain /
 single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.857):
@@ -46,6 +55,22 @@ single-hop; the base is this offline ranking, 0.753 / 0.442 / 0.845 / 0.443 / 0.
   with the speaker lift at 8 (0.774 / 0.473 / 0.864 / 0.466 / 0.874): diversity held out
                0.776 / 0.490 / 0.864 / 0.455 / 0.874 (+0.0025, open-domain -0.011), names 0.772,
                rare 0.773: none clears +0.005 with no category down.
+  pool levers (the 63 outside the pool: 61 in a session the pool holds, 32 beside a pooled turn,
+  42 within two; by cosine they rank 204th of the turns at the median, 161st of their speaker's):
+  speaker_join      held out 0.774 / 0.477 / 0.864 / 0.466 / 0.874 (+0.0006); 2 of 63 join at the
+                    fit point (20 by text), 23 with 100 + 100: lost
+  speaker_sessions  held out 0.774 (+0.0000), 0-1 of 63 join: lost (their sessions are pooled)
+  speaker_beside    held out 0.783 / 0.482 / 0.870 / 0.438 / 0.890 (+0.0098; 26 of 63 join at 50
+                    seeds, reach 2): open-domain -0.028, lost; _named 0.776 (+0.0019; fit on all
+                    +0.0065, folds flip between 5 and 50 seeds); speaker_after 0.777, multi-hop down
+                    _cost (joined turns -0-4): 0.783, open-domain 0.438 at every cost, and at cost
+                    1000 (no joined turn in the top 10): the second fusion's statistics cost it
+                    _keep (pooled rows keep the first fusion's scores): held out 0.786 / 0.487 /
+                    0.883 / 0.477 / 0.884 (+0.0125, every category up; 20 seeds, reach 1 in every
+                    fold; 13 of 63 join): holds offline; 50 seeds 0.770, 200 0.623 (the joined
+                    rows' scores come from the larger pool's z-statistics); built in the service
+                    (commit 78ac1b9, `Tuning.beside_from`) it did not hold there (multi-hop
+                    and open-domain down, docs/search.md): not kept in the service
 """
 
 from __future__ import annotations
@@ -63,6 +88,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.research import levers_data as L
+from bench.research.multihop_pool import beside, diversity_penalty, joins
 
 NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 BASE = {"w_vector": 1.0, "neighbour": 0.5, "session": 0.5, "length_prior": 0.3}
@@ -104,6 +130,17 @@ def rank(
     rare=0.0,
     rare_terms=10,
     depth=30,
+    spk_vec=0,
+    spk_text=0,
+    sess_fill=0,
+    sess_named=False,
+    adj_from=0,
+    adj_reach=1,
+    adj_named=False,
+    adj_after=False,
+    extra=(),
+    adj_cost=0.0,
+    adj_keep=False,
 ) -> np.ndarray:
     """The service's fusion over this question's pool (app.search.signals.fuse), with the levers;
     -inf outside the pool."""
@@ -117,7 +154,12 @@ def rank(
     )
     cos = d["E"] @ q["e"]
     bm = L.bm25_vec(d, list(set(q["l"][:32])))
-    pool = [int(j) for j in L.make_pool(cos, bm)]
+    pool = sorted(set(L.make_pool(cos, bm).tolist()) | set(extra))
+    if spk_vec or spk_text or sess_fill:
+        pool = sorted(
+            set(pool)
+            | set(joins(d, q, cos, bm, pool, spk_vec=spk_vec, spk_text=spk_text, sess_fill=sess_fill, sess_named=sess_named))
+        )
     pairs = [(j + o, j) for j in pool for o in (-1, 1) if 0 <= j + o < len(cos) and d["sess"][j + o] == d["sess"][j]]
     rows = [_Row(j, cos[j], d["sess"][j], d["nlex"][j]) for j in pool]
     lift0 = {}
@@ -126,6 +168,16 @@ def rank(
     base = Pool(rows=rows, bm25={j: float(bm[j]) for j in pool if bm[j] > 0}, pairs=pairs, turns=True, lifts=lift0)
     total, _ = fuse(base, tun)
     seeds = sorted(total, key=lambda j: (-total[j], j))
+    if adj_from:  # the turns beside the best pooled turns join, and the pool is fused again
+        near = beside(d, seeds[:adj_from], adj_reach, after=adj_after)
+        if adj_named:  # of a speaker the question names only
+            near = [j for j in near if j in spoken_by_named(q["q"], {j: d["speaker"][j] for j in near})]
+        s = rank(d, q, session=session, speaker=speaker, extra=tuple(set(pool) | set(near)))
+        joined = [j for j in set(near) - set(pool)]
+        s[joined] -= adj_cost  # a joined neighbour below its seeds
+        if adj_keep:  # the pooled rows keep their first fusion's scores
+            s[pool] = [total[j] for j in pool]
+        return s
     found = []
     if names:  # the names of the best turns, not in the question, as a second query (binary tf, IDF over the user's turns)
         qwords = {w.lower() for w in re.findall(r"[A-Za-z]+", q["q"])}
@@ -145,7 +197,7 @@ def rank(
         lifts = {**lift0, "second_round": {j: float(s2[j]) for j in found}}
         total, _ = fuse(replace(base, rows=rows, lifts=lifts), replace(tun, expand_weight=weight))
     if diversity:  # last, after every signal of the service's table
-        penalty = _diversity(rows, total, diversity)
+        penalty = diversity_penalty(rows, total, diversity)
         total = {j: v + penalty.get(j, 0.0) for j, v in total.items()}
     s = np.full(len(cos), -np.inf)
     for j, v in total.items():
@@ -160,46 +212,16 @@ def _demoted(pool, total: dict, w: float) -> dict:
     return {i: -w for i in total if i not in named} if named else {}
 
 
-def _diversity(rows: list, total: dict, w: float) -> dict:
-    """A turn loses w x ln(1 + its rank among its session's pooled turns by the score so far): the
-    best turn of each session keeps its score, the next ones of the same session fall by a little
-    more each, so that a top 10 of ten turns of one session makes room for another session's (a
-    question that needs two sessions). Ranks are taken within the pool, ties broken by id."""
-    by_session: dict = {}
-    for r in rows:
-        if r.session_id is not None and r.id in total:
-            by_session.setdefault(r.session_id, []).append(r.id)
-    out: dict = {}
-    for ids in by_session.values():
-        for rank, i in enumerate(sorted(ids, key=lambda i: (-total[i], str(i)))):
-            if rank:
-                out[i] = -w * math.log1p(rank)
-    return out
-
-
 def pattern(data: list[dict]) -> dict:
     """Counts over the multi-hop evidence the base ranking's top 10 misses."""
     from app.search.signals import spoken_by_named
 
-    c = {
-        k: 0
-        for k in (
-            "questions",
-            "missed_q",
-            "evidence",
-            "missed",
-            "other_session",
-            "same_speaker_as_found",
-            "no_word_q",
-            "no_name_q",
-            "word_with_found",
-            "name_with_found",
-            "name_with_top10",
-            "any_found_in_q",
-            "evidence_by_named_speaker",
-            "missed_by_named_speaker",
-        )
-    }
+    c = dict.fromkeys(
+        "questions missed_q evidence missed other_session same_speaker_as_found no_word_q no_name_q word_with_found "
+        "name_with_found name_with_top10 any_found_in_q evidence_by_named_speaker missed_by_named_speaker "
+        "outside_pool outside_in_pooled_session outside_beside_pooled outside_within2_pooled".split(),
+        0,
+    )
     sess_top, ev_sess, ranks = [], [], []
     for d in data:
         for qi, q in enumerate(d["qa"]):
@@ -222,6 +244,14 @@ def pattern(data: list[dict]) -> dict:
             order = {int(j): r for r, j in enumerate(np.argsort(-s, kind="stable")) if np.isfinite(s[j])}
             who = spoken_by_named(q["q"], dict(enumerate(d["speaker"])))
             c["evidence_by_named_speaker"] += sum(e in who for e in ev)
+            cos, bm = d["E"] @ q["e"], L.bm25_vec(d, list(set(q["l"][:32])))
+            pool = {int(j) for j in L.make_pool(cos, bm)}
+            for e in (e for e in ev if e not in pool):  # where the evidence outside the pool lies
+                gap = [abs(e - j) for j in pool if d["sess"][j] == d["sess"][e]]
+                c["outside_pool"] += 1
+                c["outside_in_pooled_session"] += bool(gap)
+                c["outside_beside_pooled"] += min(gap, default=99) <= 1
+                c["outside_within2_pooled"] += min(gap, default=99) <= 2
             for e in missed:
                 c["missed_by_named_speaker"] += e in who
                 ranks.append(order.get(e, 10**6))
@@ -253,6 +283,13 @@ GRIDS = {
     "speaker_names": {"speaker": (8.0,), "names": (0.0, 0.1, 0.2, 0.3)},
     "speaker_rare": {"speaker": (8.0,), "rare": (0.0, 0.15, 0.3)},
     "names_speaker": {"names": (0.0, 0.2, 0.3), "speaker": (0.0, 0.5, 1.0, 2.0)},
+    "speaker_join": {"speaker": (8.0,), "spk_vec": (0, 10, 20, 50, 100), "spk_text": (0, 10, 20, 50, 100)},
+    "speaker_sessions": {"speaker": (8.0,), "sess_fill": (0, 1, 2, 3), "sess_named": (False, True)},
+    "speaker_beside": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50, 200), "adj_reach": (1, 2)},
+    "speaker_beside_named": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50), "adj_reach": (1, 2), "adj_named": (True,)},
+    "speaker_beside_cost": {"speaker": (8.0,), "adj_from": (10, 50), "adj_reach": (1, 2), "adj_cost": (0.0, 0.5, 1.0, 2.0, 4.0)},
+    "speaker_beside_keep": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50, 200), "adj_reach": (1, 2), "adj_keep": (True,)},
+    "speaker_after": {"speaker": (8.0,), "adj_from": (0, 5, 10, 20, 50), "adj_named": (False, True), "adj_after": (True,)},
     "diversity_session": {"diversity": (0.0, 0.05, 0.1, 0.2), "session": (0.5, 0.3, 0.2, 0.0)},
 }
 
@@ -260,11 +297,18 @@ GRIDS = {
 def lever(data: list[dict], grid: dict) -> dict:
     points = [dict(zip(grid, p)) for p in itertools.product(*grid.values())]
     per = {}
+    joined, outside = {}, 0
     for i, p in enumerate(points):
-        rows = []
+        rows, joined[i] = [], 0
         for d in data:
             for qi, q in enumerate(d["qa"]):
-                rows.append((d["sid"], q["cat"], L.recall_at(d["evix"][qi], rank(d, q, **p), (10,))))
+                s = rank(d, q, **p)
+                rows.append((d["sid"], q["cat"], L.recall_at(d["evix"][qi], s, (10,))))
+                if q["cat"] == 1:  # multi-hop evidence outside the 200-row pool that joined it
+                    base = set(L.make_pool(d["E"] @ q["e"], L.bm25_vec(d, list(set(q["l"][:32])))).tolist())
+                    out_ = [int(e) for e in d["evix"][qi] if int(e) not in base]
+                    outside += len(out_) if i == 0 else 0
+                    joined[i] += sum(bool(np.isfinite(s[e])) for e in out_)
         per[i] = rows
     held, all_, best, chosen = L.loo_grid(per, ks=(10,), k_select=10)
     off = L.summarise(per[0], (10,))
@@ -275,11 +319,15 @@ def lever(data: list[dict], grid: dict) -> dict:
         "fit_on_all": pick(all_),
         "fit_on_all_point": points[best],
         "chosen": {s: points[i] for s, i in chosen.items()},
+        "outside_pool": outside,
+        "joined": {json.dumps(points[i]): n for i, n in joined.items() if len(points) > 1},
+        "points": {json.dumps(points[i]): pick(L.summarise(per[i], (10,))) for i in per if len(points) > 1},
     }
 
 
-def latency(data_path: str | None, n: int) -> dict:
-    """p50 / p95 ms of search and context, the speaker lift off and on, alternated per request."""
+def latency(data_path: str | None, n: int, off: dict, on: dict) -> dict:
+    """p50 / p95 ms of search and context, a lever off and on (`off`, `on`: Tuning changes to the
+    defaults), alternated per request."""
     import random
     import time
 
@@ -298,7 +346,7 @@ def latency(data_path: str | None, n: int) -> dict:
     http = httpx.Client(base_url=serve_in_thread(svc.app), timeout=60)
     random.seed(1)
     sample = random.sample([(c.sample_id, q.question) for c in convs for q in c.qa], n)
-    tunings = {"off": replace(DEFAULT_TUNING, speaker_weight=0.0), "on": DEFAULT_TUNING}
+    tunings = {"off": replace(DEFAULT_TUNING, **off), "on": replace(DEFAULT_TUNING, **on)}
     lat: dict = {(p, v): [] for p in ("search", "context") for v in tunings}
     for i, (sid, q) in enumerate(sample * 2):
         h = {"Authorization": f"Bearer {svc.clients[sid].api_key}"}
@@ -325,12 +373,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--data", default=None, help="LoCoMo dev JSON (default: the repository's shared copy)")
     ap.add_argument("--cache", default="/tmp/multihop_cache", help="embeddings and lexemes cache")
     ap.add_argument("--only", default="pattern,diversity,names,rare", help="comma-separated: pattern and lever names")
-    ap.add_argument("--latency", type=int, default=0, help="N questions: search and context latency, the lift off and on")
+    ap.add_argument("--latency", type=int, default=0, help="N questions: search and context latency, a lever off and on")
+    ap.add_argument("--latency-off", default='{"speaker_weight": 0.0}', help="the Tuning changes that turn the lever off (JSON)")
+    ap.add_argument("--latency-on", default="{}", help="the Tuning changes that turn it on (JSON; default: the defaults)")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     args = ap.parse_args(argv)
     out = {}
     if args.latency:
-        out["latency"] = latency(args.data, args.latency)
+        out["latency"] = latency(args.data, args.latency, json.loads(args.latency_off), json.loads(args.latency_on))
         print("latency p50/p95 ms", json.dumps(out["latency"]), flush=True)
         return out
     data = load(args.data, Path(args.cache))
