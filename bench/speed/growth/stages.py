@@ -35,6 +35,19 @@ DB = "memscale_bench_growth_stages"
 WORLD = Path(".memscale") / "growth_stages_world.json"
 
 
+class _OnePass:
+    """`bm25_stats` with the kept statistics declared unusable: the text stage takes the one-pass statement."""
+
+    def __getattr__(self, name):
+        from app.search.repository import bm25_stats
+
+        return getattr(bm25_stats, name)
+
+    @staticmethod
+    def served_by_stats(*a):
+        return False
+
+
 def _build(size: int) -> None:
     from bench.speed.growth.__main__ import _grow, _setup
 
@@ -244,15 +257,7 @@ def _rank_all_types(sessions, sent: list, p, q: str, v, ef_search: int, *, exact
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank
 
-    class OnePass:
-        def __getattr__(self, name):
-            return getattr(bm25_stats, name)
-
-        @staticmethod
-        def served_by_stats(*a):
-            return False
-
-    bm25.bm25_stats = OnePass() if exact else bm25_stats
+    bm25.bm25_stats = _OnePass() if exact else bm25_stats
     try:
         with sessions() as db:
             bind_principal(db, p)
@@ -282,18 +287,10 @@ def _ab_second_round(sessions, p, world: dict, n_queries: int, context) -> None:
     from app.kit.database.db import bind_principal
     from app.search.repository import bm25_stats, expansion
 
-    class OnePass:
-        def __getattr__(self, name):
-            return getattr(bm25_stats, name)
-
-        @staticmethod
-        def served_by_stats(*a):
-            return False
-
     lat: dict = {"kept": [], "one pass": []}
     for i, (words, vec) in enumerate(world["queries"][:n_queries]):
         for arm in ("kept", "one pass") if i % 2 else ("one pass", "kept"):
-            expansion.bm25_stats = bm25_stats if arm == "kept" else OnePass()
+            expansion.bm25_stats = bm25_stats if arm == "kept" else _OnePass()
             with sessions() as db:
                 bind_principal(db, p)
                 t0 = time.perf_counter()
