@@ -280,7 +280,7 @@ def _stored_as_made(admin_engine, org_id, texts: list[str], keeps) -> None:
     assert all(exact(w.v, keeps.gave[w.word]) for w in words)
 
 
-def test_an_import_stores_the_models_vectors_bit_for_bit(app, world, admin_engine, embedder):
+def test_an_import_stores_the_models_vectors_bit_for_bit(app, client, world, admin_engine, embedder):
     """The bulk path's COPY writes each vector's floats in hexadecimal: what is stored is exactly
     what the model made, rows and new words alike."""
     import json
