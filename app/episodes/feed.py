@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -25,6 +26,36 @@ from app.kit.stages import carried, stage
 
 PIPELINED = 2
 _GATE = threading.BoundedSemaphore(PIPELINED)
+
+
+class _Embedding:
+    """What an embedding thread shares with the thread that writes: a condition, whether the thread
+    has finished, the error it ended with (raised in the writer's thread, where the transaction
+    rolls back) and a stop flag."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._finished, self._stop = False, threading.Event()
+        self._error: BaseException | None = None
+
+    def _start(self, args: tuple, name: str) -> threading.Thread:
+        """The subclass's `_run(*args)` in a daemon thread carrying the caller's stage timer."""
+        thread = threading.Thread(target=carried(self._run), args=args, daemon=True, name=name)
+        thread.start()
+        return thread
+
+    @contextmanager
+    def _ending(self):
+        """Around the thread's work: its error is kept for the writer; its end is signalled either way."""
+        try:
+            yield
+        except BaseException as exc:
+            with self._cv:
+                self._error = exc
+        finally:
+            with self._cv:
+                self._finished = True
+                self._cv.notify_all()
 
 
 def item_slices(embedder, who: str | None, texts: list[str], chunk: int | None = None) -> Iterator[tuple[list[int], np.ndarray]]:
@@ -40,7 +71,7 @@ def item_slices(embedder, who: str | None, texts: list[str], chunk: int | None =
         yield idx, embedder.embed([texts[i] for i in idx])
 
 
-class Feed:
+class Feed(_Embedding):
     """Pieces ("words", embedded vocabulary) and ("items", (indices, vectors)) per slice, in the
     order they are made (the vocabulary first unless it is given later)."""
 
@@ -57,21 +88,17 @@ class Feed:
     ):
         """`words` None: given later (`give_words`), embedded after `words_after` slices of
         items, so that looking them up overlaps the model's first slice (the bulk import)."""
-        self._cv = threading.Condition()
+        super().__init__()
         self._words = words
         self._words_after = words_after
         self._pieces: list[tuple[str, object]] = []
         self._items = 0
-        self._finished, self._error, self._stop = False, None, threading.Event()
         self._words_done = False
         self.pipelined = _GATE.acquire(blocking=False)
-        work = carried(self._run)
-        threading.Thread(
-            target=work, args=(embedder, who, texts, embed_words, chunk), daemon=True, name="memscale-ingest"
-        ).start()
+        self._start((embedder, who, texts, embed_words, chunk), "memscale-ingest")
 
     def _run(self, embedder, who, texts, embed_words, chunk) -> None:
-        try:
+        with self._ending():
             if self._words is not None:
                 self._embed_words(embed_words)
             with stage("embed", scope=True):
@@ -89,13 +116,6 @@ class Feed:
                     slices.close()  # releases the fair lane's count of what was not embedded
             if not self._words_done and not self._stop.is_set():
                 self._embed_words(embed_words)
-        except BaseException as exc:
-            with self._cv:
-                self._error = exc
-        finally:
-            with self._cv:
-                self._finished = True
-                self._cv.notify_all()
 
     def _embed_words(self, embed_words) -> None:
         with self._cv:
@@ -171,7 +191,7 @@ def groups(lists: list[list[str] | None], size: int) -> list[list[int]]:
     return out
 
 
-class Ahead:
+class Ahead(_Embedding):
     """Vectors of lists of texts (a document's chunks), list by list in order, made by a thread
     of their own while the caller writes the lists already done: consecutive lists share calls of
     about `size` texts, longest first within a call (one length pads little), and a None list is
@@ -179,22 +199,18 @@ class Ahead:
     embed) takes the same lock as the thread's calls."""
 
     def __init__(self, embed: Callable[[list[str]], list], lists: list[list[str] | None], *, size: int | None = None):
+        super().__init__()
         self._embed_fn, self._lists = embed, lists
-        self._lock, self._cv = threading.Lock(), threading.Condition()
+        self._lock = threading.Lock()
         self._done: dict[int, list] = {}
-        self._error: BaseException | None = None
-        self._finished, self._stop = False, threading.Event()
-        self._thread = threading.Thread(
-            target=carried(self._run), args=(groups(lists, size or AHEAD_CHUNK),), daemon=True, name="memscale-ahead"
-        )
-        self._thread.start()
+        self._thread = self._start((groups(lists, size or AHEAD_CHUNK),), "memscale-ahead")
 
     def embed(self, texts: list[str]) -> list:
         with self._lock:
             return list(self._embed_fn(texts)) if texts else []
 
     def _run(self, plan: list[list[int]]) -> None:
-        try:
+        with self._ending():
             with stage("embed", scope=True):
                 for docs in plan:
                     if self._stop.is_set():
@@ -208,13 +224,6 @@ class Ahead:
                     with self._cv:
                         self._done.update(got)
                         self._cv.notify_all()
-        except BaseException as exc:
-            with self._cv:
-                self._error = exc
-        finally:
-            with self._cv:
-                self._finished = True
-                self._cv.notify_all()
 
     def vectors(self, i: int) -> list | None:
         """Document i's vectors, once embedded (None: it was not to be embedded); raises the
