@@ -27,6 +27,8 @@ if "MEMSCALE_MODEL_CACHE_DIR" not in os.environ:  # the ONNX export of the embed
     os.environ["MEMSCALE_MODEL_CACHE_DIR"] = _MODEL_CACHE
     atexit.register(shutil.rmtree, _MODEL_CACHE, True)
 
+pytest_plugins = ["tests.console_browser"]  # the console tests' browser, server and tabs
+
 # One database per pytest-xdist worker (`make test` runs two): each worker migrates its own, and
 # every test makes its own orgs, so workers never see each other's rows.
 TEST_DB = "memscale_test" + (f"_{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else "")

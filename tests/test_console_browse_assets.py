@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from tests.console_browser import CHROMIUM, XSS, pages
 from tests.helpers import ep
-from tests.test_console import XSS, Tab, base_url, browser, pages, sync_api  # noqa: F401 - fixtures
 from tests.test_console_assets import asset
 
-pytestmark = pytest.mark.skipif(sync_api is None, reason="playwright")
+pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra (pyproject.toml)")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is installed by `make browser` (apt)")
 OLD, THEN = "2026-01-01T00:00:00+00:00", "2026-03-01T00:00:00"  # a stored row's instant; the picker's (months apart: any zone)
 
 
@@ -36,19 +37,6 @@ def assets_world(admin_engine, settings, client):
             text("UPDATE episodes SET created_at = :t WHERE org_id = :o AND id = :i"), {"t": OLD, "o": alice.org_id, "i": old}
         )
     return {"alice": alice, "bob": bob, "eve": eve}
-
-
-@pytest.fixture
-def tab(browser, base_url, tmp_path):  # noqa: F811
-    opened = []
-
-    def open_(who):
-        opened.append(Tab(browser, base_url, who, tmp_path))
-        return opened[-1]
-
-    yield open_
-    for t in opened:
-        t.close()
 
 
 def test_asset_list_shows_each_key_what_the_api_gives_it(tab, client, assets_world):

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from tests.test_console import START, XSS, Tab, base_url, browser, pages, sync_api  # noqa: F401 - fixtures
+from tests.console_browser import CHROMIUM, START, XSS, pages
 from tests.test_console_assets import asset
 
-pytestmark = pytest.mark.skipif(sync_api is None, reason="playwright")
+pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra (pyproject.toml)")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is installed by `make browser` (apt)")
 OPTIONS = f"{START} option"
 
 
@@ -42,19 +43,6 @@ def jobs_world(admin_engine, settings):
     with admin_engine.begin() as c:
         c.execute(text("DELETE FROM reembeddings WHERE org_id = :o"), {"o": eve.org_id})
         c.execute(text("UPDATE org_embedders SET model = :m WHERE org_id = :o"), {"o": eve.org_id, "m": model})
-
-
-@pytest.fixture
-def tab(browser, base_url, tmp_path):  # noqa: F811
-    opened = []
-
-    def open_(who):
-        opened.append(Tab(browser, base_url, who, tmp_path))
-        return opened[-1]
-
-    yield open_
-    for t in opened:
-        t.close()
 
 
 def _dd(t, key: str) -> str:
