@@ -3,11 +3,11 @@ filters, ANDed), and the statement cache every search statement is kept in, keye
 
 from __future__ import annotations
 
-from sqlalchemy import Integer, bindparam, literal, select
+from sqlalchemy import Integer, bindparam, func, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 
 from app.auth.principal import Principal
-from app.kit.database.sql import StatementCache
+from app.kit.database.sql import StatementCache, as_text
 from app.kit.registry import ITEM_TYPES
 from app.kit.tenancy.access import visible_to
 from app.kit.tenancy.repository_view import memory_state
@@ -94,3 +94,23 @@ def qvec_param(m):
 
 def limit_param(name: str):
     return bindparam(name, type_=Integer)
+
+
+# A speaker is 1 to 40 characters of a line before its first colon; longer text before a colon
+# is a sentence, not a name.
+SPEAKER = r"^([^:\n]{1,40}):"
+
+
+def pool_columns(m, type_: str) -> tuple:
+    """The columns of a fusion pool's row, the same in every statement that brings rows into a
+    pool: id (text), cosine distance to the query `d`, `session_id` (episodes), `n_lex` (the
+    row's lexeme count) and `who` (an episode's speaker: the name before the first colon of its
+    content, else NULL), read with the row rather than by a statement of their own."""
+    episode = type_ == "episode"
+    return (
+        as_text(m.id).label("id"),
+        m.embedding.cosine_distance(qvec_param(m)).label("d"),
+        (m.session_id if episode else literal(None)).label("session_id"),
+        func.length(m.tsv).label("n_lex"),
+        (func.substring(m.content, SPEAKER) if episode else literal(None)).label("who"),
+    )
