@@ -1,6 +1,5 @@
 """One ranking's round trips: the speakers of the pool come with the statement that brings the
-rows into the pool (`filters.pool_columns`), and the query's lexemes are asked once for all the
-item types ranked at once on side sessions. What each statement may return is tested with the
+rows into the pool (`filters.pool_columns`). What each statement may return is tested with the
 speaker lift's leak test (tests/test_search_multihop.py)."""
 
 from __future__ import annotations
@@ -60,17 +59,3 @@ def test_the_speakers_come_with_the_pool_rows(client, world):
     assert with_who, sent
     assert all(re.search(r"\bAS n_lex\b", s) for s in with_who), [s for s in with_who if "n_lex" not in s]
     assert str(results[0].id) in {ids[1], ids[3], ids[5]}
-
-
-def test_all_types_ask_the_query_lexemes_once(client, world):
-    """Three item types ranked at once (side sessions) send the query-lexemes statement once."""
-    from app.search.repository import sessions as side_sessions
-
-    alice = world.user(world.org())
-    _conversation(client, alice)
-    free = side_sessions.SIDE.acquire(blocking=False)  # side connections are free: the types run at once
-    assert free
-    side_sessions.SIDE.release()
-    _, sent = _rank(client.app, alice, ("memory", "episode", "chunk"))
-    lexemes = [s for s in sent if "tsvector_to_array(to_tsvector" in s and "FROM episodes" not in s]
-    assert len(lexemes) == 1, lexemes

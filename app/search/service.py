@@ -295,7 +295,6 @@ def _fused_types(db: Session, call: RankCall, info: dict) -> dict[str, tuple[dic
         side.append(t)
     if side:
         call.qvec.get()  # the query's embedding, awaited once here rather than in several threads at once
-        text_repo.query_lexemes(db, call.query)  # asked once: the side sessions share `db.info`'s memo
     futures = {t: _SIDE_POOL.submit(_fuse_aside, db.get_bind(), settings, db.info, call, t) for t in side}
     out, infos = {}, []
     try:

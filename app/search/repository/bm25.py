@@ -88,13 +88,12 @@ def text_scored(
 def query_lexemes(db: Session, query: str) -> list[str]:
     """The query's lexemes (english configuration), at most MAX_QUERY_LEXEMES; asked of the
     database once per session and query (a search over three item types asked three times)."""
-    memo = db.info.setdefault("query_lexemes", {})  # shared with the ranking's side sessions (their info is a copy)
-    got = memo.get(query)
-    if got is None:
+    memo = db.info.setdefault("query_lexemes", {})
+    if query not in memo:
         if len(memo) > 64:
             memo.clear()
-        got = memo[query] = STATEMENTS.run(db, ("lexemes",), lambda: _LEXEMES, {"q": query}).scalars().all()[:MAX_QUERY_LEXEMES]
-    return got
+        memo[query] = STATEMENTS.run(db, ("lexemes",), lambda: _LEXEMES, {"q": query}).scalars().all()[:MAX_QUERY_LEXEMES]
+    return memo[query]
 
 
 _LEXEMES = select(func.unnest(func.tsvector_to_array(func.to_tsvector("english", bindparam("q", type_=TEXT)))))

@@ -101,16 +101,26 @@ def limit_param(name: str):
 SPEAKER = r"^([^:\n]{1,40}):"
 
 
-def pool_columns(m, type_: str) -> tuple:
+def pool_columns(m, type_: str, *, content: bool = False) -> tuple:
     """The columns of a fusion pool's row, the same in every statement that brings rows into a
     pool: id (text), cosine distance to the query `d`, `session_id` (episodes), `n_lex` (the
     row's lexeme count) and `who` (an episode's speaker: the name before the first colon of its
-    content, else NULL), read with the row rather than by a statement of their own."""
+    content, else NULL), read with the row rather than by a statement of their own. `content`:
+    the content itself in place of `who`, for a statement that sorts many rows and keeps few
+    (`with_speakers` then reads the speakers of the rows kept only)."""
     episode = type_ == "episode"
+    last = m.content.label("content") if content else func.substring(m.content, SPEAKER).label("who")
     return (
         as_text(m.id).label("id"),
         m.embedding.cosine_distance(qvec_param(m)).label("d"),
         (m.session_id if episode else literal(None)).label("session_id"),
         func.length(m.tsv).label("n_lex"),
-        (func.substring(m.content, SPEAKER) if episode else literal(None)).label("who"),
+        last if episode else literal(None).label("content" if content else "who"),
     )
+
+
+def with_speakers(kept, type_: str):
+    """The rows of `kept` (a subquery of `pool_columns(..., content=True)`), in its order, with
+    `who` read from their content: the speaker of the rows kept, not of every row sorted."""
+    who = func.substring(kept.c.content, SPEAKER) if type_ == "episode" else literal(None)
+    return select(kept.c.id, kept.c.d, kept.c.session_id, kept.c.n_lex, who.label("who"))

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.database.sql import among_bound, as_text
 from app.kit.registry import ITEM_TYPES
-from app.search.repository.filters import STATEMENTS, limit_param, pool_columns, qvec_param, servable, shape
+from app.search.repository.filters import STATEMENTS, limit_param, pool_columns, qvec_param, servable, shape, with_speakers
 from app.search.schemas import SearchFilters
 
 SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact", "split")
@@ -141,17 +141,20 @@ def exact_pool(
     def build(also: bool):
         conds = servable(principal, type_, f)
         dist = m.embedding.cosine_distance(qvec_param(m))
-        cols = pool_columns(m, type_)
-        top = (
-            select(*cols, literal(True).label("top"))
+        kept = (
+            select(*pool_columns(m, type_, content=True))
             .where(*conds, m.embedding.is_not(None))
             .order_by(dist + 0)
             .limit(limit_param("n"))
+            .subquery("kept")
         )
+        top = with_speakers(kept, type_).add_columns(literal(True).label("top"))
         return (
             top
             if not also
-            else union_all(top, select(*cols, literal(False).label("top")).where(among_bound(m.id, "also"), *conds))
+            else union_all(
+                top, select(*pool_columns(m, type_), literal(False).label("top")).where(among_bound(m.id, "also"), *conds)
+            )
         )
 
     also = bool(also_ids)

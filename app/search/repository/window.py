@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.kit.registry import ITEM_TYPES
 from app.search.dates import add_months, day_start
-from app.search.repository.filters import STATEMENTS, limit_param, pool_columns, qvec_param, servable, shape
+from app.search.repository.filters import STATEMENTS, limit_param, pool_columns, qvec_param, servable, shape, with_speakers
 from app.search.schemas import SearchFilters
 from app.search.time_window import TimeWindow
 
@@ -47,7 +47,8 @@ def window_rows(db: Session, principal: Principal, type_: str, f: SearchFilters,
         if hi:
             conds.append(col < bindparam("until", type_=col.type))
         dist = m.embedding.cosine_distance(qvec_param(m))
-        return select(*pool_columns(m, type_)).where(*conds).order_by(dist + 0, m.id).limit(limit_param("n"))
+        kept = select(*pool_columns(m, type_, content=True)).where(*conds).order_by(dist + 0, m.id).limit(limit_param("n"))
+        return with_speakers(kept.subquery("kept"), type_)
 
     lo, hi = since is not None, until is not None
     values = {"qvec": qvec, "n": n, **({"since": since} if lo else {}), **({"until": until} if hi else {})}
