@@ -109,13 +109,16 @@ def pool_columns(m, type_: str, *, content: bool = False) -> tuple:
     the content itself in place of `who`, for a statement that sorts many rows and keeps few
     (`with_speakers` then reads the speakers of the rows kept only)."""
     episode = type_ == "episode"
-    last = m.content.label("content") if content else func.substring(m.content, SPEAKER).label("who")
+    if not episode:
+        last = literal(None).label("content" if content else "who")
+    else:
+        last = m.content.label("content") if content else func.substring(m.content, SPEAKER).label("who")
     return (
         as_text(m.id).label("id"),
         m.embedding.cosine_distance(qvec_param(m)).label("d"),
         (m.session_id if episode else literal(None)).label("session_id"),
         func.length(m.tsv).label("n_lex"),
-        last if episode else literal(None).label("content" if content else "who"),
+        last,
     )
 
 
