@@ -107,3 +107,28 @@ def test_speaker_lift_reads_only_the_callers_pool(client, world):
     assert not theirs & {i for i, _, _ in after}
     assert after == before
     assert any("speaker" in s for _, _, s in after)
+    # The statements that bring rows and their speakers into a pool, asked for the others' turns
+    # by id, or over all of time, return none of them.
+    _folded_statements_serve_only_the_caller(client.app, alice, theirs)
+
+
+def _folded_statements_serve_only_the_caller(app, actor, theirs: set) -> None:
+    from app.auth.principal import Principal
+    from app.kit.database.db import bind_principal
+    from app.search.repository import vector
+    from app.search.repository.window import window_rows
+    from app.search.schemas import SearchFilters
+
+    p, f = Principal(actor.org_id, actor.user_id, actor.name, (), (), ()), SearchFilters()
+    qvec = app.state.resources.embedder.embed_queries([QUERY])[0]
+    with app.state.sessions() as db:
+        bind_principal(db, p)
+        mine = {r.id for r in window_rows(db, p, "episode", f, qvec=qvec, since=None, until=None, n=1000)}
+        asked = sorted(mine | theirs)
+        pooled = vector.pool_rows(db, p, "episode", qvec, asked, f)
+        _, exact = vector.exact_pool(db, p, "episode", qvec, f, 1000, also_ids=asked)
+        db.rollback()
+    assert len(mine) == 6 and not mine & theirs
+    for rows in (pooled, exact):
+        assert {r.id for r in rows} == mine
+        assert {r.who for r in rows} == {"Caroline", "Melanie"}

@@ -43,7 +43,6 @@ from app.search.repository import vector as vector_repo
 from app.search.repository.expansion import expansion_rows
 from app.search.repository.lexicon import lift_rows
 from app.search.repository.sessions import binding, bound_like
-from app.search.repository.speakers import speakers
 from app.search.repository.window import named_time_rows
 from app.search.schemas import Explanation, SearchFilters, SearchIn, SearchResult
 from app.search.signals import Pool, fuse, spoken_by_named
@@ -152,7 +151,7 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
         info["time_window"], rows = len(found), _joined(rows, found, tun.time_depth)
         lifts["time"] = {r.id: 1.0 for r in found}
     if t == "episode" and tun.speaker_weight:  # the turns of a speaker the query names
-        lifts["speaker"] = spoken_by_named(call.query, speakers(db, principal, call.filters, [r.id for r in rows]))
+        lifts["speaker"] = spoken_by_named(call.query, {r.id: r.who.strip() for r in rows if r.who is not None})
     in_sessions = [r.id for r in rows if r.session_id is not None]  # only turns of a session have neighbours
     pairs = rows_repo.neighbour_ids(db, principal, in_sessions) if turns and tun.neighbour else []
     if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)

@@ -3,11 +3,11 @@ filters, ANDed), and the statement cache every search statement is kept in, keye
 
 from __future__ import annotations
 
-from sqlalchemy import Integer, bindparam, literal, select
+from sqlalchemy import Integer, bindparam, func, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT
 
 from app.auth.principal import Principal
-from app.kit.database.sql import StatementCache
+from app.kit.database.sql import StatementCache, as_text
 from app.kit.registry import ITEM_TYPES
 from app.kit.tenancy.access import visible_to
 from app.kit.tenancy.repository_view import memory_state
@@ -94,3 +94,36 @@ def qvec_param(m):
 
 def limit_param(name: str):
     return bindparam(name, type_=Integer)
+
+
+# A speaker is 1 to 40 characters of a line before its first colon; longer text before a colon
+# is a sentence, not a name.
+SPEAKER = r"^([^:\n]{1,40}):"
+
+
+def pool_columns(m, type_: str, *, content: bool = False) -> tuple:
+    """The columns of a fusion pool's row, the same in every statement that brings rows into a
+    pool: id (text), cosine distance to the query `d`, `session_id` (episodes), `n_lex` (the
+    row's lexeme count) and `who` (an episode's speaker: the name before the first colon of its
+    content, else NULL), read with the row rather than by a statement of their own. `content`:
+    the content itself in place of `who`, for a statement that sorts many rows and keeps few
+    (`with_speakers` then reads the speakers of the rows kept only)."""
+    episode = type_ == "episode"
+    if not episode:
+        last = literal(None).label("content" if content else "who")
+    else:
+        last = m.content.label("content") if content else func.substring(m.content, SPEAKER).label("who")
+    return (
+        as_text(m.id).label("id"),
+        m.embedding.cosine_distance(qvec_param(m)).label("d"),
+        (m.session_id if episode else literal(None)).label("session_id"),
+        func.length(m.tsv).label("n_lex"),
+        last,
+    )
+
+
+def with_speakers(kept, type_: str):
+    """The rows of `kept` (a subquery of `pool_columns(..., content=True)`), in its order, with
+    `who` read from their content: the speaker of the rows kept, not of every row sorted."""
+    who = func.substring(kept.c.content, SPEAKER) if type_ == "episode" else literal(None)
+    return select(kept.c.id, kept.c.d, kept.c.session_id, kept.c.n_lex, who.label("who"))

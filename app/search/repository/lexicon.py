@@ -10,11 +10,11 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.episodes.models import Episode
-from app.kit.database.sql import among_bound, as_text
+from app.kit.database.sql import among_bound
 from app.kit.database.vectors import PackedVector
 from app.search.models import Lexeme
 from app.search.repository.bm25 import tsquery_lexeme
-from app.search.repository.filters import STATEMENTS, qvec_param, servable, shape
+from app.search.repository.filters import STATEMENTS, pool_columns, qvec_param, servable, shape
 from app.search.schemas import SearchFilters
 
 # Each distinct word's english lexemes; a word that gives exactly one is a vocabulary word. The
@@ -92,7 +92,7 @@ def lift_rows(
     lexemes the `pool`'s rows hold (and the query does not), the `terms` whose words lie nearest
     to `qvec` (cosine above `min_sim`), and the servable rows holding any, scored by the summed
     similarity x IDF of the words they hold (df over the caller's rows, N = `total`, as BM25
-    counts them): top-n (id, r, d, session_id, n_lex). The pool bounds the candidates (as good
+    counts them): top-n (id, d, session_id, n_lex, who: `filters.pool_columns`; r). The pool bounds the candidates (as good
     as every word of the caller's rows, docs/search.md), at a cost that does not grow with their
     number.
 
@@ -188,13 +188,8 @@ def _lift_hits(principal: Principal, f: SearchFilters):
         .subquery("scored")
     )
     return (
-        select(
-            as_text(scored.c.id).label("id"),
-            scored.c.r,
-            m.embedding.cosine_distance(qvec_param(m)).label("d"),
-            m.session_id.label("session_id"),
-            func.length(m.tsv).label("n_lex"),
-        )
+        select(*pool_columns(m, "episode"), scored.c.r)
+        .select_from(scored)
         .join(m, (m.org_id == principal.org_id) & (m.id == scored.c.id))
         .order_by(scored.c.r.desc(), scored.c.id)
     )

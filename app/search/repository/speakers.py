@@ -9,12 +9,8 @@ from sqlalchemy.orm import Session
 from app.auth.principal import Principal
 from app.episodes.models import Episode
 from app.kit.database.sql import among_bound, as_text
-from app.search.repository.filters import STATEMENTS, servable, shape
+from app.search.repository.filters import SPEAKER, STATEMENTS, servable, shape
 from app.search.schemas import SearchFilters
-
-# A speaker is 1 to 40 characters of a line before its first colon; longer text before a colon
-# is a sentence, not a name.
-SPEAKER = r"^([^:\n]{1,40}):"
 
 
 def speakers(db: Session, principal: Principal, f: SearchFilters, ids: list) -> dict[str, str]:

@@ -9,13 +9,13 @@ visible set is small. Statements are never prepared (see app.kit.database.db.mak
 
 from __future__ import annotations
 
-from sqlalchemy import func, literal, select, text, union_all
+from sqlalchemy import literal, select, text, union_all
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.kit.database.sql import among_bound, as_text
 from app.kit.registry import ITEM_TYPES
-from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
+from app.search.repository.filters import STATEMENTS, limit_param, pool_columns, qvec_param, servable, shape, with_speakers
 from app.search.schemas import SearchFilters
 
 SCAN_MODES = ("auto", "ef", "relaxed", "strict", "exact", "split")
@@ -134,25 +134,27 @@ def exact_pool(
     db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *, also_ids: list
 ) -> tuple[list[tuple], list[tuple]]:
     """The exact vector top-n (id, distance) among visible rows and the fusion pool's rows (id,
-    distance, session_id, n_lex: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
+    distance, session_id, n_lex, who: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
     where hybrid takes the exact search (few visible rows) it was two, with the same filters."""
     m = ITEM_TYPES[type_].model
 
     def build(also: bool):
         conds = servable(principal, type_, f)
         dist = m.embedding.cosine_distance(qvec_param(m))
-        sess = m.session_id if type_ == "episode" else literal(None)
-        cols = (as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"), func.length(m.tsv).label("n_lex"))
-        top = (
-            select(*cols, literal(True).label("top"))
+        kept = (
+            select(*pool_columns(m, type_, content=True))
             .where(*conds, m.embedding.is_not(None))
             .order_by(dist + 0)
             .limit(limit_param("n"))
+            .subquery("kept")
         )
+        top = with_speakers(kept, type_).add_columns(literal(True).label("top"))
         return (
             top
             if not also
-            else union_all(top, select(*cols, literal(False).label("top")).where(among_bound(m.id, "also"), *conds))
+            else union_all(
+                top, select(*pool_columns(m, type_), literal(False).label("top")).where(among_bound(m.id, "also"), *conds)
+            )
         )
 
     also = bool(also_ids)
@@ -168,26 +170,20 @@ def exact_pool(
 
 
 def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f: SearchFilters) -> list[tuple]:
-    """(id, cosine distance, session_id, n_lex: the row's lexeme count) of the fusion pool's rows, by
-    primary key.
+    """(id, cosine distance, session_id, n_lex: the row's lexeme count, who: an episode's speaker;
+    `filters.pool_columns`) of the fusion pool's rows, by primary key.
 
     Score fusion needs both scores of every candidate: a row found by text search alone gets its
     exact cosine here (at most a few hundred rows, fetched by id, so no HNSW walk), and episodes
-    bring their session for the session signal. Same filters as the searches themselves. A row
-    without an embedding comes back with distance NULL (the caller scores it as the pool's
-    farthest) rather than dropping out of hybrid results.
+    bring their session for the session signal and their speaker for the speaker lift. Same
+    filters as the searches themselves. A row without an embedding comes back with distance NULL
+    (the caller scores it as the pool's farthest) rather than dropping out of hybrid results.
     """
     if not ids:
         return []
     m = ITEM_TYPES[type_].model
 
     def build():
-        sess = m.session_id if type_ == "episode" else literal(None)
-        return select(
-            as_text(m.id).label("id"),
-            m.embedding.cosine_distance(qvec_param(m)).label("d"),
-            sess.label("session_id"),
-            func.length(m.tsv).label("n_lex"),
-        ).where(among_bound(m.id, "ids"), *servable(principal, type_, f))
+        return select(*pool_columns(m, type_)).where(among_bound(m.id, "ids"), *servable(principal, type_, f))
 
     return STATEMENTS.run(db, ("pool_rows",) + shape(principal, type_, f), build, {"qvec": qvec, "ids": list(ids)}).all()

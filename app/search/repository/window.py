@@ -7,14 +7,13 @@ YEARS_BACK years before the one it was read in (the current year, or the last if
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, func, literal, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
-from app.kit.database.sql import as_text
 from app.kit.registry import ITEM_TYPES
 from app.search.dates import add_months, day_start
-from app.search.repository.filters import STATEMENTS, limit_param, qvec_param, servable, shape
+from app.search.repository.filters import STATEMENTS, limit_param, pool_columns, qvec_param, servable, shape, with_speakers
 from app.search.schemas import SearchFilters
 from app.search.time_window import TimeWindow
 
@@ -36,7 +35,7 @@ def named_time_rows(
 
 
 def window_rows(db: Session, principal: Principal, type_: str, f: SearchFilters, *, qvec, since, until, n: int) -> list[tuple]:
-    """(id, cosine distance, session_id, n_lex: as `repository.pool_rows`) of at most n such rows;
+    """(id, cosine distance, session_id, n_lex, who: as `repository.pool_rows`) of at most n such rows;
     either end of the window may be open (None)."""
     spec = ITEM_TYPES[type_]
     m, col = spec.model, getattr(spec.model, spec.time_col)
@@ -48,13 +47,8 @@ def window_rows(db: Session, principal: Principal, type_: str, f: SearchFilters,
         if hi:
             conds.append(col < bindparam("until", type_=col.type))
         dist = m.embedding.cosine_distance(qvec_param(m))
-        sess = m.session_id if type_ == "episode" else literal(None)
-        return (
-            select(as_text(m.id).label("id"), dist.label("d"), sess.label("session_id"), func.length(m.tsv).label("n_lex"))
-            .where(*conds)
-            .order_by(dist + 0, m.id)
-            .limit(limit_param("n"))
-        )
+        kept = select(*pool_columns(m, type_, content=True)).where(*conds).order_by(dist + 0, m.id).limit(limit_param("n"))
+        return with_speakers(kept.subquery("kept"), type_)
 
     lo, hi = since is not None, until is not None
     values = {"qvec": qvec, "n": n, **({"since": since} if lo else {}), **({"until": until} if hi else {})}
