@@ -1,7 +1,8 @@
-"""The speaker lift (signals.spoken_by_named, repository/speakers.py): a query that names a
-speaker lifts that speaker's pooled turns; it shows in `explain` and sums to the score, reads only
-the caller's pool (another user's or org's turns of that speaker never enter or move it), and
-with its weight 0 the ranking is the one without it."""
+"""The speaker lift (signals.spoken_by_named; the pool statements' `who` column,
+repository/filters.py `pool_columns`): a query that names a speaker lifts that speaker's pooled
+turns; it shows in `explain` and sums to the score, reads only the caller's pool (another user's
+or org's turns of that speaker never enter or move it), and with its weight 0 the ranking is the
+one without it."""
 
 from __future__ import annotations
 
