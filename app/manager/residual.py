@@ -25,8 +25,8 @@ from app.manager.features import NAMES
 from app.manager.policy import ALLOWED, DROP, NEW, RULES, Row, _logistic, _x, stage_of
 
 RESIDUAL = "residual"
-# Candidate thresholds on P(helped), from "never deviate" upwards.
-THRESHOLDS = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.12, 0.15)
+# Candidate thresholds on P(helped), from "never deviate" (0) to "drop what is as likely to mislead as help".
+THRESHOLDS = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3, 0.4, 0.5)
 
 
 def deviable(f: dict) -> bool:
