@@ -1,10 +1,12 @@
 """The memory manager: which policy decides for an org, the record of each decision, the reward
 of a decision from the feedback on the memory it produced, and training a versioned policy.
 
-Policy: an org's active learned policy (app/manager/policy.py) when one exists, which it only is
-when it beat the rules on held-out decisions at training time; otherwise the rules (the fallback
-and the baseline). A policy and its training data are the org's own: every read names the org,
-under org-level row-level security.
+Policy: an org's active learned policy when one exists, which it only is when it beat the rules
+on held-out decisions at training time; otherwise the rules (the fallback and the baseline).
+Training fits the residual policy (app/manager/residual.py: the rules, or a drop where the model
+is confident the memory would not help, its threshold chosen on folds of the training sources);
+versions stored as the per-action bandit (app/manager/policy.py) still load. A policy and its
+training data are the org's own: every read names the org, under org-level row-level security.
 
 Reward of a decision: from the feedback on the memory it produced or kept serving, read with the
 utility's own bounds (app/feedback/service.py: each user's vote counts once, decayed): helpful

@@ -21,6 +21,14 @@ own code) on the rules' decisions in the other conversations and run on the held
 Reported per held-out conversation and in total, learned vs rules: the hit rate (questions with an
 evidence turn in the top k), the mean decision reward, the memory count, and the share of
 decisions where the learned policy differs from the rules.
+
+Then the residual policy (app/manager/residual.py, what training stores): the rules, or a drop of
+a turn the rules would store when P(helped) is below a threshold. Labels: helped (+1) against
+everything else, a memory never served included (in this bench every question is judged, so a
+memory no question was served is known not to have helped). Every weight and the threshold are
+fitted without the held-out conversation (the threshold by leave one conversation out among the
+other four, the quality being the questions hit); reported per held-out conversation, with the
+in-sample figures and a paired bootstrap CI over questions of the hit-rate difference.
 """
 
 from __future__ import annotations
