@@ -205,3 +205,26 @@ def test_training_stores_a_residual_policy_active_only_when_it_beat_the_rules_on
     assert not vb["metrics"]["beats_rules"] and vb["metrics"]["learned"]["reward"] <= vb["metrics"]["rules"]["reward"]
     assert pb is RULES
     assert va["training"]["sha256"] != vb["training"]["sha256"]
+
+
+def test_the_bench_labels_a_memory_never_served_as_not_helped_and_keeps_each_questions_hit():
+    """bench/quality/manager.py: the residual's rows carry reward 0 for a memory no question was
+    served, and the per-question hits the paired CI is computed from."""
+    from bench.quality.locomo.data import QA, Conversation, Turn
+    from bench.quality.manager import play, residual_rows, score
+
+    t = datetime(2026, 1, 1)
+    conv = Conversation(
+        "c",
+        [
+            Turn("D1:1", "A", "A: I adopted a dog named Rex.", t, 1),
+            Turn("D1:2", "B", "B: The weather is grey today.", t, 1),
+            Turn("D1:3", "B", "B: Cool.", t, 1),
+        ],
+        [QA("What is the dog's name?", "Rex", 1, ["D1:1"]), QA("Where does B live?", "Oslo", 1, ["D9:9"])],
+    )
+    e = np.eye(3, dtype=np.float32)
+    played = play(conv, e, RULES)
+    score(conv, np.stack([e[0], e[1]]), played, 1, 1.0)
+    assert played.hit_list == [True, False]
+    assert [r.reward for r in residual_rows(played)] == [1.0, -1.0, 0.0]  # helped, misled, never served
