@@ -228,3 +228,12 @@ def test_the_bench_labels_a_memory_never_served_as_not_helped_and_keeps_each_que
     score(conv, np.stack([e[0], e[1]]), played, 1, 1.0)
     assert played.hit_list == [True, False]
     assert [r.reward for r in residual_rows(played)] == [1.0, -1.0, 0.0]  # helped, misled, never served
+
+
+def test_the_scaling_bench_takes_the_learned_manager_curve():
+    from bench.quality.memory_scaling import manager_curve
+    from bench.quality.memory_scaling.__main__ import parse
+    from bench.quality.memory_scaling.report import CURVE_LABELS
+
+    assert "manager" in parse(["--quick", "--curves", "unlabelled,manager"]).curves
+    assert manager_curve.NAME in CURVE_LABELS
