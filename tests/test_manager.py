@@ -22,6 +22,7 @@ from app.manager import repository as repo
 from app.manager import service as manager
 from app.manager.features import NAMES, Candidate, Neighbour, features
 from app.manager.policy import DROP, MERGE, NEW, RULES, SUPERSEDE, LearnedPolicy
+from app.manager.residual import ResidualPolicy
 from app.memories.near_duplicates import CONFLICT_SIMILARITY, DUPLICATE_SIMILARITY, clusters, repeats_stored
 from pipelines.consolidation.decide import Group, decide_group
 from pipelines.consolidation.rules import Item, contradicts, winner
@@ -202,7 +203,7 @@ def test_training_gives_a_versioned_policy_with_its_training_data_recorded(clien
         == 2 * v2["training"]["heldout_sources"]
         == 2 * sum(manager.heldout(f"conv-{k}") for k in range(40))
     )
-    assert isinstance(policy, LearnedPolicy) and policy.version == 2
+    assert isinstance(policy, ResidualPolicy) and policy.version == 2
     assert policy.decide(_cand(0.9, 1)) == DROP and policy.decide(_cand(0.1, 1)) == NEW
     with admin_engine.connect() as c:
         audit = (

@@ -1,10 +1,12 @@
 """The memory manager: which policy decides for an org, the record of each decision, the reward
 of a decision from the feedback on the memory it produced, and training a versioned policy.
 
-Policy: an org's active learned policy (app/manager/policy.py) when one exists, which it only is
-when it beat the rules on held-out decisions at training time; otherwise the rules (the fallback
-and the baseline). A policy and its training data are the org's own: every read names the org,
-under org-level row-level security.
+Policy: an org's active learned policy when one exists, which it only is when it beat the rules
+on held-out decisions at training time; otherwise the rules (the fallback and the baseline).
+Training fits the residual policy (app/manager/residual.py: the rules, or a drop where the model
+is confident the memory would not help, its threshold chosen on folds of the training sources);
+versions stored as the per-action bandit (app/manager/policy.py) still load. A policy and its
+training data are the org's own: every read names the org, under org-level row-level security.
 
 Reward of a decision: from the feedback on the memory it produced or kept serving, read with the
 utility's own bounds (app/feedback/service.py: each user's vote counts once, decayed): helpful
@@ -30,17 +32,26 @@ from app.audit.service import record
 from app.feedback import service as feedback
 from app.kit.database.db import view_of
 from app.manager import repository as repo
+from app.manager import residual
 from app.manager.features import Candidate, features
-from app.manager.policy import RULES, LearnedPolicy, Row, RulesPolicy, fit, replay
+from app.manager.policy import DROP, RULES, LearnedPolicy, Row, RulesPolicy, replay
 
 MAX_DECISIONS = 20_000  # the most recent decisions a training run reads
 HELDOUT_BUCKETS = 5  # one source in five (by hash) is held out
+THRESHOLD_FOLDS = 4  # the training sources split (by another part of the hash) to choose the threshold
 MIN_TRAIN, MIN_HELDOUT = 20, 5  # labelled decisions needed before a policy may replace the rules
 
 
-def policy_for(db: Session, org_id: uuid.UUID) -> RulesPolicy | LearnedPolicy:
+def policy_for(db: Session, org_id: uuid.UUID) -> RulesPolicy | LearnedPolicy | residual.ResidualPolicy:
     p = repo.active_policy(db, org_id)
-    return RULES if p is None else LearnedPolicy(p.weights, version=p.version)
+    return RULES if p is None else load(p.weights, version=p.version)
+
+
+def load(weights: dict, *, version: int | None = None) -> LearnedPolicy | residual.ResidualPolicy:
+    """The policy stored weights describe: a residual policy, or (older versions) the per-action bandit."""
+    if weights.get("kind") == residual.RESIDUAL:
+        return residual.ResidualPolicy(weights, version=version)
+    return LearnedPolicy(weights, version=version)
 
 
 def decide(policy, c: Candidate) -> tuple[str, str, dict]:
@@ -111,6 +122,29 @@ def heldout(source: str) -> bool:
     return int(hashlib.sha256(source.encode()).hexdigest()[:8], 16) % HELDOUT_BUCKETS == 0
 
 
+def _fold(source: str) -> int:
+    return int(hashlib.sha256(source.encode()).hexdigest()[8:16], 16) % THRESHOLD_FOLDS
+
+
+def fit_residual(rows: list[Row], sources: list[str]) -> tuple[dict, list[dict]]:
+    """A residual policy's weights fitted on `rows`, its threshold chosen leave one fold of sources
+    out: each fold is replayed under a model fitted on the other folds (quality: the summed logged
+    reward of the decisions it keeps, a drop counting 0), and the table it was chosen from."""
+    folds = sorted({_fold(s) for s in sources})
+    fitted: dict[int, dict] = {}
+
+    def evaluate(k: int, t: float) -> tuple[float, float]:
+        if k not in fitted:
+            fitted[k] = residual.fit([r for r, s in zip(rows, sources) if _fold(s) != k])
+        policy = residual.ResidualPolicy(residual.at(fitted[k], t))
+        part = [r for r, s in zip(rows, sources) if _fold(s) == k]
+        acts = [policy.decide(r.features) for r in part]
+        return sum(r.weight * r.reward for r, a in zip(part, acts) if a == r.action), sum(a != DROP for a in acts)
+
+    t, table = residual.choose_threshold(folds, evaluate) if len(folds) > 1 else (0.0, [])
+    return residual.fit(rows, threshold=t), table
+
+
 def train(db: Session, org_id: uuid.UUID, *, actor_id: uuid.UUID | None, job_id: uuid.UUID | None) -> dict:
     """Fit a policy on the org's labelled decisions, evaluate it against the rules on the held-out
     sources, store it as the next version (active only if it beat the rules), audit it; its stats."""
@@ -120,8 +154,9 @@ def train(db: Session, org_id: uuid.UUID, *, actor_id: uuid.UUID | None, job_id:
     rows = {d.id: Row(d.features, d.action, r, w) for d, (r, w) in labelled}
     train_ids = sorted((d.id for d, _ in labelled if not heldout(d.source)), key=str)
     test_ids = sorted((d.id for d, _ in labelled if heldout(d.source)), key=str)
-    weights = fit([rows[i] for i in train_ids])
-    learned = LearnedPolicy(weights)
+    source_of = {d.id: d.source for d, _ in labelled}
+    weights, table = fit_residual([rows[i] for i in train_ids], [source_of[i] for i in train_ids])
+    learned = residual.ResidualPolicy(weights)
     test = [rows[i] for i in test_ids]
     metrics = {
         "decisions": len(logged),
@@ -131,6 +166,8 @@ def train(db: Session, org_id: uuid.UUID, *, actor_id: uuid.UUID | None, job_id:
         "heldout": len(test_ids),
         "rules": replay(RULES, test),
         "learned": replay(learned, test),
+        "threshold": weights["threshold"],
+        "thresholds": table,
     }
     if len(train_ids) < MIN_TRAIN or len(test_ids) < MIN_HELDOUT:
         metrics["beats_rules"], metrics["reason"] = False, f"too few labelled decisions (need {MIN_TRAIN} + {MIN_HELDOUT})"

@@ -21,6 +21,14 @@ own code) on the rules' decisions in the other conversations and run on the held
 Reported per held-out conversation and in total, learned vs rules: the hit rate (questions with an
 evidence turn in the top k), the mean decision reward, the memory count, and the share of
 decisions where the learned policy differs from the rules.
+
+Then the residual policy (app/manager/residual.py, what training stores): the rules, or a drop of
+a turn the rules would store when P(helped) is below a threshold. Labels: helped (+1) against
+everything else, a memory never served included (in this bench every question is judged, so a
+memory no question was served is known not to have helped). Every weight and the threshold are
+fitted without the held-out conversation (the threshold by leave one conversation out among the
+other four, the quality being the questions hit); reported per held-out conversation, with the
+in-sample figures and a paired bootstrap CI over questions of the hit-rate difference.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.manager import residual
 from app.manager.features import DISTILL, Candidate, Neighbour, features
 from app.manager.policy import DROP, MERGE, NEW, RULES, SUPERSEDE, LearnedPolicy, Row, fit
 from app.memories.near_duplicates import repeats_stored
@@ -60,6 +69,7 @@ class Played:
     decisions: list[tuple[dict, str, str, int | None]] = field(default_factory=list)
     hits: int = 0
     questions: int = 0
+    hit_list: list[bool] = field(default_factory=list)  # per question, in order
     rewards: dict[int, float] = field(default_factory=dict)
 
 
@@ -116,9 +126,11 @@ def score(conv, qvecs: np.ndarray, played: Played, k: int, misled: float) -> Non
             good = [i for i in top if played.mems[i].turns & set(qa.evidence)]
             helped.update(good)
             played.hits += bool(good)
+            played.hit_list.append(bool(good))
             if not good:
                 crowded.update(top)
     played.questions = len(conv.qa)
+    played.hit_list += [False] * (played.questions - len(played.hit_list))
     played.rewards = {i: 1.0 for i in helped} | {i: -misled for i in crowded - helped}
 
 
@@ -155,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
     embed_q = getattr(embedder, "embed_queries", embedder.embed)
     qv = [np.asarray(embed_q([q.question for q in c.qa]), dtype=np.float32) for c in convs]
     runs = {str(m): run(convs, tv, qv, k=args.k, misled=m) for m in args.misled}
-    report = {"k": args.k, "conversations": len(convs), "runs": runs}
+    report = {"k": args.k, "conversations": len(convs), "runs": runs, "residual": run_residual(convs, tv, qv, k=args.k)}
     report["seconds"] = round(time.perf_counter() - t0, 1)
     _print(report)
     if args.out:
@@ -207,6 +219,99 @@ def run(convs, tv, qv, *, k: int, misled: float) -> dict:
     return {"misled": misled, "per_conversation": per, "mean": total, "verdict": verdict}
 
 
+def residual_rows(played: Played) -> list[Row]:
+    """Every decision with the reward of its memory, 0 for one never served (it never helped)."""
+    return [Row(f, a, played.rewards.get(i, 0.0) if i is not None else 0.0) for f, a, _, i in played.decisions]
+
+
+def _play_scored(conv, v, q, policy, k: int) -> Played:
+    p = play(conv, v, policy)
+    score(conv, q, p, k, 1.0)
+    return p
+
+
+def run_residual(convs, tv, qv, *, k: int, seed: int = 0) -> dict:
+    """The residual policy (app/manager/residual.py), leave one conversation out: for each held-out
+    conversation the threshold is chosen by leave one conversation out among the other four (each
+    inner fold fits the model on three and plays the fourth), then the model is fitted on all four
+    at that threshold and plays the held-out one. Quality is the number of questions hit. Also the
+    in-sample figures (model and threshold fitted on all conversations, played on them) and the
+    paired bootstrap CI (over questions) of the held-out hit-rate difference, learned - rules."""
+    rules_played = [_play_scored(c, v, q, RULES, k) for c, v, q in zip(convs, tv, qv)]
+    rows_of = [residual_rows(p) for p in rules_played]
+    fitted: dict = {}
+
+    def evaluate(fold, t: float) -> tuple[float, float]:
+        train, j = fold
+        if t == 0:  # threshold 0 is the rules
+            return rules_played[j].hits, summary(rules_played[j])["memories"]
+        w = fitted.setdefault(train, residual.fit([r for i in train for r in rows_of[i]]))
+        p = _play_scored(convs[j], tv[j], qv[j], residual.ResidualPolicy(residual.at(w, t)), k)
+        return p.hits, summary(p)["memories"]
+
+    n = range(len(convs))
+    per, pairs = [], []
+    for h in n:
+        train = tuple(i for i in n if i != h)
+        t, table = residual.choose_threshold([(tuple(i for i in train if i != j), j) for j in train], evaluate)
+        w = residual.fit([r for i in train for r in rows_of[i]], threshold=t)
+        lp = _play_scored(convs[h], tv[h], qv[h], residual.ResidualPolicy(w), k)
+        pairs += list(zip(lp.hit_list, rules_played[h].hit_list))
+        per.append({"heldout": convs[h].sample_id, "threshold": t, "rules": summary(rules_played[h]), "learned": summary(lp)})
+    t_in, _ = residual.choose_threshold([(tuple(i for i in n if i != j), j) for j in n], evaluate)
+    w_in = residual.fit([r for i in n for r in rows_of[i]], threshold=t_in)
+    ins = [_play_scored(c, v, q, residual.ResidualPolicy(w_in), k) for c, v, q in zip(convs, tv, qv)]
+    diff = np.array([float(a) - float(b) for a, b in pairs])
+    rng = np.random.default_rng(seed)
+    boot = [float(diff[rng.integers(0, len(diff), len(diff))].mean()) for _ in range(2000)]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return {
+        "per_conversation": per,
+        "mean": {side: _mean(per, side) for side in ("rules", "learned")},
+        "pooled_hit_rate": {
+            "rules": round(float(np.mean([b for _, b in pairs])), 4),
+            "learned": round(float(np.mean([a for a, _ in pairs])), 4),
+        },
+        "paired_diff": {
+            "mean": round(float(diff.mean()), 4),
+            "ci95": [round(float(lo), 4), round(float(hi), 4)],
+            "questions": len(diff),
+        },
+        "in_sample": {
+            "threshold": t_in,
+            "rules": {"hits": sum(p.hits for p in rules_played), "memories": sum(summary(p)["memories"] for p in rules_played)},
+            "learned": {"hits": sum(p.hits for p in ins), "memories": sum(summary(p)["memories"] for p in ins)},
+            "questions": sum(p.questions for p in ins),
+        },
+    }
+
+
+def _mean(per: list[dict], side: str) -> dict:
+    return {
+        "hit_rate": round(float(np.mean([p[side]["hit_rate"] for p in per])), 4),
+        "memories": int(sum(p[side]["memories"] for p in per)),
+        "differ": round(float(np.mean([p[side]["differ"] for p in per])), 4),
+    }
+
+
+def _print_residual(r: dict) -> None:
+    print("Residual policy (drop where P(helped) < threshold, else the rules), leave one conversation out")
+    print(f"{'held out':10} {'thresh':>6} {'policy':8} {'hit rate':>8} {'memories':>9} {'differ':>7}")
+    for p in r["per_conversation"]:
+        for side in ("rules", "learned"):
+            s = p[side]
+            print(f"{p['heldout']:10} {p['threshold']:6.2f} {side:8} {s['hit_rate']:8.3f} {s['memories']:9d} {s['differ']:7.3f}")
+    for side in ("rules", "learned"):
+        s = r["mean"][side]
+        print(f"{'mean':10} {'':6} {side:8} {s['hit_rate']:8.3f} {s['memories']:9d} {s['differ']:7.3f}")
+    d = r["paired_diff"]
+    print(
+        f"pooled hit rate {r['pooled_hit_rate']}; learned - rules {d['mean']:+.4f},",
+        f"95% CI {d['ci95']} over {d['questions']} questions (paired bootstrap)",
+    )
+    print(f"in sample: {r['in_sample']}")
+
+
 def _print(report: dict) -> None:
     for run_ in report["runs"].values():
         print(f"LoCoMo dev, leave one conversation out, top {report['k']}, reward +1 helped / -{run_['misled']} misled")
@@ -222,6 +327,7 @@ def _print(report: dict) -> None:
             s = run_["mean"][side]
             print(f"{'mean':10} {side:8} {s['hit_rate']:8.3f} {s['reward']:8.3f} {s['memories']:9d} {s['differ']:7.3f}")
         print(run_["verdict"])
+    _print_residual(report["residual"])
     print(f"({report['seconds']} s)")
 
 

@@ -60,7 +60,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="labelled,unlabelled,bootstrap,feedback",
         help="curves to run (comma list of labelled, unlabelled, bootstrap, feedback; bootstrap runs plain, "
         "enriched and enriched + navigation side by side; feedback runs the unlabelled curve with the "
-        "feedback stream, clean, noisy and adversarial); the poisoned shard and feedback need unlabelled",
+        "feedback stream, clean, noisy and adversarial; manager runs it with a manager trained on other "
+        "spaces); the poisoned shard and feedback need unlabelled",
     )
     ap.add_argument("--feedback-noise", type=float, default=0.2, help="share of honest signals flipped (default 0.2)")
     ap.add_argument(
@@ -114,7 +115,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             setattr(a, k, v)
     a.points = sorted({int(x) for x in a.shards.split(",")} | {0})
     a.curves = {c.strip() for c in a.curves.split(",") if c.strip()}
-    unknown = a.curves - {"labelled", "unlabelled", "bootstrap", "feedback"}
+    unknown = a.curves - {"labelled", "unlabelled", "bootstrap", "feedback", "manager"}
     if unknown:
         ap.error(f"unknown curves: {', '.join(sorted(unknown))}")
     if "feedback" in a.curves and "unlabelled" not in a.curves:
@@ -134,7 +135,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None, *, embedder=None) -> dict:
     from app.config import Settings
     from bench.quality.memory_scaling import feedback as fb
-    from bench.quality.memory_scaling import feedback_report, report
+    from bench.quality.memory_scaling import feedback_report, manager_curve, report
     from bench.quality.memory_scaling.curves import draw, run_curve
     from bench.quality.memory_scaling.run import (
         Harness,
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:
             c.append(empty)
         timings["empty"] = time.perf_counter() - t0
 
-        poisoned = None
+        poisoned = learned_manager = None
         if "labelled" in a.curves:
             t0 = time.perf_counter()
             org = h.new_org("labelled")
@@ -257,6 +258,12 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:
                 streams[v.name] = fb.run_variant(h, a, data, v, train, measure)
                 curves[v.name] = [empty, *streams[v.name]["points"]]
                 timings[v.name] = time.perf_counter() - t0
+
+        if "manager" in a.curves:  # bench/quality/memory_scaling/manager_curve.py
+            t0 = time.perf_counter()
+            learned_manager = manager_curve.run(h, a, data, measure, tmp)
+            curves[manager_curve.NAME] = [empty, *learned_manager.pop("points")]
+            timings[manager_curve.NAME] = time.perf_counter() - t0
 
         if "bootstrap" in a.curves:
             # the same sources three ways, side by side: the plain extract (no enrich step), with the
@@ -331,6 +338,7 @@ def main(argv: list[str] | None = None, *, embedder=None) -> dict:
         else None,
         "feedback": feedback_report.summarise(curves, streams, poisoned, a) if streams else None,
         "manager": a.manager,
+        "learned_manager": learned_manager,
         "utility_weight": h.app.state.tuning.utility_weight,
         "jobs": h.job_stats,
         "timings_s": {k: round(v, 1) for k, v in timings.items()},

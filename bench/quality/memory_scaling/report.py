@@ -10,6 +10,7 @@ from bench.quality.memory_scaling import feedback_report
 CURVE_LABELS = {
     "labelled": "labelled examples",
     "unlabelled_judge": "unlabelled logs + judge",
+    "learned_manager": "unlabelled logs, learned manager (trained on other spaces)",
     "bootstrap": "bootstrap (schema + glossary), no enrichment",
     "bootstrap_enriched": "bootstrap + enrichment",
     "bootstrap_navigation": "bootstrap + enrichment + navigation (browse)",
