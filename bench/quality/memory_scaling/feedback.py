@@ -242,6 +242,23 @@ def poisoned_ids(h, org, poison: list[dict]) -> dict[str, set[str]]:
     return {t: ids | h.derived_from(org, sorted(ids)) for t, ids in pids.items()}
 
 
+def calibration(h, org) -> dict:
+    """The org's context calibration as /v1/context reads it now (app/feedback/calibration.py)."""
+    from sqlalchemy.orm import Session
+
+    from app.feedback import calibration as cal
+
+    with Session(h.admin) as db:
+        c = cal.of_org(db, org.id)
+    return {
+        "tail": [round(x, 4) for x in c.tail],
+        "weight": [round(x, 2) for x in c.weight],
+        "users": c.users,
+        "observations": c.observations,
+        "cut_bin": c.cut_bin(),
+    }
+
+
 def run_variant(h, a, data, v: Variant, train: list[Question], measure) -> dict:
     """The unlabelled curve in its own org with the stream `v`: at each measured point, after the
     shard's distillation, one feedback round on the training questions and a consolidate job (it
@@ -259,6 +276,7 @@ def run_variant(h, a, data, v: Variant, train: list[Question], measure) -> dict:
         h.consolidate(org)
         p = measure(org, v.name, k, f"{v.name} {k} shards", poison_ids={})
         p["ceiling_hit_rate"], p["feedback_round"] = ceiling(h, org, data.tests), fed
+        p["calibration"] = calibration(h, org)
         points.append(p)
 
     run_curve(h, org, "unlabelled_judge", data, a.points, at)
