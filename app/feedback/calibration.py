@@ -52,9 +52,10 @@ class Calibration:
     def active(self) -> bool:
         return self.users >= MIN_USERS and self.observations >= MIN_OBSERVATIONS
 
-    def cut_bin(self, threshold: float = THRESHOLD) -> int | None:
-        """The first bin (b >= 1) whose tail is engaged less often than `threshold` on enough
-        evidence: items at that bin or below are left out. None: nothing is cut."""
+    def cut_bin(self, threshold: float | None = None) -> int | None:
+        """The first bin (b >= 1) whose tail is engaged less often than `threshold` (default
+        THRESHOLD) on enough evidence: items at that bin or below are left out. None: nothing is cut."""
+        threshold = THRESHOLD if threshold is None else threshold
         if not self.active:
             return None
         for b in range(1, BINS):
@@ -117,6 +118,22 @@ def of_org(db: Session, org_id: uuid.UUID) -> Calibration:
     return fit(observations(repo.context_feedback(db, org_id, WINDOW)))
 
 
+CACHED_ORGS = 256
+_cache: dict[uuid.UUID, tuple[tuple, Calibration]] = {}
+
+
 def context_cut(db: Session, org_id: uuid.UUID) -> int | None:
-    """The bin from which a context of this org leaves retrieved items out (None: keep all)."""
-    return of_org(db, org_id).cut_bin()
+    """The bin from which a context of this org leaves retrieved items out (None: keep all). The
+    calibration is kept per org in this process while the org's feedback is unchanged (its event
+    count and latest time: an added, erased or cascaded event changes them), so a context pays one
+    small count, and an org without feedback nothing more."""
+    now = repo.stamp(db, org_id)
+    if not now[0]:
+        return None
+    got = _cache.get(org_id)
+    if got is None or got[0] != now:
+        got = (now, of_org(db, org_id))
+        if len(_cache) >= CACHED_ORGS:
+            _cache.pop(next(iter(_cache)))
+        _cache[org_id] = got
+    return got[1].cut_bin()
