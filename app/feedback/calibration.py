@@ -37,7 +37,7 @@ USER_CAP = 20.0  # observations' worth of weight one user's feedback can carry, 
 MIN_USERS = 3
 MIN_OBSERVATIONS = 20
 MIN_TAIL_WEIGHT = 5.0  # a tail is cut only on at least this much weighted evidence about it
-THRESHOLD = 0.1  # a tail whose items are engaged less often than this is left out
+THRESHOLD = 0.3  # a tail whose items are engaged less often than this is left out
 FLOOR = 3  # retrieved items always kept, whatever the calibration says
 
 
