@@ -174,6 +174,21 @@ def fit(
     return chosen
 
 
+def trim(chosen: list[Piece], cut: int | None, bin_of: Callable[[float, float], int], *, floor: int) -> list[Piece]:
+    """`chosen` without the retrieved pieces (neither pinned nor recent messages) from bin `cut`
+    down, by their score relative to the top retrieved score (`bin_of(score, top)`, app/feedback/
+    calibration.py), the `floor` best always kept. Only removes: the result is a subset of `chosen`
+    in its order, and `cut` None returns `chosen` itself."""
+    if cut is None:
+        return chosen
+    retrieved = sorted((p for p in chosen if not p.pinned and p.section != "recent_messages"), key=lambda p: -p.score)
+    if len(retrieved) <= floor:
+        return chosen
+    top = retrieved[0].score
+    out = {id(p) for p in retrieved[floor:] if bin_of(p.score, top) >= cut}
+    return [p for p in chosen if id(p) not in out]
+
+
 def sections(chosen: list[Piece], count: Callable[[str], int]) -> list[dict]:
     out = []
     for name in SECTION_ORDER:

@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.cartridges.service import visible_active
-from app.context.assemble import Piece, fit, now_utc, recency, render, sections
+from app.context.assemble import Piece, fit, now_utc, recency, render, sections, trim
+from app.feedback import calibration
 from app.kit.database.replicas import on
 from app.kit.items import SEARCH_TYPES
 from app.search import service as search
@@ -146,6 +147,8 @@ def build(
     given = {(p.type, p.id) for p in pieces}  # an agent's profile item is not served twice
     pieces += [p for p in retrieved if (p.type, p.id) not in given]
     chosen = fit(pieces, budget, count, count_many=resources.gateway.count_tokens_many)
+    # the org's feedback on earlier contexts: leave out the tail its members did not use
+    chosen = trim(chosen, calibration.context_cut(db, principal.org_id), calibration.bin_of, floor=calibration.FLOOR)
     text = render(chosen)
     handed = [p for p in chosen if p.type in SEARCH_TYPES]
     rid = record_retrieval(

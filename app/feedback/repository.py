@@ -115,3 +115,20 @@ def events_of(db: Session, org_id: uuid.UUID, retrieval_id: uuid.UUID) -> list[F
             .order_by(FeedbackEvent.at)
         ).scalars()
     )
+
+
+def stamp(db: Session, org_id: uuid.UUID) -> tuple:
+    """(events, latest time) of the org's feedback: changes whenever an event is added or removed."""
+    return tuple(db.execute(select(func.count(), func.max(FeedbackEvent.at)).where(FeedbackEvent.org_id == org_id)).one())
+
+
+def context_feedback(db: Session, org_id: uuid.UUID, limit: int) -> list:
+    """(retrieval id, user, the event's items, what the retrieval handed out) of the org's latest
+    `limit` feedback events on `/v1/context` retrievals."""
+    return db.execute(
+        select(FeedbackEvent.retrieval_id, FeedbackEvent.actor_id, FeedbackEvent.items, RetrievalEvent.items)
+        .join(RetrievalEvent, (RetrievalEvent.org_id == FeedbackEvent.org_id) & (RetrievalEvent.id == FeedbackEvent.retrieval_id))
+        .where(FeedbackEvent.org_id == org_id, RetrievalEvent.kind == "context")
+        .order_by(FeedbackEvent.at.desc())
+        .limit(limit)
+    ).all()

@@ -24,6 +24,7 @@ questions and marks every handed-out item carrying a needed key `wrong` and ever
 from __future__ import annotations
 
 import math
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -95,6 +96,7 @@ class Stream:
     sent: dict[str, int] = field(default_factory=dict)  # signal -> count, over every round
     by_user: dict[str, int] = field(default_factory=dict)  # user -> feedback posts
     answers: list[float] = field(default_factory=list)  # training hit per answer, every round
+    profile: dict[str, list[int]] = field(default_factory=dict)  # "type bin" -> [items, carrying a key, used]
 
     def round(self, org) -> dict:
         """Every training question once by an honest user (in turn), the adversary's share once
@@ -116,6 +118,7 @@ class Stream:
         carries = {i["id"]: bool(found_keys(i.get("text") or "", q.keys)) for i in items}
         used = {i["id"] for i in items if carries[i["id"]] or f"space {q.space}" in (i.get("text") or "").lower()}
         right = set(q.keys) <= found_keys(ctx["text"], q.keys) and not used & self.poisoned
+        self._profile(items, carries, used)
         marks = []
         for it in items:
             if adversary:
@@ -140,6 +143,16 @@ class Stream:
         )
         self.by_user[user] = self.by_user.get(user, 0) + 1
         return float(right), 1
+
+    def _profile(self, items: list[dict], carries: dict, used: set) -> None:
+        from app.feedback.calibration import bin_of
+
+        top = max((i.get("score") or 0.0 for i in items), default=0.0)
+        for it in items:
+            row = self.profile.setdefault(f"{it['type']} {bin_of(it.get('score') or 0.0, top)}", [0, 0, 0])
+            row[0] += 1
+            row[1] += carries[it["id"]]
+            row[2] += it["id"] in used
 
 
 def ceiling(h, org, tests: list[Question]) -> float:
@@ -242,6 +255,23 @@ def poisoned_ids(h, org, poison: list[dict]) -> dict[str, set[str]]:
     return {t: ids | h.derived_from(org, sorted(ids)) for t, ids in pids.items()}
 
 
+def calibration(h, org) -> dict:
+    """The org's context calibration as /v1/context reads it now (app/feedback/calibration.py)."""
+    from sqlalchemy.orm import Session
+
+    from app.feedback import calibration as cal
+
+    with Session(h.admin) as db:
+        c = cal.of_org(db, org.id)
+    return {
+        "tail": [round(x, 4) for x in c.tail],
+        "weight": [round(x, 2) for x in c.weight],
+        "users": c.users,
+        "observations": c.observations,
+        "cut_bin": c.cut_bin(),
+    }
+
+
 def run_variant(h, a, data, v: Variant, train: list[Question], measure) -> dict:
     """The unlabelled curve in its own org with the stream `v`: at each measured point, after the
     shard's distillation, one feedback round on the training questions and a consolidate job (it
@@ -249,6 +279,11 @@ def run_variant(h, a, data, v: Variant, train: list[Question], measure) -> dict:
     then the poisoned shard, one more round (the adversary lifts it), consolidate, measure."""
     from bench.quality.memory_scaling.curves import run_curve
 
+    threshold = os.environ.get("MEMSCALE_BENCH_CONTEXT_THRESHOLD")
+    if threshold is not None:  # the service runs in this process: the context trim's threshold for this run
+        from app.feedback import calibration as cal
+
+        cal.THRESHOLD = float(threshold)
     org = h.new_org(v.name)
     add_users(h, org, (*USERS, ADVERSARY))
     stream = Stream(v, train, random.Random(a.seed * 31 + len(v.name)), a.budget)
@@ -259,6 +294,9 @@ def run_variant(h, a, data, v: Variant, train: list[Question], measure) -> dict:
         h.consolidate(org)
         p = measure(org, v.name, k, f"{v.name} {k} shards", poison_ids={})
         p["ceiling_hit_rate"], p["feedback_round"] = ceiling(h, org, data.tests), fed
+        p["calibration"] = calibration(h, org)
+        p["profile"] = dict(sorted(stream.profile.items()))
+        stream.profile = {}
         points.append(p)
 
     run_curve(h, org, "unlabelled_judge", data, a.points, at)

@@ -61,6 +61,9 @@ def summarise(curves: dict, streams: dict, poisoned: dict | None, a) -> dict:
                     "memories_without": b["memory"]["memories_active"],
                     "memories_with": p["memory"]["memories_active"],
                     "train_hit_rate": p["feedback_round"]["train_hit_rate"],
+                    "context_tokens_without": b["context_tokens_mean"],
+                    "context_tokens_with": p["context_tokens_mean"],
+                    "context_cut_bin": (p.get("calibration") or {}).get("cut_bin"),
                 }
             )
         gap = sum(max(0.0, r["ceiling"] - r["hit_without"]) for r in rows)
@@ -75,6 +78,9 @@ def summarise(curves: dict, streams: dict, poisoned: dict | None, a) -> dict:
             "gap_closed": round(closed / gap, 4) if gap > 0 else None,
             "tokens_per_answered_change": round(t_with / t_without - 1.0, 4) if t_with and t_without else None,
             "mean_hit_rate": round(hits[name], 4),
+            "hit_change_points": round(
+                100 * (hits[name] - sum(base[p["shards"]]["hit_rate"] for p in mine) / max(1, len(mine))), 2
+            ),
             "poisoned": {
                 "hit_rate": pz["hit_rate"],
                 "poison_exposure": pz["poison_exposure"],
@@ -172,19 +178,23 @@ def markdown(r: dict) -> list[str]:
             f"### {VARIANT_LABELS.get(name, name)}",
             "",
             "| shards | ceiling | hit without | hit with | gap closed | tokens/answered without | with | "
-            "accuracy without | with | steps without | with | memories without | with |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "accuracy without | with | steps without | with | memories without | with | context tokens without | with | "
+            "context cut from bin |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in v["points"]:
             lines.append(
                 f"| {p['shards']} | {_p(p['ceiling'])} | {_p(p['hit_without'])} | {_p(p['hit_with'])} | "
                 f"{_p(p['gap_closed'])} | {_n(p['tokens_per_answered_without'])} | {_n(p['tokens_per_answered_with'])} | "
                 f"{_p(p['accuracy_without'])} | {_p(p['accuracy_with'])} | {_n(p['steps_without'], '{:.2f}')} | "
-                f"{_n(p['steps_with'], '{:.2f}')} | {p['memories_without']} | {p['memories_with']} |"
+                f"{_n(p['steps_with'], '{:.2f}')} | {p['memories_without']} | {p['memories_with']} | "
+                f"{_n(p.get('context_tokens_without'))} | {_n(p.get('context_tokens_with'))} | "
+                f"{_n(p.get('context_cut_bin'), '{}')} |"
             )
         lines += [
             "",
-            f"Gap closed over the points: {_p(v['gap_closed'])}; tokens per answered question "
+            f"Gap closed over the points: {_p(v['gap_closed'])}; mean hit rate "
+            f"{_n(v.get('hit_change_points'), '{:+.2f}')} points; tokens per answered question (pooled) "
             f"{_n(None if v['tokens_per_answered_change'] is None else 100 * v['tokens_per_answered_change'], '{:+.1f}')} %; "
             f"signals sent {v['signals_sent']}; feedback events stored per user {v['stored_by_user']}.",
             "",
