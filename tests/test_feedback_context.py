@@ -181,3 +181,38 @@ def test_trim_only_removes_the_tail_and_keeps_the_floor():
     assert trim(chosen, 2, cal.bin_of, floor=3) == [pinned, *pieces[:3]]
     assert trim(chosen, 1, cal.bin_of, floor=3) == [pinned, *pieces[:3]]
     assert trim(chosen, 1, cal.bin_of, floor=0) == [pinned, pieces[0]]
+
+
+def test_the_stamp_reads_the_latest_window_and_sees_an_erased_event_in_it(client, world, admin_engine):
+    """The calibration is kept while `stamp` is unchanged: `stamp` describes exactly the events the
+    refit would read (the latest `window`), so removing one of them changes it and removing an
+    older one does not (the refit would read the same events)."""
+    from sqlalchemy import text
+
+    from app.feedback import repository as repo
+
+    _, users = _org_with_facts(client, world)
+    org = users[0].org_id
+    _use_top(client, users[0], 5)
+    with Session(admin_engine) as s:
+        ids = (
+            s.execute(text("SELECT id FROM feedback_events WHERE org_id = :o ORDER BY at DESC, id DESC"), {"o": org})
+            .scalars()
+            .all()
+        )
+        assert len(ids) == 5
+        first = repo.stamp(s, org, 3)
+        assert first[0] == 3
+        s.execute(text("DELETE FROM feedback_events WHERE org_id = :o AND id = :i"), {"o": org, "i": ids[-1]})
+        assert repo.stamp(s, org, 3) == first  # outside the window: the refit would read the same events
+        s.execute(text("DELETE FROM feedback_events WHERE org_id = :o AND id = :i"), {"o": org, "i": ids[1]})
+        second = repo.stamp(s, org, 3)
+        assert second != first and second[0] == 3  # the window now reaches one event further back
+        assert [r[0] for r in repo.context_feedback(s, org, 3)] == [
+            r
+            for r in s.execute(
+                text("SELECT retrieval_id FROM feedback_events WHERE org_id = :o AND id = ANY(:ids) ORDER BY at DESC, id DESC"),
+                {"o": org, "ids": [ids[0], ids[2], ids[3]]},
+            ).scalars()
+        ]
+        s.rollback()

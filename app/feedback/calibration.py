@@ -1,7 +1,7 @@
 """Where the useful part of an org's contexts ends, learnt from the feedback on them.
 
-Data: the org's latest WINDOW feedback events on `/v1/context` retrievals, each joined with what
-that retrieval handed out (type, id, score, section; app/lineage retrieval records). One
+Data: the feedback on `/v1/context` retrievals among the org's latest WINDOW feedback events,
+each joined with what that retrieval handed out (type, id, score, section; app/lineage retrieval records). One
 observation per (retrieval, user): the items any of that user's events on it named, with any
 signal (`used`, `helpful`, `wrong`, `outdated`: the user read the item and acted on it), are
 *engaged*; the other items handed out are not. A flipped helpful/wrong does not change whether an
@@ -124,10 +124,11 @@ _cache: dict[uuid.UUID, tuple[tuple, Calibration]] = {}
 
 def context_cut(db: Session, org_id: uuid.UUID) -> int | None:
     """The bin from which a context of this org leaves retrieved items out (None: keep all). The
-    calibration is kept per org in this process while the org's feedback is unchanged (its event
-    count and latest time: an added, erased or cascaded event changes them), so a context pays one
-    small count, and an org without feedback nothing more."""
-    now = repo.stamp(db, org_id)
+    calibration is kept per org in this process while the org's latest WINDOW feedback events are
+    unchanged (`repo.stamp`: an added, erased or cascaded event changes it), so a context pays one
+    read of at most WINDOW index entries, whatever the org's history, and an org without feedback
+    one empty probe."""
+    now = repo.stamp(db, org_id, WINDOW)
     if not now[0]:
         return None
     got = _cache.get(org_id)

@@ -20,6 +20,7 @@ class FeedbackEvent(TenantMixin, Base):
     __table_args__ = (
         Index("ix_feedback_events_retrieval", "org_id", "retrieval_id"),
         Index("ix_feedback_events_actor", "org_id", "actor_id"),
+        Index("ix_feedback_events_recent", "org_id", "at", "id"),
         tenant_fk("retrieval_id", "retrieval_events"),
         tenant_fk("actor_id", "users"),
     )

@@ -117,18 +117,31 @@ def events_of(db: Session, org_id: uuid.UUID, retrieval_id: uuid.UUID) -> list[F
     )
 
 
-def stamp(db: Session, org_id: uuid.UUID) -> tuple:
-    """(events, latest time) of the org's feedback: changes whenever an event is added or removed."""
-    return tuple(db.execute(select(func.count(), func.max(FeedbackEvent.at)).where(FeedbackEvent.org_id == org_id)).one())
+def _recent(org_id: uuid.UUID, window: int, *cols):
+    """The org's latest `window` feedback events (by the `(org_id, at, id)` index: a bounded read
+    whatever the org's history)."""
+    e = FeedbackEvent
+    return select(*cols).where(e.org_id == org_id).order_by(e.at.desc(), e.id.desc()).limit(window).subquery("recent")
 
 
-def context_feedback(db: Session, org_id: uuid.UUID, limit: int) -> list:
-    """(retrieval id, user, the event's items, what the retrieval handed out) of the org's latest
-    `limit` feedback events on `/v1/context` retrievals."""
+def stamp(db: Session, org_id: uuid.UUID, window: int) -> tuple:
+    """(events, latest time, a sum of their ids' hashes) of the org's latest `window` feedback
+    events: changes whenever an event enters that window or one in it is removed (an erasure, a
+    cascade), and reads at most `window` index entries."""
+    r = _recent(org_id, window, FeedbackEvent.id, FeedbackEvent.at)
+    digest = func.coalesce(func.sum(func.hashtext(as_text(r.c.id))), 0)
+    return tuple(db.execute(select(func.count(), func.max(r.c.at), digest)).one())
+
+
+def context_feedback(db: Session, org_id: uuid.UUID, window: int) -> list:
+    """(retrieval id, user, the event's items, what the retrieval handed out) of the feedback on
+    `/v1/context` retrievals among the org's latest `window` feedback events (the events `stamp`
+    describes)."""
+    e = FeedbackEvent
+    r = _recent(org_id, window, e.retrieval_id, e.actor_id, e.items, e.at)
     return db.execute(
-        select(FeedbackEvent.retrieval_id, FeedbackEvent.actor_id, FeedbackEvent.items, RetrievalEvent.items)
-        .join(RetrievalEvent, (RetrievalEvent.org_id == FeedbackEvent.org_id) & (RetrievalEvent.id == FeedbackEvent.retrieval_id))
-        .where(FeedbackEvent.org_id == org_id, RetrievalEvent.kind == "context")
-        .order_by(FeedbackEvent.at.desc())
-        .limit(limit)
+        select(r.c.retrieval_id, r.c.actor_id, r.c["items"], RetrievalEvent.items)
+        .join(RetrievalEvent, (RetrievalEvent.org_id == org_id) & (RetrievalEvent.id == r.c.retrieval_id))
+        .where(RetrievalEvent.kind == "context")
+        .order_by(r.c.at.desc())
     ).all()
