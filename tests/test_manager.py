@@ -119,26 +119,25 @@ def _fake() -> FakeGateway:
     return FakeGateway(default=json.dumps({"score": 0.9, "useful": 1, "suspicious": 0, "reason": "ok", "memories": []}))
 
 
-def _cand(cos: float, k: int) -> dict:
+def distilled(text_: str, neighbour_cos: float) -> dict:
+    """The features of a distilled org fact with one stored neighbour at `neighbour_cos`."""
     return features(
-        Candidate(
-            "distill",
-            f"Statement number {k} about the service.",
-            "fact",
-            "org",
-            0.8,
-            1,
-            None,
-            False,
-            False,
-            (Neighbour(None, "x", cos),),
-        )
+        Candidate("distill", text_, "fact", "org", 0.8, 1, None, False, False, (Neighbour(None, "x", neighbour_cos),))
     )
 
 
-def _record(admin_engine, org_id, voters, *, n: int = 80, prefix: str = "conv") -> list[uuid.UUID]:
+def record(
+    admin_engine,
+    org_id,
+    voters,
+    *,
+    n: int = 80,
+    prefix: str = "conv",
+    wrong_from: float = 0.5,
+    statement: str = "Statement number {k} about the service.",
+) -> list[uuid.UUID]:
     """n distilled decisions (stored as new) from n/2 conversations; a memory whose neighbour was
-    close (cos >= 0.5) was later found wrong by the voters, the others helpful."""
+    close (cos >= wrong_from) was later found wrong by the voters, the others helpful."""
     ids = []
     with Session(admin_engine) as db:
         for k in range(n):
@@ -147,7 +146,7 @@ def _record(admin_engine, org_id, voters, *, n: int = 80, prefix: str = "conv") 
             manager.record_decision(
                 db,
                 org_id=org_id,
-                decision=(NEW, NEW, _cand(cos, k)),
+                decision=(NEW, NEW, distilled(statement.format(k=k), cos)),
                 policy=RULES,
                 memory_id=mid,
                 neighbour_id=None,
@@ -156,7 +155,7 @@ def _record(admin_engine, org_id, voters, *, n: int = 80, prefix: str = "conv") 
                 job_id=None,
             )
             for v in voters:
-                signal = "wrong" if cos >= 0.5 else "helpful"
+                signal = "wrong" if cos >= wrong_from else "helpful"
                 feedback_repo.vote(
                     db, org_id=org_id, memory_id=mid, actor_id=v.user_id, signal=signal, at=datetime.now(UTC), replaces=None
                 )
@@ -179,7 +178,7 @@ def test_training_gives_a_versioned_policy_with_its_training_data_recorded(clien
         few = manager.train(db, alice.org_id, actor_id=None, job_id=None)
         db.commit()
     assert (few["version"], few["status"], few["labelled"]) == (1, "inactive", 0)
-    _record(admin_engine, alice.org_id, [alice, bob])
+    record(admin_engine, alice.org_id, [alice, bob])
     # Only stewards and admins start the job; a member is refused and nothing is queued.
     assert client.post("/v1/jobs", json={"kind": "train_manager"}, headers=member.h).status_code == 403
     assert client.post("/v1/jobs", json={"kind": "train_manager", "params": {"x": 1}}, headers=steward.h).status_code == 422
@@ -204,7 +203,10 @@ def test_training_gives_a_versioned_policy_with_its_training_data_recorded(clien
         == 2 * sum(manager.heldout(f"conv-{k}") for k in range(40))
     )
     assert isinstance(policy, ResidualPolicy) and policy.version == 2
-    assert policy.decide(_cand(0.9, 1)) == DROP and policy.decide(_cand(0.1, 1)) == NEW
+    assert (
+        policy.decide(distilled("Statement number 1 about the service.", 0.9)) == DROP
+        and policy.decide(distilled("Statement number 1 about the service.", 0.1)) == NEW
+    )
     with admin_engine.connect() as c:
         audit = (
             c.execute(
@@ -326,7 +328,7 @@ def test_one_orgs_decisions_never_train_anothers_policy(world, admin_engine, app
     a, b = world.org(), world.org()
     a1, a2 = world.user(a), world.user(a)
     b1, b2 = world.user(b), world.user(b)
-    mids = _record(admin_engine, a1.org_id, [a1, a2])
+    mids = record(admin_engine, a1.org_id, [a1, a2])
     with Session(admin_engine) as db:  # org b's users vote on the same ids, in org b
         for mid, v in itertools.product(mids, (b1, b2)):
             feedback_repo.vote(
@@ -353,7 +355,7 @@ def test_a_forgotten_users_decisions_go_and_the_policy_trained_on_them_retires(c
     org = world.org()
     alice, bob = world.user(org), world.user(org)
     admin = world.user(org, roles=["admin"])
-    _record(admin_engine, alice.org_id, [alice, bob])
+    record(admin_engine, alice.org_id, [alice, bob])
     with Session(admin_engine) as db:
         assert manager.train(db, alice.org_id, actor_id=None, job_id=None)["status"] == "active"
         db.commit()
@@ -368,7 +370,7 @@ def test_a_forgotten_users_decisions_go_and_the_policy_trained_on_them_retires(c
 def test_a_policy_without_a_model_for_an_action_never_takes_it(cos):
     n = len(NAMES)
     p = LearnedPolicy({"names": list(NAMES), "mean": [0.0] * n, "scale": [1.0] * n, "models": {}})
-    f = _cand(cos, 1)
+    f = distilled("Statement number 1 about the service.", cos)
     assert p.decide(f) == RULES.decide(f) == NEW
 
 
@@ -379,7 +381,7 @@ def test_admin_train_manager_cli_stores_a_version(settings, world, admin_engine)
 
     org = world.org()
     alice, bob = world.user(org), world.user(org)
-    _record(admin_engine, alice.org_id, [alice, bob])
+    record(admin_engine, alice.org_id, [alice, bob])
     env = {**os.environ, "MEMSCALE_DATABASE_URL": settings.database_url}
     r = subprocess.run(
         [sys.executable, "-m", "app", "admin", "train-manager", "--org", org],
@@ -401,21 +403,25 @@ def test_admin_train_manager_cli_stores_a_version(settings, world, admin_engine)
     assert bad.returncode == 2 and bad.stdout == ""
 
 
+def three_turns(texts: list[str], evidence: str):
+    """A LoCoMo conversation "c" of three turns D1:1-3 (each text starts with its speaker), a
+    question on the dog's name whose evidence is `evidence`, and one whose evidence is nowhere."""
+    from bench.quality.locomo.data import QA, Conversation, Turn
+
+    t = datetime(2026, 1, 1)
+    turns = [Turn(f"D1:{i + 1}", x.split(":")[0], x, t, 1) for i, x in enumerate(texts)]
+    return Conversation(
+        "c", turns, [QA("What is the dog's name?", "Rex", 1, [evidence]), QA("Where does B live?", "Oslo", 1, ["D9:9"])]
+    )
+
+
 def test_the_bench_rewards_what_served_a_questions_evidence():
     """bench/quality/manager.py on a three-turn conversation with unit vectors: a repeated turn is
     merged, the memory holding the evidence is rewarded, the one that crowded a failed question is not."""
-    from bench.quality.locomo.data import QA, Conversation, Turn
     from bench.quality.manager import play, rows, score, summary
 
-    t = datetime(2026, 1, 1)
-    conv = Conversation(
-        "c",
-        [
-            Turn("D1:1", "A", "A: I adopted a dog named Rex.", t, 1),
-            Turn("D1:2", "A", "A: I adopted a dog named Rex.", t, 1),
-            Turn("D1:3", "B", "B: The weather is grey today.", t, 1),
-        ],
-        [QA("What is the dog's name?", "Rex", 1, ["D1:2"]), QA("Where does B live?", "Oslo", 1, ["D9:9"])],
+    conv = three_turns(
+        ["A: I adopted a dog named Rex.", "A: I adopted a dog named Rex.", "B: The weather is grey today."], "D1:2"
     )
     e = np.eye(3, dtype=np.float32)
     played = play(conv, np.stack([e[0], e[0], e[1]]), RULES)

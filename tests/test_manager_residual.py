@@ -7,19 +7,18 @@ beat the rules on held-out sources."""
 from __future__ import annotations
 
 import itertools
-import uuid
 from datetime import UTC, datetime
 
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app.feedback import repository as feedback_repo
 from app.manager import residual
 from app.manager import service as manager
 from app.manager.features import NAMES, Candidate, Neighbour, features
 from app.manager.policy import DROP, MERGE, NEW, RULES, SUPERSEDE, Row
 from app.memories.near_duplicates import repeats_stored
 from pipelines.consolidation.rules import contradicts
+from tests.test_manager import distilled, record
 
 TEXTS = [
     "Production deploys require two approvals.",
@@ -33,6 +32,8 @@ TEXTS = [
     "Thanks!",
     "The user prefers short answers with code examples.",
 ]
+
+STATEMENT = "Statement {k} about the service."
 
 
 def _candidates(embedder) -> list[dict]:
@@ -102,67 +103,14 @@ def test_the_threshold_is_the_best_on_held_out_folds_and_never_worse_than_the_ru
 
 
 def test_fitting_learns_which_statements_never_help():
-    f_short = features(Candidate("distill", "ok thanks", "fact", "org", 0.8, 1, None, False, False, (Neighbour(None, "x", 0.3),)))
-    f_long = features(
-        Candidate(
-            "distill",
-            "The nightly backup of the billing database runs at 02:00 UTC and keeps 35 days.",
-            "fact",
-            "org",
-            0.8,
-            1,
-            None,
-            False,
-            False,
-            (Neighbour(None, "x", 0.3),),
-        )
-    )
+    f_short = distilled("ok thanks", 0.3)
+    f_long = distilled("The nightly backup of the billing database runs at 02:00 UTC and keeps 35 days.", 0.3)
     rows = [Row(f_short, NEW, 0.0)] * 30 + [Row(f_long, NEW, 1.0)] * 30 + [Row(f_long, MERGE, -1.0)] * 50
     w = residual.fit(rows, threshold=0.3)
     assert w["n"] == 60  # only the decisions where the rules stored a statement as new
     p = residual.ResidualPolicy(w)
     assert p.p_helped(f_short) < 0.1 < 0.9 < p.p_helped(f_long)
     assert (p.decide(f_short), p.decide(f_long)) == (DROP, NEW)
-
-
-def _record(admin_engine, org_id, voters, *, wrong_from: float, n: int = 80) -> None:
-    """n decisions (stored as new) from n/2 conversations; a memory whose neighbour was at cosine
-    >= wrong_from was found wrong by the voters, the others helpful."""
-    with Session(admin_engine) as db:
-        for k in range(n):
-            cos = (k % 10) / 10
-            f = features(
-                Candidate(
-                    "distill",
-                    f"Statement {k} about the service.",
-                    "fact",
-                    "org",
-                    0.8,
-                    1,
-                    None,
-                    False,
-                    False,
-                    (Neighbour(None, "x", cos),),
-                )
-            )
-            mid = uuid.uuid4()
-            manager.record_decision(
-                db,
-                org_id=org_id,
-                decision=(NEW, NEW, f),
-                policy=RULES,
-                memory_id=mid,
-                neighbour_id=None,
-                source=f"conv-{k // 2}",
-                owner_id=voters[0].user_id,
-                job_id=None,
-            )
-            for v in voters:
-                signal = "wrong" if cos >= wrong_from else "helpful"
-                feedback_repo.vote(
-                    db, org_id=org_id, memory_id=mid, actor_id=v.user_id, signal=signal, at=datetime.now(UTC), replaces=None
-                )
-        db.commit()
 
 
 def test_training_stores_a_residual_policy_active_only_when_it_beat_the_rules_on_its_own_orgs_data(
@@ -173,8 +121,9 @@ def test_training_stores_a_residual_policy_active_only_when_it_beat_the_rules_on
     a, b = world.org(), world.org()
     a1, a2 = world.user(a), world.user(a)
     b1, b2 = world.user(b), world.user(b)
-    _record(admin_engine, a1.org_id, [a1, a2], wrong_from=0.5)  # close neighbours misled: dropping them pays
-    _record(admin_engine, b1.org_id, [b1, b2], wrong_from=2.0)  # everything helped: no drop can beat the rules
+    # close neighbours misled in org a (dropping them pays); everything helped in org b (no drop can beat the rules)
+    record(admin_engine, a1.org_id, [a1, a2], wrong_from=0.5, statement=STATEMENT)
+    record(admin_engine, b1.org_id, [b1, b2], wrong_from=2.0, statement=STATEMENT)
     got = {}
     for user in (a1, b1):
         with app.state.sessions() as db:  # under row-level security, bound to the org
@@ -188,16 +137,7 @@ def test_training_stores_a_residual_policy_active_only_when_it_beat_the_rules_on
     assert got[a1.org_id]["status"] == "active" and va["metrics"]["beats_rules"]
     assert va["metrics"]["learned"]["reward"] > va["metrics"]["rules"]["reward"] and va["metrics"]["threshold"] > 0
     assert isinstance(pa, residual.ResidualPolicy) and pa.version == va["version"]
-    near = features(
-        Candidate(
-            "distill", "Statement 1 about the service.", "fact", "org", 0.8, 1, None, False, False, (Neighbour(None, "x", 0.9),)
-        )
-    )
-    far = features(
-        Candidate(
-            "distill", "Statement 1 about the service.", "fact", "org", 0.8, 1, None, False, False, (Neighbour(None, "x", 0.1),)
-        )
-    )
+    near, far = distilled(STATEMENT.format(k=1), 0.9), distilled(STATEMENT.format(k=1), 0.1)
     assert (pa.decide(near), pa.decide(far)) == (DROP, NEW)
     # Org b: the same fitting on its own decisions only (80 of them, none of org a's) never beat
     # the rules, so the version is stored inactive and org b keeps the rules.
@@ -210,19 +150,10 @@ def test_training_stores_a_residual_policy_active_only_when_it_beat_the_rules_on
 def test_the_bench_labels_a_memory_never_served_as_not_helped_and_keeps_each_questions_hit():
     """bench/quality/manager.py: the residual's rows carry reward 0 for a memory no question was
     served, and the per-question hits the paired CI is computed from."""
-    from bench.quality.locomo.data import QA, Conversation, Turn
     from bench.quality.manager import play, residual_rows, score
+    from tests.test_manager import three_turns
 
-    t = datetime(2026, 1, 1)
-    conv = Conversation(
-        "c",
-        [
-            Turn("D1:1", "A", "A: I adopted a dog named Rex.", t, 1),
-            Turn("D1:2", "B", "B: The weather is grey today.", t, 1),
-            Turn("D1:3", "B", "B: Cool.", t, 1),
-        ],
-        [QA("What is the dog's name?", "Rex", 1, ["D1:1"]), QA("Where does B live?", "Oslo", 1, ["D9:9"])],
-    )
+    conv = three_turns(["A: I adopted a dog named Rex.", "B: The weather is grey today.", "B: Cool."], "D1:1")
     e = np.eye(3, dtype=np.float32)
     played = play(conv, e, RULES)
     score(conv, np.stack([e[0], e[1]]), played, 1, 1.0)

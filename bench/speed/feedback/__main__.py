@@ -1,7 +1,9 @@
 """What feedback costs search and context: an org of `--n` org-visible memories, `--voters` users
-who searched and marked the memories handed out helpful or wrong (1 in 5 wrong), then the same
-queries with the utility signal on (the default) and off (`utility_weight` 0: no feedback read),
-the arms interleaved query by query in one process, so that both see the same machine load.
+who searched and marked the memories handed out helpful or wrong (1 in 5 wrong) and asked for
+contexts and marked the best item used, then the same queries with feedback read (the default:
+the utility signal, and the context's calibration of where it ends) and not read
+(`utility_weight` 0, the calibration not consulted), the arms interleaved query by query in one
+process, so that both see the same machine load.
 
     .venv/bin/python -m bench.speed.feedback [--n 1000] [--voters 5] [--queries 100]
 
@@ -33,6 +35,7 @@ def main() -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
+    from app.feedback import calibration
     from app.main import create_app
     from app.orgs import service as orgs
     from app.search.tuning import DEFAULT_TUNING
@@ -68,6 +71,18 @@ def main() -> None:
                         == 201
                     )
                     votes += len(items)
+            for _ in range(10):  # feedback on contexts: the org's calibration of where a context ends
+                ctx = http.post("/v1/context", json={"query": query(rng), "budget_tokens": 1000}, headers=h).json()
+                got = [i for sec in ctx["sections"] for i in sec["items"] if i.get("id")]
+                if got:
+                    best = max(got, key=lambda i: i["score"])
+                    body = {
+                        "retrieval_id": ctx["retrieval_id"],
+                        "items": [{"type": best["type"], "id": best["id"], "signal": "used"}],
+                    }
+                    assert http.post("/v1/feedback", json=body, headers=h).status_code == 201
+                    votes += 1
+        read_calibration = calibration.context_cut
         arms = {"on": DEFAULT_TUNING, "off": replace(DEFAULT_TUNING, utility_weight=0.0)}
         times: dict = {f"{kind} {arm}": [] for kind in ("search", "context") for arm in arms}
         qs = [query(rng) for _ in range(args.queries)]
@@ -75,6 +90,7 @@ def main() -> None:
             order = list(arms) if i % 2 == 0 else list(reversed(arms))
             for arm in order:
                 app.state.tuning = arms[arm]
+                calibration.context_cut = read_calibration if arm == "on" else (lambda db, org_id: None)
                 for kind, path, body in (
                     ("search", "/v1/search", {"query": q, "types": ["memory"]}),
                     ("context", "/v1/context", {"query": q, "budget_tokens": 1000}),
@@ -82,6 +98,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     assert http.post(path, json=body, headers=heads[0]).status_code == 200
                     times[f"{kind} {arm}"].append((time.perf_counter() - t0) * 1000)
+    calibration.context_cut = read_calibration
     admin.dispose()
     result = {
         "n": args.n,
@@ -94,8 +111,8 @@ def main() -> None:
     for kind in ("search", "context"):
         row = result[kind]
         print(
-            f"{kind:8s} utility on p50/p95 {row['new']['p50_ms']}/{row['new']['p95_ms']} ms, "
-            f"off {row['old']['p50_ms']}/{row['old']['p95_ms']} ms"
+            f"{kind:8s} feedback read p50/p95 {row['new']['p50_ms']}/{row['new']['p95_ms']} ms, "
+            f"not read {row['old']['p50_ms']}/{row['old']['p95_ms']} ms"
         )
     print("written", write_result("feedback_cost", result, args.out))
 
