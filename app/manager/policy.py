@@ -60,6 +60,38 @@ def _x(f: dict, names: Sequence[str]) -> np.ndarray:
     return np.array([float(f.get(n, 0.0)) for n in names], dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class Scaler:
+    """Features as one standardised vector: their names, and their mean and scale over the rows a
+    model was fitted on (a constant feature keeps scale 1). Every learned policy reads its features
+    through one."""
+
+    names: tuple[str, ...]
+    mean: np.ndarray
+    scale: np.ndarray
+
+    @classmethod
+    def fitted(cls, features: Sequence[dict], names: Sequence[str]) -> tuple[Scaler, np.ndarray]:
+        """The scaler of `features` and their standardised matrix (one row each)."""
+        x = np.array([_x(f, names) for f in features]) if len(features) else np.zeros((0, len(names)))
+        mean = x.mean(axis=0) if len(x) else np.zeros(len(names))
+        scale = x.std(axis=0) if len(x) else np.ones(len(names))
+        scaler = cls(tuple(names), mean, np.where(scale > 1e-9, scale, 1.0))
+        return scaler, (x - scaler.mean) / scaler.scale
+
+    @classmethod
+    def stored(cls, weights: dict) -> Scaler:
+        """The scaler a policy's stored weights hold (`as_weights`)."""
+        f64 = np.float64
+        return cls(tuple(weights["names"]), np.asarray(weights["mean"], dtype=f64), np.asarray(weights["scale"], dtype=f64))
+
+    def z(self, f: dict) -> np.ndarray:
+        return (_x(f, self.names) - self.mean) / self.scale
+
+    def as_weights(self) -> dict:
+        return {"names": list(self.names), "mean": self.mean.round(6).tolist(), "scale": self.scale.round(6).tolist()}
+
+
 @dataclass
 class LearnedPolicy:
     """Per-action logistic models over standardised features; `weights` is what is stored."""
@@ -68,14 +100,12 @@ class LearnedPolicy:
     version: int | None = None
 
     def __post_init__(self) -> None:
-        self._names = list(self.weights["names"])
-        self._mean = np.asarray(self.weights["mean"], dtype=np.float64)
-        self._scale = np.asarray(self.weights["scale"], dtype=np.float64)
+        self._scaler = Scaler.stored(self.weights)
         self._models = {a: (np.asarray(m["w"], dtype=np.float64), float(m["b"])) for a, m in self.weights["models"].items()}
 
     def values(self, f: dict) -> dict[str, float]:
         """The expected reward of each action this policy can judge (drop: 0)."""
-        z = (_x(f, self._names) - self._mean) / self._scale
+        z = self._scaler.z(f)
         out = {a: float(2.0 / (1.0 + np.exp(-(z @ w + b))) - 1.0) for a, (w, b) in self._models.items()}
         out[DROP] = 0.0
         return out
@@ -91,7 +121,7 @@ class LearnedPolicy:
         return best
 
 
-def _logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, iters: int = 30) -> tuple[np.ndarray, float]:
+def logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, iters: int = 30) -> tuple[np.ndarray, float]:
     """Weighted L2 logistic regression by Newton's method (the intercept is penalised lightly too,
     so that one-class data gives a finite model)."""
     n, d = x.shape
@@ -122,21 +152,17 @@ class Row:
 
 def fit(rows: Sequence[Row], names: Sequence[str] = NAMES) -> dict:
     """The weights of a LearnedPolicy fitted on `rows` (labelled decisions)."""
-    x = np.array([_x(r.features, names) for r in rows]) if rows else np.zeros((0, len(names)))
-    mean = x.mean(axis=0) if len(x) else np.zeros(len(names))
-    scale = x.std(axis=0) if len(x) else np.ones(len(names))
-    scale = np.where(scale > 1e-9, scale, 1.0)
+    scaler, z = Scaler.fitted([r.features for r in rows], names)
     models = {}
     for a in ACTIONS:
         idx = [i for i, r in enumerate(rows) if r.action == a]
         if a == DROP or len(idx) < MIN_ROWS_PER_ACTION:
             continue
-        z = (x[idx] - mean) / scale
         y = np.array([1.0 if rows[i].reward > 0 else 0.0 for i in idx])
         w = np.array([rows[i].weight for i in idx])
-        coef, b = _logistic(z, y, w)
+        coef, b = logistic(z[idx], y, w)
         models[a] = {"w": [round(float(c), 6) for c in coef], "b": round(b, 6), "n": len(idx)}
-    return {"names": list(names), "mean": mean.round(6).tolist(), "scale": scale.round(6).tolist(), "models": models}
+    return {**scaler.as_weights(), "models": models}
 
 
 def replay(policy, rows: Sequence[Row]) -> dict:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.manager.features import NAMES
-from app.manager.policy import ALLOWED, DROP, NEW, RULES, Row, _logistic, _x, stage_of
+from app.manager.policy import ALLOWED, DROP, NEW, RULES, Row, Scaler, logistic, stage_of
 
 RESIDUAL = "residual"
 # Candidate thresholds on P(helped), from "never deviate" (0) to "drop what is as likely to mislead as help".
@@ -45,15 +45,13 @@ class ResidualPolicy:
     version: int | None = None
 
     def __post_init__(self) -> None:
-        self._names = list(self.weights["names"])
-        self._mean = np.asarray(self.weights["mean"], dtype=np.float64)
-        self._scale = np.asarray(self.weights["scale"], dtype=np.float64)
+        self._scaler = Scaler.stored(self.weights)
         self._w = np.asarray(self.weights["w"], dtype=np.float64)
         self._b = float(self.weights["b"])
         self.threshold = float(self.weights["threshold"])
 
     def p_helped(self, f: dict) -> float:
-        z = (_x(f, self._names) - self._mean) / self._scale
+        z = self._scaler.z(f)
         return float(1.0 / (1.0 + np.exp(-(z @ self._w + self._b))))
 
     def decide(self, f: dict) -> str:
@@ -71,20 +69,15 @@ def training_rows(rows: Sequence[Row]) -> list[Row]:
 def fit(rows: Sequence[Row], names: Sequence[str] = NAMES, *, threshold: float = 0.0) -> dict:
     """The weights of a ResidualPolicy: P(helped) fitted on `training_rows(rows)`, at `threshold`."""
     use = training_rows(rows)
-    x = np.array([_x(r.features, names) for r in use]) if use else np.zeros((0, len(names)))
-    mean = x.mean(axis=0) if len(x) else np.zeros(len(names))
-    scale = x.std(axis=0) if len(x) else np.ones(len(names))
-    scale = np.where(scale > 1e-9, scale, 1.0)
+    scaler, z = Scaler.fitted([r.features for r in use], names)
     if len(use):
         y = np.array([1.0 if r.reward > 0 else 0.0 for r in use])
-        coef, b = _logistic((x - mean) / scale, y, np.ones(len(use)))
+        coef, b = logistic(z, y, np.ones(len(use)))
     else:
         coef, b = np.zeros(len(names)), 0.0
     return {
         "kind": RESIDUAL,
-        "names": list(names),
-        "mean": mean.round(6).tolist(),
-        "scale": scale.round(6).tolist(),
+        **scaler.as_weights(),
         "w": [round(float(c), 6) for c in coef],
         "b": round(float(b), 6),
         "threshold": float(threshold),
