@@ -140,6 +140,12 @@ OPS = {
         "UPDATE episodes SET quality = 'ok' WHERE org_id = :o AND quality IS NULL AND id IN " + _some("episodes", 0.5),
     ],
     "merge": ["UPDATE episodes SET branch_id = NULL WHERE org_id = :o AND branch_id IS NOT NULL"],
+    "erase": [  # one owner's rows of both types, as erasure deletes them
+        "DELETE FROM memories WHERE org_id = :o AND owner_id = "
+        "(SELECT min(owner_id::text)::uuid FROM memories WHERE org_id = :o)",
+        "DELETE FROM episodes WHERE org_id = :o AND owner_id = "
+        "(SELECT min(owner_id::text)::uuid FROM episodes WHERE org_id = :o)",
+    ],
     "delete": [
         "DELETE FROM memories WHERE org_id = :o AND id IN " + _some("memories", 0.25),
         "DELETE FROM episodes WHERE org_id = :o AND id IN " + _some("episodes", 0.25),
@@ -199,6 +205,16 @@ def _kept_equals_recount(c, org) -> None:
             ).all()
         )
         assert got == want, type_
+        ids = f"SELECT id, {BUCKET} AS bucket, tsv FROM {table} WHERE org_id = :o AND branch_id IS NULL AND {served}"
+        want = set(c.execute(text(f"SELECT bucket, lex, id FROM ({ids}) x, unnest(tsvector_to_array(tsv)) lex"), q).all())
+        got = c.execute(
+            text(
+                "SELECT i.bucket, p.lexeme, p.id FROM bm25_postings p JOIN bm25_bucket_ids i ON i.bid = p.bid "
+                "WHERE p.org_id = :o AND i.org_id = :o AND i.item_type = :t"
+            ),
+            q,
+        ).all()
+        assert len(got) == len(set(got)) and set(got) == want, type_  # the postings: exactly the rows' lexemes
 
 
 def _principal(org, uid, groups=(), clearances=()):
@@ -319,19 +335,11 @@ def seeded(app, client, admin_engine, settings):
 
 
 @pytest.mark.parametrize("n", [10, 50, 100])
-def test_index_driven_pruned_top_n_equals_the_exact_ranking(app, seeded, n, monkeypatch):
+def test_the_postings_top_n_equals_the_exact_ranking(app, seeded, n, monkeypatch):
     from app.search.repository import bm25_stats
 
     org, users = seeded
     rng = random.Random(n)
-    candidates: list = []  # how many of the lexemes each statement took its candidates from, of how many
-    run = bm25_stats._run
-    monkeypatch.setattr(bm25_stats, "FIRST_ROWS", 60)  # this small corpus's rarest lexemes: a first pass of a few
-    monkeypatch.setattr(
-        bm25_stats,
-        "_run",
-        lambda *a, **kw: candidates.append((len(kw["candidates_of"]), len(kw["terms"]["s_lex"]))) or run(*a, **kw),
-    )
     kept_calls, top = [], bm25_stats.top_scored
     monkeypatch.setattr(bm25_stats, "top_scored", lambda *a, **kw: kept_calls.append(1) or top(*a, **kw))
     for i in range(12):  # readers of random groups and clearances; writers who see all their shared rows
@@ -344,10 +352,8 @@ def test_index_driven_pruned_top_n_equals_the_exact_ranking(app, seeded, n, monk
         for type_ in SERVED:
             kept, exact = _both(app, p, type_, query, n=n)
             assert kept == exact, (type_, query)
-            assert len(exact[0]) == n  # a full top-n: the pruning had a threshold to work with
-    assert len(kept_calls) == 24 and any(used < held for used, held in candidates), (
-        candidates
-    )  # the pruning left some lexemes' rows unread
+            assert len(exact[0]) == n  # a full top-n
+    assert len(kept_calls) == 24
 
 
 def test_rows_a_caller_cannot_see_never_change_their_ranking(app, admin_engine, settings, seeded):
@@ -373,6 +379,16 @@ def test_rows_a_caller_cannot_see_never_change_their_ranking(app, admin_engine, 
                 ),
                 {"w": words, "o": o, "u": u},
             )
+    with admin_engine.connect() as c:  # each of those rows is in the postings the text top-n reads, in both orgs
+        posted = c.execute(
+            text(
+                "SELECT p.org_id, i.item_type, count(DISTINCT p.id) FROM bm25_postings p JOIN bm25_bucket_ids i ON i.bid = p.bid "
+                "WHERE i.bucket = 'g:{c}|{}' GROUP BY 1, 2"
+            )
+        ).all()
+    assert {(o, t): k for o, t, k in posted if o in (org, other)} == {
+        (o, t): 10_000 for o in (org, other) for t in ("episode", "memory")
+    }
     after = {(t, q): _both(app, p, t, q) for t in SERVED for q in queries}
     assert repr(after) == repr(before)
     assert all(kept == exact and kept[0] for kept, exact in after.values())

@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import BigInteger, SmallInteger, Text
+from sqlalchemy import BigInteger, Identity, Integer, SmallInteger, Text
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -71,3 +71,27 @@ class Bm25Owned(Base):
     labels: Mapped[list[str]] = mapped_column(ARRAY(Text), primary_key=True)
     shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     n: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Bm25BucketId(Base):
+    """A small integer naming one visibility bucket of an org's item type (the bucket texts of
+    `bm25_buckets`), so that a posting's key is short; taken by the triggers (migration 0031)."""
+
+    __tablename__ = "bm25_bucket_ids"
+
+    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    item_type: Mapped[str] = mapped_column(Text, primary_key=True)
+    bucket: Mapped[str] = mapped_column(Text, primary_key=True)
+    bid: Mapped[int] = mapped_column(Integer, Identity(always=True), nullable=False, unique=True)
+
+
+class Bm25Posting(Base):
+    """One lexeme of one counted row (main branch, served by default) in its bucket: the text
+    top-n sums the idf of the query's lexemes over the caller's buckets' postings (index only)."""
+
+    __tablename__ = "bm25_postings"
+
+    org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    bid: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

@@ -21,7 +21,6 @@ counted from the item table, a few of the caller's own rows.
 
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import replace
 
@@ -34,12 +33,11 @@ from app.kit.database.sql import as_text
 from app.kit.items import SEARCH_TYPES
 from app.kit.registry import ITEM_TYPES
 from app.kit.tenancy.access import visible_to
-from app.search.models import Bm25Bucket, Bm25Df, Bm25Owned
+from app.search.models import Bm25Bucket, Bm25BucketId, Bm25Df, Bm25Owned, Bm25Posting
 from app.search.repository.filters import STATEMENTS, servable, shape
 from app.search.schemas import SearchFilters
 
 KEPT = SEARCH_TYPES  # the types whose statistics the triggers keep (migration 0024: one per searched type)
-FIRST_ROWS = 2000  # the first pass scores the rarest lexemes' rows up to about this many
 # Below this many visible rows the exact statement (one pass over them, N bound from the kept
 # statistics) is cheaper than the kept path's statements (docs/search.md).
 KEPT_FROM = 5_000
@@ -142,65 +140,35 @@ def _odd_select(principal: Principal, type_: str):
     return select(func.array_agg(aggregate_order_by(per.c.df, per.c.i)).label("df"))
 
 
-def _idf(big_n: int, df: int) -> float:
-    return math.log(1 + (big_n - df + 0.5) / (df + 0.5))
-
-
 def top_scored(
     db: Session, principal: Principal, type_: str, f: SearchFilters, *, quoted: dict[str, str], n: int, big_n: int, dfs: list[int]
 ) -> list[tuple]:
     """Top-n (id, score) among the caller's servable rows holding any of the lexemes (`quoted`:
     each one's tsquery text, in the order of `dfs`), given the caller's N and each lexeme's df:
-    index-driven, MaxScore-pruned (see the module)."""
+    one aggregate over the postings of the caller's buckets (see the module)."""
     held = sorted((df, lex) for lex, df in zip(quoted, dfs) if df > 0)
     if not held or n <= 0:
         return []
-    terms = {
+    values = {
         "s_lex": [lex for _, lex in held],
         "s_tsq": [quoted[lex] for _, lex in held],
         "s_df": [df for df, _ in held],
         "s_n": big_n,
         "s_top": n,
+        "s_any": " | ".join(quoted[lex] for _, lex in held),
     }
-    first, rows = [], 0
-    for df, lex in held:  # the rarest lexemes, up to about FIRST_ROWS rows
-        if first and rows + df > FIRST_ROWS:
-            break
-        first.append(lex)
-        rows += df
-    got = _run(db, principal, type_, f, terms=terms, quoted=quoted, candidates_of=first)
-    if len(first) == len(held):
-        return got
-    if len(got) < n:  # no threshold: every row holding a lexeme is a candidate
-        return _run(db, principal, type_, f, terms=terms, quoted=quoted, candidates_of=[lex for _, lex in held])
-    theta = float(got[-1][1])
-    rest, essential = 0.0, [lex for _, lex in held]
-    for df, lex in reversed(held):  # the commonest lexemes whose idf sum stays below theta
-        w = _idf(big_n, df)
-        if rest + w >= theta - 1e-9:
-            break
-        rest += w
-        essential.remove(lex)
-    if set(essential) <= set(first):  # the first pass held every candidate
-        return got
-    return _run(db, principal, type_, f, terms=terms, quoted=quoted, candidates_of=essential)
-
-
-def _run(
-    db: Session, principal: Principal, type_: str, f: SearchFilters, *, terms: dict, quoted: dict, candidates_of: list[str]
-) -> list:
-    values = {**terms, "s_any": " | ".join(quoted[lex] for lex in candidates_of)}
     rows = STATEMENTS.run(db, ("bm25_top",) + shape(principal, type_, f), lambda: _top_select(principal, type_, f), values).all()
     return [(r.id, r.r) for r in rows]
 
 
 def _top_select(principal: Principal, type_: str, f: SearchFilters):
-    """The caller's servable rows holding any lexeme of `s_any`, each scored with the summed idf of
+    """The caller's servable rows holding any lexeme of `s_lex`, each scored with the summed idf of
     every query lexeme it holds; idf from the bound N and df, by the exact statement's expression
-    and in lexeme order (bit-equal scores). The rows come from the text index (`bm25_hits_<type>`,
-    migration 0024: under row-level security the planner would read every row the access filter's
-    indexes give and test each), joined back under `servable`."""
-    m = ITEM_TYPES[type_].model
+    and in lexeme order (bit-equal scores). The (row, lexeme) pairs are the postings of the
+    caller's visible buckets (index only), plus their own shared rows that no visible bucket
+    gives them (read from the item table, only when `bm25_owned` says there are any); the top n
+    are joined back under `servable`."""
+    m, b, i, p, o = ITEM_TYPES[type_].model, Bm25Bucket, Bm25BucketId, Bm25Posting, Bm25Owned
     terms = (
         select(
             func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
@@ -213,14 +181,37 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
     big_n = bindparam("s_n", type_=BigInteger)
     w = func.ln(1 + (big_n - terms.c.df + 0.5) / (terms.c.df + 0.5))
     idf = select(terms.c.lex, terms.c.q, w.label("w")).cte("idf").prefix_with("MATERIALIZED")
-    hits = getattr(func, f"bm25_hits_{type_}")(bindparam("s_any", type_=TEXT).cast(TSQUERY)).table_valued("id")
-    cand = (
+    bids = (
+        select(i.bid)
+        .join(b, and_(b.org_id == i.org_id, b.item_type == i.item_type, b.bucket == i.bucket))
+        .where(i.org_id == principal.org_id, i.item_type == type_, visible_to(principal, b))
+        .distinct()
+    )
+    posted = (
+        select(p.id, idf.c.lex, idf.c.w)
+        .select_from(idf)
+        .join(p, p.lexeme == idf.c.lex)
+        .where(p.org_id == principal.org_id, p.bid == func.any(func.array(bids.scalar_subquery())))
+    )
+    shared_to_me = visible_to(replace(principal, user_id=_NOBODY), o)
+    odd_n = select(func.coalesce(func.sum(o.n), 0)).where(
+        o.org_id == principal.org_id, o.item_type == type_, o.owner_id == principal.user_id, ~shared_to_me
+    )
+    odd = (
         select(m.id.label("id"), m.tsv.label("tsv"))
-        .where(*servable(principal, type_, f), m.id.in_(select(hits.c.id)))
-        .cte("cand")
+        .where(
+            *servable(principal, type_, f),
+            m.owner_id == principal.user_id,
+            m.visibility != "private",
+            ~visible_to(replace(principal, user_id=_NOBODY), m),
+            m.tsv.op("@@")(bindparam("s_any", type_=TEXT).cast(TSQUERY)),
+            odd_n.scalar_subquery() > 0,
+        )
+        .cte("odd")
         .prefix_with("MATERIALIZED")
     )
-    pairs = select(idf.c.lex, idf.c.w, cand.c.id).select_from(idf).join(cand, cand.c.tsv.op("@@")(idf.c.q)).subquery("pairs")
+    owned = select(odd.c.id, idf.c.lex, idf.c.w).select_from(idf).join(odd, odd.c.tsv.op("@@")(idf.c.q))
+    pairs = posted.union_all(owned).subquery("pairs")
     score = func.sum(aggregate_order_by(pairs.c.w, pairs.c.lex))
     top = (
         select(pairs.c.id, score.label("r"))
@@ -229,4 +220,5 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
         .limit(bindparam("s_top", type_=Integer))
         .subquery("top")
     )
-    return select(as_text(top.c.id).label("id"), top.c.r).order_by(top.c.r.desc(), top.c.id)
+    kept = select(m.id).where(*servable(principal, type_, f), m.id == top.c.id).exists()
+    return select(as_text(top.c.id).label("id"), top.c.r).where(kept).order_by(top.c.r.desc(), top.c.id)
