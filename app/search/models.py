@@ -75,7 +75,7 @@ class Bm25Owned(Base):
 
 class Bm25BucketId(Base):
     """A small integer naming one visibility bucket of an org's item type (the bucket texts of
-    `bm25_buckets`), so that a posting's key is short; taken by the triggers (migration 0031)."""
+    `bm25_buckets`), so that a posting's key is short; taken by the triggers (migration 0033)."""
 
     __tablename__ = "bm25_bucket_ids"
 

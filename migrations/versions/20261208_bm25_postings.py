@@ -13,8 +13,8 @@ statement added and took away (`src`), netted per (org, bucket, lexeme, id), are
 or deleted (-1); a new bucket's id is taken first. Org-level RLS, read-only for the service
 role, as 0024's tables; the triggers write as the functions' owner.
 
-Revision ID: 0031
-Revises: 0030
+Revision ID: 0033
+Revises: 0032
 """
 
 import importlib.util
@@ -24,8 +24,8 @@ from alembic import op
 
 from app.kit.tenancy.rls import ORG_POLICY, ROLE
 
-revision = "0031"
-down_revision = "0030"
+revision = "0033"
+down_revision = "0032"
 branch_labels = None
 depends_on = None
 
