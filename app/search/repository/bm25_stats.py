@@ -24,9 +24,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from sqlalchemy import BigInteger, Integer, and_, bindparam, func, select
+from sqlalchemy import BigInteger, Integer, and_, bindparam, cast, func, literal, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from app.auth.principal import Principal
 from app.kit.database.sql import as_text
@@ -41,6 +41,8 @@ KEPT = SEARCH_TYPES  # the types whose statistics the triggers keep (migration 0
 # Below this many visible rows the exact statement (one pass over them, N bound from the kept
 # statistics) is cheaper than the kept path's statements (docs/search.md).
 KEPT_FROM = 5_000
+FIRST_ROWS = 2000  # theta comes from the rarest lexemes' postings, up to about this many
+_SLACK = 1e-9  # the bounds are float sums in another order than the scores': never prune on a last bit
 _NOBODY = uuid.UUID(int=0)  # a user id no row has: visible_to for it is "shared with and cleared"
 
 
@@ -141,57 +143,134 @@ def _odd_select(principal: Principal, type_: str):
 
 
 def top_scored(
-    db: Session, principal: Principal, type_: str, f: SearchFilters, *, quoted: dict[str, str], n: int, big_n: int, dfs: list[int]
+    db: Session,
+    principal: Principal,
+    type_: str,
+    f: SearchFilters,
+    *,
+    quoted: dict[str, str],
+    n: int,
+    big_n: int,
+    dfs: list[int],
+    essential: list | None = None,
 ) -> list[tuple]:
     """Top-n (id, score) among the caller's servable rows holding any of the lexemes (`quoted`:
     each one's tsquery text, in the order of `dfs`), given the caller's N and each lexeme's df:
-    one aggregate over the postings of the caller's buckets (see the module)."""
+    one statement over the postings of the caller's buckets, MaxScore-pruned (see the module).
+    `essential`: a list to append (essential lexemes, lexemes held) to, when rows came back."""
     held = sorted((df, lex) for lex, df in zip(quoted, dfs) if df > 0)
     if not held or n <= 0:
         return []
+    first, rows = 0, 0
+    for df, _ in held:  # the rarest lexemes, up to about FIRST_ROWS rows: their postings give theta
+        if first and rows + df > FIRST_ROWS:
+            break
+        first, rows = first + 1, rows + df
     values = {
         "s_lex": [lex for _, lex in held],
         "s_tsq": [quoted[lex] for _, lex in held],
         "s_df": [df for df, _ in held],
+        "s_ord": list(range(len(held))),
         "s_n": big_n,
         "s_top": n,
+        "s_skip": n - 1,
+        "s_first": first,
         "s_any": " | ".join(quoted[lex] for _, lex in held),
     }
     rows = STATEMENTS.run(db, ("bm25_top",) + shape(principal, type_, f), lambda: _top_select(principal, type_, f), values).all()
+    if essential is not None and rows:
+        essential.append((rows[0].e, len(held)))
     return [(r.id, r.r) for r in rows]
 
 
+def _bit(ord_):
+    return literal(1, BigInteger).op("<<")(ord_)
+
+
 def _top_select(principal: Principal, type_: str, f: SearchFilters):
-    """The caller's servable rows holding any lexeme of `s_lex`, each scored with the summed idf of
-    every query lexeme it holds; idf from the bound N and df, by the exact statement's expression
-    and in lexeme order (bit-equal scores). The (row, lexeme) pairs are the postings of the
-    caller's visible buckets (index only), plus their own shared rows that no visible bucket
-    gives them (read from the item table, only when `bm25_owned` says there are any); the top n
-    are joined back under `servable`."""
+    """The caller's servable rows holding any lexeme of `s_lex` (ordered by df), each scored with
+    the summed idf of every query lexeme it holds; idf from the bound N and df, by the exact
+    statement's expression. A row's lexemes are a bit mask (bit = the lexeme's place in `s_lex`);
+    a mask's score is its lexemes' idf summed in lexeme order, once per distinct mask (bit-equal
+    to the exact statement's sum per row).
+
+    MaxScore: theta1, the n-th best partial score over the postings of the first `s_first`
+    (rarest) lexemes, bounds the n-th score from below; the commonest lexemes whose idf sum stays
+    below it are non-essential (a row holding only those cannot enter). The essential lexemes'
+    postings give the candidates and their partial masks; theta2 (the n-th best of those) and the
+    non-essential idf sum drop the candidates that cannot reach it; the rest are probed for each
+    non-essential lexeme by the postings' primary key. The caller's own shared rows that no
+    visible bucket gives them are read from the item table (only when `bm25_owned` says there
+    are any) and tested against every lexeme. The top n are joined back under `servable`."""
     m, b, i, p, o = ITEM_TYPES[type_].model, Bm25Bucket, Bm25BucketId, Bm25Posting, Bm25Owned
-    terms = (
-        select(
-            func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
-            func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
-            func.unnest(bindparam("s_df", type_=ARRAY(BigInteger))).label("df"),
-        )
-        .cte("terms")
-        .prefix_with("MATERIALIZED")
-    )
+    terms = select(
+        func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
+        func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
+        func.unnest(bindparam("s_df", type_=ARRAY(BigInteger))).label("df"),
+        func.unnest(bindparam("s_ord", type_=ARRAY(Integer))).label("ord"),
+    ).subquery("terms")
     big_n = bindparam("s_n", type_=BigInteger)
     w = func.ln(1 + (big_n - terms.c.df + 0.5) / (terms.c.df + 0.5))
-    idf = select(terms.c.lex, terms.c.q, w.label("w")).cte("idf").prefix_with("MATERIALIZED")
+    w0 = select(terms.c.lex, terms.c.q, terms.c.ord, w.label("w")).subquery("w0")
+    rest = func.sum(w0.c.w).over(order_by=w0.c.ord.desc())  # idf sum of this lexeme and every commoner one
+    idf = select(w0.c.lex, w0.c.q, w0.c.ord, w0.c.w, rest.label("rest")).cte("idf").prefix_with("MATERIALIZED")
     bids = (
         select(i.bid)
         .join(b, and_(b.org_id == i.org_id, b.item_type == i.item_type, b.bucket == i.bucket))
         .where(i.org_id == principal.org_id, i.item_type == type_, visible_to(principal, b))
         .distinct()
     )
-    posted = (
-        select(p.id, idf.c.lex, idf.c.w)
+    vb = select(func.array(bids.scalar_subquery()).label("a")).cte("vb").prefix_with("MATERIALIZED")
+    mine = and_(
+        p.org_id == principal.org_id,
+        p.bid == func.any(cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))),
+        p.lexeme == idf.c.lex,
+    )
+    first = (
+        select(p.id, func.sum(idf.c.w).label("r"))
         .select_from(idf)
-        .join(p, p.lexeme == idf.c.lex)
-        .where(p.org_id == principal.org_id, p.bid == func.any(func.array(bids.scalar_subquery())))
+        .join(p, mine)
+        .where(idf.c.ord < bindparam("s_first", type_=Integer))
+        .group_by(p.id)
+        .cte("first")
+        .prefix_with("MATERIALIZED")
+    )
+    theta1 = select(first.c.r).order_by(first.c.r.desc()).offset(bindparam("s_skip", type_=Integer)).limit(1).scalar_subquery()
+    th = select(theta1.label("t")).cte("th").prefix_with("MATERIALIZED")
+    t1 = select(th.c.t).scalar_subquery()
+    essential = or_(t1.is_(None), idf.c.rest >= t1 - _SLACK)
+    cand = (
+        select(p.id, func.min(p.bid).label("bid"), func.bit_or(_bit(idf.c.ord)).label("m"))
+        .select_from(idf)
+        .join(p, mine)
+        .where(essential)
+        .group_by(p.id)
+        .cte("cand")
+        .prefix_with("MATERIALIZED")
+    )
+    ms = _mask_scores(select(cand.c.m, func.count().label("k")).group_by(cand.c.m).subquery("cm"), idf, "ms")
+    cum = select(ms.c.s, func.sum(ms.c.k).over(order_by=ms.c.s.desc()).label("c")).subquery("cum")
+    theta2 = select(cum.c.s).where(cum.c.c >= bindparam("s_top", type_=Integer)).order_by(cum.c.s.desc()).limit(1)
+    th2 = select(theta2.scalar_subquery().label("t")).cte("th2").prefix_with("MATERIALIZED")
+    t2 = select(th2.c.t).scalar_subquery()
+    ne = select(idf.c.ord, idf.c.lex, idf.c.w).where(~essential).cte("ne").prefix_with("MATERIALIZED")
+    ne_sum = select(func.coalesce(func.sum(ne.c.w), 0)).scalar_subquery()
+    q = aliased(Bm25Posting, name="q")
+    probe = (
+        select(func.coalesce(func.bit_or(_bit(ne.c.ord)), 0))
+        .where(
+            select(q.id)
+            .where(q.org_id == principal.org_id, q.bid == cand.c.bid, q.lexeme == ne.c.lex, q.id == cand.c.id)
+            .correlate_except(q)
+            .exists()
+        )
+        .scalar_subquery()
+    )
+    scored = (
+        select(cand.c.id, cand.c.m.op("|")(probe).label("m"))
+        .select_from(cand)
+        .join(ms, ms.c.m == cand.c.m)
+        .where(or_(t2.is_(None), ms.c.s + ne_sum >= t2 - _SLACK))
     )
     shared_to_me = visible_to(replace(principal, user_id=_NOBODY), o)
     odd_n = select(func.coalesce(func.sum(o.n), 0)).where(
@@ -210,15 +289,24 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
         .cte("odd")
         .prefix_with("MATERIALIZED")
     )
-    owned = select(odd.c.id, idf.c.lex, idf.c.w).select_from(idf).join(odd, odd.c.tsv.op("@@")(idf.c.q))
-    pairs = posted.union_all(owned).subquery("pairs")
-    score = func.sum(aggregate_order_by(pairs.c.w, pairs.c.lex))
+    odd_m = select(func.bit_or(_bit(idf.c.ord))).where(odd.c.tsv.op("@@")(idf.c.q)).scalar_subquery()
+    owned = select(odd.c.id, odd_m.label("m")).select_from(odd)
+    rows = scored.union_all(owned).cte("rows").prefix_with("MATERIALIZED")
+    fm = _mask_scores(select(rows.c.m).distinct().subquery("fd"), idf, "fm")
     top = (
-        select(pairs.c.id, score.label("r"))
-        .group_by(pairs.c.id)
-        .order_by(score.desc(), pairs.c.id)
+        select(rows.c.id, fm.c.s.label("r"))
+        .join(fm, fm.c.m == rows.c.m)
+        .order_by(fm.c.s.desc(), rows.c.id)
         .limit(bindparam("s_top", type_=Integer))
         .subquery("top")
     )
     kept = select(m.id).where(*servable(principal, type_, f), m.id == top.c.id).exists()
-    return select(as_text(top.c.id).label("id"), top.c.r).where(kept).order_by(top.c.r.desc(), top.c.id)
+    n_essential = select(func.count()).select_from(idf).where(essential).scalar_subquery()
+    return select(as_text(top.c.id).label("id"), top.c.r, n_essential.label("e")).where(kept).order_by(top.c.r.desc(), top.c.id)
+
+
+def _mask_scores(masks, idf, name: str):
+    """Each distinct mask of `masks` (and its other columns) with its score: the idf of its
+    lexemes summed in lexeme order, as the exact statement sums a row's."""
+    s = select(func.sum(aggregate_order_by(idf.c.w, idf.c.lex))).where(masks.c.m.op("&")(_bit(idf.c.ord)) != 0).scalar_subquery()
+    return select(*masks.c, s.label("s")).cte(name).prefix_with("MATERIALIZED")

@@ -1,0 +1,234 @@
+"""bench/speed/postings: the text top n over the postings (`bm25_stats.top_scored`, migration 0033:
+MaxScore over `bm25_postings`) vs another commit's `top_scored` (`--against`, default fe2138b^:
+the GIN lookup `bm25_hits_<type>` + MaxScore), side by side on a grown org; and the write cost.
+
+    .venv/bin/python -m bench.speed.growth.stages --build 200000      # the growth bench's org, kept
+    .venv/bin/python -m bench.speed.postings [--queries 30] [--against fe2138b^] [--explain]
+    .venv/bin/python -m bench.speed.postings --ingest 20              # database-only insert rate
+
+Both arms get the same N and df (`caller_stats`), top 100, memories and turns; the arms alternate
+per query (which goes first too), the first query untimed; ms per call, client side. Every call's
+ids and scores must be identical (counted). Readers: the growth bench's reader in g0 and its
+reader in no group (both own shared rows in groups they are not in: the owner's odd rows), and a
+caller in g0 who owns nothing. `--explain`: the heaviest call (the other arm's slowest) of each
+reader, every statement of both arms under `EXPLAIN (ANALYZE, BUFFERS)`, twice (the second, warm,
+printed). Also prints the postings count and how many more a per-owner bucket of shared rows
+would post. `--ingest R`: R rounds of three 500-row episode `INSERT`s into another org,
+alternating 0033's trigger functions, 0024's and none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import statistics
+import subprocess
+import time
+import types
+import uuid
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, text
+
+from bench.common import database_settings, load_average
+from bench.speed.growth.stages import DB, WORLD
+
+MIGRATION = Path("migrations/versions/20261208_bm25_postings.py")
+
+
+class _Prefixed:
+    """A statement cache whose keys are set apart, so that two modules' `bm25_top` never share one."""
+
+    def __init__(self, inner, prefix: str):
+        self.inner, self.prefix = inner, prefix
+
+    def run(self, db, key, build, values=None):
+        return self.inner.run(db, (self.prefix,) + key, build, values)
+
+
+def _against(commit: str):
+    src = subprocess.run(
+        ["git", "show", f"{commit}:app/search/repository/bm25_stats.py"], capture_output=True, text=True, check=True
+    ).stdout
+    mod = types.ModuleType("bm25_stats_against")
+    exec(compile(src, f"{commit}:bm25_stats.py", "exec"), mod.__dict__)
+    mod.STATEMENTS = _Prefixed(mod.STATEMENTS, "against")
+    return mod
+
+
+def _migration():
+    spec = importlib.util.spec_from_file_location("bm25_postings_0033", MIGRATION)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(p * len(xs)))], 1)
+
+
+def _readers(world: dict):
+    from app.auth.principal import Principal
+
+    org = world["org"]
+
+    def p(uid, groups):
+        return Principal(org_id=org, user_id=uid, name="r", roles=("member",), groups=tuple(groups), clearances=())
+
+    (u1, g1), (u2, g2) = world["readers"]["1 group"], world["readers"]["no group"]
+    return {"g0, owner": p(u1, g1), "g0, owns nothing": p(str(uuid.uuid4()), g1), "no group, owner": p(u2, g2)}
+
+
+def search(args) -> dict:
+    from app.kit.database.db import bind_principal, make_sessionmaker
+    from app.kit.database.pg import app_url
+    from app.search.repository import bm25, bm25_stats
+    from app.search.schemas import SearchFilters
+
+    world = json.loads(WORLD.read_text())
+    settings = database_settings(DB)
+    eng = create_engine(app_url(settings))
+    sessions = make_sessionmaker(eng)
+    sent: list = []
+    event.listen(eng, "before_cursor_execute", lambda c, cur, stmt, params, ctx, many: sent.append((stmt, params)))
+    arms = {"against": _against(args.against).top_scored, "postings": bm25_stats.top_scored}
+    print(f"{world['size']} items, load {load_average()}, top {args.n}, against {args.against}", flush=True)
+    out: dict = {"readers": {}, "postings": _postings_count(settings, world["org"])}
+    print("postings", out["postings"], flush=True)
+    for name, p in _readers(world).items():
+        ms: dict = {a: [] for a in arms}
+        same, calls, heavy = 0, 0, (0.0, None)
+        for qi, (words, _) in enumerate(world["queries"][: args.queries + 1]):
+            for type_ in ("memory", "episode"):
+                with sessions() as db:
+                    bind_principal(db, p)
+                    lexemes = bm25.query_lexemes(db, words)
+                    big_n, dfs = bm25_stats.caller_stats(db, p, type_, lexemes)
+                    quoted = {w: bm25_stats.tsquery_text(w) for w in lexemes}
+                    got = {}
+                    order = list(arms) if (qi + (type_ == "episode")) % 2 else list(arms)[::-1]
+                    for a in order:
+                        t0 = time.perf_counter()
+                        got[a] = arms[a](db, p, type_, SearchFilters(), quoted=quoted, n=args.n, big_n=big_n, dfs=dfs)
+                        took = (time.perf_counter() - t0) * 1000
+                        if qi:
+                            ms[a].append(took)
+                        if qi and a == "against" and took > heavy[0]:
+                            heavy = (took, (words, type_, lexemes, big_n, dfs))
+                    db.rollback()
+                if qi:
+                    calls += 1
+                    same += got["against"] == got["postings"]
+        row = {a: {"p50": _pct(v, 0.5), "p95": _pct(v, 0.95), "mean": round(statistics.mean(v), 1)} for a, v in ms.items()}
+        row["identical_top_n"] = f"{same}/{calls}"
+        out["readers"][name] = row
+        print(name, row, flush=True)
+        if args.explain and heavy[1]:
+            _explain(sessions, sent, p, arms, heavy[1], args.n)
+    out["load_after"] = load_average()
+    return out
+
+
+def _explain(sessions, sent, p, arms, call, n) -> None:
+    from app.kit.database.db import bind_principal
+    from app.search.repository.bm25_stats import tsquery_text
+    from app.search.schemas import SearchFilters
+
+    words, type_, lexemes, big_n, dfs = call
+    print(f"  heaviest: {type_} {words!r} N={big_n} df={dfs}", flush=True)
+    quoted = {w: tsquery_text(w) for w in lexemes}
+    for a, fn in arms.items():
+        with sessions() as db:
+            bind_principal(db, p)
+            sent.clear()
+            fn(db, p, type_, SearchFilters(), quoted=quoted, n=n, big_n=big_n, dfs=dfs)
+            stmts = list(sent)
+            for stmt, params in stmts:
+                for _ in range(2):
+                    plan = db.connection().exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + stmt, params).scalars().all()
+                print(f"  [{a}]\n    " + "\n    ".join(plan), flush=True)
+            db.rollback()
+
+
+def _postings_count(settings, org: str) -> dict:
+    """The org's postings, and the lexemes of its counted shared rows: what a per-owner bucket
+    (each shared row posted again under its owner) would add."""
+    s = _migration().S
+    eng = create_engine(settings.database_url)
+    with eng.connect() as c:
+        posted = c.execute(text("SELECT count(*) FROM bm25_postings WHERE org_id = :o"), {"o": org}).scalar_one()
+        extra = 0
+        for table, served in s.TYPES.values():
+            extra += c.execute(
+                text(
+                    f"SELECT coalesce(sum(length(tsv)), 0) FROM {table} WHERE org_id = :o AND branch_id IS NULL "
+                    f"AND {served} AND visibility <> 'private'"
+                ),
+                {"o": org},
+            ).scalar_one()
+    eng.dispose()
+    return {"postings": posted, "owner_bucket_extra": int(extra), "extra_share": round(extra / max(posted, 1), 3)}
+
+
+def ingest(args) -> dict:
+    """Database-only insert rate: 500-row episode INSERTs into another org, 0033's trigger
+    functions, 0024's and none, alternating."""
+    from sqlalchemy.orm import Session
+
+    from app.orgs import service as orgs
+    from bench.speed.bm25_buckets import INSERT, _rows
+
+    mig = _migration()
+    served = mig.S.TYPES["episode"][1]
+    fns = {"0033": mig._function("episode", served), "0024": mig.S._function("episode", served)}
+    fns = {k: v.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1) for k, v in fns.items()}
+    settings = database_settings(DB)
+    admin = create_engine(settings.database_url)
+    with Session(admin, expire_on_commit=False) as db:
+        side = orgs.create_org(db, f"ingest-{uuid.uuid4().hex[:6]}")
+        writer = orgs.create_user(db, side, "w").id
+        db.commit()
+    rng = random.Random(5)
+    times: dict = {"0033": [], "0024": [], "none": []}
+    with admin.connect() as c:
+        for r in range(args.ingest):
+            arms = list(times) if r % 2 else list(times)[::-1]
+            for arm in arms:
+                rows = _rows(rng, [writer], 500)
+                if arm == "none":
+                    c.execute(text("ALTER TABLE episodes DISABLE TRIGGER bm25_keep_ins"))
+                else:
+                    c.execute(text(fns[arm]))
+                c.commit()
+                t0 = time.perf_counter()
+                c.execute(text(INSERT), {"o": side.id, "rows": rows})
+                c.commit()
+                times[arm].append(time.perf_counter() - t0)
+                if arm == "none":
+                    c.execute(text("ALTER TABLE episodes ENABLE TRIGGER bm25_keep_ins"))
+                    c.commit()
+        c.execute(text(fns["0033"]))
+        c.execute(text("DELETE FROM episodes WHERE org_id = :o"), {"o": side.id})
+        c.commit()
+    rate = {arm: round(500 * len(ts) / sum(ts), 1) for arm, ts in times.items()}
+    out = {"rows_per_s": rate, "0033_vs_0024": round(rate["0033"] / rate["0024"], 3), "load": load_average()}
+    print("ingest (500-row INSERTs, DB only)", out, flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--queries", type=int, default=30)
+    ap.add_argument("--n", type=int, default=100, help="top n")
+    ap.add_argument("--against", default="fe2138b^", help="the commit whose bm25_stats.top_scored is the other arm")
+    ap.add_argument("--explain", action="store_true", help="EXPLAIN (ANALYZE, BUFFERS) each reader's heaviest call")
+    ap.add_argument("--ingest", type=int, default=0, help="rounds of the database-only write A/B (0: the search A/B)")
+    args = ap.parse_args(argv)
+    return ingest(args) if args.ingest else search(args)
+
+
+if __name__ == "__main__":
+    main()
