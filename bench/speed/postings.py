@@ -1,9 +1,9 @@
 """bench/speed/postings: the text top n over the postings (`bm25_stats.top_scored`, migration 0033:
-MaxScore over `bm25_postings`) vs another commit's `top_scored` (`--against`, default fe2138b^:
+MaxScore over `bm25_postings`) vs another commit's `top_scored` (`--against`, default 6a25bf8^:
 the GIN lookup `bm25_hits_<type>` + MaxScore), side by side on a grown org; and the write cost.
 
     .venv/bin/python -m bench.speed.growth.stages --build 200000      # the growth bench's org, kept
-    .venv/bin/python -m bench.speed.postings [--queries 30] [--against fe2138b^] [--explain]
+    .venv/bin/python -m bench.speed.postings [--queries 30] [--against 6a25bf8^] [--explain]
     .venv/bin/python -m bench.speed.postings --ingest 20              # database-only insert rate
 
 Both arms get the same N and df (`caller_stats`), top 100, memories and turns; the arms alternate
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queries", type=int, default=30)
     ap.add_argument("--n", type=int, default=100, help="top n")
-    ap.add_argument("--against", default="fe2138b^", help="the commit whose bm25_stats.top_scored is the other arm")
+    ap.add_argument("--against", default="6a25bf8^", help="the commit whose bm25_stats.top_scored is the other arm")
     ap.add_argument("--explain", action="store_true", help="EXPLAIN (ANALYZE, BUFFERS) each reader's heaviest call")
     ap.add_argument("--ingest", type=int, default=0, help="rounds of the database-only write A/B (0: the search A/B)")
     args = ap.parse_args(argv)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from sqlalchemy import BigInteger, Integer, and_, bindparam, cast, func, literal, or_, select
+from sqlalchemy import BigInteger, Integer, and_, bindparam, case, cast, func, literal, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
 from sqlalchemy.orm import Session, aliased
 
@@ -255,6 +255,7 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
     t2 = select(th2.c.t).scalar_subquery()
     ne = select(idf.c.ord, idf.c.lex, idf.c.w).where(~essential).cte("ne").prefix_with("MATERIALIZED")
     ne_sum = select(func.coalesce(func.sum(ne.c.w), 0)).scalar_subquery()
+    ne_n = select(func.count()).select_from(ne).scalar_subquery()  # no probe at all when every lexeme is essential
     q = aliased(Bm25Posting, name="q")
     probe = (
         select(func.coalesce(func.bit_or(_bit(ne.c.ord)), 0))
@@ -267,7 +268,7 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
         .scalar_subquery()
     )
     scored = (
-        select(cand.c.id, cand.c.m.op("|")(probe).label("m"))
+        select(cand.c.id, case((ne_n > 0, cand.c.m.op("|")(probe)), else_=cand.c.m).label("m"))
         .select_from(cand)
         .join(ms, ms.c.m == cand.c.m)
         .where(or_(t2.is_(None), ms.c.s + ne_sum >= t2 - _SLACK))
