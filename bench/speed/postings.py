@@ -99,8 +99,10 @@ def search(args) -> dict:
     out: dict = {"readers": {}, "postings": _postings_count(settings, world["org"])}
     print("postings", out["postings"], flush=True)
     for name, p in _readers(world).items():
+        if args.reader and args.reader != name:
+            continue
         ms: dict = {a: [] for a in arms}
-        same, calls, heavy = 0, 0, (0.0, None)
+        same, calls, calls_seen = 0, 0, []
         for qi, (words, _) in enumerate(world["queries"][: args.queries + 1]):
             for type_ in ("memory", "episode"):
                 with sessions() as db:
@@ -116,8 +118,8 @@ def search(args) -> dict:
                         took = (time.perf_counter() - t0) * 1000
                         if qi:
                             ms[a].append(took)
-                        if qi and a == "against" and took > heavy[0]:
-                            heavy = (took, (words, type_, lexemes, big_n, dfs))
+                        if qi and a == "against":
+                            calls_seen.append((took, (words, type_, lexemes, big_n, dfs)))
                     db.rollback()
                 if qi:
                     calls += 1
@@ -126,19 +128,22 @@ def search(args) -> dict:
         row["identical_top_n"] = f"{same}/{calls}"
         out["readers"][name] = row
         print(name, row, flush=True)
-        if args.explain and heavy[1]:
-            _explain(sessions, sent, p, arms, heavy[1], args.n)
+        calls_seen.sort(key=lambda c: c[0])
+        if args.explain and calls_seen:
+            _explain(sessions, sent, p, arms, calls_seen[-1][1], args.n, "heaviest")
+        if args.explain_median and calls_seen:
+            _explain(sessions, sent, p, arms, calls_seen[len(calls_seen) // 2][1], args.n, "median")
     out["load_after"] = load_average()
     return out
 
 
-def _explain(sessions, sent, p, arms, call, n) -> None:
+def _explain(sessions, sent, p, arms, call, n, which: str) -> None:
     from app.kit.database.db import bind_principal
     from app.search.repository.bm25_stats import tsquery_text
     from app.search.schemas import SearchFilters
 
     words, type_, lexemes, big_n, dfs = call
-    print(f"  heaviest: {type_} {words!r} N={big_n} df={dfs}", flush=True)
+    print(f"  {which}: {type_} {words!r} N={big_n} df={dfs}", flush=True)
     quoted = {w: tsquery_text(w) for w in lexemes}
     for a, fn in arms.items():
         with sessions() as db:
@@ -225,6 +230,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n", type=int, default=100, help="top n")
     ap.add_argument("--against", default="6a25bf8^", help="the commit whose bm25_stats.top_scored is the other arm")
     ap.add_argument("--explain", action="store_true", help="EXPLAIN (ANALYZE, BUFFERS) each reader's heaviest call")
+    ap.add_argument("--explain-median", action="store_true", help="the same for each reader's median call")
+    ap.add_argument("--reader", default=None, help="only this reader (its name as printed)")
     ap.add_argument("--ingest", type=int, default=0, help="rounds of the database-only write A/B (0: the search A/B)")
     args = ap.parse_args(argv)
     return ingest(args) if args.ingest else search(args)

@@ -10,7 +10,9 @@ bucket text), so that a posting is (org, bucket id, lexeme, id).
 
 0024's statement triggers keep them in the same statement as the other statistics: the rows a
 statement added and took away (`src`), netted per (org, bucket, lexeme, id), are inserted (+1)
-or deleted (-1); a new bucket's id is taken first. Org-level RLS, read-only for the service
+or deleted (-1); a new bucket's id is taken first. A shared row is also posted in its owner's
+copy of its bucket (`OWNER_COPY`), so that an owner finds their own rows in buckets they cannot
+see (a group they are not in) in the postings too, not in the item table. Org-level RLS, read-only for the service
 role, as 0024's tables; the triggers write as the functions' owner.
 
 Revision ID: 0033
@@ -50,12 +52,19 @@ TABLES = [
 ]
 
 
+# A shared row is posted twice: in its bucket, and in its owner's copy of that bucket
+# ('w:<owner>|<bucket>'), which no bucket rule makes visible: the owner reads the copies of the
+# buckets they cannot see (a group they are not in, a label they are not cleared for).
+OWNER_COPY = "'w:' || owner_id::text || '|' || "
+
+
 def _new_buckets(type_: str, served: str) -> str:
-    """An id for each bucket the statement's new rows fall in that has none yet."""
+    """An id for each bucket (and owner's copy) the statement's new rows fall in that has none yet."""
+    rows = f"FROM new_rows WHERE branch_id IS NULL AND {served}"
     return f"""
     INSERT INTO bm25_bucket_ids (org_id, item_type, bucket)
-      SELECT DISTINCT org_id, '{type_}', bucket FROM (SELECT org_id, {S.BUCKET} AS bucket FROM new_rows
-        WHERE branch_id IS NULL AND {served}) x
+      SELECT DISTINCT org_id, '{type_}', bucket FROM (SELECT org_id, {S.BUCKET} AS bucket {rows}
+        UNION ALL SELECT org_id, {OWNER_COPY}{S.BUCKET} {rows} AND visibility <> 'private') x
       WHERE NOT EXISTS (SELECT 1 FROM bm25_bucket_ids i
         WHERE i.org_id = x.org_id AND i.item_type = '{type_}' AND i.bucket = x.bucket)
       ORDER BY 1, 3 ON CONFLICT DO NOTHING;"""
@@ -63,8 +72,12 @@ def _new_buckets(type_: str, served: str) -> str:
 
 def _postings(type_: str) -> str:
     """Data-modifying CTEs over 0024's `src`: each (org, bucket, lexeme, id) netted; +1 inserted, -1 deleted."""
-    return f"""pc AS MATERIALIZED (SELECT src.org_id, i.bid, lex, src.id, sum(s) AS s
-      FROM src JOIN bm25_bucket_ids i ON i.org_id = src.org_id AND i.item_type = '{type_}' AND i.bucket = src.bucket,
+    both = (
+        "SELECT org_id, id, bucket, tsv, s FROM src UNION ALL "
+        f"SELECT org_id, id, {OWNER_COPY}bucket, tsv, s FROM src WHERE visibility <> 'private'"
+    )
+    return f"""pc AS MATERIALIZED (SELECT x.org_id, i.bid, lex, x.id, sum(s) AS s
+      FROM ({both}) x JOIN bm25_bucket_ids i ON i.org_id = x.org_id AND i.item_type = '{type_}' AND i.bucket = x.bucket,
         unnest(tsvector_to_array(tsv)) lex GROUP BY 1, 2, 3, 4 HAVING sum(s) <> 0),
     pd AS (DELETE FROM bm25_postings t USING pc WHERE pc.s < 0 AND t.org_id = pc.org_id AND t.bid = pc.bid
       AND t.lexeme = pc.lex AND t.id = pc.id),
@@ -91,7 +104,11 @@ END $f$"""
 
 
 def _backfill(type_: str, table: str, served: str) -> list[str]:
-    rows = f"SELECT org_id, id, {S.BUCKET} AS bucket, tsv FROM {table} WHERE branch_id IS NULL AND {served}"
+    where = f"FROM {table} WHERE branch_id IS NULL AND {served}"
+    rows = (
+        f"SELECT org_id, id, {S.BUCKET} AS bucket, tsv {where} UNION ALL "
+        f"SELECT org_id, id, {OWNER_COPY}{S.BUCKET}, tsv {where} AND visibility <> 'private'"
+    )
     return [
         f"""INSERT INTO bm25_bucket_ids (org_id, item_type, bucket)
               SELECT DISTINCT org_id, '{type_}', bucket FROM ({rows}) x ORDER BY 1, 3""",

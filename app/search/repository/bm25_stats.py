@@ -24,7 +24,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from sqlalchemy import BigInteger, Integer, and_, bindparam, case, cast, func, literal, or_, select
+from sqlalchemy import BigInteger, Integer, and_, bindparam, case, cast, func, literal, or_, select, union
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
 from sqlalchemy.orm import Session, aliased
 
@@ -65,6 +65,7 @@ def caller_stats(db: Session, principal: Principal, type_: str, lexemes: list[st
         {"lex": list(lexemes)},
     ).one()
     big_n, dfs = int(row.n or 0), [int(d) for d in row.df]
+    db.info.setdefault("bm25_odd", {})[(str(principal.user_id), type_)] = bool(row.odd)  # top_scored's shape
     if row.odd:
         extra = STATEMENTS.run(
             db,
@@ -175,9 +176,11 @@ def top_scored(
         "s_top": n,
         "s_skip": n - 1,
         "s_first": first,
-        "s_any": " | ".join(quoted[lex] for _, lex in held),
     }
-    rows = STATEMENTS.run(db, ("bm25_top",) + shape(principal, type_, f), lambda: _top_select(principal, type_, f), values).all()
+    odd = db.info.get("bm25_odd", {}).get((str(principal.user_id), type_), True)  # unknown: read them
+    rows = STATEMENTS.run(
+        db, ("bm25_top", odd) + shape(principal, type_, f), lambda: _top_select(principal, type_, f, odd=odd), values
+    ).all()
     if essential is not None and rows:
         essential.append((rows[0].e, len(held)))
     return [(r.id, r.r) for r in rows]
@@ -187,7 +190,7 @@ def _bit(ord_):
     return literal(1, BigInteger).op("<<")(ord_)
 
 
-def _top_select(principal: Principal, type_: str, f: SearchFilters):
+def _top_select(principal: Principal, type_: str, f: SearchFilters, *, odd: bool):
     """The caller's servable rows holding any lexeme of `s_lex` (ordered by df), each scored with
     the summed idf of every query lexeme it holds; idf from the bound N and df, by the exact
     statement's expression. A row's lexemes are a bit mask (bit = the lexeme's place in `s_lex`);
@@ -199,10 +202,12 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
     below it are non-essential (a row holding only those cannot enter). The essential lexemes'
     postings give the candidates and their partial masks; theta2 (the n-th best of those) and the
     non-essential idf sum drop the candidates that cannot reach it; the rest are probed for each
-    non-essential lexeme by the postings' primary key. The caller's own shared rows that no
-    visible bucket gives them are read from the item table (only when `bm25_owned` says there
-    are any) and tested against every lexeme. The top n are joined back under `servable`."""
-    m, b, i, p, o = ITEM_TYPES[type_].model, Bm25Bucket, Bm25BucketId, Bm25Posting, Bm25Owned
+    non-essential lexeme by the postings' primary key. The buckets read are those `visible_to`
+    gives the caller (the rule that counts their N) and, with `odd` (`caller_stats` saw own shared
+    rows that no visible bucket gives them), the owner's copies of the buckets holding those. No
+    item row is read: the postings hold only rows served by default on main, so every row here is
+    one `servable` would give."""
+    b, i, p = Bm25Bucket, Bm25BucketId, Bm25Posting
     terms = select(
         func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
         func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
@@ -220,6 +225,8 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
         .where(i.org_id == principal.org_id, i.item_type == type_, visible_to(principal, b))
         .distinct()
     )
+    if odd:
+        bids = union(bids, _odd_bids(principal, type_))
     vb = select(func.array(bids.scalar_subquery()).label("a")).cte("vb").prefix_with("MATERIALIZED")
     mine = and_(
         p.org_id == principal.org_id,
@@ -236,8 +243,7 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
         .prefix_with("MATERIALIZED")
     )
     theta1 = select(first.c.r).order_by(first.c.r.desc()).offset(bindparam("s_skip", type_=Integer)).limit(1).scalar_subquery()
-    th = select(theta1.label("t")).cte("th").prefix_with("MATERIALIZED")
-    t1 = select(th.c.t).scalar_subquery()
+    t1 = theta1
     essential = or_(t1.is_(None), idf.c.rest >= t1 - _SLACK)
     cand = (
         select(p.id, func.min(p.bid).label("bid"), func.bit_or(_bit(idf.c.ord)).label("m"))
@@ -248,13 +254,7 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
         .cte("cand")
         .prefix_with("MATERIALIZED")
     )
-    ms = _mask_scores(select(cand.c.m, func.count().label("k")).group_by(cand.c.m).subquery("cm"), idf, "ms")
-    cum = select(ms.c.s, func.sum(ms.c.k).over(order_by=ms.c.s.desc()).label("c")).subquery("cum")
-    theta2 = select(cum.c.s).where(cum.c.c >= bindparam("s_top", type_=Integer)).order_by(cum.c.s.desc()).limit(1)
-    th2 = select(theta2.scalar_subquery().label("t")).cte("th2").prefix_with("MATERIALIZED")
-    t2 = select(th2.c.t).scalar_subquery()
     ne = select(idf.c.ord, idf.c.lex, idf.c.w).where(~essential).cte("ne").prefix_with("MATERIALIZED")
-    ne_sum = select(func.coalesce(func.sum(ne.c.w), 0)).scalar_subquery()
     ne_n = select(func.count()).select_from(ne).scalar_subquery()  # no probe at all when every lexeme is essential
     q = aliased(Bm25Posting, name="q")
     probe = (
@@ -267,32 +267,14 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
         )
         .scalar_subquery()
     )
-    scored = (
-        select(cand.c.id, case((ne_n > 0, cand.c.m.op("|")(probe)), else_=cand.c.m).label("m"))
-        .select_from(cand)
-        .join(ms, ms.c.m == cand.c.m)
-        .where(or_(t2.is_(None), ms.c.s + ne_sum >= t2 - _SLACK))
-    )
-    shared_to_me = visible_to(replace(principal, user_id=_NOBODY), o)
-    odd_n = select(func.coalesce(func.sum(o.n), 0)).where(
-        o.org_id == principal.org_id, o.item_type == type_, o.owner_id == principal.user_id, ~shared_to_me
-    )
-    odd = (
-        select(m.id.label("id"), m.tsv.label("tsv"))
-        .where(
-            *servable(principal, type_, f),
-            m.owner_id == principal.user_id,
-            m.visibility != "private",
-            ~visible_to(replace(principal, user_id=_NOBODY), m),
-            m.tsv.op("@@")(bindparam("s_any", type_=TEXT).cast(TSQUERY)),
-            odd_n.scalar_subquery() > 0,
-        )
-        .cte("odd")
-        .prefix_with("MATERIALIZED")
-    )
-    odd_m = select(func.bit_or(_bit(idf.c.ord))).where(odd.c.tsv.op("@@")(idf.c.q)).scalar_subquery()
-    owned = select(odd.c.id, odd_m.label("m")).select_from(odd)
-    rows = scored.union_all(owned).cte("rows").prefix_with("MATERIALIZED")
+    scored = select(cand.c.id, case((ne_n > 0, cand.c.m.op("|")(probe)), else_=cand.c.m).label("m")).select_from(cand)
+    ms = _mask_scores(select(cand.c.m, func.count().label("k")).group_by(cand.c.m).subquery("cm"), idf, "ms")
+    cum = select(ms.c.s, func.sum(ms.c.k).over(order_by=ms.c.s.desc()).label("c")).subquery("cum")
+    theta2 = select(cum.c.s).where(cum.c.c >= bindparam("s_top", type_=Integer)).order_by(cum.c.s.desc()).limit(1)
+    t2 = theta2.scalar_subquery()
+    ne_sum = select(func.coalesce(func.sum(ne.c.w), 0)).scalar_subquery()
+    scored = scored.join(ms, ms.c.m == cand.c.m).where(or_(ne_n == 0, t2.is_(None), ms.c.s + ne_sum >= t2 - _SLACK))
+    rows = scored.cte("rows").prefix_with("MATERIALIZED")
     fm = _mask_scores(select(rows.c.m).distinct().subquery("fd"), idf, "fm")
     top = (
         select(rows.c.id, fm.c.s.label("r"))
@@ -301,9 +283,28 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters):
         .limit(bindparam("s_top", type_=Integer))
         .subquery("top")
     )
-    kept = select(m.id).where(*servable(principal, type_, f), m.id == top.c.id).exists()
     n_essential = select(func.count()).select_from(idf).where(essential).scalar_subquery()
-    return select(as_text(top.c.id).label("id"), top.c.r, n_essential.label("e")).where(kept).order_by(top.c.r.desc(), top.c.id)
+    return select(as_text(top.c.id).label("id"), top.c.r, n_essential.label("e")).order_by(top.c.r.desc(), top.c.id)
+
+
+def _odd_bids(principal: Principal, type_: str):
+    """The ids of the owner's copies (migration 0033's `OWNER_COPY`) of the shared buckets the
+    caller owns rows in but cannot see: their own rows that no visible bucket gives them."""
+    o, i = Bm25Owned, Bm25BucketId
+    bucket = case(
+        (o.visibility == "org", func.concat("o:", cast(o.labels, TEXT))),
+        else_=func.concat("g:", cast(o.groups, TEXT), "|", cast(o.labels, TEXT)),
+    )
+    return (
+        select(i.bid)
+        .join(o, and_(o.org_id == i.org_id, o.item_type == i.item_type, i.bucket == func.concat("w:", o.owner_id, "|", bucket)))
+        .where(
+            o.org_id == principal.org_id,
+            o.item_type == type_,
+            o.owner_id == principal.user_id,
+            ~visible_to(replace(principal, user_id=_NOBODY), o),
+        )
+    )
 
 
 def _mask_scores(masks, idf, name: str):
