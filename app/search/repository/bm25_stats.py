@@ -24,7 +24,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from sqlalchemy import BigInteger, Integer, and_, bindparam, case, cast, func, literal, or_, select, union
+from sqlalchemy import BigInteger, Integer, and_, bindparam, case, cast, func, literal, or_, select, true, union
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
 from sqlalchemy.orm import Session, aliased
 
@@ -162,11 +162,11 @@ def top_scored(
     held = sorted((df, lex) for lex, df in zip(quoted, dfs) if df > 0)
     if not held or n <= 0:
         return []
-    first, rows = 0, 0
+    first, first_rows = 0, 0
     for df, _ in held:  # the rarest lexemes, up to about FIRST_ROWS rows: their postings give theta
-        if first and rows + df > FIRST_ROWS:
+        if first and first_rows + df > FIRST_ROWS:
             break
-        first, rows = first + 1, rows + df
+        first, first_rows = first + 1, first_rows + df
     values = {
         "s_lex": [lex for _, lex in held],
         "s_tsq": [quoted[lex] for _, lex in held],
@@ -178,8 +178,14 @@ def top_scored(
         "s_first": first,
     }
     odd = db.info.get("bm25_odd", {}).get((str(principal.user_id), type_), True)  # unknown: read them
+    pruned = first_rows >= n  # else the first lexemes hold fewer than n rows: no theta
+    if not pruned:
+        values = {k: v for k, v in values.items() if k not in ("s_skip", "s_first")}
     rows = STATEMENTS.run(
-        db, ("bm25_top", odd) + shape(principal, type_, f), lambda: _top_select(principal, type_, f, odd=odd), values
+        db,
+        ("bm25_top", odd, pruned) + shape(principal, type_, f),
+        lambda: _top_select(principal, type_, f, odd=odd, pruned=pruned),
+        values,
     ).all()
     if essential is not None and rows:
         essential.append((rows[0].e, len(held)))
@@ -190,7 +196,7 @@ def _bit(ord_):
     return literal(1, BigInteger).op("<<")(ord_)
 
 
-def _top_select(principal: Principal, type_: str, f: SearchFilters, *, odd: bool):
+def _top_select(principal: Principal, type_: str, f: SearchFilters, *, odd: bool, pruned: bool):
     """The caller's servable rows holding any lexeme of `s_lex` (ordered by df), each scored with
     the summed idf of every query lexeme it holds; idf from the bound N and df, by the exact
     statement's expression. A row's lexemes are a bit mask (bit = the lexeme's place in `s_lex`);
@@ -233,6 +239,26 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters, *, odd: bool
         p.bid == func.any(cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))),
         p.lexeme == idf.c.lex,
     )
+    if pruned:
+        rows, essential = _pruned_rows(principal, idf, mine)
+    else:  # the rarest lexemes hold fewer than n rows: no theta, every lexeme is essential
+        rows = select(p.id, func.bit_or(_bit(idf.c.ord)).label("m")).select_from(idf).join(p, mine).group_by(p.id)
+        rows, essential = rows.cte("rows").prefix_with("MATERIALIZED"), true()
+    fm = _mask_scores(select(rows.c.m).distinct().subquery("fd"), idf, "fm")
+    top = (
+        select(rows.c.id, fm.c.s.label("r"))
+        .join(fm, fm.c.m == rows.c.m)
+        .order_by(fm.c.s.desc(), rows.c.id)
+        .limit(bindparam("s_top", type_=Integer))
+        .subquery("top")
+    )
+    n_essential = select(func.count()).select_from(idf).where(essential).scalar_subquery()
+    return select(as_text(top.c.id).label("id"), top.c.r, n_essential.label("e")).order_by(top.c.r.desc(), top.c.id)
+
+
+def _pruned_rows(principal: Principal, idf, mine):
+    """MaxScore's candidates (id, lexeme mask) and the condition that a lexeme is essential."""
+    p = Bm25Posting
     first = (
         select(p.id, func.sum(idf.c.w).label("r"))
         .select_from(idf)
@@ -275,16 +301,7 @@ def _top_select(principal: Principal, type_: str, f: SearchFilters, *, odd: bool
     ne_sum = select(func.coalesce(func.sum(ne.c.w), 0)).scalar_subquery()
     scored = scored.join(ms, ms.c.m == cand.c.m).where(or_(ne_n == 0, t2.is_(None), ms.c.s + ne_sum >= t2 - _SLACK))
     rows = scored.cte("rows").prefix_with("MATERIALIZED")
-    fm = _mask_scores(select(rows.c.m).distinct().subquery("fd"), idf, "fm")
-    top = (
-        select(rows.c.id, fm.c.s.label("r"))
-        .join(fm, fm.c.m == rows.c.m)
-        .order_by(fm.c.s.desc(), rows.c.id)
-        .limit(bindparam("s_top", type_=Integer))
-        .subquery("top")
-    )
-    n_essential = select(func.count()).select_from(idf).where(essential).scalar_subquery()
-    return select(as_text(top.c.id).label("id"), top.c.r, n_essential.label("e")).order_by(top.c.r.desc(), top.c.id)
+    return rows, essential
 
 
 def _odd_bids(principal: Principal, type_: str):
