@@ -12,9 +12,10 @@ ids and scores must be identical (counted). Readers: the growth bench's reader i
 reader in no group (both own shared rows in groups they are not in: the owner's odd rows), and a
 caller in g0 who owns nothing. `--explain`: the heaviest call (the other arm's slowest) of each
 reader, every statement of both arms under `EXPLAIN (ANALYZE, BUFFERS)`, twice (the second, warm,
-printed). Also prints the postings count and how many more a per-owner bucket of shared rows
-would post. `--ingest R`: R rounds of three 500-row episode `INSERT`s into another org,
-alternating 0033's trigger functions, 0024's and none.
+printed); `--explain-median` the same for each reader's median call; `--reader NAME` one reader
+only. Also prints the org's postings and how many of them are the owner's copies of shared rows
+(one per lexeme of each counted shared row). `--ingest R`: R rounds of three 500-row episode
+`INSERT`s into another org, alternating 0033's trigger functions, 0024's and none.
 """
 
 from __future__ import annotations
@@ -159,8 +160,7 @@ def _explain(sessions, sent, p, arms, call, n, which: str) -> None:
 
 
 def _postings_count(settings, org: str) -> dict:
-    """The org's postings, and the lexemes of its counted shared rows: what a per-owner bucket
-    (each shared row posted again under its owner) would add."""
+    """The org's postings, and the lexemes of its counted shared rows: the owner's copies among them."""
     s = _migration().S
     eng = create_engine(settings.database_url)
     with eng.connect() as c:
@@ -175,7 +175,7 @@ def _postings_count(settings, org: str) -> dict:
                 {"o": org},
             ).scalar_one()
     eng.dispose()
-    return {"postings": posted, "owner_bucket_extra": int(extra), "extra_share": round(extra / max(posted, 1), 3)}
+    return {"postings": posted, "owner_copies": int(extra), "copies_share": round(extra / max(posted, 1), 3)}
 
 
 def ingest(args) -> dict:

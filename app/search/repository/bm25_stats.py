@@ -2,21 +2,25 @@
 
 A caller's N and df are the sums over the buckets `visible_to` lets them see (bm25_buckets,
 bm25_df): exactly the counts over their servable rows, read in a few index lookups instead of a
-pass over every visible row. The rows to score come from the GIN index (rows holding a query
-lexeme), scored with the same expression as the exact statement (app/search/repository/bm25.py),
-so every score is bit-equal to the exact path's.
+pass over every visible row. The rows to score come from the postings of those buckets
+(bm25_postings, migration 0033: one row per bucket, lexeme and item row), scored with the same
+expression as the exact statement (app/search/repository/bm25.py), so every score is bit-equal to
+the exact path's; no item row is read.
 
-MaxScore pruning, safe: a first statement scores the rows of the rarest lexemes (up to
-FIRST_ROWS rows by their df); its n-th score `theta` is a lower bound of the true n-th score. The
-commonest lexemes whose idf sum stays below theta are non-essential: a row holding only those
-scores below theta and cannot enter the top n, so only rows holding an essential lexeme are
-candidates (every candidate is still scored with every lexeme it holds).
+MaxScore pruning, safe, in the same statement: the postings of the rarest lexemes (up to
+FIRST_ROWS rows by their df) give `theta`, a lower bound of the true n-th score. The commonest
+lexemes whose idf sum stays below theta are non-essential: a row holding only those scores below
+theta and cannot enter the top n, so only rows holding an essential lexeme are candidates, and
+the non-essential lexemes are only probed for them (every candidate is still scored with every
+lexeme it holds). Where the rarest lexemes hold fewer than n rows there is no theta: one
+aggregate over every query lexeme's postings.
 
 The statistics serve main-branch reads now with default filters (`served_by_stats`); branch and
 as-of reads, and filters that cut below a bucket (kinds, labels, times, session, owner, source,
 ...) keep the exact statement. An owner's shared rows that no shared bucket gives them (a group
 they left or were never in, a label they are not cleared for; `bm25_owned` says how many) are
-counted from the item table, a few of the caller's own rows.
+counted from the item table, a few of the caller's own rows, and their postings are read from
+the owner's copies of those buckets.
 """
 
 from __future__ import annotations
@@ -184,7 +188,7 @@ def top_scored(
     rows = STATEMENTS.run(
         db,
         ("bm25_top", odd, pruned) + shape(principal, type_, f),
-        lambda: _top_select(principal, type_, f, odd=odd, pruned=pruned),
+        lambda: _top_select(principal, type_, odd=odd, pruned=pruned),
         values,
     ).all()
     if essential is not None and rows:
@@ -196,7 +200,7 @@ def _bit(ord_):
     return literal(1, BigInteger).op("<<")(ord_)
 
 
-def _top_select(principal: Principal, type_: str, f: SearchFilters, *, odd: bool, pruned: bool):
+def _top_select(principal: Principal, type_: str, *, odd: bool, pruned: bool):
     """The caller's servable rows holding any lexeme of `s_lex` (ordered by df), each scored with
     the summed idf of every query lexeme it holds; idf from the bound N and df, by the exact
     statement's expression. A row's lexemes are a bit mask (bit = the lexeme's place in `s_lex`);
