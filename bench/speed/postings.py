@@ -4,6 +4,8 @@ the GIN lookup `bm25_hits_<type>` + MaxScore), side by side on a grown org; and 
 
     .venv/bin/python -m bench.speed.growth.stages --build 200000      # the growth bench's org, kept
     .venv/bin/python -m bench.speed.postings [--queries 30] [--against 6a25bf8^] [--explain]
+    .venv/bin/python -m bench.speed.bm25_buckets --sizes 200000 --queries 20 # the text-only org, kept
+    .venv/bin/python -m bench.speed.postings --text-org [--queries 40]
     .venv/bin/python -m bench.speed.postings --ingest 20              # database-only insert rate
 
 Both arms get the same N and df (`caller_stats`), top 100, memories and turns; the arms alternate
@@ -36,6 +38,7 @@ from sqlalchemy import create_engine, event, text
 from bench.common import database_settings, load_average
 from bench.speed.growth.stages import DB, WORLD
 
+TEXT_DB = "memscale_bench_bm25"
 MIGRATION = Path("migrations/versions/20261208_bm25_postings.py")
 
 
@@ -71,16 +74,43 @@ def _pct(xs: list[float], p: float) -> float:
     return round(xs[min(len(xs) - 1, int(p * len(xs)))], 1)
 
 
-def _readers(world: dict):
+def _principal(org, uid, groups):
     from app.auth.principal import Principal
 
+    return Principal(org_id=org, user_id=uid, name="r", roles=("member",), groups=tuple(groups), clearances=())
+
+
+def _growth_org() -> tuple[str, dict, dict, list, tuple]:
+    """The growth bench's org: (database, world, readers, queries, types)."""
+    world = json.loads(WORLD.read_text())
     org = world["org"]
-
-    def p(uid, groups):
-        return Principal(org_id=org, user_id=uid, name="r", roles=("member",), groups=tuple(groups), clearances=())
-
     (u1, g1), (u2, g2) = world["readers"]["1 group"], world["readers"]["no group"]
-    return {"g0, owner": p(u1, g1), "g0, owns nothing": p(str(uuid.uuid4()), g1), "no group, owner": p(u2, g2)}
+    readers = {
+        "g0, owner": _principal(org, u1, g1),
+        "g0, owns nothing": _principal(org, str(uuid.uuid4()), g1),
+        "no group, owner": _principal(org, u2, g2),
+    }
+    return DB, world, readers, [w for w, _ in world["queries"]], ("memory", "episode")
+
+
+def _text_org(queries: int) -> tuple[str, dict, dict, list, tuple]:
+    """bench.speed.bm25_buckets' org (`--sizes 200000`, kept in its database): turns only, its
+    synthetic sentences' queries; u0 is in two groups, u1 (g1, g4) read as a caller in no group."""
+    from bench.speed.service.data import query
+
+    eng = create_engine(database_settings(TEXT_DB).database_url)
+    with eng.connect() as c:
+        org = str(c.execute(text("SELECT id FROM orgs WHERE name = 'big'")).scalar_one())
+        users = dict(c.execute(text("SELECT name, id::text FROM users WHERE org_id = :o"), {"o": org}).all())
+        size = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o"), {"o": org}).scalar_one()
+    eng.dispose()
+    readers = {
+        "u0 in 2 groups, owner": _principal(org, users["u0"], ("g0", "g3")),
+        "in 2 groups, owns nothing": _principal(org, str(uuid.uuid4()), ("g0", "g3")),
+        "no group, owner": _principal(org, users["u1"], ()),
+    }
+    rng = random.Random(3)
+    return TEXT_DB, {"org": org, "size": size}, readers, [query(rng) for _ in range(queries + 1)], ("episode",)
 
 
 def search(args) -> dict:
@@ -89,8 +119,8 @@ def search(args) -> dict:
     from app.search.repository import bm25, bm25_stats
     from app.search.schemas import SearchFilters
 
-    world = json.loads(WORLD.read_text())
-    settings = database_settings(DB)
+    db_name, world, readers, queries, types_ = _text_org(args.queries) if args.text_org else _growth_org()
+    settings = database_settings(db_name)
     eng = create_engine(app_url(settings))
     sessions = make_sessionmaker(eng)
     sent: list = []
@@ -99,13 +129,13 @@ def search(args) -> dict:
     print(f"{world['size']} items, load {load_average()}, top {args.n}, against {args.against}", flush=True)
     out: dict = {"readers": {}, "postings": _postings_count(settings, world["org"])}
     print("postings", out["postings"], flush=True)
-    for name, p in _readers(world).items():
+    for name, p in readers.items():
         if args.reader and args.reader != name:
             continue
         ms: dict = {a: [] for a in arms}
         same, calls, calls_seen = 0, 0, []
-        for qi, (words, _) in enumerate(world["queries"][: args.queries + 1]):
-            for type_ in ("memory", "episode"):
+        for qi, words in enumerate(queries[: args.queries + 1]):
+            for type_ in types_:
                 with sessions() as db:
                     bind_principal(db, p)
                     lexemes = bm25.query_lexemes(db, words)
@@ -231,6 +261,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--against", default="6a25bf8^", help="the commit whose bm25_stats.top_scored is the other arm")
     ap.add_argument("--explain", action="store_true", help="EXPLAIN (ANALYZE, BUFFERS) each reader's heaviest call")
     ap.add_argument("--explain-median", action="store_true", help="the same for each reader's median call")
+    ap.add_argument("--text-org", action="store_true", help="bench.speed.bm25_buckets' org instead (run it first)")
     ap.add_argument("--reader", default=None, help="only this reader (its name as printed)")
     ap.add_argument("--ingest", type=int, default=0, help="rounds of the database-only write A/B (0: the search A/B)")
     args = ap.parse_args(argv)

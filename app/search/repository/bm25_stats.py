@@ -273,7 +273,8 @@ def _pruned_rows(principal: Principal, idf, mine):
         .prefix_with("MATERIALIZED")
     )
     theta1 = select(first.c.r).order_by(first.c.r.desc()).offset(bindparam("s_skip", type_=Integer)).limit(1).scalar_subquery()
-    t1 = theta1
+    th = select(theta1.label("t")).cte("th").prefix_with("MATERIALIZED")  # once, however often it is read
+    t1 = select(th.c.t).scalar_subquery()
     essential = or_(t1.is_(None), idf.c.rest >= t1 - _SLACK)
     cand = (
         select(p.id, func.min(p.bid).label("bid"), func.bit_or(_bit(idf.c.ord)).label("m"))
