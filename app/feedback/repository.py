@@ -145,13 +145,13 @@ def stamp(db: Session, org_id: uuid.UUID, window: int) -> tuple:
 
 
 def context_feedback(db: Session, org_id: uuid.UUID, window: int) -> list:
-    """(retrieval id, user, the event's items, what the retrieval handed out) of the feedback on
+    """(retrieval id, user, the event's items, what the retrieval handed out, its params) of the feedback on
     `/v1/context` retrievals among the org's latest `window` feedback events (the events `stamp`
     describes)."""
     e = FeedbackEvent
     r = _recent(org_id, window, e.retrieval_id, e.actor_id, e.items, e.at)
     return db.execute(
-        select(r.c.retrieval_id, r.c.actor_id, r.c["items"], RetrievalEvent.items)
+        select(r.c.retrieval_id, r.c.actor_id, r.c["items"], RetrievalEvent.items, RetrievalEvent.params)
         .join(RetrievalEvent, (RetrievalEvent.org_id == org_id) & (RetrievalEvent.id == r.c.retrieval_id))
         .where(RetrievalEvent.kind == "context")
         .order_by(r.c.at.desc())
