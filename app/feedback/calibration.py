@@ -52,10 +52,10 @@ MIN_OBSERVATIONS = 20
 MIN_TAIL_WEIGHT = 5.0  # a tail is cut only on at least this much weighted evidence about it
 THRESHOLD = 0.3  # a tail whose items are engaged less often than this is left out
 FLOOR = 3  # retrieved items always kept, whatever the calibration says
-# Contexts served whole while a cut is in force: enough that a window of WINDOW events with a
-# fair share of feedback on contexts keeps MIN_TAIL_WEIGHT whole observations about the tail
-# (>= 50 context feedback events a window), few enough to give up about a tenth of the saving.
-EXPLORE = 0.1
+# Contexts served whole while a cut is in force: enough that a window of WINDOW events holding
+# at least 100 events of feedback on contexts keeps MIN_TAIL_WEIGHT whole observations about the
+# tail; few enough that the whole contexts give up only a twentieth of the tokens the cut saves.
+EXPLORE = 0.05
 
 
 @dataclass(frozen=True)
