@@ -72,7 +72,10 @@ def _org_with_facts(client, world):
     return org, users
 
 
-def test_the_calibration_learns_from_feedback_and_shortens_a_context_whose_tail_was_never_used(client, world, admin_engine):
+def test_the_calibration_learns_from_feedback_and_shortens_a_context_whose_tail_was_never_used(
+    client, world, admin_engine, monkeypatch
+):
+    monkeypatch.setattr(cal, "EXPLORE", 0.0)  # no context served whole for exploration: the cut is seen
     org, users = _org_with_facts(client, world)
     before = _context(client, users[0])
     assert len(_items(before)) == len(FACTS)  # a 2,000-token budget holds every fact
@@ -117,7 +120,8 @@ def test_another_orgs_feedback_never_changes_my_context(client, world, admin_eng
     assert _context(client, mine[0])["text"] == before["text"]
 
 
-def test_erasing_a_user_removes_their_share_of_the_calibration(client, world, admin_engine):
+def test_erasing_a_user_removes_their_share_of_the_calibration(client, world, admin_engine, monkeypatch):
+    monkeypatch.setattr(cal, "EXPLORE", 0.0)
     org, users = _org_with_facts(client, world)
     admin = world.user(org, roles=["admin"])
     full = _context(client, users[0])
@@ -149,7 +153,7 @@ def test_a_users_repeated_feedback_on_one_context_counts_once(client, world, adm
 
 def _obs(user, engaged_tail: bool):
     """An observation: one item per bin, the top always engaged, the rest as `engaged_tail`."""
-    return (user, list(range(cal.BINS)), [True] + [engaged_tail] * (cal.BINS - 1))
+    return (user, list(range(cal.BINS)), [True] + [engaged_tail] * (cal.BINS - 1), True)
 
 
 def test_one_key_flooding_moves_every_tail_estimate_by_at_most_the_bound():

@@ -147,8 +147,15 @@ def build(
     given = {(p.type, p.id) for p in pieces}  # an agent's profile item is not served twice
     pieces += [p for p in retrieved if (p.type, p.id) not in given]
     chosen = fit(pieces, budget, count, count_many=resources.gateway.count_tokens_many)
-    # the org's feedback on earlier contexts: leave out the tail its members did not use
-    chosen = trim(chosen, calibration.context_cut(db, principal.org_id), calibration.bin_of, floor=calibration.FLOOR)
+    # the org's feedback on earlier contexts: leave out the tail its members did not use (but for
+    # the exploration share, served whole so that feedback on the tail keeps coming); the record
+    # says which cut it was served with
+    rid = uuid.uuid4()
+    params = {"budget_tokens": budget, "session_id": str(session.id) if session else None}
+    cut = calibration.context_cut(db, principal.org_id)
+    if cut is not None:
+        params["cut"] = cut = calibration.served(cut, rid)
+    chosen = trim(chosen, cut, calibration.bin_of, floor=calibration.FLOOR)
     text = render(chosen)
     handed = [p for p in chosen if p.type in SEARCH_TYPES]
     rid = record_retrieval(
@@ -156,8 +163,9 @@ def build(
         principal,
         kind="context",
         query=query,
-        params={"budget_tokens": budget, "session_id": str(session.id) if session else None},
+        params=params,
         items=[{"type": p.type, "id": p.id, "score": round(p.score, 6), "section": p.section} for p in handed],
+        rid=rid,
     )
     chunks = [p for p in chosen if p.type == "chunk"]
     prompt = render([p for p in chosen if p.type != "chunk"])

@@ -20,10 +20,23 @@ else's observations at a bin, that key moves its estimate by at most USER_CAP / 
 distinct users and at least MIN_OBSERVATIONS in all: below that, contexts are exactly as without
 feedback. It only ever removes items from the tail of a context (app/context/assemble.py `trim`):
 feedback never brings an item into view.
+
+Exploration: a cut context hands out no tail, so its feedback says nothing about the tail, and a
+cut resting on such feedback alone would lapse once the observations behind it left the window,
+then re-form (a cycle of about WINDOW events). So while a cut is in force, an EXPLORE share of
+contexts, chosen by a hash of the retrieval id (`explores`: the same retrieval is always served the
+same way), is served whole; each context's record says which cut it was served with (`cut` in its
+params, None for a whole one). The tail estimates read only the observations of whole contexts:
+which contexts are whole depends on the retrieval id and on earlier feedback, never on what this
+context's reader engages with, so those observations are an unbiased sample of all contexts (an
+observation of a cut context would overstate how often a tail is engaged: its unused items are
+missing). Every observation still counts towards `users` and `observations` (the org gives
+feedback; `active`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 
@@ -39,6 +52,10 @@ MIN_OBSERVATIONS = 20
 MIN_TAIL_WEIGHT = 5.0  # a tail is cut only on at least this much weighted evidence about it
 THRESHOLD = 0.3  # a tail whose items are engaged less often than this is left out
 FLOOR = 3  # retrieved items always kept, whatever the calibration says
+# Contexts served whole while a cut is in force: enough that a window of WINDOW events holding
+# at least 100 events of feedback on contexts keeps MIN_TAIL_WEIGHT whole observations about the
+# tail; few enough that the whole contexts give up only a twentieth of the tokens the cut saves.
+EXPLORE = 0.05
 
 
 @dataclass(frozen=True)
@@ -77,31 +94,52 @@ def one_user_bound(others_weight: float) -> float:
     return USER_CAP / (others_weight + USER_CAP + 2.0)
 
 
-def observations(rows) -> list[tuple[uuid.UUID, list[int], list[bool]]]:
-    """(user, bins, engaged) per (retrieval, user) from rows of (retrieval id, user id, the
-    event's items, the retrieval's items): a user's several events on one retrieval are one."""
+def explores(retrieval_id: uuid.UUID) -> bool:
+    """Whether the context recorded as `retrieval_id` is served whole while a cut is in force (an
+    EXPLORE share of retrieval ids, by a hash of the id: reproducible for the same record)."""
+    h = int.from_bytes(hashlib.blake2b(retrieval_id.bytes, digest_size=8).digest(), "big")
+    return h < EXPLORE * 2.0**64
+
+
+def served(cut: int | None, retrieval_id: uuid.UUID) -> int | None:
+    """The cut a context recorded as `retrieval_id` is served with: `cut`, or None (whole) for the
+    exploration share."""
+    return None if cut is None or explores(retrieval_id) else cut
+
+
+Observation = tuple  # (user, bins, engaged, whole: the context was served without a cut)
+
+
+def observations(rows) -> list[Observation]:
+    """(user, bins, engaged, whole) per (retrieval, user) from rows of (retrieval id, user id, the
+    event's items, the retrieval's items, the retrieval's params): a user's several events on one
+    retrieval are one; `whole` unless the record says it was served with a cut."""
     named: dict[tuple, set[str]] = {}
     handed: dict = {}
-    for rid, actor, ev_items, ret_items in rows:
+    for rid, actor, ev_items, ret_items, params in rows:
         named.setdefault((rid, actor), set()).update(str(i.get("id")) for i in ev_items or ())
-        handed[rid] = ret_items or []
+        handed[rid] = (ret_items or [], (params or {}).get("cut") is None)
     out = []
     for (rid, actor), ids in named.items():
-        items = [i for i in handed[rid] if i.get("id") and isinstance(i.get("score"), int | float)]
+        ret_items, whole = handed[rid]
+        items = [i for i in ret_items if i.get("id") and isinstance(i.get("score"), int | float)]
         if not items:
             continue
         top = max(float(i["score"]) for i in items)
-        out.append((actor, [bin_of(float(i["score"]), top) for i in items], [str(i["id"]) in ids for i in items]))
+        out.append((actor, [bin_of(float(i["score"]), top) for i in items], [str(i["id"]) in ids for i in items], whole))
     return out
 
 
-def fit(obs: list[tuple[uuid.UUID, list[int], list[bool]]]) -> Calibration:
-    """The tail estimates of observations (see the module's docstring)."""
+def fit(obs: list[Observation]) -> Calibration:
+    """The tail estimates of observations (see the module's docstring): all count towards `users`
+    and `observations`, those of whole contexts towards the tails (each user's share of them capped)."""
+    users = {o[0] for o in obs}
+    whole = [o for o in obs if o[3]]
     per_user: dict = {}
-    for actor, _, _ in obs:
-        per_user[actor] = per_user.get(actor, 0) + 1
+    for o in whole:
+        per_user[o[0]] = per_user.get(o[0], 0) + 1
     num, den = [0.0] * BINS, [0.0] * BINS
-    for actor, bins, engaged in obs:
+    for actor, bins, engaged, *_ in whole:
         w = min(1.0, USER_CAP / per_user[actor])
         for b in range(BINS):
             tail = [e for x, e in zip(bins, engaged) if x >= b]
@@ -109,7 +147,7 @@ def fit(obs: list[tuple[uuid.UUID, list[int], list[bool]]]) -> Calibration:
                 num[b] += w * sum(tail) / len(tail)
                 den[b] += w
     tail_est = tuple((n + 1.0) / (d + 2.0) for n, d in zip(num, den))
-    return Calibration(tail_est, tuple(den), len(per_user), len(obs))
+    return Calibration(tail_est, tuple(den), len(users), len(obs))
 
 
 def of_org(db: Session, org_id: uuid.UUID) -> Calibration:

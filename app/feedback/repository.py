@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.feedback.models import FeedbackEvent, FeedbackVote
-from app.kit.database.sql import IdList, as_text
+from app.kit.database.sql import IdList, StatementCache, as_text
 from app.kit.tenancy.access import visible_to
 from app.lineage.models import RetrievalEvent
 
@@ -72,12 +72,20 @@ _DECAYED = (
 )
 
 
+# Compiled once and run through the driver (app/kit/database/sql.py `StatementCache`): building the
+# construct, SQLAlchemy's cache key and its expanding `IN` cost more Python than PostgreSQL spends
+# planning and running these statements. Neither holds an access filter (the org is bound, and
+# row-level security beneath checks it), so one compiled form serves every caller.
+_STATEMENTS = StatementCache(8)
+
+
 def decayed_counts(db: Session, org_id: uuid.UUID, memory_ids: list, half_life_s: float) -> list:
     """(memory id as text, signal, sum of 0.5^(age / half-life) over its voters, voters) for the
     memories that have votes: one index range per memory on the primary key (org_id, memory_id, ...)."""
     if not memory_ids:
         return []
-    return db.execute(_DECAYED, {"org_id": org_id, "ids": list(memory_ids), "half_life_s": half_life_s}).all()
+    values = {"org_id": org_id, "ids": list(memory_ids), "half_life_s": half_life_s}
+    return _STATEMENTS.run(db, ("decayed",), lambda: _DECAYED, values).all()
 
 
 def voters(db: Session, org_id: uuid.UUID, signal: str, at_least: int) -> dict:
@@ -117,30 +125,33 @@ def events_of(db: Session, org_id: uuid.UUID, retrieval_id: uuid.UUID) -> list[F
     )
 
 
-def _recent(org_id: uuid.UUID, window: int, *cols):
+def _recent(org_id, window: int, *cols):
     """The org's latest `window` feedback events (by the `(org_id, at, id)` index: a bounded read
     whatever the org's history)."""
     e = FeedbackEvent
     return select(*cols).where(e.org_id == org_id).order_by(e.at.desc(), e.id.desc()).limit(window).subquery("recent")
 
 
+def _stamp_select(window: int):
+    r = _recent(bindparam("org_id", type_=UUID(as_uuid=True)), window, FeedbackEvent.id, FeedbackEvent.at)
+    return select(func.count(), func.max(r.c.at), func.coalesce(func.sum(func.hashtext(as_text(r.c.id))), 0))
+
+
 def stamp(db: Session, org_id: uuid.UUID, window: int) -> tuple:
     """(events, latest time, a sum of their ids' hashes) of the org's latest `window` feedback
     events: changes whenever an event enters that window or one in it is removed (an erasure, a
     cascade), and reads at most `window` index entries."""
-    r = _recent(org_id, window, FeedbackEvent.id, FeedbackEvent.at)
-    digest = func.coalesce(func.sum(func.hashtext(as_text(r.c.id))), 0)
-    return tuple(db.execute(select(func.count(), func.max(r.c.at), digest)).one())
+    return tuple(_STATEMENTS.run(db, ("stamp", window), lambda: _stamp_select(window), {"org_id": org_id}).one())
 
 
 def context_feedback(db: Session, org_id: uuid.UUID, window: int) -> list:
-    """(retrieval id, user, the event's items, what the retrieval handed out) of the feedback on
+    """(retrieval id, user, the event's items, what the retrieval handed out, its params) of the feedback on
     `/v1/context` retrievals among the org's latest `window` feedback events (the events `stamp`
     describes)."""
     e = FeedbackEvent
     r = _recent(org_id, window, e.retrieval_id, e.actor_id, e.items, e.at)
     return db.execute(
-        select(r.c.retrieval_id, r.c.actor_id, r.c["items"], RetrievalEvent.items)
+        select(r.c.retrieval_id, r.c.actor_id, r.c["items"], RetrievalEvent.items, RetrievalEvent.params)
         .join(RetrievalEvent, (RetrievalEvent.org_id == org_id) & (RetrievalEvent.id == r.c.retrieval_id))
         .where(RetrievalEvent.kind == "context")
         .order_by(r.c.at.desc())

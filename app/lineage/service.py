@@ -44,13 +44,16 @@ def add_edge(
     )
 
 
-def record_retrieval(db: Session, principal: Principal, *, kind: str, query: str, params: dict, items: list[dict]) -> uuid.UUID:
+def record_retrieval(
+    db: Session, principal: Principal, *, kind: str, query: str, params: dict, items: list[dict], rid: uuid.UUID | None = None
+) -> uuid.UUID:
     """What was handed out to whom: every read path that returns content records one (search,
-    context, get, lineage, session context), so "who saw this item" is one query."""
+    context, get, lineage, session context), so "who saw this item" is one query. `rid`: the
+    record's id when the caller chose it beforehand (a context decides how it is served by it)."""
     view = principal.view
     if not view.is_plain:  # which state shaped the answer: a branch, an instant
         params = {**params, "branch": view.branch, "as_of": view.as_of.isoformat() if view.as_of else None}
-    rid = uuid.uuid4()
+    rid = rid or uuid.uuid4()
     repo.add_retrieval(
         db, id=rid, org_id=principal.org_id, actor_id=principal.user_id, kind=kind, query=query, params=params, items=items
     )

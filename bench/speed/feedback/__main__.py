@@ -3,7 +3,9 @@ who searched and marked the memories handed out helpful or wrong (1 in 5 wrong) 
 contexts and marked the best item used, then the same queries with feedback read (the default:
 the utility signal, and the context's calibration of where it ends) and not read
 (`utility_weight` 0, the calibration not consulted), the arms interleaved query by query in one
-process, so that both see the same machine load.
+process, so that both see the same machine load. Timed apart, inside each request of the "on" arm:
+the feedback calls themselves (`feedback.for_ranking`, `calibration.context_cut`), the share of
+the difference that does not drown in the machine's noise.
 
     .venv/bin/python -m bench.speed.feedback [--n 1000] [--voters 5] [--queries 100]
 
@@ -36,10 +38,11 @@ def main() -> None:
     from sqlalchemy.orm import Session
 
     from app.feedback import calibration
+    from app.feedback import service as feedback
     from app.main import create_app
     from app.orgs import service as orgs
     from app.search.tuning import DEFAULT_TUNING
-    from bench.common import arm_row, fresh_database, write_result
+    from bench.common import arm_row, fresh_database, load_average, write_result
     from bench.speed.service.data import query, sentence
 
     rng = random.Random(args.seed)
@@ -82,23 +85,40 @@ def main() -> None:
                     }
                     assert http.post("/v1/feedback", json=body, headers=h).status_code == 201
                     votes += 1
-        read_calibration = calibration.context_cut
+        read_calibration, read_utility = calibration.context_cut, feedback.for_ranking
+        spent: list[float] = []  # ms of feedback calls in the current request (any thread)
+
+        def timed(fn):
+            def call(*a, **k):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    spent.append((time.perf_counter() - t0) * 1000)
+
+            return call
+
+        feedback.for_ranking = timed(read_utility)
         arms = {"on": DEFAULT_TUNING, "off": replace(DEFAULT_TUNING, utility_weight=0.0)}
         times: dict = {f"{kind} {arm}": [] for kind in ("search", "context") for arm in arms}
+        inside: dict = {"search": [], "context": []}
         qs = [query(rng) for _ in range(args.queries)]
         for i, q in enumerate(qs):
             order = list(arms) if i % 2 == 0 else list(reversed(arms))
             for arm in order:
                 app.state.tuning = arms[arm]
-                calibration.context_cut = read_calibration if arm == "on" else (lambda db, org_id: None)
+                calibration.context_cut = timed(read_calibration) if arm == "on" else (lambda db, org_id: None)
                 for kind, path, body in (
                     ("search", "/v1/search", {"query": q, "types": ["memory"]}),
                     ("context", "/v1/context", {"query": q, "budget_tokens": 1000}),
                 ):
+                    spent.clear()
                     t0 = time.perf_counter()
                     assert http.post(path, json=body, headers=heads[0]).status_code == 200
                     times[f"{kind} {arm}"].append((time.perf_counter() - t0) * 1000)
-    calibration.context_cut = read_calibration
+                    if arm == "on":
+                        inside[kind].append(sum(spent))
+    calibration.context_cut, feedback.for_ranking = read_calibration, read_utility
     admin.dispose()
     result = {
         "n": args.n,
@@ -107,13 +127,17 @@ def main() -> None:
         "queries": args.queries,
         "search": arm_row({"new": times["search on"], "old": times["search off"]}, 2),
         "context": arm_row({"new": times["context on"], "old": times["context off"]}, 2),
+        "feedback_calls": {kind: arm_row({"inside": v}, 3)["inside"] for kind, v in inside.items()},
+        "load": load_average(),
     }
     for kind in ("search", "context"):
         row = result[kind]
         print(
             f"{kind:8s} feedback read p50/p95 {row['new']['p50_ms']}/{row['new']['p95_ms']} ms, "
-            f"not read {row['old']['p50_ms']}/{row['old']['p95_ms']} ms"
+            f"not read {row['old']['p50_ms']}/{row['old']['p95_ms']} ms; the feedback calls inside "
+            f"{result['feedback_calls'][kind]['p50_ms']}/{result['feedback_calls'][kind]['p95_ms']} ms"
         )
+    print("load", result["load"])
     print("written", write_result("feedback_cost", result, args.out))
 
 
