@@ -1,0 +1,155 @@
+"""The re-embedding's switch copies the staged vectors before it takes the org's exclusive lock
+(app/embedders/service.py): writes and searches of the org go on while the copy runs, what was
+written meanwhile is embedded under the lock, and a writer that waits for a row the copy locked
+makes the switch give way instead of a deadlock."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from sqlalchemy.orm import Session
+
+from app.embedders import repository as repo
+from app.embedders import service
+from tests.test_reembed import E5, MINI, Models, _back_to_minilm, _ids, bound, populate, stored
+
+
+@pytest.fixture(scope="module")
+def e5():
+    from app.kit.runtime.embedding import E5Embedder
+
+    return E5Embedder()
+
+
+@pytest.fixture
+def models(embedder, e5):
+    return Models(embedder, e5)
+
+
+def _stage_all(app, org_id, new) -> None:
+    with bound(app, org_id) as db:
+        service.begin(db, org_id, E5, 384, None)
+        db.commit()
+    cursor: dict = {}
+    while cursor.get("item") != "end":
+        with bound(app, org_id) as db:
+            service.stage_batch(db, org_id, new, cursor, limit=64)
+            db.commit()
+
+
+class Beside:
+    """A request run in another thread while the switch's transaction is open."""
+
+    def __init__(self, fn):
+        self.out, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn):
+        try:
+            self.out = fn()
+        except BaseException as e:  # reported by the test, not lost in the thread
+            self.error = e
+
+    def done_within(self, seconds: float) -> bool:
+        self.thread.join(seconds)
+        return not self.thread.is_alive()
+
+
+def test_a_write_during_the_copy_completes_and_is_embedded_again_under_the_lock(client, world, app, admin_engine, models):
+    org = world.org()
+    admin = world.user(org, roles=["admin"])
+    populate(client, admin, episodes=6)
+    before = stored(admin_engine, admin.org_id)
+    _stage_all(app, admin.org_id, models.by[E5])
+
+    seen: dict = {}
+
+    def during_copy():
+        # The copy holds its row locks, not the org's lock: another row's write and a search
+        # complete now, and the search still ranks the old vectors.
+        write = Beside(
+            lambda: client.post(
+                "/v1/episodes", json={"kind": "note", "content": "kafka lag written during the copy"}, headers=admin.h
+            )
+        )
+        assert write.done_within(60), "a write waited for the switch's copy"
+        assert write.error is None and write.out.status_code == 201, write.out.text
+        seen["id"] = write.out.json()["id"]
+        search = Beside(lambda: _ids(client, admin.h, "kafka lag"))
+        assert search.done_within(60) and search.error is None, search.error
+        rows = stored(admin_engine, admin.org_id)
+        seen["models"] = models.models(rows)
+
+    with bound(app, admin.org_id) as db:
+        stats = service.switch(db, admin.org_id, models.by[E5], after_copy=during_copy)
+        db.commit()
+    assert seen["models"] == {MINI}  # the copy was invisible to others until the commit
+    after = stored(admin_engine, admin.org_id)
+    assert ("episode", seen["id"]) in after
+    for text, v in after.values():  # the write during the copy too: no row left in the old model
+        assert float(np.dot(v, models.vec(E5, text))) > 0.999, text
+    assert stats["switched"] is True
+    assert stats["copied_before_lock"] == len(before)  # the bulk copy ran before the lock
+    assert stats["caught_up_under_lock"] >= 1  # the episode written during the copy (and its new words)
+    assert stats["copied_under_lock"] == stats["caught_up_under_lock"]  # under the lock: only those
+    with Session(admin_engine) as db:
+        assert db.query(repo.StagedVector).filter_by(org_id=admin.org_id).count() == 0
+        assert repo.run_of(db, admin.org_id) is None
+    assert client.get("/v1/orgs/current/embedder", headers=admin.h).json()["model"] == E5
+    _back_to_minilm_in(app, admin.org_id, models.by[MINI])
+
+
+def _back_to_minilm_in(app, org_id, mini) -> None:
+    """Later apps of this test database start only when every org holds the configured model."""
+    with bound(app, org_id) as db:
+        service.begin(db, org_id, MINI, 384, None)
+        db.commit()
+    with bound(app, org_id) as db:
+        assert service.switch(db, org_id, mini, online=False)["switched"] is True
+        db.commit()
+
+
+def test_a_writer_waiting_for_a_row_the_copy_locked_makes_the_switch_give_way(client, world, app, admin_engine, models, run_job):
+    org = world.org()
+    admin = world.user(org, roles=["admin"])
+    populate(client, admin, episodes=4)
+    m = client.post("/v1/memories", json={"text": "invoices go out on the first", "kind": "fact"}, headers=admin.h)
+    assert m.status_code == 201, m.text
+    mem = m.json()["id"]
+    _stage_all(app, admin.org_id, models.by[E5])
+    state: dict = {}
+
+    def during_copy():
+        # A memory update holds the org's lock in share mode (it embedded its text) and waits for
+        # the version row the copy locked: the switch must not wait for the lock exclusive now.
+        state["patch"] = Beside(
+            lambda: client.patch(f"/v1/memories/{mem}", json={"text": "invoices go out on the second"}, headers=admin.h)
+        )
+        deadline = time.monotonic() + 60
+        while not repo.share_holder_waits_for_us(db, admin.org_id):
+            assert time.monotonic() < deadline, "the update never waited for the copy's row"
+            assert state["patch"].thread.is_alive(), state["patch"].out
+            time.sleep(0.05)
+
+    with bound(app, admin.org_id) as db:
+        with pytest.raises(service.SwitchBusy, match="writer waits for a row"):
+            service.switch(db, admin.org_id, models.by[E5], after_copy=during_copy)
+        db.rollback()
+    patch = state["patch"]
+    assert patch.done_within(60) and patch.error is None, patch.error
+    assert patch.out.status_code == 200, patch.out.text  # not a deadlock's victim
+    assert models.models(stored(admin_engine, admin.org_id)) == {MINI}  # nothing switched half
+
+    job = run_job(admin.org_id, "reembed", {"model": E5}, created_by=admin.user_id)
+    assert job.status == "succeeded", job.error
+    assert job.stats["switched"] is True and job.stats["switch_tries"] == 1
+    after = stored(admin_engine, admin.org_id)
+    assert ("memory", patch.out.json()["id"]) in after
+    for text, v in after.values():
+        assert float(np.dot(v, models.vec(E5, text))) > 0.999, text
+    _back_to_minilm(run_job, admin.org_id)
+    assert models.models(stored(admin_engine, admin.org_id)) == {MINI}
