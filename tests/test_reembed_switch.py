@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.embedders import repository as repo
 from app.embedders import service
+from tests import test_replicas as replicas_tests
 from tests.test_reembed import E5, MINI, Models, _back_to_minilm, _ids, bound, populate, stored
 
 
@@ -153,3 +154,50 @@ def test_a_writer_waiting_for_a_row_the_copy_locked_makes_the_switch_give_way(cl
         assert float(np.dot(v, models.vec(E5, text))) > 0.999, text
     _back_to_minilm(run_job, admin.org_id)
     assert models.models(stored(admin_engine, admin.org_id)) == {MINI}
+
+
+# The real streaming standby of tests/test_replicas.py, one for this module.
+standby, rapp, rclient = replicas_tests.standby, replicas_tests.rapp, replicas_tests.rclient
+_su, _wait = replicas_tests._su, replicas_tests._wait
+
+
+def test_a_standby_that_has_not_replayed_the_switch_sends_the_search_to_the_primary(rapp, rclient, standby, world, run_job):
+    from sqlalchemy import text
+
+    org = world.org()
+    admin = world.user(org, roles=["admin"])
+    items = [{"kind": "note", "content": t, "visibility": "org"} for t in ["kafka lag paged the oncall", "invoices on the first"]]
+    w = rclient.post("/v1/episodes/batch", json={"items": items}, headers=admin.h)
+    assert w.status_code == 201, w.text
+    reps = rapp.state.replicas
+    token = {**admin.h, "Memscale-LSN": w.headers["Memscale-LSN"]}
+    assert rclient.post("/v1/search", json={"query": "kafka lag", "k": 5}, headers=token).status_code == 200
+    su = _su(standby)
+    try:
+        with su.connect() as c:
+            c.execute(text("SELECT pg_wal_replay_pause()"))
+        job = run_job(admin.org_id, "reembed", {"model": E5}, created_by=admin.user_id)  # on the primary only
+        assert job.status == "succeeded" and job.stats["switched"] is True, job.error
+        st = dict(reps.stats)
+        # The primary says e5 (the question is embedded with e5); the standby still holds MiniLM
+        # vectors: ranking there would pair them. The read goes to the primary.
+        r = rclient.post("/v1/search", json={"query": "kafka lag", "k": 5}, headers=admin.h)
+        assert r.status_code == 200, r.text
+        assert reps.stats["stale_skips"] == st["stale_skips"] + 1
+        assert reps.stats["replica_reads"] == st["replica_reads"] and reps.stats["primary_reads"] == st["primary_reads"] + 1
+        assert r.json()["results"] and r.json()["results"][0]["id"] == w.json()["ids"][0]
+    finally:
+        with su.connect() as c:
+            c.execute(text("SELECT pg_wal_replay_resume()"))
+        su.dispose()
+    _wait(lambda: reps.replicas[0].healthy, 30, "the standby to catch up")
+    st = dict(reps.stats)
+    _wait(
+        lambda: (
+            rclient.post("/v1/search", json={"query": "kafka lag", "k": 5}, headers=admin.h).status_code == 200
+            and reps.stats["replica_reads"] > st["replica_reads"]
+        ),
+        30,
+        "the standby to serve the org again once it replayed the switch",
+    )
+    _back_to_minilm(run_job, admin.org_id)

@@ -51,6 +51,10 @@ def identity(db: Session, org_id: uuid.UUID) -> OrgEmbedder | None:
     return db.get(OrgEmbedder, org_id, populate_existing=True)
 
 
+def model_of(db: Session, org_id: uuid.UUID) -> str | None:
+    return db.execute(select(OrgEmbedder.model).where(OrgEmbedder.org_id == org_id)).scalar_one_or_none()
+
+
 def record(db: Session, org_id: uuid.UUID, model: str, dim: int) -> None:
     stmt = insert(OrgEmbedder).values(org_id=org_id, model=model, dim=dim)
     db.execute(stmt.on_conflict_do_update(index_elements=["org_id"], set_={"model": model, "dim": dim, "updated_at": func.now()}))

@@ -24,6 +24,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from app.embedders import repository as repo
+from app.kit.database import replicas
 from app.kit.database.base import EMBEDDING_DIM
 from app.kit.errors import AppError, Conflict
 
@@ -60,6 +61,21 @@ def serving_model(db: Session, org_id: uuid.UUID, *, default: str) -> str:
     repo.lock_shared(db, org_id)
     ident = repo.identity(db, org_id)
     return ident.model if ident is not None else default
+
+
+def same_model_on_standby(primary_db: Session, standby_db: Session, principal) -> bool:
+    """A standby read may rank the org's vectors only when the standby's model for the org is
+    the primary's (which the request read, under the org's lock, to embed its question): a
+    switch the standby has not replayed yet sends the read to the primary. Both read in their
+    transaction's snapshot, the standby's the same as its ranking's."""
+    if principal.org_id is None or not records_models(primary_db):
+        return True
+    primary = repo.model_of(primary_db, principal.org_id)
+    standby = repo.model_of(standby_db, principal.org_id)  # None: the org is not there yet, nor its vectors
+    return primary is None or standby is None or primary == standby
+
+
+replicas.require(same_model_on_standby)
 
 
 def hold(db: Session, org_id: uuid.UUID) -> None:
@@ -249,8 +265,8 @@ def switch(
         "copied_under_lock": late_copied,
         "caught_up_at_switch": caught_up + late,
         "caught_up_under_lock": late,
-        "switch_copy_s": round(copy_s, 2),
-        "switch_locked_s": round(time.monotonic() - locked_at, 2),
+        "switch_copy_s": round(copy_s, 3),
+        "switch_locked_s": round(time.monotonic() - locked_at, 3),
     }
 
 
