@@ -201,3 +201,75 @@ def test_a_standby_that_has_not_replayed_the_switch_sends_the_search_to_the_prim
         "the standby to serve the org again once it replayed the switch",
     )
     _back_to_minilm(run_job, admin.org_id)
+
+
+def test_a_delete_of_a_row_the_copy_locked_waits_for_the_switch_without_a_deadlock(
+    client, world, app, admin_engine, models, run_job
+):
+    from sqlalchemy import text
+
+    org = world.org()
+    admin = world.user(org, roles=["admin"])
+    populate(client, admin, episodes=4)
+    m = client.post("/v1/memories", json={"text": "the vendor rollback runbook", "kind": "fact"}, headers=admin.h)
+    assert m.status_code == 201, m.text
+    mem = m.json()["id"]
+    _stage_all(app, admin.org_id, models.by[E5])
+    state: dict = {}
+
+    def during_copy():
+        state["delete"] = Beside(lambda: client.delete(f"/v1/memories/{mem}", headers=admin.h))
+        me = db.execute(text("SELECT pg_backend_pid()")).scalar()
+        waits = text("SELECT count(*) FROM pg_locks WHERE NOT granted AND CAST(:me AS int) = ANY (pg_blocking_pids(pid))")
+        deadline = time.monotonic() + 60
+        with admin_engine.connect() as c:
+            while not c.execute(waits, {"me": me}).scalar():
+                assert time.monotonic() < deadline, "the delete never waited for the copy's row"
+                assert state["delete"].thread.is_alive(), state["delete"].out
+                time.sleep(0.05)
+
+    with bound(app, admin.org_id) as db:
+        try:  # the delete waits for the switch's commit, or the switch gives way to it
+            switched = service.switch(db, admin.org_id, models.by[E5], after_copy=during_copy)["switched"]
+            db.commit()
+        except service.SwitchBusy:
+            db.rollback()
+            switched = False
+    d = state["delete"]
+    assert d.done_within(60) and d.error is None, d.error
+    assert d.out.status_code == 204, d.out.text  # not a deadlock's victim
+    if not switched:
+        job = run_job(admin.org_id, "reembed", {"model": E5}, created_by=admin.user_id)
+        assert job.status == "succeeded", job.error
+    after = stored(admin_engine, admin.org_id)
+    assert ("memory", mem) not in after
+    for text_, v in after.values():
+        assert float(np.dot(v, models.vec(E5, text_))) > 0.999, text_
+    with Session(admin_engine) as s:
+        assert s.query(repo.StagedVector).filter_by(org_id=admin.org_id).count() == 0
+    _back_to_minilm(run_job, admin.org_id)
+
+
+def test_the_switch_queues_for_the_lock_in_short_waits_and_gives_way_when_it_stays_held(app, world):
+    from sqlalchemy import text
+
+    org = world.org()
+    admin = world.user(org, roles=["admin"])
+    with bound(app, admin.org_id) as reader:
+        repo.lock_shared(reader, admin.org_id)  # a ranking that does not end
+        with bound(app, admin.org_id) as db:
+            before = db.execute(text("SELECT current_setting('lock_timeout')")).scalar()
+            with pytest.raises(service.SwitchBusy, match="stayed held"):
+                service._lock_giving_way(db, admin.org_id, 0.2)
+            # the timed-out waits were savepoints: the transaction and its settings are intact
+            assert db.execute(text("SELECT current_setting('lock_timeout')")).scalar() == before
+            db.rollback()
+        reader.rollback()
+    with bound(app, admin.org_id) as db:
+        service._lock_giving_way(db, admin.org_id, 0.2)  # free: taken at once
+        with bound(app, admin.org_id) as other:
+            assert not other.execute(
+                text("SELECT pg_try_advisory_xact_lock_shared(hashtextextended(:k, 13))"), {"k": f"embedder:{admin.org_id}"}
+            ).scalar()
+            other.rollback()
+        db.rollback()
