@@ -81,19 +81,19 @@ class RowsBusy(Exception):
 
 
 def missing(
-    db: Session, org_id: uuid.UUID, item: str, after: str | None, limit: int, *, not_ours: bool = False
+    db: Session, org_id: uuid.UUID, item: str, after: str | None, limit: int, *, not_ours: str | None = None
 ) -> list[tuple[str, str]]:
     """(key, text) of up to `limit` rows of `item` with no staged vector yet, in key order after
     `after`: a pass walks the table once; the rows it passed that were written meanwhile are
     found by the next pass (from the start). `not_ours`: leave out the rows this transaction
     updated (the switch's copy, which drops the staged vectors it moves into their rows), and
-    lock the rows found (RowsBusy when another transaction holds one)."""
+    lock the rows found: "skip" the ones another transaction holds, or "nowait" (RowsBusy)."""
     model, key, txt, ref = ITEMS[item]
     staged = select(StagedVector.org_id).where(StagedVector.org_id == org_id, StagedVector.item_type == item, ref == key)
     stmt = select(key, txt).where(model.org_id == org_id, ~staged.exists())
-    if not_ours:  # and locked at once (never waited for: the switch holds the org's lock)
+    if not_ours:  # never waited for: the switch holds the copy's row locks, or the org's lock
         stmt = stmt.where(literal_column(f"{model.__tablename__}.xmin <> pg_current_xact_id()::xid"))
-        stmt = stmt.with_for_update(read=True, key_share=True, nowait=True)
+        stmt = stmt.with_for_update(read=True, key_share=True, nowait=not_ours == "nowait", skip_locked=not_ours == "skip")
     if after is not None:
         stmt = stmt.where(key > (uuid.UUID(after) if item != LEXEME else after))
     try:

@@ -231,7 +231,7 @@ def switch(
 ) -> dict:
     """The switch (see the module), in the caller's transaction. `online`: copy before taking the
     org's exclusive lock (SwitchBusy when it must give way); otherwise take the lock first and do
-    everything under it. `after_copy`: called once the copy is done, before the lock is asked
+    everything under it. `after_copy`: called once the copy and its catch-up are done, before the lock is asked
     for (tests). Its stats say how long it held the org's exclusive lock before its commit
     (`switch_locked_s`): what the org's writes and searches waited."""
     run = repo.run_of(db, org_id, for_update=True)
@@ -242,6 +242,9 @@ def switch(
     if online:
         caught_up = _stage_missing(db, org_id, embedder)
         copied = repo.copy_staged(db, org_id, locked="skip")
+        # the rows written while it copied, still without the lock: what is left for the lock
+        # is what is written while these are embedded
+        caught_up += _stage_missing(db, org_id, embedder, not_ours="skip")
         if after_copy is not None:
             after_copy()
         copy_s = time.monotonic() - started
@@ -250,7 +253,7 @@ def switch(
         copy_s = 0.0
         _lock_queueing(db, org_id, try_for_s)
     locked_at = time.monotonic()
-    late = _stage_missing(db, org_id, embedder, not_ours=online)
+    late = _stage_missing(db, org_id, embedder, not_ours="nowait" if online else None)
     try:
         late_copied = repo.copy_staged(db, org_id, locked="nowait" if online else "wait")
     except repo.RowsBusy as e:  # a row another transaction holds: never wait for it holding the lock
@@ -270,9 +273,9 @@ def switch(
     }
 
 
-def _stage_missing(db: Session, org_id: uuid.UUID, embedder, *, not_ours: bool = False) -> int:
+def _stage_missing(db: Session, org_id: uuid.UUID, embedder, *, not_ours: str | None = None) -> int:
     """Embed and stage every row still without a staged vector (`not_ours`: but the rows this
-    transaction already moved its vectors into)."""
+    transaction already moved its vectors into, locked as `repo.missing` says)."""
     n = 0
     for item in repo.ITEMS:
         after = None
