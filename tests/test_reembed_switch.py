@@ -273,3 +273,39 @@ def test_the_switch_queues_for_the_lock_in_short_waits_and_gives_way_when_it_sta
             ).scalar()
             other.rollback()
         db.rollback()
+
+
+def test_the_job_tries_the_switch_again_after_giving_way_to_a_writer(client, world, app, admin_engine, models, run_job):
+    from sqlalchemy import text
+
+    org = world.org()
+    admin = world.user(org, roles=["admin"])
+    populate(client, admin, episodes=4)
+    m = client.post("/v1/memories", json={"text": "billing runs on the first", "kind": "fact"}, headers=admin.h)
+    assert m.status_code == 201, m.text
+    # The switch's copy writes the tables in turn, the vocabulary last: once a transaction holds
+    # the vocabulary's row-exclusive lock, the memory rows are copied and locked.
+    copying = text(
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+        " WHERE c.relname = 'lexicon' AND l.mode = 'RowExclusiveLock' AND l.granted"
+    )
+    with bound(app, admin.org_id) as writer:
+        repo.lock_shared(writer, admin.org_id)  # a writer's transaction, holding the org's lock in share mode
+        job = Beside(lambda: run_job(admin.org_id, "reembed", {"model": E5}, created_by=admin.user_id))
+        deadline = time.monotonic() + 120
+        with admin_engine.connect() as c:
+            while not c.execute(copying).scalar():
+                assert time.monotonic() < deadline and job.thread.is_alive(), (job.error, job.out)
+                time.sleep(0.05)
+        # The writer now needs a row the copy locked: it waits, holding the share lock.
+        got = writer.execute(
+            text("SELECT id FROM memories WHERE org_id = :o AND id = :m FOR UPDATE"), {"o": admin.org_id, "m": m.json()["id"]}
+        ).all()
+        assert len(got) == 1
+        writer.commit()
+    assert job.done_within(120) and job.error is None, job.error
+    assert job.out.status == "succeeded", job.out.error
+    assert job.out.stats["switched"] is True and job.out.stats["switch_tries"] == 2  # gave way once, then switched
+    for text_, v in stored(admin_engine, admin.org_id).values():
+        assert float(np.dot(v, models.vec(E5, text_))) > 0.999, text_
+    _back_to_minilm(run_job, admin.org_id)
