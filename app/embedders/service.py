@@ -231,8 +231,8 @@ def switch(
 ) -> dict:
     """The switch (see the module), in the caller's transaction. `online`: copy before taking the
     org's exclusive lock (SwitchBusy when it must give way); otherwise take the lock first and do
-    everything under it. `after_copy`: called once the copy and its catch-up are done, before the lock is asked
-    for (tests). Its stats say how long it held the org's exclusive lock before its commit
+    everything under it. `after_copy`: called once the copy and its catch-up are done, before
+    the lock is asked for (tests). Its stats say how long it held the org's exclusive lock before its commit
     (`switch_locked_s`): what the org's writes and searches waited."""
     run = repo.run_of(db, org_id, for_update=True)
     if run is None:
@@ -253,8 +253,8 @@ def switch(
         copy_s = 0.0
         _lock_queueing(db, org_id, try_for_s)
     locked_at = time.monotonic()
-    late = _stage_missing(db, org_id, embedder, not_ours="nowait" if online else None)
     try:
+        late = _stage_missing(db, org_id, embedder, not_ours="nowait" if online else None)
         late_copied = repo.copy_staged(db, org_id, locked="nowait" if online else "wait")
     except repo.RowsBusy as e:  # a row another transaction holds: never wait for it holding the lock
         raise SwitchBusy(f"a {e} row is locked by another transaction") from e
