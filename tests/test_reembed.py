@@ -48,8 +48,9 @@ def populate(client, admin, *, episodes: int = 12) -> dict:
 
 
 def stored(engine, org_id) -> dict[tuple[str, str], tuple[str, np.ndarray]]:
-    """{(item type, key): (text, vector)} of every stored vector of the org, every branch and version."""
-    with Session(engine) as db:
+    """{(item type, key): (text, vector)} of every stored vector of the org, every branch and
+    version, read in one snapshot (a switch committed between two tables' reads is not a mix)."""
+    with Session(engine.execution_options(isolation_level="REPEATABLE READ")) as db:
         return {
             (item, k): (t, np.asarray(v, dtype=np.float32))
             for item in repo.ITEMS

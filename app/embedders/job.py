@@ -4,12 +4,14 @@ Batches of rows without a staged vector are embedded with the new model and comm
 time with the job's checkpoint, so a run killed at any point (kill -9 included) loses at most the
 batch it was embedding, and the next run goes on from what was staged. Rows written during the
 run have no staged vector and are found by the next pass; once a pass finds (next to) nothing,
-the switch (app/embedders/service.py) embeds the last ones under the org's exclusive lock and
-moves every vector in one transaction. Searches keep the old vectors and the old query model
-until that commit."""
+the switch (app/embedders/service.py) moves every vector in one transaction, taking the org's
+exclusive lock only for what changed while it copied; when it gives way to a writer it is tried
+again in a new transaction, the last time with the lock taken first. Searches keep the old
+vectors and the old query model until that commit."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from app.embedders import service
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from app.jobs.models import Job
 
 MAX_PASSES = 3  # under a steady stream of writes, the switch embeds what the last pass left
+SWITCH_TRIES = 3  # the switch gives way to a writer at most twice; the last try locks first
 
 
 def run(ctx, job: Job) -> dict:
@@ -48,8 +51,13 @@ def run(ctx, job: Job) -> dict:
                 ctx.checkpoint(db, progress=0.99 * done / max(total, 1), stats={**stats, "done": done, "total": total})
         if staged_in_pass == 0:
             break
-    with ctx.tx() as db:
-        out = service.switch(db, ctx.org_id, embedder)
-        stats.update(out)
-        ctx.checkpoint(db, progress=1.0, stats=stats)
+    for attempt in range(SWITCH_TRIES):
+        try:
+            with ctx.tx() as db:
+                out = service.switch(db, ctx.org_id, embedder, online=attempt < SWITCH_TRIES - 1)
+                stats.update(out, switch_tries=attempt + 1)
+                ctx.checkpoint(db, progress=1.0, stats=stats)
+            break
+        except service.SwitchBusy:
+            time.sleep(0.5 * (attempt + 1))  # let the writer it gave way to commit
     return stats

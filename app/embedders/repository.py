@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import delete, func, literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from app.embedders.models import OrgEmbedder, Reembedding, StagedVector
@@ -50,6 +51,10 @@ def identity(db: Session, org_id: uuid.UUID) -> OrgEmbedder | None:
     return db.get(OrgEmbedder, org_id, populate_existing=True)
 
 
+def model_of(db: Session, org_id: uuid.UUID) -> str | None:
+    return db.execute(select(OrgEmbedder.model).where(OrgEmbedder.org_id == org_id)).scalar_one_or_none()
+
+
 def record(db: Session, org_id: uuid.UUID, model: str, dim: int) -> None:
     stmt = insert(OrgEmbedder).values(org_id=org_id, model=model, dim=dim)
     db.execute(stmt.on_conflict_do_update(index_elements=["org_id"], set_={"model": model, "dim": dim, "updated_at": func.now()}))
@@ -71,16 +76,32 @@ def end_run(db: Session, org_id: uuid.UUID) -> None:
     db.execute(delete(Reembedding).where(Reembedding.org_id == org_id))
 
 
-def missing(db: Session, org_id: uuid.UUID, item: str, after: str | None, limit: int) -> list[tuple[str, str]]:
+class RowsBusy(Exception):
+    """A row the switch must lock is locked by another transaction (it asked without waiting)."""
+
+
+def missing(
+    db: Session, org_id: uuid.UUID, item: str, after: str | None, limit: int, *, not_ours: str | None = None
+) -> list[tuple[str, str]]:
     """(key, text) of up to `limit` rows of `item` with no staged vector yet, in key order after
     `after`: a pass walks the table once; the rows it passed that were written meanwhile are
-    found by the next pass (from the start)."""
+    found by the next pass (from the start). `not_ours`: leave out the rows this transaction
+    updated (the switch's copy, which drops the staged vectors it moves into their rows), and
+    lock the rows found: "skip" the ones another transaction holds, or "nowait" (RowsBusy)."""
     model, key, txt, ref = ITEMS[item]
     staged = select(StagedVector.org_id).where(StagedVector.org_id == org_id, StagedVector.item_type == item, ref == key)
     stmt = select(key, txt).where(model.org_id == org_id, ~staged.exists())
+    if not_ours:  # never waited for: the switch holds the copy's row locks, or the org's lock
+        stmt = stmt.where(literal_column(f"{model.__tablename__}.xmin <> pg_current_xact_id()::xid"))
+        stmt = stmt.with_for_update(read=True, key_share=True, nowait=not_ours == "nowait", skip_locked=not_ours == "skip")
     if after is not None:
         stmt = stmt.where(key > (uuid.UUID(after) if item != LEXEME else after))
-    rows = db.execute(stmt.order_by(key).limit(limit)).all()
+    try:
+        rows = db.execute(stmt.order_by(key).limit(limit)).all()
+    except OperationalError as e:
+        if getattr(e.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            raise RowsBusy(item) from e
+        raise
     return [(str(k), t or "") for k, t in rows]
 
 
@@ -106,18 +127,84 @@ def set_progress(db: Session, org_id: uuid.UUID, done: int, total: int) -> None:
     db.execute(update(Reembedding).where(Reembedding.org_id == org_id).values(done=done, total=total))
 
 
-def copy_staged(db: Session, org_id: uuid.UUID) -> int:
-    """Every staged vector into its row's embedding column; how many rows it set."""
+# Every staged vector of one item type moved into its row: the rows are locked first (skipping
+# or refusing the ones another transaction holds, as asked), their staged vectors deleted and
+# written into them, in one statement. What is left staged afterwards is what was not copied.
+_MOVE = """
+WITH locked AS (
+    SELECT t.{key} FROM {table} t
+    WHERE t.org_id = :org AND EXISTS (
+        SELECT 1 FROM embedding_staging s WHERE s.org_id = :org AND s.item_type = :item AND s.{ref} = t.{key})
+    FOR NO KEY UPDATE OF t {mode}
+), moved AS (
+    DELETE FROM embedding_staging s USING locked
+    WHERE s.org_id = :org AND s.item_type = :item AND s.{ref} = locked.{key}
+    RETURNING s.{ref} AS k, s.embedding
+)
+UPDATE {table} t SET embedding = moved.embedding FROM moved WHERE t.org_id = :org AND t.{key} = moved.k
+"""
+_MODES = {"wait": "", "skip": "SKIP LOCKED", "nowait": "NOWAIT"}
+
+
+def copy_staged(db: Session, org_id: uuid.UUID, *, locked: str = "wait") -> int:
+    """Move staged vectors into their rows' embedding column (the staging rows moved are
+    deleted); how many rows it set. `locked`: what to do with a row another transaction holds:
+    "wait" for it, "skip" it (its vector stays staged), or "nowait" (RowsBusy, the transaction
+    is then aborted)."""
     n = 0
     for item, (model, key, _, ref) in ITEMS.items():
-        res = db.execute(
-            update(model)
-            .where(model.org_id == org_id, StagedVector.org_id == org_id, StagedVector.item_type == item, key == ref)
-            .values(embedding=StagedVector.embedding)
-            .execution_options(synchronize_session=False)
-        )
-        n += res.rowcount
+        sql = _MOVE.format(table=model.__tablename__, key=key.key, ref=ref.key, mode=_MODES[locked])
+        try:
+            n += db.execute(text(sql), {"org": org_id, "item": item}).rowcount
+        except OperationalError as e:
+            if getattr(e.orig, "sqlstate", None) == "55P03":  # lock_not_available
+                raise RowsBusy(item) from e
+            raise
     return n
+
+
+# Whether a transaction that holds the org's embedder lock in share mode waits, directly or
+# through others, for this one (for a row it locked): this transaction then cannot take the
+# lock exclusively before giving its rows up.
+_SHARE_HOLDER_WAITS = text("""
+WITH RECURSIVE waiting(pid) AS (
+    SELECT DISTINCT l.pid FROM pg_locks l WHERE NOT l.granted AND pg_backend_pid() = ANY (pg_blocking_pids(l.pid))
+  UNION
+    SELECT DISTINCT l.pid FROM pg_locks l JOIN waiting w ON w.pid = ANY (pg_blocking_pids(l.pid)) WHERE NOT l.granted
+), k AS (SELECT hashtextextended(:k, 13) AS v)
+SELECT EXISTS (
+    SELECT 1 FROM pg_locks l JOIN waiting w ON w.pid = l.pid, k
+    WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ShareLock' AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid::text::bigint = ((k.v >> 32) & 4294967295) AND l.objid::text::bigint = (k.v & 4294967295))
+""")
+
+
+def share_holder_waits_for_us(db: Session, org_id: uuid.UUID) -> bool:
+    return bool(db.execute(_SHARE_HOLDER_WAITS, {"k": f"embedder:{org_id}"}).scalar())
+
+
+def lock_exclusive_within(db: Session, org_id: uuid.UUID, ms: int) -> bool:
+    """The org's embedder lock exclusive, queueing for it at most `ms` (new readers queue behind
+    it meanwhile); False when it was not granted in time. The wait runs in a savepoint, so a
+    timeout leaves the transaction and what it wrote as they were."""
+    before = db.execute(text("SELECT current_setting('lock_timeout')")).scalar_one()
+    sp = db.begin_nested()
+    try:
+        db.execute(text("SELECT set_config('lock_timeout', :v, true)"), {"v": f"{int(ms)}ms"})
+        lock_exclusive(db, org_id)
+        db.execute(text("SELECT set_config('lock_timeout', :v, true)"), {"v": before})
+    except OperationalError as e:
+        sp.rollback()  # the timeout, and the setting with it
+        if getattr(e.orig, "sqlstate", None) == "55P03":
+            return False
+        raise
+    sp.commit()
+    return True
+
+
+def deadlock_timeout_ms(db: Session) -> int:
+    return int(db.execute(text("SELECT setting FROM pg_settings WHERE name = 'deadlock_timeout'")).scalar_one())
 
 
 def set_vectors(db: Session, org_id: uuid.UUID, item: str, keys: list[str], vectors) -> None:

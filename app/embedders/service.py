@@ -2,10 +2,18 @@
 check a writer makes before its commit, and the re-embedding that moves an org to another model
 (staged in batches, switched in one transaction).
 
-The switch: with the org's embedder lock exclusive (every ranking and every vector write holds
-it in share mode), the rows still without a staged vector are embedded, every staged vector is
-copied into its row, the org's model is set and the staging rows are dropped, all in one
-transaction: a reader sees every vector of the old model or every vector of the new one."""
+The switch is one transaction in two phases. First, without the org's embedder lock (every
+ranking and every vector write holds it in share mode), the rows still without a staged vector
+are embedded and every staged vector is moved into its row: row locks only, invisible to every
+other transaction until the commit, so searches keep ranking the old vectors and writers keep
+writing. Then, with the lock exclusive, only what changed meanwhile is done: the rows written
+since (embedded now), the rows the copy skipped because a writer held them, the org's model set.
+A reader sees every vector of the old model or every vector of the new one.
+
+A writer that holds the lock in share mode and waits for a row the copy locked would wait for
+the switch while the switch waits for its lock: the switch never waits for that lock while such
+a writer exists, it gives way (SwitchBusy: the caller rolls back and tries again); the last try
+takes the lock before touching any row, as a switch under steady conflicting writes must end."""
 
 from __future__ import annotations
 
@@ -16,11 +24,17 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from app.embedders import repository as repo
+from app.kit.database import replicas
 from app.kit.database.base import EMBEDDING_DIM
 from app.kit.errors import AppError, Conflict
 
 BATCH = 32  # rows embedded and committed together: a kill loses at most one batch's work
 SWITCH_TRY_S = 5.0  # the switch asks for its lock without queueing first, so readers do not wait behind it
+POLL_S = 0.05
+
+
+class SwitchBusy(Exception):
+    """The switch gave way to a writer (see the module): roll its transaction back and try again."""
 
 
 class EmbedderMismatch(AppError):
@@ -47,6 +61,21 @@ def serving_model(db: Session, org_id: uuid.UUID, *, default: str) -> str:
     repo.lock_shared(db, org_id)
     ident = repo.identity(db, org_id)
     return ident.model if ident is not None else default
+
+
+def same_model_on_standby(primary_db: Session, standby_db: Session, principal) -> bool:
+    """A standby read may rank the org's vectors only when the standby's model for the org is
+    the primary's (which the request read, under the org's lock, to embed its question): a
+    switch the standby has not replayed yet sends the read to the primary. Both read in their
+    transaction's snapshot, the standby's the same as its ranking's."""
+    if principal.org_id is None or not records_models(primary_db):
+        return True
+    primary = repo.model_of(primary_db, principal.org_id)
+    standby = repo.model_of(standby_db, principal.org_id)  # None: the org is not there yet, nor its vectors
+    return primary is None or standby is None or primary == standby
+
+
+replicas.require(same_model_on_standby)
 
 
 def hold(db: Session, org_id: uuid.UUID) -> None:
@@ -197,35 +226,94 @@ def stage_batch(db: Session, org_id: uuid.UUID, embedder, cursor: dict, limit: i
     return 0
 
 
-def switch(db: Session, org_id: uuid.UUID, embedder, *, try_for_s: float = SWITCH_TRY_S) -> dict:
-    """The switch (see the module), in the caller's transaction. Its stats say how long it held
-    the org's exclusive lock before its commit (`switch_locked_s`): what the org's writes and
-    searches waited."""
-    deadline = time.monotonic() + try_for_s
-    while not repo.try_lock_exclusive(db, org_id):
-        if time.monotonic() > deadline:
-            repo.lock_exclusive(db, org_id)
-            break
-        time.sleep(0.02)
-    locked_at = time.monotonic()
+def switch(
+    db: Session, org_id: uuid.UUID, embedder, *, try_for_s: float = SWITCH_TRY_S, online: bool = True, after_copy=None
+) -> dict:
+    """The switch (see the module), in the caller's transaction. `online`: copy before taking the
+    org's exclusive lock (SwitchBusy when it must give way); otherwise take the lock first and do
+    everything under it. `after_copy`: called once the copy and its catch-up are done, before
+    the lock is asked for (tests). Its stats say how long it held the org's exclusive lock before its commit
+    (`switch_locked_s`): what the org's writes and searches waited."""
     run = repo.run_of(db, org_id, for_update=True)
     if run is None:
         return {"switched": False}
-    caught_up = 0
-    for item in repo.ITEMS:
-        while rows := repo.missing(db, org_id, item, None, 256):
-            repo.stage(db, org_id, item, [k for k, _ in rows], embedder.embed([t for _, t in rows]))
-            caught_up += len(rows)
-    copied = repo.copy_staged(db, org_id)
+    started = time.monotonic()
+    caught_up = copied = 0
+    if online:
+        caught_up = _stage_missing(db, org_id, embedder)
+        copied = repo.copy_staged(db, org_id, locked="skip")
+        # the rows written while it copied, still without the lock: what is left for the lock
+        # is what is written while these are embedded
+        caught_up += _stage_missing(db, org_id, embedder, not_ours="skip")
+        if after_copy is not None:
+            after_copy()
+        copy_s = time.monotonic() - started
+        _lock_giving_way(db, org_id, try_for_s)
+    else:
+        copy_s = 0.0
+        _lock_queueing(db, org_id, try_for_s)
+    locked_at = time.monotonic()
+    try:
+        late = _stage_missing(db, org_id, embedder, not_ours="nowait" if online else None)
+        late_copied = repo.copy_staged(db, org_id, locked="nowait" if online else "wait")
+    except repo.RowsBusy as e:  # a row another transaction holds: never wait for it holding the lock
+        raise SwitchBusy(f"a {e} row is locked by another transaction") from e
     repo.record(db, org_id, run.model, run.dim)
     repo.end_run(db, org_id)
     return {
         "switched": True,
         "model": run.model,
-        "copied": copied,
-        "caught_up_at_switch": caught_up,
-        "switch_locked_s": round(time.monotonic() - locked_at, 2),
+        "copied": copied + late_copied,
+        "copied_before_lock": copied,
+        "copied_under_lock": late_copied,
+        "caught_up_at_switch": caught_up + late,
+        "caught_up_under_lock": late,
+        "switch_copy_s": round(copy_s, 3),
+        "switch_locked_s": round(time.monotonic() - locked_at, 3),
     }
+
+
+def _stage_missing(db: Session, org_id: uuid.UUID, embedder, *, not_ours: str | None = None) -> int:
+    """Embed and stage every row still without a staged vector (`not_ours`: but the rows this
+    transaction already moved its vectors into, locked as `repo.missing` says)."""
+    n = 0
+    for item in repo.ITEMS:
+        after = None
+        while rows := repo.missing(db, org_id, item, after, 256, not_ours=not_ours):
+            repo.stage(db, org_id, item, [k for k, _ in rows], embedder.embed([t for _, t in rows]))
+            after, n = rows[-1][0], n + len(rows)
+    return n
+
+
+def _lock_queueing(db: Session, org_id: uuid.UUID, try_for_s: float) -> None:
+    """The exclusive lock with no row of the org locked yet: asked without queueing for
+    `try_for_s` (readers do not wait behind it), then queued for."""
+    deadline = time.monotonic() + try_for_s
+    while not repo.try_lock_exclusive(db, org_id):
+        if time.monotonic() > deadline:
+            repo.lock_exclusive(db, org_id)
+            return
+        time.sleep(POLL_S)
+
+
+def _lock_giving_way(db: Session, org_id: uuid.UUID, try_for_s: float) -> None:
+    """The exclusive lock while holding the copy's row locks: asked without queueing for
+    `try_for_s`, then queued for in short waits (new readers queue behind each, so the ones
+    holding the lock drain), for as long again. Before each wait, a share holder waiting for one
+    of our rows makes it give way (SwitchBusy), and each wait is shorter than the server's
+    deadlock_timeout: a writer that starts waiting for our rows after the check would only look
+    for a deadlock once the wait is over, so no writer is ever cancelled as a deadlock's victim."""
+    deadline = time.monotonic() + try_for_s
+    wait_ms = max(10, min(200, repo.deadlock_timeout_ms(db) // 4))
+    while not repo.try_lock_exclusive(db, org_id):
+        if repo.share_holder_waits_for_us(db, org_id):
+            raise SwitchBusy("a writer waits for a row the switch's copy locked")
+        if time.monotonic() <= deadline:
+            time.sleep(POLL_S)
+        elif repo.lock_exclusive_within(db, org_id, wait_ms):
+            return
+        elif time.monotonic() > deadline + try_for_s:
+            raise SwitchBusy("the org's embedder lock stayed held in share mode")
 
 
 def abandon(db: Session, org_id: uuid.UUID) -> bool:

@@ -24,6 +24,11 @@ process, configured with `--to`, as an operator runs it.
   and its start (~3 s) left out.
 - **the switch's lock**: how long the switch held the org's exclusive embedder lock (the job's
   `switch_locked_s`), the time writes and searches of the org wait on it.
+- **the switch, before and after** (`--switch-ab N`, after the run): N pairs of switches of the
+  same org, each rolled back, alternating which goes first: the switch that locks first and
+  copies under the lock (`online=False`, the switch's last try; the only switch before) and the
+  one that copies first (`online=True`). Staged vectors for them are made in SQL (each row gets
+  its neighbour's vector: a real change of every indexed value, never a HOT update).
 - **search p95 during the run vs before**: during the last run, the CLI process is paused
   (SIGSTOP) and resumed (SIGCONT) in turns; each window issues `--searches` searches through the
   API in this process. Paused windows are "before" (no re-embedding competing), running windows
@@ -60,6 +65,7 @@ def parse(argv):
     ap.add_argument("--from", dest="from_model", default=MINI, help="the model the org's vectors are made with first")
     ap.add_argument("--to", dest="to_model", default=E5, help="the model the CLI re-embeds the org to")
     ap.add_argument("--data", default=None, help="LoCoMo json (default: bench.quality.locomo's)")
+    ap.add_argument("--switch-ab", type=int, default=3, help="pairs of switches (lock first / copy first), rolled back")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
 
@@ -86,6 +92,55 @@ def _switching(c) -> bool:
     """Whether an exclusive advisory lock is held (the switch's; nothing else here takes one)."""
     q = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted"
     return bool(c.execute(text(q)).scalar())
+
+
+_STAGE = {"episode": ("episodes", "id", "episode_id"), "lexeme": ("lexicon", "lexeme", "lexeme")}
+
+
+def _switch_ab(h, org_id, eng, model: str, pairs: int) -> dict:
+    """`pairs` x (lock first, copy first) switches to `model` of the same staged vectors, each
+    rolled back (see the module); the run is dropped at the end."""
+    from app.embedders import service
+    from app.kit.database.db import bind_principal
+    from app.kit.tenancy.view import EVERY_BRANCH
+
+    def session():
+        db = h.state.sessions()
+        bind_principal(db, None, org_id=org_id, all_scopes=True, view=EVERY_BRANCH)
+        return db
+
+    with session() as db:
+        service.begin(db, org_id, model, 384, None)
+        db.commit()
+    with eng.connect() as c:
+        for item, (table, key, ref) in _STAGE.items():
+            c.execute(
+                text(
+                    f"INSERT INTO embedding_staging (org_id, item_type, item_key, {ref}, embedding)"
+                    f" SELECT org_id, :item, {key}::text, {key}, coalesce(lead(embedding) OVER w, first_value(embedding) OVER w)"
+                    f" FROM {table} WHERE org_id = :o WINDOW w AS (ORDER BY {key})"
+                ),
+                {"o": org_id, "item": item},
+            )
+    embedder = h.state.embedders.get()
+    arms: dict[str, list[dict]] = {"lock_first": [], "copy_first": []}
+    for i in range(pairs):
+        for arm in ("lock_first", "copy_first") if i % 2 == 0 else ("copy_first", "lock_first"):
+            with session() as db:
+                t0 = time.monotonic()
+                out = service.switch(db, org_id, embedder, online=arm == "copy_first")
+                wall = time.monotonic() - t0
+                db.rollback()
+            arms[arm].append({"wall_s": round(wall, 3), **{k: v for k, v in out.items() if k != "model"}})
+    with session() as db:
+        service.abandon(db, org_id)
+        db.commit()
+    med = {arm: sorted(r["switch_locked_s"] for r in runs)[len(runs) // 2] for arm, runs in arms.items()}
+    return {
+        "runs": arms,
+        "switch_locked_s_median": med,
+        "locked_ratio_copy_first_over_lock_first": round(med["copy_first"] / max(med["lock_first"], 1e-9), 4),
+    }
 
 
 def main(argv=None) -> dict:
@@ -219,6 +274,9 @@ def main(argv=None) -> dict:
     }
     if times["before"] and times["during"]:
         result["search"]["p95_ratio_during_over_before"] = round(pct(times["during"], 95) / pct(times["before"], 95), 2)
+    if a.switch_ab:
+        result["switch_ab"] = _switch_ab(h, principal.org_id, eng, a.from_model, a.switch_ab)
+        result["load_after_switch_ab"] = load_average()
     h.close()
     eng.dispose()
     path = write_result("reembed", result, a.out)

@@ -20,6 +20,10 @@ Design choices:
   own transaction: the client sees a normal answer. A standby lost just after a read completed
   (the session's closing ROLLBACK fails) marks it down too and keeps the answer. The probe brings
   it back after the backoff.
+- **One snapshot per read.** A standby read runs in one REPEATABLE READ transaction (taken
+  after any wait for a position), so a commit replayed during it is seen whole or not at all,
+  and the checks a domain registers (`require`) see the same state as the read: the org's
+  embedding model on the standby must be the one the request embedded its question with.
 - **Without replicas nothing changes**: the reader runs the function on the request's session.
 """
 
@@ -104,7 +108,7 @@ class ReplicaSet:
         self._rr = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.stats = {"replica_reads": 0, "primary_reads": 0, "fallbacks": 0, "lsn_waits": 0}
+        self.stats = {"replica_reads": 0, "primary_reads": 0, "fallbacks": 0, "lsn_waits": 0, "stale_skips": 0}
         self._stats_lock = threading.Lock()
 
     # ---- health ---------------------------------------------------------------------------------
@@ -183,9 +187,15 @@ class ReplicaSet:
         for r in self._candidates():
             rdb = r.sessions()
             try:
-                bind_principal(rdb, principal)
-                if want > r.replay and not self._wait_for(rdb, r, lsn):
+                if want > r.replay and not self._wait_for(r, lsn):
                     continue  # not replayed yet; another standby, else the primary
+                # One snapshot for every statement of the read (and the checks): a commit
+                # replayed meanwhile is seen whole or not at all.
+                rdb.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+                bind_principal(rdb, principal)
+                if not all(check(primary_db, rdb, principal) for check in _CHECKS):
+                    self._count("stale_skips")
+                    continue  # the standby has not replayed a state the primary's transaction relies on
                 out = fn(rdb)
                 self._count("replica_reads")
                 return out
@@ -208,16 +218,31 @@ class ReplicaSet:
             rdb.invalidate()
             self.mark_down(r, f"connection lost after a read: {str(e.orig or e).splitlines()[0]}")
 
-    def _wait_for(self, rdb: Session, r: Replica, lsn: str) -> bool:
+    def _wait_for(self, r: Replica, lsn: str) -> bool:
+        """Polls in a session of its own: the read's snapshot is taken after the wait."""
         self._count("lsn_waits")
         deadline = time.monotonic() + self.wait_s
-        while True:
-            if replayed_past(rdb, lsn):
-                r.replay = max(r.replay, lsn_value(lsn))
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
+        with r.sessions() as wdb:
+            while True:
+                if replayed_past(wdb, lsn):
+                    r.replay = max(r.replay, lsn_value(lsn))
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.005)
+
+
+Check = Callable[[Session, Session, "Principal"], bool]
+_CHECKS: list[Check] = []
+
+
+def require(check: Check) -> None:
+    """Registers a check every standby read must pass: `check(primary_db, standby_db, principal)`,
+    run in the read's snapshot on the standby; False sends the read to another standby or the
+    primary (a state the request's primary transaction relies on that the standby has not
+    replayed yet: the org's embedding model, app/embedders/service.py)."""
+    if check not in _CHECKS:
+        _CHECKS.append(check)
 
 
 def replica_set(settings: Settings, primary: Engine) -> ReplicaSet | None:
