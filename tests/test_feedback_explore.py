@@ -11,22 +11,8 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.feedback import calibration as cal
+from tests.test_feedback_context import FACTS, QUERY
 
-FACTS = [
-    "The billing service deploys from the main branch every Tuesday.",
-    "Billing invoices are generated on the first day of each month.",
-    "The billing database keeps invoices for seven years.",
-    "Billing alerts page the payments on-call through PagerDuty.",
-    "Refunds over 500 euros in billing need a second approval.",
-    "The billing API rate limit is 100 requests per second.",
-    "Billing exports to the ledger run nightly at 01:00 UTC.",
-    "The office coffee machine is descaled on Fridays.",
-    "The design team uses Figma for mock-ups.",
-    "Parking spaces are booked through the facilities portal.",
-    "The library closes at six in the evening.",
-    "Team lunches are on the last Thursday of the month.",
-]
-QUERY = "when does the billing service deploy?"
 WINDOW = 60  # the window of feedback events, small so that the test runs through it three times
 SHARE = 0.3  # exploration share in the test: enough whole contexts in every small window
 TOP = cal.FLOOR  # what members use: the best items, which a cut context always keeps

@@ -14,20 +14,20 @@ from sqlalchemy.orm import Session
 
 from app.embedders import repository as repo
 from app.embedders import service
+from tests import test_reembed as reembed_tests
 from tests import test_replicas as replicas_tests
-from tests.test_reembed import E5, MINI, Models, _back_to_minilm, _ids, bound, populate, stored
+from tests.test_reembed import E5, MINI, _back_to_minilm, _ids, bound, populate, stored
+
+e5, models = reembed_tests.e5, reembed_tests.models  # the two models' fixtures, shared
 
 
-@pytest.fixture(scope="module")
-def e5():
-    from app.kit.runtime.embedding import E5Embedder
-
-    return E5Embedder()
-
-
-@pytest.fixture
-def models(embedder, e5):
-    return Models(embedder, e5)
+def _until(cond, beside, never: str) -> None:
+    """Wait (60 s at most) for `cond`, while the request running `beside` is still waiting."""
+    deadline = time.monotonic() + 60
+    while not cond():
+        assert time.monotonic() < deadline, never
+        assert beside.thread.is_alive(), beside.out
+        time.sleep(0.05)
 
 
 def _stage_all(app, org_id, new) -> None:
@@ -130,11 +130,8 @@ def test_a_writer_waiting_for_a_row_the_copy_locked_makes_the_switch_give_way(cl
         state["patch"] = Beside(
             lambda: client.patch(f"/v1/memories/{mem}", json={"text": "invoices go out on the second"}, headers=admin.h)
         )
-        deadline = time.monotonic() + 60
-        while not repo.share_holder_waits_for_us(db, admin.org_id):
-            assert time.monotonic() < deadline, "the update never waited for the copy's row"
-            assert state["patch"].thread.is_alive(), state["patch"].out
-            time.sleep(0.05)
+        waits = lambda: repo.share_holder_waits_for_us(db, admin.org_id)  # noqa: E731
+        _until(waits, state["patch"], "the update never waited for the copy's row")
 
     with bound(app, admin.org_id) as db:
         with pytest.raises(service.SwitchBusy, match="writer waits for a row"):
@@ -221,12 +218,8 @@ def test_a_delete_of_a_row_the_copy_locked_waits_for_the_switch_without_a_deadlo
         state["delete"] = Beside(lambda: client.delete(f"/v1/memories/{mem}", headers=admin.h))
         me = db.execute(text("SELECT pg_backend_pid()")).scalar()
         waits = text("SELECT count(*) FROM pg_locks WHERE NOT granted AND CAST(:me AS int) = ANY (pg_blocking_pids(pid))")
-        deadline = time.monotonic() + 60
         with admin_engine.connect() as c:
-            while not c.execute(waits, {"me": me}).scalar():
-                assert time.monotonic() < deadline, "the delete never waited for the copy's row"
-                assert state["delete"].thread.is_alive(), state["delete"].out
-                time.sleep(0.05)
+            _until(lambda: c.execute(waits, {"me": me}).scalar(), state["delete"], "the delete never waited for the copy's row")
 
     with bound(app, admin.org_id) as db:
         try:  # the delete waits for the switch's commit, or the switch gives way to it
