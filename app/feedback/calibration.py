@@ -50,7 +50,7 @@ USER_CAP = 20.0  # observations' worth of weight one user's feedback can carry, 
 MIN_USERS = 3
 MIN_OBSERVATIONS = 20
 MIN_TAIL_WEIGHT = 5.0  # a tail is cut only on at least this much weighted evidence about it
-THRESHOLD = 0.3  # a tail whose items are engaged less often than this is left out
+THRESHOLD = 0.25  # a tail whose items are engaged less often than this is left out (docs/feedback.md: how it was fitted)
 FLOOR = 3  # retrieved items always kept, whatever the calibration says
 # Contexts served whole while a cut is in force: enough that a window of WINDOW events holding
 # at least 100 events of feedback on contexts keeps MIN_TAIL_WEIGHT whole observations about the
