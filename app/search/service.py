@@ -182,6 +182,7 @@ def _vocabulary(db: Session, call: RankCall, rows: list, total: int, info: dict)
         terms=tun.vocab_terms,
         min_sim=tun.vocab_min_sim,
         n=LIFT_ROWS,
+        depth=tun.vocab_depth,
     )
     info["vocabulary"] = len(found)
     return _joined(rows, found, tun.vocab_depth), {r.id: float(r.r) for r in found}

@@ -181,7 +181,7 @@ def top_scored(
         "s_skip": n - 1,
         "s_first": first,
     }
-    odd = db.info.get("bm25_odd", {}).get((str(principal.user_id), type_), True)  # unknown: read them
+    odd = saw_odd(db, principal, type_)
     pruned = first_rows >= n  # else the first lexemes hold fewer than n rows: no theta
     if not pruned:
         values = {k: v for k, v in values.items() if k not in ("s_skip", "s_first")}
@@ -194,6 +194,28 @@ def top_scored(
     if essential is not None and rows:
         essential.append((rows[0].e, len(held)))
     return [(r.id, r.r) for r in rows]
+
+
+def saw_odd(db: Session, principal: Principal, type_: str) -> bool:
+    """Whether `caller_stats` saw the caller own shared rows of `type_` that no visible bucket
+    gives them, in this session (not asked yet: True, so that their postings are read)."""
+    return db.info.get("bm25_odd", {}).get((str(principal.user_id), type_), True)
+
+
+def visible_bids(principal: Principal, type_: str, *, odd: bool):
+    """A one-row CTE `vb` (column `a`): the ids of the buckets of `type_` whose postings are the
+    caller's servable rows: those `visible_to` gives them (the rule that counts their N) and,
+    with `odd`, the owner's copies of the buckets holding their own rows that it does not."""
+    b, i = Bm25Bucket, Bm25BucketId
+    bids = (
+        select(i.bid)
+        .join(b, and_(b.org_id == i.org_id, b.item_type == i.item_type, b.bucket == i.bucket))
+        .where(i.org_id == principal.org_id, i.item_type == type_, visible_to(principal, b))
+        .distinct()
+    )
+    if odd:
+        bids = union(bids, _odd_bids(principal, type_))
+    return select(func.array(bids.scalar_subquery()).label("a")).cte("vb").prefix_with("MATERIALIZED")
 
 
 def _bit(ord_):
@@ -217,7 +239,7 @@ def _top_select(principal: Principal, type_: str, *, odd: bool, pruned: bool):
     rows that no visible bucket gives them), the owner's copies of the buckets holding those. No
     item row is read: the postings hold only rows served by default on main, so every row here is
     one `servable` would give."""
-    b, i, p = Bm25Bucket, Bm25BucketId, Bm25Posting
+    p = Bm25Posting
     terms = select(
         func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
         func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
@@ -229,15 +251,7 @@ def _top_select(principal: Principal, type_: str, *, odd: bool, pruned: bool):
     w0 = select(terms.c.lex, terms.c.q, terms.c.ord, w.label("w")).subquery("w0")
     rest = func.sum(w0.c.w).over(order_by=w0.c.ord.desc())  # idf sum of this lexeme and every commoner one
     idf = select(w0.c.lex, w0.c.q, w0.c.ord, w0.c.w, rest.label("rest")).cte("idf").prefix_with("MATERIALIZED")
-    bids = (
-        select(i.bid)
-        .join(b, and_(b.org_id == i.org_id, b.item_type == i.item_type, b.bucket == i.bucket))
-        .where(i.org_id == principal.org_id, i.item_type == type_, visible_to(principal, b))
-        .distinct()
-    )
-    if odd:
-        bids = union(bids, _odd_bids(principal, type_))
-    vb = select(func.array(bids.scalar_subquery()).label("a")).cte("vb").prefix_with("MATERIALIZED")
+    vb = visible_bids(principal, type_, odd=odd)
     mine = and_(
         p.org_id == principal.org_id,
         p.bid == func.any(cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))),

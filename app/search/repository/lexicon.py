@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Float, Integer, all_, bindparam, func, select, text
+from sqlalchemy import Float, Integer, all_, and_, bindparam, cast, func, null, select, text, union_all
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by, insert
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
 from app.episodes.models import Episode
-from app.kit.database.sql import among_bound
+from app.kit.database.sql import among_bound, as_text
 from app.kit.database.vectors import PackedVector
-from app.search.models import Lexeme
+from app.search.models import Bm25Posting, Lexeme
+from app.search.repository import bm25_stats
 from app.search.repository.bm25 import tsquery_lexeme
 from app.search.repository.filters import STATEMENTS, pool_columns, qvec_param, servable, shape
 from app.search.schemas import SearchFilters
@@ -87,6 +88,7 @@ def lift_rows(
     terms: int,
     min_sim: float,
     n: int,
+    depth: int | None = None,
 ) -> list:
     """The vocabulary lift over the caller's servable episodes (app/search/lexicon.py): of the
     lexemes the `pool`'s rows hold (and the query does not), the `terms` whose words lie nearest
@@ -94,14 +96,14 @@ def lift_rows(
     similarity x IDF of the words they hold (df over the caller's rows, N = `total`, as BM25
     counts them): top-n (id, d, session_id, n_lex, who: `filters.pool_columns`; r). The pool bounds the candidates (as good
     as every word of the caller's rows, docs/search.md), at a cost that does not grow with their
-    number.
+    number. `depth`: only the first `depth` rows (those that may join the pool) carry their pool
+    columns, the others id and r alone (the rest NULL: the caller reads only their scores).
 
-    Two statements: the words first, then their rows with the words in the statement's text
-    (`tsv @@ 'w1' | 'w2'`), so that the planner sees them and picks by their frequency (the
-    column's statistics): the full-text index for rare words, one pass over the caller's rows
-    for common ones (with the words behind a CTE it could only do the pass, every visible row's
-    tsvector tested per word, whatever the words); with no word near enough the second
-    statement is not run at all."""
+    The words first; with no word near enough nothing else is run. Their rows then come from the
+    postings of the caller's buckets (`bm25_stats`: the statistics count exactly this read's
+    rows), no item row read but the `depth` best's, loaded under `servable`. Reads the postings
+    do not serve (branch, as-of, filters below a bucket) take `lift_hits_select`, which reads the
+    item table."""
     words = STATEMENTS.run(
         db,
         ("lift_words",) + shape(principal, "episode", f),
@@ -110,20 +112,21 @@ def lift_rows(
     ).all()
     if not words:
         return []
+    values = {"lexes": [w.lex for w in words], "sims": [float(w.sim) for w in words], "total": total, "n": n}
+    if bm25_stats.served_by_stats(principal, "episode", f):
+        odd = bm25_stats.saw_odd(db, principal, "episode")
+        return STATEMENTS.run(
+            db,
+            ("lift_postings", odd) + shape(principal, "episode", f),
+            lambda: _lift_postings(principal, f, odd=odd),
+            {**values, "qvec": qvec, "depth": n if depth is None else depth},
+        ).all()
     quoted = [tsquery_lexeme(w.lex) for w in words]
     return STATEMENTS.run(
         db,
         ("lift_hits",) + shape(principal, "episode", f),
-        lambda: _lift_hits(principal, f),
-        {
-            "qvec": qvec,
-            "lexes": [w.lex for w in words],
-            "sims": [float(w.sim) for w in words],
-            "tsq": quoted,
-            "any": " | ".join(quoted),
-            "total": total,
-            "n": n,
-        },
+        lambda: lift_hits_select(principal, f),
+        {**values, "qvec": qvec, "tsq": quoted, "any": " | ".join(quoted)},
     ).all()
 
 
@@ -153,8 +156,10 @@ def _lift_words(principal: Principal, f: SearchFilters):
     return select(near.c.lex, near.c.sim).where(near.c.sim > bindparam("min_sim", type_=Float)).order_by(near.c.lex)
 
 
-def _lift_hits(principal: Principal, f: SearchFilters):
-    """The servable rows holding any of the chosen lexemes, scored (see lift_rows)."""
+def lift_hits_select(principal: Principal, f: SearchFilters):
+    """The servable rows holding any of the chosen lexemes, scored (see lift_rows), read from the
+    item table by its text index: the statement for reads the postings do not serve, and the
+    reference the postings' statement is tested against."""
     m = Episode
     conds = servable(principal, "episode", f)
     chosen = (
@@ -174,22 +179,82 @@ def _lift_hits(principal: Principal, f: SearchFilters):
         .cte("hits")
         .prefix_with("MATERIALIZED")
     )
+    scored = _scored(hits).subquery("scored")
+    return (
+        select(*pool_columns(m, "episode"), scored.c.r)
+        .select_from(scored)
+        .join(m, (m.org_id == principal.org_id) & (m.id == scored.c.id))
+        .order_by(scored.c.r.desc(), scored.c.id)
+    )
+
+
+def _scored(hits):
+    """Top-n (id, r) of `hits` (id, lex, sim: one row per row and chosen lexeme it holds): df per
+    lexeme over them, N bound, each row's similarity x IDF summed in lexeme order (bit-equal ties,
+    the same sum whichever statement found the rows)."""
     df = select(hits.c.lex, func.count().label("df")).group_by(hits.c.lex).cte("hdf")
     big_n = bindparam("total", type_=Integer)
     w = hits.c.sim * func.ln(1 + (big_n - df.c.df + 0.5) / (df.c.df + 0.5))
-    score = func.sum(aggregate_order_by(w, hits.c.lex))  # summed in word order: bit-equal ties
-    scored = (
+    score = func.sum(aggregate_order_by(w, hits.c.lex))
+    return (
         select(hits.c.id, score.label("r"))
         .select_from(hits)
         .join(df, df.c.lex == hits.c.lex)
         .group_by(hits.c.id)
         .order_by(score.desc(), hits.c.id)
         .limit(bindparam("n", type_=Integer))
-        .subquery("scored")
     )
-    return (
-        select(*pool_columns(m, "episode"), scored.c.r)
-        .select_from(scored)
-        .join(m, (m.org_id == principal.org_id) & (m.id == scored.c.id))
-        .order_by(scored.c.r.desc(), scored.c.id)
+
+
+def _lift_postings(principal: Principal, f: SearchFilters, *, odd: bool):
+    """The lift's top-n from the postings of the caller's buckets (`bm25_stats.visible_bids`;
+    with `odd`, the owner's copies too): index-only, every posted row a servable one. The first
+    `depth` rows are joined to the item table under `servable` for their pool columns; the
+    others come with id and r only."""
+    m, p = Episode, Bm25Posting
+    chosen = (
+        select(
+            func.unnest(bindparam("lexes", type_=ARRAY(TEXT))).label("lex"),
+            func.unnest(bindparam("sims", type_=ARRAY(Float))).label("sim"),
+        )
+        .cte("chosen")
+        .prefix_with("MATERIALIZED")
+    )
+    vb = bm25_stats.visible_bids(principal, "episode", odd=odd)
+    hits = (
+        select(p.id.label("id"), chosen.c.lex, chosen.c.sim)
+        .select_from(chosen)
+        .join(
+            p,
+            and_(
+                p.org_id == principal.org_id,
+                p.bid == func.any(cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))),
+                p.lexeme == chosen.c.lex,
+            ),
+        )
+        .cte("hits")
+        .prefix_with("MATERIALIZED")
+    )
+    top = _scored(hits).subquery("top")
+    place = func.row_number().over(order_by=(top.c.r.desc(), top.c.id)).label("place")
+    ranked = select(top.c.id, top.c.r, place).cte("ranked").prefix_with("MATERIALIZED")
+    deep = bindparam("depth", type_=Integer)
+    loaded = (
+        select(*pool_columns(m, "episode"), ranked.c.r, ranked.c.id.label("uid"))
+        .select_from(ranked)
+        .join(m, (m.org_id == principal.org_id) & (m.id == ranked.c.id))
+        .where(ranked.c.place <= deep, *servable(principal, "episode", f))
+    )
+    rest = select(
+        as_text(ranked.c.id).label("id"),
+        null().label("d"),
+        null().label("session_id"),
+        null().label("n_lex"),
+        null().label("who"),
+        ranked.c.r,
+        ranked.c.id.label("uid"),
+    ).where(ranked.c.place > deep)
+    both = union_all(loaded, rest).subquery("both")
+    return select(both.c.id, both.c.d, both.c.session_id, both.c.n_lex, both.c.who, both.c.r).order_by(
+        both.c.r.desc(), both.c.uid
     )
