@@ -210,21 +210,25 @@ def load_stage(raw, lo: int, hi: int, base: int) -> dict:
 
 
 def recount_bm25(cur) -> None:
-    """The kept BM25 statistics of the item types this bench loads, recounted from their rows by
-    migration 0024's own backfill. The bulk insert runs with `session_replication_role = replica`,
-    which also silences the statement triggers that keep them: without the recount the service
-    reads N and df of the few rows written over HTTP (a 200k org looks like a small one: the
-    one-pass text statement and the exact vector search, with wrong N, and no memory found)."""
-    from bench.speed.scale.layout import BM25, _migration
+    """The kept BM25 statistics and postings of the item types this bench loads, recounted from their
+    rows by migrations 0024's and 0033's own backfills. The bulk insert runs with
+    `session_replication_role = replica`, which also silences the statement triggers that keep them:
+    without the recount the service reads N and df of the few rows written over HTTP (a 200k org
+    looks like a small one: the one-pass text statement and the exact vector search, with wrong N,
+    and no memory found) and its text top n finds only those rows' postings."""
+    from bench.speed.scale.layout import BM25, POSTINGS, _migration
 
     mig = _migration(BM25, "memscale_migration_bm25")
+    postings = _migration(POSTINGS, "memscale_migration_postings")
     types = [t for t, (table, _served) in mig.TYPES.items() if table in TABLES]
     for table in ("bm25_buckets", "bm25_df", "bm25_owned"):
         cur.execute(f"DELETE FROM {table} WHERE item_type = ANY(%s)", (types,))
+    cur.execute("DELETE FROM bm25_postings p USING bm25_bucket_ids i WHERE i.bid = p.bid AND i.item_type = ANY(%s)", (types,))
+    cur.execute("DELETE FROM bm25_bucket_ids WHERE item_type = ANY(%s)", (types,))
     for t in types:
-        for sql in mig._backfill(t, *mig.TYPES[t]):
+        for sql in mig._backfill(t, *mig.TYPES[t]) + postings._backfill(t, *mig.TYPES[t]):
             cur.execute(sql)
-    for table in ("bm25_buckets", "bm25_df", "bm25_owned"):
+    for table in ("bm25_buckets", "bm25_df", "bm25_owned", "bm25_bucket_ids", "bm25_postings"):
         cur.execute(f"ANALYZE {table}")
 
 

@@ -30,6 +30,7 @@ KEY_PRINCIPAL = VERSIONS / "20261201_key_principal.py"
 LEXICON = VERSIONS / "20261202_lexicon.py"
 FEEDBACK = VERSIONS / "20261205_feedback.py"
 BM25 = VERSIONS / "20261205_bm25_stats.py"
+POSTINGS = VERSIONS / "20261208_bm25_postings.py"
 
 
 def _migration(path: Path, name: str):
@@ -64,8 +65,9 @@ def apply(settings, layout: str, partitions: int | None = None) -> None:
 
 
 def keep_key_principal(settings) -> None:
-    """0017's authentication function, 0018's vocabulary table, the feedback tables and the kept BM25
-    statistics (tables, triggers, backfill) on a database kept below them (its other tables are older)."""
+    """0017's authentication function, 0018's vocabulary table, the feedback tables, the kept BM25
+    statistics and their postings (tables, triggers, backfill) on a database kept below them (its
+    other tables are older)."""
     from app.kit.database.pg import admin_url
 
     eng = create_engine(admin_url(settings))
@@ -75,12 +77,13 @@ def keep_key_principal(settings) -> None:
             _migration(LEXICON, "memscale_migration_0018").create(lambda sql: c.exec_driver_sql(sql))
         if c.execute(text("SELECT to_regclass('feedback_votes')")).scalar() is None:
             _migration(FEEDBACK, "memscale_migration_feedback").create(lambda sql: c.exec_driver_sql(sql))
-        if c.execute(text("SELECT to_regclass('bm25_buckets')")).scalar() is None:
-            from alembic.migration import MigrationContext
-            from alembic.operations import Operations
+        for table, path, name in (("bm25_buckets", BM25, "bm25"), ("bm25_postings", POSTINGS, "postings")):
+            if c.execute(text("SELECT to_regclass(:t)"), {"t": table}).scalar() is None:
+                from alembic.migration import MigrationContext
+                from alembic.operations import Operations
 
-            with Operations.context(MigrationContext.configure(c)):
-                _migration(BM25, "memscale_migration_bm25").upgrade()
+                with Operations.context(MigrationContext.configure(c)):
+                    _migration(path, f"memscale_migration_{name}").upgrade()
     eng.dispose()
 
 
