@@ -213,7 +213,8 @@ def _kept_equals_recount(c, org) -> None:
         want = set(c.execute(text(f"SELECT bucket, lex, id FROM ({ids}) x, unnest(tsvector_to_array(tsv)) lex"), q).all())
         got = c.execute(
             text(
-                "SELECT i.bucket, p.lexeme, p.id FROM bm25_postings p JOIN bm25_bucket_ids i ON i.bid = p.bid "
+                "SELECT i.bucket, p.lexeme, p.id FROM bm25_postings p JOIN bm25_bucket_ids i"
+                " ON i.org_id = p.org_id AND i.bid = p.bid "
                 "WHERE p.org_id = :o AND i.org_id = :o AND i.item_type = :t"
             ),
             q,
@@ -387,7 +388,8 @@ def test_rows_a_caller_cannot_see_never_change_their_ranking(app, admin_engine, 
     with admin_engine.connect() as c:  # each of those rows is in the postings the text top-n reads, in both orgs
         posted = c.execute(
             text(
-                "SELECT p.org_id, i.item_type, count(DISTINCT p.id) FROM bm25_postings p JOIN bm25_bucket_ids i ON i.bid = p.bid "
+                "SELECT p.org_id, i.item_type, count(DISTINCT p.id) FROM bm25_postings p JOIN bm25_bucket_ids i"
+                " ON i.org_id = p.org_id AND i.bid = p.bid "
                 "WHERE i.bucket = 'g:{c}|{}' GROUP BY 1, 2"
             )
         ).all()

@@ -151,7 +151,8 @@ def test_rows_a_caller_cannot_see_never_change_their_lift(app, admin_engine, set
             )
         posted = c.execute(
             text(
-                "SELECT p.org_id, count(DISTINCT p.id) FROM bm25_postings p JOIN bm25_bucket_ids i ON i.bid = p.bid "
+                "SELECT p.org_id, count(DISTINCT p.id) FROM bm25_postings p JOIN bm25_bucket_ids i"
+                " ON i.org_id = p.org_id AND i.bid = p.bid "
                 "WHERE i.item_type = 'episode' AND i.bucket = 'g:{c}|{}' GROUP BY 1"
             )
         ).all()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import BigInteger, Identity, Integer, SmallInteger, Text
+from sqlalchemy import BigInteger, Identity, Integer, SmallInteger, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -78,11 +78,14 @@ class Bm25BucketId(Base):
     `bm25_buckets`), so that a posting's key is short; taken by the triggers (migration 0033)."""
 
     __tablename__ = "bm25_bucket_ids"
+    # unique with the org (every tenant key includes org_id: Citus-ready), though the identity is
+    # unique alone
+    __table_args__ = (UniqueConstraint("org_id", "bid", name="uq_bm25_bucket_ids_bid"),)
 
     org_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     item_type: Mapped[str] = mapped_column(Text, primary_key=True)
     bucket: Mapped[str] = mapped_column(Text, primary_key=True)
-    bid: Mapped[int] = mapped_column(Integer, Identity(always=True), nullable=False, unique=True)
+    bid: Mapped[int] = mapped_column(Integer, Identity(always=True), nullable=False)
 
 
 class Bm25Posting(Base):

@@ -45,7 +45,8 @@ S = _stats()
 TABLES = [
     """CREATE TABLE bm25_bucket_ids (
   org_id uuid NOT NULL, item_type text NOT NULL, bucket text NOT NULL, bid integer GENERATED ALWAYS AS IDENTITY,
-  CONSTRAINT pk_bm25_bucket_ids PRIMARY KEY (org_id, item_type, bucket), CONSTRAINT uq_bm25_bucket_ids_bid UNIQUE (bid))""",
+  CONSTRAINT pk_bm25_bucket_ids PRIMARY KEY (org_id, item_type, bucket),
+  CONSTRAINT uq_bm25_bucket_ids_bid UNIQUE (org_id, bid))""",
     """CREATE TABLE bm25_postings (
   org_id uuid NOT NULL, bid integer NOT NULL, lexeme text NOT NULL, id uuid NOT NULL,
   CONSTRAINT pk_bm25_postings PRIMARY KEY (org_id, bid, lexeme, id))""",

@@ -223,7 +223,11 @@ def recount_bm25(cur) -> None:
     types = [t for t, (table, _served) in mig.TYPES.items() if table in TABLES]
     for table in ("bm25_buckets", "bm25_df", "bm25_owned"):
         cur.execute(f"DELETE FROM {table} WHERE item_type = ANY(%s)", (types,))
-    cur.execute("DELETE FROM bm25_postings p USING bm25_bucket_ids i WHERE i.bid = p.bid AND i.item_type = ANY(%s)", (types,))
+    cur.execute(
+        "DELETE FROM bm25_postings p USING bm25_bucket_ids i"
+        " WHERE i.org_id = p.org_id AND i.bid = p.bid AND i.item_type = ANY(%s)",
+        (types,),
+    )
     cur.execute("DELETE FROM bm25_bucket_ids WHERE item_type = ANY(%s)", (types,))
     for t in types:
         for sql in mig._backfill(t, *mig.TYPES[t]) + postings._backfill(t, *mig.TYPES[t]):
