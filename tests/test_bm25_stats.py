@@ -362,29 +362,32 @@ def test_the_postings_top_n_equals_the_exact_ranking(app, seeded, n, monkeypatch
     assert len(kept_calls) == 24 and any(e < held for e, held in kept_calls), kept_calls  # some postings left unread
 
 
+UNSEEN = {
+    "episode": "INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups) "
+    "SELECT 'note', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)",
+    "memory": "INSERT INTO memories (root_id, kind, text, org_id, owner_id, visibility, groups) "
+    "SELECT gen_random_uuid(), 'fact', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)",
+}
+
+
+def unseen_rows(admin_engine, settings, org, owner, types=("episode", "memory")):
+    """10,000 rows of each of `types` holding every VOCAB word, in group c (which the callers of these
+    tests are not in), in `org` (owned by `owner`) and in a new org; returns the new org."""
+    other, (stranger, *_), _ = _setup(admin_engine, settings)
+    words = " ".join(VOCAB)
+    with admin_engine.begin() as c:
+        for o, u in ((org, owner), (other, stranger)):
+            for t in types:
+                c.execute(text(UNSEEN[t]), {"w": words, "o": o, "u": u})
+    return other
+
+
 def test_rows_a_caller_cannot_see_never_change_their_ranking(app, admin_engine, settings, seeded):
     org, users = seeded
     p = _principal(org, users[6], groups=["a"])
     queries = ["pottery sweden deploy", "violin lake bread", "kitten adoption museum marathon"]
     before = {(t, q): _both(app, p, t, q) for t in SERVED for q in queries}
-    other, (stranger, *_), _ = _setup(admin_engine, settings)
-    words = " ".join(VOCAB)
-    with admin_engine.begin() as c:  # 10,000 rows of every query word: a group the caller is not in, another org
-        for o, u in ((org, users[7]), (other, stranger)):
-            c.execute(
-                text(
-                    "INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups) "
-                    "SELECT 'note', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)"
-                ),
-                {"w": words, "o": o, "u": u},
-            )
-            c.execute(
-                text(
-                    "INSERT INTO memories (root_id, kind, text, org_id, owner_id, visibility, groups) "
-                    "SELECT gen_random_uuid(), 'fact', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)"
-                ),
-                {"w": words, "o": o, "u": u},
-            )
+    other = unseen_rows(admin_engine, settings, org, users[7])
     with admin_engine.connect() as c:  # each of those rows is in the postings the text top-n reads, in both orgs
         posted = c.execute(
             text(

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import event, text
 
 from app.search.schemas import SearchFilters
-from tests.test_bm25_stats import GROUPS, LABELS, VOCAB, _principal, _setup
+from tests.test_bm25_stats import GROUPS, LABELS, _principal, unseen_rows
 from tests.test_bm25_stats import seeded as _seeded  # noqa: F401  (the fixture)
 
 DIM = 384
@@ -138,17 +138,8 @@ def test_rows_a_caller_cannot_see_never_change_their_lift(app, admin_engine, set
     rng = random.Random(3)
     calls = [(_unit(rng), _pool(app, p, rng)) for _ in range(3)]
     before = [_lifts(app, p, q, pool, n=1000, depth=30) for q, pool in calls]
-    other, (stranger, *_), _ = _setup(admin_engine, settings)
-    words = " ".join(VOCAB)
-    with admin_engine.begin() as c:  # 10,000 turns of every word: a group the caller is not in, another org
-        for o, u in ((org, users[7]), (other, stranger)):
-            c.execute(
-                text(
-                    "INSERT INTO episodes (kind, content, org_id, owner_id, visibility, groups) "
-                    "SELECT 'note', :w, :o, :u, 'group', '{c}' FROM generate_series(1, 10000)"
-                ),
-                {"w": words, "o": o, "u": u},
-            )
+    other = unseen_rows(admin_engine, settings, org, users[7], types=("episode",))
+    with admin_engine.connect() as c:  # in the postings the lift reads, in both orgs
         posted = c.execute(
             text(
                 "SELECT p.org_id, count(DISTINCT p.id) FROM bm25_postings p JOIN bm25_bucket_ids i"

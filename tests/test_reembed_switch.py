@@ -21,6 +21,17 @@ from tests.test_reembed import E5, MINI, _back_to_minilm, _ids, bound, populate,
 e5, models = reembed_tests.e5, reembed_tests.models  # the two models' fixtures, shared
 
 
+def _org_staged(client, world, app, models, memory_text: str):
+    """An org of four episodes and one memory, every row staged with e5's vectors: (its admin, the memory's id)."""
+    org = world.org()
+    admin = world.user(org, roles=["admin"])
+    populate(client, admin, episodes=4)
+    m = client.post("/v1/memories", json={"text": memory_text, "kind": "fact"}, headers=admin.h)
+    assert m.status_code == 201, m.text
+    _stage_all(app, admin.org_id, models.by[E5])
+    return admin, m.json()["id"]
+
+
 def _until(cond, beside, never: str) -> None:
     """Wait (60 s at most) for `cond`, while the request running `beside` is still waiting."""
     deadline = time.monotonic() + 60
@@ -115,13 +126,7 @@ def _back_to_minilm_in(app, org_id, mini) -> None:
 
 
 def test_a_writer_waiting_for_a_row_the_copy_locked_makes_the_switch_give_way(client, world, app, admin_engine, models, run_job):
-    org = world.org()
-    admin = world.user(org, roles=["admin"])
-    populate(client, admin, episodes=4)
-    m = client.post("/v1/memories", json={"text": "invoices go out on the first", "kind": "fact"}, headers=admin.h)
-    assert m.status_code == 201, m.text
-    mem = m.json()["id"]
-    _stage_all(app, admin.org_id, models.by[E5])
+    admin, mem = _org_staged(client, world, app, models, "invoices go out on the first")
     state: dict = {}
 
     def during_copy():
@@ -205,13 +210,7 @@ def test_a_delete_of_a_row_the_copy_locked_waits_for_the_switch_without_a_deadlo
 ):
     from sqlalchemy import text
 
-    org = world.org()
-    admin = world.user(org, roles=["admin"])
-    populate(client, admin, episodes=4)
-    m = client.post("/v1/memories", json={"text": "the vendor rollback runbook", "kind": "fact"}, headers=admin.h)
-    assert m.status_code == 201, m.text
-    mem = m.json()["id"]
-    _stage_all(app, admin.org_id, models.by[E5])
+    admin, mem = _org_staged(client, world, app, models, "the vendor rollback runbook")
     state: dict = {}
 
     def during_copy():
