@@ -6,6 +6,7 @@ the GIN lookup `bm25_hits_<type>` + MaxScore), side by side on a grown org; and 
     .venv/bin/python -m bench.speed.postings [--queries 30] [--against 6a25bf8^] [--explain]
     .venv/bin/python -m bench.speed.bm25_buckets --sizes 200000 --queries 20 # the text-only org, kept
     .venv/bin/python -m bench.speed.postings --text-org [--queries 40]
+    .venv/bin/python -m bench.speed.postings --scale memscale_bench_scale_hash   # bench/speed/scale's 200k org
     .venv/bin/python -m bench.speed.postings --ingest 20              # database-only insert rate
 
 Both arms get the same N and df (`caller_stats`), top 100, memories and turns; the arms alternate
@@ -113,13 +114,37 @@ def _text_org(queries: int) -> tuple[str, dict, dict, list, tuple]:
     return TEXT_DB, {"org": org, "size": size}, readers, [query(rng) for _ in range(queries + 1)], ("episode",)
 
 
+def _scale_org(db_name: str, queries: int) -> tuple[str, dict, dict, list, tuple]:
+    """bench/speed/scale's largest org (`scale-0000`, kept in its database): its reader u0 (an owner of
+    shared rows in groups it is not in) and a caller in u0's groups who owns nothing; queries of three
+    words drawn from 200 of the org's own turns."""
+    eng = create_engine(database_settings(db_name).database_url)
+    with eng.connect() as c:
+        org = str(c.execute(text("SELECT id FROM orgs WHERE name = 'scale-0000'")).scalar_one())
+        u0, groups = c.execute(text("SELECT id::text, groups FROM users WHERE org_id = :o AND name = 'u0'"), {"o": org}).one()
+        turns = c.execute(text("SELECT content FROM episodes WHERE org_id = :o ORDER BY id LIMIT 200"), {"o": org}).scalars()
+        words = [[w for w in t.split() if w.isalpha() and len(w) > 3] for t in turns]
+        size = c.execute(text("SELECT count(*) FROM episodes WHERE org_id = :o"), {"o": org}).scalar_one()
+    eng.dispose()
+    rng = random.Random(5)
+    readers = {
+        "u0, owner": _principal(org, u0, tuple(groups)),
+        "u0's groups, owns nothing": _principal(org, str(uuid.uuid4()), tuple(groups)),
+    }
+    qs = [" ".join(rng.sample(w, 3)) for w in words if len(w) >= 3]
+    return db_name, {"org": org, "size": size}, readers, qs[: queries + 1], ("memory", "episode")
+
+
 def search(args) -> dict:
     from app.kit.database.db import bind_principal, make_sessionmaker
     from app.kit.database.pg import app_url
     from app.search.repository import bm25, bm25_stats
     from app.search.schemas import SearchFilters
 
-    db_name, world, readers, queries, types_ = _text_org(args.queries) if args.text_org else _growth_org()
+    if args.scale:
+        db_name, world, readers, queries, types_ = _scale_org(args.scale, args.queries)
+    else:
+        db_name, world, readers, queries, types_ = _text_org(args.queries) if args.text_org else _growth_org()
     settings = database_settings(db_name)
     eng = create_engine(app_url(settings))
     sessions = make_sessionmaker(eng)
@@ -262,6 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--explain", action="store_true", help="EXPLAIN (ANALYZE, BUFFERS) each reader's heaviest call")
     ap.add_argument("--explain-median", action="store_true", help="the same for each reader's median call")
     ap.add_argument("--text-org", action="store_true", help="bench.speed.bm25_buckets' org instead (run it first)")
+    ap.add_argument("--scale", metavar="DB", default=None, help="bench/speed/scale's largest org in DB instead")
     ap.add_argument("--reader", default=None, help="only this reader (its name as printed)")
     ap.add_argument("--ingest", type=int, default=0, help="rounds of the database-only write A/B (0: the search A/B)")
     args = ap.parse_args(argv)
