@@ -202,11 +202,12 @@ def saw_odd(db: Session, principal: Principal, type_: str) -> bool:
     return db.info.get("bm25_odd", {}).get((str(principal.user_id), type_), True)
 
 
-def visible_bids(principal: Principal, type_: str, *, odd: bool):
-    """A one-row CTE `vb` (column `a`): the ids of the buckets of `type_` whose postings are the
-    caller's servable rows: those `visible_to` gives them (the rule that counts their N) and,
-    with `odd`, the owner's copies of the buckets holding their own rows that it does not."""
-    b, i = Bm25Bucket, Bm25BucketId
+def in_visible_buckets(principal: Principal, type_: str, lexeme, *, odd: bool):
+    """The condition that a posting (`Bm25Posting`) is of `lexeme` and of one of the caller's buckets
+    of `type_` whose postings are their servable rows: those `visible_to` gives them (the rule that
+    counts their N) and, with `odd`, the owner's copies of the buckets holding their own rows that
+    it does not. The buckets' ids are read once (a one-row MATERIALIZED CTE)."""
+    b, i, p = Bm25Bucket, Bm25BucketId, Bm25Posting
     bids = (
         select(i.bid)
         .join(b, and_(b.org_id == i.org_id, b.item_type == i.item_type, b.bucket == i.bucket))
@@ -215,7 +216,12 @@ def visible_bids(principal: Principal, type_: str, *, odd: bool):
     )
     if odd:
         bids = union(bids, _odd_bids(principal, type_))
-    return select(func.array(bids.scalar_subquery()).label("a")).cte("vb").prefix_with("MATERIALIZED")
+    vb = select(func.array(bids.scalar_subquery()).label("a")).cte("vb").prefix_with("MATERIALIZED")
+    return and_(
+        p.org_id == principal.org_id,
+        p.bid == func.any(cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))),
+        p.lexeme == lexeme,
+    )
 
 
 def _bit(ord_):
@@ -251,12 +257,7 @@ def _top_select(principal: Principal, type_: str, *, odd: bool, pruned: bool):
     w0 = select(terms.c.lex, terms.c.q, terms.c.ord, w.label("w")).subquery("w0")
     rest = func.sum(w0.c.w).over(order_by=w0.c.ord.desc())  # idf sum of this lexeme and every commoner one
     idf = select(w0.c.lex, w0.c.q, w0.c.ord, w0.c.w, rest.label("rest")).cte("idf").prefix_with("MATERIALIZED")
-    vb = visible_bids(principal, type_, odd=odd)
-    mine = and_(
-        p.org_id == principal.org_id,
-        p.bid == func.any(cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))),
-        p.lexeme == idf.c.lex,
-    )
+    mine = in_visible_buckets(principal, type_, idf.c.lex, odd=odd)
     if pruned:
         rows, essential = _pruned_rows(principal, idf, mine)
     else:  # the rarest lexemes hold fewer than n rows: no theta, every lexeme is essential

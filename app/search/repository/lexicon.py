@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Float, Integer, all_, and_, bindparam, cast, func, null, select, text, union_all
+from sqlalchemy import Float, Integer, all_, bindparam, func, null, select, text, union_all
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by, insert
 from sqlalchemy.orm import Session
 
@@ -207,7 +207,7 @@ def _scored(hits):
 
 
 def _lift_postings(principal: Principal, f: SearchFilters, *, odd: bool):
-    """The lift's top-n from the postings of the caller's buckets (`bm25_stats.visible_bids`;
+    """The lift's top-n from the postings of the caller's buckets (`bm25_stats.in_visible_buckets`;
     with `odd`, the owner's copies too): index-only, every posted row a servable one. The first
     `depth` rows are joined to the item table under `servable` for their pool columns; the
     others come with id and r only."""
@@ -220,18 +220,10 @@ def _lift_postings(principal: Principal, f: SearchFilters, *, odd: bool):
         .cte("chosen")
         .prefix_with("MATERIALIZED")
     )
-    vb = bm25_stats.visible_bids(principal, "episode", odd=odd)
     hits = (
         select(p.id.label("id"), chosen.c.lex, chosen.c.sim)
         .select_from(chosen)
-        .join(
-            p,
-            and_(
-                p.org_id == principal.org_id,
-                p.bid == func.any(cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))),
-                p.lexeme == chosen.c.lex,
-            ),
-        )
+        .join(p, bm25_stats.in_visible_buckets(principal, "episode", chosen.c.lex, odd=odd))
         .cte("hits")
         .prefix_with("MATERIALIZED")
     )
