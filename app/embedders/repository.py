@@ -7,6 +7,7 @@ job's transactions see every scope and branch)."""
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
 
 from sqlalchemy import delete, func, literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert
@@ -80,6 +81,21 @@ class RowsBusy(Exception):
     """A row the switch must lock is locked by another transaction (it asked without waiting)."""
 
 
+def _lock_not_available(e: OperationalError) -> bool:
+    return getattr(e.orig, "sqlstate", None) == "55P03"  # lock_not_available (NOWAIT, lock_timeout)
+
+
+@contextmanager
+def _rows_busy(item: str):
+    """A row lock asked without waiting and refused, as RowsBusy(item)."""
+    try:
+        yield
+    except OperationalError as e:
+        if _lock_not_available(e):
+            raise RowsBusy(item) from e
+        raise
+
+
 def missing(
     db: Session, org_id: uuid.UUID, item: str, after: str | None, limit: int, *, not_ours: str | None = None
 ) -> list[tuple[str, str]]:
@@ -96,12 +112,8 @@ def missing(
         stmt = stmt.with_for_update(read=True, key_share=True, nowait=not_ours == "nowait", skip_locked=not_ours == "skip")
     if after is not None:
         stmt = stmt.where(key > (uuid.UUID(after) if item != LEXEME else after))
-    try:
+    with _rows_busy(item):
         rows = db.execute(stmt.order_by(key).limit(limit)).all()
-    except OperationalError as e:
-        if getattr(e.orig, "sqlstate", None) == "55P03":  # lock_not_available
-            raise RowsBusy(item) from e
-        raise
     return [(str(k), t or "") for k, t in rows]
 
 
@@ -154,12 +166,8 @@ def copy_staged(db: Session, org_id: uuid.UUID, *, locked: str = "wait") -> int:
     n = 0
     for item, (model, key, _, ref) in ITEMS.items():
         sql = _MOVE.format(table=model.__tablename__, key=key.key, ref=ref.key, mode=_MODES[locked])
-        try:
+        with _rows_busy(item):
             n += db.execute(text(sql), {"org": org_id, "item": item}).rowcount
-        except OperationalError as e:
-            if getattr(e.orig, "sqlstate", None) == "55P03":  # lock_not_available
-                raise RowsBusy(item) from e
-            raise
     return n
 
 
@@ -196,7 +204,7 @@ def lock_exclusive_within(db: Session, org_id: uuid.UUID, ms: int) -> bool:
         db.execute(text("SELECT set_config('lock_timeout', :v, true)"), {"v": before})
     except OperationalError as e:
         sp.rollback()  # the timeout, and the setting with it
-        if getattr(e.orig, "sqlstate", None) == "55P03":
+        if _lock_not_available(e):
             return False
         raise
     sp.commit()
