@@ -223,7 +223,12 @@ def _lift_postings(principal: Principal, f: SearchFilters, *, odd: bool):
     hits = (
         select(p.id.label("id"), chosen.c.lex, chosen.c.sim)
         .select_from(chosen)
-        .join(p, bm25_stats.in_visible_buckets(principal, "episode", chosen.c.lex, odd=odd))
+        .join(
+            p,
+            bm25_stats.in_visible_buckets(
+                principal, "episode", chosen.c.lex, odd=odd, among=bindparam("lexes", type_=ARRAY(TEXT))
+            ),
+        )
         .cte("hits")
         .prefix_with("MATERIALIZED")
     )
