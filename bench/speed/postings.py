@@ -18,7 +18,8 @@ reader, every statement of both arms under `EXPLAIN (ANALYZE, BUFFERS)`, twice (
 printed); `--explain-median` the same for each reader's median call; `--reader NAME` one reader
 only. Also prints the org's postings and how many of them are the owner's copies of shared rows
 (one per lexeme of each counted shared row). `--ingest R`: R rounds of three 500-row episode
-`INSERT`s into another org, alternating 0033's trigger functions, 0024's and none.
+`INSERT`s into another org, alternating the trigger functions of 0034 (insert-only branch without
+netting), 0033, 0024 and none.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from bench.speed.growth.stages import DB, WORLD
 
 TEXT_DB = "memscale_bench_bm25"
 MIGRATION = Path("migrations/versions/20261208_bm25_postings.py")
+INSERT_MIGRATION = Path("migrations/versions/20261209_bm25_insert_trigger.py")
 
 
 class _Prefixed:
@@ -63,8 +65,8 @@ def _against(commit: str):
     return mod
 
 
-def _migration():
-    spec = importlib.util.spec_from_file_location("bm25_postings_0033", MIGRATION)
+def _migration(path: Path = MIGRATION):
+    spec = importlib.util.spec_from_file_location(f"bm25_migration_{path.stem}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -234,8 +236,8 @@ def _postings_count(settings, org: str) -> dict:
 
 
 def ingest(args) -> dict:
-    """Database-only insert rate: 500-row episode INSERTs into another org, 0033's trigger
-    functions, 0024's and none, alternating."""
+    """Database-only insert rate: 500-row episode INSERTs into another org, the trigger functions
+    of 0034, 0033 and 0024 and none, alternating; 0034's are put back at the end."""
     from sqlalchemy.orm import Session
 
     from app.orgs import service as orgs
@@ -243,7 +245,11 @@ def ingest(args) -> dict:
 
     mig = _migration()
     served = mig.S.TYPES["episode"][1]
-    fns = {"0033": mig._function("episode", served), "0024": mig.S._function("episode", served)}
+    fns = {
+        "0034": _migration(INSERT_MIGRATION)._function("episode", served),
+        "0033": mig._function("episode", served),
+        "0024": mig.S._function("episode", served),
+    }
     fns = {k: v.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1) for k, v in fns.items()}
     settings = database_settings(DB)
     admin = create_engine(settings.database_url)
@@ -252,7 +258,8 @@ def ingest(args) -> dict:
         writer = orgs.create_user(db, side, "w").id
         db.commit()
     rng = random.Random(5)
-    times: dict = {"0033": [], "0024": [], "none": []}
+    load_before = load_average()
+    times: dict = {"0034": [], "0033": [], "0024": [], "none": []}
     with admin.connect() as c:
         for r in range(args.ingest):
             arms = list(times) if r % 2 else list(times)[::-1]
@@ -270,11 +277,17 @@ def ingest(args) -> dict:
                 if arm == "none":
                     c.execute(text("ALTER TABLE episodes ENABLE TRIGGER bm25_keep_ins"))
                     c.commit()
-        c.execute(text(fns["0033"]))
+        c.execute(text(fns["0034"]))
         c.execute(text("DELETE FROM episodes WHERE org_id = :o"), {"o": side.id})
         c.commit()
     rate = {arm: round(500 * len(ts) / sum(ts), 1) for arm, ts in times.items()}
-    out = {"rows_per_s": rate, "0033_vs_0024": round(rate["0033"] / rate["0024"], 3), "load": load_average()}
+    out = {
+        "rows_per_s": rate,
+        "0034_vs_0033": round(rate["0034"] / rate["0033"], 3),
+        "0034_vs_0024": round(rate["0034"] / rate["0024"], 3),
+        "0033_vs_0024": round(rate["0033"] / rate["0024"], 3),
+        "load": f"{load_before} -> {load_average()}",
+    }
     print("ingest (500-row INSERTs, DB only)", out, flush=True)
     return out
 
