@@ -28,7 +28,22 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from sqlalchemy import BigInteger, Integer, and_, bindparam, case, cast, func, literal, or_, select, true, union
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Integer,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    type_coerce,
+    union,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, TEXT, TSQUERY, aggregate_order_by
 from sqlalchemy.orm import Session, aliased
 
@@ -68,7 +83,7 @@ def caller_stats(db: Session, principal: Principal, type_: str, lexemes: list[st
         lambda: _stats_select(principal, type_),
         {"lex": list(lexemes)},
     ).one()
-    big_n, dfs = int(row.n or 0), [int(d) for d in row.df]
+    big_n, dfs = int(row.n or 0), [int(d) for d in row.df or ()]  # no lexeme: NULL
     db.info.setdefault("bm25_odd", {})[(str(principal.user_id), type_)] = bool(row.odd)  # top_scored's shape
     if row.odd:
         extra = STATEMENTS.run(
@@ -77,7 +92,7 @@ def caller_stats(db: Session, principal: Principal, type_: str, lexemes: list[st
             lambda: _odd_select(principal, type_),
             {"lex": list(lexemes), "tsq": [tsquery_text(w) for w in lexemes]},
         ).one()
-        big_n, dfs = big_n + int(row.odd), [d + int(e) for d, e in zip(dfs, extra.df)]
+        big_n, dfs = big_n + int(row.odd), [d + int(e) for d, e in zip(dfs, extra.df or ())]
     return big_n, dfs
 
 
@@ -179,7 +194,7 @@ def top_scored(
         "s_n": big_n,
         "s_top": n,
         "s_skip": n - 1,
-        "s_first": first,
+        "s_first": [lex for _, lex in held[:first]],
     }
     odd = saw_odd(db, principal, type_)
     pruned = first_rows >= n  # else the first lexemes hold fewer than n rows: no theta
@@ -202,15 +217,12 @@ def saw_odd(db: Session, principal: Principal, type_: str) -> bool:
     return db.info.get("bm25_odd", {}).get((str(principal.user_id), type_), True)
 
 
-def in_visible_buckets(principal: Principal, type_: str, lexeme, *, odd: bool, among):
-    """The condition that a posting (`Bm25Posting`) is of `lexeme` and of one of the caller's buckets
-    of `type_` whose postings are their servable rows: those `visible_to` gives them (the rule that
+def visible_bids(principal: Principal, type_: str, *, odd: bool):
+    """The ids of the caller's buckets of `type_` whose postings are their servable rows, as one
+    array read once (a one-row MATERIALIZED CTE): the buckets `visible_to` gives them (the rule that
     counts their N) and, with `odd`, the owner's copies of the buckets holding their own rows that
-    it does not. The buckets' ids are read once (a one-row MATERIALIZED CTE). `among`: the bound
-    array every `lexeme` is taken from, also given to the index as a condition of its own, so that
-    however the join to the lexemes is planned only the query's lexemes' postings are read (a hash
-    join on the lexeme alone read every posting of the caller's buckets: 309,390 for 4,400)."""
-    b, i, p = Bm25Bucket, Bm25BucketId, Bm25Posting
+    it does not."""
+    b, i = Bm25Bucket, Bm25BucketId
     bids = (
         select(i.bid)
         .join(b, and_(b.org_id == i.org_id, b.item_type == i.item_type, b.bucket == i.bucket))
@@ -220,12 +232,28 @@ def in_visible_buckets(principal: Principal, type_: str, lexeme, *, odd: bool, a
     if odd:
         bids = union(bids, _odd_bids(principal, type_))
     vb = select(func.array(bids.scalar_subquery()).label("a")).cte("vb").prefix_with("MATERIALIZED")
-    return and_(
-        p.org_id == principal.org_id,
-        p.bid == func.any(cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))),
-        p.lexeme == func.any(among),
-        p.lexeme == lexeme,
-    )
+    return cast(select(vb.c.a).scalar_subquery(), ARRAY(Integer))
+
+
+def in_buckets(principal: Principal, bids, lexemes):
+    """The condition that a posting (`Bm25Posting`) is of one of `lexemes` and of one of `bids`
+    (`visible_bids`), both arrays given to the index (bid = ANY, lexeme = ANY). Callers take a
+    posting's place among the lexemes with `place_of`, not by a join to a lexeme CTE, which
+    PostgreSQL planned as a nested loop filtering every posting of the caller's buckets once per
+    lexeme (its row estimates for a CTE and for an array of unknown length are guesses)."""
+    p = Bm25Posting
+    return and_(p.org_id == principal.org_id, p.bid == func.any(bids), p.lexeme == func.any(lexemes))
+
+
+def place_of(lexemes, lexeme):
+    """A lexeme's place in an array of lexemes, from 1 (`array_position`)."""
+    return func.array_position(lexemes, lexeme)
+
+
+def element(array, place, type_):
+    """`array[place]`, the array read once (a scalar subquery: PostgreSQL takes no subscript
+    after a cast or a typed parameter)."""
+    return type_coerce(select(array).scalar_subquery(), ARRAY(type_))[place]
 
 
 def _bit(ord_):
@@ -261,12 +289,14 @@ def _top_select(principal: Principal, type_: str, *, odd: bool, pruned: bool):
     w0 = select(terms.c.lex, terms.c.q, terms.c.ord, w.label("w")).subquery("w0")
     rest = func.sum(w0.c.w).over(order_by=w0.c.ord.desc())  # idf sum of this lexeme and every commoner one
     idf = select(w0.c.lex, w0.c.q, w0.c.ord, w0.c.w, rest.label("rest")).cte("idf").prefix_with("MATERIALIZED")
-    mine = in_visible_buckets(principal, type_, idf.c.lex, odd=odd, among=bindparam("s_lex", type_=ARRAY(TEXT)))
+    lexes = bindparam("s_lex", type_=ARRAY(TEXT))
+    ord_ = place_of(lexes, p.lexeme) - 1  # the posting's lexeme's place in s_lex, from 0
+    bids = visible_bids(principal, type_, odd=odd)
     if pruned:
-        rows, essential = _pruned_rows(principal, idf, mine)
+        rows, essential = _pruned_rows(principal, bids, idf, ord_)
     else:  # the rarest lexemes hold fewer than n rows: no theta, every lexeme is essential
-        rows = select(p.id, func.bit_or(_bit(idf.c.ord)).label("m")).select_from(idf).join(p, mine).group_by(p.id)
-        rows, essential = rows.cte("rows").prefix_with("MATERIALIZED"), true()
+        rows = select(p.id, func.bit_or(_bit(ord_)).label("m")).where(in_buckets(principal, bids, lexes))
+        rows, essential = rows.group_by(p.id).cte("rows").prefix_with("MATERIALIZED"), true()
     fm = _mask_scores(select(rows.c.m).distinct().subquery("fd"), idf, "fm")
     top = (
         select(rows.c.id, fm.c.s.label("r"))
@@ -279,14 +309,17 @@ def _top_select(principal: Principal, type_: str, *, odd: bool, pruned: bool):
     return select(as_text(top.c.id).label("id"), top.c.r, n_essential.label("e")).order_by(top.c.r.desc(), top.c.id)
 
 
-def _pruned_rows(principal: Principal, idf, mine):
-    """MaxScore's candidates (id, lexeme mask) and the condition that a lexeme is essential."""
+def _pruned_rows(principal: Principal, bids, idf, ord_):
+    """MaxScore's candidates (id, lexeme mask) and the condition that a lexeme is essential. Each
+    step reads the postings of an array of lexemes (the first ones, the essential ones) and takes a
+    lexeme's weight or bit from its place (`ord_`), and the candidates that can still reach the top
+    n are those whose mask is in an array of passing masks: no join to a small CTE, which
+    PostgreSQL planned as nested loops (thousands of rows times every lexeme or mask)."""
     p = Bm25Posting
+    weights = type_coerce(select(func.array_agg(aggregate_order_by(idf.c.w, idf.c.ord))).scalar_subquery(), ARRAY(Float))
     first = (
-        select(p.id, func.sum(idf.c.w).label("r"))
-        .select_from(idf)
-        .join(p, mine)
-        .where(idf.c.ord < bindparam("s_first", type_=Integer))
+        select(p.id, func.sum(weights[ord_ + 1]).label("r"))
+        .where(in_buckets(principal, bids, bindparam("s_first", type_=ARRAY(TEXT))))
         .group_by(p.id)
         .cte("first")
         .prefix_with("MATERIALIZED")
@@ -295,11 +328,10 @@ def _pruned_rows(principal: Principal, idf, mine):
     th = select(theta1.label("t")).cte("th").prefix_with("MATERIALIZED")  # once, however often it is read
     t1 = select(th.c.t).scalar_subquery()
     essential = or_(t1.is_(None), idf.c.rest >= t1 - _SLACK)
+    ess = cast(select(func.array_agg(idf.c.lex)).where(essential).scalar_subquery(), ARRAY(TEXT))
     cand = (
-        select(p.id, func.min(p.bid).label("bid"), func.bit_or(_bit(idf.c.ord)).label("m"))
-        .select_from(idf)
-        .join(p, mine)
-        .where(essential)
+        select(p.id, func.min(p.bid).label("bid"), func.bit_or(_bit(ord_)).label("m"))
+        .where(in_buckets(principal, bids, ess))
         .group_by(p.id)
         .cte("cand")
         .prefix_with("MATERIALIZED")
@@ -317,14 +349,18 @@ def _pruned_rows(principal: Principal, idf, mine):
         )
         .scalar_subquery()
     )
-    scored = select(cand.c.id, case((ne_n > 0, cand.c.m.op("|")(probe)), else_=cand.c.m).label("m")).select_from(cand)
     ms = _mask_scores(select(cand.c.m, func.count().label("k")).group_by(cand.c.m).subquery("cm"), idf, "ms")
     cum = select(ms.c.s, func.sum(ms.c.k).over(order_by=ms.c.s.desc()).label("c")).subquery("cum")
     theta2 = select(cum.c.s).where(cum.c.c >= bindparam("s_top", type_=Integer)).order_by(cum.c.s.desc()).limit(1)
     t2 = theta2.scalar_subquery()
     ne_sum = select(func.coalesce(func.sum(ne.c.w), 0)).scalar_subquery()
-    scored = scored.join(ms, ms.c.m == cand.c.m).where(or_(ne_n == 0, t2.is_(None), ms.c.s + ne_sum >= t2 - _SLACK))
-    rows = scored.cte("rows").prefix_with("MATERIALIZED")
+    passing = cast(select(func.array_agg(ms.c.m)).where(ms.c.s + ne_sum >= t2 - _SLACK).scalar_subquery(), ARRAY(BigInteger))
+    rows = (
+        select(cand.c.id, case((ne_n > 0, cand.c.m.op("|")(probe)), else_=cand.c.m).label("m"))
+        .where(or_(ne_n == 0, t2.is_(None), cand.c.m == func.any(passing)))
+        .cte("rows")
+        .prefix_with("MATERIALIZED")
+    )
     return rows, essential
 
 

@@ -207,28 +207,16 @@ def _scored(hits):
 
 
 def _lift_postings(principal: Principal, f: SearchFilters, *, odd: bool):
-    """The lift's top-n from the postings of the caller's buckets (`bm25_stats.in_visible_buckets`;
+    """The lift's top-n from the postings of the caller's buckets (`bm25_stats.visible_bids`;
     with `odd`, the owner's copies too): index-only, every posted row a servable one. The first
     `depth` rows are joined to the item table under `servable` for their pool columns; the
     others come with id and r only."""
     m, p = Episode, Bm25Posting
-    chosen = (
-        select(
-            func.unnest(bindparam("lexes", type_=ARRAY(TEXT))).label("lex"),
-            func.unnest(bindparam("sims", type_=ARRAY(Float))).label("sim"),
-        )
-        .cte("chosen")
-        .prefix_with("MATERIALIZED")
-    )
+    lexes = bindparam("lexes", type_=ARRAY(TEXT))
+    sim = bm25_stats.element(bindparam("sims", type_=ARRAY(Float)), bm25_stats.place_of(lexes, p.lexeme), Float)
     hits = (
-        select(p.id.label("id"), chosen.c.lex, chosen.c.sim)
-        .select_from(chosen)
-        .join(
-            p,
-            bm25_stats.in_visible_buckets(
-                principal, "episode", chosen.c.lex, odd=odd, among=bindparam("lexes", type_=ARRAY(TEXT))
-            ),
-        )
+        select(p.id.label("id"), p.lexeme.label("lex"), sim.label("sim"))
+        .where(bm25_stats.in_buckets(principal, bm25_stats.visible_bids(principal, "episode", odd=odd), lexes))
         .cte("hits")
         .prefix_with("MATERIALIZED")
     )
