@@ -318,10 +318,10 @@ def _explain(sessions, p, got: list, out: Path, *, echo: bool = True) -> dict:
         cur = db.connection().connection.cursor()
         for stage, ms, statement, params in got:
             head = statement.lstrip().upper()
-            if head.startswith("SET"):
+            if head.startswith("SET") or "SET_CONFIG" in head:  # the walk's settings (vector._set_local) too
                 cur.execute(statement, params)
                 continue
-            if not head.startswith(("SELECT", "WITH")) or "SET_CONFIG" in head:
+            if not head.startswith(("SELECT", "WITH")):
                 continue
             cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
             plan = [r[0] for r in cur.fetchall()]
