@@ -59,7 +59,7 @@ from app.search.schemas import SearchFilters
 KEPT = SEARCH_TYPES  # the types whose statistics the triggers keep (migration 0024: one per searched type)
 # Below this many visible rows the exact statement (one pass over them, N bound from the kept
 # statistics) is cheaper than the kept path's statements (docs/search.md).
-KEPT_FROM = 5_000
+KEPT_FROM = 1_000
 FIRST_ROWS = 2000  # theta comes from the rarest lexemes' postings, up to about this many
 _SLACK = 1e-9  # the bounds are float sums in another order than the scores': never prune on a last bit
 _NOBODY = uuid.UUID(int=0)  # a user id no row has: visible_to for it is "shared with and cleared"
