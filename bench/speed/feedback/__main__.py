@@ -4,8 +4,10 @@ contexts and marked the best item used, then the same queries with feedback read
 the utility signal, and the context's calibration of where it ends) and not read
 (`utility_weight` 0, the calibration not consulted), the arms interleaved query by query in one
 process, so that both see the same machine load. Timed apart, inside each request of the "on" arm:
-the feedback calls themselves (`feedback.for_ranking`, `calibration.context_cut`), the share of
-the difference that does not drown in the machine's noise.
+the feedback calls themselves (`feedback.from_pool`: the votes read with the pool's rows, in
+Python; `calibration.context_cut`: the read of where the org's contexts end), the share of the
+difference that does not drown in the machine's noise. The votes' SQL runs inside the memory
+pool's statement (app/search/repository/vector.py): it shows in the side-by-side difference only.
 
     .venv/bin/python -m bench.speed.feedback [--n 1000] [--voters 5] [--queries 100]
 
@@ -85,7 +87,7 @@ def main() -> None:
                     }
                     assert http.post("/v1/feedback", json=body, headers=h).status_code == 201
                     votes += 1
-        read_calibration, read_utility = calibration.context_cut, feedback.for_ranking
+        read_calibration, read_utility = calibration.context_cut, feedback.from_pool
         spent: list[float] = []  # ms of feedback calls in the current request (any thread)
 
         def timed(fn):
@@ -98,7 +100,7 @@ def main() -> None:
 
             return call
 
-        feedback.for_ranking = timed(read_utility)
+        feedback.from_pool = timed(read_utility)
         arms = {"on": DEFAULT_TUNING, "off": replace(DEFAULT_TUNING, utility_weight=0.0)}
         times: dict = {f"{kind} {arm}": [] for kind in ("search", "context") for arm in arms}
         inside: dict = {"search": [], "context": []}
@@ -118,7 +120,7 @@ def main() -> None:
                     times[f"{kind} {arm}"].append((time.perf_counter() - t0) * 1000)
                     if arm == "on":
                         inside[kind].append(sum(spent))
-    calibration.context_cut, feedback.for_ranking = read_calibration, read_utility
+    calibration.context_cut, feedback.from_pool = read_calibration, read_utility
     admin.dispose()
     result = {
         "n": args.n,
