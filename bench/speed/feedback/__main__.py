@@ -8,6 +8,10 @@ the feedback calls themselves (`feedback.from_pool`: the votes read with the poo
 Python; `calibration.context_cut`: the read of where the org's contexts end), the share of the
 difference that does not drown in the machine's noise. The votes' SQL runs inside the memory
 pool's statement (app/search/repository/vector.py): it shows in the side-by-side difference only.
+A context reads its cut while the query's embedding is computed beside it, so the cut's time
+inside overlaps the embedding's: an upper bound of what it adds. `paired`: the per-query
+differences (on minus off, the same query a few milliseconds apart), less moved by the load's
+swings than the difference of two arms' percentiles.
 
     .venv/bin/python -m bench.speed.feedback [--n 1000] [--voters 5] [--queries 100]
 
@@ -130,6 +134,10 @@ def main() -> None:
         "search": arm_row({"new": times["search on"], "old": times["search off"]}, 2),
         "context": arm_row({"new": times["context on"], "old": times["context off"]}, 2),
         "feedback_calls": {kind: arm_row({"inside": v}, 3)["inside"] for kind, v in inside.items()},
+        "paired": {
+            kind: arm_row({"on_minus_off": [a - b for a, b in zip(times[f"{kind} on"], times[f"{kind} off"])]}, 2)["on_minus_off"]
+            for kind in ("search", "context")
+        },
         "load": load_average(),
     }
     for kind in ("search", "context"):
@@ -137,7 +145,8 @@ def main() -> None:
         print(
             f"{kind:8s} feedback read p50/p95 {row['new']['p50_ms']}/{row['new']['p95_ms']} ms, "
             f"not read {row['old']['p50_ms']}/{row['old']['p95_ms']} ms; the feedback calls inside "
-            f"{result['feedback_calls'][kind]['p50_ms']}/{result['feedback_calls'][kind]['p95_ms']} ms"
+            f"{result['feedback_calls'][kind]['p50_ms']}/{result['feedback_calls'][kind]['p95_ms']} ms; "
+            f"per query, on minus off {result['paired'][kind]['p50_ms']}/{result['paired'][kind]['p95_ms']} ms"
         )
     print("load", result["load"])
     print("written", write_result("feedback_cost", result, args.out))
