@@ -135,8 +135,8 @@ def build(
     k = k or candidates(budget)
     pieces = list(pinned or [])
     # Where the org's contexts end (app/feedback/calibration.py): read before the rankings, while
-    # the query's embedding is still being computed beside this request (search.rank_each awaits
-    # it), so that the read does not lengthen the request; on the primary, as every write.
+    # the query's embedding is still being computed beside this request (search.rank_each waits
+    # for it), rather than after them; on the primary (`db`), so that an erasure acts at once.
     cut = calibration.context_cut(db, principal.org_id)
     retrieved, cartridges = (read or on(db))(
         lambda rdb: (
