@@ -75,6 +75,7 @@ def test_the_votes_come_with_the_pool_rows(client, world, exact_below):
     results, sent = _ranked(client.app, author, tuning)
     votes = [s for s in sent if "feedback_votes" in s]
     assert votes and all("n_lex" in s for s in votes), votes
+    assert all(("AS top" in s) == bool(exact_below) for s in votes)  # the pool statement each case names
     ref = _reference(client.app, author, ids + [bad])
     assert ref[bad].held and bad not in [str(r.id) for r in results]
     judged = [r for r in results if str(r.id) in ref]
