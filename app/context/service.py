@@ -134,6 +134,10 @@ def build(
     count = resources.gateway.count_tokens
     k = k or candidates(budget)
     pieces = list(pinned or [])
+    # Where the org's contexts end (app/feedback/calibration.py): read before the rankings, while
+    # the query's embedding is still being computed beside this request (search.rank_each waits
+    # for it), rather than after them; on the primary (`db`), so that an erasure acts at once.
+    cut = calibration.context_cut(db, principal.org_id)
     retrieved, cartridges = (read or on(db))(
         lambda rdb: (
             retrieved_pieces(
@@ -152,7 +156,6 @@ def build(
     # says which cut it was served with
     rid = uuid.uuid4()
     params = {"budget_tokens": budget, "session_id": str(session.id) if session else None}
-    cut = calibration.context_cut(db, principal.org_id)
     if cut is not None:
         params["cut"] = cut = calibration.served(cut, rid)
     chosen = trim(chosen, cut, calibration.bin_of, floor=calibration.FLOOR)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Float, bindparam, cast, delete, func, insert, select
+from sqlalchemy import Float, bindparam, cast, delete, func, insert, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -58,9 +58,16 @@ def vote(
 # text never changes with the pool's size and SQLAlchemy and psycopg reuse it. The literal is
 # unnested once in a subquery: as a row filter (`= ANY(CAST(...))`) the cast ran for every vote row.
 _IDS = select(func.unnest(cast(bindparam("ids", type_=IdList()), ARRAY(UUID(as_uuid=True))))).scalar_subquery()
-# In double precision: EXTRACT returns numeric, and numeric power() costs ~0.5 ms a row.
-_AGE = func.greatest(cast(func.extract("epoch", func.now() - FeedbackVote.at), Float), 0.0)
-_WEIGHT = func.power(cast(0.5, Float), _AGE / bindparam("half_life_s", type_=Float))
+
+
+def _weight(half_life):
+    """A vote's weight 0.5^(age / half-life), in double precision: EXTRACT returns numeric, and
+    numeric power() costs ~0.5 ms a row."""
+    age = func.greatest(cast(func.extract("epoch", func.now() - FeedbackVote.at), Float), 0.0)
+    return func.power(cast(0.5, Float), age / half_life)
+
+
+_WEIGHT = _weight(bindparam("half_life_s", type_=Float))
 _DECAYED = (
     select(as_text(FeedbackVote.memory_id).label("memory_id"), FeedbackVote.signal, func.sum(_WEIGHT), func.count())
     .where(
@@ -86,6 +93,26 @@ def decayed_counts(db: Session, org_id: uuid.UUID, memory_ids: list, half_life_s
         return []
     values = {"org_id": org_id, "ids": list(memory_ids), "half_life_s": half_life_s}
     return _STATEMENTS.run(db, ("decayed",), lambda: _DECAYED, values).all()
+
+
+def votes_of(memory_id, *, org_id: uuid.UUID, half_life_s: float):
+    """A LATERAL subquery, for a statement that fetches memory rows, giving the memory `memory_id`
+    (a column of that statement) its `helpful` and `wrong` sums of 0.5^(age / half-life) over its
+    voters (NULL without such votes) and `wrong_users` (distinct users whose `wrong` stands): the
+    numbers of `decayed_counts`, read with the row by the primary key (org_id, memory_id, ...)
+    instead of by a statement of their own. The org and the half-life are baked in (the caller's
+    statement is compiled per caller); row-level security beneath checks the org again."""
+    v, w = FeedbackVote, _weight(literal(half_life_s, Float))
+    helpful, wrong = v.signal == "helpful", v.signal == "wrong"
+    return (
+        select(
+            func.sum(w).filter(helpful).label("helpful"),
+            func.sum(w).filter(wrong).label("wrong"),
+            func.count().filter(wrong).label("wrong_users"),
+        )
+        .where(v.org_id == literal(org_id, UUID(as_uuid=True)), v.memory_id == memory_id, v.signal.in_(("helpful", "wrong")))
+        .lateral("votes")
+    )
 
 
 def voters(db: Session, org_id: uuid.UUID, signal: str, at_least: int) -> dict:

@@ -23,6 +23,7 @@ already be served (app/search/signals.py), and can only remove a row, never add 
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -148,11 +149,27 @@ def utility_of(db: Session, org_id: uuid.UUID, memory_id: uuid.UUID) -> Utility 
     return utilities(db, org_id, [memory_id]).get(str(memory_id))
 
 
-def for_ranking(db: Session, org_id: uuid.UUID, memory_ids: list[str]) -> tuple[dict[str, float], set[str]]:
-    """({memory id: estimate}, ids held for review) among a ranking pool's ids (text, as the pool
-    holds them); a memory without feedback is in neither."""
-    got = tallies(db, org_id, memory_ids)
-    return {m: estimate(t.helpful, t.wrong) for m, t in got.items()}, {m for m, t in got.items() if t.held}
+def pool_votes(org_id: uuid.UUID):
+    """What a ranking pool's statement joins to read its memories' votes with their rows (the
+    repository's `votes_of`, for this org): called with the statement's memory id column, it gives
+    the LATERAL subquery whose columns `from_pool` reads: a ranking reads the numbers of `tallies`
+    without a statement of its own for them."""
+    return functools.partial(repo.votes_of, org_id=org_id, half_life_s=HALF_LIFE_DAYS * 86400.0)
+
+
+def from_pool(rows) -> tuple[dict[str, float], set[str]]:
+    """({memory id: estimate}, ids held for review) of a ranking pool whose rows carry `pool_votes`'
+    columns (helpful, wrong, wrong_users); a memory without helpful or wrong votes is in neither."""
+    estimates: dict[str, float] = {}
+    held: set[str] = set()
+    for r in rows:
+        if r.helpful is None and r.wrong is None:
+            continue
+        t = Tally(float(r.helpful or 0.0), float(r.wrong or 0.0), int(r.wrong_users or 0))
+        estimates[r.id] = estimate(t.helpful, t.wrong)
+        if t.held:
+            held.add(r.id)
+    return estimates, held
 
 
 def held_for_review(db: Session, org_id: uuid.UUID) -> dict[uuid.UUID, int]:

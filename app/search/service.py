@@ -124,8 +124,10 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
     # in no group (vector_repo.split_ids); at k = 10 one walk is faster, and rank's vector mode keeps it.
     mode = "exact" if tun.exact_below and total is not None and total <= tun.exact_below else "split"
     bm25 = {id_: float(r) for id_, r in txt}
+    # feedback: a bounded prior, read with the pool's rows; a memory held for review leaves the pool
+    votes = feedback.pool_votes(principal.org_id) if t == "memory" and tun.utility_weight else None
     if mode == "exact" and tun.fusion != "rrf":  # the exact top-n and the pool's rows: one statement
-        vec, rows = vector_repo.exact_pool(db, principal, t, qvec, call.filters, nv, also_ids=list(bm25))
+        vec, rows = vector_repo.exact_pool(db, principal, t, qvec, call.filters, nv, also_ids=list(bm25), votes=votes)
     else:
         vec, exact = vector_repo.vector_ids(db, principal, t, qvec, call.filters, nv, ef_search=call.ef_search, mode=mode)
         info["exact_fallbacks"] += int(exact and mode == "split")
@@ -140,7 +142,7 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
         return out, parts if call.explain else None
     if rows is None:
         ids = list({id_ for id_, _ in vec} | set(bm25))
-        rows = vector_repo.pool_rows(db, principal, t, qvec, ids, call.filters)
+        rows = vector_repo.pool_rows(db, principal, t, qvec, ids, call.filters, votes=votes)
     turns = t == "episode" and bool(tun.neighbour or tun.session)
     lifts: dict = {}
     if t == "episode" and total is not None and tun.vocab_terms and tun.vocab_weight:
@@ -157,8 +159,8 @@ def _fuse(db: Session, call: RankCall, t: str, info: dict) -> tuple[dict, dict |
     if turns and tun.neighbour:  # for context assembly's own neighbour pieces (no second lookup)
         info.setdefault("neighbours", {}).update({"pairs": pairs, "looked_up": set(in_sessions)})
     utility: dict = {}
-    if t == "memory" and tun.utility_weight:  # feedback: a bounded prior; a memory held for review leaves the pool
-        utility, held = feedback.for_ranking(db, principal.org_id, [r.id for r in rows])
+    if votes is not None:
+        utility, held = feedback.from_pool(rows)
         rows = [r for r in rows if r.id not in held] if held else rows
     pool = Pool(rows=rows, bm25=bm25, lifts=lifts, pairs=pairs, turns=t == "episode", utility=utility)
     fused, parts = fuse(pool, tun, explain=call.explain)

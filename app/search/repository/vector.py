@@ -9,7 +9,8 @@ visible set is small. Statements are never prepared (see app.kit.database.db.mak
 
 from __future__ import annotations
 
-from sqlalchemy import literal, select, text, union_all
+from sqlalchemy import cast, literal, select, text, true, union_all
+from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Session
 
 from app.auth.principal import Principal
@@ -131,11 +132,12 @@ def split_ids(
 
 
 def exact_pool(
-    db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *, also_ids: list
+    db: Session, principal: Principal, type_: str, qvec, f: SearchFilters, n: int, *, also_ids: list, votes=None
 ) -> tuple[list[tuple], list[tuple]]:
     """The exact vector top-n (id, distance) among visible rows and the fusion pool's rows (id,
     distance, session_id, n_lex, who: `pool_rows`) of those and `also_ids` (the text hits), in one statement:
-    where hybrid takes the exact search (few visible rows) it was two, with the same filters."""
+    where hybrid takes the exact search (few visible rows) it was two, with the same filters.
+    `votes`: as in `pool_rows`."""
     m = ITEM_TYPES[type_].model
 
     def build(also: bool):
@@ -149,18 +151,19 @@ def exact_pool(
             .subquery("kept")
         )
         top = with_speakers(kept, type_).add_columns(literal(True).label("top"))
-        return (
+        pool = (
             top
             if not also
             else union_all(
                 top, select(*pool_columns(m, type_), literal(False).label("top")).where(among_bound(m.id, "also"), *conds)
             )
         )
+        return pool if votes is None else _with_votes(pool.subquery("pool"), votes)
 
     also = bool(also_ids)
     got = STATEMENTS.run(
         db,
-        ("exact_pool", also) + shape(principal, type_, f),
+        ("exact_pool", also, votes is not None) + shape(principal, type_, f),
         lambda: build(also),
         {"qvec": qvec, "n": n, **({"also": list(also_ids)} if also else {})},
     ).all()
@@ -169,7 +172,14 @@ def exact_pool(
     return vec, pool
 
 
-def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f: SearchFilters) -> list[tuple]:
+def _with_votes(pool, votes):
+    """The rows of the subquery `pool` with the columns of `votes(their memory id)` (a LATERAL
+    subquery of one row per pooled row: app/feedback/service.py `pool_votes`)."""
+    v = votes(cast(pool.c.id, UUID(as_uuid=True)))
+    return select(pool, *v.c).select_from(pool.join(v, true()))
+
+
+def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f: SearchFilters, *, votes=None) -> list[tuple]:
     """(id, cosine distance, session_id, n_lex: the row's lexeme count, who: an episode's speaker;
     `filters.pool_columns`) of the fusion pool's rows, by primary key.
 
@@ -178,12 +188,16 @@ def pool_rows(db: Session, principal: Principal, type_: str, qvec, ids: list, f:
     bring their session for the session signal and their speaker for the speaker lift. Same
     filters as the searches themselves. A row without an embedding comes back with distance NULL
     (the caller scores it as the pool's farthest) rather than dropping out of hybrid results.
+    `votes`: a memory pool's feedback, read with its rows (app/feedback/service.py `pool_votes`:
+    a builder of the LATERAL subquery whose columns each row then carries too).
     """
     if not ids:
         return []
     m = ITEM_TYPES[type_].model
 
     def build():
-        return select(*pool_columns(m, type_)).where(among_bound(m.id, "ids"), *servable(principal, type_, f))
+        pool = select(*pool_columns(m, type_)).where(among_bound(m.id, "ids"), *servable(principal, type_, f))
+        return pool if votes is None else _with_votes(pool.subquery("pool"), votes)
 
-    return STATEMENTS.run(db, ("pool_rows",) + shape(principal, type_, f), build, {"qvec": qvec, "ids": list(ids)}).all()
+    key = ("pool_rows", votes is not None) + shape(principal, type_, f)
+    return STATEMENTS.run(db, key, build, {"qvec": qvec, "ids": list(ids)}).all()

@@ -4,8 +4,14 @@ contexts and marked the best item used, then the same queries with feedback read
 the utility signal, and the context's calibration of where it ends) and not read
 (`utility_weight` 0, the calibration not consulted), the arms interleaved query by query in one
 process, so that both see the same machine load. Timed apart, inside each request of the "on" arm:
-the feedback calls themselves (`feedback.for_ranking`, `calibration.context_cut`), the share of
-the difference that does not drown in the machine's noise.
+the feedback calls themselves (`feedback.from_pool`: the votes read with the pool's rows, in
+Python; `calibration.context_cut`: the read of where the org's contexts end), the share of the
+difference that does not drown in the machine's noise. The votes' SQL runs inside the memory
+pool's statement (app/search/repository/vector.py): it shows in the side-by-side difference only.
+A context reads its cut while the query's embedding is computed beside it, so the cut's time
+inside overlaps the embedding's: an upper bound of what it adds. `paired`: the per-query
+differences (on minus off, the same query a few milliseconds apart), less moved by the load's
+swings than the difference of two arms' percentiles.
 
     .venv/bin/python -m bench.speed.feedback [--n 1000] [--voters 5] [--queries 100]
 
@@ -85,7 +91,7 @@ def main() -> None:
                     }
                     assert http.post("/v1/feedback", json=body, headers=h).status_code == 201
                     votes += 1
-        read_calibration, read_utility = calibration.context_cut, feedback.for_ranking
+        read_calibration, read_utility = calibration.context_cut, feedback.from_pool
         spent: list[float] = []  # ms of feedback calls in the current request (any thread)
 
         def timed(fn):
@@ -98,7 +104,7 @@ def main() -> None:
 
             return call
 
-        feedback.for_ranking = timed(read_utility)
+        feedback.from_pool = timed(read_utility)
         arms = {"on": DEFAULT_TUNING, "off": replace(DEFAULT_TUNING, utility_weight=0.0)}
         times: dict = {f"{kind} {arm}": [] for kind in ("search", "context") for arm in arms}
         inside: dict = {"search": [], "context": []}
@@ -118,7 +124,7 @@ def main() -> None:
                     times[f"{kind} {arm}"].append((time.perf_counter() - t0) * 1000)
                     if arm == "on":
                         inside[kind].append(sum(spent))
-    calibration.context_cut, feedback.for_ranking = read_calibration, read_utility
+    calibration.context_cut, feedback.from_pool = read_calibration, read_utility
     admin.dispose()
     result = {
         "n": args.n,
@@ -128,6 +134,10 @@ def main() -> None:
         "search": arm_row({"new": times["search on"], "old": times["search off"]}, 2),
         "context": arm_row({"new": times["context on"], "old": times["context off"]}, 2),
         "feedback_calls": {kind: arm_row({"inside": v}, 3)["inside"] for kind, v in inside.items()},
+        "paired": {
+            kind: arm_row({"on_minus_off": [a - b for a, b in zip(times[f"{kind} on"], times[f"{kind} off"])]}, 2)["on_minus_off"]
+            for kind in ("search", "context")
+        },
         "load": load_average(),
     }
     for kind in ("search", "context"):
@@ -135,7 +145,8 @@ def main() -> None:
         print(
             f"{kind:8s} feedback read p50/p95 {row['new']['p50_ms']}/{row['new']['p95_ms']} ms, "
             f"not read {row['old']['p50_ms']}/{row['old']['p95_ms']} ms; the feedback calls inside "
-            f"{result['feedback_calls'][kind]['p50_ms']}/{result['feedback_calls'][kind]['p95_ms']} ms"
+            f"{result['feedback_calls'][kind]['p50_ms']}/{result['feedback_calls'][kind]['p95_ms']} ms; "
+            f"per query, on minus off {result['paired'][kind]['p50_ms']}/{result['paired'][kind]['p95_ms']} ms"
         )
     print("load", result["load"])
     print("written", write_result("feedback_cost", result, args.out))
