@@ -174,8 +174,8 @@ def top_scored(
     dfs: list[int],
     essential: list | None = None,
 ) -> list[tuple]:
-    """Top-n (id, score) among the caller's servable rows holding any of the lexemes (`quoted`:
-    each one's tsquery text, in the order of `dfs`), given the caller's N and each lexeme's df:
+    """Top-n (id, score) among the caller's servable rows holding any of the lexemes (`quoted`'s
+    keys, in the order of `dfs`; its values, each one's tsquery text, serve the exact path), given the caller's N and each lexeme's df:
     one statement over the postings of the caller's buckets, MaxScore-pruned (see the module).
     `essential`: a list to append (essential lexemes, lexemes held) to, when rows came back."""
     held = sorted((df, lex) for lex, df in zip(quoted, dfs) if df > 0)
@@ -188,7 +188,6 @@ def top_scored(
         first, first_rows = first + 1, first_rows + df
     values = {
         "s_lex": [lex for _, lex in held],
-        "s_tsq": [quoted[lex] for _, lex in held],
         "s_df": [df for df, _ in held],
         "s_ord": list(range(len(held))),
         "s_n": big_n,
@@ -280,15 +279,14 @@ def _top_select(principal: Principal, type_: str, *, odd: bool, pruned: bool):
     p = Bm25Posting
     terms = select(
         func.unnest(bindparam("s_lex", type_=ARRAY(TEXT))).label("lex"),
-        func.unnest(bindparam("s_tsq", type_=ARRAY(TEXT)).cast(ARRAY(TSQUERY))).label("q"),
         func.unnest(bindparam("s_df", type_=ARRAY(BigInteger))).label("df"),
         func.unnest(bindparam("s_ord", type_=ARRAY(Integer))).label("ord"),
     ).subquery("terms")
     big_n = bindparam("s_n", type_=BigInteger)
     w = func.ln(1 + (big_n - terms.c.df + 0.5) / (terms.c.df + 0.5))
-    w0 = select(terms.c.lex, terms.c.q, terms.c.ord, w.label("w")).subquery("w0")
+    w0 = select(terms.c.lex, terms.c.ord, w.label("w")).subquery("w0")
     rest = func.sum(w0.c.w).over(order_by=w0.c.ord.desc())  # idf sum of this lexeme and every commoner one
-    idf = select(w0.c.lex, w0.c.q, w0.c.ord, w0.c.w, rest.label("rest")).cte("idf").prefix_with("MATERIALIZED")
+    idf = select(w0.c.lex, w0.c.ord, w0.c.w, rest.label("rest")).cte("idf").prefix_with("MATERIALIZED")
     lexes = bindparam("s_lex", type_=ARRAY(TEXT))
     ord_ = place_of(lexes, p.lexeme) - 1  # the posting's lexeme's place in s_lex, from 0
     bids = visible_bids(principal, type_, odd=odd)
