@@ -175,8 +175,9 @@ def top_scored(
     essential: list | None = None,
 ) -> list[tuple]:
     """Top-n (id, score) among the caller's servable rows holding any of the lexemes (`quoted`'s
-    keys, in the order of `dfs`; its values, each one's tsquery text, serve the exact path), given the caller's N and each lexeme's df:
-    one statement over the postings of the caller's buckets, MaxScore-pruned (see the module).
+    keys, in the order of `dfs`; its values, their tsquery texts, serve the exact path), given the
+    caller's N and each lexeme's df: one statement over the postings of the caller's buckets,
+    MaxScore-pruned (see the module).
     `essential`: a list to append (essential lexemes, lexemes held) to, when rows came back."""
     held = sorted((df, lex) for lex, df in zip(quoted, dfs) if df > 0)
     if not held or n <= 0:
