@@ -106,6 +106,7 @@ def _measure(sessions, served: Served, world: dict, n_queries: int, size: int) -
     from app.search.repository.bm25 import visible_count
     from app.search.schemas import SearchFilters
     from app.search.service import RankCall, rank
+    from app.search.tuning import DEFAULT_TUNING
 
     def principal(who: str) -> Principal:
         uid, groups = world["readers"][who]
@@ -157,7 +158,7 @@ def _measure(sessions, served: Served, world: dict, n_queries: int, size: int) -
         for _, vec in queries:
             with sessions() as db:
                 bind_principal(db, rp)
-                mode = "exact" if n <= 10_000 else "split"  # as the ranking chooses (Tuning.exact_below)
+                mode = "exact" if n <= DEFAULT_TUNING.exact_below else "split"  # as the ranking chooses
                 fast, _ = repo.vector_ids(db, rp, "memory", np.array(vec), SearchFilters(), 10, ef_search=100, mode=mode)
                 truth, _ = repo.vector_ids(db, rp, "memory", np.array(vec), SearchFilters(), 10, ef_search=100, mode="exact")
                 db.rollback()
