@@ -315,9 +315,9 @@ def _pruned_rows(principal: Principal, bids, idf, ord_):
     n are those whose mask is in an array of passing masks: no join to a small CTE, which
     PostgreSQL planned as nested loops (thousands of rows times every lexeme or mask)."""
     p = Bm25Posting
-    weights = type_coerce(select(func.array_agg(aggregate_order_by(idf.c.w, idf.c.ord))).scalar_subquery(), ARRAY(Float))
+    weight = element(func.array_agg(aggregate_order_by(idf.c.w, idf.c.ord)), ord_ + 1, Float)  # the posting's lexeme's idf
     first = (
-        select(p.id, func.sum(weights[ord_ + 1]).label("r"))
+        select(p.id, func.sum(weight).label("r"))
         .where(in_buckets(principal, bids, bindparam("s_first", type_=ARRAY(TEXT))))
         .group_by(p.id)
         .cte("first")
