@@ -12,6 +12,7 @@ from app.kit.database.migrate import include_object as _include_object
 from app.kit.database.pg import app_url
 from app.kit.registry import metadata
 from tests.helpers import scratch_database
+from tests.test_vectors_in_row import STORED
 
 
 def test_models_and_migrations_agree(admin_engine):
@@ -21,6 +22,10 @@ def test_models_and_migrations_agree(admin_engine):
     assert diff == [], diff
 
 
+# The tables of item rows kept whole by migration 0035
+WHOLE_ROWS = "SELECT count(*) FROM (" + STORED + ") s WHERE reloptions = ARRAY['toast_tuple_target=8160']"
+
+
 def test_downgrade_then_upgrade(settings, admin_engine):
     from alembic.script import ScriptDirectory
 
@@ -28,6 +33,12 @@ def test_downgrade_then_upgrade(settings, admin_engine):
 
     with scratch_database(settings, "memscale_migtest") as (s, eng):
         upgrade(s, "head")
+        downgrade(s, "0034")  # 0035's downgrade: the item tables' storage parameter reset
+        with eng.connect() as c:
+            assert c.execute(text(WHOLE_ROWS)).scalar() == 0
+        upgrade(s, "0035")
+        with eng.connect() as c:
+            assert c.execute(text(WHOLE_ROWS)).scalar() > 16
         downgrade(s, "base")
         with eng.connect() as c:
             left = c.execute(

@@ -14,6 +14,8 @@ only (reads the same without it); 0017's authentication function and 0018's voca
 created again after the downgrade (`KEY_PRINCIPAL`, `LEXICON`): the code authenticates through the
 one and ranks conversation turns with the other. 0019 only drops indexes (the `global` layout
 keeps its single-column org_id indexes: reads the same, inserts pay one more index entry).
+A rebuild with another partition count sets 0035's `toast_tuple_target` on its new partitions
+(a partition's storage parameters are its own: 0015's copy does not carry them).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ LEXICON = VERSIONS / "20261202_lexicon.py"
 FEEDBACK = VERSIONS / "20261205_feedback.py"
 BM25 = VERSIONS / "20261205_bm25_stats.py"
 POSTINGS = VERSIONS / "20261208_bm25_postings.py"
+WHOLE_ROWS = VERSIONS / "20261210_vectors_in_row.py"
 
 
 def _migration(path: Path, name: str):
@@ -61,6 +64,7 @@ def apply(settings, layout: str, partitions: int | None = None) -> None:
     with eng.begin() as c:
         for t in mig.TABLES:
             mig.rebuild(c, t, partitions)
+        _migration(WHOLE_ROWS, "memscale_migration_0035").keep_whole(c)  # the new partitions' storage parameter
     eng.dispose()
 
 
