@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-HEAD = "0035"  # the newest migration (the hash layout is at head)
+HEAD = "0036"  # the newest migration (the hash layout is at head)
 
 
 def _unit(x) -> bool:
