@@ -6,7 +6,7 @@ An item is visible to a principal of its org when the principal owns it, or when
 
 from __future__ import annotations
 
-from sqlalchemy import Text, and_, any_, func, literal, or_
+from sqlalchemy import Text, and_, any_, false, func, literal, or_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -31,8 +31,10 @@ def in_groups(model, groups) -> ColumnElement[bool]:
 
 
 def visible_to(principal: Principal, model) -> ColumnElement[bool]:
-    # '' is never a valid group or label, so it stands in for "none" in the array literals.
-    shared = or_(model.visibility == "org", and_(model.visibility == "group", in_groups(model, principal.groups)))
+    # '' is never a valid group or label (app/kit/http/schemas.py `Tag`), so it stands in for "none"
+    # in the array literals; a caller in no group sees no group row, and the test is left out.
+    grouped = and_(model.visibility == "group", in_groups(model, principal.groups)) if principal.groups else false()
+    shared = or_(model.visibility == "org", grouped)
     cleared = model.labels.contained_by(_text_array(principal.clearances))
     return and_(
         model.org_id == principal.org_id,
