@@ -66,6 +66,17 @@ def _setup(admin_engine, settings, users=3):
         return org.id, ids, branch
 
 
+def org_document(c, org, owner, name: str):
+    """An org-visible document asset (`mem://<name>`) for chunks to hang on; its id."""
+    return c.execute(
+        text(
+            "INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
+            " VALUES (:o, :u, 'document', :uri, :name, 'org') RETURNING id"
+        ),
+        {"o": org, "u": owner, "uri": f"mem://{name}", "name": name},
+    ).scalar_one()
+
+
 def _text(rng: random.Random) -> str:
     return " ".join(rng.choice(VOCAB) for _ in range(rng.randint(1, 6)))
 
@@ -509,13 +520,7 @@ def test_each_lexemes_df_is_probed_by_the_whole_key_while_the_row_estimates_are_
     rng = random.Random(5)
     with admin_engine.begin() as c:
         c.execute(text("ANALYZE bm25_df"))
-        asset = c.execute(
-            text(
-                "INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
-                " VALUES (:o, :u, 'document', 'mem://stale', 'stale', 'org') RETURNING id"
-            ),
-            {"o": org, "u": alice},
-        ).scalar_one()
+        asset = org_document(c, org, alice, "stale")
         words = [f"w{i}x{rng.randrange(10**6)}" for i in range(3000)]
         c.execute(
             text(

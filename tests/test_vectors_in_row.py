@@ -9,7 +9,7 @@ import random
 
 from sqlalchemy import text
 
-from tests.test_bm25_stats import _setup
+from tests.test_bm25_stats import _setup, org_document
 
 VEC = "array_fill(0.05::real, ARRAY[384])::vector"
 IN_ROW = "pg_column_toast_chunk_id({col}) IS NULL"  # NULL: the value is not stored out of line
@@ -57,13 +57,7 @@ def test_a_typical_item_keeps_its_vector_and_lexemes_in_the_row(admin_engine, se
                 {"t": typical, "o": org, "u": alice},
             ).scalar_one(),
         }
-        asset = c.execute(
-            text(
-                "INSERT INTO knowledge_assets (org_id, owner_id, kind, source_uri, content_hash, visibility)"
-                " VALUES (:o, :u, 'document', 'mem://whole', 'whole', 'org') RETURNING id"
-            ),
-            {"o": org, "u": alice},
-        ).scalar_one()
+        asset = org_document(c, org, alice, "whole")
         chunk = text(
             "INSERT INTO chunks (org_id, asset_id, owner_id, visibility, ord, text, content_hash, token_count, embedding)"
             f" VALUES (:o, :a, :u, 'org', :i, :t, md5(:t), 100, {VEC}) RETURNING id"
