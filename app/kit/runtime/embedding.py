@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from app.kit.runtime import wordvectors
 from app.kit.runtime.e5 import E5_EMBEDDING, E5Embedder
 
 LOCAL_EMBEDDING = "local/all-minilm-l6-v2"
@@ -88,6 +89,10 @@ class LocalEmbedder:
     def idle(self) -> bool:
         """Whether a call now would start at once (no other call running)."""
         return not self._lock.locked()
+
+    def fingerprint(self) -> str:
+        """The model files (names, sizes, times) and the library versions that run them."""
+        return OnnxEncoder._key(self._path)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -366,7 +371,11 @@ def make_embedder(settings, model: str | None = None) -> Embedder:
     """The embedder for `model` (default: the configured `settings.embedding_model`)."""
     model = model or settings.embedding_model
     if model == LOCAL_EMBEDDING:
-        return LocalEmbedder(backend=settings.embedding_backend, cache_dir=settings.model_cache_dir)
-    if model == E5_EMBEDDING:
-        return E5Embedder()
-    return LiteLLMEmbedder(model, settings.embedding_dim)
+        emb = LocalEmbedder(backend=settings.embedding_backend, cache_dir=settings.model_cache_dir)
+    elif model == E5_EMBEDDING:
+        emb = E5Embedder()
+    else:
+        emb = LiteLLMEmbedder(model, settings.embedding_dim)
+    if settings.word_vectors:  # the public word list's vectors, where built (app/kit/runtime/wordvectors.py)
+        emb.word_vectors = wordvectors.Table(emb, settings.model_cache_dir)
+    return emb

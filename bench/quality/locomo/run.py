@@ -90,6 +90,7 @@ class Service:
 
         from app.client import MemscaleClient
         from app.jobs.runner import Resources
+        from app.kit.runtime import wordvectors
         from app.main import create_app
         from app.orgs import service as orgs
         from bench.common import fresh_database
@@ -104,6 +105,8 @@ class Service:
             db.commit()
         admin.dispose()
         self.resources = Resources(self.settings, _embedder=embedder)
+        emb = self.resources.embedder
+        wordvectors.ensure(getattr(emb, "inner", emb), say=print)  # as `memscale serve` does, before any write
         self.app = create_app(self.settings, embedder=self.resources.embedder)
         self.http = TestClient(self.app)
         self.http.__enter__()
