@@ -81,12 +81,18 @@ def caller_stats(db: Session, principal: Principal, type_: str, lexemes: list[st
         db,
         ("bm25_stats",) + shape(principal, type_, SearchFilters()),
         lambda: _stats_select(principal, type_),
-        {"lex": list(lexemes), "tsq": [tsquery_text(w) for w in lexemes]},
+        {"lex": list(lexemes)},
     ).one()
     big_n, dfs = int(row.n or 0), [int(d) for d in row.df or ()]  # no lexeme: NULL
     db.info.setdefault("bm25_odd", {})[(str(principal.user_id), type_)] = bool(row.odd)  # top_scored's shape
     if row.odd:
-        big_n, dfs = big_n + int(row.odd), [d + int(e) for d, e in zip(dfs, row.odd_df or ())]
+        extra = STATEMENTS.run(
+            db,
+            ("bm25_odd",) + shape(principal, type_, SearchFilters()),
+            lambda: _odd_select(principal, type_),
+            {"lex": list(lexemes), "tsq": [tsquery_text(w) for w in lexemes]},
+        ).one()
+        big_n, dfs = big_n + int(row.odd), [d + int(e) for d, e in zip(dfs, extra.df or ())]
     return big_n, dfs
 
 
@@ -122,20 +128,15 @@ def _stats_select(principal: Principal, type_: str):
     odd = select(func.coalesce(func.sum(o.n), 0)).where(
         o.org_id == principal.org_id, o.item_type == type_, o.owner_id == principal.user_id, ~shared_to_me
     )
-    # The odd rows' df (`_odd_select`) in the same statement, run only where there are any: a
-    # CASE branch not taken never runs its subquery (one round trip less than a second statement).
-    odd_df = case((odd.scalar_subquery() > 0, _odd_select(principal, type_).scalar_subquery()))
     return select(
         select(func.sum(vb.c.n)).scalar_subquery().label("n"),
         select(func.array_agg(aggregate_order_by(dfs.c.df, dfs.c.i))).scalar_subquery().label("df"),
         odd.scalar_subquery().label("odd"),
-        odd_df.label("odd_df"),
     )
 
 
 def _odd_select(principal: Principal, type_: str):
-    """Each lexeme's rows among the caller's own shared rows that no shared bucket gives them (a
-    column of `_stats_select`)."""
+    """Each lexeme's rows among the caller's own shared rows that no shared bucket gives them."""
     m = ITEM_TYPES[type_].model
     own = (
         select(m.tsv.label("tsv"))
