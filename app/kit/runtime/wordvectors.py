@@ -139,7 +139,7 @@ class Table:
 
 def ensure(embedder, say=None) -> Path | None:
     """Build a local model's table if absent (~15 s for MiniLM on two cores, once per model and
-    cache folder): what `memscale serve` and the LoCoMo bench do before the first write. A
+    cache folder) and load it: what `memscale serve` and the LoCoMo bench do before the first write. A
     provider's model is not embedded 22,600 times unasked: `build` does it on request."""
     table = getattr(embedder, "word_vectors", None)
     if table is None or not embedder.model.startswith("local/"):
@@ -148,6 +148,7 @@ def ensure(embedder, say=None) -> Path | None:
         if say is not None:
             say(f"embedding the public word list once for {embedder.model} (~15 s)")
         table.build()
+    table.get()  # loaded and checked now, not in the first write (~0.3 s)
     return table.path()
 
 
