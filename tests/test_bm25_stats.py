@@ -351,13 +351,16 @@ def seeded(app, client, admin_engine, settings):
 
 
 @pytest.mark.parametrize("n", [10, 50, 100])
-def test_the_postings_top_n_equals_the_exact_ranking(app, seeded, n, monkeypatch):
+@pytest.mark.parametrize("flat", [False, True], ids=["maxscore", "flat"])
+def test_the_postings_top_n_equals_the_exact_ranking(app, seeded, n, flat, monkeypatch):
+    """Both forms of the kept top n (MaxScore, and the one aggregate below FLAT_UP_TO postings)."""
     from app.search.repository import bm25_stats
 
     org, users = seeded
     rng = random.Random(n)
     kept_calls, top = [], bm25_stats.top_scored  # (essential lexemes, lexemes held) of each kept call
     monkeypatch.setattr(bm25_stats, "FIRST_ROWS", 60)  # this small corpus's rarest lexemes: theta from a few
+    monkeypatch.setattr(bm25_stats, "FLAT_UP_TO", 10**9 if flat else 0)
     monkeypatch.setattr(bm25_stats, "top_scored", lambda *a, **kw: top(*a, **kw, essential=kept_calls))
     for i in range(12):  # readers of random groups and clearances; writers in at most one group
         p = (
@@ -370,7 +373,11 @@ def test_the_postings_top_n_equals_the_exact_ranking(app, seeded, n, monkeypatch
             kept, exact = _both(app, p, type_, query, n=n)
             assert kept == exact, (type_, query)
             assert len(exact[0]) == n  # a full top-n
-    assert len(kept_calls) == 24 and any(e < held for e, held in kept_calls), kept_calls  # some postings left unread
+    assert len(kept_calls) == 24
+    if flat:  # every lexeme's postings read, none probed
+        assert all(e == held for e, held in kept_calls), kept_calls
+    else:
+        assert any(e < held for e, held in kept_calls), kept_calls  # some postings left unread
 
 
 UNSEEN = {
@@ -473,6 +480,7 @@ def test_the_second_rounds_words_and_rows_from_the_kept_statistics_equal_the_exa
     rng = random.Random(100 + n_terms)
     kept_calls, top = [], bm25_stats.top_scored  # (essential lexemes, lexemes held) of each kept call
     monkeypatch.setattr(bm25_stats, "FIRST_ROWS", 60)  # this small corpus's rarest lexemes: theta from a few
+    monkeypatch.setattr(bm25_stats, "FLAT_UP_TO", 0)  # MaxScore, whatever the postings
     monkeypatch.setattr(bm25_stats, "top_scored", lambda *a, **kw: top(*a, **kw, essential=kept_calls))
     qvec = [0.0] * 384
     qvec[0] = 1.0

@@ -12,8 +12,9 @@ FIRST_ROWS rows by their df) give `theta`, a lower bound of the true n-th score.
 lexemes whose idf sum stays below theta are non-essential: a row holding only those scores below
 theta and cannot enter the top n, so only rows holding an essential lexeme are candidates, and
 the non-essential lexemes are only probed for them (every candidate is still scored with every
-lexeme it holds). Where the rarest lexemes hold fewer than n rows there is no theta: one
-aggregate over every query lexeme's postings.
+lexeme it holds). Where the rarest lexemes hold fewer than n rows there is no theta, and where the
+query's lexemes hold at most FLAT_UP_TO postings for the caller MaxScore's steps cost more than
+they save: one aggregate over every query lexeme's postings.
 
 The statistics serve main-branch reads now with default filters (`served_by_stats`); branch and
 as-of reads, and filters that cut below a bucket (kinds, labels, times, session, owner, source,
@@ -61,6 +62,11 @@ KEPT = SEARCH_TYPES  # the types whose statistics the triggers keep (migration 0
 # statistics) is cheaper than the kept path's statements (docs/search.md).
 KEPT_FROM = 1_000
 FIRST_ROWS = 2000  # theta comes from the rarest lexemes' postings, up to about this many
+# MaxScore's steps (theta, candidates, probes) pay only where the query's lexemes hold many
+# postings: up to this many (the caller's df summed over the query's lexemes) one aggregate over
+# all of them is cheaper. Where the two cost the same at bench/speed/scale's 200k org; measured
+# per query at four orgs and checked on a fifth (docs/search.md, "MaxScore only where it pays").
+FLAT_UP_TO = 25_000
 _SLACK = 1e-9  # the bounds are float sums in another order than the scores': never prune on a last bit
 _NOBODY = uuid.UUID(int=0)  # a user id no row has: visible_to for it is "shared with and cleared"
 
@@ -197,7 +203,8 @@ def top_scored(
         "s_first": [lex for _, lex in held[:first]],
     }
     odd = saw_odd(db, principal, type_)
-    pruned = first_rows >= n  # else the first lexemes hold fewer than n rows: no theta
+    # no theta where the first lexemes hold fewer than n rows; no pruning worth its steps below FLAT_UP_TO
+    pruned = first_rows >= n and sum(df for df, _ in held) > FLAT_UP_TO
     if not pruned:
         values = {k: v for k, v in values.items() if k not in ("s_skip", "s_first")}
     rows = STATEMENTS.run(
