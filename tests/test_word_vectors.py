@@ -17,7 +17,7 @@ LISTED = ["pottery", "teacher", "bowls", "fired", "classes", "the", "our"]  # "k
 
 
 @pytest.fixture
-def table(embedder, tmp_path):
+def table(embedder, tmp_path, monkeypatch):
     """A table over a small slice of the public list (plus LISTED) attached to the app's model
     for one test; the model's own table (if any) is put back after."""
     public = wordvectors.public_words()
@@ -25,13 +25,8 @@ def table(embedder, tmp_path):
     words = sorted(set(public[2000:2300]) | set(LISTED))
     t = wordvectors.Table(embedder, tmp_path, words=words)
     t.build()
-    before = getattr(embedder, "word_vectors", None)
-    embedder.word_vectors = t
-    yield t
-    if before is None:
-        del embedder.word_vectors
-    else:
-        embedder.word_vectors = before
+    monkeypatch.setattr(embedder, "word_vectors", t, raising=False)
+    return t
 
 
 def test_a_table_holds_the_models_own_vectors(embedder, table):
@@ -42,14 +37,14 @@ def test_a_table_holds_the_models_own_vectors(embedder, table):
     live = embedder.embed(["pottery", "teacher"])
     assert np.abs(np.stack(got[:2]) - live).max() < 1e-6
     # the file is named by the model and its weights: another model's table is another file
-    assert table.path().name.startswith("words-local-all-minilm-l6-v2-")
+    assert table.path.name.startswith("words-local-all-minilm-l6-v2-")
     assert wordvectors.lookup(embedder, ["teacher"])[0] is not None
 
 
 def test_a_table_that_differs_from_the_model_is_not_used(embedder, table, tmp_path):
     """A table whose vectors are not the model's (a file of another model's weights under the same
     name, a damaged file) is refused when it loads."""
-    path = table.path()
+    path = table.path
     with np.load(path) as z:
         words, vecs = z["words"], z["vectors"].copy()
     vecs[:, 0] += 0.01
@@ -66,7 +61,7 @@ def test_a_write_takes_listed_words_from_the_table(client, world, admin_engine, 
     asked: list[str] = []
     inner_embed = embedder.embed
     monkeypatch.setattr(embedder, "embed", lambda texts: asked.extend(texts) or inner_embed(texts))
-    before = hashlib.sha256(table.path().read_bytes()).hexdigest()
+    before = hashlib.sha256(table.path.read_bytes()).hexdigest()
     org = world.org()
     alice = world.user(org)
     body = ep("Pottery classes: the teacher fired our bowls in the kiln")
@@ -83,8 +78,8 @@ def test_a_write_takes_listed_words_from_the_table(client, world, admin_engine, 
     assert set(stored) == set(words)
     live = inner_embed(words)
     assert max(float(np.abs(stored[w] - live[i]).max()) for i, w in enumerate(words)) < 1e-6
-    assert hashlib.sha256(table.path().read_bytes()).hexdigest() == before
-    fresh = wordvectors.Table(embedder, table.path().parent, words=table._words)
+    assert hashlib.sha256(table.path.read_bytes()).hexdigest() == before
+    fresh = wordvectors.Table(embedder, table.path.parent, words=table.words)
     assert fresh.get().lookup(["kiln"]) == [None]
 
 
@@ -94,8 +89,8 @@ def test_serve_builds_a_local_models_table_and_asks_no_provider(embedder, tmp_pa
     local = wordvectors.Table(embedder, tmp_path / "local", words=LISTED)
     monkeypatch.setattr(embedder, "word_vectors", local, raising=False)
     said = []
-    assert wordvectors.ensure(embedder, say=said.append) == local.path() and local.path().exists() and len(said) == 1
-    assert wordvectors.ensure(embedder, say=said.append) == local.path() and len(said) == 1  # built once
+    assert wordvectors.ensure(embedder, say=said.append) == local.path and local.path.exists() and len(said) == 1
+    assert wordvectors.ensure(embedder, say=said.append) == local.path and len(said) == 1  # built once
 
     class Provider:
         model, dim = "openai/text-embedding-3-small", 1536

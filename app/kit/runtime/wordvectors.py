@@ -18,6 +18,7 @@ against the live model on load; a table that does not match is not used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -80,8 +81,12 @@ def build(embedder, cache_dir: Path, words: list[str] | None = None, progress=No
     aside, then renamed: a reader never sees half of one). Returns its path."""
     words = public_words() if words is None else words
     path = table_path(embedder, cache_dir, words)
-    if path.exists():
-        return path
+    if not path.exists():
+        _write(embedder, path, words, progress)
+    return path
+
+
+def _write(embedder, path: Path, words: list[str], progress=None) -> None:
     vecs = np.empty((len(words), embedder.dim), dtype=np.float32)
     for i in range(0, len(words), BUILD_BATCH):
         vecs[i : i + BUILD_BATCH] = embedder.embed(words[i : i + BUILD_BATCH])
@@ -92,28 +97,31 @@ def build(embedder, cache_dir: Path, words: list[str] | None = None, progress=No
     with open(tmp, "wb") as f:
         np.savez(f, words=np.asarray(words), vectors=vecs)
     os.replace(tmp, path)
-    return path
 
 
 class Table:
     """The table for one embedder, loaded when first needed (and looked for again every RETRY_S
-    while absent); `get()` is None when there is none to use."""
+    while absent); `get()` is None when there is none to use. Its word list and file name are
+    read once (the name hashes the model's files: `fingerprint`)."""
 
     def __init__(self, embedder, cache_dir: Path, words: list[str] | None = None):
-        self._embedder, self._cache_dir, self._words = embedder, Path(cache_dir).expanduser(), words
+        self._embedder, self._cache_dir, self._given = embedder, Path(cache_dir).expanduser(), words
         self._lock = threading.Lock()
         self._loaded: WordVectors | None = None
         self._next_look = 0.0
 
+    @functools.cached_property
+    def words(self) -> list[str]:
+        return public_words() if self._given is None else self._given
+
+    @functools.cached_property
     def path(self) -> Path:
-        if self._words is None:
-            self._words = public_words()
-        return table_path(self._embedder, self._cache_dir, self._words)
+        return table_path(self._embedder, self._cache_dir, self.words)
 
     def build(self, progress=None) -> Path:
-        if self._words is None:
-            self._words = public_words()
-        return build(self._embedder, self._cache_dir, self._words, progress)
+        if not self.path.exists():
+            _write(self._embedder, self.path, self.words, progress)
+        return self.path
 
     def get(self) -> WordVectors | None:
         if self._loaded is not None or time.monotonic() < self._next_look:
@@ -125,7 +133,7 @@ class Table:
         return self._loaded
 
     def _load(self) -> WordVectors | None:
-        path = self.path()
+        path = self.path
         if not path.exists():
             return None
         with np.load(path) as z:
@@ -137,24 +145,29 @@ class Table:
         return table
 
 
+def _table_of(embedder) -> Table | None:
+    """`embedder`'s table (through a FairEmbedder to the model it wraps), if it has one."""
+    return getattr(getattr(embedder, "inner", embedder), "word_vectors", None)
+
+
 def ensure(embedder, say=None) -> Path | None:
     """Build a local model's table if absent (~15 s for MiniLM on two cores, once per model and
     cache folder) and load it: what `memscale serve` and the LoCoMo bench do before the first write. A
     provider's model is not embedded 22,600 times unasked: `build` does it on request."""
-    table = getattr(embedder, "word_vectors", None)
+    table = _table_of(embedder)
     if table is None or not embedder.model.startswith("local/"):
         return None
-    if not table.path().exists():
+    if not table.path.exists():
         if say is not None:
             say(f"embedding the public word list once for {embedder.model} (~15 s)")
         table.build()
     table.get()  # loaded and checked now, not in the first write (~0.3 s)
-    return table.path()
+    return table.path
 
 
 def lookup(embedder, words: list[str]) -> list[np.ndarray | None]:
-    """Each word's vector from `embedder`'s table (through a FairEmbedder to the model it wraps),
-    None where there is no table or the list lacks the word."""
-    table = getattr(getattr(embedder, "inner", embedder), "word_vectors", None)
+    """Each word's vector from `embedder`'s table, None where there is no table or the list lacks
+    the word."""
+    table = _table_of(embedder)
     loaded = table.get() if table is not None else None
     return loaded.lookup(words) if loaded is not None else [None] * len(words)

@@ -105,8 +105,7 @@ class Service:
             db.commit()
         admin.dispose()
         self.resources = Resources(self.settings, _embedder=embedder)
-        emb = self.resources.embedder
-        wordvectors.ensure(getattr(emb, "inner", emb), say=print)  # as `memscale serve` does, before any write
+        wordvectors.ensure(self.resources.embedder, say=print)  # as `memscale serve` does, before any write
         self.app = create_app(self.settings, embedder=self.resources.embedder)
         self.http = TestClient(self.app)
         self.http.__enter__()
