@@ -17,6 +17,7 @@ def locomo_rate(path: str | None, n: int, word_vectors: str = "on", rounds: int 
     from app.config import Settings
     from app.kit.runtime import wordvectors
     from app.kit.runtime.embedding import make_embedder
+    from app.kit.stages import Stages
     from bench.quality.locomo.data import load
 
     convs = (load(path) if path else load())[:n]
@@ -24,26 +25,25 @@ def locomo_rate(path: str | None, n: int, word_vectors: str = "on", rounds: int 
     table = getattr(emb, "word_vectors", None)
     wordvectors.ensure(emb, say=print)  # built once per model, before anything is timed
     modes = {"on": [True], "off": [False], "ab": [False, True] * rounds}[word_vectors]
-    runs = {True: [], False: []}
+    runs, recs = {True: [], False: []}, {True: Stages(), False: Stages()}  # each mode's passes record into one
     for on in modes:
         emb.word_vectors = table if on else None
-        runs[on].append(_locomo_pass(convs, emb))
+        runs[on].append(_locomo_pass(convs, emb, recs[on]))
         r = runs[on][-1]
         print(f"pass {'with' if on else 'without'} word vectors: x{r['took'] / r['alone']:.2f} the model", flush=True)
-    out = _locomo_summary(convs, runs[word_vectors != "off"])
+    on = word_vectors != "off"
+    out = _locomo_summary(convs, runs[on], recs[on])
     if word_vectors == "ab":
-        out["without_word_vectors"] = _locomo_summary(convs, runs[False])
+        out["without_word_vectors"] = _locomo_summary(convs, runs[False], recs[False])
     return out
 
 
-def _locomo_pass(convs, emb) -> dict:
+def _locomo_pass(convs, emb, rec) -> dict:
     from app.config import Settings
-    from app.kit.stages import Stages
     from bench.quality.locomo.run import Service
 
     svc = Service("memscale_bench_ingest_locomo", convs, model=Settings().llm_model, embedder=emb)
     alone = took = 0.0
-    rec = Stages()
     try:
         svc.clients[convs[0].sample_id].search("warm up")
         emb.embed([t.text for t in convs[0].turns[:32]])  # the batch path's first call loads its session
@@ -59,10 +59,10 @@ def _locomo_pass(convs, emb) -> dict:
             took += time.perf_counter() - t0
     finally:
         svc.close()
-    return {"alone": alone, "took": took, "rec": rec}
+    return {"alone": alone, "took": took}
 
 
-def _locomo_summary(convs, runs: list[dict]) -> dict:
+def _locomo_summary(convs, runs: list[dict], rec) -> dict:
     n, alone, took = len(convs), sum(r["alone"] for r in runs), sum(r["took"] for r in runs)
     turns = sum(len(c.turns) for c in convs) * len(runs)
     out = {
@@ -81,12 +81,6 @@ def _locomo_summary(convs, runs: list[dict]) -> dict:
         flush=True,
     )
     batches = n * len(runs)
-    seconds, calls = {}, {}
-    for r in runs:
-        for k, v in r["rec"].seconds.items():
-            seconds[k] = seconds.get(k, 0.0) + v
-        for k, v in r["rec"].calls.items():
-            calls[k] = calls.get(k, 0) + v
     case = {
         "org": "locomo",
         "batch": turns // max(1, batches),
@@ -94,8 +88,8 @@ def _locomo_summary(convs, runs: list[dict]) -> dict:
         "total_ms": round(1000 * took / batches, 1),
         "embedder_alone_ms": round(1000 * alone / batches, 1),
         "ratio": round(took / alone, 2),
-        "stages_ms": {k: round(1000 * v / batches, 1) for k, v in seconds.items()},
-        "calls": {k: round(v / batches, 1) for k, v in calls.items()},
+        "stages_ms": {k: round(1000 * v / batches, 1) for k, v in rec.seconds.items()},
+        "calls": {k: round(v / batches, 1) for k, v in rec.calls.items()},
     }
     _print(case)
     out["stages"] = case
